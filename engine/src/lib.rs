@@ -1,0 +1,1 @@
+//! The gateway: config, Cedar policy, request building, decisions.

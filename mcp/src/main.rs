@@ -1,0 +1,2 @@
+//! The `codespace` binary.
+fn main() {}

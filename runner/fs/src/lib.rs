@@ -1,0 +1,1 @@
+//! No-follow file I/O beneath a workspace root.

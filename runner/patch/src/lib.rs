@@ -1,0 +1,1 @@
+//! V4A patch parsing and planning (pure).

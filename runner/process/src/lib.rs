@@ -1,0 +1,1 @@
+//! Managed child processes: pipes, PTYs, output rings, process groups.

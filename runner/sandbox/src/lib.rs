@@ -1,0 +1,1 @@
+//! The Linux command sandbox: Landlock, seccomp, hardening, probe.

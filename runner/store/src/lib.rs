@@ -1,0 +1,1 @@
+//! The SQLite store: decisions, operations, events, processes, patch journal.
