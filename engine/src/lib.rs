@@ -1,1 +1,21 @@
-//! The gateway: config, Cedar policy, request building, decisions.
+//! The gateway of CodeSpace: operator config, the Cedar policy store, the request builder,
+//! decisions that deny on any doubt, and the tool implementations that call the runners.
+//! Only this crate grants: the transport reaches the runners through [`Gateway`] alone.
+
+pub mod config;
+pub mod decide;
+pub mod error;
+mod fs_tools;
+pub mod gateway;
+mod info;
+pub mod policy;
+pub mod policy_test;
+pub mod request;
+pub mod tools;
+
+pub use config::Config;
+pub use error::{ErrorCode, ToolError};
+pub use gateway::{Gateway, IMPLEMENTED_TOOLS, SandboxFacts};
+pub use policy::{PolicySource, PolicyStore};
+pub use request::Session;
+pub use tools::ToolCall;

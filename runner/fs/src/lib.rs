@@ -1,1 +1,27 @@
-//! No-follow file I/O beneath a workspace root.
+//! No-follow file I/O beneath a workspace root: path sandbox, read, write, walk, versions.
+//!
+//! Every path is a [`RelPath`] (validated spelling) resolved beneath an open [`Root`] directory fd with
+//! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`, so neither `..` nor a symlink
+//! (leaf or ancestor, planted before or during the call) can lead outside the root. Linux only.
+
+mod error;
+mod glob;
+mod meta;
+mod path;
+mod read;
+mod resolve;
+mod root;
+pub mod txn;
+mod version;
+mod walk;
+mod write;
+
+pub use error::FsError;
+pub use glob::{GlobError, GlobFilter};
+pub use meta::{Kind, Meta};
+pub use path::{MAX_COMPONENT_BYTES, MAX_PATH_BYTES, RelPath};
+pub use read::{FileContent, ReadOutcome};
+pub use root::Root;
+pub use version::{Version, VersionParseError};
+pub use walk::{Walk, WalkEntry, WalkLimits};
+pub use write::TEMP_PREFIX;

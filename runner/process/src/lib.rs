@@ -1,1 +1,24 @@
 //! Managed child processes: pipes, PTYs, output rings, process groups.
+//!
+//! [`ProcessTable`] starts argv (optionally through a sandbox [`Launcher`]) with piped stdio or on a
+//! pseudo-terminal, collects stdout+stderr into one bounded ring read by byte cursors, enforces a
+//! timeout, and kills whole process groups (and PTY sessions). Nothing here knows about policy or MCP.
+
+mod error;
+mod output;
+mod pipe;
+mod proc;
+mod pty;
+mod resolve;
+mod ring;
+mod signals;
+mod supervisor;
+mod table;
+mod types;
+mod utf8;
+
+pub use error::{ProcError, SpawnError};
+pub use table::ProcessTable;
+pub use types::{
+    Launcher, ProcState, ProcessInfo, ReadChunk, SpawnSpec, Spawned, TableLimits, Termination,
+};

@@ -1,1 +1,41 @@
 //! The Linux command sandbox: Landlock, seccomp, hardening, probe.
+//!
+//! The `codespace` binary re-executes itself as `codespace __sandbox-exec -- argv…` with the
+//! [`SandboxPlan`] as JSON in [`PLAN_ENV`] (see [`launcher_parts`]). Its `main` hands the
+//! arguments after [`HELPER_ARG`] to [`run_helper`] (or [`helper_main`]), which restricts the
+//! process and `execvp`s the target. On failure the helper prints one stderr line starting
+//! `codespace-sandbox:` and exits with code 126 (127 if the program does not exist); the target
+//! never runs.
+//!
+//! What a sandboxed command gets:
+//! - **Landlock** (every filesystem right of the kernel's ABI handled; the ruleset must be fully
+//!   enforced or the helper fails closed): read+execute beneath `/` and `extra_read`; full access
+//!   beneath the workspace only when `write_workspace`, and beneath `tmp_dir`; read/write/ioctl on
+//!   [`DEVICE_PATHS`]. With ABI ≥ 6 it cannot signal or reach abstract UNIX sockets outside its
+//!   domain; with ABI ≥ 4 and `Restricted`, TCP bind/connect is denied too.
+//! - **seccomp** ([`ALWAYS_DENIED`] → `EPERM` in both modes; `clone` with namespace flags →
+//!   `EPERM`; `clone3` → `ENOSYS` so libc falls back to `clone`; x32 syscalls → `EPERM`;
+//!   `Restricted` adds `socket`/`socketpair` with a domain other than `AF_UNIX` → `EPERM`).
+//! - `PR_SET_NO_NEW_PRIVS`, and in `Restricted` mode a private network namespace (best-effort).
+
+mod error;
+mod fs_rules;
+mod harden;
+mod helper;
+mod netns;
+mod plan;
+mod probe;
+mod seccomp;
+
+pub use error::{HELPER_FAILURE_EXIT, HELPER_NOT_FOUND_EXIT, HELPER_STDERR_PREFIX, SandboxError};
+pub use fs_rules::DEVICE_PATHS;
+pub use harden::{
+    SCRUBBED_ENV_NAMES, SCRUBBED_ENV_PREFIXES, harden_current_process, is_scrubbed_env_name,
+    scrub_env,
+};
+pub use helper::{helper_main, run_helper};
+pub use plan::{
+    ARGV_SEPARATOR, HELPER_ARG, LauncherParts, NetworkMode, PLAN_ENV, SandboxPlan, launcher_parts,
+};
+pub use probe::{Probe, probe};
+pub use seccomp::{ALWAYS_DENIED, DENIED_CLONE_FLAGS};

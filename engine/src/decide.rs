@@ -1,0 +1,324 @@
+//! Cedar evaluation: entities for a workspace, one Operation entity per sub-request, and
+//! `decide()`, which never fails: a Cedar deny, any evaluation error or any request-building
+//! error is a deny with reasons.
+
+use crate::config::Profile;
+use crate::error::{ErrorCode, ToolError};
+use crate::policy::PolicySnapshot;
+use crate::request::{SubRequest, WorkspaceFacts};
+use cedar_policy::{
+    Authorizer, Context, Decision as CedarDecision, Entities, Entity, EntityId, EntityTypeName,
+    EntityUid, Request, RestrictedExpression,
+};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::str::FromStr;
+use std::time::Instant;
+
+const NS: &str = "CodeSpace";
+
+/// An entity uid in the CodeSpace namespace.
+pub fn uid(ty: &str, id: &str) -> Result<EntityUid, String> {
+    let tn = EntityTypeName::from_str(&format!("{NS}::{ty}")).map_err(|e| e.to_string())?;
+    Ok(EntityUid::from_type_name_and_id(tn, EntityId::new(id)))
+}
+
+/// The entities every request of a workspace shares: actions, profiles, environment, workspace.
+/// Validated against the schema once; callers cache it per (policy set, workspace).
+pub fn workspace_entities(
+    snap: &PolicySnapshot,
+    profiles: &BTreeMap<String, Profile>,
+    facts: &WorkspaceFacts,
+) -> Result<Entities, String> {
+    let mut ents: Vec<Entity> = Vec::new();
+    for p in profiles.values() {
+        let mut parents = HashSet::new();
+        if let Some(parent) = &p.extends {
+            parents.insert(uid("PermissionProfile", parent)?);
+        }
+        ents.push(Entity::new_no_attrs(
+            uid("PermissionProfile", &p.id)?,
+            parents,
+        ));
+    }
+    let env_uid = uid("Environment", &facts.environment)?;
+    let env_attrs: HashMap<String, RestrictedExpression> = [
+        ("kind", facts.environment_kind.as_str()),
+        ("sandbox", facts.sandbox.as_str()),
+        ("network_enforcement", facts.network_enforcement.as_str()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), RestrictedExpression::new_string(v.to_string())))
+    .collect();
+    ents.push(Entity::new(env_uid.clone(), env_attrs, HashSet::new()).map_err(|e| e.to_string())?);
+    let ws_uid = uid("Workspace", &facts.id)?;
+    let mut ws_attrs: HashMap<String, RestrictedExpression> = HashMap::new();
+    ws_attrs.insert(
+        "environment".into(),
+        RestrictedExpression::new_entity_uid(env_uid.clone()),
+    );
+    ws_attrs.insert(
+        "network".into(),
+        RestrictedExpression::new_string(facts.network.clone()),
+    );
+    ws_attrs.insert(
+        "approvals".into(),
+        RestrictedExpression::new_string(facts.approvals.clone()),
+    );
+    ents.push(
+        Entity::new(ws_uid, ws_attrs, HashSet::from([env_uid])).map_err(|e| e.to_string())?,
+    );
+    let actions = snap.schema.action_entities().map_err(|e| e.to_string())?;
+    actions
+        .add_entities(ents, Some(&snap.schema))
+        .map_err(|e| e.to_string())
+}
+
+/// The result of one sub-request.
+#[derive(Debug, Clone)]
+pub struct SubDecision {
+    /// Index within the call.
+    pub index: usize,
+    /// The action.
+    pub action: String,
+    /// Path or command summary (for the audit log).
+    pub subject: String,
+    /// Allowed?
+    pub allowed: bool,
+    /// Whether a deny refuses the call (false: it shapes the sandbox).
+    pub gating: bool,
+    /// Determining policy ids.
+    pub policy_ids: Vec<String>,
+    /// Evaluation or request-building errors (any error is a deny).
+    pub errors: Vec<String>,
+    /// Deny because no policy permitted (no determining policy).
+    pub default_deny: bool,
+    /// Evaluation time.
+    pub duration_us: u64,
+}
+
+/// A decision over all sub-requests of one tool call.
+#[derive(Debug, Clone)]
+pub struct Decision {
+    /// `dec-<uuid>`.
+    pub decision_id: String,
+    /// The tool.
+    pub tool: String,
+    /// The principal profile.
+    pub profile: String,
+    /// The workspace.
+    pub workspace: String,
+    /// The policy set hash it was decided under.
+    pub policy_sha256: String,
+    /// Per sub-request results.
+    pub subs: Vec<SubDecision>,
+}
+
+impl Decision {
+    /// True when every gating sub-request is allowed (and there is at least one).
+    pub fn allowed(&self) -> bool {
+        let mut gating = self.subs.iter().filter(|s| s.gating).peekable();
+        gating.peek().is_some() && gating.all(|s| s.allowed)
+    }
+
+    /// Whether the sub-request for `action` was allowed (false when absent).
+    pub fn allows(&self, action: &str) -> bool {
+        self.subs
+            .iter()
+            .any(|s| s.action == action && s.allowed)
+    }
+
+    /// The `UNAUTHORIZED` error for a denied decision: decision id, determining ids, reasons.
+    pub fn to_error(&self, snap: &PolicySnapshot) -> ToolError {
+        let mut ids: Vec<String> = Vec::new();
+        let mut parts: Vec<String> = Vec::new();
+        for s in self.subs.iter().filter(|s| s.gating && !s.allowed) {
+            if !s.errors.is_empty() {
+                parts.push(format!(
+                    "{} `{}`: denied because policy evaluation failed ({})",
+                    s.action,
+                    s.subject,
+                    s.errors.join("; ")
+                ));
+            } else if s.policy_ids.is_empty() {
+                parts.push(format!(
+                    "{} `{}`: no policy permits this for profile {}",
+                    s.action, s.subject, self.profile
+                ));
+            } else {
+                let reasons: Vec<String> = s
+                    .policy_ids
+                    .iter()
+                    .map(|id| match snap.meta.get(id).and_then(|m| m.reason.clone()) {
+                        Some(r) => format!("{id}: {r}"),
+                        None => id.clone(),
+                    })
+                    .collect();
+                parts.push(format!(
+                    "{} `{}`: forbidden by {}",
+                    s.action,
+                    s.subject,
+                    reasons.join("; ")
+                ));
+            }
+            for id in &s.policy_ids {
+                if !ids.contains(id) {
+                    ids.push(id.clone());
+                }
+            }
+        }
+        if parts.is_empty() {
+            parts.push("no request was authorized".into());
+        }
+        let mut e = ToolError::new(
+            ErrorCode::Unauthorized,
+            format!("denied by policy: {}", parts.join(" | ")),
+        );
+        e.decision_id = Some(self.decision_id.clone());
+        e.policy_ids = Some(ids);
+        e
+    }
+}
+
+/// Builds the Operation entity of one sub-request.
+pub fn operation_entity(
+    facts: &WorkspaceFacts,
+    tool: &str,
+    req: &SubRequest,
+    op_id: &str,
+) -> Result<Entity, String> {
+    let ws_uid = uid("Workspace", &facts.id)?;
+    let basename = if req.path == "." {
+        String::new()
+    } else {
+        req.path.rsplit('/').next().unwrap_or("").to_string()
+    };
+    let ext = match basename.rsplit_once('.') {
+        Some((stem, ext)) if !stem.is_empty() => ext.to_string(),
+        _ => String::new(),
+    };
+    let mut attrs: HashMap<String, RestrictedExpression> = HashMap::new();
+    attrs.insert(
+        "workspace".into(),
+        RestrictedExpression::new_entity_uid(ws_uid.clone()),
+    );
+    attrs.insert("tool".into(), RestrictedExpression::new_string(tool.into()));
+    attrs.insert(
+        "path".into(),
+        RestrictedExpression::new_string(req.path.clone()),
+    );
+    attrs.insert("basename".into(), RestrictedExpression::new_string(basename));
+    attrs.insert("ext".into(), RestrictedExpression::new_string(ext));
+    attrs.insert(
+        "kind".into(),
+        RestrictedExpression::new_string(req.kind.clone()),
+    );
+    attrs.insert(
+        "server_owned".into(),
+        RestrictedExpression::new_bool(facts.is_server_owned(&req.path)),
+    );
+    Entity::new(uid("Operation", op_id)?, attrs, HashSet::from([ws_uid])).map_err(|e| e.to_string())
+}
+
+fn deny_with(index: usize, req: &SubRequest, err: String, started: Instant) -> SubDecision {
+    SubDecision {
+        index,
+        action: req.action.clone(),
+        subject: req.subject.clone(),
+        allowed: false,
+        gating: req.gating,
+        policy_ids: Vec::new(),
+        errors: vec![err],
+        default_deny: false,
+        duration_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+    }
+}
+
+/// Evaluates every sub-request. Never fails: errors become denies.
+pub fn decide(
+    snap: &PolicySnapshot,
+    base: &Entities,
+    facts: &WorkspaceFacts,
+    tool: &str,
+    reqs: &[SubRequest],
+) -> Decision {
+    let decision_id = format!("dec-{}", uuid::Uuid::new_v4());
+    let principal = uid("PermissionProfile", &facts.profile);
+    // One Operation entity per sub-request, added in one batch.
+    let op_ids: Vec<String> = reqs
+        .iter()
+        .enumerate()
+        .map(|(i, _)| format!("{decision_id}/{i}"))
+        .collect();
+    let started = Instant::now();
+    let entities: Result<Entities, String> = reqs
+        .iter()
+        .zip(op_ids.iter())
+        .map(|(r, id)| operation_entity(facts, tool, r, id))
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(|ops| {
+            base.clone()
+                .add_entities(ops, None)
+                .map_err(|e| e.to_string())
+        });
+    let authorizer = Authorizer::new();
+    let mut subs = Vec::with_capacity(reqs.len());
+    for (index, (req, op_id)) in reqs.iter().zip(op_ids.iter()).enumerate() {
+        let t0 = if index == 0 { started } else { Instant::now() };
+        let entities = match &entities {
+            Ok(e) => e,
+            Err(e) => {
+                subs.push(deny_with(index, req, format!("entities: {e}"), t0));
+                continue;
+            }
+        };
+        let principal = match &principal {
+            Ok(p) => p.clone(),
+            Err(e) => {
+                subs.push(deny_with(index, req, format!("principal: {e}"), t0));
+                continue;
+            }
+        };
+        let built = uid("Action", &req.action)
+            .and_then(|action| {
+                let resource = uid("Operation", op_id)?;
+                let ctx = Context::from_json_value(
+                    req.context.clone(),
+                    Some((&snap.schema, &action)),
+                )
+                .map_err(|e| format!("context: {e}"))?;
+                Request::new(principal, action, resource, ctx, Some(&snap.schema))
+                    .map_err(|e| format!("request: {e}"))
+            });
+        let request = match built {
+            Ok(r) => r,
+            Err(e) => {
+                subs.push(deny_with(index, req, e, t0));
+                continue;
+            }
+        };
+        let resp = authorizer.is_authorized(&request, &snap.set, entities);
+        let errors: Vec<String> = resp.diagnostics().errors().map(|e| e.to_string()).collect();
+        let policy_ids: Vec<String> = resp.diagnostics().reason().map(|p| p.to_string()).collect();
+        let allowed = resp.decision() == CedarDecision::Allow && errors.is_empty();
+        let default_deny = !allowed && errors.is_empty() && policy_ids.is_empty();
+        subs.push(SubDecision {
+            index,
+            action: req.action.clone(),
+            subject: req.subject.clone(),
+            allowed,
+            gating: req.gating,
+            policy_ids,
+            errors,
+            default_deny,
+            duration_us: u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX),
+        });
+    }
+    Decision {
+        decision_id,
+        tool: tool.to_string(),
+        profile: facts.profile.clone(),
+        workspace: facts.id.clone(),
+        policy_sha256: snap.sha256.clone(),
+        subs,
+    }
+}

@@ -1,0 +1,163 @@
+//! Error codes of the tool contract and the ErrorBody every failed tool call carries.
+
+use serde::Serialize;
+
+/// The product error codes (SCREAMING_SNAKE_CASE on the wire).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[allow(missing_docs)]
+pub enum ErrorCode {
+    Unauthorized,
+    WorkspaceNotFound,
+    WorkspaceBusy,
+    ResourceQueueFull,
+    InvalidPatch,
+    InvalidCommand,
+    ProcessSpawnFailed,
+    PathEscape,
+    FileNotFound,
+    PathNotDirectory,
+    FileOperationFailed,
+    SymlinkRejected,
+    SpecialFileRejected,
+    AddFileExists,
+    MoveDestinationExists,
+    VersionConflict,
+    StaleRead,
+    OperationKeyConflict,
+    OperationNotFound,
+    ProcessNotFound,
+    ProcessNotTty,
+    ProcessNotRunning,
+    OutputLimit,
+    Timeout,
+    ApprovalRequired,
+    ApprovalNotFound,
+    ApprovalConflict,
+    ApprovalAmbiguous,
+    InvalidArguments,
+    Internal,
+}
+
+impl ErrorCode {
+    /// The wire spelling of the code.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::Unauthorized => "UNAUTHORIZED",
+            ErrorCode::WorkspaceNotFound => "WORKSPACE_NOT_FOUND",
+            ErrorCode::WorkspaceBusy => "WORKSPACE_BUSY",
+            ErrorCode::ResourceQueueFull => "RESOURCE_QUEUE_FULL",
+            ErrorCode::InvalidPatch => "INVALID_PATCH",
+            ErrorCode::InvalidCommand => "INVALID_COMMAND",
+            ErrorCode::ProcessSpawnFailed => "PROCESS_SPAWN_FAILED",
+            ErrorCode::PathEscape => "PATH_ESCAPE",
+            ErrorCode::FileNotFound => "FILE_NOT_FOUND",
+            ErrorCode::PathNotDirectory => "PATH_NOT_DIRECTORY",
+            ErrorCode::FileOperationFailed => "FILE_OPERATION_FAILED",
+            ErrorCode::SymlinkRejected => "SYMLINK_REJECTED",
+            ErrorCode::SpecialFileRejected => "SPECIAL_FILE_REJECTED",
+            ErrorCode::AddFileExists => "ADD_FILE_EXISTS",
+            ErrorCode::MoveDestinationExists => "MOVE_DESTINATION_EXISTS",
+            ErrorCode::VersionConflict => "VERSION_CONFLICT",
+            ErrorCode::StaleRead => "STALE_READ",
+            ErrorCode::OperationKeyConflict => "OPERATION_KEY_CONFLICT",
+            ErrorCode::OperationNotFound => "OPERATION_NOT_FOUND",
+            ErrorCode::ProcessNotFound => "PROCESS_NOT_FOUND",
+            ErrorCode::ProcessNotTty => "PROCESS_NOT_TTY",
+            ErrorCode::ProcessNotRunning => "PROCESS_NOT_RUNNING",
+            ErrorCode::OutputLimit => "OUTPUT_LIMIT",
+            ErrorCode::Timeout => "TIMEOUT",
+            ErrorCode::ApprovalRequired => "APPROVAL_REQUIRED",
+            ErrorCode::ApprovalNotFound => "APPROVAL_NOT_FOUND",
+            ErrorCode::ApprovalConflict => "APPROVAL_CONFLICT",
+            ErrorCode::ApprovalAmbiguous => "APPROVAL_AMBIGUOUS",
+            ErrorCode::InvalidArguments => "INVALID_ARGUMENTS",
+            ErrorCode::Internal => "INTERNAL",
+        }
+    }
+
+    /// Maps a runner error code string (runner crates speak the same codes) onto the enum.
+    pub fn from_code(code: &str) -> ErrorCode {
+        match code {
+            "PATH_ESCAPE" => ErrorCode::PathEscape,
+            "FILE_NOT_FOUND" => ErrorCode::FileNotFound,
+            "PATH_NOT_DIRECTORY" => ErrorCode::PathNotDirectory,
+            "SYMLINK_REJECTED" => ErrorCode::SymlinkRejected,
+            "SPECIAL_FILE_REJECTED" => ErrorCode::SpecialFileRejected,
+            "INVALID_PATCH" => ErrorCode::InvalidPatch,
+            "ADD_FILE_EXISTS" => ErrorCode::AddFileExists,
+            "MOVE_DESTINATION_EXISTS" => ErrorCode::MoveDestinationExists,
+            "PROCESS_NOT_FOUND" => ErrorCode::ProcessNotFound,
+            "PROCESS_NOT_TTY" => ErrorCode::ProcessNotTty,
+            "PROCESS_NOT_RUNNING" => ErrorCode::ProcessNotRunning,
+            "FILE_OPERATION_FAILED" => ErrorCode::FileOperationFailed,
+            _ => ErrorCode::Internal,
+        }
+    }
+}
+
+/// The ErrorBody of a failed tool call: `{code, message, operation_id?, approval_id?,
+/// decision_id?, policy_ids?}`. Messages never contain absolute paths.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolError {
+    /// The product error code.
+    pub code: ErrorCode,
+    /// A message safe to show a model.
+    pub message: String,
+    /// Set when the failure happened after an operation was minted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operation_id: Option<String>,
+    /// Set on approval holds (later).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
+    /// The Cedar decision behind an `UNAUTHORIZED`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decision_id: Option<String>,
+    /// The determining policy ids behind an `UNAUTHORIZED`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy_ids: Option<Vec<String>>,
+}
+
+impl ToolError {
+    /// A plain error with a code and a message.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> ToolError {
+        ToolError {
+            code,
+            message: message.into(),
+            operation_id: None,
+            approval_id: None,
+            decision_id: None,
+            policy_ids: None,
+        }
+    }
+
+    /// Attaches the operation id.
+    pub fn with_operation(mut self, operation_id: impl Into<String>) -> ToolError {
+        self.operation_id = Some(operation_id.into());
+        self
+    }
+
+    /// The ErrorBody as JSON text.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|_| {
+            format!(
+                "{{\"code\":\"{}\",\"message\":\"error\"}}",
+                self.code.as_str()
+            )
+        })
+    }
+}
+
+impl std::fmt::Display for ToolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code.as_str(), self.message)
+    }
+}
+
+impl std::error::Error for ToolError {}
+
+impl From<codespace_runner_fs::FsError> for ToolError {
+    fn from(e: codespace_runner_fs::FsError) -> ToolError {
+        ToolError::new(ErrorCode::from_code(e.code()), e.to_string())
+    }
+}

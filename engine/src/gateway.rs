@@ -1,0 +1,297 @@
+//! The gateway: the one choke point every tool call passes. parse (in the transport) → build
+//! the Cedar request(s) → decide → audit → run the runner → reply.
+
+use crate::config::Config;
+use crate::decide::{Decision, decide, workspace_entities};
+use crate::error::{ErrorCode, ToolError};
+use crate::policy::{PolicySnapshot, PolicyStore};
+use crate::request::{ProcessFacts, Session, SubRequest, WorkspaceFacts, build_requests};
+use crate::tools::ToolCall;
+use cedar_policy::Entities;
+use codespace_runner_fs::Root;
+use codespace_store::{DecisionRow, Store};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+/// The tools this build serves (and lists in `tools/list`).
+pub const IMPLEMENTED_TOOLS: &[&str] = &["workspace_info", "read", "find"];
+
+/// What the start-up probe found about the command sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SandboxFacts {
+    /// Landlock + seccomp can be enforced.
+    pub sandbox_enforced: bool,
+    /// Network restrictions can be enforced.
+    pub network_enforced: bool,
+}
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A workspace root could not be opened.
+    #[error("workspace {0}: root cannot be opened: {1}")]
+    Root(String, String),
+}
+
+/// One registered workspace at run time.
+#[derive(Debug)]
+pub(crate) struct WorkspaceRuntime {
+    pub(crate) facts: WorkspaceFacts,
+    pub(crate) root: Arc<Root>,
+}
+
+/// The gateway.
+#[derive(Debug)]
+pub struct Gateway {
+    pub(crate) config: Config,
+    pub(crate) policy: Arc<PolicyStore>,
+    pub(crate) store: Option<Arc<Store>>,
+    pub(crate) workspaces: BTreeMap<String, WorkspaceRuntime>,
+    entity_cache: Mutex<HashMap<String, (String, Entities)>>,
+    pub(crate) sandbox: SandboxFacts,
+}
+
+/// Workspace-relative forms of the server's own files that lie inside `root`.
+fn server_owned_in(root: &Path, config: &Config, policy: &PolicyStore) -> Vec<String> {
+    let mut owned: Vec<std::path::PathBuf> = Vec::new();
+    if let Some(f) = &config.config_file {
+        owned.push(f.clone());
+    }
+    if let Some(s) = &config.store {
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            owned.push(std::path::PathBuf::from(format!("{}{suffix}", s.display())));
+        }
+    }
+    if let crate::policy::PolicySource::Dir { policies, schema } = policy.source() {
+        owned.push(policies.clone());
+        owned.push(schema.clone());
+    }
+    owned
+        .into_iter()
+        .filter_map(|p| {
+            // Canonicalize what exists; keep the lexical form of what does not yet.
+            let p = std::fs::canonicalize(&p).unwrap_or(p);
+            p.strip_prefix(root)
+                .ok()
+                .map(|r| r.to_string_lossy().to_string())
+        })
+        .filter(|r| !r.is_empty())
+        .collect()
+}
+
+impl Gateway {
+    /// Builds the gateway: opens every workspace root and computes its facts.
+    pub fn new(
+        config: Config,
+        policy: Arc<PolicyStore>,
+        store: Option<Arc<Store>>,
+        sandbox: SandboxFacts,
+    ) -> Result<Gateway, StartError> {
+        let mut workspaces = BTreeMap::new();
+        for (id, ws) in &config.workspaces {
+            let root =
+                Root::open(&ws.root).map_err(|e| StartError::Root(id.clone(), e.to_string()))?;
+            let env_kind = config
+                .environments
+                .get(&ws.environment)
+                .map(|e| e.kind.as_str())
+                .unwrap_or("host");
+            let facts = WorkspaceFacts {
+                id: id.clone(),
+                profile: ws.profile.clone(),
+                environment: ws.environment.clone(),
+                environment_kind: env_kind.to_string(),
+                sandbox: if sandbox.sandbox_enforced {
+                    "enforced"
+                } else {
+                    "unavailable"
+                }
+                .into(),
+                network_enforcement: if sandbox.network_enforced {
+                    "enforced"
+                } else {
+                    "none"
+                }
+                .into(),
+                network: ws.network.as_str().into(),
+                approvals: ws.approvals.as_str().into(),
+                server_owned: server_owned_in(&ws.root, &config, &policy),
+            };
+            workspaces.insert(
+                id.clone(),
+                WorkspaceRuntime {
+                    facts,
+                    root: Arc::new(root),
+                },
+            );
+        }
+        Ok(Gateway {
+            config,
+            policy,
+            store,
+            workspaces,
+            entity_cache: Mutex::new(HashMap::new()),
+            sandbox,
+        })
+    }
+
+    /// The live policy store.
+    pub fn policy(&self) -> &Arc<PolicyStore> {
+        &self.policy
+    }
+
+    /// The store, when there is one.
+    pub fn store(&self) -> Option<&Arc<Store>> {
+        self.store.as_ref()
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub(crate) fn workspace(&self, id: &str) -> Result<&WorkspaceRuntime, ToolError> {
+        self.workspaces.get(id).ok_or_else(|| {
+            ToolError::new(
+                ErrorCode::WorkspaceNotFound,
+                format!("unknown workspace_id `{id}`"),
+            )
+        })
+    }
+
+    /// The workspace's shared entities under `snap` (cached per policy-set hash).
+    fn entities(&self, snap: &PolicySnapshot, facts: &WorkspaceFacts) -> Result<Entities, String> {
+        if let Ok(cache) = self.entity_cache.lock() {
+            if let Some((sha, ents)) = cache.get(&facts.id) {
+                if *sha == snap.sha256 {
+                    return Ok(ents.clone());
+                }
+            }
+        }
+        let ents = workspace_entities(snap, &self.config.profiles, facts)?;
+        if let Ok(mut cache) = self.entity_cache.lock() {
+            cache.insert(facts.id.clone(), (snap.sha256.clone(), ents.clone()));
+        }
+        Ok(ents)
+    }
+
+    /// Decides `reqs` for a workspace under the current snapshot, and writes the audit rows.
+    /// `audit_allows` false logs only the denies (used for per-entry `find` filtering).
+    pub(crate) fn decide_reqs(
+        &self,
+        snap: &PolicySnapshot,
+        facts: &WorkspaceFacts,
+        tool: &str,
+        reqs: &[SubRequest],
+        session: &Session,
+        audit_allows: bool,
+    ) -> Decision {
+        let decision = match self.entities(snap, facts) {
+            Ok(base) => decide(snap, &base, facts, tool, reqs),
+            Err(e) => {
+                // Request-builder failure: deny everything, with the reason.
+                let mut d = decide(snap, &Entities::empty(), facts, tool, &[]);
+                d.subs = reqs
+                    .iter()
+                    .enumerate()
+                    .map(|(index, r)| crate::decide::SubDecision {
+                        index,
+                        action: r.action.clone(),
+                        subject: r.subject.clone(),
+                        allowed: false,
+                        gating: r.gating,
+                        policy_ids: vec![],
+                        errors: vec![format!("entities: {e}")],
+                        default_deny: false,
+                        duration_us: 0,
+                    })
+                    .collect();
+                d
+            }
+        };
+        self.audit(&decision, session, audit_allows);
+        decision
+    }
+
+    /// Writes decision rows. A store failure is logged and never turns a deny into an allow.
+    fn audit(&self, d: &Decision, session: &Session, audit_allows: bool) {
+        let Some(store) = &self.store else { return };
+        let at_ms = codespace_store::now_ms();
+        let rows: Vec<DecisionRow> = d
+            .subs
+            .iter()
+            .filter(|s| audit_allows || !s.allowed)
+            .map(|s| DecisionRow {
+                decision_id: d.decision_id.clone(),
+                at_ms,
+                policy_set_sha256: d.policy_sha256.clone(),
+                profile: d.profile.clone(),
+                workspace: d.workspace.clone(),
+                tool: d.tool.clone(),
+                action: s.action.clone(),
+                sub_index: i64::try_from(s.index).unwrap_or(i64::MAX),
+                subject: s.subject.clone(),
+                client: Some(session.client.clone()),
+                transport: Some(session.transport.clone()),
+                decision: if s.allowed { "allow" } else { "deny" }.into(),
+                policy_ids: s.policy_ids.clone(),
+                errors: s.errors.clone(),
+                default_deny: s.default_deny,
+                duration_us: i64::try_from(s.duration_us).unwrap_or(i64::MAX),
+            })
+            .collect();
+        if rows.is_empty() {
+            return;
+        }
+        if let Err(e) = store.insert_decisions(&rows) {
+            tracing::error!(error = %e, decision_id = %d.decision_id, "audit write failed");
+        }
+    }
+
+    /// Builds and decides the requests of a call on a workspace; `Err` is the refusal.
+    pub(crate) fn authorize(
+        &self,
+        snap: &PolicySnapshot,
+        ws: &WorkspaceRuntime,
+        call: &ToolCall,
+        session: &Session,
+        process: Option<&ProcessFacts>,
+    ) -> Result<Decision, ToolError> {
+        let reqs = build_requests(call, session, process)?;
+        let decision = self.decide_reqs(snap, &ws.facts, call.tool(), &reqs, session, true);
+        if decision.allowed() {
+            Ok(decision)
+        } else {
+            Err(decision.to_error(snap))
+        }
+    }
+
+    /// Serves one tool call. The result is the tool's result object.
+    pub async fn call(
+        &self,
+        session: &Session,
+        call: ToolCall,
+    ) -> Result<serde_json::Value, ToolError> {
+        // Calls in flight finish under the snapshot they started with.
+        let snap = self.policy.snapshot();
+        let result = match &call {
+            ToolCall::WorkspaceInfo(p) => self.workspace_info(&snap, session, p),
+            ToolCall::Read(p) => {
+                let ws = self.workspace(&p.workspace_id)?;
+                self.authorize(&snap, ws, &call, session, None)?;
+                self.read(ws, p)
+            }
+            ToolCall::Find(p) => {
+                let ws = self.workspace(&p.workspace_id)?;
+                self.authorize(&snap, ws, &call, session, None)?;
+                self.find(&snap, ws, p, session).await
+            }
+            other => Err(ToolError::new(
+                ErrorCode::InvalidArguments,
+                format!("tool `{}` is not available in this build", other.tool()),
+            )),
+        }?;
+        Ok(result)
+    }
+}

@@ -1,0 +1,163 @@
+//! `workspace_info`: server identity and, for a selected workspace, its effective execution
+//! contract. Permissions and availability are Cedar decisions, not profile names.
+
+use crate::error::ToolError;
+use crate::gateway::{Gateway, IMPLEMENTED_TOOLS};
+use crate::policy::PolicySnapshot;
+use crate::request::{Session, SubRequest, build_requests, path_request};
+use crate::tools::{ExecCommandParams, FIND_MAX_PATHS, READ_MAX_BYTES, ToolCall, WorkspaceInfoParams};
+use serde_json::{Value, json};
+
+/// Milliseconds to an RFC 3339 UTC timestamp.
+pub fn rfc3339_ms(ms: i64) -> String {
+    let nanos = i128::from(ms) * 1_000_000;
+    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
+        .ok()
+        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+        .unwrap_or_else(|| ms.to_string())
+}
+
+impl Gateway {
+    /// The `policy` block of workspace_info: hash, load time, and a rejected reload if any.
+    fn policy_block(&self, snap: &PolicySnapshot) -> Value {
+        let mut block = json!({
+            "set_sha256": snap.sha256,
+            "loaded_at": rfc3339_ms(snap.loaded_at_ms),
+        });
+        if let Some(rej) = self.policy.last_rejected() {
+            if let Value::Object(m) = &mut block {
+                m.insert(
+                    "last_reload_rejected".into(),
+                    json!({"at": rfc3339_ms(rej.at_ms), "errors": rej.errors}),
+                );
+            }
+        }
+        block
+    }
+
+    /// `workspace_info`.
+    pub(crate) fn workspace_info(
+        &self,
+        snap: &PolicySnapshot,
+        session: &Session,
+        p: &WorkspaceInfoParams,
+    ) -> Result<Value, ToolError> {
+        let mut out = json!({
+            "server": "codespace",
+            "version": env!("CARGO_PKG_VERSION"),
+            "internal_model_calls": false,
+            "tools_exposed": IMPLEMENTED_TOOLS,
+            "transports": ["stdio", "streamable-http"],
+            "workspace_id": Value::Null,
+            "workspace_id_is_credential": false,
+            "note": "Execution-only server: no model calls. Every call is authorized by Cedar policy.",
+            "policy": self.policy_block(snap),
+        });
+        let Some(id) = p.workspace_id.as_deref().filter(|s| !s.is_empty()) else {
+            return Ok(out);
+        };
+        let ws = self.workspace(id)?;
+        let call = ToolCall::WorkspaceInfo(p.clone());
+        self.authorize(snap, ws, &call, session, None)?;
+
+        // "May this profile ever do it here": one probe request per capability.
+        let exec_probe = ToolCall::ExecCommand(ExecCommandParams {
+            workspace_id: id.to_string(),
+            command: vec!["true".into()],
+            tty: None,
+            timeout_ms: None,
+            yield_ms: None,
+            operation_key: None,
+        });
+        let mut probes: Vec<SubRequest> = vec![
+            path_request("read", ".", "", session),
+            path_request("find", ".", "", session),
+            path_request("apply_patch", ".", "update", session),
+        ];
+        probes.extend(build_requests(&exec_probe, session, None)?);
+        let d = self.decide_reqs(snap, &ws.facts, "workspace_info", &probes, session, false);
+        let allowed = |action: &str| d.allows(action);
+        let (read, find, write, exec) = (
+            allowed("read"),
+            allowed("find"),
+            allowed("apply_patch"),
+            allowed("exec_command"),
+        );
+        let env_kind = ws.facts.environment_kind.as_str();
+        let host = env_kind == "host";
+        let implemented = |t: &str| IMPLEMENTED_TOOLS.contains(&t);
+        let process_available = exec && host && implemented("exec_command");
+        let mut process = json!({ "available": process_available });
+        if process_available {
+            if let Value::Object(m) = &mut process {
+                m.insert(
+                    "capabilities".into(),
+                    json!({
+                        "handles": true,
+                        "survives_request_end": true,
+                        "write_stdin": true,
+                        "incremental_read": true,
+                        "terminate": true,
+                        "output_combined": true,
+                        "tty": {"supported": true, "default": false, "initial_rows": 24,
+                                "initial_cols": 80, "resize_supported": true},
+                        "lifetime": {"owner": "gateway", "client_disconnect": "keep_running",
+                                     "gateway_shutdown": "terminate", "restart_recovery": "none"},
+                    }),
+                );
+            }
+        }
+        let sandbox_on = ws.facts.sandbox == "enforced";
+        let execution = json!({
+            "environment": {
+                "kind": env_kind,
+                "client_selectable": false,
+                "exec_supported": host && implemented("exec_command"),
+                "file_read_supported": true,
+                "file_write_supported": host && implemented("apply_patch"),
+            },
+            "permissions": { "read": read, "write": write, "exec": exec },
+            "files": {
+                "read": {"available": read},
+                "find": {"available": find},
+                "patch": {"available": write && host && implemented("apply_patch")},
+                "capabilities": {
+                    "read_range": true,
+                    "find_pagination": true,
+                    "read_max_bytes": READ_MAX_BYTES,
+                    "find_max_paths": FIND_MAX_PATHS,
+                },
+            },
+            "process": process,
+            "serialization": {
+                "scope": "workspace",
+                "request_conflict": "wait-fifo",
+                "process_conflict": "reject",
+                "queue_durable": false,
+                "max_waiters_per_resource": self.config.limits.max_waiters,
+                "queue_full_error": "RESOURCE_QUEUE_FULL",
+                "conflict_error": "WORKSPACE_BUSY",
+                "live_process_holds_mutation_lease": true,
+                "read_while_process_live": true,
+                "find_while_process_live": true,
+                "patch_while_process_live": false,
+            },
+            "isolation": {
+                "file_tools_workspace_scoped": true,
+                "command_sandbox": if sandbox_on { "linux-sandbox" } else { "none" },
+            },
+            "network": {
+                "policy": ws.facts.network,
+                "enforcement": ws.facts.network_enforcement,
+                "client_may_escalate": false,
+            },
+            "approvals": ws.facts.approvals,
+        });
+        if let Value::Object(m) = &mut out {
+            m.insert("workspace_id".into(), json!(id));
+            m.insert("profile".into(), json!(ws.facts.profile));
+            m.insert("execution".into(), execution);
+        }
+        Ok(out)
+    }
+}

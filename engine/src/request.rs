@@ -1,0 +1,343 @@
+//! The request builder: turns a [`ToolCall`] into the Cedar sub-requests it needs, from facts
+//! alone (no disk, no clock), so the server and the policy test runner build identical requests.
+
+use crate::error::{ErrorCode, ToolError};
+use crate::tools::ToolCall;
+use codespace_runner_fs::RelPath;
+use serde_json::{Value, json};
+
+/// Who is calling: becomes `context.session`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    /// Client name (`local` on stdio; the token's client name over HTTP).
+    pub client: String,
+    /// `stdio` or `streamable-http`.
+    pub transport: String,
+}
+
+impl Session {
+    /// The stdio session.
+    pub fn stdio() -> Session {
+        Session {
+            client: "local".into(),
+            transport: "stdio".into(),
+        }
+    }
+}
+
+/// Facts about the workspace the call targets.
+#[derive(Debug, Clone)]
+pub struct WorkspaceFacts {
+    /// Workspace id.
+    pub id: String,
+    /// Its profile (the principal).
+    pub profile: String,
+    /// Environment id.
+    pub environment: String,
+    /// Environment kind (`host` / `linux-container`).
+    pub environment_kind: String,
+    /// `enforced` / `unavailable`.
+    pub sandbox: String,
+    /// `enforced` / `none`.
+    pub network_enforcement: String,
+    /// `restricted` / `enabled`.
+    pub network: String,
+    /// `off` / `confirm`.
+    pub approvals: String,
+    /// Workspace-relative paths (files or directories) owned by the server itself.
+    pub server_owned: Vec<String>,
+}
+
+impl WorkspaceFacts {
+    /// True when `path` is, or lies under, a server-owned path.
+    pub fn is_server_owned(&self, path: &str) -> bool {
+        self.server_owned.iter().any(|o| {
+            path == o
+                || (path.len() > o.len()
+                    && path.starts_with(o.as_str())
+                    && path.as_bytes().get(o.len()) == Some(&b'/'))
+        })
+    }
+}
+
+/// Facts about a managed process, for the process tools.
+#[derive(Debug, Clone)]
+pub struct ProcessFacts {
+    /// The process id.
+    pub id: String,
+    /// True when the caller is the client that started it.
+    pub same_client: bool,
+    /// The command it runs.
+    pub argv: Vec<String>,
+    /// Whether it has a PTY.
+    pub tty: bool,
+}
+
+/// One Cedar request of a tool call.
+#[derive(Debug, Clone)]
+pub struct SubRequest {
+    /// The action id (a tool name or a sandbox capability).
+    pub action: String,
+    /// Workspace-relative normalized path (`.` for the root).
+    pub path: String,
+    /// apply_patch kind (add/update/delete/move_from/move_to), else "".
+    pub kind: String,
+    /// False for sandbox-shaping requests (`process_write`, `process_network`): their deny
+    /// narrows the sandbox instead of refusing the call.
+    pub gating: bool,
+    /// The Cedar context as JSON.
+    pub context: Value,
+    /// What the audit log shows: the path or a command summary (never contents).
+    pub subject: String,
+}
+
+/// The shells whose `-c` makes a command `via_shell`.
+const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ksh", "fish", "busybox"];
+
+/// Quotes one argv word for display.
+fn shell_quote(w: &str) -> String {
+    if !w.is_empty()
+        && w
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
+    {
+        w.to_string()
+    } else {
+        format!("'{}'", w.replace('\'', "'\\''"))
+    }
+}
+
+/// The `context.command` record of an argv.
+pub fn command_facts(argv: &[String], tty: bool) -> Value {
+    let program = argv
+        .first()
+        .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
+        .unwrap_or_default();
+    let line = argv
+        .iter()
+        .map(|w| shell_quote(w))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut words: Vec<String> = Vec::new();
+    words.push(program.clone());
+    words.extend(argv.iter().skip(1).take(2).cloned());
+    let prefixes: Vec<String> = (1..=words.len())
+        .map(|n| words.iter().take(n).cloned().collect::<Vec<_>>().join(" "))
+        .collect();
+    let via_shell = SHELLS.contains(&program.as_str())
+        && argv
+            .iter()
+            .skip(1)
+            .any(|a| a.starts_with('-') && !a.starts_with("--") && a.contains('c'));
+    json!({
+        "program": program,
+        "line": line,
+        "prefixes": prefixes,
+        "via_shell": via_shell,
+        "tty": tty,
+    })
+}
+
+fn session_ctx(session: &Session) -> Value {
+    json!({"client": session.client, "transport": session.transport})
+}
+
+fn path_error(e: codespace_runner_fs::FsError) -> ToolError {
+    ToolError::from(e)
+}
+
+fn sub(action: &str, path: &str, kind: &str, ctx: Value, subject: String) -> SubRequest {
+    SubRequest {
+        action: action.to_string(),
+        path: path.to_string(),
+        kind: kind.to_string(),
+        gating: true,
+        context: ctx,
+        subject,
+    }
+}
+
+/// Builds the sub-requests of a call. Request-builder failures are errors the caller turns into
+/// refusals (a malformed path is `PATH_ESCAPE`, a malformed patch `INVALID_PATCH`).
+pub fn build_requests(
+    call: &ToolCall,
+    session: &Session,
+    process: Option<&ProcessFacts>,
+) -> Result<Vec<SubRequest>, ToolError> {
+    let base = json!({ "session": session_ctx(session) });
+    let with = |key: &str, v: Value| {
+        let mut c = base.clone();
+        if let Value::Object(m) = &mut c {
+            m.insert(key.to_string(), v);
+        }
+        c
+    };
+    let tool = call.tool();
+    Ok(match call {
+        ToolCall::WorkspaceInfo(_) | ToolCall::OperationStatus(_) => {
+            vec![sub(tool, ".", "", base.clone(), ".".into())]
+        }
+        ToolCall::Read(p) => {
+            let rel = RelPath::parse(&p.path).map_err(path_error)?;
+            vec![sub(
+                tool,
+                rel.as_str(),
+                "",
+                base.clone(),
+                rel.as_str().into(),
+            )]
+        }
+        ToolCall::Find(p) => {
+            let glob = p.glob.clone().unwrap_or_default();
+            vec![sub(
+                tool,
+                ".",
+                "",
+                with("find", json!({"glob": glob})),
+                if glob.is_empty() {
+                    ".".into()
+                } else {
+                    format!("glob {glob}")
+                },
+            )]
+        }
+        ToolCall::ApplyPatch(p) => {
+            let patch = codespace_runner_patch::parse(&p.patch)
+                .map_err(|e| ToolError::new(ErrorCode::InvalidPatch, e.to_string()))?;
+            let touched = patch.touched_paths();
+            let files = i64::try_from(touched.len()).unwrap_or(i64::MAX);
+            let ctx = with("patch", json!({ "files": files }));
+            let mut out = Vec::with_capacity(touched.len());
+            for (path, kind) in touched {
+                let rel = RelPath::parse(&path).map_err(path_error)?;
+                let kind = touch_kind_name(kind);
+                out.push(sub(
+                    tool,
+                    rel.as_str(),
+                    kind,
+                    ctx.clone(),
+                    format!("{kind} {}", rel.as_str()),
+                ));
+            }
+            out
+        }
+        ToolCall::ExecCommand(p) => {
+            if p.command.first().is_none_or(|a| a.is_empty()) {
+                return Err(ToolError::new(
+                    ErrorCode::InvalidCommand,
+                    "command must be a non-empty argv whose first word is not empty",
+                ));
+            }
+            if p.command.iter().any(|a| a.contains('\0')) {
+                return Err(ToolError::new(
+                    ErrorCode::InvalidCommand,
+                    "command words must not contain NUL bytes",
+                ));
+            }
+            let cmd = command_facts(&p.command, p.tty.unwrap_or(false));
+            let summary = cmd
+                .get("line")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .chars()
+                .take(200)
+                .collect::<String>();
+            let ctx = with("command", cmd);
+            let mut out = vec![sub(tool, ".", "", ctx.clone(), summary.clone())];
+            for cap in ["process_write", "process_network"] {
+                let mut s = sub(cap, ".", "", ctx.clone(), summary.clone());
+                s.gating = false;
+                out.push(s);
+            }
+            out
+        }
+        ToolCall::WriteStdin(_)
+        | ToolCall::ReadProcess(_)
+        | ToolCall::ProcessStatus(_)
+        | ToolCall::ProcessResize(_)
+        | ToolCall::TerminateProcess(_) => {
+            let Some(pf) = process else {
+                return Err(ToolError::new(
+                    ErrorCode::ProcessNotFound,
+                    "unknown process id",
+                ));
+            };
+            let ctx = with(
+                "process",
+                json!({
+                    "id": pf.id,
+                    "same_client": pf.same_client,
+                    "command": command_facts(&pf.argv, pf.tty),
+                }),
+            );
+            vec![sub(tool, ".", "", ctx, pf.id.clone())]
+        }
+    })
+}
+
+/// The Cedar spelling of a patch touch kind.
+pub fn touch_kind_name(kind: codespace_runner_patch::TouchKind) -> &'static str {
+    use codespace_runner_patch::TouchKind;
+    match kind {
+        TouchKind::Add => "add",
+        TouchKind::Update => "update",
+        TouchKind::Delete => "delete",
+        TouchKind::MoveFrom => "move_from",
+        TouchKind::MoveTo => "move_to",
+    }
+}
+
+/// A sub-request for a single path (used by `find` filtering and capability probes).
+pub fn path_request(action: &str, path: &str, kind: &str, session: &Session) -> SubRequest {
+    sub(
+        action,
+        path,
+        kind,
+        json!({ "session": session_ctx(session) }),
+        path.to_string(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_facts_prefixes_and_shell() {
+        let argv: Vec<String> = ["/usr/bin/git", "push", "origin", "main"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let f = command_facts(&argv, false);
+        assert_eq!(f["program"], "git");
+        assert_eq!(
+            f["prefixes"],
+            json!(["git", "git push", "git push origin"])
+        );
+        assert_eq!(f["via_shell"], false);
+        let sh: Vec<String> = ["bash", "-lc", "echo 'hi'"].iter().map(|s| s.to_string()).collect();
+        let f = command_facts(&sh, true);
+        assert_eq!(f["via_shell"], true);
+        assert_eq!(f["line"], "bash -lc 'echo '\\''hi'\\'''");
+    }
+
+    #[test]
+    fn server_owned_prefix_match() {
+        let f = WorkspaceFacts {
+            id: "w".into(),
+            profile: "read-only".into(),
+            environment: "local".into(),
+            environment_kind: "host".into(),
+            sandbox: "enforced".into(),
+            network_enforcement: "enforced".into(),
+            network: "restricted".into(),
+            approvals: "off".into(),
+            server_owned: vec!["policies".into(), "codespace.json".into()],
+        };
+        assert!(f.is_server_owned("policies"));
+        assert!(f.is_server_owned("policies/base/x.cedar"));
+        assert!(!f.is_server_owned("policies2/x"));
+        assert!(f.is_server_owned("codespace.json"));
+        assert!(!f.is_server_owned("src/main.rs"));
+    }
+}

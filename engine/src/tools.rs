@@ -1,0 +1,296 @@
+//! Wire types of the MCP tools: one `<Tool>Params` and `<Tool>Result` per tool, with the JSON
+//! schemas the server advertises. Optional result fields are omitted rather than sent as null.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Largest `read` window, and its default.
+pub const READ_MAX_BYTES: u64 = 1024 * 1024;
+/// Largest `find` page, and its default.
+pub const FIND_MAX_PATHS: u64 = 10_000;
+
+/// Every tool of the contract, in the order `workspace_info.tools_exposed` lists them.
+pub const ALL_TOOLS: &[&str] = &[
+    "workspace_info",
+    "read",
+    "find",
+    "apply_patch",
+    "operation_status",
+    "exec_command",
+    "write_stdin",
+    "read_process",
+    "process_status",
+    "process_resize",
+    "terminate_process",
+    "approval_create",
+    "approval_resolve",
+    "operation_resume",
+    "find_files",
+];
+
+/// Parameters of `workspace_info`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+pub struct WorkspaceInfoParams {
+    /// The workspace to describe; omit (or send "") for server identity only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_id: Option<String>,
+}
+
+/// Parameters of `read`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ReadParams {
+    /// The workspace id (a selector, not a credential).
+    pub workspace_id: String,
+    /// Workspace-relative path of a regular file.
+    pub path: String,
+    /// Byte offset of the window (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    /// Window size in bytes (default and max 1048576; 0 is OUTPUT_LIMIT).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+}
+
+/// Result of `read`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct ReadResult {
+    /// The normalized workspace-relative path.
+    pub path: String,
+    /// The window's bytes as lossy UTF-8.
+    pub content: String,
+    /// True when `content` had to replace invalid UTF-8.
+    pub content_lossy: bool,
+    /// `sha256:<hex>` of the whole file.
+    pub version: String,
+    /// True when bytes remain after this window.
+    pub truncated: bool,
+    /// The window's offset (omitted when 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    /// Where the next window starts (only when more remains).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_offset: Option<u64>,
+    /// Bytes of the file in this window.
+    pub byte_count: u64,
+}
+
+/// Parameters of `find`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct FindParams {
+    /// The workspace id.
+    pub workspace_id: String,
+    /// A globset pattern over relative paths (`*` stays in one component, `**` crosses; a pattern
+    /// without `/` matches the file name at any depth).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub glob: Option<String>,
+    /// Offset into the sorted list (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    /// Page size (default and max 10000; 0 is OUTPUT_LIMIT).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+}
+
+/// Result of `find`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct FindResult {
+    /// Sorted workspace-relative file paths of this page.
+    pub paths: Vec<String>,
+    /// True when the walk was capped or more paths follow this page.
+    pub truncated: bool,
+    /// The page's offset (omitted when 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    /// Where the next page starts (only when more remains).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_offset: Option<u64>,
+    /// True when the walk hit a cap (depth 64, 10000 dirs, 50000 entries).
+    pub incomplete: bool,
+    /// Identifies this observation; restart at offset 0 when it changes.
+    pub listing_version: String,
+    /// Entries withheld because policy would not let the caller read them (ours).
+    pub withheld: u64,
+}
+
+/// Parameters of `apply_patch`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ApplyPatchParams {
+    /// The workspace id.
+    pub workspace_id: String,
+    /// A V4A patch (`*** Begin Patch` … `*** End Patch`).
+    pub patch: String,
+    /// path → `sha256:<hex>` or `"absent"`; a mismatch is VERSION_CONFLICT and nothing is written.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub expected_versions: BTreeMap<String, String>,
+    /// Idempotency key: the same key and request replay the stored result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation_key: Option<String>,
+    /// Parse, plan and authorize only; write nothing (`status: checked`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check_only: Option<bool>,
+}
+
+/// Parameters of `operation_status`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct OperationStatusParams {
+    /// The operation id (`op-…`); give exactly one of id and key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation_id: Option<String>,
+    /// The operation key given to the mutating call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation_key: Option<String>,
+}
+
+/// Parameters of `exec_command`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ExecCommandParams {
+    /// The workspace id.
+    pub workspace_id: String,
+    /// Exact argv (no shell); argv[0] is looked up on the runner's PATH.
+    pub command: Vec<String>,
+    /// Run under a 24x80 pseudo-terminal (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tty: Option<bool>,
+    /// Shorten the operator's time limit (milliseconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Wait up to this long for early output or exit and return them in this call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub yield_ms: Option<u64>,
+    /// Idempotency key: a retry never starts a second process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation_key: Option<String>,
+}
+
+/// Parameters of `write_stdin`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct WriteStdinParams {
+    /// The process handle (`proc-…`).
+    pub process_id: String,
+    /// Text to write to the process's stdin (or terminal).
+    pub data: String,
+}
+
+/// Parameters of `read_process`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ReadProcessParams {
+    /// The process handle.
+    pub process_id: String,
+    /// Absolute byte offset to read from (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<u64>,
+    /// Long-poll: wait up to this long for new output or exit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<u64>,
+}
+
+/// Parameters of `process_status` and `terminate_process`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ProcessIdParams {
+    /// The process handle.
+    pub process_id: String,
+}
+
+/// Parameters of `process_resize`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ProcessResizeParams {
+    /// The process handle.
+    pub process_id: String,
+    /// Terminal rows (>= 1).
+    pub rows: u16,
+    /// Terminal columns (>= 1).
+    pub cols: u16,
+}
+
+/// A parsed tool call: the tool name and its typed parameters. Built from `tools/call` params
+/// by the server and from `call:` cases by the policy test runner, so both take the same path.
+#[derive(Debug, Clone)]
+#[allow(missing_docs)]
+pub enum ToolCall {
+    WorkspaceInfo(WorkspaceInfoParams),
+    Read(ReadParams),
+    Find(FindParams),
+    ApplyPatch(ApplyPatchParams),
+    OperationStatus(OperationStatusParams),
+    ExecCommand(ExecCommandParams),
+    WriteStdin(WriteStdinParams),
+    ReadProcess(ReadProcessParams),
+    ProcessStatus(ProcessIdParams),
+    ProcessResize(ProcessResizeParams),
+    TerminateProcess(ProcessIdParams),
+}
+
+/// Why a `tools/call` could not become a [`ToolCall`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallParseError {
+    /// No such tool (a JSON-RPC error at the transport).
+    UnknownTool(String),
+    /// The arguments do not match the tool's input schema (`INVALID_ARGUMENTS`).
+    InvalidArguments(String),
+}
+
+fn parse_args<T: serde::de::DeserializeOwned>(
+    args: &serde_json::Value,
+) -> Result<T, CallParseError> {
+    let value = if args.is_null() {
+        serde_json::Value::Object(Default::default())
+    } else {
+        args.clone()
+    };
+    if !value.is_object() {
+        return Err(CallParseError::InvalidArguments(
+            "arguments must be a JSON object".into(),
+        ));
+    }
+    serde_json::from_value(value).map_err(|e| CallParseError::InvalidArguments(e.to_string()))
+}
+
+impl ToolCall {
+    /// Parses a tool name and its JSON arguments.
+    pub fn parse(name: &str, args: &serde_json::Value) -> Result<ToolCall, CallParseError> {
+        Ok(match name {
+            "workspace_info" => ToolCall::WorkspaceInfo(parse_args(args)?),
+            "read" => ToolCall::Read(parse_args(args)?),
+            "find" => ToolCall::Find(parse_args(args)?),
+            "apply_patch" => ToolCall::ApplyPatch(parse_args(args)?),
+            "operation_status" => ToolCall::OperationStatus(parse_args(args)?),
+            "exec_command" => ToolCall::ExecCommand(parse_args(args)?),
+            "write_stdin" => ToolCall::WriteStdin(parse_args(args)?),
+            "read_process" => ToolCall::ReadProcess(parse_args(args)?),
+            "process_status" => ToolCall::ProcessStatus(parse_args(args)?),
+            "process_resize" => ToolCall::ProcessResize(parse_args(args)?),
+            "terminate_process" => ToolCall::TerminateProcess(parse_args(args)?),
+            other => return Err(CallParseError::UnknownTool(other.to_string())),
+        })
+    }
+
+    /// The tool name (= the Cedar action id).
+    pub fn tool(&self) -> &'static str {
+        match self {
+            ToolCall::WorkspaceInfo(_) => "workspace_info",
+            ToolCall::Read(_) => "read",
+            ToolCall::Find(_) => "find",
+            ToolCall::ApplyPatch(_) => "apply_patch",
+            ToolCall::OperationStatus(_) => "operation_status",
+            ToolCall::ExecCommand(_) => "exec_command",
+            ToolCall::WriteStdin(_) => "write_stdin",
+            ToolCall::ReadProcess(_) => "read_process",
+            ToolCall::ProcessStatus(_) => "process_status",
+            ToolCall::ProcessResize(_) => "process_resize",
+            ToolCall::TerminateProcess(_) => "terminate_process",
+        }
+    }
+
+    /// The workspace the call names, when it names one.
+    pub fn workspace_id(&self) -> Option<&str> {
+        match self {
+            ToolCall::WorkspaceInfo(p) => p.workspace_id.as_deref().filter(|s| !s.is_empty()),
+            ToolCall::Read(p) => Some(&p.workspace_id),
+            ToolCall::Find(p) => Some(&p.workspace_id),
+            ToolCall::ApplyPatch(p) => Some(&p.workspace_id),
+            ToolCall::ExecCommand(p) => Some(&p.workspace_id),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! The rmcp server: tools/list from the wire types, and one `call_tool` that parses the
+//! arguments, hands the call to the gateway and encodes the result or the ErrorBody.
+
+use codespace_engine::tools::{
+    CallParseError, FindParams, FindResult, ReadParams, ReadResult, WorkspaceInfoParams,
+};
+use codespace_engine::{ErrorCode, Gateway, IMPLEMENTED_TOOLS, Session, ToolCall, ToolError};
+use rmcp::handler::server::common::schema_for_type;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerInfo,
+    Tool, ToolAnnotations,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use std::borrow::Cow;
+use std::sync::Arc;
+
+/// What `initialize.instructions` says: the global invariants.
+pub const INSTRUCTIONS: &str = "CodeSpace is an execution-only server: it never calls a model. \
+Every tool call is authorized by Cedar policy; a denial is UNAUTHORIZED with a reason, decision_id and policy_ids. \
+workspace_id and process_id are selectors, not credentials. Paths are workspace-relative; symlinks and special files are refused. \
+Commands are exact argv without a shell; processes outlive the request, and output beyond the retained window can be lost (output_lost). \
+A live process holds its workspace's mutation lease (WORKSPACE_BUSY); concurrent patches wait FIFO up to 64 waiters (RESOURCE_QUEUE_FULL). \
+dispatch_status \"unknown\" means the process may have started: do not start a duplicate. \
+Call workspace_info with a workspace_id for that workspace's effective capabilities.";
+
+/// The MCP server of one connection (stdio) or one HTTP session.
+#[derive(Clone)]
+pub struct CodeSpaceServer {
+    gateway: Arc<Gateway>,
+    session: Session,
+}
+
+impl CodeSpaceServer {
+    /// A server for `session`.
+    pub fn new(gateway: Arc<Gateway>, session: Session) -> CodeSpaceServer {
+        CodeSpaceServer { gateway, session }
+    }
+}
+
+fn schema_obj(v: serde_json::Value) -> Arc<rmcp::model::JsonObject> {
+    match v {
+        serde_json::Value::Object(m) => Arc::new(m),
+        _ => Arc::new(Default::default()),
+    }
+}
+
+/// A permissive object schema for results built as JSON (workspace_info).
+fn workspace_info_output_schema() -> Arc<rmcp::model::JsonObject> {
+    schema_obj(serde_json::json!({
+        "type": "object",
+        "properties": {
+            "server": {"type": "string"},
+            "version": {"type": "string"},
+            "internal_model_calls": {"type": "boolean"},
+            "tools_exposed": {"type": "array", "items": {"type": "string"}},
+            "transports": {"type": "array", "items": {"type": "string"}},
+            "workspace_id": {"type": ["string", "null"]},
+            "workspace_id_is_credential": {"type": "boolean"},
+            "profile": {"type": "string"},
+            "execution": {"type": "object"},
+            "policy": {"type": "object"},
+        },
+        "required": ["server", "version", "internal_model_calls", "tools_exposed",
+                     "transports", "workspace_id", "workspace_id_is_credential"],
+    }))
+}
+
+fn annotations(read_only: bool, destructive: bool) -> ToolAnnotations {
+    let mut a = ToolAnnotations::default();
+    a.read_only_hint = Some(read_only);
+    a.destructive_hint = Some(destructive);
+    a.open_world_hint = Some(false);
+    a
+}
+
+/// Every implemented tool with its description and schemas.
+pub fn tool_list() -> Vec<Tool> {
+    let all = vec![
+        Tool::new(
+            "workspace_info",
+            "Server identity and, with a workspace_id, that workspace's effective execution contract: \
+             permissions and availability as decided by policy, limits, serialization, isolation, network. \
+             Calls no model and reads no files; workspace ids are not credentials.",
+            schema_for_type::<WorkspaceInfoParams>(),
+        )
+        .with_raw_output_schema(workspace_info_output_schema())
+        .with_annotations(annotations(true, false)),
+        Tool::new(
+            "read",
+            "Read a workspace-relative regular file. Returns a window of its bytes (offset/limit, default and \
+             max 1 MiB) as lossy UTF-8, and the sha256 version of the whole file. Use next_offset to continue. \
+             Symlinks, special files and paths outside the workspace are refused.",
+            schema_for_type::<ReadParams>(),
+        )
+        .with_output_schema::<ReadResult>()
+        .with_annotations(annotations(true, false)),
+        Tool::new(
+            "find",
+            "List workspace-relative file paths (sorted, symlinks listed but never followed), optionally \
+             filtered by a glob, paged by offset/limit (default and max 10000). incomplete means the walk hit \
+             a cap; restart at offset 0 when listing_version changes. Paths policy withholds are counted in \
+             withheld.",
+            schema_for_type::<FindParams>(),
+        )
+        .with_output_schema::<FindResult>()
+        .with_annotations(annotations(true, false)),
+    ];
+    all.into_iter()
+        .filter(|t| IMPLEMENTED_TOOLS.contains(&t.name.as_ref()))
+        .collect()
+}
+
+fn error_result(e: &ToolError) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(e.to_json())])
+}
+
+impl ServerHandler for CodeSpaceServer {
+    fn get_info(&self) -> ServerInfo {
+        ServerInfo::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("codespace", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(tool_list()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let name = request.name.as_ref();
+        if !IMPLEMENTED_TOOLS.contains(&name) {
+            return Err(McpError::invalid_params(
+                format!("tool not found: {name}"),
+                None,
+            ));
+        }
+        let args = request
+            .arguments
+            .map(serde_json::Value::Object)
+            .unwrap_or(serde_json::Value::Null);
+        let call = match ToolCall::parse(name, &args) {
+            Ok(c) => c,
+            Err(CallParseError::UnknownTool(t)) => {
+                return Err(McpError::invalid_params(format!("tool not found: {t}"), None));
+            }
+            Err(CallParseError::InvalidArguments(msg)) => {
+                let e = ToolError::new(
+                    ErrorCode::InvalidArguments,
+                    format!("invalid arguments for {name}: {msg}"),
+                );
+                return Ok(error_result(&e).into());
+            }
+        };
+        let started = std::time::Instant::now();
+        let out = self.gateway.call(&self.session, call).await;
+        tracing::debug!(tool = name, us = started.elapsed().as_micros() as u64, ok = out.is_ok(), "tool call");
+        Ok(match out {
+            Ok(v) => CallToolResult::structured(v).into(),
+            Err(e) => error_result(&e).into(),
+        })
+    }
+}

@@ -1,0 +1,55 @@
+//! File kinds and lstat-style metadata.
+
+use rustix::fs::{FileType, Stat};
+
+/// What a directory entry is. Symlinks are reported as such, never followed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Dir,
+    /// A symbolic link (never followed).
+    Symlink,
+    /// Anything else: FIFO, socket, character or block device.
+    Other,
+}
+
+impl Kind {
+    /// The kind for a rustix file type.
+    pub(crate) fn from_file_type(ft: FileType) -> Kind {
+        match ft {
+            FileType::RegularFile => Kind::File,
+            FileType::Directory => Kind::Dir,
+            FileType::Symlink => Kind::Symlink,
+            _ => Kind::Other,
+        }
+    }
+
+    /// The kind encoded in a raw `st_mode`.
+    pub(crate) fn from_mode(st_mode: u32) -> Kind {
+        Kind::from_file_type(FileType::from_raw_mode(st_mode))
+    }
+}
+
+/// Metadata of one path, without following a symlink leaf.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Meta {
+    /// What the path is.
+    pub kind: Kind,
+    /// Permission bits (`st_mode & 0o7777`).
+    pub mode: u32,
+    /// Size in bytes as reported by the kernel.
+    pub size: u64,
+}
+
+impl Meta {
+    /// Metadata from a `stat` result.
+    pub(crate) fn from_stat(st: &Stat) -> Meta {
+        Meta {
+            kind: Kind::from_mode(st.st_mode),
+            mode: st.st_mode & 0o7777,
+            size: u64::try_from(st.st_size).unwrap_or(0),
+        }
+    }
+}

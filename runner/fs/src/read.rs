@@ -1,0 +1,148 @@
+//! Reading beneath a [`Root`]: windowed reads, whole-file reads, lstat and versions.
+
+use std::io::Read;
+
+use rustix::fs::{AtFlags, FileType, OFlags};
+use rustix::io::Errno;
+
+use crate::error::FsError;
+use crate::meta::{Kind, Meta};
+use crate::path::RelPath;
+use crate::root::Root;
+use crate::version::{Version, VersionHasher};
+
+/// Size of the buffer used to stream file content.
+const CHUNK: usize = 64 * 1024;
+
+/// A window of a file together with facts about the whole file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadOutcome {
+    /// The bytes in `[offset, offset + limit)` (shorter at end of file; empty past it).
+    pub data: Vec<u8>,
+    /// Size of the whole file in bytes, as read.
+    pub size: u64,
+    /// Version (SHA-256) of the whole file.
+    pub version: Version,
+}
+
+/// The whole content of a file with its permission bits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileContent {
+    /// The content.
+    pub data: Vec<u8>,
+    /// Permission bits (`st_mode & 0o7777`).
+    pub mode: u32,
+    /// Version (SHA-256) of `data`.
+    pub version: Version,
+}
+
+impl Root {
+    /// Opens `p` for reading as a regular file: no symlink anywhere, `O_NONBLOCK` so a FIFO cannot block,
+    /// then `fstat` to refuse anything that is not a regular file. Returns the file and its mode bits.
+    fn open_regular(&self, p: &RelPath) -> Result<(std::fs::File, u32), FsError> {
+        let fd = self.open_rel(p, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY)?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| FsError::from_errno(p.as_str(), e))?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(FsError::NotRegularFile {
+                path: p.as_str().to_owned(),
+            });
+        }
+        Ok((std::fs::File::from(fd), st.st_mode & 0o7777))
+    }
+
+    /// Reads the window `[offset, offset + limit)` of the regular file `p`, hashing the whole file.
+    pub fn read(&self, p: &RelPath, offset: u64, limit: u64) -> Result<ReadOutcome, FsError> {
+        let (mut file, _) = self.open_regular(p)?;
+        let end = offset.saturating_add(limit);
+        let mut hasher = VersionHasher::new();
+        let mut data = Vec::new();
+        let mut pos: u64 = 0;
+        let mut buf = vec![0u8; CHUNK];
+        loop {
+            let n = read_some(&mut file, &mut buf, p)?;
+            let Some(chunk) = buf.get(..n) else { break };
+            if chunk.is_empty() {
+                break;
+            }
+            hasher.update(chunk);
+            let chunk_end = pos.saturating_add(n as u64);
+            let from = offset.clamp(pos, chunk_end) - pos;
+            let to = end.clamp(pos, chunk_end) - pos;
+            if let Some(window) = chunk.get(from as usize..to as usize) {
+                data.extend_from_slice(window);
+            }
+            pos = chunk_end;
+        }
+        Ok(ReadOutcome {
+            data,
+            size: pos,
+            version: hasher.finish(),
+        })
+    }
+
+    /// Reads the whole regular file `p`.
+    pub fn read_all(&self, p: &RelPath) -> Result<FileContent, FsError> {
+        let (mut file, mode) = self.open_regular(p)?;
+        let mut data = Vec::new();
+        file.read_to_end(&mut data)
+            .map_err(|e| FsError::from_std(p.as_str(), &e))?;
+        let version = Version::from_bytes(&data);
+        Ok(FileContent {
+            data,
+            mode,
+            version,
+        })
+    }
+
+    /// lstat of `p` without following anything: `None` when `p` (or one of its ancestors) does not exist.
+    /// An ancestor that is a symlink is `SymlinkRejected`; an ancestor that is not a directory is
+    /// `NotDirectory`. A symlink leaf is reported as [`Kind::Symlink`].
+    pub fn stat(&self, p: &RelPath) -> Result<Option<Meta>, FsError> {
+        if p.is_root() {
+            let st = rustix::fs::fstat(self.as_fd()).map_err(|e| FsError::from_errno(".", e))?;
+            return Ok(Some(Meta::from_stat(&st)));
+        }
+        let (dir, leaf) = match self.open_parent(p) {
+            Ok(found) => found,
+            Err(FsError::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        match rustix::fs::statat(&dir, leaf, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => Ok(Some(Meta::from_stat(&st))),
+            Err(Errno::NOENT) => Ok(None),
+            Err(e) => Err(FsError::from_errno(p.as_str(), e)),
+        }
+    }
+
+    /// The version of the regular file `p`, or `None` when it does not exist. A symlink or special file is
+    /// an error, as for [`Root::read`].
+    pub fn version(&self, p: &RelPath) -> Result<Option<Version>, FsError> {
+        match self.read(p, 0, 0) {
+            Ok(out) => Ok(Some(out.version)),
+            Err(FsError::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether `p` names a regular file (lstat semantics); `false` when absent.
+    pub fn is_file(&self, p: &RelPath) -> Result<bool, FsError> {
+        Ok(matches!(
+            self.stat(p)?,
+            Some(Meta {
+                kind: Kind::File,
+                ..
+            })
+        ))
+    }
+}
+
+/// One `read` call, retrying on `EINTR`.
+fn read_some(file: &mut std::fs::File, buf: &mut [u8], p: &RelPath) -> Result<usize, FsError> {
+    loop {
+        match file.read(buf) {
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(FsError::from_std(p.as_str(), &e)),
+        }
+    }
+}

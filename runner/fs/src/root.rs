@@ -1,0 +1,109 @@
+//! `Root`: the directory fd every operation resolves beneath, and the shared open helpers.
+
+use std::path::Path;
+
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use rustix::fs::{Mode, OFlags};
+
+use crate::error::FsError;
+use crate::path::RelPath;
+use crate::resolve::{Resolver, open_beneath};
+
+/// An open workspace root. Every operation resolves its [`RelPath`] beneath this descriptor and refuses
+/// to follow any symlink, so nothing outside the root can be read or written through it.
+#[derive(Debug)]
+pub struct Root {
+    fd: OwnedFd,
+    resolver: Resolver,
+}
+
+impl Root {
+    /// Opens `abs_root` (canonicalized first), which must be an existing directory.
+    ///
+    /// Errors never mention `abs_root`; they name the root as `"."`.
+    pub fn open(abs_root: &Path) -> Result<Root, FsError> {
+        Root::open_with(abs_root, Resolver::Openat2)
+    }
+
+    /// Like [`Root::open`] but always resolves paths with the component-by-component `O_NOFOLLOW` walk
+    /// that is otherwise only used when the kernel lacks `openat2`. Meant for tests of that fallback.
+    pub fn open_with_component_walk(abs_root: &Path) -> Result<Root, FsError> {
+        Root::open_with(abs_root, Resolver::ComponentWalk)
+    }
+
+    fn open_with(abs_root: &Path, resolver: Resolver) -> Result<Root, FsError> {
+        let canonical = std::fs::canonicalize(abs_root).map_err(|e| FsError::from_std(".", &e))?;
+        let fd = rustix::fs::open(
+            &canonical,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| FsError::from_errno(".", e))?;
+        Ok(Root { fd, resolver })
+    }
+
+    /// The root directory descriptor (an `O_PATH` fd).
+    pub fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Opens `rel` beneath `base` with this root's resolver; errors are reported against `shown`.
+    pub(crate) fn open_at(
+        &self,
+        base: BorrowedFd<'_>,
+        rel: &str,
+        flags: OFlags,
+        mode: Mode,
+        shown: &str,
+    ) -> Result<OwnedFd, FsError> {
+        open_beneath(base, rel, flags, mode, self.resolver)
+            .map_err(|e| FsError::from_errno(shown, e))
+    }
+
+    /// Opens `p` beneath the root.
+    pub(crate) fn open_rel(&self, p: &RelPath, flags: OFlags) -> Result<OwnedFd, FsError> {
+        self.open_at(self.as_fd(), p.as_str(), flags, Mode::empty(), p.as_str())
+    }
+
+    /// Opens the parent directory of `p` as an `O_PATH` directory fd and returns it with the leaf name.
+    /// The root itself has no parent: operating on it is refused.
+    pub(crate) fn open_parent<'p>(&self, p: &'p RelPath) -> Result<(OwnedFd, &'p str), FsError> {
+        let (Some(parent), Some(leaf)) = (p.parent(), p.file_name()) else {
+            return Err(FsError::io(
+                p.as_str(),
+                "the workspace root itself cannot be changed",
+            ));
+        };
+        let fd = self.open_at(
+            self.as_fd(),
+            parent.as_str(),
+            OFlags::PATH | OFlags::DIRECTORY,
+            Mode::empty(),
+            p.as_str(),
+        )?;
+        Ok((fd, leaf))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_is_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<Root>();
+    }
+
+    #[test]
+    fn operations_on_the_root_itself_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = Root::open(tmp.path()).unwrap();
+        let err = root.open_parent(&RelPath::root()).unwrap_err();
+        assert_eq!(err.code(), "FILE_OPERATION_FAILED");
+        assert_eq!(
+            root.remove_empty_dir(&RelPath::root()).unwrap_err().code(),
+            "FILE_OPERATION_FAILED"
+        );
+    }
+}

@@ -1,0 +1,166 @@
+//! Walk: sorted output, hidden entries, symlinks listed but never followed, loops, and the three caps.
+// Helper functions of this test crate are test code too (clippy.toml only covers #[test] fns).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod common;
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use codespace_runner_fs::{Kind, Walk, WalkLimits};
+use common::Fixture;
+
+fn fixture() -> Fixture {
+    let fx = Fixture::new();
+    fx.write("b.txt", b"b");
+    fx.write("a/z.txt", b"z");
+    fx.write("a/b/c.txt", b"c");
+    fx.write("a-b", b"dash");
+    fx.write(".git/HEAD", b"ref");
+    fx.write(".hidden/deep/x", b"x");
+    fx.symlink("loop", ".");
+    fx.symlink("a/up", "..");
+    fx.symlink("out", &fx.outside);
+    fx.symlink("rootlink", "/");
+    fx
+}
+
+fn paths(w: &Walk) -> Vec<&str> {
+    w.entries.iter().map(|e| e.path.as_str()).collect()
+}
+
+fn kind_of(w: &Walk, p: &str) -> Option<Kind> {
+    w.entries.iter().find(|e| e.path == p).map(|e| e.kind)
+}
+
+#[test]
+fn lists_everything_sorted_hidden_included_symlinks_not_followed() {
+    let fx = fixture();
+    let root = fx.root();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || tx.send(root.walk(&WalkLimits::default())).unwrap());
+    let w = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("walk hung (symlink loop followed?)")
+        .unwrap();
+    assert!(!w.incomplete);
+    let expected = vec![
+        ".git",
+        ".git/HEAD",
+        ".hidden",
+        ".hidden/deep",
+        ".hidden/deep/x",
+        "a",
+        "a-b",
+        "a/b",
+        "a/b/c.txt",
+        "a/up",
+        "a/z.txt",
+        "b.txt",
+        "loop",
+        "out",
+        "rootlink",
+    ];
+    assert_eq!(paths(&w), expected);
+    let mut sorted = paths(&w);
+    sorted.sort_by(|x, y| x.as_bytes().cmp(y.as_bytes()));
+    assert_eq!(paths(&w), sorted, "not in byte order");
+    assert_eq!(kind_of(&w, "loop"), Some(Kind::Symlink));
+    assert_eq!(kind_of(&w, "out"), Some(Kind::Symlink));
+    assert_eq!(kind_of(&w, "a/up"), Some(Kind::Symlink));
+    assert_eq!(kind_of(&w, "a"), Some(Kind::Dir));
+    assert_eq!(kind_of(&w, "b.txt"), Some(Kind::File));
+    assert!(
+        !paths(&w)
+            .iter()
+            .any(|p| p.starts_with("out/") || p.starts_with("loop/"))
+    );
+}
+
+#[test]
+fn entry_cap_sets_incomplete() {
+    let fx = fixture();
+    let limits = WalkLimits {
+        max_entries: 4,
+        ..WalkLimits::default()
+    };
+    let w = fx.root().walk(&limits).unwrap();
+    assert!(w.incomplete);
+    assert_eq!(w.entries.len(), 4);
+}
+
+#[test]
+fn depth_cap_sets_incomplete() {
+    let fx = fixture();
+    let limits = WalkLimits {
+        max_depth: 1,
+        ..WalkLimits::default()
+    };
+    let w = fx.root().walk(&limits).unwrap();
+    assert!(w.incomplete);
+    assert!(
+        paths(&w).iter().all(|p| !p.contains('/')),
+        "{:?}",
+        paths(&w)
+    );
+    assert!(paths(&w).contains(&"a"));
+
+    let limits = WalkLimits {
+        max_depth: 2,
+        ..WalkLimits::default()
+    };
+    let w = fx.root().walk(&limits).unwrap();
+    assert!(w.incomplete);
+    assert!(paths(&w).contains(&"a/b"));
+    assert!(!paths(&w).contains(&"a/b/c.txt"));
+}
+
+#[test]
+fn dir_cap_sets_incomplete() {
+    let fx = fixture();
+    let limits = WalkLimits {
+        max_dirs: 2,
+        ..WalkLimits::default()
+    };
+    let w = fx.root().walk(&limits).unwrap();
+    assert!(w.incomplete);
+    // The root plus one subdirectory were read: the root's own entries are all there.
+    for top in ["a", "b.txt", ".git", ".hidden", "loop"] {
+        assert!(paths(&w).contains(&top), "{top} missing");
+    }
+    let nested = paths(&w).iter().filter(|p| p.contains('/')).count();
+    assert!(
+        nested < 8,
+        "too many nested entries for a 2-dir cap: {:?}",
+        paths(&w)
+    );
+}
+
+#[test]
+fn exact_limits_are_not_incomplete() {
+    let fx = Fixture::new();
+    fx.write("x/y", b"1");
+    let limits = WalkLimits {
+        max_depth: 2,
+        max_dirs: 2,
+        max_entries: 2,
+    };
+    let w = fx.root().walk(&limits).unwrap();
+    assert_eq!(paths(&w), vec!["x", "x/y"]);
+    assert!(!w.incomplete);
+}
+
+#[test]
+fn symlinked_root_subdir_swap_is_not_followed() {
+    // A directory replaced by a symlink before the walk reaches it is listed as a symlink only.
+    let fx = Fixture::new();
+    fx.symlink("d", &fx.outside);
+    let w = fx.root().walk(&WalkLimits::default()).unwrap();
+    assert_eq!(paths(&w), vec!["d"]);
+    assert_eq!(kind_of(&w, "d"), Some(Kind::Symlink));
+}

@@ -1,0 +1,313 @@
+//! The process table: spawns, looks up, reads, signals and evicts managed processes.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use rustix::process::Signal;
+
+use crate::error::{ProcError, SpawnError};
+use crate::output::Output;
+use crate::pipe::{ExecPlan, pump, spawn_pipe};
+use crate::proc::{Proc, ProcIdentity, Stdin};
+use crate::pty::{read_loop, spawn_pty};
+use crate::resolve::{check_cwd, display_name, resolve_program};
+use crate::signals::signal_group;
+use crate::supervisor::{LiveSlot, Reaper, Supervision, supervise, watch_exit};
+use crate::types::{ProcessInfo, ReadChunk, SpawnSpec, Spawned, TableLimits, Termination};
+
+/// How long `shutdown` waits for each killed process to be reaped.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
+
+/// Shared state behind a [`ProcessTable`].
+pub(crate) struct Inner {
+    limits: TableLimits,
+    procs: Mutex<HashMap<String, Arc<Proc>>>,
+    live: Arc<AtomicUsize>,
+}
+
+impl Inner {
+    fn procs(&self) -> MutexGuard<'_, HashMap<String, Arc<Proc>>> {
+        self.procs.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Evicts exited handles older than the TTL, then the oldest beyond `max_exited_kept`.
+    pub(crate) fn prune(&self) {
+        let now = Instant::now();
+        let mut procs = self.procs();
+        let mut exited: Vec<(Instant, String)> = procs
+            .iter()
+            .filter_map(|(id, p)| p.exited_at().map(|at| (at, id.clone())))
+            .collect();
+        exited.sort();
+        let expired = exited
+            .iter()
+            .take_while(|(at, _)| now.duration_since(*at) >= self.limits.exited_ttl)
+            .count();
+        let excess = exited.len().saturating_sub(self.limits.max_exited_kept);
+        for (_, id) in exited.iter().take(expired.max(excess)) {
+            procs.remove(id);
+        }
+    }
+}
+
+/// Table of managed child processes. Cheap to clone (shared state inside).
+#[derive(Clone)]
+pub struct ProcessTable {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for ProcessTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessTable")
+            .field("limits", &self.inner.limits)
+            .field("live", &self.live_count())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the OS is asked to run after applying the launcher.
+struct Plan {
+    program: PathBuf,
+    arg0: OsString,
+    args: Vec<String>,
+    /// Full argv for the PTY backend (argv[0] resolved by the backend with the same rules).
+    pty_argv: Vec<String>,
+    env: Vec<(String, String)>,
+}
+
+fn plan_for(spec: &SpawnSpec, first: &str) -> Result<Plan, SpawnError> {
+    let resolved = resolve_program(first, &spec.cwd, &spec.env)?;
+    let rest: Vec<String> = spec.argv.iter().skip(1).cloned().collect();
+    let Some(launcher) = &spec.launcher else {
+        return Ok(Plan {
+            program: resolved,
+            arg0: OsString::from(first),
+            args: rest,
+            pty_argv: spec.argv.clone(),
+            env: spec.env.clone(),
+        });
+    };
+    let launcher_str = launcher.program.to_string_lossy().into_owned();
+    let program = resolve_program(&launcher_str, &spec.cwd, &spec.env).map_err(|_| {
+        SpawnError::SpawnFailed(format!(
+            "the sandbox launcher is not available: {}",
+            display_name(&launcher_str)
+        ))
+    })?;
+    let mut args = launcher.args.clone();
+    args.push("--".to_owned());
+    args.extend(spec.argv.iter().cloned());
+    let mut pty_argv = vec![launcher_str.clone()];
+    pty_argv.extend(args.iter().cloned());
+    let mut env = spec.env.clone();
+    env.extend(launcher.env.iter().cloned());
+    Ok(Plan {
+        program,
+        arg0: OsString::from(launcher_str),
+        args,
+        pty_argv,
+        env,
+    })
+}
+
+impl ProcessTable {
+    /// An empty table with these limits.
+    pub fn new(limits: TableLimits) -> ProcessTable {
+        ProcessTable {
+            inner: Arc::new(Inner {
+                limits,
+                procs: Mutex::new(HashMap::new()),
+                live: Arc::new(AtomicUsize::new(0)),
+            }),
+        }
+    }
+
+    /// The limits this table enforces.
+    pub fn limits(&self) -> &TableLimits {
+        &self.inner.limits
+    }
+
+    /// Starts a process. On error nothing is running.
+    pub async fn spawn(&self, spec: SpawnSpec) -> Result<Spawned, SpawnError> {
+        let first = spec
+            .argv
+            .first()
+            .filter(|a| !a.is_empty())
+            .ok_or(SpawnError::InvalidCommand)?;
+        self.inner.prune();
+        let slot = LiveSlot::reserve(&self.inner.live, self.inner.limits.max_live)
+            .ok_or(SpawnError::LimitReached)?;
+        check_cwd(&spec.cwd)?;
+        let plan = plan_for(&spec, first)?;
+        let limits = &self.inner.limits;
+        let timeout = spec
+            .timeout
+            .map_or(limits.default_timeout, |t| t.min(limits.default_timeout));
+        let ident = |pid| ProcIdentity {
+            id: format!("proc-{}", uuid::Uuid::new_v4()),
+            pid,
+            owner: spec.owner.clone(),
+            argv: spec.argv.clone(),
+        };
+
+        let (proc, reaper) = if spec.tty {
+            let child = spawn_pty(&plan.pty_argv, &spec.cwd, &plan.env)?;
+            let proc = Arc::new(Proc::new(
+                ident(child.pid),
+                Output::new(limits.ring_bytes, 1),
+                Stdin::Pty(Arc::new(Mutex::new(child.writer))),
+                Some(child.master),
+            ));
+            let reader_proc = Arc::clone(&proc);
+            let reader = child.reader;
+            let started = std::thread::Builder::new()
+                .name("proc-pty-read".to_owned())
+                .spawn(move || read_loop(reader, reader_proc));
+            if let Err(err) = started {
+                tracing::warn!(%err, "could not start the terminal reader");
+                proc.output.force_finish();
+                proc.kill_for(Termination::Terminated, Signal::KILL);
+            }
+            (proc, Reaper::Pty(child.pid))
+        } else {
+            let child = spawn_pipe(&ExecPlan {
+                program: &plan.program,
+                arg0: &plan.arg0,
+                args: &plan.args,
+                cwd: &spec.cwd,
+                env: &plan.env,
+            })?;
+            let proc = Arc::new(Proc::new(
+                ident(child.pid),
+                Output::new(limits.ring_bytes, 2),
+                Stdin::Pipe(tokio::sync::Mutex::new(Some(child.stdin))),
+                None,
+            ));
+            tokio::spawn(pump(child.stdout, Arc::clone(&proc)));
+            tokio::spawn(pump(child.stderr, Arc::clone(&proc)));
+            (proc, Reaper::Pipe(child.child))
+        };
+
+        let exit_rx = match watch_exit(proc.pid) {
+            Ok(rx) => rx,
+            Err(err) => {
+                // Without a watcher the exit would never be seen: kill it and let tokio or a
+                // best-effort reap clean up.
+                signal_group(proc.pid, Signal::KILL);
+                if let Reaper::Pipe(mut child) = reaper {
+                    let _ = child.wait().await;
+                }
+                return Err(SpawnError::SpawnFailed(format!(
+                    "could not watch the process: {err}"
+                )));
+            }
+        };
+        let spawned = Spawned {
+            id: proc.id.clone(),
+            pid: proc.pid,
+        };
+        self.inner
+            .procs()
+            .insert(spawned.id.clone(), Arc::clone(&proc));
+        tokio::spawn(supervise(Supervision {
+            proc,
+            reaper,
+            exit_rx,
+            timeout,
+            grace: limits.kill_grace,
+            slot,
+            table: Arc::downgrade(&self.inner),
+        }));
+        Ok(spawned)
+    }
+
+    fn get(&self, id: &str) -> Result<Arc<Proc>, ProcError> {
+        self.inner.prune();
+        self.inner
+            .procs()
+            .get(id)
+            .cloned()
+            .ok_or(ProcError::NotFound)
+    }
+
+    /// Reads combined output from `cursor`. With `wait`, long-polls until bytes past the cursor
+    /// arrive, collection ends, or the wait elapses.
+    pub async fn read(
+        &self,
+        id: &str,
+        cursor: u64,
+        wait: Option<Duration>,
+    ) -> Result<ReadChunk, ProcError> {
+        let proc = self.get(id)?;
+        let mut rx = proc.output.subscribe();
+        let deadline = wait.map(|w| tokio::time::Instant::now() + w);
+        loop {
+            let chunk = proc.output.read(cursor);
+            if !chunk.data.is_empty() || chunk.eof {
+                return Ok(chunk);
+            }
+            let Some(deadline) = deadline else {
+                return Ok(chunk);
+            };
+            match tokio::time::timeout_at(deadline, rx.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => return Ok(chunk),
+            }
+        }
+    }
+
+    /// Writes bytes to the process's stdin (the terminal for a PTY process).
+    pub async fn write_stdin(&self, id: &str, data: &[u8]) -> Result<(), ProcError> {
+        self.get(id)?.write_stdin(data).await
+    }
+
+    /// A status snapshot.
+    pub async fn status(&self, id: &str) -> Result<ProcessInfo, ProcError> {
+        Ok(self.get(id)?.info())
+    }
+
+    /// Resizes a PTY process's terminal.
+    pub async fn resize(&self, id: &str, rows: u16, cols: u16) -> Result<(), ProcError> {
+        self.get(id)?.resize(rows, cols)
+    }
+
+    /// SIGTERM to the process group (and, for a PTY, its session), SIGKILL after `kill_grace`.
+    /// Returns once SIGTERM is sent. Terminating an exited process is a no-op.
+    pub async fn terminate(&self, id: &str) -> Result<(), ProcError> {
+        let proc = self.get(id)?;
+        proc.begin_kill(Termination::Terminated, self.inner.limits.kill_grace);
+        Ok(())
+    }
+
+    /// Resolves when the process has exited (and been reaped); returns its final status.
+    pub async fn wait_exit(&self, id: &str) -> Result<ProcessInfo, ProcError> {
+        let proc = self.get(id)?;
+        proc.wait_exited().await;
+        Ok(proc.info())
+    }
+
+    /// Number of processes that have not exited yet.
+    pub fn live_count(&self) -> usize {
+        self.inner.live.load(Ordering::Acquire)
+    }
+
+    /// SIGKILLs every process group (and PTY session) the table owns and waits for them to be reaped.
+    pub async fn shutdown(&self) {
+        let procs: Vec<Arc<Proc>> = self.inner.procs().values().cloned().collect();
+        for proc in &procs {
+            proc.kill_for(Termination::Terminated, Signal::KILL);
+        }
+        for proc in &procs {
+            if tokio::time::timeout(SHUTDOWN_WAIT, proc.wait_exited())
+                .await
+                .is_err()
+            {
+                tracing::warn!(id = %proc.id, "process not reaped after shutdown kill");
+            }
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! Public value types: limits, spawn specification, launcher seam, read chunks and process info.
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+/// Limits of one process table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableLimits {
+    /// Most processes running at once (default 8).
+    pub max_live: usize,
+    /// Most exited handles kept readable; the oldest are evicted first (default 64).
+    pub max_exited_kept: usize,
+    /// How long an exited handle stays readable (default 15 min).
+    pub exited_ttl: Duration,
+    /// Bytes of combined output retained per process (default 1 MiB).
+    pub ring_bytes: usize,
+    /// Timeout applied to every process; a spawn may only shorten it (default 10 min).
+    pub default_timeout: Duration,
+    /// Delay between SIGTERM and SIGKILL when terminating or timing out (default 2 s).
+    pub kill_grace: Duration,
+}
+
+impl Default for TableLimits {
+    fn default() -> Self {
+        TableLimits {
+            max_live: 8,
+            max_exited_kept: 64,
+            exited_ttl: Duration::from_secs(15 * 60),
+            ring_bytes: 1024 * 1024,
+            default_timeout: Duration::from_secs(10 * 60),
+            kill_grace: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Wraps the child: the table runs `program args… -- argv…` instead of argv, with `env` added to the
+/// child's environment. The sandbox supplies it so restrictions apply before argv's first instruction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launcher {
+    /// Absolute path of the launcher program.
+    pub program: PathBuf,
+    /// Arguments placed before the `--` separator.
+    pub args: Vec<String>,
+    /// Extra environment variables for the launcher (added after the spec's env).
+    pub env: Vec<(String, String)>,
+}
+
+/// What to start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpawnSpec {
+    /// Exact argv, no shell. Empty → [`crate::SpawnError::InvalidCommand`].
+    pub argv: Vec<String>,
+    /// Working directory of the child.
+    pub cwd: PathBuf,
+    /// The complete child environment (the table clears the environment first).
+    pub env: Vec<(String, String)>,
+    /// Run in a 24x80 pseudo-terminal instead of pipes.
+    pub tty: bool,
+    /// Optional timeout; it can only shorten the table's default timeout.
+    pub timeout: Option<Duration>,
+    /// Optional wrapper (the sandbox seam).
+    pub launcher: Option<Launcher>,
+    /// Opaque owner label, returned in [`ProcessInfo`].
+    pub owner: String,
+}
+
+/// A started process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spawned {
+    /// Handle id, `proc-<uuid v4>`.
+    pub id: String,
+    /// OS process id (also the process group id).
+    pub pid: u32,
+}
+
+/// One read of a process's combined output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadChunk {
+    /// Absolute byte offset to pass to the next read.
+    pub cursor: u64,
+    /// The bytes returned.
+    pub data: Vec<u8>,
+    /// `data` as lossy UTF-8.
+    pub chunk: String,
+    /// Output collection has finished and `cursor` is at the end of the output.
+    pub eof: bool,
+    /// Some output fell out of the retained window (`retained_from > 0`).
+    pub output_lost: bool,
+    /// First byte offset still retained.
+    pub retained_from: u64,
+}
+
+/// Whether a process is still running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcState {
+    /// Not yet exited.
+    Running,
+    /// Exited and reaped.
+    Exited,
+}
+
+impl ProcState {
+    /// Wire name: `running` or `exited`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProcState::Running => "running",
+            ProcState::Exited => "exited",
+        }
+    }
+}
+
+/// How a process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Termination {
+    /// It exited on its own; `exit_code` is set.
+    Exited,
+    /// A signal the table did not send killed it; `signal` is set.
+    Signaled,
+    /// The table's timeout ended it.
+    Timeout,
+    /// [`crate::ProcessTable::terminate`] or shutdown ended it.
+    Terminated,
+    /// The exit status could not be observed.
+    Unknown,
+}
+
+impl Termination {
+    /// Wire name: `exited`, `signaled`, `timeout`, `terminated` or `unknown`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Termination::Exited => "exited",
+            Termination::Signaled => "signaled",
+            Termination::Timeout => "timeout",
+            Termination::Terminated => "terminated",
+            Termination::Unknown => "unknown",
+        }
+    }
+}
+
+/// Snapshot of one process handle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessInfo {
+    /// Handle id.
+    pub id: String,
+    /// OS process id.
+    pub pid: u32,
+    /// Started in a pseudo-terminal.
+    pub tty: bool,
+    /// Owner label from the spawn.
+    pub owner: String,
+    /// Running or exited.
+    pub state: ProcState,
+    /// Exit code, only when `termination` is `Exited`.
+    pub exit_code: Option<i32>,
+    /// How it ended, only once exited.
+    pub termination: Option<Termination>,
+    /// Killing signal, only when `termination` is `Signaled`.
+    pub signal: Option<i32>,
+    /// Total bytes of output produced so far.
+    pub output_total: u64,
+    /// First byte offset still retained.
+    pub output_retained_from: u64,
+    /// Output collection has finished (no more bytes will arrive).
+    pub eof: bool,
+    /// When the process was started.
+    pub started_at: SystemTime,
+    /// The argv as requested (without any launcher).
+    pub argv: Vec<String>,
+}

@@ -1,0 +1,248 @@
+//! The Landlock part of the sandbox: which paths may be read, written, or used as devices.
+
+use std::os::fd::OwnedFd;
+use std::path::Path;
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, make_bitflags,
+};
+use rustix::fs::{FileType, Mode, OFlags};
+
+use crate::error::SandboxError;
+use crate::plan::{NetworkMode, SandboxPlan};
+
+/// Device nodes (and the `/dev/pts` tree) that stay readable, writable and ioctl-able so
+/// shells, PTY programs and `> /dev/null` keep working.
+pub const DEVICE_PATHS: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+    "/dev/ptmx",
+    "/dev/pts",
+];
+
+/// Rights the kernel accepts on a rule whose path is not a directory.
+const FILE_RIGHTS: BitFlags<AccessFs> = make_bitflags!(AccessFs::{
+    Execute | ReadFile | WriteFile | Truncate | IoctlDev | ResolveUnix
+});
+
+/// Whether a missing path is an error (fail closed) or is skipped.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Missing {
+    Fail,
+    Skip,
+}
+
+/// One rule before its path is opened.
+struct RuleSpec<'a> {
+    role: String,
+    path: &'a Path,
+    access: BitFlags<AccessFs>,
+    missing: Missing,
+}
+
+/// Builds the Landlock ruleset for `plan` against the kernel's `kernel_abi` and restricts the
+/// calling thread with it. Fails closed unless the kernel reports the ruleset fully enforced.
+pub(crate) fn restrict_self(plan: &SandboxPlan, kernel_abi: u32) -> Result<(), SandboxError> {
+    // The best ABI both this crate and the kernel know (the crate clamps unknown versions down).
+    let abi = ABI::from(i32::try_from(kernel_abi).unwrap_or(i32::MAX));
+    if abi == ABI::Unsupported {
+        return Err(SandboxError::Unavailable(
+            "the kernel does not support Landlock".into(),
+        ));
+    }
+    let handled = AccessFs::from_all(abi);
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(handled)
+        .map_err(landlock_err)?;
+    if plan.network == NetworkMode::Restricted && abi >= ABI::V4 {
+        // No NetPort rule follows, so every TCP bind/connect is denied (a second layer under seccomp).
+        ruleset = ruleset
+            .handle_access(AccessNet::from_all(abi))
+            .map_err(landlock_err)?;
+    }
+    if abi >= ABI::V6 {
+        ruleset = ruleset.scope(Scope::from_all(abi)).map_err(landlock_err)?;
+    }
+    let mut created = ruleset.create().map_err(landlock_err)?;
+    for spec in rule_specs(plan, abi) {
+        if let Some(rule) = open_rule(&spec, handled)? {
+            created = created.add_rule(rule).map_err(landlock_err)?;
+        }
+    }
+    let status = created.restrict_self().map_err(landlock_err)?;
+    if status.ruleset == RulesetStatus::FullyEnforced {
+        Ok(())
+    } else {
+        Err(SandboxError::Unavailable(format!(
+            "landlock ruleset was {:?}, not fully enforced (kernel ABI {kernel_abi})",
+            status.ruleset
+        )))
+    }
+}
+
+fn landlock_err(e: landlock::RulesetError) -> SandboxError {
+    SandboxError::Landlock(e.to_string())
+}
+
+fn rule_specs(plan: &SandboxPlan, abi: ABI) -> Vec<RuleSpec<'_>> {
+    let read = AccessFs::from_read(abi);
+    let all = AccessFs::from_all(abi);
+    let device = read | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev;
+    let mut specs = vec![RuleSpec {
+        role: "filesystem root".into(),
+        path: Path::new("/"),
+        access: read,
+        missing: Missing::Fail,
+    }];
+    for (index, path) in plan.extra_read.iter().enumerate() {
+        specs.push(RuleSpec {
+            role: format!("extra read path #{index}"),
+            path,
+            access: read,
+            missing: Missing::Skip,
+        });
+    }
+    // A read-only workspace is already covered by "/"; the rule still checks that it exists.
+    specs.push(RuleSpec {
+        role: "workspace root".into(),
+        path: &plan.workspace_root,
+        access: if plan.write_workspace { all } else { read },
+        missing: Missing::Fail,
+    });
+    if let Some(tmp) = &plan.tmp_dir {
+        specs.push(RuleSpec {
+            role: "temp dir".into(),
+            path: tmp,
+            access: all,
+            missing: Missing::Fail,
+        });
+    }
+    for dev in DEVICE_PATHS {
+        specs.push(RuleSpec {
+            role: (*dev).to_owned(),
+            path: Path::new(dev),
+            access: device,
+            missing: Missing::Skip,
+        });
+    }
+    specs
+}
+
+/// Opens the rule's path (`O_PATH`) and trims the rights to what the handled set and the file
+/// type allow, so the ruleset never degrades to partial enforcement.
+fn open_rule(
+    spec: &RuleSpec<'_>,
+    handled: BitFlags<AccessFs>,
+) -> Result<Option<PathBeneath<OwnedFd>>, SandboxError> {
+    let fd = match rustix::fs::open(spec.path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(e) if spec.missing == Missing::Skip && e == rustix::io::Errno::NOENT => {
+            return Ok(None);
+        }
+        Err(e) => {
+            return Err(SandboxError::InvalidPlan(format!(
+                "cannot open the {}: {e}",
+                spec.role
+            )));
+        }
+    };
+    let stat = rustix::fs::fstat(&fd)
+        .map_err(|e| SandboxError::Landlock(format!("cannot stat the {}: {e}", spec.role)))?;
+    let is_dir = FileType::from_raw_mode(stat.st_mode) == FileType::Directory;
+    let access = effective_access(spec.access, handled, is_dir);
+    if access.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(PathBeneath::new(fd, access)))
+}
+
+/// The rights a rule really gets: only handled rights, and only file rights on a non-directory
+/// (the kernel rejects directory rights there, which the crate reports as partial enforcement).
+fn effective_access(
+    wanted: BitFlags<AccessFs>,
+    handled: BitFlags<AccessFs>,
+    is_dir: bool,
+) -> BitFlags<AccessFs> {
+    let access = wanted & handled;
+    if is_dir { access } else { access & FILE_RIGHTS }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_grant_workspace_write_only_when_asked() {
+        let mut plan = SandboxPlan::new("/w");
+        let ws = |plan: &SandboxPlan| {
+            rule_specs(plan, ABI::V7)
+                .into_iter()
+                .find(|s| s.role == "workspace root")
+                .map(|s| s.access)
+                .unwrap()
+        };
+        assert!(!ws(&plan).contains(AccessFs::WriteFile));
+        plan.write_workspace = true;
+        assert!(ws(&plan).contains(AccessFs::WriteFile | AccessFs::MakeReg));
+    }
+
+    #[test]
+    fn root_is_read_only_and_devices_are_writable() {
+        let plan = SandboxPlan::new("/w");
+        let specs = rule_specs(&plan, ABI::V7);
+        let root = specs.iter().find(|s| s.path == Path::new("/")).unwrap();
+        assert_eq!(root.access, AccessFs::from_read(ABI::V7));
+        let null = specs
+            .iter()
+            .find(|s| s.path == Path::new("/dev/null"))
+            .unwrap();
+        assert!(
+            null.access
+                .contains(AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev)
+        );
+    }
+
+    #[test]
+    fn file_rules_are_trimmed_to_file_rights() {
+        let all7 = AccessFs::from_all(ABI::V7);
+        let on_file = effective_access(all7, all7, false);
+        assert!(!on_file.contains(AccessFs::ReadDir));
+        assert!(!on_file.contains(AccessFs::MakeReg));
+        assert!(on_file.contains(AccessFs::WriteFile | AccessFs::IoctlDev));
+        assert_eq!(effective_access(all7, all7, true), all7);
+        // Rights the kernel ABI does not handle are never put in a rule.
+        let v3 = AccessFs::from_all(ABI::V3);
+        assert!(!effective_access(all7, v3, true).contains(AccessFs::IoctlDev));
+    }
+
+    #[test]
+    fn open_rule_skips_or_fails_on_missing_paths() {
+        let spec = RuleSpec {
+            role: "/dev/null".into(),
+            path: Path::new("/dev/null"),
+            access: AccessFs::from_all(ABI::V7),
+            missing: Missing::Skip,
+        };
+        let handled = AccessFs::from_all(ABI::V7);
+        assert!(open_rule(&spec, handled).unwrap().is_some());
+        let missing = RuleSpec {
+            role: "missing".into(),
+            path: Path::new("/definitely/not/here"),
+            access: handled,
+            missing: Missing::Skip,
+        };
+        assert!(open_rule(&missing, handled).unwrap().is_none());
+        let required = RuleSpec {
+            missing: Missing::Fail,
+            ..missing
+        };
+        let err = open_rule(&required, handled).err().unwrap().to_string();
+        assert!(!err.contains("/definitely"), "{err}");
+    }
+}

@@ -1,0 +1,118 @@
+//! The helper entry point: apply the plan to this process, then become the target command.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+use crate::error::SandboxError;
+use crate::fs_rules;
+use crate::netns;
+use crate::plan::{ARGV_SEPARATOR, NetworkMode, PLAN_ENV, SandboxPlan};
+use crate::probe;
+use crate::seccomp::Filters;
+
+/// Entry for the helper. `args` are what followed [`crate::HELPER_ARG`]: `--` then the target argv.
+///
+/// Steps: read the plan from [`PLAN_ENV`] (and drop it from the target's environment), set
+/// `PR_SET_NO_NEW_PRIVS`, in `Restricted` mode enter a private network namespace (best-effort),
+/// apply Landlock (fully enforced or fail closed), install seccomp, then `execvp(argv)`.
+///
+/// Returns only on failure; the caller prints [`SandboxError::stderr_line`] to stderr and exits
+/// with [`SandboxError::exit_code`] (126, or 127 when the program does not exist), as
+/// [`run_helper`] does. Call it while the process is still single-threaded.
+pub fn helper_main(args: &[OsString]) -> SandboxError {
+    match prepare(args) {
+        Ok(mut command) => {
+            let program = args
+                .get(1)
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let source = command.exec();
+            SandboxError::Exec { program, source }
+        }
+        Err(e) => e,
+    }
+}
+
+/// Runs [`helper_main`], writes the `codespace-sandbox: …` line to stderr and exits with the
+/// error's exit code (126 for every sandbox failure).
+pub fn run_helper(args: &[OsString]) -> ! {
+    let err = helper_main(args);
+    let _ = writeln!(std::io::stderr(), "{}", err.stderr_line());
+    std::process::exit(err.exit_code())
+}
+
+/// Everything up to (not including) the exec: returns the command to exec.
+fn prepare(args: &[OsString]) -> Result<Command, SandboxError> {
+    let (program, rest) = split_argv(args)?;
+    let plan = read_plan()?;
+    // Build everything that can fail for a non-security reason before restricting anything.
+    let filters = Filters::build(plan.network)?;
+    let kernel_abi = if plan.force_landlock_unavailable {
+        None
+    } else {
+        probe::landlock_abi()
+    };
+    let kernel_abi = kernel_abi.ok_or_else(|| {
+        SandboxError::Unavailable("Landlock is not available in this kernel".into())
+    })?;
+
+    rustix::thread::set_no_new_privs(true)
+        .map_err(|e| SandboxError::Hardening(format!("prctl(PR_SET_NO_NEW_PRIVS) failed: {e}")))?;
+    if plan.network == NetworkMode::Restricted {
+        netns::enter_private_netns()?;
+    }
+    fs_rules::restrict_self(&plan, kernel_abi)?;
+    filters.apply()?;
+
+    let mut command = Command::new(program);
+    command.args(rest).env_remove(PLAN_ENV);
+    Ok(command)
+}
+
+fn split_argv(args: &[OsString]) -> Result<(&OsString, &[OsString]), SandboxError> {
+    match args.split_first() {
+        Some((sep, argv)) if sep == ARGV_SEPARATOR => argv
+            .split_first()
+            .ok_or_else(|| SandboxError::Usage("no command after `--`".into())),
+        _ => Err(SandboxError::Usage(
+            "expected `--` followed by the command".into(),
+        )),
+    }
+}
+
+fn read_plan() -> Result<SandboxPlan, SandboxError> {
+    let raw = std::env::var_os(PLAN_ENV)
+        .ok_or_else(|| SandboxError::InvalidPlan(format!("{PLAN_ENV} is not set")))?;
+    let json = raw
+        .into_string()
+        .map_err(|_| SandboxError::InvalidPlan(format!("{PLAN_ENV} is not UTF-8")))?;
+    SandboxPlan::from_json(&json)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(items: &[&str]) -> Vec<OsString> {
+        items.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn split_argv_requires_separator_and_command() {
+        let args = os(&["--", "echo", "hi"]);
+        let (program, rest) = split_argv(&args).unwrap();
+        assert_eq!(program, "echo");
+        assert_eq!(rest, &os(&["hi"])[..]);
+        assert!(matches!(
+            split_argv(&os(&["echo"])),
+            Err(SandboxError::Usage(_))
+        ));
+        assert!(matches!(
+            split_argv(&os(&["--"])),
+            Err(SandboxError::Usage(_))
+        ));
+        assert!(matches!(split_argv(&[]), Err(SandboxError::Usage(_))));
+    }
+}

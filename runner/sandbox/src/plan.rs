@@ -1,0 +1,181 @@
+//! The sandbox plan (what a sandboxed command may do) and how it travels to the helper.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::SandboxError;
+
+/// Environment variable that carries the plan, as JSON, from the runner to the helper.
+/// The helper removes it from the target's environment before `execvp`.
+pub const PLAN_ENV: &str = "CODESPACE_SANDBOX_PLAN";
+
+/// The first argument (`argv[1]`) that makes the `codespace` binary act as the sandbox helper.
+pub const HELPER_ARG: &str = "__sandbox-exec";
+
+/// Separator between the helper arguments and the target argv.
+pub const ARGV_SEPARATOR: &str = "--";
+
+/// Network access of a sandboxed command (from the `process_network` decision).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NetworkMode {
+    /// Only `AF_UNIX` sockets may be created (seccomp), TCP bind/connect is also denied by
+    /// Landlock where the ABI has it, and a private network namespace is added best-effort.
+    Restricted,
+    /// No network restriction.
+    Enabled,
+}
+
+/// What one sandboxed command may do.
+///
+/// Reads are not narrowed: everything beneath `/` stays readable and executable; `extra_read`
+/// only adds read rules (useful if reads are narrowed in a later version).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxPlan {
+    /// Absolute path of the workspace root.
+    pub workspace_root: PathBuf,
+    /// Whether the workspace may be written (from the `process_write` decision).
+    pub write_workspace: bool,
+    /// Network access.
+    pub network: NetworkMode,
+    /// Private writable temp dir (absolute, created by the caller), if any.
+    pub tmp_dir: Option<PathBuf>,
+    /// Extra absolute paths to grant read+execute on (missing ones are skipped).
+    #[serde(default)]
+    pub extra_read: Vec<PathBuf>,
+    /// Test hook: behave as if the kernel had no Landlock, so the helper fails closed.
+    #[serde(default)]
+    pub force_landlock_unavailable: bool,
+}
+
+impl SandboxPlan {
+    /// The most restrictive plan for `workspace_root`: read-only workspace, restricted network,
+    /// no temp dir, no extra reads.
+    pub fn new(workspace_root: impl Into<PathBuf>) -> Self {
+        Self {
+            workspace_root: workspace_root.into(),
+            write_workspace: false,
+            network: NetworkMode::Restricted,
+            tmp_dir: None,
+            extra_read: Vec::new(),
+            force_landlock_unavailable: false,
+        }
+    }
+
+    /// Checks that every path in the plan is absolute.
+    pub fn validate(&self) -> Result<(), SandboxError> {
+        require_absolute(&self.workspace_root, "workspace root")?;
+        if let Some(tmp) = &self.tmp_dir {
+            require_absolute(tmp, "temp dir")?;
+        }
+        for (index, path) in self.extra_read.iter().enumerate() {
+            require_absolute(path, &format!("extra read path #{index}"))?;
+        }
+        Ok(())
+    }
+
+    /// Serializes the plan to the JSON carried in [`PLAN_ENV`] (validating it first).
+    pub fn to_json(&self) -> Result<String, SandboxError> {
+        self.validate()?;
+        serde_json::to_string(self)
+            .map_err(|e| SandboxError::InvalidPlan(format!("cannot encode plan: {e}")))
+    }
+
+    /// Parses and validates a plan from the JSON carried in [`PLAN_ENV`].
+    pub fn from_json(json: &str) -> Result<Self, SandboxError> {
+        let plan: Self = serde_json::from_str(json)
+            .map_err(|e| SandboxError::InvalidPlan(format!("cannot decode plan: {e}")))?;
+        plan.validate()?;
+        Ok(plan)
+    }
+}
+
+fn require_absolute(path: &Path, role: &str) -> Result<(), SandboxError> {
+    if path.is_absolute() {
+        Ok(())
+    } else {
+        Err(SandboxError::InvalidPlan(format!(
+            "the {role} must be an absolute path"
+        )))
+    }
+}
+
+/// The pieces the process runner needs to launch a command under the sandbox.
+pub type LauncherParts = (PathBuf, Vec<String>, Vec<(String, String)>);
+
+/// Builds the launcher pieces: program = `exe` (normally `std::env::current_exe()`),
+/// args = `[HELPER_ARG]`, env = `[(PLAN_ENV, json)]`. The process runner then runs
+/// `program args… -- argv…` with that env added.
+pub fn launcher_parts(plan: &SandboxPlan, exe: &Path) -> Result<LauncherParts, SandboxError> {
+    let json = plan.to_json()?;
+    Ok((
+        exe.to_path_buf(),
+        vec![HELPER_ARG.to_owned()],
+        vec![(PLAN_ENV.to_owned(), json)],
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> SandboxPlan {
+        SandboxPlan {
+            workspace_root: "/srv/ws".into(),
+            write_workspace: true,
+            network: NetworkMode::Enabled,
+            tmp_dir: Some("/tmp/cs-1".into()),
+            extra_read: vec!["/opt/tools".into()],
+            force_landlock_unavailable: false,
+        }
+    }
+
+    #[test]
+    fn json_round_trip_keeps_every_field() {
+        let plan = sample();
+        let json = plan.to_json().unwrap();
+        assert!(json.contains("\"network\":\"enabled\""), "{json}");
+        assert_eq!(SandboxPlan::from_json(&json).unwrap(), plan);
+    }
+
+    #[test]
+    fn relative_paths_are_rejected_without_echoing_them() {
+        let mut plan = sample();
+        plan.tmp_dir = Some("rel/tmp".into());
+        let err = plan.to_json().unwrap_err().to_string();
+        assert!(err.contains("temp dir"), "{err}");
+        assert!(!err.contains("rel/tmp"), "{err}");
+        let mut plan = sample();
+        plan.workspace_root = "ws".into();
+        assert!(matches!(plan.validate(), Err(SandboxError::InvalidPlan(_))));
+    }
+
+    #[test]
+    fn unknown_fields_and_bad_json_are_rejected() {
+        let err = SandboxPlan::from_json("{\"workspace_root\":\"/x\",\"bogus\":1}").unwrap_err();
+        assert!(matches!(err, SandboxError::InvalidPlan(_)));
+        assert!(SandboxPlan::from_json("not json").is_err());
+    }
+
+    #[test]
+    fn launcher_parts_put_plan_in_env_not_argv() {
+        let plan = sample();
+        let (program, args, env) = launcher_parts(&plan, Path::new("/usr/bin/codespace")).unwrap();
+        assert_eq!(program, PathBuf::from("/usr/bin/codespace"));
+        assert_eq!(args, vec![HELPER_ARG.to_owned()]);
+        assert_eq!(env.len(), 1);
+        assert_eq!(env[0].0, PLAN_ENV);
+        assert_eq!(SandboxPlan::from_json(&env[0].1).unwrap(), plan);
+    }
+
+    #[test]
+    fn new_plan_is_most_restrictive() {
+        let plan = SandboxPlan::new("/w");
+        assert!(!plan.write_workspace);
+        assert_eq!(plan.network, NetworkMode::Restricted);
+        assert!(plan.tmp_dir.is_none() && plan.extra_read.is_empty());
+        assert!(!plan.force_landlock_unavailable);
+    }
+}

@@ -1,0 +1,94 @@
+//! Shared fixtures for the sandbox integration tests: temp layout, plan builder, helper runner.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use codespace_runner_sandbox::{ARGV_SEPARATOR, NetworkMode, SandboxPlan, launcher_parts, probe};
+
+/// Path of the test-only helper binary.
+pub fn helper_exe() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_sandbox-test-helper"))
+}
+
+/// A temp layout: `<base>/ws` (workspace), `<base>/tmp` (private temp), `<base>` itself is outside.
+pub struct Fixture {
+    pub base: tempfile::TempDir,
+    pub ws: PathBuf,
+    pub tmp: PathBuf,
+}
+
+impl Fixture {
+    pub fn new() -> Self {
+        let base = tempfile::tempdir().unwrap();
+        let ws = base.path().join("ws");
+        let tmp = base.path().join("tmp");
+        std::fs::create_dir(&ws).unwrap();
+        std::fs::create_dir(&tmp).unwrap();
+        Self { base, ws, tmp }
+    }
+
+    /// A path outside both the workspace and the temp dir.
+    pub fn outside(&self, name: &str) -> PathBuf {
+        self.base.path().join(name)
+    }
+
+    pub fn plan(&self, write_workspace: bool, network: NetworkMode) -> SandboxPlan {
+        SandboxPlan {
+            workspace_root: self.ws.clone(),
+            write_workspace,
+            network,
+            tmp_dir: Some(self.tmp.clone()),
+            extra_read: Vec::new(),
+            force_landlock_unavailable: false,
+        }
+    }
+}
+
+/// The command that runs `argv` under the sandbox helper with `plan`, as the process runner would.
+pub fn sandboxed(plan: &SandboxPlan, argv: &[&str]) -> Command {
+    let (program, args, env) = launcher_parts(plan, helper_exe()).unwrap();
+    let mut cmd = Command::new(program);
+    cmd.args(args).arg(ARGV_SEPARATOR).args(argv).envs(env);
+    cmd
+}
+
+/// Runs `argv` under the sandbox and returns its output.
+pub fn run(plan: &SandboxPlan, argv: &[&str]) -> Output {
+    sandboxed(plan, argv).output().unwrap()
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).trim().to_owned()
+}
+
+/// True when the sandbox can run here; otherwise prints an explicit SKIP line.
+pub fn sandbox_or_skip(test: &str) -> bool {
+    let p = probe();
+    if p.sandbox_available() {
+        true
+    } else {
+        println!("SKIP: {test}: kernel lacks Landlock or seccomp ({p:?})");
+        false
+    }
+}
+
+/// True when python3 is on PATH; otherwise prints an explicit SKIP line.
+pub fn python_or_skip(test: &str) -> bool {
+    let ok = Command::new("python3")
+        .arg("-c")
+        .arg("pass")
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        println!("SKIP: {test}: python3 not found");
+    }
+    ok
+}
+
+/// Python snippet: open argv[1] for writing; prints `ok` or `errno N`.
+pub const PY_WRITE: &str = "import sys\ntry:\n    open(sys.argv[1], 'w').write('x'); print('ok')\nexcept OSError as e:\n    print('errno', e.errno)";

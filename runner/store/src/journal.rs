@@ -1,0 +1,122 @@
+//! The patch rollback journal: what each touched file looked like before an apply_patch.
+//!
+//! Written (and committed) before the first rename of a patch, cleared when the patch has
+//! either fully applied or fully rolled back. A journal still open at start-up means a crash
+//! in between; its entries say how to restore the workspace.
+
+use rusqlite::{OptionalExtension, TransactionBehavior, params};
+use serde::{Deserialize, Serialize};
+
+use crate::codec::json_col;
+use crate::error::StoreError;
+use crate::store::{Store, now_ms};
+
+/// The prior state of one file touched by a patch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JournalEntry {
+    /// Workspace-relative path.
+    pub path: String,
+    /// Previous contents; `None` means the file did not exist.
+    pub before: Option<Vec<u8>>,
+    /// Previous permission bits, if the file existed.
+    pub mode: Option<u32>,
+    /// Workspace-relative directories the patch created for this file (to remove on rollback).
+    pub created_dirs: Vec<String>,
+}
+
+/// An open journal: operation id, workspace id, entries in the order they were given.
+pub type OpenJournal = (String, String, Vec<JournalEntry>);
+
+impl Store {
+    /// Records the journal of an operation in one transaction. The operation must exist and must
+    /// not already have a journal.
+    pub fn journal_begin(
+        &self,
+        operation_id: &str,
+        workspace: &str,
+        entries: &[JournalEntry],
+    ) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let op_exists = tx
+            .prepare_cached("SELECT 1 FROM operations WHERE operation_id = ?1")?
+            .query_row(params![operation_id], |_| Ok(()))
+            .optional()?
+            .is_some();
+        if !op_exists {
+            return Err(StoreError::OperationNotFound(operation_id.to_owned()));
+        }
+        let inserted = tx
+            .prepare_cached(
+                "INSERT INTO patch_journals (operation_id, workspace, created_ms) \
+                 VALUES (?1, ?2, ?3) ON CONFLICT (operation_id) DO NOTHING",
+            )?
+            .execute(params![operation_id, workspace, now_ms()])?;
+        if inserted == 0 {
+            return Err(StoreError::JournalExists(operation_id.to_owned()));
+        }
+        {
+            let mut st = tx.prepare_cached(
+                "INSERT INTO patch_journal_entries \
+                 (operation_id, seq, path, before, mode, created_dirs) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?;
+            for (seq, e) in (0_i64..).zip(entries) {
+                st.execute(params![
+                    operation_id,
+                    seq,
+                    e.path,
+                    e.before,
+                    e.mode,
+                    serde_json::to_string(&e.created_dirs)?,
+                ])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Drops the journal of an operation (no error if there is none).
+    pub fn journal_clear(&self, operation_id: &str) -> Result<(), StoreError> {
+        self.conn()
+            .prepare_cached("DELETE FROM patch_journals WHERE operation_id = ?1")?
+            .execute(params![operation_id])?;
+        Ok(())
+    }
+
+    /// Every journal not yet cleared, oldest first, each with its entries in order.
+    pub fn open_journals(&self) -> Result<Vec<OpenJournal>, StoreError> {
+        let mut conn = self.conn();
+        // One read transaction so journals and entries come from the same snapshot.
+        let tx = conn.transaction()?;
+        let heads = tx
+            .prepare_cached(
+                "SELECT operation_id, workspace FROM patch_journals \
+                 ORDER BY created_ms, operation_id",
+            )?
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let mut out = Vec::with_capacity(heads.len());
+        {
+            let mut st = tx.prepare_cached(
+                "SELECT path, before, mode, created_dirs FROM patch_journal_entries \
+                 WHERE operation_id = ?1 ORDER BY seq",
+            )?;
+            for (op, ws) in heads {
+                let entries = st
+                    .query_map(params![op], |r| {
+                        Ok(JournalEntry {
+                            path: r.get(0)?,
+                            before: r.get(1)?,
+                            mode: r.get(2)?,
+                            created_dirs: json_col(r, 3)?,
+                        })
+                    })?
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                out.push((op, ws, entries));
+            }
+        }
+        tx.commit()?;
+        Ok(out)
+    }
+}

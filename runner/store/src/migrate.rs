@@ -1,0 +1,71 @@
+//! Schema migrations: embedded SQL files applied in order, tracked with `PRAGMA user_version`.
+
+use rusqlite::{Connection, TransactionBehavior};
+
+use crate::error::StoreError;
+
+/// One schema step: the version it produces and its SQL.
+struct Migration {
+    version: i64,
+    sql: &'static str,
+}
+
+/// Every migration, oldest first; versions are 1, 2, 3, ... without gaps.
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    sql: include_str!("../migrations/0001_init.sql"),
+}];
+
+/// The newest schema version this build knows.
+pub const LATEST_VERSION: i64 = 1;
+
+/// Reads `PRAGMA user_version`.
+pub(crate) fn user_version(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row("PRAGMA user_version", [], |r| r.get(0))
+}
+
+/// Brings the database up to [`LATEST_VERSION`]; refuses a database newer than that.
+///
+/// Each step runs in its own immediate transaction that re-reads the version first, so two
+/// processes opening the same fresh file do not apply a step twice.
+pub(crate) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    let found = user_version(conn)?;
+    check_not_newer(found)?;
+    if found == LATEST_VERSION {
+        return Ok(());
+    }
+    for step in MIGRATIONS {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let current = user_version(&tx)?;
+        check_not_newer(current)?;
+        if current < step.version {
+            tx.execute_batch(step.sql)?;
+            tx.pragma_update(None, "user_version", step.version)?;
+        }
+        tx.commit()?;
+    }
+    Ok(())
+}
+
+fn check_not_newer(found: i64) -> Result<(), StoreError> {
+    if found > LATEST_VERSION {
+        return Err(StoreError::SchemaTooNew {
+            found,
+            supported: LATEST_VERSION,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_are_numbered_without_gaps_and_end_at_latest() {
+        for (i, step) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(step.version, i as i64 + 1);
+        }
+        assert_eq!(MIGRATIONS.last().map(|m| m.version), Some(LATEST_VERSION));
+    }
+}

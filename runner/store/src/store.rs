@@ -1,0 +1,107 @@
+//! Opening the store: connection settings, parent directories, migrations.
+
+use std::fs::{self, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rusqlite::Connection;
+
+use crate::error::StoreError;
+use crate::migrate;
+
+/// How long a statement waits for another writer before SQLite reports busy.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The current time as unix milliseconds (0 if the clock is before 1970).
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// The CodeSpace store: one SQLite connection behind a mutex. `Send + Sync`; share it in an `Arc`.
+pub struct Store {
+    conn: Mutex<Connection>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Opens (creating if needed) the store file at `path`, its parent directories included, and
+    /// migrates it to the newest schema. A new file is created readable by its owner only.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            fs::create_dir_all(parent)?;
+        }
+        // Create the file ourselves so the audit log is not world-readable; SQLite's -wal and
+        // -shm files copy the database file's permissions.
+        OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)?;
+        let conn = Connection::open(path)?;
+        Self::configure(conn, true)
+    }
+
+    /// Opens a private in-memory store (for tests and dry runs), migrated to the newest schema.
+    pub fn open_in_memory() -> Result<Store, StoreError> {
+        Self::configure(Connection::open_in_memory()?, false)
+    }
+
+    fn configure(mut conn: Connection, wal: bool) -> Result<Store, StoreError> {
+        // The busy timeout comes first: switching to WAL and migrating may wait for other openers.
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        if wal {
+            let _mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+        }
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.pragma_update(None, "foreign_keys", true)?;
+        migrate::migrate(&mut conn)?;
+        Ok(Store {
+            conn: Mutex::new(conn),
+        })
+    }
+
+    /// The schema version of the open database (`PRAGMA user_version`).
+    pub fn schema_version(&self) -> Result<i64, StoreError> {
+        Ok(migrate::user_version(&self.conn())?)
+    }
+
+    /// Locks the connection. A panic in another holder cannot leave a transaction open (dropping
+    /// a `Transaction` rolls it back), so a poisoned lock is still safe to use.
+    pub(crate) fn conn(&self) -> MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_store_connection_uses_the_documented_pragmas() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("s.db")).unwrap();
+        let conn = store.conn();
+        let get = |pragma: &str| -> String {
+            conn.query_row(&format!("PRAGMA {pragma}"), [], |r| {
+                r.get::<_, rusqlite::types::Value>(0)
+            })
+            .map(|v| format!("{v:?}"))
+            .unwrap()
+        };
+        assert_eq!(get("journal_mode"), "Text(\"wal\")");
+        assert_eq!(get("synchronous"), "Integer(1)"); // NORMAL
+        assert_eq!(get("foreign_keys"), "Integer(1)");
+        assert_eq!(get("busy_timeout"), "Integer(5000)");
+    }
+}

@@ -1,0 +1,361 @@
+//! Round trips through every table of the store, plus the key-claim and journal rules.
+
+mod common;
+
+use codespace_store::{DecisionQuery, JournalEntry, KeyClaim, Store, StoreError, now_ms};
+use common::{decision, operation, process};
+use serde_json::json;
+
+#[test]
+fn decisions_round_trip_in_time_then_sub_index_order() {
+    let store = Store::open_in_memory().unwrap();
+    let mut rows = vec![
+        decision("d2", 1, 200, "deny"),
+        decision("d1", 0, 100, "allow"),
+        decision("d2", 0, 200, "allow"),
+    ];
+    rows[0].errors = vec!["type error".to_owned()];
+    rows[0].transport = Some("stdio".to_owned());
+    store.insert_decisions(&rows).unwrap();
+
+    let got = store.query_decisions(&DecisionQuery::default()).unwrap();
+    assert_eq!(got, vec![rows[1].clone(), rows[2].clone(), rows[0].clone()]);
+}
+
+#[test]
+fn decisions_insert_is_all_or_nothing() {
+    let store = Store::open_in_memory().unwrap();
+    // The second row repeats (decision_id, sub_index), so the batch must fail as a whole.
+    let rows = vec![
+        decision("d1", 0, 100, "allow"),
+        decision("d1", 0, 101, "deny"),
+    ];
+    assert!(store.insert_decisions(&rows).is_err());
+    assert!(
+        store
+            .query_decisions(&DecisionQuery::default())
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[test]
+fn decisions_reject_a_verdict_other_than_allow_or_deny() {
+    let store = Store::open_in_memory().unwrap();
+    let err = store
+        .insert_decisions(&[decision("d1", 0, 100, "maybe")])
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Sqlite(_)), "{err}");
+}
+
+#[test]
+fn decisions_query_filters_by_since_decision_workspace_tool_and_limit() {
+    let store = Store::open_in_memory().unwrap();
+    let mut other_ws = decision("d4", 0, 400, "deny");
+    other_ws.workspace = "other".to_owned();
+    let mut other_tool = decision("d5", 0, 500, "allow");
+    other_tool.tool = "exec_command".to_owned();
+    store
+        .insert_decisions(&[
+            decision("d1", 0, 100, "allow"),
+            decision("d2", 0, 200, "deny"),
+            decision("d3", 0, 300, "allow"),
+            other_ws,
+            other_tool,
+        ])
+        .unwrap();
+    let ids = |q: DecisionQuery| -> Vec<String> {
+        store
+            .query_decisions(&q)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.decision_id)
+            .collect()
+    };
+
+    let since = DecisionQuery {
+        since_ms: Some(200),
+        ..Default::default()
+    };
+    assert_eq!(ids(since.clone()), ["d2", "d3", "d4", "d5"]);
+    let deny = DecisionQuery {
+        decision: Some("deny".to_owned()),
+        ..Default::default()
+    };
+    assert_eq!(ids(deny), ["d2", "d4"]);
+    let since_allow = DecisionQuery {
+        decision: Some("allow".to_owned()),
+        ..since.clone()
+    };
+    assert_eq!(ids(since_allow), ["d3", "d5"]);
+    let ws = DecisionQuery {
+        workspace: Some("other".to_owned()),
+        ..Default::default()
+    };
+    assert_eq!(ids(ws), ["d4"]);
+    let tool = DecisionQuery {
+        tool: Some("exec_command".to_owned()),
+        ..Default::default()
+    };
+    assert_eq!(ids(tool), ["d5"]);
+    let limited = DecisionQuery {
+        limit: Some(2),
+        ..since
+    };
+    assert_eq!(ids(limited), ["d2", "d3"]);
+}
+
+#[test]
+fn events_round_trip_filter_by_kind_and_return_newest_last() {
+    let store = Store::open_in_memory().unwrap();
+    let before = now_ms();
+    let a = store
+        .insert_event("startup_probe", &json!({"landlock": 6}))
+        .unwrap();
+    let b = store
+        .insert_event("policy_reload", &json!({"ok": true}))
+        .unwrap();
+    let c = store
+        .insert_event("policy_reload", &json!({"ok": false, "why": "parse"}))
+        .unwrap();
+    assert!(a < b && b < c);
+
+    let all = store.events(None, 10).unwrap();
+    assert_eq!(all.iter().map(|e| e.id).collect::<Vec<_>>(), [a, b, c]);
+    assert_eq!(all[0].kind, "startup_probe");
+    assert_eq!(all[0].detail, json!({"landlock": 6}));
+    assert!(all[0].at_ms >= before);
+
+    let reloads = store.events(Some("policy_reload"), 10).unwrap();
+    assert_eq!(reloads.iter().map(|e| e.id).collect::<Vec<_>>(), [b, c]);
+    // The limit keeps the newest rows, still ordered newest last.
+    let newest = store.events(None, 2).unwrap();
+    assert_eq!(newest.iter().map(|e| e.id).collect::<Vec<_>>(), [b, c]);
+    assert_eq!(newest[1].detail, json!({"ok": false, "why": "parse"}));
+}
+
+#[test]
+fn operations_round_trip_finish_and_unfinished_list() {
+    let store = Store::open_in_memory().unwrap();
+    let op1 = operation("op1", "default", "apply_patch", Some("k1"));
+    let mut op2 = operation("op2", "default", "exec_command", None);
+    op2.created_ms = 2_000;
+    assert_eq!(store.create_operation(&op1).unwrap(), KeyClaim::Created);
+    assert_eq!(store.create_operation(&op2).unwrap(), KeyClaim::Created);
+    assert_eq!(store.operation_by_id("op1").unwrap(), Some(op1.clone()));
+    assert_eq!(store.operation_by_id("nope").unwrap(), None);
+    assert_eq!(
+        store.unfinished_operations().unwrap(),
+        vec![op1.clone(), op2.clone()]
+    );
+
+    let result = json!({"status": "applied", "files": ["a.txt"]});
+    let before = now_ms();
+    store
+        .finish_operation("op1", "applied", Some(&result))
+        .unwrap();
+    let done = store.operation_by_id("op1").unwrap().unwrap();
+    assert_eq!(done.status, "applied");
+    assert_eq!(done.result, Some(result));
+    assert!(done.finished_ms.unwrap() >= before);
+    assert_eq!(store.unfinished_operations().unwrap(), vec![op2]);
+
+    let err = store.finish_operation("nope", "applied", None).unwrap_err();
+    assert!(matches!(err, StoreError::OperationNotFound(ref id) if id == "nope"));
+}
+
+#[test]
+fn key_claim_is_existing_for_same_workspace_tool_key_and_created_elsewhere() {
+    let store = Store::open_in_memory().unwrap();
+    let first = operation("op1", "default", "apply_patch", Some("retry-1"));
+    assert_eq!(store.create_operation(&first).unwrap(), KeyClaim::Created);
+
+    let mut again = operation("op2", "default", "apply_patch", Some("retry-1"));
+    again.fingerprint = "different".to_owned();
+    match store.create_operation(&again).unwrap() {
+        KeyClaim::Existing(row) => assert_eq!(*row, first),
+        KeyClaim::Created => panic!("same (workspace, tool, key) must not insert"),
+    }
+    assert_eq!(store.operation_by_id("op2").unwrap(), None);
+
+    let other_ws = operation("op3", "other", "apply_patch", Some("retry-1"));
+    assert_eq!(
+        store.create_operation(&other_ws).unwrap(),
+        KeyClaim::Created
+    );
+    let other_tool = operation("op4", "default", "exec_command", Some("retry-1"));
+    assert_eq!(
+        store.create_operation(&other_tool).unwrap(),
+        KeyClaim::Created
+    );
+
+    let by_key: Vec<String> = store
+        .operation_by_key("retry-1")
+        .unwrap()
+        .into_iter()
+        .map(|r| r.operation_id)
+        .collect();
+    assert_eq!(by_key, ["op1", "op3", "op4"]);
+    assert!(store.operation_by_key("unused").unwrap().is_empty());
+}
+
+#[test]
+fn operations_without_key_never_collide_but_duplicate_ids_fail() {
+    let store = Store::open_in_memory().unwrap();
+    let a = operation("op1", "default", "exec_command", None);
+    let b = operation("op2", "default", "exec_command", None);
+    assert_eq!(store.create_operation(&a).unwrap(), KeyClaim::Created);
+    assert_eq!(store.create_operation(&b).unwrap(), KeyClaim::Created);
+    assert!(store.create_operation(&a).is_err());
+}
+
+#[test]
+fn operation_events_round_trip_in_insertion_order() {
+    let store = Store::open_in_memory().unwrap();
+    store
+        .create_operation(&operation("op1", "default", "apply_patch", None))
+        .unwrap();
+    store
+        .add_operation_event("op1", "planned", None, None)
+        .unwrap();
+    store
+        .add_operation_event(
+            "op1",
+            "failed",
+            Some("failed_rolled_back"),
+            Some("disk full"),
+        )
+        .unwrap();
+    let events = store.operation_events("op1").unwrap();
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[0].name, "planned");
+    assert_eq!(
+        (events[0].status.as_deref(), events[0].reason.as_deref()),
+        (None, None)
+    );
+    assert_eq!(events[1].name, "failed");
+    assert_eq!(events[1].status.as_deref(), Some("failed_rolled_back"));
+    assert_eq!(events[1].reason.as_deref(), Some("disk full"));
+    assert!(events[0].at_ms <= events[1].at_ms);
+
+    let err = store
+        .add_operation_event("nope", "planned", None, None)
+        .unwrap_err();
+    assert!(matches!(err, StoreError::OperationNotFound(_)));
+    assert!(store.operation_events("nope").unwrap().is_empty());
+}
+
+#[test]
+fn processes_round_trip_upsert_and_mark_unknown() {
+    let store = Store::open_in_memory().unwrap();
+    store
+        .create_operation(&operation("op1", "default", "exec_command", None))
+        .unwrap();
+    let p1 = process("p1", "op1");
+    let mut p2 = process("p2", "op1");
+    p2.tty = false;
+    p2.pid = None;
+    store.upsert_process(&p1).unwrap();
+    store.upsert_process(&p2).unwrap();
+    assert_eq!(store.process("p1").unwrap(), Some(p1.clone()));
+    assert_eq!(store.process("p2").unwrap(), Some(p2.clone()));
+    assert_eq!(store.process("nope").unwrap(), None);
+
+    let mut exited = p2.clone();
+    exited.state = "exited".to_owned();
+    exited.exit_code = Some(3);
+    exited.termination = Some("exit".to_owned());
+    exited.ended_ms = Some(9_000);
+    store.upsert_process(&exited).unwrap();
+    assert_eq!(store.process("p2").unwrap(), Some(exited.clone()));
+
+    assert_eq!(store.mark_running_processes_unknown().unwrap(), 1);
+    assert_eq!(store.process("p1").unwrap().unwrap().state, "unknown");
+    assert_eq!(store.process("p2").unwrap(), Some(exited));
+    assert_eq!(store.mark_running_processes_unknown().unwrap(), 0);
+}
+
+#[test]
+fn process_requires_an_existing_operation() {
+    let store = Store::open_in_memory().unwrap();
+    assert!(store.upsert_process(&process("p1", "missing-op")).is_err());
+}
+
+#[test]
+fn journal_begin_open_clear() {
+    let store = Store::open_in_memory().unwrap();
+    for id in ["op1", "op2"] {
+        store
+            .create_operation(&operation(id, "default", "apply_patch", None))
+            .unwrap();
+    }
+    let entries = vec![
+        JournalEntry {
+            path: "src/new/file.rs".to_owned(),
+            before: None,
+            mode: None,
+            created_dirs: vec!["src/new".to_owned()],
+        },
+        JournalEntry {
+            path: "empty.txt".to_owned(),
+            before: Some(Vec::new()),
+            mode: Some(0o100644),
+            created_dirs: vec![],
+        },
+        JournalEntry {
+            path: "bin.dat".to_owned(),
+            before: Some(vec![0, 255, 10, 0, 13]),
+            mode: Some(0o100755),
+            created_dirs: vec![],
+        },
+    ];
+    assert!(store.open_journals().unwrap().is_empty());
+    store.journal_begin("op1", "default", &entries).unwrap();
+    store.journal_begin("op2", "ws2", &[]).unwrap();
+
+    let open = store.open_journals().unwrap();
+    assert_eq!(open.len(), 2);
+    let (op, ws, got) = open.iter().find(|j| j.0 == "op1").unwrap();
+    assert_eq!((op.as_str(), ws.as_str()), ("op1", "default"));
+    // An empty file (Some(empty)) stays distinct from a missing one (None).
+    assert_eq!(got, &entries);
+    let second = open.iter().find(|j| j.0 == "op2").unwrap();
+    assert_eq!((second.1.as_str(), second.2.len()), ("ws2", 0));
+
+    let dup = store.journal_begin("op1", "default", &entries).unwrap_err();
+    assert!(matches!(dup, StoreError::JournalExists(_)), "{dup}");
+    let missing = store.journal_begin("nope", "default", &[]).unwrap_err();
+    assert!(
+        matches!(missing, StoreError::OperationNotFound(_)),
+        "{missing}"
+    );
+
+    store.journal_clear("op1").unwrap();
+    let open = store.open_journals().unwrap();
+    assert_eq!(open.len(), 1);
+    assert_eq!(open[0].0, "op2");
+    store.journal_clear("op1").unwrap(); // clearing twice is fine
+    store.journal_clear("op2").unwrap();
+    assert!(store.open_journals().unwrap().is_empty());
+    // A cleared journal can be begun again (e.g. a retried rollback of the same operation).
+    store
+        .journal_begin("op1", "default", &entries[..1])
+        .unwrap();
+    assert_eq!(store.open_journals().unwrap()[0].2, entries[..1]);
+}
+
+#[test]
+fn row_types_serialize_to_json() {
+    let row = decision("d1", 0, 100, "allow");
+    let value = serde_json::to_value(&row).unwrap();
+    assert_eq!(value["decision_id"], "d1");
+    assert_eq!(value["policy_ids"], json!(["policy0", "policy3"]));
+    let back: codespace_store::DecisionRow = serde_json::from_value(value).unwrap();
+    assert_eq!(back, row);
+}
+
+#[test]
+fn store_is_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Store>();
+}
