@@ -50,6 +50,7 @@ pub struct Gateway {
     pub(crate) workspaces: BTreeMap<String, WorkspaceRuntime>,
     entity_cache: Mutex<HashMap<String, (String, Entities)>>,
     pub(crate) sandbox: SandboxFacts,
+    pub(crate) transports: Vec<String>,
 }
 
 /// Workspace-relative forms of the server's own files that lie inside `root`.
@@ -133,7 +134,19 @@ impl Gateway {
             workspaces,
             entity_cache: Mutex::new(HashMap::new()),
             sandbox,
+            transports: vec!["stdio".to_string()],
         })
+    }
+
+    /// Sets the transports this server serves (`workspace_info.transports`).
+    pub fn with_transports(mut self, transports: Vec<String>) -> Gateway {
+        self.transports = transports;
+        self
+    }
+
+    /// What the start-up probe found about the command sandbox.
+    pub fn sandbox(&self) -> SandboxFacts {
+        self.sandbox
     }
 
     /// The live policy store.

@@ -47,7 +47,7 @@ impl Gateway {
             "version": env!("CARGO_PKG_VERSION"),
             "internal_model_calls": false,
             "tools_exposed": IMPLEMENTED_TOOLS,
-            "transports": ["stdio", "streamable-http"],
+            "transports": self.transports,
             "workspace_id": Value::Null,
             "workspace_id_is_credential": false,
             "note": "Execution-only server: no model calls. Every call is authorized by Cedar policy.",

@@ -8,7 +8,7 @@ use codespace_engine::{ErrorCode, Gateway, IMPLEMENTED_TOOLS, Session, ToolCall,
 use rmcp::handler::server::common::schema_for_type;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerInfo,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
     Tool, ToolAnnotations,
 };
 use rmcp::service::RequestContext;
@@ -117,8 +117,8 @@ fn error_result(e: &ToolError) -> CallToolResult {
 }
 
 impl ServerHandler for CodeSpaceServer {
-    fn get_info(&self) -> ServerInfo {
-        ServerInfo::new(ServerCapabilities::builder().enable_tools().build())
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("codespace", env!("CARGO_PKG_VERSION")))
             .with_instructions(INSTRUCTIONS)
     }
