@@ -4,6 +4,7 @@
 use crate::config::Config;
 use crate::decide::{Decision, decide, workspace_entities};
 use crate::error::{ErrorCode, ToolError};
+use crate::lease::Leases;
 use crate::policy::{PolicySnapshot, PolicyStore};
 use crate::request::{ProcessFacts, Session, SubRequest, WorkspaceFacts, build_requests};
 use crate::tools::ToolCall;
@@ -15,7 +16,12 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 /// The tools this build serves (and lists in `tools/list`).
-pub const IMPLEMENTED_TOOLS: &[&str] = &["workspace_info", "read", "find"];
+pub const IMPLEMENTED_TOOLS: &[&str] = &[
+    "workspace_info",
+    "read",
+    "find",
+    "operation_status",
+];
 
 /// What the start-up probe found about the command sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +57,7 @@ pub struct Gateway {
     entity_cache: Mutex<HashMap<String, (String, Entities)>>,
     pub(crate) sandbox: SandboxFacts,
     pub(crate) transports: Vec<String>,
+    pub(crate) leases: Arc<Leases>,
 }
 
 /// Workspace-relative forms of the server's own files that lie inside `root`.
@@ -89,6 +96,7 @@ impl Gateway {
         store: Option<Arc<Store>>,
         sandbox: SandboxFacts,
     ) -> Result<Gateway, StartError> {
+        let config_max_waiters = config.limits.max_waiters;
         let mut workspaces = BTreeMap::new();
         for (id, ws) in &config.workspaces {
             let root =
@@ -135,6 +143,7 @@ impl Gateway {
             entity_cache: Mutex::new(HashMap::new()),
             sandbox,
             transports: vec!["stdio".to_string()],
+            leases: Leases::new(config_max_waiters),
         })
     }
 
@@ -300,10 +309,14 @@ impl Gateway {
                 self.authorize(&snap, ws, &call, session, None)?;
                 self.find(&snap, ws, p, session).await
             }
-            other => Err(ToolError::new(
-                ErrorCode::InvalidArguments,
-                format!("tool `{}` is not available in this build", other.tool()),
-            )),
+            ToolCall::OperationStatus(p) => self.operation_status(&snap, session, p),
+            ToolCall::ApplyPatch(p) => self.apply_patch(&snap, session, p).await,
+            ToolCall::ExecCommand(_)
+            | ToolCall::WriteStdin(_)
+            | ToolCall::ReadProcess(_)
+            | ToolCall::ProcessStatus(_)
+            | ToolCall::ProcessResize(_)
+            | ToolCall::TerminateProcess(_) => self.process_call(&snap, session, &call).await,
         }?;
         Ok(result)
     }

@@ -131,6 +131,39 @@ pub struct ApplyPatchParams {
     pub check_only: Option<bool>,
 }
 
+/// One file an apply_patch touched.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct FileChange {
+    /// Workspace-relative path (for a move: the destination).
+    pub path: String,
+    /// add / update / delete / move.
+    pub kind: String,
+    /// For a move: the source path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// Version before (absent for an add).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before_version: Option<String>,
+    /// Version after (absent for a delete).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_version: Option<String>,
+}
+
+/// Result of `apply_patch`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct ApplyPatchResult {
+    /// applied / checked / rejected / failed_rolled_back / failed_partial / unknown.
+    pub status: String,
+    /// The operation id (`op-…`).
+    pub operation_id: String,
+    /// True when this is the stored result of an earlier call with the same operation_key.
+    pub replayed: bool,
+    /// Every touched path.
+    pub files: Vec<String>,
+    /// Per-file changes with versions.
+    pub changes: Vec<FileChange>,
+}
+
 /// Parameters of `operation_status`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct OperationStatusParams {

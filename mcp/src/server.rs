@@ -2,7 +2,9 @@
 //! arguments, hands the call to the gateway and encodes the result or the ErrorBody.
 
 use codespace_engine::tools::{
-    CallParseError, FindParams, FindResult, ReadParams, ReadResult, WorkspaceInfoParams,
+    ApplyPatchParams, ApplyPatchResult, CallParseError, ExecCommandParams, FindParams, FindResult,
+    OperationStatusParams, ProcessIdParams, ProcessResizeParams, ReadParams, ReadProcessParams,
+    ReadResult, WorkspaceInfoParams, WriteStdinParams,
 };
 use codespace_engine::{ErrorCode, Gateway, IMPLEMENTED_TOOLS, Session, ToolCall, ToolError};
 use rmcp::handler::server::common::schema_for_type;
@@ -67,6 +69,11 @@ fn workspace_info_output_schema() -> Arc<rmcp::model::JsonObject> {
     }))
 }
 
+/// A plain object schema for results built as JSON.
+fn object_schema() -> Arc<rmcp::model::JsonObject> {
+    schema_obj(serde_json::json!({"type": "object"}))
+}
+
 fn annotations(read_only: bool, destructive: bool) -> ToolAnnotations {
     let mut a = ToolAnnotations::default();
     a.read_only_hint = Some(read_only);
@@ -106,6 +113,73 @@ pub fn tool_list() -> Vec<Tool> {
         )
         .with_output_schema::<FindResult>()
         .with_annotations(annotations(true, false)),
+        Tool::new(
+            "apply_patch",
+            "Apply a V4A patch (*** Begin Patch / *** Add File / *** Update File / *** Delete File / \
+             *** Move to / @@ chunks / *** End Patch) to workspace files, all or nothing: the whole patch is \
+             parsed, planned and authorized before any write, and any failure restores every touched file. \
+             expected_versions (path -> sha256:<hex> or \"absent\") guards against stale edits \
+             (VERSION_CONFLICT). check_only verifies without writing. operation_key makes retries safe.",
+            schema_for_type::<ApplyPatchParams>(),
+        )
+        .with_output_schema::<ApplyPatchResult>()
+        .with_annotations(annotations(false, true)),
+        Tool::new(
+            "operation_status",
+            "Look up a recorded operation (apply_patch, exec_command, write_stdin, terminate_process) by \
+             exactly one of operation_id or operation_key. Never re-runs anything.",
+            schema_for_type::<OperationStatusParams>(),
+        )
+        .with_raw_output_schema(object_schema())
+        .with_annotations(annotations(true, false)),
+        Tool::new(
+            "exec_command",
+            "Start a managed process: exact argv (no shell), cwd = workspace root, cleared environment, \
+             inside the command sandbox that policy shapes. Returns a process_id that outlives this request. \
+             tty gives a 24x80 terminal. yield_ms waits for early output or exit. A live process holds the \
+             workspace's mutation lease (WORKSPACE_BUSY for other commands and patches).",
+            schema_for_type::<ExecCommandParams>(),
+        )
+        .with_raw_output_schema(object_schema())
+        .with_annotations(annotations(false, true)),
+        Tool::new(
+            "write_stdin",
+            "Write text to a managed process's stdin (or terminal).",
+            schema_for_type::<WriteStdinParams>(),
+        )
+        .with_raw_output_schema(object_schema())
+        .with_annotations(annotations(false, false)),
+        Tool::new(
+            "read_process",
+            "Read a process's combined output from a byte cursor; wait_ms long-polls for new output or \
+             exit. eof means output collection finished and the cursor is at the end (not an exit status); \
+             output_lost means bytes before retained_from were dropped from the bounded buffer.",
+            schema_for_type::<ReadProcessParams>(),
+        )
+        .with_raw_output_schema(object_schema())
+        .with_annotations(annotations(true, false)),
+        Tool::new(
+            "process_status",
+            "State of a managed process: running/exited, exit_code, termination \
+             (exited/signaled/timeout/terminated/unknown), output totals.",
+            schema_for_type::<ProcessIdParams>(),
+        )
+        .with_raw_output_schema(object_schema())
+        .with_annotations(annotations(true, false)),
+        Tool::new(
+            "process_resize",
+            "Resize a managed process's terminal (tty processes only).",
+            schema_for_type::<ProcessResizeParams>(),
+        )
+        .with_raw_output_schema(object_schema())
+        .with_annotations(annotations(false, false)),
+        Tool::new(
+            "terminate_process",
+            "Terminate a managed process and its whole process group (TERM, then KILL after a grace period).",
+            schema_for_type::<ProcessIdParams>(),
+        )
+        .with_raw_output_schema(object_schema())
+        .with_annotations(annotations(false, true)),
     ];
     all.into_iter()
         .filter(|t| IMPLEMENTED_TOOLS.contains(&t.name.as_ref()))
@@ -138,8 +212,10 @@ impl ServerHandler for CodeSpaceServer {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        // Over HTTP the caller is the client the gate authenticated for this request.
+        let session = crate::http::request_session(&context).unwrap_or_else(|| self.session.clone());
         let name = request.name.as_ref();
         if !IMPLEMENTED_TOOLS.contains(&name) {
             return Err(McpError::invalid_params(
@@ -165,7 +241,7 @@ impl ServerHandler for CodeSpaceServer {
             }
         };
         let started = std::time::Instant::now();
-        let out = self.gateway.call(&self.session, call).await;
+        let out = self.gateway.call(&session, call).await;
         tracing::debug!(tool = name, us = started.elapsed().as_micros() as u64, ok = out.is_ok(), "tool call");
         Ok(match out {
             Ok(v) => CallToolResult::structured(v).into(),

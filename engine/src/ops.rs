@@ -1,0 +1,212 @@
+//! Operations: every mutating call gets an `op-<uuid>` row in the store; `operation_key` makes a
+//! call idempotent (same key + same fingerprint replays, a different fingerprint conflicts);
+//! `operation_status` reads the rows back.
+
+use crate::error::{ErrorCode, ToolError};
+use crate::gateway::Gateway;
+use crate::info::rfc3339_ms;
+use crate::policy::PolicySnapshot;
+use crate::request::Session;
+use crate::tools::{OperationStatusParams, ToolCall};
+use codespace_store::{KeyClaim, OperationRow, Store};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+
+/// How a mutating call starts.
+#[derive(Debug)]
+pub enum Begin {
+    /// A new operation with this id.
+    New(String),
+    /// The key was used before with the same request: replay this row.
+    Replay(Box<OperationRow>),
+}
+
+/// sha256 of the canonical JSON of `v` (object keys sorted).
+pub fn fingerprint(v: &Value) -> String {
+    // serde_json's Map is ordered by key (no preserve_order feature), so this is canonical.
+    let text = serde_json::to_string(v).unwrap_or_default();
+    format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())))
+}
+
+/// The `kind` an operation shows in operation_status.
+pub fn kind_of(tool: &str) -> &'static str {
+    match tool {
+        "apply_patch" => "patch",
+        "exec_command" => "exec",
+        "write_stdin" => "write_stdin",
+        "terminate_process" => "terminate",
+        _ => "other",
+    }
+}
+
+fn store_err(e: codespace_store::StoreError) -> ToolError {
+    ToolError::new(ErrorCode::Internal, format!("store: {e}"))
+}
+
+impl Gateway {
+    /// The store, required by mutating tools.
+    pub(crate) fn require_store(&self) -> Result<&Arc<Store>, ToolError> {
+        self.store
+            .as_ref()
+            .ok_or_else(|| ToolError::new(ErrorCode::Internal, "no store is configured"))
+    }
+
+    /// Mints an operation (or finds the replay) for a mutating call.
+    pub(crate) fn begin_operation(
+        &self,
+        tool: &str,
+        workspace: &str,
+        key: Option<&str>,
+        fingerprint: &str,
+        session: &Session,
+    ) -> Result<Begin, ToolError> {
+        let store = self.require_store()?;
+        let id = format!("op-{}", uuid::Uuid::new_v4());
+        let row = OperationRow {
+            operation_id: id.clone(),
+            operation_key: key.map(str::to_string),
+            fingerprint: fingerprint.to_string(),
+            tool: tool.to_string(),
+            workspace: workspace.to_string(),
+            client: Some(session.client.clone()),
+            status: "running".into(),
+            created_ms: codespace_store::now_ms(),
+            finished_ms: None,
+            result: None,
+        };
+        match store.create_operation(&row).map_err(store_err)? {
+            KeyClaim::Created => {
+                store
+                    .add_operation_event(&id, "minted", None, None)
+                    .map_err(store_err)?;
+                Ok(Begin::New(id))
+            }
+            KeyClaim::Existing(prev) => {
+                if prev.fingerprint == fingerprint {
+                    Ok(Begin::Replay(prev))
+                } else {
+                    Err(ToolError::new(
+                        ErrorCode::OperationKeyConflict,
+                        format!(
+                            "operation_key was already used for a different {tool} request (operation {})",
+                            prev.operation_id
+                        ),
+                    )
+                    .with_operation(prev.operation_id.clone()))
+                }
+            }
+        }
+    }
+
+    /// Finishes an operation with a status and its result (or error body).
+    pub(crate) fn finish_operation(
+        &self,
+        id: &str,
+        status: &str,
+        result: &Value,
+        reason: Option<&str>,
+    ) {
+        let Some(store) = &self.store else { return };
+        if let Err(e) = store.finish_operation(id, status, Some(result)) {
+            tracing::error!(operation_id = id, error = %e, "cannot finish operation");
+        }
+        if let Err(e) = store.add_operation_event(id, "finished", Some(status), reason) {
+            tracing::error!(operation_id = id, error = %e, "cannot add operation event");
+        }
+    }
+
+    /// `operation_status`: by exactly one of id and key.
+    pub(crate) fn operation_status(
+        &self,
+        snap: &PolicySnapshot,
+        session: &Session,
+        p: &OperationStatusParams,
+    ) -> Result<Value, ToolError> {
+        let store = self.require_store()?;
+        let not_found = |m: &str| ToolError::new(ErrorCode::OperationNotFound, m.to_string());
+        let id = p.operation_id.as_deref().filter(|s| !s.is_empty());
+        let key = p.operation_key.as_deref().filter(|s| !s.is_empty());
+        let row = match (id, key) {
+            (Some(id), None) => store
+                .operation_by_id(id)
+                .map_err(store_err)?
+                .ok_or_else(|| not_found("no operation with that operation_id"))?,
+            (None, Some(key)) => store
+                .operation_by_key(key)
+                .map_err(store_err)?
+                .into_iter()
+                .max_by_key(|r| r.created_ms)
+                .ok_or_else(|| not_found("no operation with that operation_key"))?,
+            _ => {
+                return Err(not_found(
+                    "give exactly one of operation_id and operation_key",
+                ));
+            }
+        };
+        let ws = self.workspace(&row.workspace).map_err(|_| {
+            not_found("the operation's workspace is no longer registered")
+        })?;
+        self.authorize(
+            snap,
+            ws,
+            &ToolCall::OperationStatus(p.clone()),
+            session,
+            None,
+        )?;
+        let events: Vec<Value> = store
+            .operation_events(&row.operation_id)
+            .map_err(store_err)?
+            .into_iter()
+            .map(|e| {
+                let mut v = json!({"at": rfc3339_ms(e.at_ms), "name": e.name});
+                if let Value::Object(m) = &mut v {
+                    if let Some(s) = e.status {
+                        m.insert("status".into(), json!(s));
+                    }
+                    if let Some(r) = e.reason {
+                        m.insert("reason".into(), json!(r));
+                    }
+                }
+                v
+            })
+            .collect();
+        let status = if row.finished_ms.is_none() {
+            "running".to_string()
+        } else {
+            row.status.clone()
+        };
+        let mut out = json!({
+            "operation_id": row.operation_id,
+            "status": status,
+            "replayed": false,
+            "kind": kind_of(&row.tool),
+            "tool": row.tool,
+            "workspace_id": row.workspace,
+            "created_at": row.created_ms / 1000,
+            "events": events,
+        });
+        if let Value::Object(m) = &mut out {
+            if let Some(f) = row.finished_ms {
+                m.insert("finished_at".into(), json!(f / 1000));
+            }
+            if let Some(k) = &row.operation_key {
+                m.insert("operation_key".into(), json!(k));
+            }
+            if let Some(Value::Object(res)) = &row.result {
+                for field in ["files", "changes", "process_id"] {
+                    if let Some(v) = res.get(field) {
+                        let empty = v.as_array().is_some_and(Vec::is_empty);
+                        if !empty {
+                            m.insert(field.into(), v.clone());
+                        }
+                    }
+                }
+                if let Some(err) = res.get("error") {
+                    m.insert("error".into(), err.clone());
+                }
+            }
+        }
+        Ok(out)
+    }
+}
