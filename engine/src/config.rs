@@ -36,6 +36,8 @@ struct RawConfig {
     limits: Limits,
     #[serde(default)]
     clients: BTreeMap<String, RawClient>,
+    #[serde(default)]
+    policy_tests_on_reload: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -233,6 +235,8 @@ pub struct Config {
     pub clients: BTreeMap<String, Client>,
     /// The config file, when there is one (a server-owned file).
     pub config_file: Option<PathBuf>,
+    /// Run `<policies>/tests/*.yaml` against a changed policy set before swapping it in.
+    pub policy_tests_on_reload: bool,
 }
 
 fn builtin_profiles() -> BTreeMap<String, Profile> {
@@ -308,6 +312,7 @@ impl Config {
             limits: Limits::default(),
             clients: BTreeMap::new(),
             config_file: None,
+            policy_tests_on_reload: false,
         })
     }
 
@@ -473,6 +478,7 @@ impl Config {
             limits,
             clients,
             config_file: None,
+            policy_tests_on_reload: raw.policy_tests_on_reload,
         })
     }
 }

@@ -20,6 +20,7 @@ pub const IMPLEMENTED_TOOLS: &[&str] = &[
     "workspace_info",
     "read",
     "find",
+    "apply_patch",
     "operation_status",
 ];
 
@@ -45,6 +46,7 @@ pub enum StartError {
 pub(crate) struct WorkspaceRuntime {
     pub(crate) facts: WorkspaceFacts,
     pub(crate) root: Arc<Root>,
+    pub(crate) versions: crate::versions::Versions,
 }
 
 /// The gateway.
@@ -58,6 +60,7 @@ pub struct Gateway {
     pub(crate) sandbox: SandboxFacts,
     pub(crate) transports: Vec<String>,
     pub(crate) leases: Arc<Leases>,
+    pub(crate) patch_hooks: Arc<crate::patch_tool::PatchHooks>,
 }
 
 /// Workspace-relative forms of the server's own files that lie inside `root`.
@@ -132,6 +135,7 @@ impl Gateway {
                 WorkspaceRuntime {
                     facts,
                     root: Arc::new(root),
+                    versions: crate::versions::Versions::new(&ws.root),
                 },
             );
         }
@@ -144,12 +148,21 @@ impl Gateway {
             sandbox,
             transports: vec!["stdio".to_string()],
             leases: Leases::new(config_max_waiters),
+            patch_hooks: Arc::new(crate::patch_tool::PatchHooks::default()),
         })
     }
 
     /// Sets the transports this server serves (`workspace_info.transports`).
     pub fn with_transports(mut self, transports: Vec<String>) -> Gateway {
         self.transports = transports;
+        self
+    }
+
+    /// Installs apply_patch test hooks (failure injection, apply-window edits). Not reachable
+    /// from the wire; tests only.
+    #[doc(hidden)]
+    pub fn with_patch_hooks(mut self, hooks: crate::patch_tool::PatchHooks) -> Gateway {
+        self.patch_hooks = Arc::new(hooks);
         self
     }
 

@@ -5,13 +5,20 @@
 pub mod config;
 pub mod decide;
 pub mod error;
+pub mod explain;
 mod fs_tools;
 pub mod gateway;
 mod info;
+pub mod lease;
+pub mod ops;
+pub mod patch_tool;
+mod process_tools;
 pub mod policy;
 pub mod policy_test;
+pub mod reload;
 pub mod request;
 pub mod tools;
+pub mod versions;
 
 pub use config::Config;
 pub use error::{ErrorCode, ToolError};

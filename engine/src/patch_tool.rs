@@ -1,24 +1,608 @@
 //! `apply_patch`: parse and plan the whole patch, authorize every touched path, check versions,
-//! then commit all or nothing under the workspace lease with a rollback journal.
+//! then commit all or nothing under the workspace lease with a rollback journal in the store.
 
 use crate::error::{ErrorCode, ToolError};
-use crate::gateway::Gateway;
+use crate::gateway::{Gateway, WorkspaceRuntime};
+use crate::ops::{Begin, fingerprint};
 use crate::policy::PolicySnapshot;
 use crate::request::Session;
-use crate::tools::ApplyPatchParams;
-use serde_json::Value;
+use crate::tools::{ApplyPatchParams, ApplyPatchResult, FileChange, ToolCall};
+use crate::versions::Known;
+use codespace_runner_fs::txn::{Backup, Change, CommitError, Journal, commit, restore};
+use codespace_runner_fs::{FsError, Kind, RelPath, Root, Version};
+use codespace_runner_patch::{FileState, PlanError, PlannedChange, plan};
+use codespace_store::{JournalEntry, Store};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Test hooks of the apply window (not reachable from the wire).
+#[derive(Default)]
+pub struct PatchHooks {
+    /// Runs after the plan and before the commit (e.g. an outside edit).
+    pub before_commit: Option<Box<dyn Fn() + Send + Sync>>,
+    /// Runs before each write step; an error fails that step.
+    pub fault: Option<Box<dyn Fn(usize) -> Result<(), FsError> + Send + Sync>>,
+}
+
+impl std::fmt::Debug for PatchHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PatchHooks").finish_non_exhaustive()
+    }
+}
+
+/// The rollback journal: backups go to the store before the first write. `finish` leaves the
+/// journal open; the caller clears it once the outcome is final (so a crash in between is
+/// rolled back at start-up).
+struct StoreJournal<'a> {
+    store: &'a Store,
+    operation_id: &'a str,
+    workspace: &'a str,
+    backups: Vec<Backup>,
+}
+
+impl Journal for StoreJournal<'_> {
+    fn record(&mut self, backups: &[Backup]) -> Result<(), String> {
+        let entries: Vec<JournalEntry> = backups
+            .iter()
+            .map(|b| JournalEntry {
+                path: b.path.as_str().to_string(),
+                before: b.before.as_ref().map(|(d, _)| d.clone()),
+                mode: b.before.as_ref().map(|(_, m)| *m),
+                created_dirs: Vec::new(),
+            })
+            .collect();
+        self.store
+            .journal_begin(self.operation_id, self.workspace, &entries)
+            .map_err(|e| e.to_string())?;
+        self.backups = backups.to_vec();
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+fn plan_error(e: PlanError<FsError>) -> ToolError {
+    match e {
+        PlanError::Lookup(fs) => ToolError::from(fs),
+        other => {
+            let code = ErrorCode::from_code(other.code());
+            ToolError::new(code, other.to_string())
+        }
+    }
+}
+
+fn known_str(k: &Known) -> &str {
+    match k {
+        Known::Version(v) => v,
+        Known::Absent => "absent",
+    }
+}
+
+/// The Change and the wire change record of a planned change.
+fn to_change(c: &PlannedChange) -> Result<(Change, FileChange, Vec<String>), ToolError> {
+    let rel = |p: &str| RelPath::parse(p).map_err(ToolError::from);
+    let ver = |d: &[u8]| Version::from_bytes(d).as_str().to_string();
+    Ok(match c {
+        PlannedChange::Add { path, new } => {
+            let p = rel(path)?;
+            (
+                Change::Write {
+                    path: p.clone(),
+                    data: new.clone(),
+                    mode: 0o644,
+                },
+                FileChange {
+                    path: p.as_str().into(),
+                    kind: "add".into(),
+                    from: None,
+                    before_version: None,
+                    after_version: Some(ver(new)),
+                },
+                vec![p.as_str().into()],
+            )
+        }
+        PlannedChange::Update {
+            path,
+            old,
+            new,
+            mode,
+        } => {
+            let p = rel(path)?;
+            (
+                Change::Write {
+                    path: p.clone(),
+                    data: new.clone(),
+                    mode: *mode,
+                },
+                FileChange {
+                    path: p.as_str().into(),
+                    kind: "update".into(),
+                    from: None,
+                    before_version: Some(ver(old)),
+                    after_version: Some(ver(new)),
+                },
+                vec![p.as_str().into()],
+            )
+        }
+        PlannedChange::Delete { path, old, .. } => {
+            let p = rel(path)?;
+            (
+                Change::Delete { path: p.clone() },
+                FileChange {
+                    path: p.as_str().into(),
+                    kind: "delete".into(),
+                    from: None,
+                    before_version: Some(ver(old)),
+                    after_version: None,
+                },
+                vec![p.as_str().into()],
+            )
+        }
+        PlannedChange::Move {
+            from,
+            to,
+            old,
+            new,
+            mode,
+        } => {
+            let f = rel(from)?;
+            let t = rel(to)?;
+            (
+                Change::Move {
+                    from: f.clone(),
+                    to: t.clone(),
+                    data: new.clone(),
+                    mode: *mode,
+                },
+                FileChange {
+                    path: t.as_str().into(),
+                    kind: "move".into(),
+                    from: Some(f.as_str().into()),
+                    before_version: Some(ver(old)),
+                    after_version: Some(ver(new)),
+                },
+                vec![f.as_str().into(), t.as_str().into()],
+            )
+        }
+    })
+}
+
+/// The outcome of the blocking part of an apply.
+enum Applied {
+    Done,
+    Stale(Vec<String>),
+    Failed { status: &'static str, err: ToolError },
+}
 
 impl Gateway {
+    /// Reads one path for the planner, no-follow.
+    fn lookup(root: &Root, path: &str) -> Result<FileState, FsError> {
+        let rel = RelPath::parse(path)?;
+        Ok(match root.stat(&rel)? {
+            None => FileState::Absent,
+            Some(m) => match m.kind {
+                Kind::Dir => FileState::Directory,
+                Kind::Symlink => FileState::Symlink,
+                Kind::Other => FileState::Special,
+                Kind::File => {
+                    let c = root.read_all(&rel)?;
+                    FileState::File {
+                        data: c.data,
+                        mode: c.mode,
+                    }
+                }
+            },
+        })
+    }
+
     /// Serves `apply_patch`.
     pub(crate) async fn apply_patch(
         &self,
-        _snap: &PolicySnapshot,
-        _session: &Session,
-        _p: &ApplyPatchParams,
+        snap: &PolicySnapshot,
+        session: &Session,
+        p: &ApplyPatchParams,
     ) -> Result<Value, ToolError> {
-        Err(ToolError::new(
-            ErrorCode::InvalidArguments,
-            "tool `apply_patch` is not available in this build",
-        ))
+        let ws = self.workspace(&p.workspace_id)?;
+        let call = ToolCall::ApplyPatch(p.clone());
+        // One Cedar request per touched path; all must allow.
+        self.authorize(snap, ws, &call, session, None)?;
+        if ws.facts.approvals == "confirm" {
+            return Err(ToolError::new(
+                ErrorCode::ApprovalRequired,
+                "this workspace requires approval for mutations, and approval tools are not available in this build",
+            ));
+        }
+        // Normalize expected_versions keys (a malformed key is PATH_ESCAPE, like any path).
+        let mut expected: BTreeMap<String, String> = BTreeMap::new();
+        for (k, v) in &p.expected_versions {
+            let rel = RelPath::parse(k)?;
+            if v != "absent" && Version::parse(v).is_err() {
+                return Err(ToolError::new(
+                    ErrorCode::InvalidArguments,
+                    format!("expected_versions[`{}`]: expected \"sha256:<64 hex>\" or \"absent\"", rel.as_str()),
+                ));
+            }
+            expected.insert(rel.as_str().to_string(), v.clone());
+        }
+        let fp = fingerprint(&json!({
+            "workspace_id": p.workspace_id,
+            "patch": p.patch,
+            "expected_versions": p.expected_versions,
+            "check_only": p.check_only.unwrap_or(false),
+        }));
+        let lease = self.leases.acquire(&ws.facts.id).await?;
+        let op_id = match self.begin_operation(
+            "apply_patch",
+            &ws.facts.id,
+            p.operation_key.as_deref(),
+            &fp,
+            session,
+        )? {
+            Begin::New(id) => id,
+            Begin::Replay(row) => return Ok(replay(&row)),
+        };
+        ws.versions.ensure_watching();
+        let out = self.apply_locked(ws, p, &expected, &op_id).await;
+        drop(lease);
+        match out {
+            Ok(result) => {
+                let v = serde_json::to_value(&result)
+                    .map_err(|e| ToolError::new(ErrorCode::Internal, e.to_string()))?;
+                self.finish_operation(&op_id, &result.status, &v, None);
+                Ok(v)
+            }
+            Err((status, err)) => {
+                let err = err.with_operation(op_id.clone());
+                self.finish_operation(
+                    &op_id,
+                    status,
+                    &json!({"error": {"code": err.code, "message": err.message}}),
+                    Some(err.code.as_str()),
+                );
+                Err(err)
+            }
+        }
+    }
+
+    /// Plan, check and commit under the lease. Errors carry the operation status to record.
+    async fn apply_locked(
+        &self,
+        ws: &WorkspaceRuntime,
+        p: &ApplyPatchParams,
+        expected: &BTreeMap<String, String>,
+        op_id: &str,
+    ) -> Result<ApplyPatchResult, (&'static str, ToolError)> {
+        let rejected = |e: ToolError| ("rejected", e);
+        let patch = codespace_runner_patch::parse(&p.patch)
+            .map_err(|e| rejected(ToolError::new(ErrorCode::InvalidPatch, e.to_string())))?;
+        let root = Arc::clone(&ws.root);
+        let seq0 = ws.versions.seq();
+        let planned = {
+            let root = Arc::clone(&root);
+            tokio::task::spawn_blocking(move || plan(&patch, |path| Gateway::lookup(&root, path)))
+                .await
+                .map_err(|e| rejected(ToolError::new(ErrorCode::Internal, e.to_string())))?
+                .map_err(|e| rejected(plan_error(e)))?
+        };
+        let mut changes = Vec::new();
+        let mut wire = Vec::new();
+        let mut files: Vec<String> = Vec::new();
+        // What each touched path was at plan time (the disk truth the patch was planned on).
+        let mut at_plan: BTreeMap<String, Known> = BTreeMap::new();
+        for c in &planned.changes {
+            let (change, fc, paths) = to_change(c).map_err(rejected)?;
+            match c {
+                PlannedChange::Add { path, .. } => {
+                    at_plan.insert(rel_str(path), Known::Absent);
+                }
+                PlannedChange::Update { path, old, .. } | PlannedChange::Delete { path, old, .. } => {
+                    at_plan.insert(rel_str(path), Known::Version(Version::from_bytes(old).as_str().into()));
+                }
+                PlannedChange::Move { from, to, old, .. } => {
+                    at_plan.insert(rel_str(from), Known::Version(Version::from_bytes(old).as_str().into()));
+                    at_plan.insert(rel_str(to), Known::Absent);
+                }
+            }
+            changes.push(change);
+            wire.push(fc);
+            files.extend(paths);
+        }
+        for (path, k) in &at_plan {
+            ws.versions.record(path, k.clone());
+        }
+        // expected_versions against what the plan read from disk (and, for paths the patch does
+        // not touch, against the version table).
+        for (path, want) in expected {
+            let have = match at_plan.get(path) {
+                Some(k) => k.clone(),
+                None => {
+                    let rel = RelPath::parse(path).map_err(|e| rejected(e.into()))?;
+                    ws.versions
+                        .current(&root, &rel)
+                        .map_err(|e| rejected(e.into()))?
+                }
+            };
+            if known_str(&have) != want {
+                return Err(rejected(ToolError::new(
+                    ErrorCode::VersionConflict,
+                    format!(
+                        "`{path}` is at version {} but the patch expected {want}; read it again",
+                        known_str(&have)
+                    ),
+                )));
+            }
+        }
+        if p.check_only.unwrap_or(false) {
+            return Ok(ApplyPatchResult {
+                status: "checked".into(),
+                operation_id: op_id.into(),
+                replayed: false,
+                files,
+                changes: wire,
+            });
+        }
+        if let Some(h) = &self.patch_hooks.before_commit {
+            h();
+        }
+        let store = self
+            .require_store()
+            .map_err(rejected)?
+            .clone();
+        let workspace = ws.facts.id.clone();
+        let op = op_id.to_string();
+        let touched: Vec<String> = at_plan.keys().cloned().collect();
+        let versions_changed = ws.versions.changed_since(seq0, &touched);
+        let hooks = Arc::clone(&self.patch_hooks);
+        let at_plan_c = at_plan.clone();
+        let applied = tokio::task::spawn_blocking(move || {
+            commit_checked(&root, &store, &workspace, &op, &changes, &at_plan_c, &versions_changed, &hooks)
+        })
+        .await
+        .map_err(|e| ("unknown", ToolError::new(ErrorCode::Internal, e.to_string())))?;
+        match applied {
+            Applied::Done => {
+                for fc in &wire {
+                    if let Some(from) = &fc.from {
+                        ws.versions.record(from, Known::Absent);
+                    }
+                    let k = fc
+                        .after_version
+                        .clone()
+                        .map_or(Known::Absent, Known::Version);
+                    ws.versions.record(&fc.path, k);
+                }
+                Ok(ApplyPatchResult {
+                    status: "applied".into(),
+                    operation_id: op_id.into(),
+                    replayed: false,
+                    files,
+                    changes: wire,
+                })
+            }
+            Applied::Stale(paths) => Err((
+                "rejected",
+                ToolError::new(
+                    ErrorCode::StaleRead,
+                    format!(
+                        "changed outside the server while the patch was being applied: {}; nothing was written, read again",
+                        paths.join(", ")
+                    ),
+                ),
+            )),
+            Applied::Failed { status, err } => Err((status, err)),
+        }
+    }
+
+    /// Start-up recovery: every open journal is rolled back and its operation marked `unknown`;
+    /// operations that never finished are marked `unknown` too.
+    pub fn recover(&self) -> Vec<String> {
+        let Some(store) = &self.store else {
+            return Vec::new();
+        };
+        let mut recovered = Vec::new();
+        match store.open_journals() {
+            Ok(journals) => {
+                for (op, workspace, entries) in journals {
+                    let Some(ws) = self.workspaces.get(&workspace) else {
+                        tracing::error!(operation_id = %op, "journal for an unknown workspace kept");
+                        continue;
+                    };
+                    let backups: Vec<Backup> = entries
+                        .iter()
+                        .filter_map(|e| {
+                            RelPath::parse(&e.path).ok().map(|path| Backup {
+                                path,
+                                before: e.before.clone().map(|d| (d, e.mode.unwrap_or(0o644))),
+                            })
+                        })
+                        .collect();
+                    match restore(&ws.root, &backups) {
+                        Ok(()) => {
+                            let _ = store.journal_clear(&op);
+                            self.finish_operation(
+                                &op,
+                                "unknown",
+                                &json!({"recovered": "rolled back at start-up"}),
+                                Some("unknown"),
+                            );
+                            recovered.push(op);
+                        }
+                        Err(files) => {
+                            tracing::error!(operation_id = %op, ?files, "start-up rollback incomplete; journal kept");
+                        }
+                    }
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "cannot read open journals"),
+        }
+        if let Ok(rows) = store.unfinished_operations() {
+            for row in rows {
+                self.finish_operation(
+                    &row.operation_id,
+                    "unknown",
+                    &json!({"recovered": "unfinished at start-up"}),
+                    Some("unknown"),
+                );
+            }
+        }
+        let _ = store.mark_running_processes_unknown();
+        recovered
+    }
+}
+
+fn rel_str(p: &str) -> String {
+    RelPath::parse(p).map_or_else(|_| p.to_string(), |r| r.as_str().to_string())
+}
+
+/// The replayed result of a stored operation (unknown when it never finished).
+fn replay(row: &codespace_store::OperationRow) -> Value {
+    let mut v = match (&row.result, row.finished_ms) {
+        (Some(r @ Value::Object(_)), Some(_)) if r.get("status").is_some() => r.clone(),
+        _ => json!({
+            "status": if row.finished_ms.is_some() { row.status.as_str() } else { "unknown" },
+            "operation_id": row.operation_id,
+            "files": [],
+            "changes": [],
+        }),
+    };
+    if let Value::Object(m) = &mut v {
+        m.insert("replayed".into(), json!(true));
+        m.insert("operation_id".into(), json!(row.operation_id));
+    }
+    v
+}
+
+/// Commits with the journal, then verifies that what was replaced is what the plan read; any
+/// difference (a change in the apply window) rolls the commit back and reports the paths.
+#[allow(clippy::too_many_arguments)]
+fn commit_checked(
+    root: &Root,
+    store: &Store,
+    workspace: &str,
+    op: &str,
+    changes: &[Change],
+    at_plan: &BTreeMap<String, Known>,
+    watcher_changed: &[String],
+    hooks: &PatchHooks,
+) -> Applied {
+    // Changes the watcher saw in the window, confirmed on disk before anything is written.
+    let mut stale: Vec<String> = Vec::new();
+    for path in watcher_changed.iter().chain(at_plan.keys()) {
+        if stale.contains(path) {
+            continue;
+        }
+        let Ok(rel) = RelPath::parse(path) else { continue };
+        let now = match root.version(&rel) {
+            Ok(Some(v)) => Known::Version(v.as_str().to_string()),
+            Ok(None) => Known::Absent,
+            Err(_) => continue,
+        };
+        if at_plan.get(path).is_some_and(|k| *k != now) {
+            stale.push(path.clone());
+        }
+    }
+    if !stale.is_empty() {
+        return Applied::Stale(stale);
+    }
+    let mut journal = StoreJournal {
+        store,
+        operation_id: op,
+        workspace,
+        backups: Vec::new(),
+    };
+    let mut fault = |step: usize| match &hooks.fault {
+        Some(f) => f(step),
+        None => Ok(()),
+    };
+    let result = commit(root, changes, &mut journal, &mut fault);
+    let clear = |store: &Store| {
+        if let Err(e) = store.journal_clear(op) {
+            tracing::error!(operation_id = op, error = %e, "cannot clear the journal");
+        }
+    };
+    match result {
+        Ok(report) => {
+            // What the commit replaced must be what the plan read.
+            let mut changed: Vec<String> = Vec::new();
+            for f in &report.files {
+                let before = f
+                    .before
+                    .as_ref()
+                    .map_or(Known::Absent, |v| Known::Version(v.as_str().to_string()));
+                if at_plan.get(f.path.as_str()).is_some_and(|k| *k != before) {
+                    changed.push(f.path.as_str().to_string());
+                }
+            }
+            if changed.is_empty() {
+                clear(store);
+                return Applied::Done;
+            }
+            match restore(root, &journal.backups) {
+                Ok(()) => {
+                    clear(store);
+                    Applied::Failed {
+                        status: "failed_rolled_back",
+                        err: ToolError::new(
+                            ErrorCode::StaleRead,
+                            format!(
+                                "changed outside the server during the apply: {}; the patch was rolled back and the outside edit kept",
+                                changed.join(", ")
+                            ),
+                        ),
+                    }
+                }
+                Err(files) => Applied::Failed {
+                    status: "failed_partial",
+                    err: ToolError::new(
+                        ErrorCode::StaleRead,
+                        format!(
+                            "changed outside the server during the apply, and restoring failed for: {}",
+                            files.join(", ")
+                        ),
+                    ),
+                },
+            }
+        }
+        Err(CommitError::Refused { cause }) => {
+            clear(store);
+            Applied::Failed {
+                status: "rejected",
+                err: ToolError::from(cause),
+            }
+        }
+        Err(CommitError::Journal { message }) => Applied::Failed {
+            status: "rejected",
+            err: ToolError::new(
+                ErrorCode::Internal,
+                format!("cannot write the rollback journal; nothing was written ({message})"),
+            ),
+        },
+        Err(CommitError::RolledBack { cause }) => {
+            clear(store);
+            Applied::Failed {
+                status: "failed_rolled_back",
+                err: ToolError::new(
+                    ErrorCode::from_code(cause.code()),
+                    format!("the patch failed and every touched file was restored (failed_rolled_back): {cause}"),
+                ),
+            }
+        }
+        Err(CommitError::Partial { cause, files }) => Applied::Failed {
+            status: "failed_partial",
+            err: ToolError::new(
+                ErrorCode::FileOperationFailed,
+                format!(
+                    "the patch failed ({cause}) and these files could not be restored (failed_partial): {}",
+                    files.join(", ")
+                ),
+            ),
+        },
+        Err(CommitError::JournalFinish { message, .. }) => Applied::Failed {
+            status: "unknown",
+            err: ToolError::new(ErrorCode::Internal, format!("journal: {message}")),
+        },
     }
 }

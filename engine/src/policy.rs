@@ -123,7 +123,8 @@ fn collect_cedar_files(
             .to_string_lossy()
             .replace('\\', "/");
         if ft.is_dir() {
-            if name == "tests" {
+            // Test files and worked examples live beside the policies but are not loaded.
+            if name == "tests" || name == "examples" {
                 continue;
             }
             collect_cedar_files(root, &path, out)?;
@@ -440,6 +441,30 @@ impl PolicyStore {
                 }
                 Err(e)
             }
+        }
+    }
+
+    /// Swaps in an already compiled (and, where configured, tested) snapshot; calls in flight
+    /// keep the one they started with. Clears the last rejection and returns the old hash.
+    pub fn install(&self, snap: PolicySnapshot) -> String {
+        let old = self.snapshot().sha256.clone();
+        match self.current.write() {
+            Ok(mut g) => *g = Arc::new(snap),
+            Err(poisoned) => *poisoned.into_inner() = Arc::new(snap),
+        }
+        if let Ok(mut e) = self.last_error.write() {
+            *e = None;
+        }
+        old
+    }
+
+    /// Records a refused reload (the set in force stays): shown by `workspace_info.policy`.
+    pub fn record_rejection(&self, errors: Vec<String>) {
+        if let Ok(mut le) = self.last_error.write() {
+            *le = Some(RejectedReload {
+                at_ms: now_ms(),
+                errors,
+            });
         }
     }
 

@@ -1,14 +1,19 @@
 //! The policy test runner core: YAML test files whose cases are tool calls (as an MCP host
 //! would send them) on a virtual workspace, decided through the same request builder and
-//! `decide()` the server uses.
+//! `decide()` the server uses. Cases may be parameterized (`params` + `{{name}}` placeholders);
+//! results carry policy-id coverage, JSON and JUnit reports, and an export of every resolved
+//! Cedar request in the upstream `cedar run-tests` format.
 
 use crate::config::{BUILTIN_PROFILES, Profile};
 use crate::decide::{Decision, decide, workspace_entities};
+use crate::explain::{build_cedar_request, entities_json, evaluate};
 use crate::policy::PolicySnapshot;
 use crate::request::{ProcessFacts, Session, WorkspaceFacts, build_requests};
 use crate::tools::ToolCall;
-use serde::Deserialize;
-use std::collections::BTreeMap;
+use cedar_policy::Decision as CedarDecision;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A test file.
 #[derive(Debug, Deserialize)]
@@ -95,7 +100,7 @@ fn default_transport() -> String {
 }
 
 /// A process the case's call refers to (for the process tools).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TestProcess {
     /// Whether the caller started it.
@@ -114,7 +119,7 @@ fn yes() -> bool {
 }
 
 /// One case.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TestCase {
     /// Name shown in the report.
@@ -135,10 +140,14 @@ pub struct TestCase {
     /// Expect evaluation errors (default: none allowed).
     #[serde(default)]
     pub errors: bool,
+    /// Parameter sets: the case runs once per set, with every `{{name}}` in its strings
+    /// replaced by the set's value (a string that is exactly `{{name}}` takes the value's type).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub params: Vec<BTreeMap<String, Value>>,
 }
 
 /// `{name, arguments}`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CallSpec {
     /// Tool name.
@@ -168,7 +177,47 @@ pub fn parse_file(text: &str) -> Result<TestFile, String> {
     serde_yaml_ng::from_str(text).map_err(|e| e.to_string())
 }
 
-fn profiles_for(file: &TestFile) -> BTreeMap<String, Profile> {
+/// What a run collects besides pass/fail.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunOptions {
+    /// Build the upstream `cedar run-tests` cases of every sub-request.
+    pub emit_cedar: bool,
+}
+
+impl Fixture {
+    /// A fixture with the defaults of a test file: host environment, sandbox and network
+    /// enforcement available, network restricted, approvals off, nothing server-owned.
+    pub fn new(id: &str, profile: &str) -> Fixture {
+        Fixture {
+            id: id.to_string(),
+            profile: profile.to_string(),
+            environment_kind: default_env_kind(),
+            sandbox: default_enforced(),
+            network_enforcement: default_enforced(),
+            network: default_network(),
+            approvals: default_approvals(),
+            server_owned: Vec::new(),
+        }
+    }
+
+    /// The workspace facts of the fixture (environment id `env`).
+    pub fn facts(&self) -> WorkspaceFacts {
+        WorkspaceFacts {
+            id: self.id.clone(),
+            profile: self.profile.clone(),
+            environment: "env".into(),
+            environment_kind: self.environment_kind.clone(),
+            sandbox: self.sandbox.clone(),
+            network_enforcement: self.network_enforcement.clone(),
+            network: self.network.clone(),
+            approvals: self.approvals.clone(),
+            server_owned: self.server_owned.clone(),
+        }
+    }
+}
+
+/// The built-in profiles plus `extra` (`id → extends`).
+pub fn profile_tree(extra: &BTreeMap<String, Option<String>>) -> BTreeMap<String, Profile> {
     let mut m: BTreeMap<String, Profile> = BUILTIN_PROFILES
         .iter()
         .map(|(id, parent)| {
@@ -182,12 +231,12 @@ fn profiles_for(file: &TestFile) -> BTreeMap<String, Profile> {
             )
         })
         .collect();
-    for (id, p) in &file.profiles {
+    for (id, extends) in extra {
         m.insert(
             id.clone(),
             Profile {
                 id: id.clone(),
-                extends: p.extends.clone(),
+                extends: extends.clone(),
                 description: None,
             },
         );
@@ -195,20 +244,163 @@ fn profiles_for(file: &TestFile) -> BTreeMap<String, Profile> {
     m
 }
 
+/// Replaces `{{name}}` placeholders in every string of `v`. A string that is exactly one
+/// placeholder takes the parameter's JSON value; otherwise values are spliced in as text.
+fn substitute(
+    v: &mut Value,
+    params: &BTreeMap<String, Value>,
+    used: &mut BTreeSet<String>,
+    unknown: &mut BTreeSet<String>,
+) {
+    match v {
+        Value::String(text) => {
+            let trimmed = text.trim();
+            if let Some(inner) = trimmed
+                .strip_prefix("{{")
+                .and_then(|r| r.strip_suffix("}}"))
+                .map(str::trim)
+                .filter(|k| !k.contains("{{") && !k.contains("}}"))
+            {
+                match params.get(inner) {
+                    Some(p) => {
+                        used.insert(inner.to_string());
+                        *v = p.clone();
+                    }
+                    None => {
+                        unknown.insert(inner.to_string());
+                    }
+                }
+                return;
+            }
+            let mut out = String::with_capacity(text.len());
+            let mut rest = text.as_str();
+            while let Some(open) = rest.find("{{") {
+                let (before, after) = rest.split_at(open);
+                out.push_str(before);
+                let after = after.get(2..).unwrap_or("");
+                match after.find("}}") {
+                    Some(close) => {
+                        let key = after.get(..close).unwrap_or("").trim();
+                        match params.get(key) {
+                            Some(Value::String(p)) => out.push_str(p),
+                            Some(p) => out.push_str(&p.to_string()),
+                            None => {
+                                unknown.insert(key.to_string());
+                            }
+                        }
+                        used.insert(key.to_string());
+                        rest = after.get(close + 2..).unwrap_or("");
+                    }
+                    None => {
+                        out.push_str("{{");
+                        rest = after;
+                    }
+                }
+            }
+            out.push_str(rest);
+            *text = out;
+        }
+        Value::Array(items) => {
+            for i in items {
+                substitute(i, params, used, unknown);
+            }
+        }
+        Value::Object(map) => {
+            for (_, i) in map.iter_mut() {
+                substitute(i, params, used, unknown);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn param_label(params: &BTreeMap<String, Value>) -> String {
+    params
+        .iter()
+        .map(|(k, v)| match v {
+            Value::String(s) => format!("{k}={s}"),
+            other => format!("{k}={other}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Expands a parameterized case into one case per parameter set (a plain case yields itself).
+/// `Err` carries the name of the instance and why it could not be built.
+pub fn expand_case(case: &TestCase) -> Vec<Result<TestCase, (String, String)>> {
+    if case.params.is_empty() {
+        return vec![Ok(case.clone())];
+    }
+    let mut template = case.clone();
+    template.params.clear();
+    let template = match serde_json::to_value(&template) {
+        Ok(t) => t,
+        Err(e) => return vec![Err((case.name.clone(), format!("params: {e}")))],
+    };
+    case.params
+        .iter()
+        .enumerate()
+        .map(|(i, params)| {
+            let mut v = template.clone();
+            let (mut used, mut unknown) = (BTreeSet::new(), BTreeSet::new());
+            substitute(&mut v, params, &mut used, &mut unknown);
+            let label = param_label(params);
+            let fallback = format!("{} [{label}]", case.name);
+            if !unknown.is_empty() {
+                return Err((
+                    fallback,
+                    format!(
+                        "params[{i}]: no value for placeholder(s) {}",
+                        unknown.iter().map(|k| format!("{{{{{k}}}}}")).collect::<Vec<_>>().join(", ")
+                    ),
+                ));
+            }
+            let unused: Vec<&String> = params.keys().filter(|k| !used.contains(*k)).collect();
+            if !unused.is_empty() {
+                return Err((
+                    fallback,
+                    format!("params[{i}]: {unused:?} used by no placeholder (a typo?)"),
+                ));
+            }
+            let mut inst: TestCase = serde_json::from_value(v)
+                .map_err(|e| (fallback.clone(), format!("params[{i}]: {e}")))?;
+            if !case.name.contains("{{") {
+                inst.name = fallback;
+            }
+            Ok(inst)
+        })
+        .collect()
+}
+
+/// One resolved Cedar request in the upstream `cedar run-tests` JSON format.
+pub type CedarCase = Value;
+
+/// The outcome of one case, with what the reports and the export need.
+#[derive(Debug, Clone)]
+pub struct CaseOutcome {
+    /// Pass/fail and the decision.
+    pub result: CaseResult,
+    /// Upstream `cedar run-tests` cases, one per sub-request (when asked for).
+    pub cedar: Vec<CedarCase>,
+}
+
 /// Runs every case of a file against a snapshot.
 pub fn run_file(snap: &PolicySnapshot, file_name: &str, file: &TestFile) -> Vec<CaseResult> {
+    run_file_with(snap, file_name, file, RunOptions::default())
+        .into_iter()
+        .map(|o| o.result)
+        .collect()
+}
+
+/// Runs every case of a file (parameterized cases expanded) against a snapshot.
+pub fn run_file_with(
+    snap: &PolicySnapshot,
+    file_name: &str,
+    file: &TestFile,
+    opts: RunOptions,
+) -> Vec<CaseOutcome> {
     let fx = &file.workspace;
-    let facts = WorkspaceFacts {
-        id: fx.id.clone(),
-        profile: fx.profile.clone(),
-        environment: "env".into(),
-        environment_kind: fx.environment_kind.clone(),
-        sandbox: fx.sandbox.clone(),
-        network_enforcement: fx.network_enforcement.clone(),
-        network: fx.network.clone(),
-        approvals: fx.approvals.clone(),
-        server_owned: fx.server_owned.clone(),
-    };
+    let facts = fx.facts();
     let session = file
         .session
         .as_ref()
@@ -217,60 +409,247 @@ pub fn run_file(snap: &PolicySnapshot, file_name: &str, file: &TestFile) -> Vec<
             transport: s.transport.clone(),
         })
         .unwrap_or_else(Session::stdio);
-    let profiles = profiles_for(file);
-    let base = workspace_entities(snap, &profiles, &facts);
-    file.cases
+    let extra: BTreeMap<String, Option<String>> = file
+        .profiles
         .iter()
-        .map(|case| {
-            let mut failures = Vec::new();
-            let decision = match (&base, ToolCall::parse(&case.call.name, &case.call.arguments)) {
-                (Err(e), _) => {
-                    failures.push(format!("fixture entities: {e}"));
-                    None
-                }
-                (_, Err(e)) => {
-                    failures.push(format!("call: {e:?}"));
-                    None
-                }
-                (Ok(base), Ok(call)) => {
-                    if let Some(w) = call.workspace_id() {
-                        if w != fx.id {
-                            failures.push(format!(
-                                "call names workspace `{w}` but the fixture is `{}`",
-                                fx.id
-                            ));
-                        }
-                    }
-                    let pf = case.process.as_ref().map(|p| ProcessFacts {
-                        id: "proc-test".into(),
-                        same_client: p.same_client,
-                        argv: p.command.clone(),
-                        tty: p.tty,
-                    });
-                    match build_requests(&call, &session, pf.as_ref()) {
-                        Ok(reqs) => Some(decide(snap, base, &facts, call.tool(), &reqs)),
-                        Err(e) => {
-                            // A request-builder refusal counts as a deny.
-                            if case.decision != "deny" {
-                                failures.push(format!("request refused: {e}"));
-                            }
-                            None
-                        }
-                    }
-                }
-            };
-            if let Some(d) = &decision {
-                check(case, d, &mut failures);
+        .map(|(id, p)| (id.clone(), p.extends.clone()))
+        .collect();
+    let profiles = profile_tree(&extra);
+    let base = workspace_entities(snap, &profiles, &facts);
+    let mut out = Vec::new();
+    for case in file.cases.iter().flat_map(expand_case) {
+        let case = match case {
+            Ok(c) => c,
+            Err((name, why)) => {
+                out.push(CaseOutcome {
+                    result: CaseResult {
+                        file: file_name.to_string(),
+                        name,
+                        passed: false,
+                        failures: vec![why],
+                        decision: None,
+                    },
+                    cedar: Vec::new(),
+                });
+                continue;
             }
-            CaseResult {
+        };
+        let mut failures = Vec::new();
+        let mut cedar = Vec::new();
+        let decision = match (&base, ToolCall::parse(&case.call.name, &case.call.arguments)) {
+            (Err(e), _) => {
+                failures.push(format!("fixture entities: {e}"));
+                None
+            }
+            (_, Err(e)) => {
+                failures.push(format!("call: {e:?}"));
+                None
+            }
+            (Ok(base), Ok(call)) => {
+                if let Some(w) = call.workspace_id() {
+                    if w != fx.id {
+                        failures.push(format!(
+                            "call names workspace `{w}` but the fixture is `{}`",
+                            fx.id
+                        ));
+                    }
+                }
+                let pf = case.process.as_ref().map(|p| ProcessFacts {
+                    id: "proc-test".into(),
+                    same_client: p.same_client,
+                    argv: p.command.clone(),
+                    tty: p.tty,
+                });
+                match build_requests(&call, &session, pf.as_ref()) {
+                    Ok(reqs) => {
+                        if opts.emit_cedar {
+                            for (i, req) in reqs.iter().enumerate() {
+                                let op_id = format!("test/{i}");
+                                match build_cedar_request(snap, base, &facts, call.tool(), req, &op_id) {
+                                    Ok(built) => {
+                                        let resp = evaluate(snap, &built);
+                                        let mut reason: Vec<String> =
+                                            resp.diagnostics().reason().map(|p| p.to_string()).collect();
+                                        reason.sort();
+                                        cedar.push(json!({
+                                            "name": format!("{file_name} :: {} #{i} {}", case.name, req.action),
+                                            "request": {
+                                                "principal": built.principal.to_string(),
+                                                "action": built.action.to_string(),
+                                                "resource": built.resource.to_string(),
+                                                "context": built.context,
+                                            },
+                                            "entities": entities_json(&built.entities),
+                                            "decision": if resp.decision() == CedarDecision::Allow { "allow" } else { "deny" },
+                                            "reason": reason,
+                                            "num_errors": resp.diagnostics().errors().count(),
+                                        }));
+                                    }
+                                    Err(e) => failures.push(format!("cedar export of request {i}: {e}")),
+                                }
+                            }
+                        }
+                        Some(decide(snap, base, &facts, call.tool(), &reqs))
+                    }
+                    Err(e) => {
+                        // A request-builder refusal counts as a deny.
+                        if case.decision != "deny" {
+                            failures.push(format!("request refused: {e}"));
+                        }
+                        None
+                    }
+                }
+            }
+        };
+        if let Some(d) = &decision {
+            check(&case, d, &mut failures);
+        }
+        out.push(CaseOutcome {
+            result: CaseResult {
                 file: file_name.to_string(),
                 name: case.name.clone(),
                 passed: failures.is_empty(),
                 failures,
                 decision,
-            }
+            },
+            cedar,
+        });
+    }
+    out
+}
+
+/// Which policies ever determined a decision.
+#[derive(Debug, Clone)]
+pub struct Coverage {
+    /// Every policy id of the set.
+    pub all: BTreeSet<String>,
+    /// The ids that determined at least one sub-request.
+    pub covered: BTreeSet<String>,
+}
+
+impl Coverage {
+    /// Coverage of `results` over the policies of `snap`.
+    pub fn of(snap: &PolicySnapshot, results: &[CaseResult]) -> Coverage {
+        let all: BTreeSet<String> = snap.meta.keys().cloned().collect();
+        let covered = results
+            .iter()
+            .filter_map(|r| r.decision.as_ref())
+            .flat_map(|d| d.subs.iter())
+            .flat_map(|s| s.policy_ids.iter())
+            .filter(|id| all.contains(*id))
+            .cloned()
+            .collect();
+        Coverage { all, covered }
+    }
+
+    /// Ids no case exercised.
+    pub fn uncovered(&self) -> Vec<String> {
+        self.all.difference(&self.covered).cloned().collect()
+    }
+
+    /// Percent covered (100 for an empty set).
+    pub fn percent(&self) -> f64 {
+        if self.all.is_empty() {
+            return 100.0;
+        }
+        // Counts of policies are small; the conversion is exact.
+        #[allow(clippy::cast_precision_loss)]
+        let pct = self.covered.len() as f64 * 100.0 / self.all.len() as f64;
+        pct
+    }
+
+    /// The machine form.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "policies": self.all.len(),
+            "covered": self.covered.len(),
+            "percent": (self.percent() * 10.0).round() / 10.0,
+            "covered_ids": self.covered,
+            "uncovered_ids": self.uncovered(),
         })
-        .collect()
+    }
+}
+
+/// The JSON report: every case, the coverage and the totals.
+pub fn report_json(results: &[CaseResult], coverage: &Coverage) -> Value {
+    let passed = results.iter().filter(|r| r.passed).count();
+    json!({
+        "cases": results.iter().map(|r| json!({
+            "file": r.file,
+            "name": r.name,
+            "passed": r.passed,
+            "failures": r.failures,
+            "decision": r.decision.as_ref().map(|d| if d.allowed() { "allow" } else { "deny" }),
+            "determining_policies": r.decision.as_ref().map(|d| d.subs.iter()
+                .flat_map(|s| s.policy_ids.iter().cloned()).collect::<BTreeSet<_>>()),
+        })).collect::<Vec<_>>(),
+        "coverage": coverage.to_json(),
+        "passed": passed,
+        "failed": results.len() - passed,
+    })
+}
+
+fn xml_escape(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&apos;"),
+            c if (c as u32) < 0x20 && c != '\n' && c != '\t' && c != '\r' => {}
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+/// The JUnit XML report: one testsuite per file, coverage as properties.
+pub fn report_junit(results: &[CaseResult], coverage: &Coverage) -> String {
+    let mut by_file: BTreeMap<&str, Vec<&CaseResult>> = BTreeMap::new();
+    for r in results {
+        by_file.entry(r.file.as_str()).or_default().push(r);
+    }
+    let failed = results.iter().filter(|r| !r.passed).count();
+    let mut x = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    x.push_str(&format!(
+        "<testsuites name=\"codespace policy test\" tests=\"{}\" failures=\"{failed}\">\n",
+        results.len()
+    ));
+    for (file, cases) in by_file {
+        let f = cases.iter().filter(|r| !r.passed).count();
+        x.push_str(&format!(
+            "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{f}\">\n",
+            xml_escape(file),
+            cases.len()
+        ));
+        x.push_str(&format!(
+            "    <properties><property name=\"policy_coverage_percent\" value=\"{:.1}\"/><property name=\"uncovered_policies\" value=\"{}\"/></properties>\n",
+            coverage.percent(),
+            xml_escape(&coverage.uncovered().join(" "))
+        ));
+        for r in cases {
+            x.push_str(&format!(
+                "    <testcase classname=\"{}\" name=\"{}\"",
+                xml_escape(file),
+                xml_escape(&r.name)
+            ));
+            if r.passed {
+                x.push_str("/>\n");
+            } else {
+                let msg = r.failures.join("\n");
+                x.push_str(&format!(
+                    "><failure message=\"{}\">{}</failure></testcase>\n",
+                    xml_escape(r.failures.first().map(String::as_str).unwrap_or("failed")),
+                    xml_escape(&msg)
+                ));
+            }
+        }
+        x.push_str("  </testsuite>\n");
+    }
+    x.push_str("</testsuites>\n");
+    x
 }
 
 fn check(case: &TestCase, d: &Decision, failures: &mut Vec<String>) {

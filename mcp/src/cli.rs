@@ -4,7 +4,6 @@ use crate::server::CodeSpaceServer;
 use anyhow::{Context, Result, anyhow};
 use clap::{Parser, Subcommand};
 use codespace_engine::policy::{PolicySource, compile};
-use codespace_engine::policy_test::{parse_file, run_file};
 use codespace_engine::{Config, Gateway, PolicyStore, SandboxFacts, Session};
 use rmcp::ServiceExt;
 use std::path::{Path, PathBuf};
@@ -31,7 +30,11 @@ enum Command {
         /// SQLite store file (default: the config's `store`, else the user data dir).
         #[arg(long)]
         store: Option<PathBuf>,
+        #[command(flatten)]
+        http: crate::http::HttpArgs,
     },
+    /// Print the decision log (audit) from the store: a table, or JSON lines for a SIEM.
+    Audit(crate::policy_cli::AuditArgs),
     /// Policy tools for security teams and CI.
     Policy {
         #[command(subcommand)]
@@ -46,10 +49,18 @@ enum PolicyCommand {
         #[command(flatten)]
         loc: PolicyLocation,
     },
-    /// Run policy test files (default: every .yaml under <policies>/tests).
+    /// Run policy test files (default: every .yaml under <policies>/tests), with coverage.
     Test {
-        /// Test files.
-        files: Vec<PathBuf>,
+        #[command(flatten)]
+        args: crate::policy_cli::TestArgs,
+        #[command(flatten)]
+        loc: PolicyLocation,
+    },
+    /// Explain the decision on one tool call: requests, entities, per-policy evaluation.
+    /// Exit 0 allow, 2 deny.
+    Explain {
+        #[command(flatten)]
+        args: crate::policy_cli::ExplainArgs,
         #[command(flatten)]
         loc: PolicyLocation,
     },
@@ -104,10 +115,21 @@ fn source_from(policies: Option<PathBuf>, schema: Option<PathBuf>) -> PolicySour
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve { dir, config, store } => serve(dir, config, store).map(|_| ExitCode::SUCCESS),
+        Command::Serve {
+            dir,
+            config,
+            store,
+            http,
+        } => serve(dir, config, store, http).map(|_| ExitCode::SUCCESS),
+        Command::Audit(args) => crate::policy_cli::audit(&args, default_store_path),
         Command::Policy { command } => match command {
             PolicyCommand::Validate { loc } => policy_validate(&loc),
-            PolicyCommand::Test { files, loc } => policy_test(&files, &loc),
+            PolicyCommand::Test { args, loc } => loc
+                .source()
+                .and_then(|src| crate::policy_cli::test(&args, &src)),
+            PolicyCommand::Explain { args, loc } => loc.source().and_then(|src| {
+                crate::policy_cli::explain(&args, loc.config.as_deref(), src)
+            }),
         },
     };
     match result {
@@ -126,7 +148,13 @@ fn default_store_path() -> Result<PathBuf> {
     Ok(base.join("codespace").join("codespace.db"))
 }
 
-fn serve(dir: Option<PathBuf>, config: Option<PathBuf>, store: Option<PathBuf>) -> Result<()> {
+fn serve(
+    dir: Option<PathBuf>,
+    config: Option<PathBuf>,
+    store: Option<PathBuf>,
+    http: crate::http::HttpArgs,
+) -> Result<()> {
+    let http = http.options().map_err(|e| anyhow!(e))?;
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -148,9 +176,18 @@ fn serve(dir: Option<PathBuf>, config: Option<PathBuf>, store: Option<PathBuf>) 
     };
     cfg.store = Some(store_path.clone());
     let source = source_from(cfg.policies_dir.clone(), cfg.schema_file.clone());
-    let policy = PolicyStore::load(source).map_err(|e| anyhow!("policies rejected:\n{e}"))?;
-    let store = codespace_store::Store::open(&store_path)
-        .with_context(|| "cannot open the store (pass --store FILE)".to_string())?;
+    let policy =
+        Arc::new(PolicyStore::load(source).map_err(|e| anyhow!("policies rejected:\n{e}"))?);
+    let store = Arc::new(
+        codespace_store::Store::open(&store_path)
+        .with_context(|| "cannot open the store (pass --store FILE)".to_string())?,
+    );
+    // Hot reload: file watching plus SIGHUP, debounced; every attempt is a policy_reload event.
+    let reloader = Arc::new(crate::policy_cli::start_reloader(
+        &policy,
+        &store,
+        cfg.policy_tests_on_reload,
+    )?);
     let probe = codespace_runner_sandbox::probe();
     let sandbox = SandboxFacts {
         sandbox_enforced: probe.sandbox_available(),
@@ -173,15 +210,28 @@ fn serve(dir: Option<PathBuf>, config: Option<PathBuf>, store: Option<PathBuf>) 
     );
     let gateway = Arc::new(Gateway::new(
         cfg,
-        Arc::new(policy),
-        Some(Arc::new(store)),
+        Arc::clone(&policy),
+        Some(Arc::clone(&store)),
         sandbox,
-    )?);
+    )?
+    .with_transports(match &http {
+        Some(_) => vec![crate::http::TRANSPORT.to_string()],
+        None => vec!["stdio".to_string()],
+    }));
+    // Roll back patches a crash interrupted; mark unfinished operations `unknown`.
+    let recovered = gateway.recover();
+    if !recovered.is_empty() {
+        tracing::warn!(operations = ?recovered, "rolled back interrupted patches at start-up");
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("tokio runtime")?;
+    rt.spawn(crate::policy_cli::reload_on_sighup(Arc::clone(&reloader)));
     rt.block_on(async move {
+        if let Some(opts) = http {
+            return Ok(crate::http::serve_until(gateway, opts, shutdown_signal()).await?);
+        }
         let server = CodeSpaceServer::new(gateway, Session::stdio());
         let running = server
             .serve(rmcp::transport::stdio())
@@ -231,68 +281,3 @@ fn policy_validate(loc: &PolicyLocation) -> Result<ExitCode> {
     }
 }
 
-fn default_test_files(source: &PolicySource) -> Result<Vec<PathBuf>> {
-    let dir = match source {
-        PolicySource::Dir { policies, .. } => policies.join("tests"),
-        PolicySource::Embedded => return Ok(Vec::new()),
-    };
-    if !dir.is_dir() {
-        return Ok(Vec::new());
-    }
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .with_context(|| format!("cannot list {}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
-        .collect();
-    files.sort();
-    Ok(files)
-}
-
-fn policy_test(files: &[PathBuf], loc: &PolicyLocation) -> Result<ExitCode> {
-    let source = loc.source()?;
-    let snap = match source.read().and_then(compile) {
-        Ok(s) => s,
-        Err(e) => {
-            for line in &e.0 {
-                eprintln!("{line}");
-            }
-            return Err(anyhow!("policies rejected; no test ran"));
-        }
-    };
-    let files = if files.is_empty() {
-        default_test_files(&source)?
-    } else {
-        files.to_vec()
-    };
-    let (mut passed, mut failed) = (0usize, 0usize);
-    for f in &files {
-        let name = f.display().to_string();
-        let text = std::fs::read_to_string(f).with_context(|| format!("cannot read {name}"))?;
-        let parsed = match parse_file(&text) {
-            Ok(p) => p,
-            Err(e) => {
-                println!("FAILED {name}: cannot parse: {e}");
-                failed += 1;
-                continue;
-            }
-        };
-        for r in run_file(&snap, &name, &parsed) {
-            if r.passed {
-                passed += 1;
-                println!("ok     {} :: {}", r.file, r.name);
-            } else {
-                failed += 1;
-                println!("FAILED {} :: {}", r.file, r.name);
-                for why in &r.failures {
-                    println!("         {why}");
-                }
-            }
-        }
-    }
-    println!("{passed} passed, {failed} failed");
-    Ok(if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
-}

@@ -2,4 +2,6 @@
 //! The `codespace` binary is a thin `main` over [`cli::main`]; tests drive [`server`] in-process.
 
 pub mod cli;
+pub mod http;
+pub mod policy_cli;
 pub mod server;

@@ -1,0 +1,507 @@
+//! Explaining a decision: the Cedar requests a tool call builds (principal, action, resource
+//! with its attributes, context), the entities, the decision and, for every policy of the set,
+//! whether its scope matched and whether its condition held. Built from the same request
+//! builder and `decide()` the server uses; nothing here touches the store or the disk.
+
+use crate::config::Profile;
+use crate::decide::{Decision, decide, operation_entity, uid, workspace_entities};
+use crate::error::{ErrorCode, ToolError};
+use crate::gateway::Gateway;
+use crate::policy::PolicySnapshot;
+use crate::request::{ProcessFacts, Session, SubRequest, WorkspaceFacts, build_requests};
+use crate::tools::ToolCall;
+use cedar_policy::{
+    Authorizer, Context, Decision as CedarDecision, Entities, EntityUid, Policy, PolicySet,
+    Request, Response,
+};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+
+/// One Cedar request as the engine builds it, ready to evaluate or to export.
+#[derive(Debug, Clone)]
+pub struct BuiltRequest {
+    /// `CodeSpace::PermissionProfile::"…"`.
+    pub principal: EntityUid,
+    /// `CodeSpace::Action::"…"`.
+    pub action: EntityUid,
+    /// `CodeSpace::Operation::"…"`.
+    pub resource: EntityUid,
+    /// The context as JSON.
+    pub context: Value,
+    /// The schema-checked request.
+    pub request: Request,
+    /// The workspace's entities plus this request's Operation entity.
+    pub entities: Entities,
+}
+
+/// Builds one sub-request the way `decide()` does (schema-checked context and request; the
+/// Operation entity added to the workspace's entities).
+pub fn build_cedar_request(
+    snap: &PolicySnapshot,
+    base: &Entities,
+    facts: &WorkspaceFacts,
+    tool: &str,
+    req: &SubRequest,
+    op_id: &str,
+) -> Result<BuiltRequest, String> {
+    let principal = uid("PermissionProfile", &facts.profile).map_err(|e| format!("principal: {e}"))?;
+    let action = uid("Action", &req.action).map_err(|e| format!("action: {e}"))?;
+    let resource = uid("Operation", op_id).map_err(|e| format!("resource: {e}"))?;
+    let op = operation_entity(facts, tool, req, op_id).map_err(|e| format!("entities: {e}"))?;
+    let entities = base
+        .clone()
+        .add_entities([op], None)
+        .map_err(|e| format!("entities: {e}"))?;
+    let ctx = Context::from_json_value(req.context.clone(), Some((&snap.schema, &action)))
+        .map_err(|e| format!("context: {e}"))?;
+    let request = Request::new(
+        principal.clone(),
+        action.clone(),
+        resource.clone(),
+        ctx,
+        Some(&snap.schema),
+    )
+    .map_err(|e| format!("request: {e}"))?;
+    Ok(BuiltRequest {
+        principal,
+        action,
+        resource,
+        context: req.context.clone(),
+        request,
+        entities,
+    })
+}
+
+/// Evaluates a built request against the whole set.
+pub fn evaluate(snap: &PolicySnapshot, built: &BuiltRequest) -> Response {
+    Authorizer::new().is_authorized(&built.request, &snap.set, &built.entities)
+}
+
+/// The JSON of some entities, without the action entities (those come from the schema).
+pub fn entities_json(entities: &Entities) -> Value {
+    match entities.to_json_value() {
+        Ok(Value::Array(items)) => Value::Array(
+            items
+                .into_iter()
+                .filter(|e| {
+                    e.pointer("/uid/type")
+                        .and_then(Value::as_str)
+                        .is_none_or(|t| !t.ends_with("::Action") && t != "Action")
+                })
+                .collect(),
+        ),
+        Ok(other) => other,
+        Err(e) => json!({ "error": e.to_string() }),
+    }
+}
+
+/// True / false / evaluation error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Tri {
+    /// Held.
+    True,
+    /// Did not hold.
+    False,
+    /// Evaluating it failed (Cedar skips such a policy; the engine then denies).
+    Error(String),
+}
+
+impl Tri {
+    fn as_str(&self) -> &str {
+        match self {
+            Tri::True => "true",
+            Tri::False => "false",
+            Tri::Error(_) => "error",
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        match self {
+            Tri::Error(e) => json!({"result": "error", "error": e}),
+            other => json!(other.as_str()),
+        }
+    }
+}
+
+/// How one policy fared on one request.
+#[derive(Debug, Clone)]
+pub struct PolicyEval {
+    /// Its `@id`.
+    pub id: String,
+    /// `permit` or `forbid`.
+    pub effect: &'static str,
+    /// File and line it comes from.
+    pub location: String,
+    /// Did principal, action and resource scope match (conditions removed)?
+    pub scope: Tri,
+    /// Did the whole policy hold (scope and conditions)? `None` when the scope did not match.
+    pub condition: Option<Tri>,
+    /// Is it among the determining policies of the request?
+    pub determining: bool,
+    /// The forbid's `@reason`.
+    pub reason: Option<String>,
+}
+
+fn eval_alone(policy: Policy, built: &BuiltRequest) -> Tri {
+    let id = policy.id().clone();
+    let set = match PolicySet::from_policies([policy]) {
+        Ok(s) => s,
+        Err(e) => return Tri::Error(e.to_string()),
+    };
+    let resp = Authorizer::new().is_authorized(&built.request, &set, &built.entities);
+    let errors: Vec<String> = resp.diagnostics().errors().map(|e| e.to_string()).collect();
+    if !errors.is_empty() {
+        return Tri::Error(errors.join("; "));
+    }
+    if resp.diagnostics().reason().any(|r| *r == id) {
+        Tri::True
+    } else {
+        Tri::False
+    }
+}
+
+/// The per-policy table of one request: each policy evaluated alone, once with its conditions
+/// removed (scope) and once whole (condition).
+pub fn policy_table(snap: &PolicySnapshot, built: &BuiltRequest, determining: &[String]) -> Vec<PolicyEval> {
+    let mut rows = Vec::new();
+    for (id, meta) in &snap.meta {
+        let Some(policy) = snap.set.policy(&cedar_policy::PolicyId::new(id)) else {
+            continue;
+        };
+        let scope = match policy.to_json() {
+            Ok(mut est) => {
+                if let Value::Object(m) = &mut est {
+                    m.insert("conditions".into(), json!([]));
+                }
+                match Policy::from_json(Some(policy.id().clone()), est) {
+                    Ok(bare) => eval_alone(bare, built),
+                    Err(e) => Tri::Error(format!("scope copy: {e}")),
+                }
+            }
+            Err(e) => Tri::Error(format!("scope copy: {e}")),
+        };
+        let condition = match scope {
+            Tri::True => Some(eval_alone(policy.clone(), built)),
+            _ => None,
+        };
+        rows.push(PolicyEval {
+            id: id.clone(),
+            effect: if meta.forbid { "forbid" } else { "permit" },
+            location: format!("{}:{}", meta.file, meta.line),
+            scope,
+            condition,
+            determining: determining.contains(id),
+            reason: meta.reason.clone(),
+        });
+    }
+    rows
+}
+
+/// One explained sub-request.
+#[derive(Debug, Clone)]
+pub struct ExplainedRequest {
+    /// Index within the call.
+    pub index: usize,
+    /// Action id.
+    pub action: String,
+    /// Path or command summary.
+    pub subject: String,
+    /// False for sandbox-shaping requests.
+    pub gating: bool,
+    /// Principal, action and resource uids, displayed.
+    pub principal: String,
+    /// Action uid, displayed.
+    pub action_uid: String,
+    /// Resource uid, displayed.
+    pub resource: String,
+    /// The Operation entity's attributes.
+    pub resource_attrs: Value,
+    /// The context.
+    pub context: Value,
+    /// Cedar's own answer (`allow` / `deny`), before the engine's deny-on-error rule.
+    pub cedar_decision: String,
+    /// The engine's answer (deny on any error).
+    pub allowed: bool,
+    /// Determining policy ids.
+    pub determining: Vec<String>,
+    /// Evaluation or build errors.
+    pub errors: Vec<String>,
+    /// The per-policy table (empty when the request could not be built).
+    pub policies: Vec<PolicyEval>,
+}
+
+/// Everything `codespace policy explain` shows.
+#[derive(Debug, Clone)]
+pub struct Explanation {
+    /// The tool.
+    pub tool: String,
+    /// Workspace id.
+    pub workspace: String,
+    /// Its profile.
+    pub profile: String,
+    /// The policy set hash.
+    pub policy_sha256: String,
+    /// The engine's decision (as the server would make it).
+    pub decision: Option<Decision>,
+    /// Why the request builder refused the call, when it did (a refusal is a deny).
+    pub builder_error: Option<String>,
+    /// The denial message the caller would get.
+    pub denial: Option<String>,
+    /// The workspace's entities (without actions).
+    pub entities: Value,
+    /// Per sub-request detail.
+    pub requests: Vec<ExplainedRequest>,
+}
+
+impl Explanation {
+    /// Would the call be allowed?
+    pub fn allowed(&self) -> bool {
+        self.builder_error.is_none() && self.decision.as_ref().is_some_and(Decision::allowed)
+    }
+}
+
+fn uid_attrs(built: &BuiltRequest) -> Value {
+    built
+        .entities
+        .get(&built.resource)
+        .and_then(|e| e.to_json_value().ok())
+        .and_then(|v| v.get("attrs").cloned())
+        .unwrap_or(Value::Null)
+}
+
+/// Explains a call on a workspace described by `facts`, with `profiles` as the profile tree.
+pub fn explain_call(
+    snap: &PolicySnapshot,
+    profiles: &BTreeMap<String, Profile>,
+    facts: &WorkspaceFacts,
+    session: &Session,
+    call: &ToolCall,
+    process: Option<&ProcessFacts>,
+) -> Explanation {
+    let mut out = Explanation {
+        tool: call.tool().to_string(),
+        workspace: facts.id.clone(),
+        profile: facts.profile.clone(),
+        policy_sha256: snap.sha256.clone(),
+        decision: None,
+        builder_error: None,
+        denial: None,
+        entities: Value::Null,
+        requests: Vec::new(),
+    };
+    let base = match workspace_entities(snap, profiles, facts) {
+        Ok(b) => b,
+        Err(e) => {
+            out.builder_error = Some(format!("entities: {e}"));
+            return out;
+        }
+    };
+    out.entities = entities_json(&base);
+    let reqs = match build_requests(call, session, process) {
+        Ok(r) => r,
+        Err(e) => {
+            out.builder_error = Some(format!("{}: {}", e.code.as_str(), e.message));
+            return out;
+        }
+    };
+    let decision = decide(snap, &base, facts, call.tool(), &reqs);
+    if !decision.allowed() {
+        out.denial = Some(decision.to_error(snap).message);
+    }
+    for (index, req) in reqs.iter().enumerate() {
+        let sub = decision.subs.get(index);
+        let op_id = format!("explain/{index}");
+        let mut row = ExplainedRequest {
+            index,
+            action: req.action.clone(),
+            subject: req.subject.clone(),
+            gating: req.gating,
+            principal: String::new(),
+            action_uid: String::new(),
+            resource: String::new(),
+            resource_attrs: Value::Null,
+            context: req.context.clone(),
+            cedar_decision: "deny".into(),
+            allowed: sub.is_some_and(|s| s.allowed),
+            determining: sub.map(|s| s.policy_ids.clone()).unwrap_or_default(),
+            errors: sub.map(|s| s.errors.clone()).unwrap_or_default(),
+            policies: Vec::new(),
+        };
+        match build_cedar_request(snap, &base, facts, call.tool(), req, &op_id) {
+            Ok(built) => {
+                let resp = evaluate(snap, &built);
+                row.cedar_decision = match resp.decision() {
+                    CedarDecision::Allow => "allow",
+                    CedarDecision::Deny => "deny",
+                }
+                .into();
+                row.principal = built.principal.to_string();
+                row.action_uid = built.action.to_string();
+                row.resource = built.resource.to_string();
+                row.resource_attrs = uid_attrs(&built);
+                row.policies = policy_table(snap, &built, &row.determining);
+            }
+            Err(e) => {
+                if !row.errors.contains(&e) {
+                    row.errors.push(e);
+                }
+            }
+        }
+        out.requests.push(row);
+    }
+    out.decision = Some(decision);
+    out
+}
+
+impl Gateway {
+    /// Explains `call` against a configured workspace under the policy set in force, with the
+    /// facts the server would use. Writes no audit row.
+    pub fn explain(
+        &self,
+        session: &Session,
+        call: &ToolCall,
+        process: Option<&ProcessFacts>,
+    ) -> Result<Explanation, ToolError> {
+        let id = call.workspace_id().ok_or_else(|| {
+            ToolError::new(
+                ErrorCode::InvalidArguments,
+                "the call names no workspace_id; pass --workspace or a workspace_id argument",
+            )
+        })?;
+        let ws = self.workspace(id)?;
+        let snap = self.policy.snapshot();
+        Ok(explain_call(
+            &snap,
+            &self.config.profiles,
+            &ws.facts,
+            session,
+            call,
+            process,
+        ))
+    }
+}
+
+/// The machine form of an explanation.
+pub fn to_json(x: &Explanation) -> Value {
+    let requests: Vec<Value> = x
+        .requests
+        .iter()
+        .map(|r| {
+            json!({
+                "index": r.index,
+                "action": r.action,
+                "subject": r.subject,
+                "gating": r.gating,
+                "principal": r.principal,
+                "action_uid": r.action_uid,
+                "resource": r.resource,
+                "resource_attributes": r.resource_attrs,
+                "context": r.context,
+                "cedar_decision": r.cedar_decision,
+                "decision": if r.allowed { "allow" } else { "deny" },
+                "determining_policies": r.determining,
+                "errors": r.errors,
+                "policies": r.policies.iter().map(|p| json!({
+                    "id": p.id,
+                    "effect": p.effect,
+                    "location": p.location,
+                    "scope_matched": p.scope.to_json(),
+                    "condition": p.condition.as_ref().map(Tri::to_json),
+                    "determining": p.determining,
+                    "reason": p.reason,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({
+        "tool": x.tool,
+        "workspace": x.workspace,
+        "profile": x.profile,
+        "policy_set_sha256": x.policy_sha256,
+        "decision": if x.allowed() { "allow" } else { "deny" },
+        "decision_id": x.decision.as_ref().map(|d| d.decision_id.clone()),
+        "builder_error": x.builder_error,
+        "denial": x.denial,
+        "entities": x.entities,
+        "requests": requests,
+    })
+}
+
+/// The human form of an explanation.
+pub fn render_text(x: &Explanation) -> String {
+    let mut s = String::new();
+    let verdict = if x.allowed() { "ALLOW" } else { "DENY" };
+    s.push_str(&format!(
+        "{verdict}  {} on workspace `{}` (profile {})\npolicy set {}\n",
+        x.tool, x.workspace, x.profile, x.policy_sha256
+    ));
+    if let Some(e) = &x.builder_error {
+        s.push_str(&format!("refused by the request builder: {e}\n"));
+    }
+    if let Some(d) = &x.denial {
+        s.push_str(&format!("{d}\n"));
+    }
+    for r in &x.requests {
+        s.push_str(&format!(
+            "\n── request {}: {} `{}`{}\n",
+            r.index,
+            r.action,
+            r.subject,
+            if r.gating { "" } else { " (sandbox capability: a deny narrows the sandbox)" }
+        ));
+        s.push_str(&format!("  principal  {}\n", r.principal));
+        s.push_str(&format!("  action     {}\n", r.action_uid));
+        s.push_str(&format!("  resource   {}\n", r.resource));
+        s.push_str(&format!("  attributes {}\n", r.resource_attrs));
+        s.push_str(&format!("  context    {}\n", r.context));
+        s.push_str(&format!(
+            "  decision   {} (cedar: {})\n",
+            if r.allowed { "allow" } else { "deny" },
+            r.cedar_decision
+        ));
+        s.push_str(&format!(
+            "  determining {}\n",
+            if r.determining.is_empty() {
+                "(none: default deny)".to_string()
+            } else {
+                r.determining.join(", ")
+            }
+        ));
+        for e in &r.errors {
+            s.push_str(&format!("  error      {e}\n"));
+        }
+        if !r.policies.is_empty() {
+            let w = r.policies.iter().map(|p| p.id.len()).max().unwrap_or(2).max(6);
+            s.push_str(&format!(
+                "  {:<w$}  {:<6}  {:<5}  {:<9}  {}\n",
+                "policy", "effect", "scope", "condition", "location / reason"
+            ));
+            for p in &r.policies {
+                let cond = p.condition.as_ref().map(Tri::as_str).unwrap_or("-");
+                let mark = if p.determining { "*" } else { " " };
+                let mut tail = p.location.clone();
+                if let Some(reason) = &p.reason {
+                    if p.condition == Some(Tri::True) {
+                        tail = format!("{tail}  reason: {reason}");
+                    }
+                }
+                for t in [&p.scope, p.condition.as_ref().unwrap_or(&Tri::False)] {
+                    if let Tri::Error(e) = t {
+                        tail = format!("{tail}  error: {e}");
+                    }
+                }
+                s.push_str(&format!(
+                    "{mark} {:<w$}  {:<6}  {:<5}  {:<9}  {tail}\n",
+                    p.id,
+                    p.effect,
+                    p.scope.as_str(),
+                    cond
+                ));
+            }
+        }
+    }
+    s.push_str("\nentities (actions omitted): ");
+    s.push_str(&x.entities.to_string());
+    s.push('\n');
+    s
+}

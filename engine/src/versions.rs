@@ -1,0 +1,158 @@
+//! File versions per workspace: a table of `sha256:` versions kept current by our own reads and
+//! writes and invalidated by an internal `notify` watcher when files change outside the server.
+//! The watcher is not a tool. Disk stays the truth: a path the watcher touched (or one never
+//! seen) is re-hashed, so a missed event cannot let a stale write through.
+
+use codespace_runner_fs::{RelPath, Root};
+use notify::{RecursiveMode, Watcher};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// What the table knows of one path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Known {
+    /// The file had this version.
+    Version(String),
+    /// The path did not exist.
+    Absent,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    /// Clean entries only; a watcher event removes the entry.
+    known: HashMap<String, Known>,
+    /// Event sequence number; bumped on every watcher event.
+    seq: u64,
+    /// Last event sequence per path.
+    touched: HashMap<String, u64>,
+    /// True when the watcher lost events (overflow) or could not start: trust nothing cached.
+    degraded: bool,
+}
+
+/// The version table of one workspace, with its watcher.
+pub struct Versions {
+    root_abs: PathBuf,
+    table: Arc<Mutex<Table>>,
+    watcher: Mutex<Option<notify::RecommendedWatcher>>,
+}
+
+impl std::fmt::Debug for Versions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Versions")
+            .field("root", &"<workspace root>")
+            .finish()
+    }
+}
+
+fn lock(t: &Mutex<Table>) -> MutexGuard<'_, Table> {
+    match t.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+impl Versions {
+    /// A table for the workspace rooted at `root_abs` (canonical). The watcher starts lazily.
+    pub fn new(root_abs: &Path) -> Versions {
+        Versions {
+            root_abs: root_abs.to_path_buf(),
+            table: Arc::new(Mutex::new(Table::default())),
+            watcher: Mutex::new(None),
+        }
+    }
+
+    /// Starts the watcher if it is not running. A watcher that cannot start leaves the table
+    /// degraded (every lookup re-hashes from disk).
+    pub fn ensure_watching(&self) {
+        let mut w = match self.watcher.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if w.is_some() {
+            return;
+        }
+        let table = Arc::clone(&self.table);
+        let root = self.root_abs.clone();
+        let handler = move |res: notify::Result<notify::Event>| {
+            let mut t = lock(&table);
+            t.seq += 1;
+            let seq = t.seq;
+            match res {
+                Ok(ev) => {
+                    if ev.need_rescan() {
+                        t.degraded = true;
+                        t.known.clear();
+                    }
+                    if matches!(ev.kind, notify::EventKind::Access(notify::event::AccessKind::Open(_)))
+                    {
+                        return;
+                    }
+                    for p in &ev.paths {
+                        if let Ok(rel) = p.strip_prefix(&root) {
+                            let rel = rel.to_string_lossy().to_string();
+                            // A directory event invalidates everything beneath it.
+                            let prefix = format!("{rel}/");
+                            t.known.retain(|k, _| k != &rel && !k.starts_with(&prefix));
+                            t.touched.insert(rel, seq);
+                        }
+                    }
+                }
+                Err(_) => {
+                    t.degraded = true;
+                    t.known.clear();
+                }
+            }
+        };
+        match notify::recommended_watcher(handler) {
+            Ok(mut watcher) => match watcher.watch(&self.root_abs, RecursiveMode::Recursive) {
+                Ok(()) => *w = Some(watcher),
+                Err(e) => {
+                    tracing::warn!(error = %e, "file watcher could not start; versions are re-read from disk");
+                    lock(&self.table).degraded = true;
+                }
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, "file watcher unavailable; versions are re-read from disk");
+                lock(&self.table).degraded = true;
+            }
+        }
+    }
+
+    /// The current event sequence number (to detect changes in a window).
+    pub fn seq(&self) -> u64 {
+        lock(&self.table).seq
+    }
+
+    /// Paths among `paths` that the watcher saw change after sequence `since` (or all of them
+    /// when the watcher is degraded).
+    pub fn changed_since(&self, since: u64, paths: &[String]) -> Vec<String> {
+        let t = lock(&self.table);
+        paths
+            .iter()
+            .filter(|p| t.degraded || t.touched.get(*p).is_some_and(|s| *s > since))
+            .cloned()
+            .collect()
+    }
+
+    /// Records what we read or wrote.
+    pub fn record(&self, path: &str, known: Known) {
+        let mut t = lock(&self.table);
+        if !t.degraded {
+            t.known.insert(path.to_string(), known);
+        }
+    }
+
+    /// The version of `path`: from the table when clean, else from disk (and cached).
+    pub fn current(&self, root: &Root, path: &RelPath) -> Result<Known, codespace_runner_fs::FsError> {
+        if let Some(k) = lock(&self.table).known.get(path.as_str()).cloned() {
+            return Ok(k);
+        }
+        let k = match root.version(path)? {
+            Some(v) => Known::Version(v.as_str().to_string()),
+            None => Known::Absent,
+        };
+        self.record(path.as_str(), k.clone());
+        Ok(k)
+    }
+}

@@ -1,0 +1,808 @@
+//! Streamable HTTP transport: rmcp's `StreamableHttpService` at `/mcp` under axum, behind one
+//! gate that runs before any MCP handling: DNS-rebinding guard (Host/Origin), bearer tokens of
+//! the configured clients (constant-time), request body cap, per-client in-flight cap and
+//! session ownership. The authenticated client name reaches `call_tool` as an [`HttpClient`]
+//! extension of the request parts and becomes `Session.client` (transport `streamable-http`).
+
+use crate::server::CodeSpaceServer;
+use axum::Router;
+use axum::body::{Body, Bytes, HttpBody};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::Response;
+use codespace_engine::{Gateway, Session};
+use rmcp::RoleServer;
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// The transport name in `Session.transport`, decision rows and `workspace_info.transports`.
+pub const TRANSPORT: &str = "streamable-http";
+/// The default listen address of `serve --http`.
+pub const DEFAULT_ADDR: &str = "127.0.0.1:8787";
+/// The MCP endpoint path.
+pub const MCP_PATH: &str = "/mcp";
+/// The client name when no clients are configured (loopback only, unauthenticated).
+pub const UNAUTHENTICATED_CLIENT: &str = "local";
+/// Default request body cap.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+/// Default number of requests one client may have in flight.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 64;
+/// Default idle time after which a session is closed.
+pub const DEFAULT_SESSION_IDLE: Duration = Duration::from_secs(30 * 60);
+/// How long shutdown waits for open streams before giving up on them.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+const SESSION_HEADER: &str = "mcp-session-id";
+
+/// How to serve HTTP.
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    /// Listen address (port 0 picks a free port).
+    pub addr: SocketAddr,
+    /// Operator-listed public hosts (`HOST` any port, or `HOST:PORT`) accepted in Host/Origin.
+    pub allowed_hosts: Vec<String>,
+    /// Extra browser origins (`scheme://host[:port]`) accepted in Origin.
+    pub allowed_origins: Vec<String>,
+    /// Request body cap in bytes (413 beyond).
+    pub max_body_bytes: usize,
+    /// Requests one client may have in flight (429 beyond).
+    pub max_in_flight_per_client: usize,
+    /// Idle time after which a session is closed.
+    pub session_idle: Duration,
+}
+
+impl HttpOptions {
+    /// Defaults for `addr`.
+    pub fn new(addr: SocketAddr) -> HttpOptions {
+        HttpOptions {
+            addr,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_in_flight_per_client: DEFAULT_MAX_IN_FLIGHT,
+            session_idle: DEFAULT_SESSION_IDLE,
+        }
+    }
+}
+
+/// Why the HTTP server could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    /// No clients are configured and the address is not loopback.
+    #[error(
+        "refusing to serve unauthenticated HTTP on the non-loopback address {0}: configure `clients` \
+         with tokens, or bind a loopback address such as 127.0.0.1:8787"
+    )]
+    UnauthenticatedNonLoopback(SocketAddr),
+    /// An `--allowed-host` or `--allowed-origin` entry does not parse.
+    #[error("invalid {0} `{1}`")]
+    BadAllowEntry(&'static str, String),
+    /// The address cannot be bound.
+    #[error("cannot listen on {0}: {1}")]
+    Bind(SocketAddr, std::io::Error),
+    /// The server failed while running.
+    #[error("HTTP server failed: {0}")]
+    Serve(std::io::Error),
+}
+
+/// Parses `serve --http` ADDR: `IP:PORT` or `localhost:PORT`.
+pub fn parse_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    if let Some(port) = s.strip_prefix("localhost:") {
+        if let Ok(p) = port.parse::<u16>() {
+            return Ok(SocketAddr::from(([127, 0, 0, 1], p)));
+        }
+    }
+    Err(format!(
+        "invalid HTTP address `{s}` (expected IP:PORT such as {DEFAULT_ADDR}; put a directory before --http)"
+    ))
+}
+
+/// The `serve` flags of the HTTP transport.
+#[derive(Debug, Clone, clap::Args)]
+pub struct HttpArgs {
+    /// Serve MCP over streamable HTTP at ADDR (default 127.0.0.1:8787, path /mcp) instead of stdio.
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = DEFAULT_ADDR)]
+    pub http: Option<String>,
+    /// A public host (HOST, any port; or HOST:PORT) requests may name in Host/Origin, e.g. the
+    /// reverse proxy's name. Repeatable.
+    #[arg(long = "allowed-host", value_name = "HOST[:PORT]", requires = "http")]
+    pub allowed_hosts: Vec<String>,
+    /// A browser origin (scheme://host[:port]) accepted in Origin, e.g. the MCP Inspector's. Repeatable.
+    #[arg(long = "allowed-origin", value_name = "ORIGIN", requires = "http")]
+    pub allowed_origins: Vec<String>,
+    /// HTTP request body cap in bytes (413 beyond).
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES, requires = "http")]
+    pub max_body_bytes: usize,
+    /// Requests one HTTP client may have in flight (429 beyond).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_IN_FLIGHT, requires = "http")]
+    pub max_in_flight: usize,
+    /// Seconds after which an idle HTTP session is closed.
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_SESSION_IDLE.as_secs(), requires = "http")]
+    pub session_idle_secs: u64,
+}
+
+impl HttpArgs {
+    /// The options, or `None` when `--http` is absent.
+    pub fn options(&self) -> Result<Option<HttpOptions>, String> {
+        let Some(addr) = &self.http else {
+            return Ok(None);
+        };
+        let mut o = HttpOptions::new(parse_addr(addr)?);
+        o.allowed_hosts.clone_from(&self.allowed_hosts);
+        o.allowed_origins.clone_from(&self.allowed_origins);
+        o.max_body_bytes = self.max_body_bytes;
+        o.max_in_flight_per_client = self.max_in_flight;
+        o.session_idle = Duration::from_secs(self.session_idle_secs.max(1));
+        Ok(Some(o))
+    }
+}
+
+/// Binds, says where on stderr (and that it is unauthenticated when no clients are configured),
+/// and serves until `shutdown` completes.
+pub async fn serve_until(
+    gateway: Arc<Gateway>,
+    opts: HttpOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), HttpError> {
+    let server = HttpServer::bind(gateway, opts).await?;
+    eprintln!(
+        "codespace: serving MCP over streamable HTTP at http://{}{MCP_PATH}",
+        server.local_addr()
+    );
+    if !server.authenticated() {
+        eprintln!(
+            "codespace: no clients configured: HTTP is UNAUTHENTICATED and bound to loopback only"
+        );
+    }
+    server.run(shutdown).await?;
+    eprintln!("codespace: HTTP server stopped");
+    Ok(())
+}
+
+/// The authenticated caller of one HTTP request, set by the gate in the request extensions.
+#[derive(Debug, Clone)]
+pub struct HttpClient(pub Arc<str>);
+
+/// The session of an HTTP tool call: the client the gate authenticated, when the request came
+/// over HTTP; `None` on other transports.
+pub fn request_session(ctx: &RequestContext<RoleServer>) -> Option<Session> {
+    let parts = ctx.extensions.get::<axum::http::request::Parts>()?;
+    let client = parts.extensions.get::<HttpClient>()?;
+    Some(Session {
+        client: client.0.to_string(),
+        transport: TRANSPORT.to_string(),
+    })
+}
+
+/// `host` lower-cased without IPv6 brackets, and its port when given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Authority {
+    host: String,
+    port: Option<u16>,
+}
+
+impl Authority {
+    fn parse(s: &str) -> Option<Authority> {
+        let a = axum::http::uri::Authority::try_from(s.trim()).ok()?;
+        if a.as_str().contains('@') {
+            return None;
+        }
+        Some(Authority {
+            host: a
+                .host()
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_ascii_lowercase(),
+            port: a.port_u16(),
+        })
+    }
+
+    /// An allow entry without a port admits any port.
+    fn admits(&self, host: &str, port: Option<u16>) -> bool {
+        self.host == host && self.port.is_none_or(|p| Some(p) == port)
+    }
+}
+
+/// An Origin as (scheme, host, effective port).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Origin {
+    scheme: String,
+    host: String,
+    port: u16,
+}
+
+impl Origin {
+    fn parse(s: &str) -> Option<Origin> {
+        let uri: axum::http::Uri = s.trim().parse().ok()?;
+        let scheme = uri.scheme_str()?.to_ascii_lowercase();
+        let default_port = match scheme.as_str() {
+            "http" => 80,
+            "https" => 443,
+            _ => return None,
+        };
+        let auth = Authority::parse(uri.authority()?.as_str())?;
+        if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
+            return None;
+        }
+        Some(Origin {
+            scheme,
+            host: auth.host,
+            port: auth.port.unwrap_or(default_port),
+        })
+    }
+}
+
+/// The DNS-rebinding guard: which Host and Origin values are ours.
+#[derive(Debug, Clone)]
+struct HostGuard {
+    hosts: Vec<Authority>,
+    origins: Vec<Origin>,
+}
+
+/// Why a request was refused before MCP handling.
+const HOST_REFUSED: &str = "host not allowed";
+const ORIGIN_REFUSED: &str = "origin not allowed";
+
+impl HostGuard {
+    /// The loopback names at the bound port, the bound IP when specific, and the operator's.
+    fn new(
+        bound: SocketAddr,
+        allowed_hosts: &[String],
+        allowed_origins: &[String],
+    ) -> Result<(HostGuard, Vec<String>), HttpError> {
+        let port = bound.port();
+        let mut entries: Vec<String> = vec![
+            format!("127.0.0.1:{port}"),
+            format!("localhost:{port}"),
+            format!("[::1]:{port}"),
+        ];
+        if !bound.ip().is_unspecified() && !bound.ip().is_loopback() {
+            entries.push(match bound.ip() {
+                IpAddr::V4(ip) => format!("{ip}:{port}"),
+                IpAddr::V6(ip) => format!("[{ip}]:{port}"),
+            });
+        }
+        entries.extend(allowed_hosts.iter().map(|h| h.trim().to_string()));
+        let hosts = entries
+            .iter()
+            .map(|e| Authority::parse(e).ok_or_else(|| HttpError::BadAllowEntry("--allowed-host", e.clone())))
+            .collect::<Result<Vec<_>, _>>()?;
+        let origins = allowed_origins
+            .iter()
+            .map(|o| Origin::parse(o).ok_or_else(|| HttpError::BadAllowEntry("--allowed-origin", o.clone())))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((HostGuard { hosts, origins }, entries))
+    }
+
+    /// The same policy, spelled for rmcp's own checks (`allowed_origins`).
+    fn rmcp_origins(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for h in &self.hosts {
+            let host = if h.host.contains(':') {
+                format!("[{}]", h.host)
+            } else {
+                h.host.clone()
+            };
+            let port = h.port.map_or("*".to_string(), |p| p.to_string());
+            out.push(format!("http://{host}:{port}"));
+            out.push(format!("https://{host}:{port}"));
+        }
+        for o in &self.origins {
+            let host = if o.host.contains(':') {
+                format!("[{}]", o.host)
+            } else {
+                o.host.clone()
+            };
+            out.push(format!("{}://{host}:{}", o.scheme, o.port));
+        }
+        out
+    }
+
+    fn check(&self, headers: &HeaderMap) -> Result<(), &'static str> {
+        let host = headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .and_then(Authority::parse)
+            .ok_or(HOST_REFUSED)?;
+        if !self.hosts.iter().any(|a| a.admits(&host.host, host.port)) {
+            return Err(HOST_REFUSED);
+        }
+        let Some(origin) = headers.get(header::ORIGIN) else {
+            return Ok(());
+        };
+        let origin = origin
+            .to_str()
+            .ok()
+            .and_then(Origin::parse)
+            .ok_or(ORIGIN_REFUSED)?;
+        let ok = self.origins.contains(&origin)
+            || self
+                .hosts
+                .iter()
+                .any(|a| a.admits(&origin.host, Some(origin.port)));
+        if ok { Ok(()) } else { Err(ORIGIN_REFUSED) }
+    }
+}
+
+/// Equality of two digests in time independent of where they differ.
+fn digest_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    let diff = a.iter().zip(b.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
+}
+
+/// The tokens as SHA-256 digests, so comparison time depends neither on the content nor on the
+/// length of the presented token.
+struct Tokens(Vec<(Arc<str>, [u8; 32])>);
+
+impl Tokens {
+    fn digest(token: &[u8]) -> [u8; 32] {
+        Sha256::digest(token).into()
+    }
+
+    /// The client whose token is presented; every configured token is compared.
+    fn client_for(&self, presented: &[u8]) -> Option<Arc<str>> {
+        let d = Tokens::digest(presented);
+        let mut found = None;
+        for (name, t) in &self.0 {
+            if digest_eq(&d, t) && found.is_none() {
+                found = Some(name.clone());
+            }
+        }
+        found
+    }
+}
+
+struct Gate {
+    guard: HostGuard,
+    /// `None`: no clients configured, every request is [`UNAUTHENTICATED_CLIENT`].
+    tokens: Option<Tokens>,
+    anonymous: Arc<str>,
+    in_flight: HashMap<Arc<str>, Arc<Semaphore>>,
+    max_body_bytes: usize,
+    /// Session id → the client that created it.
+    owners: Mutex<HashMap<String, Arc<str>>>,
+    sessions: Arc<LocalSessionManager>,
+}
+
+fn plain(status: StatusCode, body: &'static str) -> Response {
+    let mut r = Response::new(Body::from(body));
+    *r.status_mut() = status;
+    r
+}
+
+fn json_error(status: StatusCode, error: &'static str) -> Response {
+    let mut r = Response::new(Body::from(format!("{{\"error\":\"{error}\"}}")));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+fn unauthorized() -> Response {
+    let mut r = json_error(StatusCode::UNAUTHORIZED, "unauthorized");
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"codespace\""),
+    );
+    r
+}
+
+impl Gate {
+    fn authenticate(&self, headers: &HeaderMap) -> Option<Arc<str>> {
+        let Some(tokens) = &self.tokens else {
+            return Some(self.anonymous.clone());
+        };
+        let value = headers.get(header::AUTHORIZATION)?.as_bytes();
+        let (scheme, rest) = value.split_at_checked(7)?;
+        if !scheme.eq_ignore_ascii_case(b"bearer ") {
+            return None;
+        }
+        tokens.client_for(rest.trim_ascii())
+    }
+
+    fn owner_mismatch(&self, sid: &str, client: &Arc<str>) -> bool {
+        match self.owners.lock() {
+            Ok(o) => o.get(sid).is_some_and(|owner| owner != client),
+            Err(_) => true,
+        }
+    }
+
+    async fn record_owner(&self, sid: String, client: Arc<str>) {
+        let prune = self.owners.lock().map(|o| o.len() >= 1024).unwrap_or(false);
+        let live: Option<Vec<String>> = if prune {
+            Some(
+                self.sessions
+                    .sessions
+                    .read()
+                    .await
+                    .keys()
+                    .map(|k| k.to_string())
+                    .collect(),
+            )
+        } else {
+            None
+        };
+        if let Ok(mut o) = self.owners.lock() {
+            if let Some(live) = live {
+                o.retain(|k, _| live.contains(k));
+            }
+            o.insert(sid, client);
+        }
+    }
+
+    fn forget_owner(&self, sid: &str) {
+        if let Ok(mut o) = self.owners.lock() {
+            o.remove(sid);
+        }
+    }
+}
+
+/// A response body that holds the client's in-flight permit until it is finished or dropped.
+struct PermitBody {
+    inner: Body,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl HttpBody for PermitBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The gate in front of rmcp: 403 (Host/Origin), 401 (token), 413 (declared body size), 404
+/// (another client's session), 429 (in-flight cap); then the request, with the client attached.
+async fn gate(State(g): State<Arc<Gate>>, mut req: Request, next: Next) -> Response {
+    if let Err(why) = g.guard.check(req.headers()) {
+        tracing::warn!(reason = why, "HTTP request refused (DNS-rebinding guard)");
+        return plain(StatusCode::FORBIDDEN, why);
+    }
+    let Some(client) = g.authenticate(req.headers()) else {
+        tracing::warn!("HTTP request refused: missing or unknown bearer token");
+        return unauthorized();
+    };
+    // The token goes no further: not into rmcp, tool contexts or logs.
+    req.headers_mut().remove(header::AUTHORIZATION);
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > g.max_body_bytes as u64) {
+        return json_error(StatusCode::PAYLOAD_TOO_LARGE, "request body too large");
+    }
+    let sid = req
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    if let Some(sid) = &sid {
+        if g.owner_mismatch(sid, &client) {
+            tracing::warn!(client = %client, "HTTP request refused: session of another client");
+            return plain(StatusCode::NOT_FOUND, "session not found");
+        }
+    }
+    let method = req.method().clone();
+    let permit = if method == Method::POST {
+        let Some(sem) = g.in_flight.get(&client) else {
+            return unauthorized();
+        };
+        match sem.clone().try_acquire_owned() {
+            Ok(p) => Some(p),
+            Err(_) => {
+                tracing::warn!(client = %client, "HTTP request refused: too many requests in flight");
+                let mut r = json_error(StatusCode::TOO_MANY_REQUESTS, "too many requests in flight");
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                return r;
+            }
+        }
+    } else {
+        None
+    };
+    req.extensions_mut().insert(HttpClient(client.clone()));
+    let resp = next.run(req).await;
+    match &sid {
+        None => {
+            if let Some(new) = resp
+                .headers()
+                .get(SESSION_HEADER)
+                .and_then(|v| v.to_str().ok())
+            {
+                g.record_owner(new.to_string(), client).await;
+            }
+        }
+        Some(sid) if method == Method::DELETE && resp.status().is_success() => g.forget_owner(sid),
+        Some(_) => {}
+    }
+    match permit {
+        None => resp,
+        Some(permit) => {
+            let (parts, body) = resp.into_parts();
+            Response::from_parts(
+                parts,
+                Body::new(PermitBody {
+                    inner: body,
+                    _permit: permit,
+                }),
+            )
+        }
+    }
+}
+
+/// A bound, not yet running HTTP server.
+pub struct HttpServer {
+    listener: tokio::net::TcpListener,
+    router: Router,
+    local_addr: SocketAddr,
+    authenticated: bool,
+    cancel: Box<dyn FnOnce() + Send>,
+}
+
+impl std::fmt::Debug for HttpServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpServer")
+            .field("local_addr", &self.local_addr)
+            .field("authenticated", &self.authenticated)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpServer {
+    /// Binds `opts.addr` and builds the service. The gateway's configured `clients` are the
+    /// accepted bearer tokens; with none, only a loopback address is accepted.
+    pub async fn bind(gateway: Arc<Gateway>, opts: HttpOptions) -> Result<HttpServer, HttpError> {
+        let clients = &gateway.config().clients;
+        let authenticated = !clients.is_empty();
+        if !authenticated && !opts.addr.ip().is_loopback() {
+            return Err(HttpError::UnauthenticatedNonLoopback(opts.addr));
+        }
+        let listener = tokio::net::TcpListener::bind(opts.addr)
+            .await
+            .map_err(|e| HttpError::Bind(opts.addr, e))?;
+        let local_addr = listener
+            .local_addr()
+            .map_err(|e| HttpError::Bind(opts.addr, e))?;
+        let (guard, host_entries) =
+            HostGuard::new(local_addr, &opts.allowed_hosts, &opts.allowed_origins)?;
+
+        let anonymous: Arc<str> = Arc::from(if authenticated {
+            "unidentified"
+        } else {
+            UNAUTHENTICATED_CLIENT
+        });
+        let names: Vec<Arc<str>> = if authenticated {
+            clients.keys().map(|k| Arc::from(k.as_str())).collect()
+        } else {
+            vec![anonymous.clone()]
+        };
+        let tokens = authenticated.then(|| {
+            Tokens(
+                clients
+                    .values()
+                    .map(|c| (Arc::from(c.name.as_str()), Tokens::digest(c.token.as_bytes())))
+                    .collect(),
+            )
+        });
+        let in_flight = names
+            .iter()
+            .map(|n| {
+                (
+                    n.clone(),
+                    Arc::new(Semaphore::new(opts.max_in_flight_per_client.max(1))),
+                )
+            })
+            .collect();
+
+        let mut manager = LocalSessionManager::default();
+        manager.session_config.keep_alive = Some(opts.session_idle);
+        let manager = Arc::new(manager);
+        let config = StreamableHttpServerConfig::default()
+            .with_allowed_hosts(host_entries)
+            .with_allowed_origins(guard.rmcp_origins())
+            .with_max_request_body_bytes(opts.max_body_bytes);
+        let token = config.cancellation_token.clone();
+        let fallback = Session {
+            client: anonymous.to_string(),
+            transport: TRANSPORT.to_string(),
+        };
+        let service = StreamableHttpService::new(
+            move || Ok(CodeSpaceServer::new(gateway.clone(), fallback.clone())),
+            manager.clone(),
+            config,
+        );
+        let gate_state = Arc::new(Gate {
+            guard,
+            tokens,
+            anonymous,
+            in_flight,
+            max_body_bytes: opts.max_body_bytes,
+            owners: Mutex::new(HashMap::new()),
+            sessions: manager,
+        });
+        let router = Router::new()
+            .route_service(MCP_PATH, service)
+            .layer(axum::middleware::from_fn_with_state(gate_state, gate));
+        Ok(HttpServer {
+            listener,
+            router,
+            local_addr,
+            authenticated,
+            cancel: Box::new(move || token.cancel()),
+        })
+    }
+
+    /// The bound address (with the real port when 0 was asked).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Whether bearer tokens are required (clients are configured).
+    pub fn authenticated(&self) -> bool {
+        self.authenticated
+    }
+
+    /// Serves until `shutdown` completes, then closes every session and waits a few seconds
+    /// at most for open streams.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), HttpError> {
+        let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();
+        let cancel = self.cancel;
+        let serve = axum::serve(self.listener, self.router).with_graceful_shutdown(async move {
+            shutdown.await;
+            cancel();
+            let _ = stopped_tx.send(());
+        });
+        let grace = async move {
+            if stopped_rx.await.is_ok() {
+                tokio::time::sleep(SHUTDOWN_GRACE).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            r = serve.into_future() => r.map_err(HttpError::Serve),
+            _ = grace => {
+                tracing::warn!("HTTP shutdown: streams still open after the grace period");
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    fn guard(hosts: &[&str], origins: &[&str]) -> HostGuard {
+        let hosts: Vec<String> = hosts.iter().map(|s| s.to_string()).collect();
+        let origins: Vec<String> = origins.iter().map(|s| s.to_string()).collect();
+        HostGuard::new("127.0.0.1:8787".parse().unwrap(), &hosts, &origins)
+            .unwrap()
+            .0
+    }
+
+    #[test]
+    fn loopback_names_at_the_bound_port_pass() {
+        let g = guard(&[], &[]);
+        for h in ["127.0.0.1:8787", "localhost:8787", "LOCALHOST:8787", "[::1]:8787"] {
+            assert_eq!(g.check(&headers(&[("host", h)])), Ok(()), "{h}");
+        }
+    }
+
+    #[test]
+    fn foreign_or_wrong_port_hosts_are_refused() {
+        let g = guard(&[], &[]);
+        for h in ["evil.example:8787", "127.0.0.1:9999", "localhost", "127.0.0.1", "user@localhost:8787"] {
+            assert_eq!(g.check(&headers(&[("host", h)])), Err(HOST_REFUSED), "{h}");
+        }
+        assert_eq!(g.check(&HeaderMap::new()), Err(HOST_REFUSED));
+    }
+
+    #[test]
+    fn operator_hosts_pass_with_any_port_unless_one_is_given() {
+        let g = guard(&["mcp.example.com", "other.example:8443"], &[]);
+        assert_eq!(g.check(&headers(&[("host", "mcp.example.com")])), Ok(()));
+        assert_eq!(g.check(&headers(&[("host", "mcp.example.com:443")])), Ok(()));
+        assert_eq!(g.check(&headers(&[("host", "other.example:8443")])), Ok(()));
+        assert_eq!(g.check(&headers(&[("host", "other.example")])), Err(HOST_REFUSED));
+    }
+
+    #[test]
+    fn origins_must_name_an_allowed_host() {
+        let g = guard(&["mcp.example.com"], &["http://localhost:6274"]);
+        let ok = |o: &str| g.check(&headers(&[("host", "localhost:8787"), ("origin", o)]));
+        assert_eq!(ok("http://localhost:8787"), Ok(()));
+        assert_eq!(ok("http://127.0.0.1:8787"), Ok(()));
+        assert_eq!(ok("https://mcp.example.com"), Ok(()));
+        assert_eq!(ok("http://localhost:6274"), Ok(()));
+        assert_eq!(ok("http://localhost:6275"), Err(ORIGIN_REFUSED));
+        assert_eq!(ok("http://evil.example"), Err(ORIGIN_REFUSED));
+        assert_eq!(ok("http://localhost"), Err(ORIGIN_REFUSED));
+        assert_eq!(ok("null"), Err(ORIGIN_REFUSED));
+        assert_eq!(ok("file://x"), Err(ORIGIN_REFUSED));
+    }
+
+    #[test]
+    fn bad_allow_entries_are_errors() {
+        let r = HostGuard::new(
+            "127.0.0.1:1".parse().unwrap(),
+            &["bad host".to_string()],
+            &[],
+        );
+        assert!(matches!(r, Err(HttpError::BadAllowEntry("--allowed-host", _))));
+        let r = HostGuard::new("127.0.0.1:1".parse().unwrap(), &[], &["localhost".to_string()]);
+        assert!(matches!(r, Err(HttpError::BadAllowEntry("--allowed-origin", _))));
+    }
+
+    #[test]
+    fn tokens_match_only_exactly() {
+        let t = Tokens(vec![
+            (Arc::from("ci"), Tokens::digest(b"token-for-ci-0123456789")),
+            (Arc::from("dev"), Tokens::digest(b"token-for-dev-0123456789")),
+        ]);
+        assert_eq!(t.client_for(b"token-for-ci-0123456789").as_deref(), Some("ci"));
+        assert_eq!(t.client_for(b"token-for-dev-0123456789").as_deref(), Some("dev"));
+        assert_eq!(t.client_for(b"token-for-ci-012345678"), None);
+        assert_eq!(t.client_for(b"token-for-ci-01234567890"), None);
+        assert_eq!(t.client_for(b""), None);
+    }
+
+    #[test]
+    fn digest_eq_compares_every_byte() {
+        let a = [7u8; 32];
+        let mut b = a;
+        assert!(digest_eq(&a, &b));
+        b[31] ^= 1;
+        assert!(!digest_eq(&a, &b));
+        b = a;
+        b[0] ^= 0x80;
+        assert!(!digest_eq(&a, &b));
+    }
+
+    #[test]
+    fn addresses_parse() {
+        assert_eq!(parse_addr("127.0.0.1:8787").unwrap().port(), 8787);
+        assert!(parse_addr("localhost:9").unwrap().ip().is_loopback());
+        assert!(parse_addr("[::1]:9").unwrap().ip().is_loopback());
+        assert!(parse_addr("/some/dir").is_err());
+    }
+}

@@ -1,0 +1,493 @@
+//! The security-team commands: `policy test` (parameterized cases, reports, coverage, export to
+//! the upstream `cedar run-tests` format), `policy explain` and `audit`.
+
+use anyhow::{Context, Result, anyhow};
+use codespace_engine::config::Profile;
+use codespace_engine::explain::{explain_call, render_text, to_json};
+use codespace_engine::policy::{PolicySnapshot, PolicySource, compile};
+use codespace_engine::policy_test::{
+    CaseResult, Coverage, Fixture, RunOptions, TestProcess, parse_file, profile_tree,
+    report_json, report_junit, run_file_with,
+};
+use codespace_engine::request::ProcessFacts;
+use codespace_engine::{Config, Gateway, PolicyStore, SandboxFacts, Session, ToolCall};
+use codespace_store::{DecisionQuery, Store};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+/// Report formats of `policy test`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// One line per case, then the coverage, then `N passed, M failed`.
+    Text,
+    /// One JSON document.
+    Json,
+    /// JUnit XML.
+    Junit,
+}
+
+/// Flags of `policy test`.
+#[derive(Debug, clap::Args)]
+pub struct TestArgs {
+    /// Test files (default: every .yaml under <policies>/tests).
+    pub files: Vec<PathBuf>,
+    /// Report format on stdout (json and junit print the summary line on stderr).
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+    /// Write the json/junit report to FILE and keep the text report on stdout.
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Fail when fewer than N percent of the policies determined some decision.
+    #[arg(long, value_name = "N")]
+    pub coverage_min: Option<f64>,
+    /// Fail when no test case ran.
+    #[arg(long)]
+    pub fail_on_empty: bool,
+    /// Write the resolved requests as upstream `cedar run-tests` files into DIR.
+    #[arg(long, value_name = "DIR")]
+    pub emit_cedar: Option<PathBuf>,
+}
+
+fn compile_or_report(source: &PolicySource) -> Result<PolicySnapshot> {
+    match source.read().and_then(compile) {
+        Ok(s) => Ok(s),
+        Err(e) => {
+            for line in &e.0 {
+                eprintln!("{line}");
+            }
+            Err(anyhow!("policies rejected; nothing ran"))
+        }
+    }
+}
+
+fn default_test_files(source: &PolicySource) -> Result<Vec<PathBuf>> {
+    let dir = match source {
+        PolicySource::Dir { policies, .. } => policies.join("tests"),
+        PolicySource::Embedded => return Ok(Vec::new()),
+    };
+    if !dir.is_dir() {
+        return Ok(Vec::new());
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .with_context(|| format!("cannot list {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+fn emit_name(file: &Path) -> String {
+    let stem = file
+        .file_stem()
+        .map(|s| s.to_string_lossy().to_string())
+        .unwrap_or_else(|| "tests".into());
+    format!("{stem}.cedartests.json")
+}
+
+/// `codespace policy test`.
+pub fn test(args: &TestArgs, source: &PolicySource) -> Result<ExitCode> {
+    let snap = compile_or_report(source)?;
+    let files = if args.files.is_empty() {
+        default_test_files(source)?
+    } else {
+        args.files.clone()
+    };
+    let opts = RunOptions {
+        emit_cedar: args.emit_cedar.is_some(),
+    };
+    if let Some(dir) = &args.emit_cedar {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let mut results: Vec<CaseResult> = Vec::new();
+    let mut emitted = 0usize;
+    for f in &files {
+        let name = f.display().to_string();
+        let text = std::fs::read_to_string(f).with_context(|| format!("cannot read {name}"))?;
+        let parsed = match parse_file(&text) {
+            Ok(p) => p,
+            Err(e) => {
+                results.push(CaseResult {
+                    file: name.clone(),
+                    name: "(file)".into(),
+                    passed: false,
+                    failures: vec![format!("cannot parse: {e}")],
+                    decision: None,
+                });
+                continue;
+            }
+        };
+        let outcomes = run_file_with(&snap, &name, &parsed, opts);
+        if let Some(dir) = &args.emit_cedar {
+            let cases: Vec<serde_json::Value> =
+                outcomes.iter().flat_map(|o| o.cedar.iter().cloned()).collect();
+            emitted += cases.len();
+            let path = dir.join(emit_name(f));
+            std::fs::write(&path, serde_json::to_string_pretty(&cases)?)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        results.extend(outcomes.into_iter().map(|o| o.result));
+    }
+    let coverage = Coverage::of(&snap, &results);
+    let passed = results.iter().filter(|r| r.passed).count();
+    let failed = results.len() - passed;
+
+    let machine = match args.format {
+        Format::Text => None,
+        Format::Json => Some(serde_json::to_string_pretty(&report_json(&results, &coverage))?),
+        Format::Junit => Some(report_junit(&results, &coverage)),
+    };
+    let text_on_stdout = machine.is_none() || args.output.is_some();
+    if let (Some(doc), Some(out)) = (&machine, &args.output) {
+        std::fs::write(out, doc).with_context(|| format!("cannot write {}", out.display()))?;
+    } else if let Some(doc) = &machine {
+        println!("{doc}");
+    }
+    let mut verdicts: Vec<String> = Vec::new();
+    if args.fail_on_empty && results.is_empty() {
+        verdicts.push("no test case ran (--fail-on-empty)".into());
+    }
+    let pct = coverage.percent();
+    if let Some(min) = args.coverage_min {
+        if pct + 1e-9 < min {
+            verdicts.push(format!(
+                "policy coverage {pct:.1}% is below --coverage-min {min}"
+            ));
+        }
+    }
+    if text_on_stdout {
+        for r in &results {
+            if r.passed {
+                println!("ok     {} :: {}", r.file, r.name);
+            } else {
+                println!("FAILED {} :: {}", r.file, r.name);
+                for why in &r.failures {
+                    println!("         {why}");
+                }
+            }
+        }
+        println!(
+            "coverage: {}/{} policies determined a decision ({pct:.1}%)",
+            coverage.covered.len(),
+            coverage.all.len()
+        );
+        for id in coverage.uncovered() {
+            println!("  uncovered: {id}");
+        }
+        if let Some(dir) = &args.emit_cedar {
+            println!("emitted {emitted} cedar run-tests case(s) into {}", dir.display());
+        }
+        for v in &verdicts {
+            println!("FAILED {v}");
+        }
+        println!("{passed} passed, {failed} failed");
+    } else {
+        for v in &verdicts {
+            eprintln!("FAILED {v}");
+        }
+        eprintln!("{passed} passed, {failed} failed");
+    }
+    Ok(if failed == 0 && verdicts.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// Flags of `policy explain`.
+#[derive(Debug, clap::Args)]
+pub struct ExplainArgs {
+    /// The `params` of an MCP tools/call: `{"name": "read", "arguments": {...}}`.
+    #[arg(long)]
+    pub call: String,
+    /// Without a config: the virtual workspace's profile.
+    #[arg(long, default_value = "workspace-write")]
+    pub workspace_profile: String,
+    /// Without a config: the parent of an operator profile given with --workspace-profile.
+    #[arg(long, value_name = "PROFILE")]
+    pub extends: Option<String>,
+    /// Facts of the process a process tool refers to: `{"command": [...], "same_client": true}`.
+    #[arg(long, value_name = "JSON")]
+    pub process: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_call(text: &str) -> Result<ToolCall> {
+    let v: serde_json::Value =
+        serde_json::from_str(text).context("--call is not JSON (want the params of tools/call)")?;
+    let name = v
+        .get("name")
+        .and_then(serde_json::Value::as_str)
+        .ok_or_else(|| anyhow!("--call needs a `name`"))?;
+    let args = v.get("arguments").cloned().unwrap_or(serde_json::Value::Null);
+    ToolCall::parse(name, &args).map_err(|e| anyhow!("--call: {e:?}"))
+}
+
+/// `codespace policy explain`. `config` selects the configured workspace; without it, a virtual
+/// fixture like the test runner's is used with `source`'s policies.
+pub fn explain(args: &ExplainArgs, config: Option<&Path>, source: PolicySource) -> Result<ExitCode> {
+    let call = parse_call(&args.call)?;
+    let process = match &args.process {
+        Some(p) => {
+            let tp: TestProcess = serde_json::from_str(p).context("--process")?;
+            Some(ProcessFacts {
+                id: "proc-explain".into(),
+                same_client: tp.same_client,
+                argv: tp.command,
+                tty: tp.tty,
+            })
+        }
+        None => None,
+    };
+    let session = Session::stdio();
+    let x = match config {
+        Some(path) => {
+            let cfg = Config::load(path)?;
+            let src = match (&cfg.policies_dir, &cfg.schema_file) {
+                (Some(p), s) => PolicySource::Dir {
+                    policies: p.clone(),
+                    schema: s.clone().unwrap_or_else(|| {
+                        p.parent()
+                            .unwrap_or(Path::new("."))
+                            .join("schema/codespace.cedarschema")
+                    }),
+                },
+                (None, _) => PolicySource::Embedded,
+            };
+            let policy = PolicyStore::load(src).map_err(|e| anyhow!("policies rejected:\n{e}"))?;
+            let probe = codespace_runner_sandbox::probe();
+            let sandbox = SandboxFacts {
+                sandbox_enforced: probe.sandbox_available(),
+                network_enforced: probe.network_enforceable(),
+            };
+            let gw = Gateway::new(cfg, Arc::new(policy), None, sandbox)?;
+            gw.explain(&session, &call, process.as_ref())
+                .map_err(|e| anyhow!("{}: {}", e.code.as_str(), e.message))?
+        }
+        None => {
+            let snap = compile_or_report(&source)?;
+            let id = call.workspace_id().unwrap_or("w").to_string();
+            let fx = Fixture::new(&id, &args.workspace_profile);
+            let mut extra = BTreeMap::new();
+            if let Some(parent) = &args.extends {
+                extra.insert(args.workspace_profile.clone(), Some(parent.clone()));
+            }
+            let profiles: BTreeMap<String, Profile> = profile_tree(&extra);
+            if !profiles.contains_key(&args.workspace_profile) {
+                return Err(anyhow!(
+                    "unknown profile `{}`: give --extends PARENT for an operator profile, or --config",
+                    args.workspace_profile
+                ));
+            }
+            explain_call(&snap, &profiles, &fx.facts(), &session, &call, process.as_ref())
+        }
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&to_json(&x))?);
+    } else {
+        print!("{}", render_text(&x));
+    }
+    Ok(if x.allowed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(2)
+    })
+}
+
+/// Flags of `audit`.
+#[derive(Debug, clap::Args)]
+pub struct AuditArgs {
+    /// The store (default: the config's `store`, else the one `serve` uses).
+    #[arg(long)]
+    pub store: Option<PathBuf>,
+    /// Operator config (for its `store`).
+    #[arg(long, env = "CODESPACE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Only rows at or after T: RFC 3339, unix milliseconds, or an age like 15m, 2h, 7d.
+    #[arg(long, value_name = "T")]
+    pub since: Option<String>,
+    /// Only allow or only deny rows.
+    #[arg(long, value_parser = ["allow", "deny"])]
+    pub decision: Option<String>,
+    /// Only this workspace.
+    #[arg(long)]
+    pub workspace: Option<String>,
+    /// Only this tool.
+    #[arg(long)]
+    pub tool: Option<String>,
+    /// At most N rows.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Print policy reloads and start-up events instead of decisions.
+    #[arg(long)]
+    pub events: bool,
+    /// JSON lines (one object per row) for a SIEM.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Parses `--since`: RFC 3339, unix ms, or an age (`30s`, `15m`, `2h`, `7d`) before now.
+pub fn parse_since(s: &str, now_ms: i64) -> Result<i64> {
+    let s = s.trim();
+    if let Ok(ms) = s.parse::<i64>() {
+        return Ok(ms);
+    }
+    if let Some((num, unit)) = s
+        .char_indices()
+        .last()
+        .and_then(|(i, _)| Some((s.get(..i)?, s.get(i..)?)))
+    {
+        if let Ok(n) = num.parse::<i64>() {
+            let mult = match unit {
+                "s" => Some(1_000),
+                "m" => Some(60_000),
+                "h" => Some(3_600_000),
+                "d" => Some(86_400_000),
+                _ => None,
+            };
+            if let Some(m) = mult {
+                return Ok(now_ms.saturating_sub(n.saturating_mul(m)));
+            }
+        }
+    }
+    let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+        .map_err(|e| anyhow!("--since `{s}`: not RFC 3339, unix ms or an age like 2h ({e})"))?;
+    i64::try_from(t.unix_timestamp_nanos() / 1_000_000).map_err(|_| anyhow!("--since out of range"))
+}
+
+fn rfc3339(ms: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .ok()
+        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+        .unwrap_or_else(|| ms.to_string())
+}
+
+/// `codespace audit`. `default_store` is where `serve` keeps the store by default.
+pub fn audit(args: &AuditArgs, default_store: impl FnOnce() -> Result<PathBuf>) -> Result<ExitCode> {
+    let cfg_store = match &args.config {
+        Some(c) => Config::load(c)?.store,
+        None => None,
+    };
+    let path = match args.store.clone().or(cfg_store) {
+        Some(p) => p,
+        None => default_store()?,
+    };
+    if !path.exists() {
+        return Err(anyhow!(
+            "no store at {} (pass --store FILE or --config FILE)",
+            path.display()
+        ));
+    }
+    let store = Store::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
+    let now = codespace_store::now_ms();
+    let since = args.since.as_deref().map(|s| parse_since(s, now)).transpose()?;
+    if args.events {
+        let rows = store.events(None, args.limit.unwrap_or(10_000))?;
+        for e in rows.iter().filter(|e| since.is_none_or(|s| e.at_ms >= s)) {
+            if args.json {
+                let mut v = serde_json::to_value(e)?;
+                if let serde_json::Value::Object(m) = &mut v {
+                    m.insert("time".into(), rfc3339(e.at_ms).into());
+                }
+                println!("{}", serde_json::to_string(&v)?);
+            } else {
+                println!("{}  {:<15} {}", rfc3339(e.at_ms), e.kind, e.detail);
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let q = DecisionQuery {
+        since_ms: since,
+        decision: args.decision.clone(),
+        workspace: args.workspace.clone(),
+        tool: args.tool.clone(),
+        limit: args.limit,
+    };
+    let rows = store.query_decisions(&q)?;
+    if args.json {
+        for r in &rows {
+            let mut v = serde_json::to_value(r)?;
+            if let serde_json::Value::Object(m) = &mut v {
+                m.insert("time".into(), rfc3339(r.at_ms).into());
+            }
+            println!("{}", serde_json::to_string(&v)?);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<24}  {:<5}  {:<12}  {:<15}  {:<16}  {:<30}  {:<40}  decision id",
+        "time", "", "workspace", "profile", "action", "subject", "policies / errors"
+    );
+    for r in &rows {
+        let mut why = r.policy_ids.join(",");
+        if r.default_deny {
+            why = "(default deny)".into();
+        }
+        if !r.errors.is_empty() {
+            why = format!("{why} errors: {}", r.errors.join("; "));
+        }
+        let action = if r.action == r.tool {
+            format!("{}#{}", r.action, r.sub_index)
+        } else {
+            format!("{}/{}#{}", r.tool, r.action, r.sub_index)
+        };
+        let subject: String = r.subject.chars().take(60).collect();
+        println!(
+            "{:<24}  {:<5}  {:<12}  {:<15}  {:<16}  {:<30}  {:<40}  {}",
+            rfc3339(r.at_ms),
+            r.decision,
+            r.workspace,
+            r.profile,
+            action,
+            subject,
+            why,
+            r.decision_id
+        );
+    }
+    println!(
+        "{} row(s); {} deny",
+        rows.len(),
+        rows.iter().filter(|r| r.decision == "deny").count()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Starts hot reload for `serve`: the policies directory and schema are watched when they come
+/// from disk; `<policies>/tests/*.yaml` must pass first when `tests_on_reload` is set.
+pub fn start_reloader(
+    policy: &Arc<PolicyStore>,
+    store: &Arc<Store>,
+    tests_on_reload: bool,
+) -> Result<codespace_engine::reload::Reloader> {
+    let tests_dir = match (tests_on_reload, policy.source()) {
+        (true, PolicySource::Dir { policies, .. }) => Some(policies.join("tests")),
+        _ => None,
+    };
+    let opts = codespace_engine::reload::ReloadOptions {
+        tests_dir,
+        ..Default::default()
+    };
+    Ok(codespace_engine::reload::Reloader::start(
+        Arc::clone(policy),
+        Some(Arc::clone(store)),
+        opts,
+    )?)
+}
+
+/// Forwards every SIGHUP to the reloader until the runtime ends.
+pub async fn reload_on_sighup(reloader: Arc<codespace_engine::reload::Reloader>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot install the SIGHUP handler; policy reload is by file watching only");
+        return;
+    };
+    while hup.recv().await.is_some() {
+        tracing::info!("SIGHUP: policy reload requested");
+        reloader.trigger();
+    }
+}
