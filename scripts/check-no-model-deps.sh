@@ -200,7 +200,7 @@ while IFS= read -r -d '' manifest; do
       report "$rel:$lineno: declares model/LLM client crate \`$name\`"
     fi
   done < <(manifest_deps "$manifest")
-done < <(find . -name Cargo.toml -not -path './target/*' -not -path '*/target/*' -not -path './.git/*' -print0 | sort -z)
+done < <(find . -name Cargo.toml -not -path './target/*' -not -path '*/target/*' -not -path './.git/*' -not -path '*/node_modules/*' -not -path '*/.venv/*' -print0 | sort -z)
 
 # 2. Lockfile.
 if [[ -f Cargo.lock ]]; then

@@ -528,7 +528,7 @@ mod tests {
             ),
             (
                 format!(r#"{{"workspaces": {{"w": {{"root": "{d}", "colour": "red"}}}}}}"#),
-                "workspaces.w: unknown field `colour`",
+                "workspaces.w.colour: unknown field `colour`",
             ),
             (
                 format!(r#"{{"workspaces": {{"w": {{"root": "{d}"}}}}, "bogus": 1}}"#),

@@ -44,7 +44,8 @@ pub fn build_cedar_request(
     req: &SubRequest,
     op_id: &str,
 ) -> Result<BuiltRequest, String> {
-    let principal = uid("PermissionProfile", &facts.profile).map_err(|e| format!("principal: {e}"))?;
+    let principal =
+        uid("PermissionProfile", &facts.profile).map_err(|e| format!("principal: {e}"))?;
     let action = uid("Action", &req.action).map_err(|e| format!("action: {e}"))?;
     let resource = uid("Operation", op_id).map_err(|e| format!("resource: {e}"))?;
     let op = operation_entity(facts, tool, req, op_id).map_err(|e| format!("entities: {e}"))?;
@@ -162,7 +163,11 @@ fn eval_alone(policy: Policy, built: &BuiltRequest) -> Tri {
 
 /// The per-policy table of one request: each policy evaluated alone, once with its conditions
 /// removed (scope) and once whole (condition).
-pub fn policy_table(snap: &PolicySnapshot, built: &BuiltRequest, determining: &[String]) -> Vec<PolicyEval> {
+pub fn policy_table(
+    snap: &PolicySnapshot,
+    built: &BuiltRequest,
+    determining: &[String],
+) -> Vec<PolicyEval> {
     let mut rows = Vec::new();
     for (id, meta) in &snap.meta {
         let Some(policy) = snap.set.policy(&cedar_policy::PolicyId::new(id)) else {
@@ -356,6 +361,7 @@ pub fn explain_call(
 impl Gateway {
     /// Explains `call` against a configured workspace under the policy set in force, with the
     /// facts the server would use. Writes no audit row.
+    #[allow(clippy::result_large_err)] // ToolError is the gateway's error type throughout
     pub fn explain(
         &self,
         session: &Session,
@@ -447,7 +453,11 @@ pub fn render_text(x: &Explanation) -> String {
             r.index,
             r.action,
             r.subject,
-            if r.gating { "" } else { " (sandbox capability: a deny narrows the sandbox)" }
+            if r.gating {
+                ""
+            } else {
+                " (sandbox capability: a deny narrows the sandbox)"
+            }
         ));
         s.push_str(&format!("  principal  {}\n", r.principal));
         s.push_str(&format!("  action     {}\n", r.action_uid));
@@ -471,7 +481,13 @@ pub fn render_text(x: &Explanation) -> String {
             s.push_str(&format!("  error      {e}\n"));
         }
         if !r.policies.is_empty() {
-            let w = r.policies.iter().map(|p| p.id.len()).max().unwrap_or(2).max(6);
+            let w = r
+                .policies
+                .iter()
+                .map(|p| p.id.len())
+                .max()
+                .unwrap_or(2)
+                .max(6);
             s.push_str(&format!(
                 "  {:<w$}  {:<6}  {:<5}  {:<9}  {}\n",
                 "policy", "effect", "scope", "condition", "location / reason"
@@ -480,10 +496,10 @@ pub fn render_text(x: &Explanation) -> String {
                 let cond = p.condition.as_ref().map(Tri::as_str).unwrap_or("-");
                 let mark = if p.determining { "*" } else { " " };
                 let mut tail = p.location.clone();
-                if let Some(reason) = &p.reason {
-                    if p.condition == Some(Tri::True) {
-                        tail = format!("{tail}  reason: {reason}");
-                    }
+                if let Some(reason) = &p.reason
+                    && p.condition == Some(Tri::True)
+                {
+                    tail = format!("{tail}  reason: {reason}");
                 }
                 for t in [&p.scope, p.condition.as_ref().unwrap_or(&Tri::False)] {
                     if let Tri::Error(e) = t {

@@ -1,7 +1,7 @@
 //! `read` and `find`: the file tools, after the gateway has authorized the call.
 
 use crate::error::{ErrorCode, ToolError};
-use crate::gateway::{Gateway, WorkspaceRuntime};
+use crate::gateway::{Audit, Gateway, WorkspaceRuntime};
 use crate::policy::PolicySnapshot;
 use crate::request::{Session, path_request};
 use crate::tools::{FIND_MAX_PATHS, FindParams, FindResult, READ_MAX_BYTES, ReadParams, ReadResult};
@@ -80,22 +80,39 @@ impl Gateway {
             .map(|e| e.path)
             .filter(|path| glob.as_ref().is_none_or(|g| g.is_match(path)))
             .collect();
-        // Withhold what the caller may not read: one `read` request per entry, decided in one
-        // batch; only the withheld entries are written to the audit log.
-        let reqs: Vec<_> = candidates
-            .iter()
-            .map(|path| path_request("read", path, "", session))
-            .collect();
-        let decision = self.decide_reqs(snap, &ws.facts, "find", &reqs, session, false);
+        // Withhold what the caller may not read: one `read` request per distinct decision
+        // signature (paths the policy set cannot tell apart share one evaluation), decided in one
+        // batch; the withheld entries are written to the audit log.
+        let plan = self.signature_plan(snap);
+        let mut slot_of_key: std::collections::HashMap<String, usize> = Default::default();
+        let mut reqs = Vec::new();
+        let mut slots = Vec::with_capacity(candidates.len());
+        for path in &candidates {
+            let owned = ws.facts.is_server_owned(path);
+            let slot = match plan.key(path, owned) {
+                Some(k) => *slot_of_key.entry(k).or_insert_with(|| {
+                    reqs.push(path_request("read", path, "", session));
+                    reqs.len() - 1
+                }),
+                None => {
+                    reqs.push(path_request("read", path, "", session));
+                    reqs.len() - 1
+                }
+            };
+            slots.push(slot);
+        }
+        let decision = self.decide_reqs(snap, &ws.facts, "find", &reqs, session, Audit::None);
         let mut visible = Vec::with_capacity(candidates.len());
-        let mut withheld = 0u64;
-        for (path, sub) in candidates.into_iter().zip(decision.subs.iter()) {
-            if sub.allowed {
+        let mut withheld_paths = Vec::new();
+        for (path, slot) in candidates.into_iter().zip(slots) {
+            if decision.subs.get(slot).is_some_and(|s| s.allowed) {
                 visible.push(path);
             } else {
-                withheld += 1;
+                withheld_paths.push((path, slot));
             }
         }
+        let withheld = withheld_paths.len() as u64;
+        self.audit_withheld(&decision, &withheld_paths, session);
         let mut h = Sha256::new();
         for path in &visible {
             h.update(path.as_bytes());

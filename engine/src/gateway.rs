@@ -22,6 +22,12 @@ pub const IMPLEMENTED_TOOLS: &[&str] = &[
     "find",
     "apply_patch",
     "operation_status",
+    "exec_command",
+    "write_stdin",
+    "read_process",
+    "process_status",
+    "process_resize",
+    "terminate_process",
 ];
 
 /// What the start-up probe found about the command sandbox.
@@ -39,6 +45,15 @@ pub enum StartError {
     /// A workspace root could not be opened.
     #[error("workspace {0}: root cannot be opened: {1}")]
     Root(String, String),
+}
+
+/// Which rows of a decision go to the audit log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Audit {
+    /// Every sub-request.
+    All,
+    /// None (the caller logs what matters itself).
+    None,
 }
 
 /// One registered workspace at run time.
@@ -61,6 +76,8 @@ pub struct Gateway {
     pub(crate) transports: Vec<String>,
     pub(crate) leases: Arc<Leases>,
     pub(crate) patch_hooks: Arc<crate::patch_tool::PatchHooks>,
+    pub(crate) processes: crate::process_tools::Processes,
+    signatures: Mutex<Option<(String, Arc<crate::signature::SignaturePlan>)>>,
 }
 
 /// Workspace-relative forms of the server's own files that lie inside `root`.
@@ -100,6 +117,7 @@ impl Gateway {
         sandbox: SandboxFacts,
     ) -> Result<Gateway, StartError> {
         let config_max_waiters = config.limits.max_waiters;
+        let processes = crate::process_tools::Processes::new(&config.limits);
         let mut workspaces = BTreeMap::new();
         for (id, ws) in &config.workspaces {
             let root =
@@ -149,6 +167,8 @@ impl Gateway {
             transports: vec!["stdio".to_string()],
             leases: Leases::new(config_max_waiters),
             patch_hooks: Arc::new(crate::patch_tool::PatchHooks::default()),
+            signatures: Mutex::new(None),
+            processes,
         })
     }
 
@@ -211,8 +231,8 @@ impl Gateway {
         Ok(ents)
     }
 
-    /// Decides `reqs` for a workspace under the current snapshot, and writes the audit rows.
-    /// `audit_allows` false logs only the denies (used for per-entry `find` filtering).
+    /// Decides `reqs` for a workspace under the current snapshot, and writes the audit rows
+    /// that `audit` asks for.
     pub(crate) fn decide_reqs(
         &self,
         snap: &PolicySnapshot,
@@ -220,7 +240,7 @@ impl Gateway {
         tool: &str,
         reqs: &[SubRequest],
         session: &Session,
-        audit_allows: bool,
+        audit: Audit,
     ) -> Decision {
         let decision = match self.entities(snap, facts) {
             Ok(base) => decide(snap, &base, facts, tool, reqs),
@@ -245,8 +265,66 @@ impl Gateway {
                 d
             }
         };
-        self.audit(&decision, session, audit_allows);
+        match audit {
+            Audit::All => self.audit(&decision, session, true),
+            Audit::None => {}
+        }
         decision
+    }
+
+    /// The decision-signature plan of a snapshot (cached per policy-set hash).
+    pub(crate) fn signature_plan(
+        &self,
+        snap: &PolicySnapshot,
+    ) -> Arc<crate::signature::SignaturePlan> {
+        if let Ok(g) = self.signatures.lock() {
+            if let Some((sha, plan)) = g.as_ref() {
+                if *sha == snap.sha256 {
+                    return Arc::clone(plan);
+                }
+            }
+        }
+        let plan = Arc::new(crate::signature::SignaturePlan::analyse(&snap.set));
+        if let Ok(mut g) = self.signatures.lock() {
+            *g = Some((snap.sha256.clone(), Arc::clone(&plan)));
+        }
+        plan
+    }
+
+    /// Audit rows for entries a `find` withheld: one row per withheld path, carrying the
+    /// decision of its signature's sub-request.
+    pub(crate) fn audit_withheld(&self, d: &Decision, paths: &[(String, usize)], session: &Session) {
+        let Some(store) = &self.store else { return };
+        if paths.is_empty() {
+            return;
+        }
+        let at_ms = codespace_store::now_ms();
+        let rows: Vec<DecisionRow> = paths
+            .iter()
+            .enumerate()
+            .map(|(i, (p, slot))| (i, p, d.subs.get(*slot)))
+            .map(|(i, p, sub)| DecisionRow {
+                decision_id: d.decision_id.clone(),
+                at_ms,
+                policy_set_sha256: d.policy_sha256.clone(),
+                profile: d.profile.clone(),
+                workspace: d.workspace.clone(),
+                tool: d.tool.clone(),
+                action: "read".into(),
+                sub_index: i64::try_from(i).unwrap_or(i64::MAX),
+                subject: p.clone(),
+                client: Some(session.client.clone()),
+                transport: Some(session.transport.clone()),
+                decision: "deny".into(),
+                policy_ids: sub.map(|s| s.policy_ids.clone()).unwrap_or_default(),
+                errors: sub.map(|s| s.errors.clone()).unwrap_or_default(),
+                default_deny: sub.is_some_and(|s| s.default_deny),
+                duration_us: sub.map_or(0, |s| i64::try_from(s.duration_us).unwrap_or(i64::MAX)),
+            })
+            .collect();
+        if let Err(e) = store.insert_decisions(&rows) {
+            tracing::error!(error = %e, decision_id = %d.decision_id, "audit write failed");
+        }
     }
 
     /// Writes decision rows. A store failure is logged and never turns a deny into an allow.
@@ -294,7 +372,7 @@ impl Gateway {
         process: Option<&ProcessFacts>,
     ) -> Result<Decision, ToolError> {
         let reqs = build_requests(call, session, process)?;
-        let decision = self.decide_reqs(snap, &ws.facts, call.tool(), &reqs, session, true);
+        let decision = self.decide_reqs(snap, &ws.facts, call.tool(), &reqs, session, Audit::All);
         if decision.allowed() {
             Ok(decision)
         } else {

@@ -2,7 +2,7 @@
 //! contract. Permissions and availability are Cedar decisions, not profile names.
 
 use crate::error::ToolError;
-use crate::gateway::{Gateway, IMPLEMENTED_TOOLS};
+use crate::gateway::{Audit, Gateway, IMPLEMENTED_TOOLS};
 use crate::policy::PolicySnapshot;
 use crate::request::{Session, SubRequest, build_requests, path_request};
 use crate::tools::{ExecCommandParams, FIND_MAX_PATHS, READ_MAX_BYTES, ToolCall, WorkspaceInfoParams};
@@ -75,7 +75,7 @@ impl Gateway {
             path_request("apply_patch", ".", "update", session),
         ];
         probes.extend(build_requests(&exec_probe, session, None)?);
-        let d = self.decide_reqs(snap, &ws.facts, "workspace_info", &probes, session, false);
+        let d = self.decide_reqs(snap, &ws.facts, "workspace_info", &probes, session, Audit::None);
         let allowed = |action: &str| d.allows(action);
         let (read, find, write, exec) = (
             allowed("read"),

@@ -227,10 +227,10 @@ mod tests {
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut tasks = Vec::new();
         for i in 0..5 {
-            let l = Arc::clone(&l);
+            let lc = Arc::clone(&l);
             let order = Arc::clone(&order);
             tasks.push(tokio::spawn(async move {
-                let _g = l.acquire("w").await.unwrap();
+                let _g = lc.acquire("w").await.unwrap();
                 order.lock().unwrap().push(i);
             }));
             // Queue them in a known order.

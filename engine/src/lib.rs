@@ -17,6 +17,7 @@ pub mod policy;
 pub mod policy_test;
 pub mod reload;
 pub mod request;
+pub mod signature;
 pub mod tools;
 pub mod versions;
 

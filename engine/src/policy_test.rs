@@ -351,7 +351,11 @@ pub fn expand_case(case: &TestCase) -> Vec<Result<TestCase, (String, String)>> {
                     fallback,
                     format!(
                         "params[{i}]: no value for placeholder(s) {}",
-                        unknown.iter().map(|k| format!("{{{{{k}}}}}")).collect::<Vec<_>>().join(", ")
+                        unknown
+                            .iter()
+                            .map(|k| format!("{{{{{k}}}}}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ),
                 ));
             }
@@ -436,7 +440,10 @@ pub fn run_file_with(
         };
         let mut failures = Vec::new();
         let mut cedar = Vec::new();
-        let decision = match (&base, ToolCall::parse(&case.call.name, &case.call.arguments)) {
+        let decision = match (
+            &base,
+            ToolCall::parse(&case.call.name, &case.call.arguments),
+        ) {
             (Err(e), _) => {
                 failures.push(format!("fixture entities: {e}"));
                 None
@@ -446,13 +453,13 @@ pub fn run_file_with(
                 None
             }
             (Ok(base), Ok(call)) => {
-                if let Some(w) = call.workspace_id() {
-                    if w != fx.id {
-                        failures.push(format!(
-                            "call names workspace `{w}` but the fixture is `{}`",
-                            fx.id
-                        ));
-                    }
+                if let Some(w) = call.workspace_id()
+                    && w != fx.id
+                {
+                    failures.push(format!(
+                        "call names workspace `{w}` but the fixture is `{}`",
+                        fx.id
+                    ));
                 }
                 let pf = case.process.as_ref().map(|p| ProcessFacts {
                     id: "proc-test".into(),
@@ -465,11 +472,21 @@ pub fn run_file_with(
                         if opts.emit_cedar {
                             for (i, req) in reqs.iter().enumerate() {
                                 let op_id = format!("test/{i}");
-                                match build_cedar_request(snap, base, &facts, call.tool(), req, &op_id) {
+                                match build_cedar_request(
+                                    snap,
+                                    base,
+                                    &facts,
+                                    call.tool(),
+                                    req,
+                                    &op_id,
+                                ) {
                                     Ok(built) => {
                                         let resp = evaluate(snap, &built);
-                                        let mut reason: Vec<String> =
-                                            resp.diagnostics().reason().map(|p| p.to_string()).collect();
+                                        let mut reason: Vec<String> = resp
+                                            .diagnostics()
+                                            .reason()
+                                            .map(|p| p.to_string())
+                                            .collect();
                                         reason.sort();
                                         cedar.push(json!({
                                             "name": format!("{file_name} :: {} #{i} {}", case.name, req.action),
@@ -485,7 +502,9 @@ pub fn run_file_with(
                                             "num_errors": resp.diagnostics().errors().count(),
                                         }));
                                     }
-                                    Err(e) => failures.push(format!("cedar export of request {i}: {e}")),
+                                    Err(e) => {
+                                        failures.push(format!("cedar export of request {i}: {e}"))
+                                    }
                                 }
                             }
                         }
@@ -664,7 +683,7 @@ fn check(case: &TestCase, d: &Decision, failures: &mut Vec<String>) {
         .flat_map(|s| s.policy_ids.iter())
         .collect();
     for want in &case.reason {
-        if !ids.iter().any(|g| *g == want) {
+        if !ids.contains(&want) {
             failures.push(format!(
                 "reason: expected {want} among the determining policies {ids:?}"
             ));

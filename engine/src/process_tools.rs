@@ -1,24 +1,826 @@
 //! The process tools: exec_command, write_stdin, read_process, process_status, process_resize,
-//! terminate_process. (Being implemented: these stubs keep the dispatch shape.)
+//! terminate_process. Every process is started through the runner's [`ProcessTable`], inside the
+//! command sandbox (the `codespace __sandbox-exec` helper) whose shape comes from the Cedar
+//! decisions `process_write` and `process_network`; the gateway keeps a registry of who started
+//! which process so that the process tools can ask Cedar about the caller (`same_client`).
 
+use crate::config::Limits;
 use crate::error::{ErrorCode, ToolError};
-use crate::gateway::Gateway;
+use crate::gateway::{Gateway, WorkspaceRuntime};
+use crate::lease::Leases;
+use crate::ops::{Begin, fingerprint};
 use crate::policy::PolicySnapshot;
-use crate::request::Session;
-use crate::tools::ToolCall;
-use serde_json::Value;
+use crate::request::{ProcessFacts, Session};
+use crate::tools::{
+    ExecCommandParams, ExecCommandResult, ProcessAckResult, ProcessIdParams, ProcessResizeParams,
+    ProcessResizeResult, ProcessStatusResult, ReadProcessParams, ReadProcessResult, ToolCall,
+    WriteStdinParams,
+};
+use codespace_runner_process::{
+    Launcher, ProcError, ProcState, ProcessInfo, ProcessTable, SpawnError, SpawnSpec, TableLimits,
+};
+use codespace_runner_sandbox::{
+    HELPER_STDERR_PREFIX, NetworkMode, SandboxPlan, launcher_parts, scrub_env,
+};
+use codespace_store::{ProcessRow, Store};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+/// The fixed `PATH` of every child.
+pub const CHILD_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Longest `read_process.wait_ms` and `exec_command.yield_ms` honoured.
+pub const MAX_WAIT_MS: u64 = 30_000;
+
+/// Test hook: when this environment variable is `1` at gateway construction, every sandbox plan
+/// asks the helper to behave as if the kernel had no Landlock, so the helper refuses to run the
+/// command (fail closed). It can only make the server refuse more, never less.
+pub const FORCE_NO_LANDLOCK_ENV: &str = "CODESPACE_TEST_FORCE_NO_LANDLOCK";
+
+/// How long exec_command waits for the sandbox helper to either exec the target or fail.
+const HELPER_SETTLE: Duration = Duration::from_secs(3);
+
+/// One process the gateway started.
+#[derive(Debug, Clone)]
+struct Entry {
+    workspace: String,
+    client: String,
+    argv: Vec<String>,
+    tty: bool,
+    tmp_dir: Option<PathBuf>,
+}
+
+/// The gateway's process state: the runner table and who started what.
+#[derive(Debug)]
+pub(crate) struct Processes {
+    table: ProcessTable,
+    entries: Arc<Mutex<HashMap<String, Entry>>>,
+    helper_exe: Option<PathBuf>,
+    force_no_landlock: bool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Processes {
+    /// An empty registry with the operator's limits.
+    pub(crate) fn new(limits: &Limits) -> Processes {
+        let table = ProcessTable::new(TableLimits {
+            max_live: limits.max_live_processes,
+            max_exited_kept: limits.max_exited_processes,
+            ring_bytes: limits.output_ring_bytes,
+            default_timeout: Duration::from_millis(limits.process_timeout_ms),
+            ..TableLimits::default()
+        });
+        Processes {
+            table,
+            entries: Arc::new(Mutex::new(HashMap::new())),
+            helper_exe: None,
+            force_no_landlock: std::env::var_os(FORCE_NO_LANDLOCK_ENV).is_some_and(|v| v == "1"),
+        }
+    }
+
+    /// Sets the sandbox helper executable (the `codespace` binary).
+    /// An empty path clears it (fail closed).
+    pub(crate) fn set_helper_exe(&mut self, exe: PathBuf) {
+        self.helper_exe = if exe.as_os_str().is_empty() {
+            None
+        } else {
+            Some(std::fs::canonicalize(&exe).unwrap_or(exe))
+        };
+    }
+
+    fn entry(&self, id: &str) -> Result<Entry, ToolError> {
+        lock(&self.entries).get(id).cloned().ok_or_else(|| {
+            ToolError::new(
+                ErrorCode::ProcessNotFound,
+                "no process with this process_id",
+            )
+        })
+    }
+
+    /// Drops registry entries whose handle the table has evicted.
+    async fn prune(&self) {
+        let ids: Vec<String> = lock(&self.entries).keys().cloned().collect();
+        for id in ids {
+            if matches!(self.table.status(&id).await, Err(ProcError::NotFound))
+                && let Some(e) = lock(&self.entries).remove(&id)
+            {
+                remove_tmp(e.tmp_dir.as_deref());
+            }
+        }
+    }
+
+    /// Kills every process group the table owns and removes their temp dirs.
+    pub(crate) async fn shutdown(&self) {
+        self.table.shutdown().await;
+        let entries: Vec<Entry> = lock(&self.entries).values().cloned().collect();
+        for e in entries {
+            remove_tmp(e.tmp_dir.as_deref());
+        }
+    }
+
+    /// Number of processes still running (tests, workspace_info).
+    pub(crate) fn live_count(&self) -> usize {
+        self.table.live_count()
+    }
+}
+
+fn remove_tmp(dir: Option<&Path>) {
+    if let Some(d) = dir
+        && let Err(e) = std::fs::remove_dir_all(d)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!(error = %e.kind(), "cannot remove a process temp dir");
+    }
+}
+
+fn spawn_error(e: &SpawnError) -> ToolError {
+    match e {
+        SpawnError::InvalidCommand => ToolError::new(ErrorCode::InvalidCommand, e.to_string()),
+        SpawnError::LimitReached => ToolError::new(
+            ErrorCode::WorkspaceBusy,
+            "the server already runs its maximum number of live processes; wait for one to exit \
+             or terminate one",
+        ),
+        SpawnError::SpawnFailed(_) => ToolError::new(ErrorCode::ProcessSpawnFailed, e.to_string()),
+    }
+}
+
+fn proc_error(e: &ProcError) -> ToolError {
+    ToolError::new(ErrorCode::from_code(e.code()), e.to_string())
+}
+
+fn internal(e: impl std::fmt::Display) -> ToolError {
+    ToolError::new(ErrorCode::Internal, e.to_string())
+}
+
+fn to_value<T: serde::Serialize>(v: &T) -> Result<Value, ToolError> {
+    serde_json::to_value(v).map_err(internal)
+}
+
+fn argv_sha256(argv: &[String]) -> String {
+    let text = serde_json::to_string(argv).unwrap_or_default();
+    format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())))
+}
+
+fn capped(ms: u64) -> Duration {
+    Duration::from_millis(ms.min(MAX_WAIT_MS))
+}
+
+/// A private temp dir for one process (mode 0700), under the system temp dir.
+fn make_tmp_dir() -> Result<PathBuf, ToolError> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = std::env::temp_dir().join(format!("codespace-proc-{}", uuid::Uuid::new_v4()));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| {
+            ToolError::new(
+                ErrorCode::ProcessSpawnFailed,
+                format!("cannot create the process temp dir: {}", e.kind()),
+            )
+        })?;
+    Ok(dir)
+}
+
+fn status_result(id: &str, info: &ProcessInfo) -> ProcessStatusResult {
+    ProcessStatusResult {
+        process_id: id.to_string(),
+        state: info.state.as_str().to_string(),
+        exit_code: info.exit_code,
+        termination: info.termination.map(|t| t.as_str().to_string()),
+        signal: info.signal,
+        output_total: info.output_total,
+        output_retained_from: info.output_retained_from,
+        eof: info.eof,
+        tty: info.tty,
+    }
+}
+
+/// Everything needed to keep the store and the lease in step with a process after it exits.
+struct ExitWatch {
+    table: ProcessTable,
+    leases: Arc<Leases>,
+    store: Option<Arc<Store>>,
+    row: ProcessRow,
+    tmp_dir: Option<PathBuf>,
+}
+
+impl ExitWatch {
+    async fn run(self) {
+        let id = self.row.process_id.clone();
+        let info = self.table.wait_exit(&id).await;
+        self.leases.release_process(&self.row.workspace, &id);
+        remove_tmp(self.tmp_dir.as_deref());
+        let Some(store) = self.store else { return };
+        let mut row = self.row;
+        row.ended_ms = Some(codespace_store::now_ms());
+        match info {
+            Ok(info) => {
+                row.state = info.state.as_str().to_string();
+                row.exit_code = info.exit_code.map(i64::from);
+                row.termination = info.termination.map(|t| t.as_str().to_string());
+            }
+            Err(_) => {
+                row.state = "unknown".into();
+            }
+        }
+        if let Err(e) = store.upsert_process(&row) {
+            tracing::error!(process_id = %id, error = %e, "cannot record process exit");
+        }
+    }
+}
 
 impl Gateway {
+    /// Sets the executable that acts as the sandbox helper (`codespace __sandbox-exec`). Without
+    /// it, a workspace whose sandbox is enforced refuses every command (fail closed).
+    pub fn with_helper_exe(mut self, exe: PathBuf) -> Gateway {
+        self.processes.set_helper_exe(exe);
+        self
+    }
+
+    /// Number of managed processes still running.
+    pub fn live_processes(&self) -> usize {
+        self.processes.live_count()
+    }
+
     /// Serves a process tool call.
     pub(crate) async fn process_call(
         &self,
-        _snap: &PolicySnapshot,
-        _session: &Session,
+        snap: &PolicySnapshot,
+        session: &Session,
         call: &ToolCall,
     ) -> Result<Value, ToolError> {
-        Err(ToolError::new(
-            ErrorCode::InvalidArguments,
-            format!("tool `{}` is not available in this build", call.tool()),
-        ))
+        match call {
+            ToolCall::ExecCommand(p) => self.exec_command(snap, session, call, p).await,
+            ToolCall::WriteStdin(p) => self.write_stdin(snap, session, call, p).await,
+            ToolCall::ReadProcess(p) => self.read_process(snap, session, call, p).await,
+            ToolCall::ProcessStatus(p) => self.process_status(snap, session, call, p).await,
+            ToolCall::ProcessResize(p) => self.process_resize(snap, session, call, p).await,
+            ToolCall::TerminateProcess(p) => self.terminate_process(snap, session, call, p).await,
+            _ => Err(ToolError::new(
+                ErrorCode::Internal,
+                format!("`{}` is not a process tool", call.tool()),
+            )),
+        }
+    }
+
+    /// Looks up a process, authorizes the call against it, and returns its workspace.
+    fn authorize_process(
+        &self,
+        snap: &PolicySnapshot,
+        session: &Session,
+        call: &ToolCall,
+        id: &str,
+    ) -> Result<&WorkspaceRuntime, ToolError> {
+        let entry = self.processes.entry(id)?;
+        let ws = self.workspace(&entry.workspace).map_err(|_| {
+            ToolError::new(
+                ErrorCode::ProcessNotFound,
+                "the process's workspace is gone",
+            )
+        })?;
+        let facts = ProcessFacts {
+            id: id.to_string(),
+            same_client: entry.client == session.client,
+            argv: entry.argv.clone(),
+            tty: entry.tty,
+        };
+        self.authorize(snap, ws, call, session, Some(&facts))?;
+        Ok(ws)
+    }
+
+    /// Builds the sandbox plan (or none, for an unsandboxed host) and the launcher.
+    fn sandbox_launcher(
+        &self,
+        ws: &WorkspaceRuntime,
+        root: &Path,
+        write: bool,
+        network: bool,
+        tmp_dir: Option<&Path>,
+    ) -> Result<Option<Launcher>, ToolError> {
+        if ws.facts.sandbox != "enforced" {
+            // Only reachable when policy let an unsandboxed command through (shipped policy:
+            // `network: enabled` workspaces); docs/security.md says what that means.
+            return Ok(None);
+        }
+        let Some(helper) = &self.processes.helper_exe else {
+            return Err(ToolError::new(
+                ErrorCode::ProcessSpawnFailed,
+                "command sandbox unavailable: this server has no sandbox helper configured",
+            ));
+        };
+        let plan = SandboxPlan {
+            workspace_root: root.to_path_buf(),
+            write_workspace: write,
+            network: if network {
+                NetworkMode::Enabled
+            } else {
+                NetworkMode::Restricted
+            },
+            tmp_dir: tmp_dir.map(Path::to_path_buf),
+            extra_read: Vec::new(),
+            force_landlock_unavailable: self.processes.force_no_landlock,
+        };
+        let (program, args, env) = launcher_parts(&plan, helper).map_err(|e| {
+            ToolError::new(
+                ErrorCode::ProcessSpawnFailed,
+                format!("command sandbox unavailable: {e}"),
+            )
+        })?;
+        Ok(Some(Launcher { program, args, env }))
+    }
+
+    /// After a sandboxed spawn: waits until the helper has exec'd the target (the process image
+    /// is no longer the helper) or has exited. A helper refusal becomes the error message.
+    async fn helper_outcome(&self, id: &str, pid: u32) -> Result<(), String> {
+        let Some(helper) = &self.processes.helper_exe else {
+            return Ok(());
+        };
+        let table = &self.processes.table;
+        let deadline = Instant::now() + HELPER_SETTLE;
+        let exe_link = PathBuf::from(format!("/proc/{pid}/exe"));
+        let exited = table.wait_exit(id);
+        tokio::pin!(exited);
+        let info = loop {
+            if let Ok(exe) = std::fs::read_link(&exe_link)
+                && exe != *helper
+            {
+                return Ok(());
+            }
+            tokio::select! {
+                r = &mut exited => break r,
+                () = tokio::time::sleep(Duration::from_millis(1)) => {}
+            }
+            if Instant::now() >= deadline {
+                // A slow helper is not a failure; its refusal (if any) stays in the output.
+                return Ok(());
+            }
+        };
+        let Ok(info) = info else { return Ok(()) };
+        if info.exit_code != Some(codespace_runner_sandbox::HELPER_FAILURE_EXIT) {
+            return Ok(());
+        }
+        let text = self.drain(id, 0, Duration::from_secs(1)).await.chunk;
+        match text.strip_prefix(HELPER_STDERR_PREFIX) {
+            Some(rest) => Err(rest.lines().next().unwrap_or("").trim().to_string()),
+            None => Ok(()),
+        }
+    }
+
+    /// Reads from `cursor` until output collection ends or `budget` elapses (after an exit).
+    async fn drain(&self, id: &str, cursor: u64, budget: Duration) -> ReadProcessResult {
+        let deadline = tokio::time::Instant::now() + budget;
+        let mut data: Vec<u8> = Vec::new();
+        let mut next = cursor;
+        let mut out = ReadProcessResult {
+            process_id: id.to_string(),
+            cursor,
+            chunk: String::new(),
+            eof: false,
+            output_lost: false,
+            retained_from: 0,
+        };
+        loop {
+            let wait = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let Ok(c) = self.processes.table.read(id, next, Some(wait)).await else {
+                break;
+            };
+            data.extend_from_slice(&c.data);
+            next = c.cursor;
+            out.eof = c.eof;
+            out.output_lost = c.output_lost;
+            out.retained_from = c.retained_from;
+            if c.eof || wait.is_zero() || c.data.is_empty() {
+                break;
+            }
+        }
+        out.cursor = next;
+        out.chunk = String::from_utf8_lossy(&data).into_owned();
+        out
+    }
+
+    async fn exec_command(
+        &self,
+        snap: &PolicySnapshot,
+        session: &Session,
+        call: &ToolCall,
+        p: &ExecCommandParams,
+    ) -> Result<Value, ToolError> {
+        let ws = self.workspace(&p.workspace_id)?;
+        let decision = self.authorize(snap, ws, call, session, None)?;
+        if p.timeout_ms == Some(0) {
+            return Err(ToolError::new(
+                ErrorCode::InvalidArguments,
+                "timeout_ms must be at least 1",
+            ));
+        }
+        let tty = p.tty.unwrap_or(false);
+        let fp = fingerprint(&json!({
+            "workspace_id": p.workspace_id,
+            "command": p.command,
+            "tty": tty,
+            "timeout_ms": p.timeout_ms,
+        }));
+        let key = p.operation_key.as_deref().filter(|k| !k.is_empty());
+        // A retry of a keyed exec replays without taking the lease (its own process may hold it).
+        let store = self.require_store()?;
+        let known_key = match key {
+            Some(k) => store
+                .operation_by_key(k)
+                .map_err(internal)?
+                .iter()
+                .any(|r| r.tool == "exec_command" && r.workspace == ws.facts.id),
+            None => false,
+        };
+        let lease = if known_key {
+            None
+        } else {
+            Some(self.leases.acquire(&ws.facts.id).await?)
+        };
+        let op_id = match self.begin_operation("exec_command", &ws.facts.id, key, &fp, session)? {
+            Begin::New(id) => id,
+            Begin::Replay(row) => return replay(&row),
+        };
+        let lease = match lease {
+            Some(l) => l,
+            None => match self.leases.acquire(&ws.facts.id).await {
+                Ok(l) => l,
+                Err(e) => {
+                    let e = e.with_operation(op_id.clone());
+                    self.fail_operation(&op_id, &e);
+                    return Err(e);
+                }
+            },
+        };
+        let started = self.start(ws, session, p, &decision, &op_id).await;
+        let (id, pid, row) = match started {
+            Ok(s) => s,
+            Err(e) => {
+                let e = e.with_operation(op_id.clone());
+                self.fail_operation(&op_id, &e);
+                return Err(e);
+            }
+        };
+        lease.into_process(&id);
+        self.processes.prune().await;
+        let result = ExecCommandResult {
+            process_id: id.clone(),
+            dispatch_status: "confirmed".into(),
+            operation_id: Some(op_id.clone()),
+            replayed: false,
+            chunk: None,
+            cursor: None,
+            state: None,
+            exit_code: None,
+            termination: None,
+            eof: None,
+        };
+        self.finish_operation(&op_id, "started", &to_value(&result)?, None);
+        if let Some(s) = &self.store
+            && let Err(e) = s.upsert_process(&row)
+        {
+            tracing::error!(process_id = %id, error = %e, "cannot record process");
+        }
+        let tmp_dir = self.processes.entry(&id).ok().and_then(|e| e.tmp_dir);
+        tokio::spawn(
+            ExitWatch {
+                table: self.processes.table.clone(),
+                leases: Arc::clone(&self.leases),
+                store: self.store.clone(),
+                row,
+                tmp_dir,
+            }
+            .run(),
+        );
+        tracing::debug!(process_id = %id, pid, "process started");
+        let Some(yield_ms) = p.yield_ms else {
+            return to_value(&result);
+        };
+        let budget = capped(yield_ms);
+        let table = &self.processes.table;
+        let exited = tokio::time::timeout(budget, table.wait_exit(&id))
+            .await
+            .is_ok();
+        let read = if exited {
+            self.drain(&id, 0, Duration::from_secs(1)).await
+        } else {
+            self.drain(&id, 0, Duration::ZERO).await
+        };
+        let info = table.status(&id).await.map_err(|e| proc_error(&e))?;
+        let mut result = result;
+        result.chunk = Some(read.chunk);
+        result.cursor = Some(read.cursor);
+        result.state = Some(info.state.as_str().to_string());
+        result.exit_code = info.exit_code;
+        result.termination = info.termination.map(|t| t.as_str().to_string());
+        result.eof = Some(read.eof);
+        to_value(&result)
+    }
+
+    /// Spawns under the sandbox and registers the process. Nothing is running on error.
+    async fn start(
+        &self,
+        ws: &WorkspaceRuntime,
+        session: &Session,
+        p: &ExecCommandParams,
+        decision: &crate::decide::Decision,
+        op_id: &str,
+    ) -> Result<(String, u32, ProcessRow), ToolError> {
+        let root = self
+            .config
+            .workspaces
+            .get(&ws.facts.id)
+            .map(|w| w.root.clone())
+            .ok_or_else(|| ToolError::new(ErrorCode::WorkspaceNotFound, "workspace is gone"))?;
+        let tty = p.tty.unwrap_or(false);
+        let sandboxed = ws.facts.sandbox == "enforced";
+        let tmp_dir = if sandboxed {
+            Some(make_tmp_dir()?)
+        } else {
+            None
+        };
+        let launcher = match self.sandbox_launcher(
+            ws,
+            &root,
+            decision.allows("process_write"),
+            decision.allows("process_network"),
+            tmp_dir.as_deref(),
+        ) {
+            Ok(l) => l,
+            Err(e) => {
+                remove_tmp(tmp_dir.as_deref());
+                return Err(e);
+            }
+        };
+        let mut env: Vec<(String, String)> = vec![
+            ("PATH".into(), CHILD_PATH.into()),
+            ("HOME".into(), root.to_string_lossy().into_owned()),
+            ("LANG".into(), "C.UTF-8".into()),
+        ];
+        if tty {
+            env.push(("TERM".into(), "xterm".into()));
+        }
+        if let Some(t) = &tmp_dir {
+            env.push(("TMPDIR".into(), t.to_string_lossy().into_owned()));
+        }
+        scrub_env(&mut env);
+        let spec = SpawnSpec {
+            argv: p.command.clone(),
+            cwd: root.clone(),
+            env,
+            tty,
+            timeout: p.timeout_ms.map(Duration::from_millis),
+            launcher,
+            owner: session.client.clone(),
+        };
+        let spawned = match self.processes.table.spawn(spec).await {
+            Ok(s) => s,
+            Err(e) => {
+                remove_tmp(tmp_dir.as_deref());
+                return Err(spawn_error(&e));
+            }
+        };
+        if sandboxed && let Err(why) = self.helper_outcome(&spawned.id, spawned.pid).await {
+            remove_tmp(tmp_dir.as_deref());
+            return Err(ToolError::new(
+                ErrorCode::ProcessSpawnFailed,
+                format!("command sandbox refused to start the command: {why}"),
+            ));
+        }
+        lock(&self.processes.entries).insert(
+            spawned.id.clone(),
+            Entry {
+                workspace: ws.facts.id.clone(),
+                client: session.client.clone(),
+                argv: p.command.clone(),
+                tty,
+                tmp_dir,
+            },
+        );
+        let program = p
+            .command
+            .first()
+            .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
+            .unwrap_or_default();
+        let row = ProcessRow {
+            process_id: spawned.id.clone(),
+            workspace: ws.facts.id.clone(),
+            operation_id: op_id.to_string(),
+            argv_sha256: argv_sha256(&p.command),
+            program,
+            tty,
+            pid: Some(i64::from(spawned.pid)),
+            state: "running".into(),
+            exit_code: None,
+            termination: None,
+            started_ms: codespace_store::now_ms(),
+            ended_ms: None,
+        };
+        Ok((spawned.id, spawned.pid, row))
+    }
+
+    fn fail_operation(&self, op_id: &str, e: &ToolError) {
+        self.finish_operation(
+            op_id,
+            "failed",
+            &json!({"error": {"code": e.code, "message": e.message}}),
+            Some(e.code.as_str()),
+        );
+    }
+
+    async fn write_stdin(
+        &self,
+        snap: &PolicySnapshot,
+        session: &Session,
+        call: &ToolCall,
+        p: &WriteStdinParams,
+    ) -> Result<Value, ToolError> {
+        let ws = self.authorize_process(snap, session, call, &p.process_id)?;
+        let fp = fingerprint(&json!({"process_id": p.process_id, "bytes": p.data.len()}));
+        let op_id = match self.begin_operation("write_stdin", &ws.facts.id, None, &fp, session)? {
+            Begin::New(id) => id,
+            Begin::Replay(_) => return Err(internal("unexpected replay without a key")),
+        };
+        match self
+            .processes
+            .table
+            .write_stdin(&p.process_id, p.data.as_bytes())
+            .await
+        {
+            Ok(()) => {
+                let r = to_value(&ProcessAckResult {
+                    ok: true,
+                    process_id: p.process_id.clone(),
+                    operation_id: Some(op_id.clone()),
+                })?;
+                self.finish_operation(&op_id, "written", &r, None);
+                Ok(r)
+            }
+            Err(e) => {
+                let e = proc_error(&e).with_operation(op_id.clone());
+                self.fail_operation(&op_id, &e);
+                Err(e)
+            }
+        }
+    }
+
+    async fn read_process(
+        &self,
+        snap: &PolicySnapshot,
+        session: &Session,
+        call: &ToolCall,
+        p: &ReadProcessParams,
+    ) -> Result<Value, ToolError> {
+        self.authorize_process(snap, session, call, &p.process_id)?;
+        let c = self
+            .processes
+            .table
+            .read(&p.process_id, p.cursor.unwrap_or(0), p.wait_ms.map(capped))
+            .await
+            .map_err(|e| proc_error(&e))?;
+        to_value(&ReadProcessResult {
+            process_id: p.process_id.clone(),
+            cursor: c.cursor,
+            chunk: c.chunk,
+            eof: c.eof,
+            output_lost: c.output_lost,
+            retained_from: c.retained_from,
+        })
+    }
+
+    async fn process_status(
+        &self,
+        snap: &PolicySnapshot,
+        session: &Session,
+        call: &ToolCall,
+        p: &ProcessIdParams,
+    ) -> Result<Value, ToolError> {
+        self.authorize_process(snap, session, call, &p.process_id)?;
+        let info = self
+            .processes
+            .table
+            .status(&p.process_id)
+            .await
+            .map_err(|e| proc_error(&e))?;
+        to_value(&status_result(&p.process_id, &info))
+    }
+
+    async fn process_resize(
+        &self,
+        snap: &PolicySnapshot,
+        session: &Session,
+        call: &ToolCall,
+        p: &ProcessResizeParams,
+    ) -> Result<Value, ToolError> {
+        if p.rows == 0 || p.cols == 0 {
+            return Err(ToolError::new(
+                ErrorCode::InvalidArguments,
+                "rows and cols must be at least 1",
+            ));
+        }
+        self.authorize_process(snap, session, call, &p.process_id)?;
+        let table = &self.processes.table;
+        let info = table
+            .status(&p.process_id)
+            .await
+            .map_err(|e| proc_error(&e))?;
+        if !info.tty {
+            return Err(proc_error(&ProcError::NotTty));
+        }
+        if info.state != ProcState::Running {
+            return Err(proc_error(&ProcError::NotRunning));
+        }
+        table
+            .resize(&p.process_id, p.rows, p.cols)
+            .await
+            .map_err(|e| proc_error(&e))?;
+        to_value(&ProcessResizeResult {
+            ok: true,
+            rows: p.rows,
+            cols: p.cols,
+        })
+    }
+
+    async fn terminate_process(
+        &self,
+        snap: &PolicySnapshot,
+        session: &Session,
+        call: &ToolCall,
+        p: &ProcessIdParams,
+    ) -> Result<Value, ToolError> {
+        let ws = self.authorize_process(snap, session, call, &p.process_id)?;
+        let fp = fingerprint(&json!({"process_id": p.process_id}));
+        let op_id =
+            match self.begin_operation("terminate_process", &ws.facts.id, None, &fp, session)? {
+                Begin::New(id) => id,
+                Begin::Replay(_) => return Err(internal("unexpected replay without a key")),
+            };
+        match self.processes.table.terminate(&p.process_id).await {
+            Ok(()) => {
+                let r = to_value(&ProcessAckResult {
+                    ok: true,
+                    process_id: p.process_id.clone(),
+                    operation_id: Some(op_id.clone()),
+                })?;
+                self.finish_operation(&op_id, "terminated", &r, None);
+                Ok(r)
+            }
+            Err(e) => {
+                let e = proc_error(&e).with_operation(op_id.clone());
+                self.fail_operation(&op_id, &e);
+                Err(e)
+            }
+        }
+    }
+
+    /// Kills every process group the gateway owns (stdin EOF, SIGTERM): no orphans.
+    pub async fn shutdown(&self) {
+        self.processes.shutdown().await;
+    }
+}
+
+/// The replayed result of a stored exec: the stored result, the stored error, or
+/// `dispatch_status: unknown` when the call never finished (do not start a duplicate).
+fn replay(row: &codespace_store::OperationRow) -> Result<Value, ToolError> {
+    let finished = row.finished_ms.is_some();
+    if let (Some(Value::Object(r)), true) = (&row.result, finished)
+        && let Some(err) = r.get("error")
+    {
+        let code = err
+            .get("code")
+            .and_then(Value::as_str)
+            .unwrap_or("INTERNAL");
+        let message = err.get("message").and_then(Value::as_str).unwrap_or("");
+        return Err(
+            ToolError::new(error_code(code), format!("(replayed) {message}"))
+                .with_operation(row.operation_id.clone()),
+        );
+    }
+    let mut v = match (&row.result, finished) {
+        (Some(r @ Value::Object(_)), true) if r.get("process_id").is_some() => r.clone(),
+        _ => json!({ "process_id": "", "dispatch_status": "unknown" }),
+    };
+    if let Value::Object(m) = &mut v {
+        m.insert("replayed".into(), json!(true));
+        m.insert("operation_id".into(), json!(row.operation_id));
+    }
+    Ok(v)
+}
+
+/// The error codes an exec can fail with, from their wire spelling.
+fn error_code(code: &str) -> ErrorCode {
+    match code {
+        "WORKSPACE_BUSY" => ErrorCode::WorkspaceBusy,
+        "PROCESS_SPAWN_FAILED" => ErrorCode::ProcessSpawnFailed,
+        "INVALID_COMMAND" => ErrorCode::InvalidCommand,
+        "RESOURCE_QUEUE_FULL" => ErrorCode::ResourceQueueFull,
+        other => ErrorCode::from_code(other),
     }
 }

@@ -86,7 +86,12 @@ fn run_tests(snap: &crate::policy::PolicySnapshot, dir: &Path) -> Vec<String> {
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
             .collect(),
-        Err(e) => return vec![format!("tests: cannot list the test directory: {}", e.kind())],
+        Err(e) => {
+            return vec![format!(
+                "tests: cannot list the test directory: {}",
+                e.kind()
+            )];
+        }
     };
     files.sort();
     for f in files {
@@ -235,9 +240,7 @@ impl Reloader {
         let (tx, rx) = mpsc::channel::<Msg>();
         let watcher = match policy.source() {
             PolicySource::Embedded => None,
-            PolicySource::Dir { policies, schema } => {
-                Some(watch(policies, schema, tx.clone())?)
-            }
+            PolicySource::Dir { policies, schema } => Some(watch(policies, schema, tx.clone())?),
         };
         let attempts = Arc::new(AtomicU64::new(0));
         let last = Arc::new(Mutex::new(None));
@@ -359,13 +362,14 @@ fn reload_loop(
                 break 'settle second;
             }
         };
-        // A file event that leaves the set as it is (a touch, a test file edit) is no reload.
-        if trigger == Trigger::Watch {
-            if let Ok(b) = &bundle {
-                if bundle_hash(b) == policy.snapshot().sha256 {
-                    continue;
-                }
-            }
+        // A file event that leaves the set as it is (a touch, a test file edit) is no reload,
+        // unless it undoes a rejected edit: then the reload clears the rejection.
+        if trigger == Trigger::Watch
+            && policy.last_rejected().is_none()
+            && let Ok(b) = &bundle
+            && bundle_hash(b) == policy.snapshot().sha256
+        {
+            continue;
         }
         let outcome = reload_with(policy, store, bundle, opts, trigger);
         if let Ok(mut g) = last.lock() {

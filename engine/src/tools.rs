@@ -236,6 +236,105 @@ pub struct ProcessResizeParams {
     pub cols: u16,
 }
 
+/// Result of `exec_command`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct ExecCommandResult {
+    /// The process handle (`proc-…`); it outlives this request.
+    pub process_id: String,
+    /// `confirmed` (it started) or `unknown` (it may have started: do not start a duplicate).
+    pub dispatch_status: String,
+    /// The operation id (`op-…`) of this exec (ours).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation_id: Option<String>,
+    /// True when this is the stored result of an earlier call with the same operation_key (ours).
+    #[serde(default)]
+    pub replayed: bool,
+    /// With `yield_ms`: the output produced so far (lossy UTF-8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk: Option<String>,
+    /// With `yield_ms`: the cursor to pass to read_process next.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<u64>,
+    /// With `yield_ms`: `running` or `exited`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// With `yield_ms`, once it exited on its own: the exit code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// With `yield_ms`, once exited: exited / signaled / timeout / terminated / unknown (ours).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub termination: Option<String>,
+    /// With `yield_ms`: output collection finished and `cursor` is at the end (ours).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eof: Option<bool>,
+}
+
+/// Result of `write_stdin` and `terminate_process`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct ProcessAckResult {
+    /// Always true on success.
+    pub ok: bool,
+    /// The process handle (ours).
+    pub process_id: String,
+    /// The operation id (`op-…`) of this call (ours).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation_id: Option<String>,
+}
+
+/// Result of `read_process`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct ReadProcessResult {
+    /// The process handle.
+    pub process_id: String,
+    /// The cursor to pass next (absolute byte offset).
+    pub cursor: u64,
+    /// The output from the requested cursor (lossy UTF-8).
+    pub chunk: String,
+    /// Output collection finished and `cursor` is at the end (not an exit status).
+    pub eof: bool,
+    /// Some bytes before `retained_from` fell out of the retained window.
+    pub output_lost: bool,
+    /// The first byte offset still retained.
+    pub retained_from: u64,
+}
+
+/// Result of `process_status`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct ProcessStatusResult {
+    /// The process handle (ours).
+    pub process_id: String,
+    /// `running` or `exited`.
+    pub state: String,
+    /// The exit code, when it exited on its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// exited / signaled / timeout / terminated / unknown, once exited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub termination: Option<String>,
+    /// The killing signal, when `termination` is `signaled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// Bytes of output produced so far.
+    pub output_total: u64,
+    /// The first byte offset still retained.
+    pub output_retained_from: u64,
+    /// Output collection finished.
+    pub eof: bool,
+    /// Whether it runs on a terminal (ours).
+    pub tty: bool,
+}
+
+/// Result of `process_resize`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct ProcessResizeResult {
+    /// Always true on success.
+    pub ok: bool,
+    /// The new number of rows.
+    pub rows: u16,
+    /// The new number of columns.
+    pub cols: u16,
+}
+
 /// A parsed tool call: the tool name and its typed parameters. Built from `tools/call` params
 /// by the server and from `call:` cases by the policy test runner, so both take the same path.
 #[derive(Debug, Clone)]

@@ -11,7 +11,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 #[derive(Parser)]
-#[command(name = "codespace", version, about = "Execution-only MCP server with Cedar policy")]
+#[command(
+    name = "codespace",
+    version,
+    about = "Execution-only MCP server with Cedar policy"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -127,9 +131,9 @@ pub fn main() -> ExitCode {
             PolicyCommand::Test { args, loc } => loc
                 .source()
                 .and_then(|src| crate::policy_cli::test(&args, &src)),
-            PolicyCommand::Explain { args, loc } => loc.source().and_then(|src| {
-                crate::policy_cli::explain(&args, loc.config.as_deref(), src)
-            }),
+            PolicyCommand::Explain { args, loc } => loc
+                .source()
+                .and_then(|src| crate::policy_cli::explain(&args, loc.config.as_deref(), src)),
         },
     };
     match result {
@@ -180,7 +184,7 @@ fn serve(
         Arc::new(PolicyStore::load(source).map_err(|e| anyhow!("policies rejected:\n{e}"))?);
     let store = Arc::new(
         codespace_store::Store::open(&store_path)
-        .with_context(|| "cannot open the store (pass --store FILE)".to_string())?,
+            .with_context(|| "cannot open the store (pass --store FILE)".to_string())?,
     );
     // Hot reload: file watching plus SIGHUP, debounced; every attempt is a policy_reload event.
     let reloader = Arc::new(crate::policy_cli::start_reloader(
@@ -208,16 +212,17 @@ fn serve(
             "workspaces": cfg.workspaces.keys().collect::<Vec<_>>(),
         }),
     );
-    let gateway = Arc::new(Gateway::new(
-        cfg,
-        Arc::clone(&policy),
-        Some(Arc::clone(&store)),
-        sandbox,
-    )?
-    .with_transports(match &http {
-        Some(_) => vec![crate::http::TRANSPORT.to_string()],
-        None => vec!["stdio".to_string()],
-    }));
+    let gateway = Arc::new(
+        Gateway::new(cfg, Arc::clone(&policy), Some(Arc::clone(&store)), sandbox)?
+            .with_transports(match &http {
+                Some(_) => vec![crate::http::TRANSPORT.to_string()],
+                None => vec!["stdio".to_string()],
+            })
+            .with_patch_hooks(patch_test_hooks())
+            // The sandbox helper is this binary (`codespace __sandbox-exec`); without it,
+            // sandboxed workspaces refuse every command.
+            .with_helper_exe(std::env::current_exe().unwrap_or_default()),
+    );
     // Roll back patches a crash interrupted; mark unfinished operations `unknown`.
     let recovered = gateway.recover();
     if !recovered.is_empty() {
@@ -228,27 +233,58 @@ fn serve(
         .build()
         .context("tokio runtime")?;
     rt.spawn(crate::policy_cli::reload_on_sighup(Arc::clone(&reloader)));
-    rt.block_on(async move {
-        if let Some(opts) = http {
-            return Ok(crate::http::serve_until(gateway, opts, shutdown_signal()).await?);
+    let result = rt.block_on(async move {
+        // Whatever ends serving (stdin EOF, SIGTERM, an error), the processes die with it.
+        let owner = Arc::clone(&gateway);
+        let served = async move {
+            if let Some(opts) = http {
+                return Ok(crate::http::serve_until(gateway, opts, shutdown_signal()).await?);
+            }
+            let server = CodeSpaceServer::new(gateway, Session::stdio());
+            let running = server
+                .serve(rmcp::transport::stdio())
+                .await
+                .map_err(|e| anyhow!("MCP initialize failed: {e}"))?;
+            tokio::select! {
+                r = running.waiting() => { r.map_err(|e| anyhow!("MCP service: {e}"))?; }
+                _ = shutdown_signal() => { tracing::info!("signal received, shutting down"); }
+            }
+            anyhow::Ok(())
         }
-        let server = CodeSpaceServer::new(gateway, Session::stdio());
-        let running = server
-            .serve(rmcp::transport::stdio())
-            .await
-            .map_err(|e| anyhow!("MCP initialize failed: {e}"))?;
-        tokio::select! {
-            r = running.waiting() => { r.map_err(|e| anyhow!("MCP service: {e}"))?; }
-            _ = shutdown_signal() => { tracing::info!("signal received, shutting down"); }
-        }
-        anyhow::Ok(())
-    })?;
-    Ok(())
+        .await;
+        owner.shutdown().await;
+        served
+    });
+    // The stdio transport reads stdin on a blocking thread that a signal does not wake; do not
+    // let dropping the runtime wait for it.
+    rt.shutdown_timeout(std::time::Duration::from_millis(500));
+    result
+}
+
+/// Test hook for crash tests: `CODESPACE_TEST_PATCH_STEP_DELAY_MS` makes every apply_patch write
+/// step sleep, so a test can kill the server mid-apply. Unset in normal runs.
+fn patch_test_hooks() -> codespace_engine::patch_tool::PatchHooks {
+    let delay = std::env::var("CODESPACE_TEST_PATCH_STEP_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok());
+    codespace_engine::patch_tool::PatchHooks {
+        before_commit: None,
+        fault: delay.map(|ms| {
+            Box::new(move |_step: usize| {
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+                Ok(())
+            })
+                as Box<dyn Fn(usize) -> Result<(), codespace_runner_fs::FsError> + Send + Sync>
+        }),
+    }
 }
 
 async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
-    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
         (Ok(mut term), Ok(mut int)) => {
             tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
         }
@@ -280,4 +316,3 @@ fn policy_validate(loc: &PolicyLocation) -> Result<ExitCode> {
         }
     }
 }
-

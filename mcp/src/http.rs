@@ -100,10 +100,8 @@ pub fn parse_addr(s: &str) -> Result<SocketAddr, String> {
     if let Ok(a) = s.parse::<SocketAddr>() {
         return Ok(a);
     }
-    if let Some(port) = s.strip_prefix("localhost:") {
-        if let Ok(p) = port.parse::<u16>() {
-            return Ok(SocketAddr::from(([127, 0, 0, 1], p)));
-        }
+    if let Some(Ok(p)) = s.strip_prefix("localhost:").map(str::parse::<u16>) {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], p)));
     }
     Err(format!(
         "invalid HTTP address `{s}` (expected IP:PORT such as {DEFAULT_ADDR}; put a directory before --http)"
@@ -278,11 +276,17 @@ impl HostGuard {
         entries.extend(allowed_hosts.iter().map(|h| h.trim().to_string()));
         let hosts = entries
             .iter()
-            .map(|e| Authority::parse(e).ok_or_else(|| HttpError::BadAllowEntry("--allowed-host", e.clone())))
+            .map(|e| {
+                Authority::parse(e)
+                    .ok_or_else(|| HttpError::BadAllowEntry("--allowed-host", e.clone()))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let origins = allowed_origins
             .iter()
-            .map(|o| Origin::parse(o).ok_or_else(|| HttpError::BadAllowEntry("--allowed-origin", o.clone())))
+            .map(|o| {
+                Origin::parse(o)
+                    .ok_or_else(|| HttpError::BadAllowEntry("--allowed-origin", o.clone()))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         Ok((HostGuard { hosts, origins }, entries))
     }
@@ -339,7 +343,10 @@ impl HostGuard {
 
 /// Equality of two digests in time independent of where they differ.
 fn digest_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
-    let diff = a.iter().zip(b.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    let diff = a
+        .iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y));
     std::hint::black_box(diff) == 0
 }
 
@@ -504,11 +511,12 @@ async fn gate(State(g): State<Arc<Gate>>, mut req: Request, next: Next) -> Respo
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    if let Some(sid) = &sid {
-        if g.owner_mismatch(sid, &client) {
-            tracing::warn!(client = %client, "HTTP request refused: session of another client");
-            return plain(StatusCode::NOT_FOUND, "session not found");
-        }
+    if sid
+        .as_deref()
+        .is_some_and(|sid| g.owner_mismatch(sid, &client))
+    {
+        tracing::warn!(client = %client, "HTTP request refused: session of another client");
+        return plain(StatusCode::NOT_FOUND, "session not found");
     }
     let method = req.method().clone();
     let permit = if method == Method::POST {
@@ -519,7 +527,8 @@ async fn gate(State(g): State<Arc<Gate>>, mut req: Request, next: Next) -> Respo
             Ok(p) => Some(p),
             Err(_) => {
                 tracing::warn!(client = %client, "HTTP request refused: too many requests in flight");
-                let mut r = json_error(StatusCode::TOO_MANY_REQUESTS, "too many requests in flight");
+                let mut r =
+                    json_error(StatusCode::TOO_MANY_REQUESTS, "too many requests in flight");
                 r.headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
                 return r;
@@ -608,7 +617,12 @@ impl HttpServer {
             Tokens(
                 clients
                     .values()
-                    .map(|c| (Arc::from(c.name.as_str()), Tokens::digest(c.token.as_bytes())))
+                    .map(|c| {
+                        (
+                            Arc::from(c.name.as_str()),
+                            Tokens::digest(c.token.as_bytes()),
+                        )
+                    })
                     .collect(),
             )
         });
@@ -723,7 +737,12 @@ mod tests {
     #[test]
     fn loopback_names_at_the_bound_port_pass() {
         let g = guard(&[], &[]);
-        for h in ["127.0.0.1:8787", "localhost:8787", "LOCALHOST:8787", "[::1]:8787"] {
+        for h in [
+            "127.0.0.1:8787",
+            "localhost:8787",
+            "LOCALHOST:8787",
+            "[::1]:8787",
+        ] {
             assert_eq!(g.check(&headers(&[("host", h)])), Ok(()), "{h}");
         }
     }
@@ -731,7 +750,13 @@ mod tests {
     #[test]
     fn foreign_or_wrong_port_hosts_are_refused() {
         let g = guard(&[], &[]);
-        for h in ["evil.example:8787", "127.0.0.1:9999", "localhost", "127.0.0.1", "user@localhost:8787"] {
+        for h in [
+            "evil.example:8787",
+            "127.0.0.1:9999",
+            "localhost",
+            "127.0.0.1",
+            "user@localhost:8787",
+        ] {
             assert_eq!(g.check(&headers(&[("host", h)])), Err(HOST_REFUSED), "{h}");
         }
         assert_eq!(g.check(&HeaderMap::new()), Err(HOST_REFUSED));
@@ -741,9 +766,15 @@ mod tests {
     fn operator_hosts_pass_with_any_port_unless_one_is_given() {
         let g = guard(&["mcp.example.com", "other.example:8443"], &[]);
         assert_eq!(g.check(&headers(&[("host", "mcp.example.com")])), Ok(()));
-        assert_eq!(g.check(&headers(&[("host", "mcp.example.com:443")])), Ok(()));
+        assert_eq!(
+            g.check(&headers(&[("host", "mcp.example.com:443")])),
+            Ok(())
+        );
         assert_eq!(g.check(&headers(&[("host", "other.example:8443")])), Ok(()));
-        assert_eq!(g.check(&headers(&[("host", "other.example")])), Err(HOST_REFUSED));
+        assert_eq!(
+            g.check(&headers(&[("host", "other.example")])),
+            Err(HOST_REFUSED)
+        );
     }
 
     #[test]
@@ -768,19 +799,38 @@ mod tests {
             &["bad host".to_string()],
             &[],
         );
-        assert!(matches!(r, Err(HttpError::BadAllowEntry("--allowed-host", _))));
-        let r = HostGuard::new("127.0.0.1:1".parse().unwrap(), &[], &["localhost".to_string()]);
-        assert!(matches!(r, Err(HttpError::BadAllowEntry("--allowed-origin", _))));
+        assert!(matches!(
+            r,
+            Err(HttpError::BadAllowEntry("--allowed-host", _))
+        ));
+        let r = HostGuard::new(
+            "127.0.0.1:1".parse().unwrap(),
+            &[],
+            &["localhost".to_string()],
+        );
+        assert!(matches!(
+            r,
+            Err(HttpError::BadAllowEntry("--allowed-origin", _))
+        ));
     }
 
     #[test]
     fn tokens_match_only_exactly() {
         let t = Tokens(vec![
             (Arc::from("ci"), Tokens::digest(b"token-for-ci-0123456789")),
-            (Arc::from("dev"), Tokens::digest(b"token-for-dev-0123456789")),
+            (
+                Arc::from("dev"),
+                Tokens::digest(b"token-for-dev-0123456789"),
+            ),
         ]);
-        assert_eq!(t.client_for(b"token-for-ci-0123456789").as_deref(), Some("ci"));
-        assert_eq!(t.client_for(b"token-for-dev-0123456789").as_deref(), Some("dev"));
+        assert_eq!(
+            t.client_for(b"token-for-ci-0123456789").as_deref(),
+            Some("ci")
+        );
+        assert_eq!(
+            t.client_for(b"token-for-dev-0123456789").as_deref(),
+            Some("dev")
+        );
         assert_eq!(t.client_for(b"token-for-ci-012345678"), None);
         assert_eq!(t.client_for(b"token-for-ci-01234567890"), None);
         assert_eq!(t.client_for(b""), None);

@@ -6,8 +6,8 @@ use codespace_engine::config::Profile;
 use codespace_engine::explain::{explain_call, render_text, to_json};
 use codespace_engine::policy::{PolicySnapshot, PolicySource, compile};
 use codespace_engine::policy_test::{
-    CaseResult, Coverage, Fixture, RunOptions, TestProcess, parse_file, profile_tree,
-    report_json, report_junit, run_file_with,
+    CaseResult, Coverage, Fixture, RunOptions, TestProcess, parse_file, profile_tree, report_json,
+    report_junit, run_file_with,
 };
 use codespace_engine::request::ProcessFacts;
 use codespace_engine::{Config, Gateway, PolicyStore, SandboxFacts, Session, ToolCall};
@@ -99,8 +99,7 @@ pub fn test(args: &TestArgs, source: &PolicySource) -> Result<ExitCode> {
         emit_cedar: args.emit_cedar.is_some(),
     };
     if let Some(dir) = &args.emit_cedar {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
     let mut results: Vec<CaseResult> = Vec::new();
     let mut emitted = 0usize;
@@ -122,8 +121,10 @@ pub fn test(args: &TestArgs, source: &PolicySource) -> Result<ExitCode> {
         };
         let outcomes = run_file_with(&snap, &name, &parsed, opts);
         if let Some(dir) = &args.emit_cedar {
-            let cases: Vec<serde_json::Value> =
-                outcomes.iter().flat_map(|o| o.cedar.iter().cloned()).collect();
+            let cases: Vec<serde_json::Value> = outcomes
+                .iter()
+                .flat_map(|o| o.cedar.iter().cloned())
+                .collect();
             emitted += cases.len();
             let path = dir.join(emit_name(f));
             std::fs::write(&path, serde_json::to_string_pretty(&cases)?)
@@ -137,7 +138,9 @@ pub fn test(args: &TestArgs, source: &PolicySource) -> Result<ExitCode> {
 
     let machine = match args.format {
         Format::Text => None,
-        Format::Json => Some(serde_json::to_string_pretty(&report_json(&results, &coverage))?),
+        Format::Json => Some(serde_json::to_string_pretty(&report_json(
+            &results, &coverage,
+        ))?),
         Format::Junit => Some(report_junit(&results, &coverage)),
     };
     let text_on_stdout = machine.is_none() || args.output.is_some();
@@ -151,12 +154,12 @@ pub fn test(args: &TestArgs, source: &PolicySource) -> Result<ExitCode> {
         verdicts.push("no test case ran (--fail-on-empty)".into());
     }
     let pct = coverage.percent();
-    if let Some(min) = args.coverage_min {
-        if pct + 1e-9 < min {
-            verdicts.push(format!(
-                "policy coverage {pct:.1}% is below --coverage-min {min}"
-            ));
-        }
+    if let Some(min) = args.coverage_min
+        && pct + 1e-9 < min
+    {
+        verdicts.push(format!(
+            "policy coverage {pct:.1}% is below --coverage-min {min}"
+        ));
     }
     if text_on_stdout {
         for r in &results {
@@ -178,7 +181,10 @@ pub fn test(args: &TestArgs, source: &PolicySource) -> Result<ExitCode> {
             println!("  uncovered: {id}");
         }
         if let Some(dir) = &args.emit_cedar {
-            println!("emitted {emitted} cedar run-tests case(s) into {}", dir.display());
+            println!(
+                "emitted {emitted} cedar run-tests case(s) into {}",
+                dir.display()
+            );
         }
         for v in &verdicts {
             println!("FAILED {v}");
@@ -224,13 +230,20 @@ fn parse_call(text: &str) -> Result<ToolCall> {
         .get("name")
         .and_then(serde_json::Value::as_str)
         .ok_or_else(|| anyhow!("--call needs a `name`"))?;
-    let args = v.get("arguments").cloned().unwrap_or(serde_json::Value::Null);
+    let args = v
+        .get("arguments")
+        .cloned()
+        .unwrap_or(serde_json::Value::Null);
     ToolCall::parse(name, &args).map_err(|e| anyhow!("--call: {e:?}"))
 }
 
 /// `codespace policy explain`. `config` selects the configured workspace; without it, a virtual
 /// fixture like the test runner's is used with `source`'s policies.
-pub fn explain(args: &ExplainArgs, config: Option<&Path>, source: PolicySource) -> Result<ExitCode> {
+pub fn explain(
+    args: &ExplainArgs,
+    config: Option<&Path>,
+    source: PolicySource,
+) -> Result<ExitCode> {
     let call = parse_call(&args.call)?;
     let process = match &args.process {
         Some(p) => {
@@ -284,7 +297,14 @@ pub fn explain(args: &ExplainArgs, config: Option<&Path>, source: PolicySource) 
                     args.workspace_profile
                 ));
             }
-            explain_call(&snap, &profiles, &fx.facts(), &session, &call, process.as_ref())
+            explain_call(
+                &snap,
+                &profiles,
+                &fx.facts(),
+                &session,
+                &call,
+                process.as_ref(),
+            )
         }
     };
     if args.json {
@@ -337,22 +357,22 @@ pub fn parse_since(s: &str, now_ms: i64) -> Result<i64> {
     if let Ok(ms) = s.parse::<i64>() {
         return Ok(ms);
     }
-    if let Some((num, unit)) = s
+    let split = s
         .char_indices()
         .last()
-        .and_then(|(i, _)| Some((s.get(..i)?, s.get(i..)?)))
+        .and_then(|(i, _)| Some((s.get(..i)?, s.get(i..)?)));
+    if let Some((num, unit)) = split
+        && let Ok(n) = num.parse::<i64>()
     {
-        if let Ok(n) = num.parse::<i64>() {
-            let mult = match unit {
-                "s" => Some(1_000),
-                "m" => Some(60_000),
-                "h" => Some(3_600_000),
-                "d" => Some(86_400_000),
-                _ => None,
-            };
-            if let Some(m) = mult {
-                return Ok(now_ms.saturating_sub(n.saturating_mul(m)));
-            }
+        let mult = match unit {
+            "s" => Some(1_000),
+            "m" => Some(60_000),
+            "h" => Some(3_600_000),
+            "d" => Some(86_400_000),
+            _ => None,
+        };
+        if let Some(m) = mult {
+            return Ok(now_ms.saturating_sub(n.saturating_mul(m)));
         }
     }
     let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
@@ -363,12 +383,18 @@ pub fn parse_since(s: &str, now_ms: i64) -> Result<i64> {
 fn rfc3339(ms: i64) -> String {
     time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
         .ok()
-        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
         .unwrap_or_else(|| ms.to_string())
 }
 
 /// `codespace audit`. `default_store` is where `serve` keeps the store by default.
-pub fn audit(args: &AuditArgs, default_store: impl FnOnce() -> Result<PathBuf>) -> Result<ExitCode> {
+pub fn audit(
+    args: &AuditArgs,
+    default_store: impl FnOnce() -> Result<PathBuf>,
+) -> Result<ExitCode> {
     let cfg_store = match &args.config {
         Some(c) => Config::load(c)?.store,
         None => None,
@@ -385,7 +411,11 @@ pub fn audit(args: &AuditArgs, default_store: impl FnOnce() -> Result<PathBuf>) 
     }
     let store = Store::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
     let now = codespace_store::now_ms();
-    let since = args.since.as_deref().map(|s| parse_since(s, now)).transpose()?;
+    let since = args
+        .since
+        .as_deref()
+        .map(|s| parse_since(s, now))
+        .transpose()?;
     if args.events {
         let rows = store.events(None, args.limit.unwrap_or(10_000))?;
         for e in rows.iter().filter(|e| since.is_none_or(|s| e.at_ms >= s)) {

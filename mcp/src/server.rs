@@ -6,6 +6,10 @@ use codespace_engine::tools::{
     OperationStatusParams, ProcessIdParams, ProcessResizeParams, ReadParams, ReadProcessParams,
     ReadResult, WorkspaceInfoParams, WriteStdinParams,
 };
+use codespace_engine::tools::{
+    ExecCommandResult, ProcessAckResult, ProcessResizeResult, ProcessStatusResult,
+    ReadProcessResult,
+};
 use codespace_engine::{ErrorCode, Gateway, IMPLEMENTED_TOOLS, Session, ToolCall, ToolError};
 use rmcp::handler::server::common::schema_for_type;
 use rmcp::model::{
@@ -140,14 +144,14 @@ pub fn tool_list() -> Vec<Tool> {
              workspace's mutation lease (WORKSPACE_BUSY for other commands and patches).",
             schema_for_type::<ExecCommandParams>(),
         )
-        .with_raw_output_schema(object_schema())
+        .with_output_schema::<ExecCommandResult>()
         .with_annotations(annotations(false, true)),
         Tool::new(
             "write_stdin",
             "Write text to a managed process's stdin (or terminal).",
             schema_for_type::<WriteStdinParams>(),
         )
-        .with_raw_output_schema(object_schema())
+        .with_output_schema::<ProcessAckResult>()
         .with_annotations(annotations(false, false)),
         Tool::new(
             "read_process",
@@ -156,7 +160,7 @@ pub fn tool_list() -> Vec<Tool> {
              output_lost means bytes before retained_from were dropped from the bounded buffer.",
             schema_for_type::<ReadProcessParams>(),
         )
-        .with_raw_output_schema(object_schema())
+        .with_output_schema::<ReadProcessResult>()
         .with_annotations(annotations(true, false)),
         Tool::new(
             "process_status",
@@ -164,21 +168,21 @@ pub fn tool_list() -> Vec<Tool> {
              (exited/signaled/timeout/terminated/unknown), output totals.",
             schema_for_type::<ProcessIdParams>(),
         )
-        .with_raw_output_schema(object_schema())
+        .with_output_schema::<ProcessStatusResult>()
         .with_annotations(annotations(true, false)),
         Tool::new(
             "process_resize",
             "Resize a managed process's terminal (tty processes only).",
             schema_for_type::<ProcessResizeParams>(),
         )
-        .with_raw_output_schema(object_schema())
+        .with_output_schema::<ProcessResizeResult>()
         .with_annotations(annotations(false, false)),
         Tool::new(
             "terminate_process",
             "Terminate a managed process and its whole process group (TERM, then KILL after a grace period).",
             schema_for_type::<ProcessIdParams>(),
         )
-        .with_raw_output_schema(object_schema())
+        .with_output_schema::<ProcessAckResult>()
         .with_annotations(annotations(false, true)),
     ];
     all.into_iter()
@@ -215,7 +219,8 @@ impl ServerHandler for CodeSpaceServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         // Over HTTP the caller is the client the gate authenticated for this request.
-        let session = crate::http::request_session(&context).unwrap_or_else(|| self.session.clone());
+        let session =
+            crate::http::request_session(&context).unwrap_or_else(|| self.session.clone());
         let name = request.name.as_ref();
         if !IMPLEMENTED_TOOLS.contains(&name) {
             return Err(McpError::invalid_params(
@@ -230,7 +235,10 @@ impl ServerHandler for CodeSpaceServer {
         let call = match ToolCall::parse(name, &args) {
             Ok(c) => c,
             Err(CallParseError::UnknownTool(t)) => {
-                return Err(McpError::invalid_params(format!("tool not found: {t}"), None));
+                return Err(McpError::invalid_params(
+                    format!("tool not found: {t}"),
+                    None,
+                ));
             }
             Err(CallParseError::InvalidArguments(msg)) => {
                 let e = ToolError::new(
@@ -242,7 +250,12 @@ impl ServerHandler for CodeSpaceServer {
         };
         let started = std::time::Instant::now();
         let out = self.gateway.call(&session, call).await;
-        tracing::debug!(tool = name, us = started.elapsed().as_micros() as u64, ok = out.is_ok(), "tool call");
+        tracing::debug!(
+            tool = name,
+            us = started.elapsed().as_micros() as u64,
+            ok = out.is_ok(),
+            "tool call"
+        );
         Ok(match out {
             Ok(v) => CallToolResult::structured(v).into(),
             Err(e) => error_result(&e).into(),

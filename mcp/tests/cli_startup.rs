@@ -100,7 +100,11 @@ fn serve_refuses_a_broken_policy_naming_file_and_line() {
         err.contains(&format!("read-only.cedar:{bad_line}")),
         "stderr names file and line {bad_line}: {err}"
     );
-    assert!(out.stdout.is_empty(), "nothing on stdout: {}", text(&out.stdout));
+    assert!(
+        out.stdout.is_empty(),
+        "nothing on stdout: {}",
+        text(&out.stdout)
+    );
 }
 
 #[test]
@@ -122,7 +126,13 @@ fn serve_refuses_a_policy_that_fails_schema_validation() {
     );
     let store = t.path().join("store.db");
     let out = run(
-        &["serve", "--config", cfg.to_str().unwrap(), "--store", store.to_str().unwrap()],
+        &[
+            "serve",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--store",
+            store.to_str().unwrap(),
+        ],
         t.path(),
     );
     let err = text(&out.stderr);
@@ -136,7 +146,10 @@ fn serve_refuses_an_invalid_config_with_one_line_naming_the_field() {
     let t = policy_copy();
     let ws = t.path().join("ws");
     let cases = [
-        (serde_json::json!({"workspaces": {"w": {"root": "relative/ws"}}}), "workspaces.w.root"),
+        (
+            serde_json::json!({"workspaces": {"w": {"root": "relative/ws"}}}),
+            "workspaces.w.root",
+        ),
         (
             serde_json::json!({"workspaces": {"w": {"root": ws, "environment": "mars"}}}),
             "workspaces.w.environment",
@@ -158,14 +171,27 @@ fn serve_refuses_an_invalid_config_with_one_line_naming_the_field() {
         let cfg = write_config(t.path(), &json);
         let store = t.path().join("store.db");
         let out = run(
-            &["serve", "--config", cfg.to_str().unwrap(), "--store", store.to_str().unwrap()],
+            &[
+                "serve",
+                "--config",
+                cfg.to_str().unwrap(),
+                "--store",
+                store.to_str().unwrap(),
+            ],
             t.path(),
         );
         let err = text(&out.stderr);
         assert!(!out.status.success(), "{json}: serve started");
-        let lines: Vec<&str> = err.lines().filter(|l| l.contains("invalid config")).collect();
+        let lines: Vec<&str> = err
+            .lines()
+            .filter(|l| l.contains("invalid config"))
+            .collect();
         assert_eq!(lines.len(), 1, "{json}: one error line expected: {err}");
-        assert!(lines[0].contains(field), "{json}: line lacks {field}: {}", lines[0]);
+        assert!(
+            lines[0].contains(field),
+            "{json}: line lacks {field}: {}",
+            lines[0]
+        );
     }
 }
 
@@ -175,7 +201,14 @@ fn policy_validate_accepts_the_shipped_set_and_rejects_a_broken_one() {
     let policies = t.path().join("policies").display().to_string();
     let schema = schema_arg(t.path());
     let ok = run(
-        &["policy", "validate", "--policies", &policies, "--schema", &schema],
+        &[
+            "policy",
+            "validate",
+            "--policies",
+            &policies,
+            "--schema",
+            &schema,
+        ],
         t.path(),
     );
     assert_eq!(ok.status.code(), Some(0), "{}", text(&ok.stderr));
@@ -187,21 +220,47 @@ fn policy_validate_accepts_the_shipped_set_and_rejects_a_broken_one() {
     src.push_str("\n@id(\"base.forbid.no-reason\")\nforbid (principal, action, resource) when { resource.path == \"x\" };\n");
     std::fs::write(&file, &src).unwrap();
     let lint = run(
-        &["policy", "validate", "--policies", &policies, "--schema", &schema],
+        &[
+            "policy",
+            "validate",
+            "--policies",
+            &policies,
+            "--schema",
+            &schema,
+        ],
         t.path(),
     );
-    assert_eq!(lint.status.code(), Some(1), "a forbid without @reason must fail validation");
-    assert!(text(&lint.stderr).contains("guardrails.cedar"), "{}", text(&lint.stderr));
+    assert_eq!(
+        lint.status.code(),
+        Some(1),
+        "a forbid without @reason must fail validation"
+    );
+    assert!(
+        text(&lint.stderr).contains("guardrails.cedar"),
+        "{}",
+        text(&lint.stderr)
+    );
 
     // A syntax error.
     src.push_str("\nforbid (principal, action, resource\n");
     std::fs::write(&file, &src).unwrap();
     let bad = run(
-        &["policy", "validate", "--policies", &policies, "--schema", &schema],
+        &[
+            "policy",
+            "validate",
+            "--policies",
+            &policies,
+            "--schema",
+            &schema,
+        ],
         t.path(),
     );
     assert_eq!(bad.status.code(), Some(1));
-    assert!(text(&bad.stderr).contains("guardrails.cedar:"), "{}", text(&bad.stderr));
+    assert!(
+        text(&bad.stderr).contains("guardrails.cedar:"),
+        "{}",
+        text(&bad.stderr)
+    );
 }
 
 #[test]
@@ -210,7 +269,14 @@ fn policy_test_passes_the_shipped_tests() {
     let policies = t.path().join("policies").display().to_string();
     let schema = schema_arg(t.path());
     let out = run(
-        &["policy", "test", "--policies", &policies, "--schema", &schema],
+        &[
+            "policy",
+            "test",
+            "--policies",
+            &policies,
+            "--schema",
+            &schema,
+        ],
         t.path(),
     );
     let stdout = text(&out.stdout);

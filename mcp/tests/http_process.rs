@@ -32,7 +32,10 @@ fn unauthenticated_non_loopback_address_is_refused_with_a_clear_error() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("refusing to serve unauthenticated HTTP on the non-loopback address"), "{err}");
+    assert!(
+        err.contains("refusing to serve unauthenticated HTTP on the non-loopback address"),
+        "{err}"
+    );
     assert!(!err.contains("serving MCP"), "{err}");
 }
 
@@ -70,9 +73,13 @@ async fn sigterm_ends_the_server_cleanly_and_the_log_holds_no_token() {
     });
     let mut lines = Vec::new();
     let addr: SocketAddr = loop {
-        let line = rx.recv_timeout(Duration::from_secs(30)).expect("start-up line");
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("start-up line");
         lines.push(line.clone());
-        if let Some(rest) = line.strip_prefix("codespace: serving MCP over streamable HTTP at http://") {
+        if let Some(rest) =
+            line.strip_prefix("codespace: serving MCP over streamable HTTP at http://")
+        {
             break rest.trim_end_matches("/mcp").parse().unwrap();
         }
     };
@@ -81,7 +88,15 @@ async fn sigterm_ends_the_server_cleanly_and_the_log_holds_no_token() {
     let r = post(addr, Some(wrong), None, &initialize_msg(1)).await;
     assert_eq!(r.status, 401);
     let sid = initialize(addr, Some(TOKEN)).await;
-    let r = call(addr, Some(TOKEN), &sid, 2, "read", json!({"workspace_id": "main", "path": "a.txt"})).await;
+    let r = call(
+        addr,
+        Some(TOKEN),
+        &sid,
+        2,
+        "read",
+        json!({"workspace_id": "main", "path": "a.txt"}),
+    )
+    .await;
     assert_eq!(r["result"]["isError"], false, "{r}");
     // Hold the session's standing SSE stream open across the shutdown.
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -101,7 +116,10 @@ async fn sigterm_ends_the_server_cleanly_and_the_log_holds_no_token() {
         if let Some(s) = child.try_wait().unwrap() {
             break s;
         }
-        assert!(Instant::now() < deadline, "server still running 20 s after SIGTERM");
+        assert!(
+            Instant::now() < deadline,
+            "server still running 20 s after SIGTERM"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert!(exit.success(), "{exit:?}");

@@ -74,9 +74,20 @@ async fn initialize_list_and_call_over_http() {
         .map(|t| t["name"].as_str().unwrap().to_string())
         .collect();
     assert!(names.contains(&"read".to_string()), "{names:?}");
-    let r = call(s.addr, None, &sid, 3, "read", json!({"workspace_id": "main", "path": "a.txt"})).await;
+    let r = call(
+        s.addr,
+        None,
+        &sid,
+        3,
+        "read",
+        json!({"workspace_id": "main", "path": "a.txt"}),
+    )
+    .await;
     assert_eq!(r["result"]["isError"], false, "{r}");
-    assert_eq!(r["result"]["structuredContent"]["content"], "hello over http\n");
+    assert_eq!(
+        r["result"]["structuredContent"]["content"],
+        "hello over http\n"
+    );
     let info = call(s.addr, None, &sid, 4, "workspace_info", json!({})).await;
     assert_eq!(
         info["result"]["structuredContent"]["transports"],
@@ -86,7 +97,10 @@ async fn initialize_list_and_call_over_http() {
         .unwrap()
         .query_decisions(&DecisionQuery::default())
         .unwrap();
-    let row = rows.iter().find(|r| r.tool == "read").expect("a read decision row");
+    let row = rows
+        .iter()
+        .find(|r| r.tool == "read")
+        .expect("a read decision row");
     assert_eq!(row.client.as_deref(), Some("local"));
     assert_eq!(row.transport.as_deref(), Some("streamable-http"));
     s.stop().await;
@@ -129,11 +143,22 @@ async fn missing_or_wrong_token_gets_401_and_no_token_is_echoed_or_logged() {
     }
     // The right token works, and is then not logged either.
     let sid = initialize(s.addr, Some(CI_TOKEN)).await;
-    let r = call(s.addr, Some(CI_TOKEN), &sid, 2, "read", json!({"workspace_id": "main", "path": "a.txt"})).await;
+    let r = call(
+        s.addr,
+        Some(CI_TOKEN),
+        &sid,
+        2,
+        "read",
+        json!({"workspace_id": "main", "path": "a.txt"}),
+    )
+    .await;
     assert_eq!(r["result"]["isError"], false, "{r}");
     s.stop().await;
     let text = String::from_utf8_lossy(&logs.lock().unwrap()).to_string();
-    assert!(text.contains("bearer token"), "the refusals were logged: {text}");
+    assert!(
+        text.contains("bearer token"),
+        "the refusals were logged: {text}"
+    );
     for t in [CI_TOKEN, DEV_TOKEN, wrong] {
         assert!(!text.contains(t), "token in the log");
     }
@@ -181,7 +206,10 @@ async fn foreign_host_and_origin_are_refused_before_mcp_handling() {
         vec![("Host", &own)],
         vec![("Host", &localhost), ("Origin", &own_origin)],
         vec![("Host", "mcp.example.com")],
-        vec![("Host", "mcp.example.com"), ("Origin", "https://mcp.example.com")],
+        vec![
+            ("Host", "mcp.example.com"),
+            ("Origin", "https://mcp.example.com"),
+        ],
     ];
     for extra in accepted {
         let mut h = vec![("Accept", ACCEPT), ("Authorization", &auth)];
@@ -213,7 +241,10 @@ async fn client_name_reaches_policy_and_decision_rows() {
     let ci = initialize(s.addr, Some(CI_TOKEN)).await;
     let ok = call(s.addr, Some(CI_TOKEN), &ci, 2, "read", args.clone()).await;
     assert_eq!(ok["result"]["isError"], false, "{ok}");
-    assert_eq!(ok["result"]["structuredContent"]["content"], "ci eyes only\n");
+    assert_eq!(
+        ok["result"]["structuredContent"]["content"],
+        "ci eyes only\n"
+    );
 
     let dev = initialize(s.addr, Some(DEV_TOKEN)).await;
     let denied = call(s.addr, Some(DEV_TOKEN), &dev, 2, "read", args).await;
@@ -221,9 +252,20 @@ async fn client_name_reaches_policy_and_decision_rows() {
     let body: serde_json::Value =
         serde_json::from_str(denied["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
     assert_eq!(body["code"], "UNAUTHORIZED", "{body}");
-    assert!(body.to_string().contains("base.forbid.secret-for-ci"), "{body}");
+    assert!(
+        body.to_string().contains("base.forbid.secret-for-ci"),
+        "{body}"
+    );
     // Other reads by dev are unaffected.
-    let other = call(s.addr, Some(DEV_TOKEN), &dev, 3, "read", json!({"workspace_id": "main", "path": "a.txt"})).await;
+    let other = call(
+        s.addr,
+        Some(DEV_TOKEN),
+        &dev,
+        3,
+        "read",
+        json!({"workspace_id": "main", "path": "a.txt"}),
+    )
+    .await;
     assert_eq!(other["result"]["isError"], false, "{other}");
 
     let rows = codespace_store::Store::open(&s.store)
@@ -233,7 +275,10 @@ async fn client_name_reaches_policy_and_decision_rows() {
             ..DecisionQuery::default()
         })
         .unwrap();
-    let secret: Vec<_> = rows.iter().filter(|r| r.subject.contains("secret-for-ci.txt")).collect();
+    let secret: Vec<_> = rows
+        .iter()
+        .filter(|r| r.subject.contains("secret-for-ci.txt"))
+        .collect();
     assert!(
         secret.iter().any(|r| r.client.as_deref() == Some("ci")
             && r.transport.as_deref() == Some("streamable-http")
@@ -243,7 +288,8 @@ async fn client_name_reaches_policy_and_decision_rows() {
     assert!(
         secret.iter().any(|r| r.client.as_deref() == Some("dev")
             && r.decision == "deny"
-            && r.policy_ids.contains(&"base.forbid.secret-for-ci".to_string())),
+            && r.policy_ids
+                .contains(&"base.forbid.secret-for-ci".to_string())),
         "{secret:?}"
     );
     s.stop().await;
@@ -292,7 +338,15 @@ async fn in_flight_cap_gives_429_and_a_stalled_client_blocks_no_one() {
     assert_eq!(busy.header("retry-after"), Some("1"));
     assert_eq!(busy.body, r#"{"error":"too many requests in flight"}"#);
     // Another client is served while ci's request hangs.
-    let r = call(s.addr, Some(DEV_TOKEN), &dev, 2, "read", json!({"workspace_id": "main", "path": "a.txt"})).await;
+    let r = call(
+        s.addr,
+        Some(DEV_TOKEN),
+        &dev,
+        2,
+        "read",
+        json!({"workspace_id": "main", "path": "a.txt"}),
+    )
+    .await;
     assert_eq!(r["result"]["isError"], false, "{r}");
     // When the stalled connection goes away, ci gets its slot back.
     drop(stalled);
@@ -317,14 +371,19 @@ async fn oversized_bodies_get_413() {
     }
     .start()
     .await;
-    let big = json!({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"pad": "x".repeat(4096)}});
+    let big =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"pad": "x".repeat(4096)}});
     let r = post(s.addr, None, None, &big).await;
     assert_eq!(r.status, 413, "{r:?}");
     // Without a Content-Length (chunked), the cap holds while the body streams in.
     let body = big.to_string();
     let mut chunked = String::new();
     for part in body.as_bytes().chunks(500) {
-        chunked.push_str(&format!("{:x}\r\n{}\r\n", part.len(), std::str::from_utf8(part).unwrap()));
+        chunked.push_str(&format!(
+            "{:x}\r\n{}\r\n",
+            part.len(),
+            std::str::from_utf8(part).unwrap()
+        ));
     }
     chunked.push_str("0\r\n\r\n");
     let mut st = tokio::net::TcpStream::connect(s.addr).await.unwrap();
@@ -335,10 +394,13 @@ async fn oversized_bodies_get_413() {
     );
     st.write_all(req.as_bytes()).await.unwrap();
     let mut raw = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), tokio::io::AsyncReadExt::read_to_end(&mut st, &mut raw))
-        .await
-        .unwrap()
-        .unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        tokio::io::AsyncReadExt::read_to_end(&mut st, &mut raw),
+    )
+    .await
+    .unwrap()
+    .unwrap();
     assert_eq!(parse_response(&raw).status, 413);
     // A small request still works.
     initialize(s.addr, None).await;
@@ -373,7 +435,9 @@ async fn idle_sessions_expire() {
 async fn unauthenticated_http_refuses_a_non_loopback_address() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = codespace_engine::Config::embedded_default(dir.path()).unwrap();
-    let policy = codespace_engine::PolicyStore::load(codespace_engine::policy::PolicySource::Embedded).unwrap();
+    let policy =
+        codespace_engine::PolicyStore::load(codespace_engine::policy::PolicySource::Embedded)
+            .unwrap();
     let gw = codespace_engine::Gateway::new(
         cfg,
         Arc::new(policy),
@@ -389,7 +453,10 @@ async fn unauthenticated_http_refuses_a_non_loopback_address() {
         .await
         .unwrap_err();
     assert!(
-        matches!(e, codespace_mcp::http::HttpError::UnauthenticatedNonLoopback(_)),
+        matches!(
+            e,
+            codespace_mcp::http::HttpError::UnauthenticatedNonLoopback(_)
+        ),
         "{e}"
     );
     assert!(e.to_string().contains("non-loopback"), "{e}");
@@ -414,7 +481,15 @@ async fn concurrent_clients_make_calls_without_errors() {
             let mut lat = Vec::new();
             for i in 0..CALLS {
                 let t = Instant::now();
-                let r = call(addr, Some(token), &sid, 10 + i, "read", json!({"workspace_id": "main", "path": "a.txt"})).await;
+                let r = call(
+                    addr,
+                    Some(token),
+                    &sid,
+                    10 + i,
+                    "read",
+                    json!({"workspace_id": "main", "path": "a.txt"}),
+                )
+                .await;
                 assert_eq!(r["result"]["isError"], false, "{r}");
                 lat.push(t.elapsed());
             }

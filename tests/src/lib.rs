@@ -68,10 +68,8 @@ where
             Ok(n) => n,
         };
         let Some(chunk) = buf.get(..n) else { break };
-        if let Some(log) = &log {
-            if let Ok(mut l) = log.lock() {
-                l.extend_from_slice(chunk);
-            }
+        if let Some(Ok(mut l)) = log.as_ref().map(|l| l.lock()) {
+            l.extend_from_slice(chunk);
         }
         if to.write_all(chunk).await.is_err() {
             break;
@@ -111,7 +109,8 @@ impl Harness {
         let store_path = dir.path().join("codespace.db");
 
         let mut ws_entry = json!({"root": root, "profile": opts.profile});
-        if let (Some(entry), Some(extra)) = (ws_entry.as_object_mut(), opts.workspace_extra.as_object())
+        if let (Some(entry), Some(extra)) =
+            (ws_entry.as_object_mut(), opts.workspace_extra.as_object())
         {
             for (k, v) in extra {
                 entry.insert(k.clone(), v.clone());

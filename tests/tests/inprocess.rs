@@ -50,7 +50,10 @@ async fn initialize_negotiates_2025_11_25_with_identity_and_instructions() {
     let instructions = info.instructions.as_deref().unwrap_or_default();
     assert!(instructions.len() > 100, "instructions: {instructions:?}");
     assert!(instructions.contains("Cedar"), "{instructions}");
-    assert!(instructions.to_lowercase().contains("model"), "{instructions}");
+    assert!(
+        instructions.to_lowercase().contains("model"),
+        "{instructions}"
+    );
     assert!(info.capabilities.tools.is_some(), "tools capability");
     h.check_no_absolute_paths().unwrap();
 }
@@ -108,14 +111,24 @@ async fn read_returns_content_version_and_omits_optional_fields() {
     assert!(is_version(&r["version"]), "version {}", r["version"]);
     assert_eq!(
         keys(&r),
-        set(&["path", "content", "content_lossy", "version", "truncated", "byte_count"]),
+        set(&[
+            "path",
+            "content",
+            "content_lossy",
+            "version",
+            "truncated",
+            "byte_count"
+        ]),
         "offset/next_offset are omitted on a whole read: {r}"
     );
     assert!(null_pointers(&r).is_empty(), "nulls in {r}");
 
     // Normalized path; same file, same version. A change gives a new version.
     let r2 = h
-        .ok("read", json!({"workspace_id": WS, "path": "./src//main.rs"}))
+        .ok(
+            "read",
+            json!({"workspace_id": WS, "path": "./src//main.rs"}),
+        )
         .await
         .unwrap();
     assert_eq!(r2["path"], "src/main.rs");
@@ -161,7 +174,10 @@ async fn read_pages_with_offset_limit_and_next_offset() {
     assert_eq!(p3["offset"], 8);
     assert_eq!(p3["truncated"], false);
     assert_eq!(p3["byte_count"], 2);
-    assert!(p3.get("next_offset").is_none(), "no next_offset at the end: {p3}");
+    assert!(
+        p3.get("next_offset").is_none(),
+        "no next_offset at the end: {p3}"
+    );
 
     // Every window carries the version of the whole file.
     assert_eq!(p1["version"], p2["version"]);
@@ -198,13 +214,22 @@ async fn find_lists_sorted_relative_paths_and_filters_by_glob() {
         .collect();
     assert_eq!(
         paths,
-        vec![".hidden/inner.txt", "a.txt", "digits.txt", "src/lib.rs", "src/main.rs"]
+        vec![
+            ".hidden/inner.txt",
+            "a.txt",
+            "digits.txt",
+            "src/lib.rs",
+            "src/main.rs"
+        ]
     );
     assert_eq!(all["truncated"], false);
     assert_eq!(all["incomplete"], false);
     assert_eq!(all["withheld"], 0);
     assert!(is_version(&all["listing_version"]));
-    assert!(all.get("offset").is_none() && all.get("next_offset").is_none(), "{all}");
+    assert!(
+        all.get("offset").is_none() && all.get("next_offset").is_none(),
+        "{all}"
+    );
     assert!(null_pointers(&all).is_empty(), "nulls in {all}");
 
     let rs = h
@@ -338,7 +363,12 @@ async fn symlinks_are_rejected_as_leaf_and_as_ancestor() {
     })
     .await
     .unwrap();
-    for path in ["leaf-link", "dir-link/main.rs", "etc-link/hostname", "etc-link"] {
+    for path in [
+        "leaf-link",
+        "dir-link/main.rs",
+        "etc-link/hostname",
+        "etc-link",
+    ] {
         let body = h
             .err("read", json!({"workspace_id": WS, "path": path}))
             .await
@@ -353,7 +383,11 @@ async fn symlinks_are_rejected_as_leaf_and_as_ancestor() {
         .iter()
         .map(|p| p.as_str().unwrap())
         .collect();
-    assert!(!paths.iter().any(|p| p.starts_with("dir-link/") || p.starts_with("etc-link/")));
+    assert!(
+        !paths
+            .iter()
+            .any(|p| p.starts_with("dir-link/") || p.starts_with("etc-link/"))
+    );
     h.check_no_absolute_paths().unwrap();
 }
 
@@ -379,8 +413,14 @@ async fn fifos_and_directories_are_special_files() {
 async fn limits_out_of_range_are_output_limit() {
     let h = Harness::start(basic).await.unwrap();
     let cases = [
-        ("read", json!({"workspace_id": WS, "path": "a.txt", "limit": 0})),
-        ("read", json!({"workspace_id": WS, "path": "a.txt", "limit": 1_048_577})),
+        (
+            "read",
+            json!({"workspace_id": WS, "path": "a.txt", "limit": 0}),
+        ),
+        (
+            "read",
+            json!({"workspace_id": WS, "path": "a.txt", "limit": 1_048_577}),
+        ),
         ("find", json!({"workspace_id": WS, "limit": 0})),
         ("find", json!({"workspace_id": WS, "limit": 10_001})),
     ];
@@ -389,9 +429,12 @@ async fn limits_out_of_range_are_output_limit() {
         assert_eq!(code, "OUTPUT_LIMIT", "{tool} {args}");
     }
     // The maxima themselves are fine.
-    h.ok("read", json!({"workspace_id": WS, "path": "a.txt", "limit": 1_048_576}))
-        .await
-        .unwrap();
+    h.ok(
+        "read",
+        json!({"workspace_id": WS, "path": "a.txt", "limit": 1_048_576}),
+    )
+    .await
+    .unwrap();
     h.ok("find", json!({"workspace_id": WS, "limit": 10_000}))
         .await
         .unwrap();
@@ -404,18 +447,41 @@ async fn schema_invalid_arguments_are_invalid_arguments_naming_the_field() {
     let cases = [
         ("read", json!({"workspace_id": WS}), "path"),
         ("read", json!({"path": "a.txt"}), "workspace_id"),
-        ("read", json!({"workspace_id": WS, "path": 5}), "invalid type"),
-        ("read", json!({"workspace_id": WS, "path": "a.txt", "offset": "x"}), "invalid type"),
-        ("read", json!({"workspace_id": WS, "path": "a.txt", "limit": -1}), "invalid"),
-        ("find", json!({"workspace_id": WS, "glob": 7}), "invalid type"),
-        ("find", json!({"workspace_id": WS, "glob": "src/[a"}), "glob"),
+        (
+            "read",
+            json!({"workspace_id": WS, "path": 5}),
+            "invalid type",
+        ),
+        (
+            "read",
+            json!({"workspace_id": WS, "path": "a.txt", "offset": "x"}),
+            "invalid type",
+        ),
+        (
+            "read",
+            json!({"workspace_id": WS, "path": "a.txt", "limit": -1}),
+            "invalid",
+        ),
+        (
+            "find",
+            json!({"workspace_id": WS, "glob": 7}),
+            "invalid type",
+        ),
+        (
+            "find",
+            json!({"workspace_id": WS, "glob": "src/[a"}),
+            "glob",
+        ),
         ("workspace_info", json!({"workspace_id": 1}), "invalid type"),
     ];
     for (tool, args, needle) in cases {
         let body = h.err(tool, args.clone()).await.unwrap();
         assert_eq!(body["code"], "INVALID_ARGUMENTS", "{tool} {args}: {body}");
         let msg = body["message"].as_str().unwrap();
-        assert!(msg.contains(needle), "{tool} {args}: message {msg:?} lacks {needle:?}");
+        assert!(
+            msg.contains(needle),
+            "{tool} {args}: message {msg:?} lacks {needle:?}"
+        );
     }
     h.check_no_absolute_paths().unwrap();
 }
@@ -423,7 +489,10 @@ async fn schema_invalid_arguments_are_invalid_arguments_naming_the_field() {
 /// Checks an UNAUTHORIZED ErrorBody and returns its decision id.
 fn assert_unauthorized(body: &Value, policy: &str) -> String {
     assert_eq!(body["code"], "UNAUTHORIZED", "{body}");
-    let id = body["decision_id"].as_str().expect("decision_id").to_string();
+    let id = body["decision_id"]
+        .as_str()
+        .expect("decision_id")
+        .to_string();
     assert!(!id.is_empty());
     let ids = body["policy_ids"].as_array().expect("policy_ids");
     assert!(
@@ -462,7 +531,10 @@ async fn secret_files_are_unauthorized_under_read_only_and_workspace_write() {
         h.ok("read", json!({"workspace_id": WS, "path": "a.txt"}))
             .await
             .unwrap();
-        assert!(!h.wire_text().contains("SECRET="), "{profile}: secret on the wire");
+        assert!(
+            !h.wire_text().contains("SECRET="),
+            "{profile}: secret on the wire"
+        );
         h.check_no_absolute_paths().unwrap();
     }
 }
@@ -499,12 +571,20 @@ async fn server_owned_config_inside_the_workspace_is_unauthorized_and_withheld()
     };
     let h = Harness::start_with(opts, basic).await.unwrap();
     let body = h
-        .err("read", json!({"workspace_id": WS, "path": "codespace.json"}))
+        .err(
+            "read",
+            json!({"workspace_id": WS, "path": "codespace.json"}),
+        )
         .await
         .unwrap();
     assert_unauthorized(&body, "base.forbid.server-owned-files");
     let all = h.ok("find", json!({"workspace_id": WS})).await.unwrap();
-    assert!(!all["paths"].as_array().unwrap().contains(&json!("codespace.json")));
+    assert!(
+        !all["paths"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("codespace.json"))
+    );
     assert_eq!(all["withheld"], 1);
     h.check_no_absolute_paths().unwrap();
 }
@@ -580,7 +660,10 @@ async fn allows_and_denies_are_audited_in_the_store() {
         .unwrap_or_else(|| panic!("no row for decision {deny_id}: {rows:?}"));
     assert_eq!(deny.decision, "deny");
     assert_eq!(deny.subject, ".env");
-    assert_eq!(deny.policy_ids, vec!["base.forbid.secret-files".to_string()]);
+    assert_eq!(
+        deny.policy_ids,
+        vec!["base.forbid.secret-files".to_string()]
+    );
     assert!(!deny.default_deny);
     assert_eq!(deny.transport.as_deref(), Some("stdio"));
     // The audit log holds relative paths only.
@@ -626,7 +709,9 @@ async fn workspace_info_permissions_follow_the_profile() {
     assert_eq!(ex["network"]["client_may_escalate"], false);
     ro.check_no_absolute_paths().unwrap();
 
-    let rw = Harness::with_profile("workspace-write", basic).await.unwrap();
+    let rw = Harness::with_profile("workspace-write", basic)
+        .await
+        .unwrap();
     let info = rw
         .ok("workspace_info", json!({"workspace_id": WS}))
         .await
@@ -663,14 +748,20 @@ async fn no_response_ever_carries_the_workspace_root() {
         ("workspace_info", json!({})),
         ("read", json!({"workspace_id": WS, "path": "a.txt"})),
         ("find", json!({"workspace_id": WS})),
-        ("read", json!({"workspace_id": WS, "path": "../../etc/passwd"})),
+        (
+            "read",
+            json!({"workspace_id": WS, "path": "../../etc/passwd"}),
+        ),
         ("read", json!({"workspace_id": WS, "path": "ln"})),
         ("read", json!({"workspace_id": WS, "path": "pipe"})),
         ("read", json!({"workspace_id": WS, "path": "src"})),
         ("read", json!({"workspace_id": WS, "path": "nope/x"})),
         ("read", json!({"workspace_id": WS, "path": "a.txt/x"})),
         ("read", json!({"workspace_id": WS, "path": ".env"})),
-        ("read", json!({"workspace_id": WS, "path": "a.txt", "limit": 0})),
+        (
+            "read",
+            json!({"workspace_id": WS, "path": "a.txt", "limit": 0}),
+        ),
         ("find", json!({"workspace_id": WS, "glob": "[["})),
         ("find", json!({"workspace_id": "other"})),
     ];

@@ -241,12 +241,7 @@ pub fn parse_response(raw: &[u8]) -> Resp {
 
 /// Sends one request with `Connection: close` and reads the whole response. `Host` defaults
 /// to the bound address; pass `("host", ..)` to override it.
-pub async fn http(
-    addr: SocketAddr,
-    method: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> Resp {
+pub async fn http(addr: SocketAddr, method: &str, headers: &[(&str, &str)], body: &str) -> Resp {
     let mut s = TcpStream::connect(addr).await.unwrap();
     let mut req = format!("{method} /mcp HTTP/1.1\r\n");
     if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {

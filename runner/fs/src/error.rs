@@ -136,6 +136,10 @@ fn errno_message(errno: Errno) -> String {
 
 /// Shortens `path` for inclusion in an error, cutting at a character boundary.
 pub(crate) fn echo(path: &str) -> String {
+    // An absolute input is never echoed: it may name the host's layout (even the root itself).
+    if path.starts_with('/') {
+        return "<absolute path>".to_string();
+    }
     if path.len() <= MAX_ECHO_BYTES {
         return path.replace('\0', "\\0");
     }
@@ -213,5 +217,6 @@ mod tests {
         assert!(shown.len() <= MAX_ECHO_BYTES + "…".len());
         assert!(shown.ends_with('…'));
         assert_eq!(echo("a\0b"), "a\\0b");
+        assert_eq!(echo("/etc/passwd"), "<absolute path>");
     }
 }

@@ -1,0 +1,119 @@
+//! Figures for the process tools (run by scripts/bench-exec.py in release; in the normal test
+//! run it does a few iterations as a smoke test): the round trip of `exec_command ["true"]` with
+//! `yield_ms` through the gateway (sandboxed when the kernel allows) against the raw
+//! `ProcessTable` spawn without a launcher in the same run, and the read_process drain rate.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod process_common;
+
+use codespace_runner_process::{Launcher, ProcessTable, SpawnSpec, TableLimits};
+use process_common::*;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+fn iters() -> usize {
+    std::env::var("BENCH_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5)
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn spec(launcher: Option<Launcher>, dir: &std::path::Path) -> SpawnSpec {
+    SpawnSpec {
+        argv: vec!["true".into()],
+        cwd: dir.to_path_buf(),
+        env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+        tty: false,
+        timeout: None,
+        launcher,
+        owner: "bench".into(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_round_trip_and_drain_rate() {
+    let n = iters();
+    let e = env();
+    let table = ProcessTable::new(TableLimits::default());
+    let mut raw = Vec::new();
+    let mut gw = Vec::new();
+    for _ in 0..n {
+        // Baseline: the raw table spawn + exit, no launcher, no gateway.
+        let t = Instant::now();
+        let s = table.spawn(spec(None, &e.root)).await.unwrap();
+        let info = table.wait_exit(&s.id).await.unwrap();
+        raw.push(t.elapsed());
+        assert_eq!(info.exit_code, Some(0));
+        // The whole tool call: authorize, lease, operation rows, sandbox helper, wait for exit.
+        let t = Instant::now();
+        let r = call(
+            &e.gw,
+            "exec_command",
+            json!({"workspace_id": "w", "command": ["true"], "yield_ms": 10_000}),
+        )
+        .await;
+        let elapsed = t.elapsed();
+        match r {
+            Ok(r) => {
+                assert_eq!(r["exit_code"], 0);
+                gw.push(elapsed);
+            }
+            // The previous process's exit watcher may not have released the lease yet.
+            Err(err) => assert_eq!(err.code, codespace_engine::ErrorCode::WorkspaceBusy),
+        }
+        exec_when_free(&e.gw, "w", &["true"]).await;
+    }
+    let (raw_m, gw_m) = (median(raw), median(gw));
+    let mode = if sandbox_available() {
+        "sandboxed"
+    } else {
+        "unsandboxed (no sandbox here)"
+    };
+    println!(
+        "BENCH exec_true raw_table_spawn_median_ms={:.2} gateway_exec_yield_median_ms={:.2} ({mode}) ratio={:.1}",
+        raw_m.as_secs_f64() * 1e3,
+        gw_m.as_secs_f64() * 1e3,
+        gw_m.as_secs_f64() / raw_m.as_secs_f64()
+    );
+
+    // Drain: 64 MiB (smoke: 4 MiB) through read_process cursors with a 16 MiB ring.
+    let total: u64 = if n >= 20 { 64 << 20 } else { 4 << 20 };
+    let e = env_with(Opts {
+        limits: json!({"output_ring_bytes": 16 << 20}),
+        ..Opts::default()
+    });
+    let t = Instant::now();
+    let r = run(&e.gw, &["head", "-c", &total.to_string(), "/dev/zero"], 0).await;
+    let id = r["process_id"].as_str().unwrap().to_string();
+    let (mut cursor, mut got) = (0u64, 0u64);
+    loop {
+        let c = call(
+            &e.gw,
+            "read_process",
+            json!({"process_id": id, "cursor": cursor, "wait_ms": 5000}),
+        )
+        .await
+        .unwrap();
+        got += c["chunk"].as_str().unwrap().len() as u64;
+        cursor = c["cursor"].as_u64().unwrap();
+        if c["eof"] == true {
+            break;
+        }
+    }
+    let secs = t.elapsed().as_secs_f64();
+    assert_eq!(cursor, total);
+    println!(
+        "BENCH read_process drain bytes={total} returned={got} seconds={secs:.3} rate_MBps={:.1}",
+        got as f64 / secs / 1e6
+    );
+}

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The CodeSpace test command (what the README and CI run):
+#   1. scripts/check-no-model-deps.sh, and its --self-test
+#   2. cargo build --workspace, cargo test --workspace
+#   3. codespace policy validate, codespace policy test (the shipped policies/)
+#   4. python3 -m pytest -q tests/py (official MCP SDK over stdio/HTTP against the built binary)
+# Every step runs and prints its own summary; the script exits non-zero when any step failed.
+# Honours CARGO_TARGET_DIR (the binary is ${CARGO_TARGET_DIR:-target}/debug/codespace),
+# CARGO_LOCKED=1 (adds --locked to cargo) and PYTHON (the interpreter for step 4; default: the
+# tests/py/.venv interpreter when .ci/run created one, else python3).
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+
+TARGET="${CARGO_TARGET_DIR:-target}"
+case "$TARGET" in
+  /*) ;;
+  *) TARGET="$REPO/$TARGET" ;;
+esac
+BIN="$TARGET/debug/codespace"
+LOCKED=()
+if [[ "${CARGO_LOCKED:-}" == "1" ]]; then
+  LOCKED=(--locked)
+fi
+if [[ -z "${PYTHON:-}" ]]; then
+  if [[ -x tests/py/.venv/bin/python ]]; then
+    PYTHON="$REPO/tests/py/.venv/bin/python"
+  else
+    PYTHON=python3
+  fi
+fi
+
+failed=()
+step() {
+  local name="$1"
+  shift
+  echo
+  echo "==> $name"
+  local start=$SECONDS
+  if "$@"; then
+    echo "<== $name: ok ($((SECONDS - start)) s)"
+  else
+    echo "<== $name: FAILED ($((SECONDS - start)) s)"
+    failed+=("$name")
+  fi
+}
+
+python_deps() {
+  if "$PYTHON" -c "import mcp, pytest" 2>/dev/null; then
+    return 0
+  fi
+  echo "installing tests/py/requirements.txt for $PYTHON"
+  "$PYTHON" -m pip install --quiet -r tests/py/requirements.txt
+}
+
+pytest_e2e() {
+  python_deps || return 1
+  CODESPACE_BIN="$BIN" "$PYTHON" -m pytest -q tests/py
+}
+
+step "check-no-model-deps" scripts/check-no-model-deps.sh
+step "check-no-model-deps --self-test" scripts/check-no-model-deps.sh --self-test
+before=${#failed[@]}
+step "cargo build --workspace" cargo build --workspace "${LOCKED[@]+"${LOCKED[@]}"}"
+if [[ ${#failed[@]} -eq $before && -x "$BIN" ]]; then
+  step "cargo test --workspace" cargo test --workspace --no-fail-fast "${LOCKED[@]+"${LOCKED[@]}"}"
+  step "codespace policy validate" "$BIN" policy validate --policies policies
+  step "codespace policy test" "$BIN" policy test --policies policies
+  step "pytest tests/py" pytest_e2e
+else
+  echo "the build failed or $BIN is missing: skipping cargo test, policy and Python steps"
+  failed+=("cargo test (skipped)" "policy (skipped)" "pytest (skipped)")
+fi
+
+echo
+if [[ ${#failed[@]} -ne 0 ]]; then
+  echo "scripts/test.sh: FAILED steps:"
+  printf '  - %s\n' "${failed[@]}"
+  exit 1
+fi
+echo "scripts/test.sh: every step passed"
