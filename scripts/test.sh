@@ -66,7 +66,7 @@ step "cargo build --workspace" cargo build --workspace "${LOCKED[@]+"${LOCKED[@]
 if [[ ${#failed[@]} -eq $before && -x "$BIN" ]]; then
   step "cargo test --workspace" cargo test --workspace --no-fail-fast "${LOCKED[@]+"${LOCKED[@]}"}"
   step "codespace policy validate" "$BIN" policy validate --policies policies
-  step "codespace policy test" "$BIN" policy test --policies policies
+  step "codespace policy test" "$BIN" policy test --policies policies --coverage-min 100 --fail-on-empty
   step "pytest tests/py" pytest_e2e
 else
   echo "the build failed or $BIN is missing: skipping cargo test, policy and Python steps"
