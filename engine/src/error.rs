@@ -76,23 +76,48 @@ impl ErrorCode {
         }
     }
 
-    /// Maps a runner error code string (runner crates speak the same codes) onto the enum.
+    /// Every code, in contract order.
+    pub const ALL: &'static [ErrorCode] = &[
+        ErrorCode::Unauthorized,
+        ErrorCode::WorkspaceNotFound,
+        ErrorCode::WorkspaceBusy,
+        ErrorCode::ResourceQueueFull,
+        ErrorCode::InvalidPatch,
+        ErrorCode::InvalidCommand,
+        ErrorCode::ProcessSpawnFailed,
+        ErrorCode::PathEscape,
+        ErrorCode::FileNotFound,
+        ErrorCode::PathNotDirectory,
+        ErrorCode::FileOperationFailed,
+        ErrorCode::SymlinkRejected,
+        ErrorCode::SpecialFileRejected,
+        ErrorCode::AddFileExists,
+        ErrorCode::MoveDestinationExists,
+        ErrorCode::VersionConflict,
+        ErrorCode::StaleRead,
+        ErrorCode::OperationKeyConflict,
+        ErrorCode::OperationNotFound,
+        ErrorCode::ProcessNotFound,
+        ErrorCode::ProcessNotTty,
+        ErrorCode::ProcessNotRunning,
+        ErrorCode::OutputLimit,
+        ErrorCode::Timeout,
+        ErrorCode::ApprovalRequired,
+        ErrorCode::ApprovalNotFound,
+        ErrorCode::ApprovalConflict,
+        ErrorCode::ApprovalAmbiguous,
+        ErrorCode::InvalidArguments,
+        ErrorCode::Internal,
+    ];
+
+    /// Maps a code string (runner crates and stored results speak the same codes) onto the
+    /// enum; unknown strings are `INTERNAL`.
     pub fn from_code(code: &str) -> ErrorCode {
-        match code {
-            "PATH_ESCAPE" => ErrorCode::PathEscape,
-            "FILE_NOT_FOUND" => ErrorCode::FileNotFound,
-            "PATH_NOT_DIRECTORY" => ErrorCode::PathNotDirectory,
-            "SYMLINK_REJECTED" => ErrorCode::SymlinkRejected,
-            "SPECIAL_FILE_REJECTED" => ErrorCode::SpecialFileRejected,
-            "INVALID_PATCH" => ErrorCode::InvalidPatch,
-            "ADD_FILE_EXISTS" => ErrorCode::AddFileExists,
-            "MOVE_DESTINATION_EXISTS" => ErrorCode::MoveDestinationExists,
-            "PROCESS_NOT_FOUND" => ErrorCode::ProcessNotFound,
-            "PROCESS_NOT_TTY" => ErrorCode::ProcessNotTty,
-            "PROCESS_NOT_RUNNING" => ErrorCode::ProcessNotRunning,
-            "FILE_OPERATION_FAILED" => ErrorCode::FileOperationFailed,
-            _ => ErrorCode::Internal,
-        }
+        ErrorCode::ALL
+            .iter()
+            .copied()
+            .find(|c| c.as_str() == code)
+            .unwrap_or(ErrorCode::Internal)
     }
 }
 

@@ -242,7 +242,7 @@ impl Gateway {
             session,
         )? {
             Begin::New(id) => id,
-            Begin::Replay(row) => return Ok(replay(&row)),
+            Begin::Replay(row) => return replay(&row),
         };
         ws.versions.ensure_watching();
         let out = self.apply_locked(ws, p, &expected, &op_id).await;
@@ -457,8 +457,20 @@ fn rel_str(p: &str) -> String {
     RelPath::parse(p).map_or_else(|_| p.to_string(), |r| r.as_str().to_string())
 }
 
-/// The replayed result of a stored operation (unknown when it never finished).
-fn replay(row: &codespace_store::OperationRow) -> Value {
+/// The replayed result of a stored operation: the stored result, the stored error (with the
+/// operation id), or `unknown` when it never finished. Nothing is applied again.
+fn replay(row: &codespace_store::OperationRow) -> Result<Value, ToolError> {
+    if let (Some(Value::Object(res)), Some(_)) = (&row.result, row.finished_ms) {
+        if let Some(err) = res.get("error") {
+            let code = err.get("code").and_then(Value::as_str).unwrap_or("INTERNAL");
+            let message = err.get("message").and_then(Value::as_str).unwrap_or("");
+            return Err(ToolError::new(
+                ErrorCode::from_code(code),
+                format!("replayed operation {} ({}): {message}", row.operation_id, row.status),
+            )
+            .with_operation(row.operation_id.clone()));
+        }
+    }
     let mut v = match (&row.result, row.finished_ms) {
         (Some(r @ Value::Object(_)), Some(_)) if r.get("status").is_some() => r.clone(),
         _ => json!({
@@ -472,7 +484,7 @@ fn replay(row: &codespace_store::OperationRow) -> Value {
         m.insert("replayed".into(), json!(true));
         m.insert("operation_id".into(), json!(row.operation_id));
     }
-    v
+    Ok(v)
 }
 
 /// Commits with the journal, then verifies that what was replaced is what the plan read; any

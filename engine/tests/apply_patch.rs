@@ -367,6 +367,22 @@ async fn operation_key_replays_and_conflicts() {
 }
 
 #[tokio::test]
+async fn replaying_a_failed_operation_returns_its_error_and_applies_nothing() {
+    let e = env();
+    let args = json!({"workspace_id": "w", "operation_key": "k-fail",
+                      "patch": "*** Begin Patch\n*** Delete File: missing.txt\n*** End Patch\n"});
+    let first = call(&e.gw, "apply_patch", args.clone()).await.unwrap_err();
+    assert_eq!(first.code, ErrorCode::FileNotFound);
+    let op = first.operation_id.clone().unwrap();
+    // The file appears afterwards: a replay still must not apply the old request.
+    write(&e.root, "missing.txt", "now here\n");
+    let again = call(&e.gw, "apply_patch", args).await.unwrap_err();
+    assert_eq!(again.code, ErrorCode::FileNotFound);
+    assert_eq!(again.operation_id.as_deref(), Some(op.as_str()));
+    assert!(e.root.join("missing.txt").exists());
+}
+
+#[tokio::test]
 async fn check_only_writes_nothing() {
     let e = env();
     write(&e.root, "a.txt", "a\n");
