@@ -63,6 +63,8 @@ pub struct Setup {
     /// Extra base policy files (name, text) added to a copy of the shipped policies.
     pub base_policies: Vec<(&'static str, &'static str)>,
     pub tweak: Box<dyn FnOnce(&mut HttpOptions) + Send>,
+    /// Run commands in the real command sandbox (helper = the built `codespace` binary).
+    pub sandbox: bool,
 }
 
 impl Default for Setup {
@@ -71,6 +73,7 @@ impl Default for Setup {
             clients: Vec::new(),
             base_policies: Vec::new(),
             tweak: Box::new(|_| {}),
+            sandbox: false,
         }
     }
 }
@@ -114,12 +117,13 @@ impl Setup {
             Arc::new(policy),
             Some(Arc::new(st)),
             SandboxFacts {
-                sandbox_enforced: false,
-                network_enforced: false,
+                sandbox_enforced: self.sandbox,
+                network_enforced: self.sandbox,
             },
         )
         .unwrap()
-        .with_transports(vec![TRANSPORT.to_string()]);
+        .with_transports(vec![TRANSPORT.to_string()])
+        .with_helper_exe(PathBuf::from(env!("CARGO_BIN_EXE_codespace")));
         let mut opts = HttpOptions::new("127.0.0.1:0".parse().unwrap());
         (self.tweak)(&mut opts);
         let server = HttpServer::bind(Arc::new(gateway), opts).await.unwrap();
