@@ -131,6 +131,15 @@ impl Processes {
     }
 }
 
+impl Drop for Processes {
+    /// Exit watchers die with their runtime; the temp dirs must not outlive the gateway.
+    fn drop(&mut self) {
+        for e in lock(&self.entries).values() {
+            remove_tmp(e.tmp_dir.as_deref());
+        }
+    }
+}
+
 fn remove_tmp(dir: Option<&Path>) {
     if let Some(d) = dir
         && let Err(e) = std::fs::remove_dir_all(d)

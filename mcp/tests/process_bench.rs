@@ -93,7 +93,16 @@ async fn exec_round_trip_and_drain_rate() {
         ..Opts::default()
     });
     let t = Instant::now();
-    let r = run(&e.gw, &["head", "-c", &total.to_string(), "/dev/zero"], 0).await;
+    let r = run(
+        &e.gw,
+        &[
+            "sh",
+            "-c",
+            &format!("head -c {total} /dev/zero | tr '\\0' a"),
+        ],
+        0,
+    )
+    .await;
     let id = r["process_id"].as_str().unwrap().to_string();
     let (mut cursor, mut got) = (0u64, 0u64);
     loop {
