@@ -2,7 +2,12 @@
 //! with a baseline measured in the same run: Cedar decision latency, `read` through the gateway
 //! vs a bare read+hash, `find` over a 50 000-entry tree vs the bare walk, and `apply_patch` of
 //! 200 files / 1 000 hunks vs writing the same results directly.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use codespace_engine::decide::{decide, workspace_entities};
 use codespace_engine::request::{Session, WorkspaceFacts, path_request};
@@ -20,15 +25,30 @@ fn pct(mut v: Vec<Duration>, p: f64) -> Duration {
 }
 
 fn gateway(root: &Path, store: &Path) -> Gateway {
-    let json = format!(r#"{{"workspaces": {{"w": {{"root": "{}"}}}}}}"#, root.display());
+    let json = format!(
+        r#"{{"workspaces": {{"w": {{"root": "{}"}}}}}}"#,
+        root.display()
+    );
     let cfg = Config::from_json(&json, Path::new("/")).unwrap();
     let policy = Arc::new(PolicyStore::load(PolicySource::Embedded).unwrap());
     let store = Arc::new(codespace_store::Store::open(store).unwrap());
-    Gateway::new(cfg, policy, Some(store), SandboxFacts { sandbox_enforced: true, network_enforced: true }).unwrap()
+    Gateway::new(
+        cfg,
+        policy,
+        Some(store),
+        SandboxFacts {
+            sandbox_enforced: true,
+            network_enforced: true,
+        },
+    )
+    .unwrap()
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let root = std::fs::canonicalize(dir.path()).unwrap().join("ws");
     std::fs::create_dir(&root).unwrap();
@@ -38,9 +58,15 @@ fn main() {
     // 1. Cedar decision for a shipped profile (prebuilt workspace entities, one Operation).
     let snap = gw.policy().snapshot();
     let facts = WorkspaceFacts {
-        id: "w".into(), profile: "workspace-write".into(), environment: "local".into(),
-        environment_kind: "host".into(), sandbox: "enforced".into(), network_enforcement: "enforced".into(),
-        network: "restricted".into(), approvals: "off".into(), server_owned: vec![],
+        id: "w".into(),
+        profile: "workspace-write".into(),
+        environment: "local".into(),
+        environment_kind: "host".into(),
+        sandbox: "enforced".into(),
+        network_enforcement: "enforced".into(),
+        network: "restricted".into(),
+        approvals: "off".into(),
+        server_owned: vec![],
     };
     let base = workspace_entities(&snap, &gw.config().profiles, &facts).unwrap();
     let req = [path_request("read", "src/main.rs", "", &session)];
@@ -51,11 +77,17 @@ fn main() {
         lat.push(t.elapsed());
         assert!(d.allowed());
     }
-    println!("cedar decision (read, workspace-write, {} policies): p50 {:?} p99 {:?}",
-        snap.meta.len(), pct(lat.clone(), 0.5), pct(lat, 0.99));
+    println!(
+        "cedar decision (read, workspace-write, {} policies): p50 {:?} p99 {:?}",
+        snap.meta.len(),
+        pct(lat.clone(), 0.5),
+        pct(lat, 0.99)
+    );
 
     // 2. read of a 10 KB file: gateway vs bare read + sha256.
-    let body: String = (0..10_240).map(|i| (b'a' + (i % 26) as u8) as char).collect();
+    let body: String = (0..10_240)
+        .map(|i| (b'a' + (i % 26) as u8) as char)
+        .collect();
     std::fs::write(root.join("ten.txt"), &body).unwrap();
     let n = 5_000;
     let t = Instant::now();
@@ -70,8 +102,11 @@ fn main() {
         rt.block_on(gw.call(&session, call.clone())).unwrap();
     }
     let via = t.elapsed() / n;
-    println!("read 10 KB: gateway {via:?}/call vs bare read+hash {bare:?} (overhead {:?}, ratio {:.2}x; includes an audit row)",
-        via.saturating_sub(bare), via.as_secs_f64() / bare.as_secs_f64());
+    println!(
+        "read 10 KB: gateway {via:?}/call vs bare read+hash {bare:?} (overhead {:?}, ratio {:.2}x; includes an audit row)",
+        via.saturating_sub(bare),
+        via.as_secs_f64() / bare.as_secs_f64()
+    );
 
     // 3. find over a 50 000-entry tree: gateway (walk + policy filter) vs bare walk.
     let big = root.join("big");
@@ -84,21 +119,38 @@ fn main() {
     }
     let fsroot = codespace_runner_fs::Root::open(&root).unwrap();
     let t = Instant::now();
-    let w = fsroot.walk(&codespace_runner_fs::WalkLimits::default()).unwrap();
+    let w = fsroot
+        .walk(&codespace_runner_fs::WalkLimits::default())
+        .unwrap();
     let walk_only = t.elapsed();
     let call = ToolCall::parse("find", &json!({"workspace_id": "w", "limit": 10000})).unwrap();
     let t = Instant::now();
     let out = rt.block_on(gw.call(&session, call)).unwrap();
     let via = t.elapsed();
-    let rg = std::process::Command::new("rg").arg("--files").current_dir(&root).output().ok().map(|_| {
-        let t = Instant::now();
-        let _ = std::process::Command::new("rg").arg("--files").current_dir(&root).output();
-        t.elapsed()
-    });
-    println!("find over {} entries: gateway {via:?} vs bare walk {walk_only:?} (ratio {:.2}x){}; incomplete={}",
-        w.entries.len(), via.as_secs_f64() / walk_only.as_secs_f64(),
-        rg.map(|d| format!(", rg --files {d:?} (ratio {:.2}x)", via.as_secs_f64() / d.as_secs_f64())).unwrap_or_default(),
-        out["incomplete"]);
+    let rg = std::process::Command::new("rg")
+        .arg("--files")
+        .current_dir(&root)
+        .output()
+        .ok()
+        .map(|_| {
+            let t = Instant::now();
+            let _ = std::process::Command::new("rg")
+                .arg("--files")
+                .current_dir(&root)
+                .output();
+            t.elapsed()
+        });
+    println!(
+        "find over {} entries: gateway {via:?} vs bare walk {walk_only:?} (ratio {:.2}x){}; incomplete={}",
+        w.entries.len(),
+        via.as_secs_f64() / walk_only.as_secs_f64(),
+        rg.map(|d| format!(
+            ", rg --files {d:?} (ratio {:.2}x)",
+            via.as_secs_f64() / d.as_secs_f64()
+        ))
+        .unwrap_or_default(),
+        out["incomplete"]
+    );
     std::fs::remove_dir_all(&big).unwrap();
 
     // 4. apply_patch of 200 files / 1 000 hunks vs writing the same results directly.
@@ -113,13 +165,17 @@ fn main() {
         let mut new_lines = lines.clone();
         for h in 0..5 {
             let l = h * 20 + 10;
-            patch.push_str(&format!("@@\n file {f} line {}\n-file {f} line {l}\n+changed {f} {l}\n", l - 1));
+            patch.push_str(&format!(
+                "@@\n file {f} line {}\n-file {f} line {l}\n+changed {f} {l}\n",
+                l - 1
+            ));
             new_lines[l] = format!("changed {f} {l}");
         }
         finals.push((pdir.join(format!("f{f}.txt")), new_lines.join("\n") + "\n"));
     }
     patch.push_str("*** End Patch\n");
-    let call = ToolCall::parse("apply_patch", &json!({"workspace_id": "w", "patch": patch})).unwrap();
+    let call =
+        ToolCall::parse("apply_patch", &json!({"workspace_id": "w", "patch": patch})).unwrap();
     let t = Instant::now();
     let out = rt.block_on(gw.call(&session, call)).unwrap();
     let via = t.elapsed();
@@ -131,6 +187,8 @@ fn main() {
         std::fs::rename(&tmp, p).unwrap();
     }
     let bare = t.elapsed();
-    println!("apply_patch 200 files / 1000 hunks: {via:?} (parse+plan+1 Cedar request per file+journal+atomic writes) vs bare temp+rename writes {bare:?} (ratio {:.1}x)",
-        via.as_secs_f64() / bare.as_secs_f64());
+    println!(
+        "apply_patch 200 files / 1000 hunks: {via:?} (parse+plan+1 Cedar request per file+journal+atomic writes) vs bare temp+rename writes {bare:?} (ratio {:.1}x)",
+        via.as_secs_f64() / bare.as_secs_f64()
+    );
 }

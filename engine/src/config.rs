@@ -370,12 +370,12 @@ impl Config {
             );
         }
         for (id, p) in &profiles {
-            if let Some(parent) = &p.extends {
-                if !profiles.contains_key(parent) {
-                    return Err(ConfigError(format!(
-                        "profiles.{id}.extends: unknown profile `{parent}`"
-                    )));
-                }
+            if let Some(parent) = &p.extends
+                && !profiles.contains_key(parent)
+            {
+                return Err(ConfigError(format!(
+                    "profiles.{id}.extends: unknown profile `{parent}`"
+                )));
             }
             // Cycle check: follow parents at most profiles.len() steps.
             let mut cur = p.extends.clone();
@@ -544,11 +544,17 @@ mod tests {
                 format!(r#"{{"workspaces": {{"w": {{"root": "{d}", "network": "open"}}}}}}"#),
                 "workspaces.w.network",
             ),
-            (r#"{"workspaces": {}}"#.to_string(), "at least one workspace"),
+            (
+                r#"{"workspaces": {}}"#.to_string(),
+                "at least one workspace",
+            ),
         ];
         for (json, want) in cases {
             let err = load(&json).unwrap_err().to_string();
-            assert!(err.contains(want), "config {json}: got `{err}`, want `{want}`");
+            assert!(
+                err.contains(want),
+                "config {json}: got `{err}`, want `{want}`"
+            );
             assert!(!err.contains('\n'), "one line: {err}");
         }
     }

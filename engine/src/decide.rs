@@ -47,7 +47,12 @@ pub fn workspace_entities(
         ("network_enforcement", facts.network_enforcement.as_str()),
     ]
     .into_iter()
-    .map(|(k, v)| (k.to_string(), RestrictedExpression::new_string(v.to_string())))
+    .map(|(k, v)| {
+        (
+            k.to_string(),
+            RestrictedExpression::new_string(v.to_string()),
+        )
+    })
     .collect();
     ents.push(Entity::new(env_uid.clone(), env_attrs, HashSet::new()).map_err(|e| e.to_string())?);
     let ws_uid = uid("Workspace", &facts.id)?;
@@ -64,9 +69,7 @@ pub fn workspace_entities(
         "approvals".into(),
         RestrictedExpression::new_string(facts.approvals.clone()),
     );
-    ents.push(
-        Entity::new(ws_uid, ws_attrs, HashSet::from([env_uid])).map_err(|e| e.to_string())?,
-    );
+    ents.push(Entity::new(ws_uid, ws_attrs, HashSet::from([env_uid])).map_err(|e| e.to_string())?);
     let actions = snap.schema.action_entities().map_err(|e| e.to_string())?;
     actions
         .add_entities(ents, Some(&snap.schema))
@@ -122,9 +125,7 @@ impl Decision {
 
     /// Whether the sub-request for `action` was allowed (false when absent).
     pub fn allows(&self, action: &str) -> bool {
-        self.subs
-            .iter()
-            .any(|s| s.action == action && s.allowed)
+        self.subs.iter().any(|s| s.action == action && s.allowed)
     }
 
     /// The `UNAUTHORIZED` error for a denied decision: decision id, determining ids, reasons.
@@ -148,10 +149,12 @@ impl Decision {
                 let reasons: Vec<String> = s
                     .policy_ids
                     .iter()
-                    .map(|id| match snap.meta.get(id).and_then(|m| m.reason.clone()) {
-                        Some(r) => format!("{id}: {r}"),
-                        None => id.clone(),
-                    })
+                    .map(
+                        |id| match snap.meta.get(id).and_then(|m| m.reason.clone()) {
+                            Some(r) => format!("{id}: {r}"),
+                            None => id.clone(),
+                        },
+                    )
                     .collect();
                 parts.push(format!(
                     "{} `{}`: forbidden by {}",
@@ -206,7 +209,10 @@ pub fn operation_entity(
         "path".into(),
         RestrictedExpression::new_string(req.path.clone()),
     );
-    attrs.insert("basename".into(), RestrictedExpression::new_string(basename));
+    attrs.insert(
+        "basename".into(),
+        RestrictedExpression::new_string(basename),
+    );
     attrs.insert("ext".into(), RestrictedExpression::new_string(ext));
     attrs.insert(
         "kind".into(),
@@ -278,17 +284,13 @@ pub fn decide(
                 continue;
             }
         };
-        let built = uid("Action", &req.action)
-            .and_then(|action| {
-                let resource = uid("Operation", op_id)?;
-                let ctx = Context::from_json_value(
-                    req.context.clone(),
-                    Some((&snap.schema, &action)),
-                )
+        let built = uid("Action", &req.action).and_then(|action| {
+            let resource = uid("Operation", op_id)?;
+            let ctx = Context::from_json_value(req.context.clone(), Some((&snap.schema, &action)))
                 .map_err(|e| format!("context: {e}"))?;
-                Request::new(principal, action, resource, ctx, Some(&snap.schema))
-                    .map_err(|e| format!("request: {e}"))
-            });
+            Request::new(principal, action, resource, ctx, Some(&snap.schema))
+                .map_err(|e| format!("request: {e}"))
+        });
         let request = match built {
             Ok(r) => r,
             Err(e) => {

@@ -4,7 +4,9 @@ use crate::error::{ErrorCode, ToolError};
 use crate::gateway::{Audit, Gateway, WorkspaceRuntime};
 use crate::policy::PolicySnapshot;
 use crate::request::{Session, path_request};
-use crate::tools::{FIND_MAX_PATHS, FindParams, FindResult, READ_MAX_BYTES, ReadParams, ReadResult};
+use crate::tools::{
+    FIND_MAX_PATHS, FindParams, FindResult, READ_MAX_BYTES, ReadParams, ReadResult,
+};
 use codespace_runner_fs::{GlobFilter, Kind, RelPath, WalkLimits};
 use sha2::{Digest, Sha256};
 
@@ -63,12 +65,13 @@ impl Gateway {
             ));
         }
         let offset = p.offset.unwrap_or(0);
-        let glob = match p.glob.as_deref().filter(|g| !g.is_empty()) {
-            Some(g) => Some(GlobFilter::new(g).map_err(|e| {
-                ToolError::new(ErrorCode::InvalidArguments, format!("glob: {e}"))
-            })?),
-            None => None,
-        };
+        let glob =
+            match p.glob.as_deref().filter(|g| !g.is_empty()) {
+                Some(g) => Some(GlobFilter::new(g).map_err(|e| {
+                    ToolError::new(ErrorCode::InvalidArguments, format!("glob: {e}"))
+                })?),
+                None => None,
+            };
         let root = ws.root.clone();
         let walk = tokio::task::spawn_blocking(move || root.walk(&WalkLimits::default()))
             .await

@@ -217,12 +217,11 @@ impl Gateway {
 
     /// The workspace's shared entities under `snap` (cached per policy-set hash).
     fn entities(&self, snap: &PolicySnapshot, facts: &WorkspaceFacts) -> Result<Entities, String> {
-        if let Ok(cache) = self.entity_cache.lock() {
-            if let Some((sha, ents)) = cache.get(&facts.id) {
-                if *sha == snap.sha256 {
-                    return Ok(ents.clone());
-                }
-            }
+        if let Ok(cache) = self.entity_cache.lock()
+            && let Some((sha, ents)) = cache.get(&facts.id)
+            && *sha == snap.sha256
+        {
+            return Ok(ents.clone());
         }
         let ents = workspace_entities(snap, &self.config.profiles, facts)?;
         if let Ok(mut cache) = self.entity_cache.lock() {
@@ -277,12 +276,11 @@ impl Gateway {
         &self,
         snap: &PolicySnapshot,
     ) -> Arc<crate::signature::SignaturePlan> {
-        if let Ok(g) = self.signatures.lock() {
-            if let Some((sha, plan)) = g.as_ref() {
-                if *sha == snap.sha256 {
-                    return Arc::clone(plan);
-                }
-            }
+        if let Ok(g) = self.signatures.lock()
+            && let Some((sha, plan)) = g.as_ref()
+            && *sha == snap.sha256
+        {
+            return Arc::clone(plan);
         }
         let plan = Arc::new(crate::signature::SignaturePlan::analyse(&snap.set));
         if let Ok(mut g) = self.signatures.lock() {
@@ -293,7 +291,12 @@ impl Gateway {
 
     /// Audit rows for entries a `find` withheld: one row per withheld path, carrying the
     /// decision of its signature's sub-request.
-    pub(crate) fn audit_withheld(&self, d: &Decision, paths: &[(String, usize)], session: &Session) {
+    pub(crate) fn audit_withheld(
+        &self,
+        d: &Decision,
+        paths: &[(String, usize)],
+        session: &Session,
+    ) {
         let Some(store) = &self.store else { return };
         if paths.is_empty() {
             return;

@@ -5,7 +5,9 @@ use crate::error::ToolError;
 use crate::gateway::{Audit, Gateway, IMPLEMENTED_TOOLS};
 use crate::policy::PolicySnapshot;
 use crate::request::{Session, SubRequest, build_requests, path_request};
-use crate::tools::{ExecCommandParams, FIND_MAX_PATHS, READ_MAX_BYTES, ToolCall, WorkspaceInfoParams};
+use crate::tools::{
+    ExecCommandParams, FIND_MAX_PATHS, READ_MAX_BYTES, ToolCall, WorkspaceInfoParams,
+};
 use serde_json::{Value, json};
 
 /// Milliseconds to an RFC 3339 UTC timestamp.
@@ -13,7 +15,10 @@ pub fn rfc3339_ms(ms: i64) -> String {
     let nanos = i128::from(ms) * 1_000_000;
     time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
         .ok()
-        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
         .unwrap_or_else(|| ms.to_string())
 }
 
@@ -24,13 +29,13 @@ impl Gateway {
             "set_sha256": snap.sha256,
             "loaded_at": rfc3339_ms(snap.loaded_at_ms),
         });
-        if let Some(rej) = self.policy.last_rejected() {
-            if let Value::Object(m) = &mut block {
-                m.insert(
-                    "last_reload_rejected".into(),
-                    json!({"at": rfc3339_ms(rej.at_ms), "errors": rej.errors}),
-                );
-            }
+        if let Some(rej) = self.policy.last_rejected()
+            && let Value::Object(m) = &mut block
+        {
+            m.insert(
+                "last_reload_rejected".into(),
+                json!({"at": rfc3339_ms(rej.at_ms), "errors": rej.errors}),
+            );
         }
         block
     }
@@ -75,7 +80,14 @@ impl Gateway {
             path_request("apply_patch", ".", "update", session),
         ];
         probes.extend(build_requests(&exec_probe, session, None)?);
-        let d = self.decide_reqs(snap, &ws.facts, "workspace_info", &probes, session, Audit::None);
+        let d = self.decide_reqs(
+            snap,
+            &ws.facts,
+            "workspace_info",
+            &probes,
+            session,
+            Audit::None,
+        );
         let allowed = |action: &str| d.allows(action);
         let (read, find, write, exec) = (
             allowed("read"),
@@ -88,24 +100,22 @@ impl Gateway {
         let implemented = |t: &str| IMPLEMENTED_TOOLS.contains(&t);
         let process_available = exec && host && implemented("exec_command");
         let mut process = json!({ "available": process_available });
-        if process_available {
-            if let Value::Object(m) = &mut process {
-                m.insert(
-                    "capabilities".into(),
-                    json!({
-                        "handles": true,
-                        "survives_request_end": true,
-                        "write_stdin": true,
-                        "incremental_read": true,
-                        "terminate": true,
-                        "output_combined": true,
-                        "tty": {"supported": true, "default": false, "initial_rows": 24,
-                                "initial_cols": 80, "resize_supported": true},
-                        "lifetime": {"owner": "gateway", "client_disconnect": "keep_running",
-                                     "gateway_shutdown": "terminate", "restart_recovery": "none"},
-                    }),
-                );
-            }
+        if process_available && let Value::Object(m) = &mut process {
+            m.insert(
+                "capabilities".into(),
+                json!({
+                    "handles": true,
+                    "survives_request_end": true,
+                    "write_stdin": true,
+                    "incremental_read": true,
+                    "terminate": true,
+                    "output_combined": true,
+                    "tty": {"supported": true, "default": false, "initial_rows": 24,
+                            "initial_cols": 80, "resize_supported": true},
+                    "lifetime": {"owner": "gateway", "client_disconnect": "keep_running",
+                                 "gateway_shutdown": "terminate", "restart_recovery": "none"},
+                }),
+            );
         }
         let sandbox_on = ws.facts.sandbox == "enforced";
         let execution = json!({

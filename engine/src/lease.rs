@@ -93,9 +93,7 @@ impl Leases {
                     if ws.waiters.len() >= max {
                         return Err(ToolError::new(
                             ErrorCode::ResourceQueueFull,
-                            format!(
-                                "workspace `{workspace}` already has {max} queued mutations"
-                            ),
+                            format!("workspace `{workspace}` already has {max} queued mutations"),
                         ));
                     }
                     let (tx, rx) = oneshot::channel();
@@ -154,20 +152,20 @@ impl Leases {
 
     fn release_request(&self, workspace: &str, ticket: u64) {
         let mut g = self.lock();
-        if let Some(ws) = g.by_ws.get_mut(workspace) {
-            if ws.holder == Some(Holder::Request(ticket)) {
-                Self::hand_over(ws);
-            }
+        if let Some(ws) = g.by_ws.get_mut(workspace)
+            && ws.holder == Some(Holder::Request(ticket))
+        {
+            Self::hand_over(ws);
         }
     }
 
     /// Releases a process-owned lease (the process exited or was reaped).
     pub fn release_process(&self, workspace: &str, process_id: &str) {
         let mut g = self.lock();
-        if let Some(ws) = g.by_ws.get_mut(workspace) {
-            if ws.holder == Some(Holder::Process(process_id.to_string())) {
-                Self::hand_over(ws);
-            }
+        if let Some(ws) = g.by_ws.get_mut(workspace)
+            && ws.holder == Some(Holder::Process(process_id.to_string()))
+        {
+            Self::hand_over(ws);
         }
     }
 
@@ -194,15 +192,15 @@ impl RequestLease {
     /// workspace until [`Leases::release_process`]; queued requests fail with `WORKSPACE_BUSY`.
     pub fn into_process(mut self, process_id: &str) {
         let mut g = self.leases.lock();
-        if let Some(ws) = g.by_ws.get_mut(&self.workspace) {
-            if ws.holder == Some(Holder::Request(self.ticket)) {
-                let holder = Holder::Process(process_id.to_string());
-                for (_, tx) in ws.waiters.drain(..) {
-                    let _ = tx.send(Err(busy(&self.workspace, &holder)));
-                }
-                ws.holder = Some(holder);
-                self.released = true;
+        if let Some(ws) = g.by_ws.get_mut(&self.workspace)
+            && ws.holder == Some(Holder::Request(self.ticket))
+        {
+            let holder = Holder::Process(process_id.to_string());
+            for (_, tx) in ws.waiters.drain(..) {
+                let _ = tx.send(Err(busy(&self.workspace, &holder)));
             }
+            ws.holder = Some(holder);
+            self.released = true;
         }
     }
 }
@@ -280,7 +278,10 @@ mod tests {
         g.into_process("proc-1");
         let err = waiter.await.unwrap().unwrap_err();
         assert_eq!(err.code, ErrorCode::WorkspaceBusy);
-        assert_eq!(l.acquire("w").await.unwrap_err().code, ErrorCode::WorkspaceBusy);
+        assert_eq!(
+            l.acquire("w").await.unwrap_err().code,
+            ErrorCode::WorkspaceBusy
+        );
         assert_eq!(l.process_holder("w").as_deref(), Some("proc-1"));
         // Other workspaces are independent.
         drop(l.acquire("other").await.unwrap());

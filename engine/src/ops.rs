@@ -144,9 +144,9 @@ impl Gateway {
                 ));
             }
         };
-        let ws = self.workspace(&row.workspace).map_err(|_| {
-            not_found("the operation's workspace is no longer registered")
-        })?;
+        let ws = self
+            .workspace(&row.workspace)
+            .map_err(|_| not_found("the operation's workspace is no longer registered"))?;
         self.authorize(
             snap,
             ws,

@@ -16,13 +16,16 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// A write-step fault injector: called with the step index before each write step.
+pub type FaultHook = Box<dyn Fn(usize) -> Result<(), FsError> + Send + Sync>;
+
 /// Test hooks of the apply window (not reachable from the wire).
 #[derive(Default)]
 pub struct PatchHooks {
     /// Runs after the plan and before the commit (e.g. an outside edit).
     pub before_commit: Option<Box<dyn Fn() + Send + Sync>>,
     /// Runs before each write step; an error fails that step.
-    pub fault: Option<Box<dyn Fn(usize) -> Result<(), FsError> + Send + Sync>>,
+    pub fault: Option<FaultHook>,
 }
 
 impl std::fmt::Debug for PatchHooks {
@@ -174,7 +177,10 @@ fn to_change(c: &PlannedChange) -> Result<(Change, FileChange, Vec<String>), Too
 enum Applied {
     Done,
     Stale(Vec<String>),
-    Failed { status: &'static str, err: ToolError },
+    Failed {
+        status: &'static str,
+        err: ToolError,
+    },
 }
 
 impl Gateway {
@@ -222,7 +228,10 @@ impl Gateway {
             if v != "absent" && Version::parse(v).is_err() {
                 return Err(ToolError::new(
                     ErrorCode::InvalidArguments,
-                    format!("expected_versions[`{}`]: expected \"sha256:<64 hex>\" or \"absent\"", rel.as_str()),
+                    format!(
+                        "expected_versions[`{}`]: expected \"sha256:<64 hex>\" or \"absent\"",
+                        rel.as_str()
+                    ),
                 ));
             }
             expected.insert(rel.as_str().to_string(), v.clone());
@@ -298,11 +307,18 @@ impl Gateway {
                 PlannedChange::Add { path, .. } => {
                     at_plan.insert(rel_str(path), Known::Absent);
                 }
-                PlannedChange::Update { path, old, .. } | PlannedChange::Delete { path, old, .. } => {
-                    at_plan.insert(rel_str(path), Known::Version(Version::from_bytes(old).as_str().into()));
+                PlannedChange::Update { path, old, .. }
+                | PlannedChange::Delete { path, old, .. } => {
+                    at_plan.insert(
+                        rel_str(path),
+                        Known::Version(Version::from_bytes(old).as_str().into()),
+                    );
                 }
                 PlannedChange::Move { from, to, old, .. } => {
-                    at_plan.insert(rel_str(from), Known::Version(Version::from_bytes(old).as_str().into()));
+                    at_plan.insert(
+                        rel_str(from),
+                        Known::Version(Version::from_bytes(old).as_str().into()),
+                    );
                     at_plan.insert(rel_str(to), Known::Absent);
                 }
             }
@@ -347,10 +363,7 @@ impl Gateway {
         if let Some(h) = &self.patch_hooks.before_commit {
             h();
         }
-        let store = self
-            .require_store()
-            .map_err(rejected)?
-            .clone();
+        let store = self.require_store().map_err(rejected)?.clone();
         let workspace = ws.facts.id.clone();
         let op = op_id.to_string();
         let touched: Vec<String> = at_plan.keys().cloned().collect();
@@ -358,10 +371,24 @@ impl Gateway {
         let hooks = Arc::clone(&self.patch_hooks);
         let at_plan_c = at_plan.clone();
         let applied = tokio::task::spawn_blocking(move || {
-            commit_checked(&root, &store, &workspace, &op, &changes, &at_plan_c, &versions_changed, &hooks)
+            commit_checked(
+                &root,
+                &store,
+                &workspace,
+                &op,
+                &changes,
+                &at_plan_c,
+                &versions_changed,
+                &hooks,
+            )
         })
         .await
-        .map_err(|e| ("unknown", ToolError::new(ErrorCode::Internal, e.to_string())))?;
+        .map_err(|e| {
+            (
+                "unknown",
+                ToolError::new(ErrorCode::Internal, e.to_string()),
+            )
+        })?;
         match applied {
             Applied::Done => {
                 for fc in &wire {
@@ -460,16 +487,22 @@ fn rel_str(p: &str) -> String {
 /// The replayed result of a stored operation: the stored result, the stored error (with the
 /// operation id), or `unknown` when it never finished. Nothing is applied again.
 fn replay(row: &codespace_store::OperationRow) -> Result<Value, ToolError> {
-    if let (Some(Value::Object(res)), Some(_)) = (&row.result, row.finished_ms) {
-        if let Some(err) = res.get("error") {
-            let code = err.get("code").and_then(Value::as_str).unwrap_or("INTERNAL");
-            let message = err.get("message").and_then(Value::as_str).unwrap_or("");
-            return Err(ToolError::new(
-                ErrorCode::from_code(code),
-                format!("replayed operation {} ({}): {message}", row.operation_id, row.status),
-            )
-            .with_operation(row.operation_id.clone()));
-        }
+    if let (Some(Value::Object(res)), Some(_)) = (&row.result, row.finished_ms)
+        && let Some(err) = res.get("error")
+    {
+        let code = err
+            .get("code")
+            .and_then(Value::as_str)
+            .unwrap_or("INTERNAL");
+        let message = err.get("message").and_then(Value::as_str).unwrap_or("");
+        return Err(ToolError::new(
+            ErrorCode::from_code(code),
+            format!(
+                "replayed operation {} ({}): {message}",
+                row.operation_id, row.status
+            ),
+        )
+        .with_operation(row.operation_id.clone()));
     }
     let mut v = match (&row.result, row.finished_ms) {
         (Some(r @ Value::Object(_)), Some(_)) if r.get("status").is_some() => r.clone(),
@@ -506,7 +539,9 @@ fn commit_checked(
         if stale.contains(path) {
             continue;
         }
-        let Ok(rel) = RelPath::parse(path) else { continue };
+        let Ok(rel) = RelPath::parse(path) else {
+            continue;
+        };
         let now = match root.version(&rel) {
             Ok(Some(v)) => Known::Version(v.as_str().to_string()),
             Ok(None) => Known::Absent,
@@ -598,7 +633,9 @@ fn commit_checked(
                 status: "failed_rolled_back",
                 err: ToolError::new(
                     ErrorCode::from_code(cause.code()),
-                    format!("the patch failed and every touched file was restored (failed_rolled_back): {cause}"),
+                    format!(
+                        "the patch failed and every touched file was restored (failed_rolled_back): {cause}"
+                    ),
                 ),
             }
         }

@@ -532,10 +532,22 @@ mod tests {
         ]))
         .unwrap_err()
         .to_string();
-        assert!(err.contains("profiles/x.cedar:1: lint: policy has no @id"), "{err}");
-        assert!(err.contains("policy y.forbid: forbids belong in base/"), "{err}");
-        assert!(err.contains("policy z.forbid: forbid has no @reason"), "{err}");
-        assert!(err.contains("policy w.permit: permits belong in profiles/"), "{err}");
+        assert!(
+            err.contains("profiles/x.cedar:1: lint: policy has no @id"),
+            "{err}"
+        );
+        assert!(
+            err.contains("policy y.forbid: forbids belong in base/"),
+            "{err}"
+        );
+        assert!(
+            err.contains("policy z.forbid: forbid has no @reason"),
+            "{err}"
+        );
+        assert!(
+            err.contains("policy w.permit: permits belong in profiles/"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -546,6 +558,9 @@ mod tests {
         )]))
         .unwrap_err()
         .to_string();
-        assert!(err.contains("profiles/x.cedar:3: policy x.permit.bad: validation error"), "{err}");
+        assert!(
+            err.contains("profiles/x.cedar:3: policy x.permit.bad: validation error"),
+            "{err}"
+        );
     }
 }

@@ -97,8 +97,7 @@ const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ksh", "fish", "busybox"]
 /// Quotes one argv word for display.
 fn shell_quote(w: &str) -> String {
     if !w.is_empty()
-        && w
-            .chars()
+        && w.chars()
             .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
     {
         w.to_string()
@@ -310,12 +309,12 @@ mod tests {
             .collect();
         let f = command_facts(&argv, false);
         assert_eq!(f["program"], "git");
-        assert_eq!(
-            f["prefixes"],
-            json!(["git", "git push", "git push origin"])
-        );
+        assert_eq!(f["prefixes"], json!(["git", "git push", "git push origin"]));
         assert_eq!(f["via_shell"], false);
-        let sh: Vec<String> = ["bash", "-lc", "echo 'hi'"].iter().map(|s| s.to_string()).collect();
+        let sh: Vec<String> = ["bash", "-lc", "echo 'hi'"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         let f = command_facts(&sh, true);
         assert_eq!(f["via_shell"], true);
         assert_eq!(f["line"], "bash -lc 'echo '\\''hi'\\'''");

@@ -97,29 +97,26 @@ impl SignaturePlan {
             if let Some(inner) = map.get(op) {
                 let (l, r) = (inner.get("left"), inner.get("right"));
                 for (a, b) in [(l, r), (r, l)] {
-                    if let (Some(a), Some(b)) = (a, b) {
-                        if let (Some(attr), Some(lit)) =
+                    if let (Some(a), Some(b)) = (a, b)
+                        && let (Some(attr), Some(lit)) =
                             (resource_attr(a), b.get("Value").and_then(Value::as_str))
-                        {
-                            if VARYING.contains(&attr) {
-                                self.add_pred(attr, Pred::Eq(lit.to_string()));
-                                // The other side is a literal; nothing else to visit.
-                                return;
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        if let Some(inner) = map.get("like") {
-            if let (Some(left), Some(Value::Array(pattern))) = (inner.get("left"), inner.get("pattern")) {
-                if let Some(attr) = resource_attr(left) {
-                    if VARYING.contains(&attr) {
-                        self.add_pred(attr, Pred::Like(pattern.clone()));
+                        && VARYING.contains(&attr)
+                    {
+                        self.add_pred(attr, Pred::Eq(lit.to_string()));
+                        // The other side is a literal; nothing else to visit.
                         return;
                     }
                 }
             }
+        }
+        if let Some(inner) = map.get("like")
+            && let (Some(left), Some(Value::Array(pattern))) =
+                (inner.get("left"), inner.get("pattern"))
+            && let Some(attr) = resource_attr(left)
+            && VARYING.contains(&attr)
+        {
+            self.add_pred(attr, Pred::Like(pattern.clone()));
+            return;
         }
         if let Some(attr) = resource_attr(node) {
             if VARYING.contains(&attr) {
@@ -206,7 +203,13 @@ fn like(s: &str, pattern: &[Value]) -> bool {
     let mut star: Option<(usize, usize)> = None;
     while si < chars.len() {
         match pat.get(pi) {
-            Some(P::Lit(l)) if l.chars().eq(chars.get(si..si + l.chars().count()).unwrap_or(&[]).iter().copied()) => {
+            Some(P::Lit(l))
+                if l.chars().eq(chars
+                    .get(si..si + l.chars().count())
+                    .unwrap_or(&[])
+                    .iter()
+                    .copied()) =>
+            {
                 si += l.chars().count();
                 pi += 1;
             }
@@ -254,7 +257,9 @@ mod tests {
     fn other_uses_are_opaque_or_uncacheable() {
         let p = plan(r#"permit (principal, action, resource) when { resource.path.isEmpty() };"#);
         assert_ne!(p.key("a", false), p.key("b", false));
-        let p = plan(r#"permit (principal, action, resource) when { resource == CodeSpace::Operation::"x" };"#);
+        let p = plan(
+            r#"permit (principal, action, resource) when { resource == CodeSpace::Operation::"x" };"#,
+        );
         assert_eq!(p.key("a", false), None);
     }
 
@@ -262,7 +267,13 @@ mod tests {
     fn like_matches_cedar_semantics() {
         let pat = |s: &str| -> Vec<Value> {
             s.chars()
-                .map(|c| if c == '*' { Value::String("Wildcard".into()) } else { serde_json::json!({"Literal": c.to_string()}) })
+                .map(|c| {
+                    if c == '*' {
+                        Value::String("Wildcard".into())
+                    } else {
+                        serde_json::json!({"Literal": c.to_string()})
+                    }
+                })
                 .collect()
         };
         assert!(like("src/a/b.rs", &pat("src/*")));

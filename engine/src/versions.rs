@@ -84,8 +84,10 @@ impl Versions {
                         t.degraded = true;
                         t.known.clear();
                     }
-                    if matches!(ev.kind, notify::EventKind::Access(notify::event::AccessKind::Open(_)))
-                    {
+                    if matches!(
+                        ev.kind,
+                        notify::EventKind::Access(notify::event::AccessKind::Open(_))
+                    ) {
                         return;
                     }
                     for p in &ev.paths {
@@ -144,7 +146,11 @@ impl Versions {
     }
 
     /// The version of `path`: from the table when clean, else from disk (and cached).
-    pub fn current(&self, root: &Root, path: &RelPath) -> Result<Known, codespace_runner_fs::FsError> {
+    pub fn current(
+        &self,
+        root: &Root,
+        path: &RelPath,
+    ) -> Result<Known, codespace_runner_fs::FsError> {
         if let Some(k) = lock(&self.table).known.get(path.as_str()).cloned() {
             return Ok(k);
         }

@@ -1,9 +1,17 @@
 //! apply_patch through the real gateway path: the shared conformance scenarios, atomicity under
 //! injected failures, stale edits, idempotency, versions and policy.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use codespace_engine::patch_tool::PatchHooks;
-use codespace_engine::{Config, ErrorCode, Gateway, PolicySource, PolicyStore, SandboxFacts, Session, ToolCall, ToolError};
+use codespace_engine::{
+    Config, ErrorCode, Gateway, PolicySource, PolicyStore, SandboxFacts, Session, ToolCall,
+    ToolError,
+};
 use codespace_store::Store;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -63,7 +71,12 @@ async fn call(gw: &Gateway, name: &str, args: Value) -> Result<Value, ToolError>
 }
 
 async fn patch(gw: &Gateway, text: &str) -> Result<Value, ToolError> {
-    call(gw, "apply_patch", json!({"workspace_id": "w", "patch": text})).await
+    call(
+        gw,
+        "apply_patch",
+        json!({"workspace_id": "w", "patch": text}),
+    )
+    .await
 }
 
 /// Every file under `root` (relative path → bytes), skipping nothing.
@@ -121,12 +134,19 @@ fn write(root: &Path, rel: &str, data: &str) {
 #[tokio::test]
 async fn conformance_scenarios_through_the_tool_path() {
     let dir = shared_dir().join("conformance/apply-patch");
-    assert!(dir.is_dir(), "shared conformance scenarios missing at {}", dir.display());
+    assert!(
+        dir.is_dir(),
+        "shared conformance scenarios missing at {}",
+        dir.display()
+    );
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
         .filter_map(|e| {
             let e = e.unwrap();
-            e.file_type().unwrap().is_dir().then(|| e.file_name().to_string_lossy().to_string())
+            e.file_type()
+                .unwrap()
+                .is_dir()
+                .then(|| e.file_name().to_string_lossy().to_string())
         })
         .collect();
     names.sort();
@@ -137,9 +157,15 @@ async fn conformance_scenarios_through_the_tool_path() {
     // 015: a patch whose later hunk fails leaves the tree unchanged (all or nothing), where
     //      upstream keeps the earlier hunks' changes.
     let ours: BTreeMap<&str, ErrorCode> = BTreeMap::from([
-        ("010_move_overwrites_existing_destination", ErrorCode::MoveDestinationExists),
+        (
+            "010_move_overwrites_existing_destination",
+            ErrorCode::MoveDestinationExists,
+        ),
         ("011_add_overwrites_existing_file", ErrorCode::AddFileExists),
-        ("015_failure_after_partial_success_leaves_changes", ErrorCode::FileNotFound),
+        (
+            "015_failure_after_partial_success_leaves_changes",
+            ErrorCode::FileNotFound,
+        ),
     ]);
     for name in names {
         let sc = dir.join(&name);
@@ -152,7 +178,10 @@ async fn conformance_scenarios_through_the_tool_path() {
         if let Some(code) = ours.get(name.as_str()) {
             let err = out.expect_err(&name);
             assert_eq!(err.code, *code, "{name}: {}", err.message);
-            assert_eq!(after, before, "{name}: a refused patch must leave the tree unchanged");
+            assert_eq!(
+                after, before,
+                "{name}: a refused patch must leave the tree unchanged"
+            );
             continue;
         }
         let expected = tree(&sc.join("expected"));
@@ -160,7 +189,10 @@ async fn conformance_scenarios_through_the_tool_path() {
             let err = out.expect_err(&name);
             assert_ne!(err.code, ErrorCode::Internal, "{name}");
             assert_eq!(after, before, "{name}: tree must be unchanged");
-            assert_eq!(after, expected, "{name}: expected/ equals input/ for rejections");
+            assert_eq!(
+                after, expected,
+                "{name}: expected/ equals input/ for rejections"
+            );
         } else {
             let v = out.unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(v["status"], "applied", "{name}");
@@ -189,31 +221,55 @@ async fn add_update_delete_move_report_versions() {
     assert_eq!(v["status"], "applied");
     assert_eq!(v["replayed"], false);
     assert!(v["operation_id"].as_str().unwrap().starts_with("op-"));
-    assert_eq!(std::fs::read_to_string(e.root.join("new/dir/n.txt")).unwrap(), "hello\n");
-    assert_eq!(std::fs::read_to_string(e.root.join("a.txt")).unwrap(), "one\n2\n");
+    assert_eq!(
+        std::fs::read_to_string(e.root.join("new/dir/n.txt")).unwrap(),
+        "hello\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(e.root.join("a.txt")).unwrap(),
+        "one\n2\n"
+    );
     assert!(!e.root.join("gone.txt").exists());
     assert!(!e.root.join("m.txt").exists());
-    assert_eq!(std::fs::read_to_string(e.root.join("moved/m.txt")).unwrap(), "moved\n");
+    assert_eq!(
+        std::fs::read_to_string(e.root.join("moved/m.txt")).unwrap(),
+        "moved\n"
+    );
     let mode = std::os::unix::fs::PermissionsExt::mode(
-        &std::fs::metadata(e.root.join("moved/m.txt")).unwrap().permissions(),
+        &std::fs::metadata(e.root.join("moved/m.txt"))
+            .unwrap()
+            .permissions(),
     );
     assert_eq!(mode & 0o777, 0o750, "a move keeps the file's mode");
     let changes = v["changes"].as_array().unwrap();
     assert_eq!(changes.len(), 4);
     // The after_version of the update is the version `read` reports now.
     let upd = changes.iter().find(|c| c["path"] == "a.txt").unwrap();
-    let r = call(&e.gw, "read", json!({"workspace_id": "w", "path": "a.txt"})).await.unwrap();
+    let r = call(&e.gw, "read", json!({"workspace_id": "w", "path": "a.txt"}))
+        .await
+        .unwrap();
     assert_eq!(upd["after_version"], r["version"]);
     let del = changes.iter().find(|c| c["kind"] == "delete").unwrap();
     assert!(del.get("after_version").is_none());
     let add = changes.iter().find(|c| c["kind"] == "add").unwrap();
     assert!(add.get("before_version").is_none());
     // operation_status finds it by id.
-    let st = call(&e.gw, "operation_status", json!({"operation_id": v["operation_id"]})).await.unwrap();
+    let st = call(
+        &e.gw,
+        "operation_status",
+        json!({"operation_id": v["operation_id"]}),
+    )
+    .await
+    .unwrap();
     assert_eq!(st["status"], "applied");
     assert_eq!(st["kind"], "patch");
     assert_eq!(st["workspace_id"], "w");
-    let names: Vec<&str> = st["events"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = st["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, vec!["minted", "finished"]);
 }
 
@@ -245,11 +301,23 @@ async fn failure_injected_at_every_step_leaves_every_file_as_it_was() {
         let out = patch(&e.gw, text).await;
         match out {
             Err(err) => {
-                assert_eq!(tree(&e.root), before, "step {fail_at}: files changed after a failure");
-                assert!(!e.root.join("d").exists(), "step {fail_at}: created dir left behind");
-                assert!(!e.root.join("e").exists(), "step {fail_at}: created dir left behind");
+                assert_eq!(
+                    tree(&e.root),
+                    before,
+                    "step {fail_at}: files changed after a failure"
+                );
+                assert!(
+                    !e.root.join("d").exists(),
+                    "step {fail_at}: created dir left behind"
+                );
+                assert!(
+                    !e.root.join("e").exists(),
+                    "step {fail_at}: created dir left behind"
+                );
                 let op = err.operation_id.clone().unwrap();
-                let st = call(&e.gw, "operation_status", json!({"operation_id": op})).await.unwrap();
+                let st = call(&e.gw, "operation_status", json!({"operation_id": op}))
+                    .await
+                    .unwrap();
                 assert_eq!(st["status"], "failed_rolled_back", "step {fail_at}");
                 // No journal stays open after a complete rollback.
                 let store = Store::open(&e.store_path).unwrap();
@@ -271,7 +339,9 @@ async fn failure_injected_at_every_step_leaves_every_file_as_it_was() {
 async fn stale_read_between_read_and_patch_is_a_version_conflict() {
     let e = env();
     write(&e.root, "f.txt", "v1\n");
-    let r = call(&e.gw, "read", json!({"workspace_id": "w", "path": "f.txt"})).await.unwrap();
+    let r = call(&e.gw, "read", json!({"workspace_id": "w", "path": "f.txt"}))
+        .await
+        .unwrap();
     // An outside editor changes the file.
     write(&e.root, "f.txt", "v2 from outside\n");
     let err = call(
@@ -283,7 +353,10 @@ async fn stale_read_between_read_and_patch_is_a_version_conflict() {
     .await
     .unwrap_err();
     assert_eq!(err.code, ErrorCode::VersionConflict);
-    assert_eq!(std::fs::read_to_string(e.root.join("f.txt")).unwrap(), "v2 from outside\n");
+    assert_eq!(
+        std::fs::read_to_string(e.root.join("f.txt")).unwrap(),
+        "v2 from outside\n"
+    );
     // "absent" for a file that exists conflicts too.
     let err = call(
         &e.gw,
@@ -296,7 +369,9 @@ async fn stale_read_between_read_and_patch_is_a_version_conflict() {
     assert_eq!(err.code, ErrorCode::VersionConflict);
     assert!(!e.root.join("g.txt").exists());
     // The right version applies.
-    let r = call(&e.gw, "read", json!({"workspace_id": "w", "path": "f.txt"})).await.unwrap();
+    let r = call(&e.gw, "read", json!({"workspace_id": "w", "path": "f.txt"}))
+        .await
+        .unwrap();
     let v = call(
         &e.gw,
         "apply_patch",
@@ -331,8 +406,14 @@ async fn edit_during_the_apply_window_is_stale_read_and_keeps_the_outside_edit()
     .unwrap_err();
     assert_eq!(err.code, ErrorCode::StaleRead, "{}", err.message);
     assert!(err.message.contains("f.txt"));
-    assert_eq!(std::fs::read_to_string(root.join("f.txt")).unwrap(), "outside edit\n");
-    assert_eq!(std::fs::read_to_string(root.join("other.txt")).unwrap(), "o\n");
+    assert_eq!(
+        std::fs::read_to_string(root.join("f.txt")).unwrap(),
+        "outside edit\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("other.txt")).unwrap(),
+        "o\n"
+    );
 }
 
 #[tokio::test]
@@ -348,7 +429,10 @@ async fn operation_key_replays_and_conflicts() {
     assert_eq!(again["replayed"], true);
     assert_eq!(again["operation_id"], first["operation_id"]);
     assert_eq!(again["status"], "applied");
-    assert!(!e.root.join("once.txt").exists(), "a replay never writes again");
+    assert!(
+        !e.root.join("once.txt").exists(),
+        "a replay never writes again"
+    );
     let err = call(
         &e.gw,
         "apply_patch",
@@ -358,11 +442,21 @@ async fn operation_key_replays_and_conflicts() {
     .await
     .unwrap_err();
     assert_eq!(err.code, ErrorCode::OperationKeyConflict);
-    let st = call(&e.gw, "operation_status", json!({"operation_key": "k1"})).await.unwrap();
+    let st = call(&e.gw, "operation_status", json!({"operation_key": "k1"}))
+        .await
+        .unwrap();
     assert_eq!(st["operation_id"], first["operation_id"]);
-    let err = call(&e.gw, "operation_status", json!({})).await.unwrap_err();
+    let err = call(&e.gw, "operation_status", json!({}))
+        .await
+        .unwrap_err();
     assert_eq!(err.code, ErrorCode::OperationNotFound);
-    let err = call(&e.gw, "operation_status", json!({"operation_id": "op-nope"})).await.unwrap_err();
+    let err = call(
+        &e.gw,
+        "operation_status",
+        json!({"operation_id": "op-nope"}),
+    )
+    .await
+    .unwrap_err();
     assert_eq!(err.code, ErrorCode::OperationNotFound);
 }
 
@@ -395,7 +489,10 @@ async fn check_only_writes_nothing() {
     .await
     .unwrap();
     assert_eq!(v["status"], "checked");
-    assert_eq!(std::fs::read_to_string(e.root.join("a.txt")).unwrap(), "a\n");
+    assert_eq!(
+        std::fs::read_to_string(e.root.join("a.txt")).unwrap(),
+        "a\n"
+    );
 }
 
 #[tokio::test]
@@ -407,21 +504,52 @@ async fn error_codes_of_apply_patch() {
     let cases: Vec<(&str, ErrorCode)> = vec![
         ("not a patch", ErrorCode::InvalidPatch),
         ("*** Begin Patch\n*** End Patch\n", ErrorCode::InvalidPatch),
-        ("*** Begin Patch\n*** Add File: exists.txt\n+y\n*** End Patch\n", ErrorCode::AddFileExists),
-        ("*** Begin Patch\n*** Update File: missing.txt\n@@\n-a\n+b\n*** End Patch\n", ErrorCode::FileNotFound),
-        ("*** Begin Patch\n*** Update File: exists.txt\n@@\n-nope\n+b\n*** End Patch\n", ErrorCode::InvalidPatch),
-        ("*** Begin Patch\n*** Update File: exists.txt\n*** Move to: dir\n@@\n-x\n+y\n*** End Patch\n", ErrorCode::MoveDestinationExists),
-        ("*** Begin Patch\n*** Update File: link.txt\n@@\n-a\n+b\n*** End Patch\n", ErrorCode::SymlinkRejected),
-        ("*** Begin Patch\n*** Add File: ../escape.txt\n+x\n*** End Patch\n", ErrorCode::PathEscape),
-        ("*** Begin Patch\n*** Add File: /tmp/abs.txt\n+x\n*** End Patch\n", ErrorCode::PathEscape),
-        ("*** Begin Patch\n*** Add File: a.txt\n+1\n*** Add File: a.txt\n+2\n*** End Patch\n", ErrorCode::InvalidPatch),
-        ("*** Begin Patch\n*** Add File: .git/hooks/pre-commit\n+x\n*** End Patch\n", ErrorCode::Unauthorized),
+        (
+            "*** Begin Patch\n*** Add File: exists.txt\n+y\n*** End Patch\n",
+            ErrorCode::AddFileExists,
+        ),
+        (
+            "*** Begin Patch\n*** Update File: missing.txt\n@@\n-a\n+b\n*** End Patch\n",
+            ErrorCode::FileNotFound,
+        ),
+        (
+            "*** Begin Patch\n*** Update File: exists.txt\n@@\n-nope\n+b\n*** End Patch\n",
+            ErrorCode::InvalidPatch,
+        ),
+        (
+            "*** Begin Patch\n*** Update File: exists.txt\n*** Move to: dir\n@@\n-x\n+y\n*** End Patch\n",
+            ErrorCode::MoveDestinationExists,
+        ),
+        (
+            "*** Begin Patch\n*** Update File: link.txt\n@@\n-a\n+b\n*** End Patch\n",
+            ErrorCode::SymlinkRejected,
+        ),
+        (
+            "*** Begin Patch\n*** Add File: ../escape.txt\n+x\n*** End Patch\n",
+            ErrorCode::PathEscape,
+        ),
+        (
+            "*** Begin Patch\n*** Add File: /tmp/abs.txt\n+x\n*** End Patch\n",
+            ErrorCode::PathEscape,
+        ),
+        (
+            "*** Begin Patch\n*** Add File: a.txt\n+1\n*** Add File: a.txt\n+2\n*** End Patch\n",
+            ErrorCode::InvalidPatch,
+        ),
+        (
+            "*** Begin Patch\n*** Add File: .git/hooks/pre-commit\n+x\n*** End Patch\n",
+            ErrorCode::Unauthorized,
+        ),
     ];
     let before = tree(&e.root);
     for (text, code) in cases {
         let err = patch(&e.gw, text).await.unwrap_err();
         assert_eq!(err.code, code, "{text:?}: {}", err.message);
-        assert!(!err.message.contains(e.root.to_str().unwrap()), "absolute path leaked: {}", err.message);
+        assert!(
+            !err.message.contains(e.root.to_str().unwrap()),
+            "absolute path leaked: {}",
+            err.message
+        );
     }
     assert_eq!(tree(&e.root), before);
     assert!(!e.root.parent().unwrap().join("escape.txt").exists());
@@ -430,7 +558,12 @@ async fn error_codes_of_apply_patch() {
 #[tokio::test]
 async fn read_only_profile_cannot_patch() {
     let e = env_with("read-only", PatchHooks::default());
-    let err = patch(&e.gw, "*** Begin Patch\n*** Add File: x.txt\n+x\n*** End Patch\n").await.unwrap_err();
+    let err = patch(
+        &e.gw,
+        "*** Begin Patch\n*** Add File: x.txt\n+x\n*** End Patch\n",
+    )
+    .await
+    .unwrap_err();
     assert_eq!(err.code, ErrorCode::Unauthorized);
     assert!(err.decision_id.is_some());
     assert!(!e.root.join("x.txt").exists());
@@ -463,20 +596,44 @@ async fn start_up_recovery_rolls_back_an_open_journal() {
                 "op-crashed",
                 "w",
                 &[
-                    codespace_store::JournalEntry { path: "a.txt".into(), before: Some(b"old\n".to_vec()), mode: Some(0o644), created_dirs: vec![] },
-                    codespace_store::JournalEntry { path: "new.txt".into(), before: None, mode: None, created_dirs: vec![] },
+                    codespace_store::JournalEntry {
+                        path: "a.txt".into(),
+                        before: Some(b"old\n".to_vec()),
+                        mode: Some(0o644),
+                        created_dirs: vec![],
+                    },
+                    codespace_store::JournalEntry {
+                        path: "new.txt".into(),
+                        before: None,
+                        mode: None,
+                        created_dirs: vec![],
+                    },
                 ],
             )
             .unwrap();
     }
     write(&e.root, "a.txt", "new\n");
     write(&e.root, "new.txt", "half\n");
-    let gw = gateway_for(&e.root, &e.store_path, "workspace-write", PatchHooks::default());
+    let gw = gateway_for(
+        &e.root,
+        &e.store_path,
+        "workspace-write",
+        PatchHooks::default(),
+    );
     let recovered = gw.recover();
     assert_eq!(recovered, vec!["op-crashed".to_string()]);
-    assert_eq!(std::fs::read_to_string(e.root.join("a.txt")).unwrap(), "old\n");
+    assert_eq!(
+        std::fs::read_to_string(e.root.join("a.txt")).unwrap(),
+        "old\n"
+    );
     assert!(!e.root.join("new.txt").exists());
-    let st = call(&gw, "operation_status", json!({"operation_id": "op-crashed"})).await.unwrap();
+    let st = call(
+        &gw,
+        "operation_status",
+        json!({"operation_id": "op-crashed"}),
+    )
+    .await
+    .unwrap();
     assert_eq!(st["status"], "unknown");
 }
 

@@ -1,9 +1,16 @@
 //! Fail closed: Cedar skips a policy whose evaluation errors (even a forbid), so `decide()` must
 //! deny whenever any policy errored — and say so.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use codespace_engine::decide::{decide, workspace_entities};
-use codespace_engine::policy::{EMBEDDED_POLICIES, EMBEDDED_SCHEMA, PolicyBundle, SourceFile, compile};
+use codespace_engine::policy::{
+    EMBEDDED_POLICIES, EMBEDDED_SCHEMA, PolicyBundle, SourceFile, compile,
+};
 use codespace_engine::request::{Session, WorkspaceFacts, build_requests};
 use codespace_engine::{Config, ToolCall};
 use serde_json::json;
@@ -28,7 +35,10 @@ fn an_erroring_forbid_denies_instead_of_being_skipped() {
     // A forbid that overflows at run time for patches touching two or more files.
     let mut files: Vec<SourceFile> = EMBEDDED_POLICIES
         .iter()
-        .map(|(n, t)| SourceFile { name: (*n).into(), text: (*t).into() })
+        .map(|(n, t)| SourceFile {
+            name: (*n).into(),
+            text: (*t).into(),
+        })
         .collect();
     files.push(SourceFile {
         name: "base/overflow.cedar".into(),
@@ -56,17 +66,34 @@ when { context has patch && context.patch.files * 9223372036854775807 < 0 };"#
 
     // One file: 1 * MAX does not overflow, the forbid's condition is false: allowed.
     let one = call("*** Begin Patch\n*** Add File: a.txt\n+a\n*** End Patch\n");
-    let d = decide(&snap, &base, &f, "apply_patch", &build_requests(&one, &session, None).unwrap());
+    let d = decide(
+        &snap,
+        &base,
+        &f,
+        "apply_patch",
+        &build_requests(&one, &session, None).unwrap(),
+    );
     assert!(d.allowed(), "{d:?}");
 
     // Two files: the forbid errors. Cedar alone would allow (the permit holds, the erroring
     // forbid is skipped); we deny and report the error.
-    let two = call("*** Begin Patch\n*** Add File: a.txt\n+a\n*** Add File: b.txt\n+b\n*** End Patch\n");
-    let d = decide(&snap, &base, &f, "apply_patch", &build_requests(&two, &session, None).unwrap());
+    let two =
+        call("*** Begin Patch\n*** Add File: a.txt\n+a\n*** Add File: b.txt\n+b\n*** End Patch\n");
+    let d = decide(
+        &snap,
+        &base,
+        &f,
+        "apply_patch",
+        &build_requests(&two, &session, None).unwrap(),
+    );
     assert!(!d.allowed());
     for s in &d.subs {
         assert!(!s.allowed);
-        assert!(s.errors.iter().any(|e| e.contains("base.forbid.overflow")), "{:?}", s.errors);
+        assert!(
+            s.errors.iter().any(|e| e.contains("base.forbid.overflow")),
+            "{:?}",
+            s.errors
+        );
         assert!(!s.default_deny);
     }
     let err = d.to_error(&snap);
@@ -84,7 +111,13 @@ fn an_unknown_principal_is_a_deny_with_reasons() {
     let f = facts("ghost");
     let base = workspace_entities(&snap, &cfg.profiles, &f).unwrap();
     let call = ToolCall::parse("read", &json!({"workspace_id": "w", "path": "a.txt"})).unwrap();
-    let d = decide(&snap, &base, &f, "read", &build_requests(&call, &Session::stdio(), None).unwrap());
+    let d = decide(
+        &snap,
+        &base,
+        &f,
+        "read",
+        &build_requests(&call, &Session::stdio(), None).unwrap(),
+    );
     assert!(!d.allowed());
     assert!(d.subs[0].default_deny || !d.subs[0].errors.is_empty());
 }
@@ -100,5 +133,9 @@ fn a_context_that_does_not_match_the_schema_is_a_deny() {
     reqs[0].context = json!({"session": {"client": 7}});
     let d = decide(&snap, &base, &f, "read", &reqs);
     assert!(!d.allowed());
-    assert!(d.subs[0].errors.iter().any(|e| e.starts_with("context")), "{:?}", d.subs[0].errors);
+    assert!(
+        d.subs[0].errors.iter().any(|e| e.starts_with("context")),
+        "{:?}",
+        d.subs[0].errors
+    );
 }

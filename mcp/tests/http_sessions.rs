@@ -1,7 +1,12 @@
 //! Process handles across HTTP sessions: a process started in one session is readable, writable
 //! and terminable from a later session of the same client, refused to another client, and
 //! closing a session kills nothing.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod http_common;
 
@@ -21,7 +26,9 @@ fn body(reply: &Value) -> Value {
 async fn a_process_outlives_its_session_and_stays_with_its_client() {
     let probe = codespace_runner_sandbox::probe();
     if !probe.sandbox_available() {
-        println!("SKIP: a_process_outlives_its_session_and_stays_with_its_client: no command sandbox on this kernel");
+        println!(
+            "SKIP: a_process_outlives_its_session_and_stays_with_its_client: no command sandbox on this kernel"
+        );
         return;
     }
     let s = Setup {
@@ -34,17 +41,30 @@ async fn a_process_outlives_its_session_and_stays_with_its_client() {
 
     // Session 1 (client ci) starts an interactive cat.
     let sid1 = initialize(s.addr, Some(CI_TOKEN)).await;
-    let r = call(s.addr, Some(CI_TOKEN), &sid1, 10, "exec_command",
-        json!({"workspace_id": "main", "command": ["cat"]})).await;
+    let r = call(
+        s.addr,
+        Some(CI_TOKEN),
+        &sid1,
+        10,
+        "exec_command",
+        json!({"workspace_id": "main", "command": ["cat"]}),
+    )
+    .await;
     assert_eq!(r["result"]["isError"], false, "{r}");
-    let pid = r["result"]["structuredContent"]["process_id"].as_str().unwrap().to_string();
+    let pid = r["result"]["structuredContent"]["process_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert!(pid.starts_with("proc-"));
 
     // Close session 1 (DELETE): the process keeps running.
     let del = http(
         s.addr,
         "DELETE",
-        &[("authorization", &format!("Bearer {CI_TOKEN}")), ("mcp-session-id", &sid1)],
+        &[
+            ("authorization", &format!("Bearer {CI_TOKEN}")),
+            ("mcp-session-id", &sid1),
+        ],
         "",
     )
     .await;
@@ -53,10 +73,28 @@ async fn a_process_outlives_its_session_and_stays_with_its_client() {
     // Session 2 of the same client writes, reads and sees it running.
     let sid2 = initialize(s.addr, Some(CI_TOKEN)).await;
     assert_ne!(sid1, sid2);
-    let st = call(s.addr, Some(CI_TOKEN), &sid2, 11, "process_status", json!({"process_id": pid})).await;
-    assert_eq!(st["result"]["structuredContent"]["state"], "running", "{st}");
-    let w = call(s.addr, Some(CI_TOKEN), &sid2, 12, "write_stdin",
-        json!({"process_id": pid, "data": "hello across sessions\n"})).await;
+    let st = call(
+        s.addr,
+        Some(CI_TOKEN),
+        &sid2,
+        11,
+        "process_status",
+        json!({"process_id": pid}),
+    )
+    .await;
+    assert_eq!(
+        st["result"]["structuredContent"]["state"], "running",
+        "{st}"
+    );
+    let w = call(
+        s.addr,
+        Some(CI_TOKEN),
+        &sid2,
+        12,
+        "write_stdin",
+        json!({"process_id": pid, "data": "hello across sessions\n"}),
+    )
+    .await;
     assert_eq!(w["result"]["isError"], false, "{w}");
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut seen = String::new();
@@ -64,8 +102,15 @@ async fn a_process_outlives_its_session_and_stays_with_its_client() {
     let mut id = 13;
     while !seen.contains("hello across sessions") {
         assert!(Instant::now() < deadline, "output never arrived: {seen:?}");
-        let r = call(s.addr, Some(CI_TOKEN), &sid2, id, "read_process",
-            json!({"process_id": pid, "cursor": cursor, "wait_ms": 500})).await;
+        let r = call(
+            s.addr,
+            Some(CI_TOKEN),
+            &sid2,
+            id,
+            "read_process",
+            json!({"process_id": pid, "cursor": cursor, "wait_ms": 500}),
+        )
+        .await;
         id += 1;
         let out = &r["result"]["structuredContent"];
         seen.push_str(out["chunk"].as_str().unwrap_or(""));
@@ -84,22 +129,55 @@ async fn a_process_outlives_its_session_and_stays_with_its_client() {
         id += 1;
         assert_eq!(r["result"]["isError"], true, "{tool}: {r}");
         let code = body(&r)["code"].as_str().unwrap().to_string();
-        assert!(code == "UNAUTHORIZED" || code == "PROCESS_NOT_FOUND", "{tool}: {code}");
+        assert!(
+            code == "UNAUTHORIZED" || code == "PROCESS_NOT_FOUND",
+            "{tool}: {code}"
+        );
     }
-    let st = call(s.addr, Some(CI_TOKEN), &sid2, id, "process_status", json!({"process_id": pid})).await;
+    let st = call(
+        s.addr,
+        Some(CI_TOKEN),
+        &sid2,
+        id,
+        "process_status",
+        json!({"process_id": pid}),
+    )
+    .await;
     id += 1;
-    assert_eq!(st["result"]["structuredContent"]["state"], "running", "the other client did not kill it");
+    assert_eq!(
+        st["result"]["structuredContent"]["state"], "running",
+        "the other client did not kill it"
+    );
 
     // The owner terminates it.
-    let t = call(s.addr, Some(CI_TOKEN), &sid2, id, "terminate_process", json!({"process_id": pid})).await;
+    let t = call(
+        s.addr,
+        Some(CI_TOKEN),
+        &sid2,
+        id,
+        "terminate_process",
+        json!({"process_id": pid}),
+    )
+    .await;
     id += 1;
     assert_eq!(t["result"]["isError"], false, "{t}");
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let st = call(s.addr, Some(CI_TOKEN), &sid2, id, "process_status", json!({"process_id": pid})).await;
+        let st = call(
+            s.addr,
+            Some(CI_TOKEN),
+            &sid2,
+            id,
+            "process_status",
+            json!({"process_id": pid}),
+        )
+        .await;
         id += 1;
         if st["result"]["structuredContent"]["state"] == "exited" {
-            assert_eq!(st["result"]["structuredContent"]["termination"], "terminated");
+            assert_eq!(
+                st["result"]["structuredContent"]["termination"],
+                "terminated"
+            );
             break;
         }
         assert!(Instant::now() < deadline, "never exited");
