@@ -78,7 +78,19 @@ pub struct Gateway {
     pub(crate) patch_hooks: Arc<crate::patch_tool::PatchHooks>,
     pub(crate) processes: crate::process_tools::Processes,
     signatures: Mutex<Option<(String, Arc<crate::signature::SignaturePlan>)>>,
+    decision_cache: Mutex<HashMap<String, CachedDecision>>,
 }
+
+/// A cached error-free sub-decision.
+#[derive(Debug, Clone)]
+struct CachedDecision {
+    allowed: bool,
+    policy_ids: Vec<String>,
+    default_deny: bool,
+}
+
+/// Entries kept in the decision cache before it is cleared.
+const DECISION_CACHE_MAX: usize = 100_000;
 
 /// Workspace-relative forms of the server's own files that lie inside `root`.
 fn server_owned_in(root: &Path, config: &Config, policy: &PolicyStore) -> Vec<String> {
@@ -168,6 +180,7 @@ impl Gateway {
             leases: Leases::new(config_max_waiters),
             patch_hooks: Arc::new(crate::patch_tool::PatchHooks::default()),
             signatures: Mutex::new(None),
+            decision_cache: Mutex::new(HashMap::new()),
             processes,
         })
     }
@@ -242,7 +255,7 @@ impl Gateway {
         audit: Audit,
     ) -> Decision {
         let decision = match self.entities(snap, facts) {
-            Ok(base) => decide(snap, &base, facts, tool, reqs),
+            Ok(base) => self.decide_cached(snap, &base, facts, tool, reqs),
             Err(e) => {
                 // Request-builder failure: deny everything, with the reason.
                 let mut d = decide(snap, &Entities::empty(), facts, tool, &[]);
@@ -269,6 +282,106 @@ impl Gateway {
             Audit::None => {}
         }
         decision
+    }
+
+    /// `decide()` behind a cache of error-free sub-decisions. The key holds everything a
+    /// decision can depend on: the policy-set hash, the workspace (its entities are fixed for
+    /// the gateway's life), the tool, the action, the patch kind, the whole context, and the
+    /// path's decision signature (see [`crate::signature`]); a set whose signature is
+    /// uncacheable is never cached. Decisions with evaluation errors are never cached.
+    fn decide_cached(
+        &self,
+        snap: &PolicySnapshot,
+        base: &Entities,
+        facts: &WorkspaceFacts,
+        tool: &str,
+        reqs: &[SubRequest],
+    ) -> Decision {
+        let plan = self.signature_plan(snap);
+        let keys: Vec<Option<String>> = reqs
+            .iter()
+            .map(|r| {
+                plan.key(&r.path, facts.is_server_owned(&r.path))
+                    .map(|sig| {
+                        format!(
+                            "{}\0{}\0{tool}\0{}\0{}\0{}\0{sig}",
+                            snap.sha256, facts.id, r.action, r.kind, r.context
+                        )
+                    })
+            })
+            .collect();
+        // Hits from the cache; misses are decided in one batch.
+        let hits: Vec<Option<CachedDecision>> = match self.decision_cache.lock() {
+            Ok(cache) => keys
+                .iter()
+                .map(|k| k.as_ref().and_then(|k| cache.get(k).cloned()))
+                .collect(),
+            Err(_) => vec![None; reqs.len()],
+        };
+        let miss_reqs: Vec<SubRequest> = reqs
+            .iter()
+            .zip(&hits)
+            .filter(|(_, h)| h.is_none())
+            .map(|(r, _)| r.clone())
+            .collect();
+        let mut d = decide(snap, base, facts, tool, &miss_reqs);
+        let mut fresh = std::mem::take(&mut d.subs).into_iter();
+        let mut subs = Vec::with_capacity(reqs.len());
+        let mut to_cache: Vec<(String, CachedDecision)> = Vec::new();
+        for (index, ((r, key), hit)) in reqs.iter().zip(&keys).zip(hits).enumerate() {
+            let sub = match hit {
+                Some(h) => crate::decide::SubDecision {
+                    index,
+                    action: r.action.clone(),
+                    subject: r.subject.clone(),
+                    allowed: h.allowed,
+                    gating: r.gating,
+                    policy_ids: h.policy_ids,
+                    errors: Vec::new(),
+                    default_deny: h.default_deny,
+                    duration_us: 0,
+                },
+                None => match fresh.next() {
+                    Some(sub) => {
+                        if let Some(k) = key
+                            && sub.errors.is_empty()
+                        {
+                            to_cache.push((
+                                k.clone(),
+                                CachedDecision {
+                                    allowed: sub.allowed,
+                                    policy_ids: sub.policy_ids.clone(),
+                                    default_deny: sub.default_deny,
+                                },
+                            ));
+                        }
+                        crate::decide::SubDecision { index, ..sub }
+                    }
+                    None => crate::decide::SubDecision {
+                        index,
+                        action: r.action.clone(),
+                        subject: r.subject.clone(),
+                        allowed: false,
+                        gating: r.gating,
+                        policy_ids: Vec::new(),
+                        errors: vec!["no decision was made".into()],
+                        default_deny: false,
+                        duration_us: 0,
+                    },
+                },
+            };
+            subs.push(sub);
+        }
+        if !to_cache.is_empty()
+            && let Ok(mut cache) = self.decision_cache.lock()
+        {
+            if cache.len() + to_cache.len() > DECISION_CACHE_MAX {
+                cache.clear();
+            }
+            cache.extend(to_cache);
+        }
+        d.subs = subs;
+        d
     }
 
     /// The decision-signature plan of a snapshot (cached per policy-set hash).

@@ -243,7 +243,16 @@ async fn an_escaped_process_holding_the_pipe_does_not_block_eof_forever() {
     let table = ProcessTable::new(fast_limits());
     // setsid leaves the process group, so the group kill cannot reach it; it keeps stdout open.
     let p = table
-        .spawn(spec(&cwd, &["sh", "-c", "setsid sleep 1000 & echo $!"]))
+        // Wait until the escapee has really left the group (it touches `escaped` after setsid),
+        // so the group kill at exit cannot race it.
+        .spawn(spec(
+            &cwd,
+            &[
+                "sh",
+                "-c",
+                "setsid sh -c 'touch escaped; exec sleep 1000' & while [ ! -e escaped ]; do sleep 0.01; done; echo $!",
+            ],
+        ))
         .await
         .unwrap();
     let escapee = first_pid(&table, &p.id).await;

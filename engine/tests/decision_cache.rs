@@ -1,0 +1,99 @@
+//! The decision cache never outlives its policy set and never changes an answer: repeated calls
+//! give the same decision with the same determining policies, and a reloaded set decides anew.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use codespace_engine::{
+    Config, ErrorCode, Gateway, PolicySource, PolicyStore, SandboxFacts, Session, ToolCall,
+};
+use serde_json::json;
+use std::path::Path;
+use std::sync::Arc;
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn cached_decisions_match_and_a_reload_invalidates_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    copy_dir(
+        &repo.join("policies/base"),
+        &dir.path().join("policies/base"),
+    );
+    copy_dir(
+        &repo.join("policies/profiles"),
+        &dir.path().join("policies/profiles"),
+    );
+    copy_dir(&repo.join("schema"), &dir.path().join("schema"));
+    let root = dir.path().join("ws");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(root.join("a.txt"), "a").unwrap();
+    std::fs::write(root.join(".env"), "s").unwrap();
+    let cfg = Config::from_json(
+        &format!(
+            r#"{{"workspaces": {{"w": {{"root": "{}"}}}}}}"#,
+            root.display()
+        ),
+        Path::new("/"),
+    )
+    .unwrap();
+    let policy = Arc::new(
+        PolicyStore::load(PolicySource::Dir {
+            policies: dir.path().join("policies"),
+            schema: dir.path().join("schema/codespace.cedarschema"),
+        })
+        .unwrap(),
+    );
+    let gw = Gateway::new(
+        cfg,
+        Arc::clone(&policy),
+        None,
+        SandboxFacts {
+            sandbox_enforced: true,
+            network_enforced: true,
+        },
+    )
+    .unwrap();
+    let s = Session::stdio();
+    let read = |p: &str| ToolCall::parse("read", &json!({"workspace_id": "w", "path": p})).unwrap();
+
+    for _ in 0..3 {
+        assert!(gw.call(&s, read("a.txt")).await.is_ok());
+        let e = gw.call(&s, read(".env")).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::Unauthorized);
+        assert_eq!(
+            e.policy_ids.as_deref(),
+            Some(&["base.forbid.secret-files".to_string()][..])
+        );
+        // `a.txt` and `b.txt` share a signature: the cached allow must not leak to `.env`.
+        let e = gw.call(&s, read("sub/.env")).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::Unauthorized);
+    }
+
+    // A new forbid on a.txt: after the reload the same call is denied.
+    std::fs::write(
+        dir.path().join("policies/base/no-a.cedar"),
+        "@id(\"base.forbid.no-a\")\n@reason(\"test\")\nforbid (principal, action, resource) when { resource.basename == \"a.txt\" };\n",
+    )
+    .unwrap();
+    policy.reload().unwrap();
+    let e = gw.call(&s, read("a.txt")).await.unwrap_err();
+    assert_eq!(
+        e.policy_ids.as_deref(),
+        Some(&["base.forbid.no-a".to_string()][..])
+    );
+}
