@@ -808,7 +808,7 @@ fn replay(row: &codespace_store::OperationRow) -> Result<Value, ToolError> {
             .unwrap_or("INTERNAL");
         let message = err.get("message").and_then(Value::as_str).unwrap_or("");
         return Err(
-            ToolError::new(error_code(code), format!("(replayed) {message}"))
+            ToolError::new(ErrorCode::from_code(code), format!("(replayed) {message}"))
                 .with_operation(row.operation_id.clone()),
         );
     }
@@ -821,15 +821,4 @@ fn replay(row: &codespace_store::OperationRow) -> Result<Value, ToolError> {
         m.insert("operation_id".into(), json!(row.operation_id));
     }
     Ok(v)
-}
-
-/// The error codes an exec can fail with, from their wire spelling.
-fn error_code(code: &str) -> ErrorCode {
-    match code {
-        "WORKSPACE_BUSY" => ErrorCode::WorkspaceBusy,
-        "PROCESS_SPAWN_FAILED" => ErrorCode::ProcessSpawnFailed,
-        "INVALID_COMMAND" => ErrorCode::InvalidCommand,
-        "RESOURCE_QUEUE_FULL" => ErrorCode::ResourceQueueFull,
-        other => ErrorCode::from_code(other),
-    }
 }

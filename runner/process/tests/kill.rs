@@ -48,7 +48,12 @@ async fn timeout_kills_a_term_ignoring_process_and_its_grandchild() {
     });
     let mut s = spec(
         &cwd,
-        &["sh", "-c", "trap '' TERM; sleep 1000 & echo $!; sleep 1000"],
+        // Both sleeps are started before the pid line, so the group is complete when we look.
+        &[
+            "sh",
+            "-c",
+            "trap '' TERM; sleep 1000 & sleep 1000 & echo $!; wait",
+        ],
     );
     s.timeout = Some(Duration::from_secs(1));
     let start = Instant::now();
@@ -100,7 +105,7 @@ async fn terminate_kills_the_group_and_reports_terminated() {
     let p = table
         .spawn(spec(
             &cwd,
-            &["sh", "-c", "sleep 1000 & echo $!; sleep 1000"],
+            &["sh", "-c", "sleep 1000 & sleep 1000 & echo $!; wait"],
         ))
         .await
         .unwrap();
@@ -184,7 +189,12 @@ async fn shutdown_kills_everything() {
     let b = table
         .spawn(spec(
             &cwd,
-            &["sh", "-c", "trap '' TERM; sleep 1000 & echo $!; sleep 1000"],
+            // Both sleeps are started before the pid line, so the group is complete when we look.
+            &[
+                "sh",
+                "-c",
+                "trap '' TERM; sleep 1000 & sleep 1000 & echo $!; wait",
+            ],
         ))
         .await
         .unwrap();
