@@ -239,7 +239,8 @@ pub struct Config {
     pub policy_tests_on_reload: bool,
 }
 
-fn builtin_profiles() -> BTreeMap<String, Profile> {
+/// The built-in profiles (`read-only`, and `workspace-write` extending it).
+pub fn builtin_profiles() -> BTreeMap<String, Profile> {
     BUILTIN_PROFILES
         .iter()
         .map(|(id, parent)| {

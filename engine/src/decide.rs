@@ -225,17 +225,27 @@ pub fn operation_entity(
     Entity::new(uid("Operation", op_id)?, attrs, HashSet::from([ws_uid])).map_err(|e| e.to_string())
 }
 
+impl SubDecision {
+    /// A deny of `req` because something failed before or during evaluation.
+    pub fn refused(index: usize, req: &SubRequest, error: String) -> SubDecision {
+        SubDecision {
+            index,
+            action: req.action.clone(),
+            subject: req.subject.clone(),
+            allowed: false,
+            gating: req.gating,
+            policy_ids: Vec::new(),
+            errors: vec![error],
+            default_deny: false,
+            duration_us: 0,
+        }
+    }
+}
+
 fn deny_with(index: usize, req: &SubRequest, err: String, started: Instant) -> SubDecision {
     SubDecision {
-        index,
-        action: req.action.clone(),
-        subject: req.subject.clone(),
-        allowed: false,
-        gating: req.gating,
-        policy_ids: Vec::new(),
-        errors: vec![err],
-        default_deny: false,
         duration_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+        ..SubDecision::refused(index, req, err)
     }
 }
 

@@ -262,16 +262,8 @@ impl Gateway {
                 d.subs = reqs
                     .iter()
                     .enumerate()
-                    .map(|(index, r)| crate::decide::SubDecision {
-                        index,
-                        action: r.action.clone(),
-                        subject: r.subject.clone(),
-                        allowed: false,
-                        gating: r.gating,
-                        policy_ids: vec![],
-                        errors: vec![format!("entities: {e}")],
-                        default_deny: false,
-                        duration_us: 0,
+                    .map(|(index, r)| {
+                        crate::decide::SubDecision::refused(index, r, format!("entities: {e}"))
                     })
                     .collect();
                 d
@@ -357,17 +349,9 @@ impl Gateway {
                         }
                         crate::decide::SubDecision { index, ..sub }
                     }
-                    None => crate::decide::SubDecision {
-                        index,
-                        action: r.action.clone(),
-                        subject: r.subject.clone(),
-                        allowed: false,
-                        gating: r.gating,
-                        policy_ids: Vec::new(),
-                        errors: vec!["no decision was made".into()],
-                        default_deny: false,
-                        duration_us: 0,
-                    },
+                    None => {
+                        crate::decide::SubDecision::refused(index, r, "no decision was made".into())
+                    }
                 },
             };
             subs.push(sub);

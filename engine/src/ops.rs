@@ -40,6 +40,30 @@ pub fn kind_of(tool: &str) -> &'static str {
     }
 }
 
+/// The stored error of a finished operation, replayed with its operation id (None when the
+/// operation did not fail or never finished).
+pub fn replayed_error(row: &OperationRow) -> Option<ToolError> {
+    let (Some(Value::Object(res)), Some(_)) = (&row.result, row.finished_ms) else {
+        return None;
+    };
+    let err = res.get("error")?;
+    let code = err
+        .get("code")
+        .and_then(Value::as_str)
+        .unwrap_or("INTERNAL");
+    let message = err.get("message").and_then(Value::as_str).unwrap_or("");
+    Some(
+        ToolError::new(
+            ErrorCode::from_code(code),
+            format!(
+                "replayed operation {} ({}): {message}",
+                row.operation_id, row.status
+            ),
+        )
+        .with_operation(row.operation_id.clone()),
+    )
+}
+
 fn store_err(e: codespace_store::StoreError) -> ToolError {
     ToolError::new(ErrorCode::Internal, format!("store: {e}"))
 }

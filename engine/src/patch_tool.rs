@@ -487,22 +487,8 @@ fn rel_str(p: &str) -> String {
 /// The replayed result of a stored operation: the stored result, the stored error (with the
 /// operation id), or `unknown` when it never finished. Nothing is applied again.
 fn replay(row: &codespace_store::OperationRow) -> Result<Value, ToolError> {
-    if let (Some(Value::Object(res)), Some(_)) = (&row.result, row.finished_ms)
-        && let Some(err) = res.get("error")
-    {
-        let code = err
-            .get("code")
-            .and_then(Value::as_str)
-            .unwrap_or("INTERNAL");
-        let message = err.get("message").and_then(Value::as_str).unwrap_or("");
-        return Err(ToolError::new(
-            ErrorCode::from_code(code),
-            format!(
-                "replayed operation {} ({}): {message}",
-                row.operation_id, row.status
-            ),
-        )
-        .with_operation(row.operation_id.clone()));
+    if let Some(err) = crate::ops::replayed_error(row) {
+        return Err(err);
     }
     let mut v = match (&row.result, row.finished_ms) {
         (Some(r @ Value::Object(_)), Some(_)) if r.get("status").is_some() => r.clone(),

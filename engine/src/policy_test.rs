@@ -4,7 +4,7 @@
 //! results carry policy-id coverage, JSON and JUnit reports, and an export of every resolved
 //! Cedar request in the upstream `cedar run-tests` format.
 
-use crate::config::{BUILTIN_PROFILES, Profile};
+use crate::config::Profile;
 use crate::decide::{Decision, decide, workspace_entities};
 use crate::explain::{build_cedar_request, entities_json, evaluate};
 use crate::policy::PolicySnapshot;
@@ -218,19 +218,7 @@ impl Fixture {
 
 /// The built-in profiles plus `extra` (`id → extends`).
 pub fn profile_tree(extra: &BTreeMap<String, Option<String>>) -> BTreeMap<String, Profile> {
-    let mut m: BTreeMap<String, Profile> = BUILTIN_PROFILES
-        .iter()
-        .map(|(id, parent)| {
-            (
-                (*id).to_string(),
-                Profile {
-                    id: (*id).to_string(),
-                    extends: parent.map(str::to_string),
-                    description: None,
-                },
-            )
-        })
-        .collect();
+    let mut m = crate::config::builtin_profiles();
     for (id, extends) in extra {
         m.insert(
             id.clone(),

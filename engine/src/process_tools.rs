@@ -798,20 +798,10 @@ impl Gateway {
 /// The replayed result of a stored exec: the stored result, the stored error, or
 /// `dispatch_status: unknown` when the call never finished (do not start a duplicate).
 fn replay(row: &codespace_store::OperationRow) -> Result<Value, ToolError> {
-    let finished = row.finished_ms.is_some();
-    if let (Some(Value::Object(r)), true) = (&row.result, finished)
-        && let Some(err) = r.get("error")
-    {
-        let code = err
-            .get("code")
-            .and_then(Value::as_str)
-            .unwrap_or("INTERNAL");
-        let message = err.get("message").and_then(Value::as_str).unwrap_or("");
-        return Err(
-            ToolError::new(ErrorCode::from_code(code), format!("(replayed) {message}"))
-                .with_operation(row.operation_id.clone()),
-        );
+    if let Some(err) = crate::ops::replayed_error(row) {
+        return Err(err);
     }
+    let finished = row.finished_ms.is_some();
     let mut v = match (&row.result, finished) {
         (Some(r @ Value::Object(_)), true) if r.get("process_id").is_some() => r.clone(),
         _ => json!({ "process_id": "", "dispatch_status": "unknown" }),
