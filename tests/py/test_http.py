@@ -22,7 +22,8 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 
-REPO = Path(__file__).resolve().parents[2]
+from codespace_helpers import REPO, error_body
+
 CI_TOKEN = "py-ci-token-0123456789abcdef"
 DEV_TOKEN = "py-dev-token-0123456789abcdef"
 WRONG_TOKEN = "py-wrong-token-0123456789abcdef"
@@ -112,11 +113,6 @@ async def with_session(server, token, fn):
             async with ClientSession(read, write) as session:
                 init = await session.initialize()
                 return init, await fn(session)
-
-
-def error_body(result) -> dict:
-    assert result.is_error, result
-    return json.loads(result.content[0].text)
 
 
 def test_sdk_initialize_tools_and_errors(server):

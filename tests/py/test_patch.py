@@ -8,7 +8,6 @@ contain an absolute path of the test's temporary directory.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import os
@@ -16,23 +15,16 @@ import re
 import stat
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, cast
 
-import pytest
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
+from codespace_helpers import WS, Client, require_binary, run, serve, snapshot, write, write_config
 
-REPO = Path(__file__).resolve().parents[2]
-BIN = os.environ.get("CODESPACE_BIN", str(REPO / "target" / "debug" / "codespace"))
-WS = "w"
-CALL_TIMEOUT = 20.0
 OP_ID = re.compile(r"^op-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 VERSION = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
 def setup_module(_module: Any) -> None:
-    if not os.access(BIN, os.X_OK):
-        pytest.fail(f"codespace binary not found at {BIN}; build it or set CODESPACE_BIN", pytrace=False)
+    require_binary()
 
 
 def patch_text(*body: str) -> str:
@@ -41,15 +33,6 @@ def patch_text(*body: str) -> str:
 
 def sha(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-def write(root: Path, rel: str, content: str | bytes) -> None:
-    p = root / rel
-    p.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(content, bytes):
-        p.write_bytes(content)
-    else:
-        p.write_text(content)
 
 
 def make_workspace(tmp: Path) -> Path:
@@ -63,57 +46,12 @@ def make_workspace(tmp: Path) -> Path:
     return root
 
 
-def snapshot(root: Path) -> dict[str, tuple[Any, ...]]:
-    """Every entry under root, no-follow: files with bytes and mode, dirs, symlinks with target."""
-    out: dict[str, tuple[Any, ...]] = {}
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        for name in dirnames + filenames:
-            p = Path(dirpath) / name
-            rel = p.relative_to(root).as_posix()
-            st = p.lstat()
-            if stat.S_ISLNK(st.st_mode):
-                out[rel] = ("link", os.readlink(p))
-            elif stat.S_ISDIR(st.st_mode):
-                out[rel] = ("dir", stat.S_IMODE(st.st_mode))
-            elif stat.S_ISREG(st.st_mode):
-                out[rel] = ("file", p.read_bytes(), stat.S_IMODE(st.st_mode))
-            else:
-                out[rel] = ("special", stat.S_IFMT(st.st_mode))
-    return out
-
-
-def write_config(tmp: Path, root: Path, profile: str) -> Path:
-    cfg = tmp / "config.json"
-    cfg.write_text(json.dumps({"workspaces": {WS: {"root": str(root), "profile": profile}}}))
-    return cfg
-
-
-class Client:
-    """A connected SDK session that records every response for the absolute-path scan."""
-
-    def __init__(self, session: ClientSession, tmp: Path) -> None:
-        self.session = session
-        self.tmp = tmp
-        self.transcript: list[str] = []
-
-    async def call(self, tool: str, args: dict[str, Any]) -> Any:
-        res = await asyncio.wait_for(self.session.call_tool(tool, args), CALL_TIMEOUT)
-        self.transcript.append(res.model_dump_json())
-        return res
-
-    async def ok(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-        res = await self.call(tool, args)
-        text = res.content[0].text if res.content else ""
-        assert not res.is_error, f"{tool} {args} failed: {text}"
-        assert res.structured_content is not None
-        assert json.loads(text) == res.structured_content, "text item mirrors structuredContent"
-        return res.structured_content
+class PatchClient(Client):
+    """The shared client, plus: every error body has a string code and message; apply_patch and
+    version shorthands; the absolute-path scan requires a non-empty transcript."""
 
     async def err(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-        res = await self.call(tool, args)
-        assert res.is_error, f"{tool} {args}: expected a tool error, got {res.structured_content}"
-        assert len(res.content) == 1
-        body = json.loads(res.content[0].text)
+        body = await super().err(tool, args)
         assert isinstance(body.get("code"), str) and isinstance(body.get("message"), str), body
         return body
 
@@ -127,33 +65,15 @@ class Client:
         return (await self.ok("read", {"workspace_id": WS, "path": path}))["version"]
 
     def assert_no_absolute_paths(self) -> None:
-        roots = {str(self.tmp), str(self.tmp.resolve())}
         assert self.transcript, "nothing was recorded"
-        for line in self.transcript:
-            for r in roots:
-                assert r not in line, f"absolute path {r} on the wire: {line[:400]}"
+        super().assert_no_absolute_paths()
 
 
 @asynccontextmanager
-async def connect(tmp: Path, root: Path, profile: str = "workspace-write") -> AsyncIterator[Client]:
+async def connect(tmp: Path, root: Path, profile: str = "workspace-write") -> AsyncIterator[PatchClient]:
     cfg = write_config(tmp, root, profile)
-    params = StdioServerParameters(
-        command=BIN,
-        args=["serve", "--config", str(cfg), "--store", str(tmp / "store.db")],
-        cwd=str(tmp),
-        env={"CODESPACE_LOG": "warn"},
-    )
-    with open(tmp / "server-stderr.log", "w") as errlog:
-        async with stdio_client(params, errlog=errlog) as (read, write_stream):
-            async with ClientSession(read, write_stream) as session:
-                await asyncio.wait_for(session.initialize(), CALL_TIMEOUT)
-                # The SDK checks structuredContent against a tool's outputSchema once listed.
-                await session.list_tools()
-                yield Client(session, tmp)
-
-
-def run(coro: Any) -> Any:
-    return asyncio.run(coro)
+    async with serve(tmp, ["--config", str(cfg), "--store", str(tmp / "store.db")], client=PatchClient) as client:
+        yield cast(PatchClient, client)
 
 
 def assert_result_shape(r: dict[str, Any], status: str) -> None:

@@ -8,48 +8,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, cast
 
-import pytest
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
+from codespace_helpers import Client, require_binary, serve
 
-REPO = Path(__file__).resolve().parents[2]
-BIN = os.environ.get("CODESPACE_BIN", str(REPO / "target" / "debug" / "codespace"))
 CALL_TIMEOUT = 30.0
 
 
 def setup_module(_module: Any) -> None:
-    if not os.access(BIN, os.X_OK):
-        pytest.fail(f"codespace binary not found at {BIN}; build it or set CODESPACE_BIN", pytrace=False)
+    require_binary()
 
 
-class Client:
-    def __init__(self, session: ClientSession, tmp: Path) -> None:
-        self.session = session
-        self.tmp = tmp
-        self.transcript: list[str] = []
-
-    async def call(self, tool: str, args: dict[str, Any]) -> Any:
-        res = await asyncio.wait_for(self.session.call_tool(tool, args), CALL_TIMEOUT)
-        self.transcript.append(res.model_dump_json())
-        return res
-
-    async def ok(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-        res = await self.call(tool, args)
-        text = res.content[0].text if res.content else ""
-        assert not res.is_error, f"{tool} {args} failed: {text}"
-        assert res.structured_content is not None
-        return res.structured_content
-
-    async def err(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-        res = await self.call(tool, args)
-        assert res.is_error, f"{tool} {args}: expected a tool error, got {res.structured_content}"
-        return json.loads(res.content[0].text)
+class ProcessClient(Client):
+    """The shared client (without the text-mirror checks), plus bounded polling of a process."""
 
     async def read_until(self, pid: str, needle: str, cursor: int = 0) -> tuple[str, int]:
         out = ""
@@ -70,14 +44,9 @@ class Client:
             assert time.monotonic() < deadline, s
             await self.ok("read_process", {"process_id": pid, "cursor": s["output_total"], "wait_ms": 200})
 
-    def assert_no_absolute_paths(self) -> None:
-        for r in {str(self.tmp), str(self.tmp.resolve())}:
-            for line in self.transcript:
-                assert r not in line, f"absolute path on the wire: {line[:300]}"
-
 
 @asynccontextmanager
-async def connect(tmp: Path, network: str = "restricted") -> AsyncIterator[Client]:
+async def connect(tmp: Path, network: str = "restricted") -> AsyncIterator[ProcessClient]:
     root = tmp / "ws"
     root.mkdir(exist_ok=True)
     cfg = tmp / "config.json"
@@ -85,14 +54,9 @@ async def connect(tmp: Path, network: str = "restricted") -> AsyncIterator[Clien
         "workspaces": {"w": {"root": str(root), "network": network}},
         "store": str(tmp / "store.db"),
     }))
-    params = StdioServerParameters(command=BIN, args=["serve", "--config", str(cfg)], cwd=str(tmp),
-                                   env={"CODESPACE_LOG": "warn"})
-    with open(tmp / "server-stderr.log", "w") as errlog:
-        async with stdio_client(params, errlog=errlog) as (read, write_stream):
-            async with ClientSession(read, write_stream) as session:
-                await asyncio.wait_for(session.initialize(), CALL_TIMEOUT)
-                await session.list_tools()
-                yield Client(session, tmp)
+    async with serve(tmp, ["--config", str(cfg)], client=ProcessClient, timeout=CALL_TIMEOUT,
+                     mirrored=False) as client:
+        yield cast(ProcessClient, client)
 
 
 async def sandboxed(tmp: Path) -> bool:

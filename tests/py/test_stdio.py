@@ -16,27 +16,13 @@ from pathlib import Path
 from typing import Any, AsyncIterator
 
 import pytest
-from mcp import ClientSession, MCPError, StdioServerParameters
-from mcp.client.stdio import stdio_client
+from mcp import MCPError
 
-REPO = Path(__file__).resolve().parents[2]
-BIN = os.environ.get("CODESPACE_BIN", str(REPO / "target" / "debug" / "codespace"))
-WS = "w"
-CALL_TIMEOUT = 20.0
+from codespace_helpers import BIN, CALL_TIMEOUT, REPO, WS, Client, require_binary, run, serve, write, write_config
 
 
 def setup_module(_module: Any) -> None:
-    if not os.access(BIN, os.X_OK):
-        pytest.fail(f"codespace binary not found at {BIN}; build it or set CODESPACE_BIN", pytrace=False)
-
-
-def write(root: Path, rel: str, content: str | bytes) -> None:
-    p = root / rel
-    p.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(content, bytes):
-        p.write_bytes(content)
-    else:
-        p.write_text(content)
+    require_binary()
 
 
 def basic_workspace(tmp: Path) -> Path:
@@ -50,70 +36,10 @@ def basic_workspace(tmp: Path) -> Path:
     return root
 
 
-def write_config(tmp: Path, root: Path, profile: str) -> Path:
-    cfg = tmp / "config.json"
-    cfg.write_text(json.dumps({"workspaces": {WS: {"root": str(root), "profile": profile}}}))
-    return cfg
-
-
-class Client:
-    """A connected SDK session that records every result for the absolute-path scan."""
-
-    def __init__(self, session: ClientSession, init: Any, tmp: Path) -> None:
-        self.session = session
-        self.init = init
-        self.tmp = tmp
-        self.transcript: list[str] = []
-
-    async def call(self, tool: str, args: dict[str, Any]) -> Any:
-        res = await asyncio.wait_for(self.session.call_tool(tool, args), CALL_TIMEOUT)
-        self.transcript.append(res.model_dump_json())
-        return res
-
-    async def ok(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-        res = await self.call(tool, args)
-        text = res.content[0].text if res.content else ""
-        assert not res.is_error, f"{tool} {args} failed: {text}"
-        assert res.structured_content is not None
-        assert json.loads(text) == res.structured_content, "text item mirrors structuredContent"
-        return res.structured_content
-
-    async def err(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-        res = await self.call(tool, args)
-        assert res.is_error, f"{tool} {args}: expected a tool error, got {res.structured_content}"
-        assert len(res.content) == 1
-        return json.loads(res.content[0].text)
-
-    async def code(self, tool: str, args: dict[str, Any]) -> str:
-        return (await self.err(tool, args))["code"]
-
-    def assert_no_absolute_paths(self) -> None:
-        roots = {str(self.tmp), str(self.tmp.resolve())}
-        for line in self.transcript:
-            for r in roots:
-                assert r not in line, f"absolute path {r} on the wire: {line[:400]}"
-
-
 @asynccontextmanager
 async def connect(tmp: Path, args: list[str]) -> AsyncIterator[Client]:
-    params = StdioServerParameters(
-        command=BIN,
-        args=["serve", *args, "--store", str(tmp / "store.db")],
-        cwd=str(tmp),
-        env={"CODESPACE_LOG": "warn"},
-    )
-    with open(tmp / "server-stderr.log", "w") as errlog:
-        async with stdio_client(params, errlog=errlog) as (read, write_stream):
-            async with ClientSession(read, write_stream) as session:
-                init = await asyncio.wait_for(session.initialize(), CALL_TIMEOUT)
-                client = Client(session, init, tmp)
-                # The SDK checks structuredContent against a tool's outputSchema once listed.
-                await session.list_tools()
-                yield client
-
-
-def run(coro: Any) -> Any:
-    return asyncio.run(coro)
+    async with serve(tmp, [*args, "--store", str(tmp / "store.db")]) as client:
+        yield client
 
 
 def test_initialize_and_list_tools(tmp_path: Path) -> None:
