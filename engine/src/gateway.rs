@@ -254,21 +254,7 @@ impl Gateway {
         session: &Session,
         audit: Audit,
     ) -> Decision {
-        let decision = match self.entities(snap, facts) {
-            Ok(base) => self.decide_cached(snap, &base, facts, tool, reqs),
-            Err(e) => {
-                // Request-builder failure: deny everything, with the reason.
-                let mut d = decide(snap, &Entities::empty(), facts, tool, &[]);
-                d.subs = reqs
-                    .iter()
-                    .enumerate()
-                    .map(|(index, r)| {
-                        crate::decide::SubDecision::refused(index, r, format!("entities: {e}"))
-                    })
-                    .collect();
-                d
-            }
-        };
+        let decision = self.decide_cached(snap, facts, tool, reqs);
         match audit {
             Audit::All => self.audit(&decision, session, true),
             Audit::None => {}
@@ -284,7 +270,6 @@ impl Gateway {
     fn decide_cached(
         &self,
         snap: &PolicySnapshot,
-        base: &Entities,
         facts: &WorkspaceFacts,
         tool: &str,
         reqs: &[SubRequest],
@@ -316,7 +301,26 @@ impl Gateway {
             .filter(|(_, h)| h.is_none())
             .map(|(r, _)| r.clone())
             .collect();
-        let mut d = decide(snap, base, facts, tool, &miss_reqs);
+        // The workspace's entities are only needed when something must be evaluated; when they
+        // cannot be built, every miss is refused with the reason.
+        let mut d = if miss_reqs.is_empty() {
+            decide(snap, &Entities::empty(), facts, tool, &[])
+        } else {
+            match self.entities(snap, facts) {
+                Ok(base) => decide(snap, &base, facts, tool, &miss_reqs),
+                Err(e) => {
+                    let mut d = decide(snap, &Entities::empty(), facts, tool, &[]);
+                    d.subs = miss_reqs
+                        .iter()
+                        .enumerate()
+                        .map(|(i, r)| {
+                            crate::decide::SubDecision::refused(i, r, format!("entities: {e}"))
+                        })
+                        .collect();
+                    d
+                }
+            }
+        };
         let mut fresh = std::mem::take(&mut d.subs).into_iter();
         let mut subs = Vec::with_capacity(reqs.len());
         let mut to_cache: Vec<(String, CachedDecision)> = Vec::new();
