@@ -466,6 +466,19 @@ impl Gateway {
         }
     }
 
+    /// Mutations of a workspace whose operator set `approvals: confirm` fail closed with
+    /// `APPROVAL_REQUIRED` until the approval tools exist (an allowed mutation is never run
+    /// without the hold the operator asked for).
+    pub(crate) fn require_no_approval(&self, ws: &WorkspaceRuntime) -> Result<(), ToolError> {
+        if ws.facts.approvals == "confirm" {
+            return Err(ToolError::new(
+                ErrorCode::ApprovalRequired,
+                "this workspace requires approval for mutations (approvals: confirm), and approval tools are not available in this build",
+            ));
+        }
+        Ok(())
+    }
+
     /// Builds and decides the requests of a call on a workspace; `Err` is the refusal.
     pub(crate) fn authorize(
         &self,

@@ -215,12 +215,7 @@ impl Gateway {
         let call = ToolCall::ApplyPatch(p.clone());
         // One Cedar request per touched path; all must allow.
         self.authorize(snap, ws, &call, session, None)?;
-        if ws.facts.approvals == "confirm" {
-            return Err(ToolError::new(
-                ErrorCode::ApprovalRequired,
-                "this workspace requires approval for mutations, and approval tools are not available in this build",
-            ));
-        }
+        self.require_no_approval(ws)?;
         // Normalize expected_versions keys (a malformed key is PATH_ESCAPE, like any path).
         let mut expected: BTreeMap<String, String> = BTreeMap::new();
         for (k, v) in &p.expected_versions {

@@ -424,6 +424,7 @@ impl Gateway {
     ) -> Result<Value, ToolError> {
         let ws = self.workspace(&p.workspace_id)?;
         let decision = self.authorize(snap, ws, call, session, None)?;
+        self.require_no_approval(ws)?;
         if p.timeout_ms == Some(0) {
             return Err(ToolError::new(
                 ErrorCode::InvalidArguments,

@@ -657,3 +657,49 @@ async fn concurrent_patches_serialize() {
         assert!(e.root.join(format!("f{i}.txt")).exists());
     }
 }
+
+#[tokio::test]
+async fn approvals_confirm_fails_mutations_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap().join("ws");
+    std::fs::create_dir(&root).unwrap();
+    let json = format!(
+        r#"{{"workspaces": {{"w": {{"root": "{}", "approvals": "confirm", "network": "enabled"}}}}}}"#,
+        root.display()
+    );
+    let cfg = Config::from_json(&json, Path::new("/")).unwrap();
+    let gw = Gateway::new(
+        cfg,
+        Arc::new(PolicyStore::load(PolicySource::Embedded).unwrap()),
+        Some(Arc::new(Store::open(&dir.path().join("s.db")).unwrap())),
+        SandboxFacts {
+            sandbox_enforced: false,
+            network_enforced: false,
+        },
+    )
+    .unwrap();
+    let err = patch(
+        &gw,
+        "*** Begin Patch\n*** Add File: x.txt\n+x\n*** End Patch\n",
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.code, ErrorCode::ApprovalRequired);
+    assert!(!root.join("x.txt").exists());
+    let err = call(
+        &gw,
+        "exec_command",
+        json!({"workspace_id": "w", "command": ["touch", "y.txt"]}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.code, ErrorCode::ApprovalRequired);
+    assert!(!root.join("y.txt").exists());
+    // Reads are not mutations.
+    write(&root, "r.txt", "r");
+    assert!(
+        call(&gw, "read", json!({"workspace_id": "w", "path": "r.txt"}))
+            .await
+            .is_ok()
+    );
+}
