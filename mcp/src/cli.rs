@@ -241,10 +241,15 @@ fn serve(
                 return Ok(crate::http::serve_until(gateway, opts, shutdown_signal()).await?);
             }
             let server = CodeSpaceServer::new(gateway, Session::stdio());
-            let running = server
-                .serve(rmcp::transport::stdio())
-                .await
-                .map_err(|e| anyhow!("MCP initialize failed: {e}"))?;
+            let running = match server.serve(rmcp::transport::stdio()).await {
+                Ok(r) => r,
+                // stdin closed before a client initialized: nothing to serve, a clean exit.
+                Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => {
+                    tracing::info!("stdin closed before initialize");
+                    return anyhow::Ok(());
+                }
+                Err(e) => return Err(anyhow!("MCP initialize failed: {e}")),
+            };
             tokio::select! {
                 r = running.waiting() => { r.map_err(|e| anyhow!("MCP service: {e}"))?; }
                 _ = shutdown_signal() => { tracing::info!("signal received, shutting down"); }
