@@ -241,7 +241,9 @@ fn serve(
                 return Ok(crate::http::serve_until(gateway, opts, shutdown_signal()).await?);
             }
             let server = CodeSpaceServer::new(gateway, Session::stdio());
-            let running = match server.serve(rmcp::transport::stdio()).await {
+            let guarded = crate::stdio::guarded(tokio::io::stdin(), tokio::io::stdout());
+            let flushed = guarded.flushed;
+            let running = match server.serve(guarded.transport).await {
                 Ok(r) => r,
                 // stdin closed before a client initialized: nothing to serve, a clean exit.
                 Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => {
@@ -250,11 +252,16 @@ fn serve(
                 }
                 Err(e) => return Err(anyhow!("MCP initialize failed: {e}")),
             };
-            tokio::select! {
-                r = running.waiting() => { r.map_err(|e| anyhow!("MCP service: {e}"))?; }
-                _ = shutdown_signal() => { tracing::info!("signal received, shutting down"); }
-            }
-            anyhow::Ok(())
+            let served = tokio::select! {
+                r = running.waiting() => r.map(|_| ()).map_err(|e| anyhow!("MCP service: {e}")),
+                _ = shutdown_signal() => {
+                    tracing::info!("signal received, shutting down");
+                    Ok(())
+                }
+            };
+            // Let the last replies reach stdout before the process exits.
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), flushed).await;
+            served
         }
         .await;
         owner.shutdown().await;

@@ -5,3 +5,4 @@ pub mod cli;
 pub mod http;
 pub mod policy_cli;
 pub mod server;
+pub mod stdio;
