@@ -124,10 +124,10 @@ where
                 if !buf.ends_with(b"\n") && to_rmcp.write_all(b"\n").await.is_err() {
                     break;
                 }
-            } else if let Some(reply) = reject_reply(body) {
-                if tx.send(Some(reply.to_string().into_bytes())).await.is_err() {
-                    break;
-                }
+            } else if let Some(reply) = reject_reply(body)
+                && tx.send(Some(reply.to_string().into_bytes())).await.is_err()
+            {
+                break;
             }
         }
         // EOF on stdin: rmcp sees EOF and ends the session.
