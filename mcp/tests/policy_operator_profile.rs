@@ -9,14 +9,14 @@
     clippy::indexing_slicing
 )]
 
-use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{Receiver, channel};
-use std::time::{Duration, Instant};
+mod stdio_common;
 
-const BIN: &str = env!("CARGO_BIN_EXE_codespace");
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use stdio_common::{BIN, StdioServer};
+
 const DEADLINE: Duration = Duration::from_secs(30);
 
 const CI_TESTER_V1: &str = r#"// Operator profile: read-only, plus writing test files under tests/.
@@ -36,60 +36,8 @@ fn repo() -> PathBuf {
         .to_path_buf()
 }
 
-struct Server {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<String>,
-    next_id: i64,
-}
-
-impl Server {
-    fn call(&mut self, name: &str, args: Value) -> Value {
-        self.next_id += 1;
-        let id = self.next_id;
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-                          "params": {"name": name, "arguments": args}}));
-        self.response(id)["result"].clone()
-    }
-
-    fn send(&mut self, v: &Value) {
-        let stdin = self.stdin.as_mut().unwrap();
-        writeln!(stdin, "{v}").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    fn response(&mut self, id: i64) -> Value {
-        let end = Instant::now() + DEADLINE;
-        loop {
-            let line = self
-                .lines
-                .recv_timeout(end.saturating_duration_since(Instant::now()))
-                .unwrap_or_else(|e| panic!("no response to {id}: {e}"));
-            let v: Value = serde_json::from_str(&line).unwrap();
-            if v.get("id") == Some(&json!(id)) {
-                return v;
-            }
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
 fn patch_add(path: &str) -> String {
     format!("*** Begin Patch\n*** Add File: {path}\n+hello\n*** End Patch\n")
-}
-
-fn error_code(result: &Value) -> String {
-    assert_eq!(result["isError"], true, "{result}");
-    let body: Value = serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
-    body["code"].as_str().unwrap().to_string()
 }
 
 #[test]
@@ -123,78 +71,43 @@ fn an_operator_profile_is_enforced_and_rolled_out_without_restart() {
     )
     .unwrap();
 
-    let stderr = std::fs::File::create(root.join("stderr.log")).unwrap();
-    let mut child = Command::new(BIN)
-        .args(["serve", "--config"])
+    let mut s = StdioServer::serve()
+        .arg("--config")
         .arg(&config)
-        .env_remove("CODESPACE_CONFIG")
         .env("CODESPACE_LOG", "info")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(stderr))
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let stdin = child.stdin.take();
-    let mut s = Server {
-        child,
-        stdin,
-        lines: rx,
-        next_id: 1,
-    };
-    s.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                   "clientInfo": {"name": "operator-test", "version": "0"}}}));
-    s.response(1);
-    s.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        .stderr_file(root.join("stderr.log"))
+        .deadline(DEADLINE)
+        .spawn();
+    s.initialize("operator-test");
 
     // Inherited from read-only through `extends`.
-    let r = s.call("read", json!({"workspace_id": "w", "path": "a.txt"}));
-    assert_eq!(r["structuredContent"]["content"], "alpha\n", "{r}");
+    let r = s.tool_ok("read", json!({"workspace_id": "w", "path": "a.txt"}));
+    assert_eq!(r["content"], "alpha\n", "{r}");
     // Its own permit: tests/ yes, src/ no.
-    let r = s.call(
+    s.tool_ok(
         "apply_patch",
         json!({"workspace_id": "w", "patch": patch_add("tests/t.txt")}),
     );
-    assert_eq!(r["isError"], false, "{r}");
     assert!(ws.join("tests/t.txt").exists());
-    let r = s.call(
+    let e = s.tool_err(
         "apply_patch",
         json!({"workspace_id": "w", "patch": patch_add("src/x.rs")}),
     );
-    assert_eq!(error_code(&r), "UNAUTHORIZED");
+    assert_eq!(e["code"], "UNAUTHORIZED", "{e}");
     assert!(!ws.join("src/x.rs").exists());
 
     // Roll out v2 (fixtures/ instead of tests/) with an atomic rename, as docs/policy.md advises.
-    let info = s.call("workspace_info", json!({"workspace_id": "w"}));
-    let v1 = info["structuredContent"]["policy"]["set_sha256"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let info = s.tool_ok("workspace_info", json!({"workspace_id": "w"}));
+    let v1 = info["policy"]["set_sha256"].as_str().unwrap().to_string();
     let tmp = root.join("ci-tester.cedar.new");
     std::fs::write(&tmp, CI_TESTER_V1.replace("tests/*", "fixtures/*")).unwrap();
     std::fs::rename(&tmp, pol.join("profiles/ci-tester.cedar")).unwrap();
     let end = Instant::now() + DEADLINE;
     loop {
-        let info = s.call("workspace_info", json!({"workspace_id": "w"}));
-        if info["structuredContent"]["policy"]["set_sha256"]
-            .as_str()
-            .unwrap()
-            != v1
-        {
+        let info = s.tool_ok("workspace_info", json!({"workspace_id": "w"}));
+        if info["policy"]["set_sha256"].as_str().unwrap() != v1 {
             assert!(
-                info["structuredContent"]["policy"]
-                    .get("last_reload_rejected")
-                    .is_none(),
+                info["policy"].get("last_reload_rejected").is_none(),
                 "{info}"
             );
             break;
@@ -205,23 +118,17 @@ fn an_operator_profile_is_enforced_and_rolled_out_without_restart() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let r = s.call(
+    s.tool_ok(
         "apply_patch",
         json!({"workspace_id": "w", "patch": patch_add("fixtures/f.txt")}),
     );
-    assert_eq!(r["isError"], false, "{r}");
-    let r = s.call(
+    let e = s.tool_err(
         "apply_patch",
         json!({"workspace_id": "w", "patch": patch_add("tests/u.txt")}),
     );
-    assert_eq!(error_code(&r), "UNAUTHORIZED");
+    assert_eq!(e["code"], "UNAUTHORIZED", "{e}");
 
-    drop(s.stdin.take());
-    let end = Instant::now() + DEADLINE;
-    while s.child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < end, "server did not exit on EOF");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    s.close_and_wait(DEADLINE);
 
     // The decision log: the two patch denies, as JSON lines (workspace_info's capability
     // probes also log their denies, hence the tool filter), and the reload event.

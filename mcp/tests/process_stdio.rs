@@ -9,95 +9,26 @@
 )]
 
 mod process_common;
+mod stdio_common;
 
-use process_common::{BIN, pid_alive, skip_without_sandbox, wait_pids_gone};
-use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Write};
+use process_common::{pid_alive, skip_without_sandbox, wait_pids_gone};
+use serde_json::json;
 use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
+use stdio_common::StdioServer;
 
-struct Server {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    stdout: BufReader<ChildStdout>,
-    next: u64,
-}
-
-impl Server {
-    fn start(config: &Path, envs: &[(&str, &str)]) -> Server {
-        let mut cmd = Command::new(BIN);
-        cmd.args(["serve", "--config"])
-            .arg(config)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .env_remove("CODESPACE_CONFIG");
-        for (k, v) in envs {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().unwrap();
-        let stdin = child.stdin.take();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut s = Server {
-            child,
-            stdin,
-            stdout,
-            next: 1,
-        };
-        s.request(
-            "initialize",
-            json!({"protocolVersion": "2025-11-25", "capabilities": {},
-                   "clientInfo": {"name": "process-test", "version": "1"}}),
-        );
-        s.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-        s
+fn start(config: &Path, envs: &[(&str, &str)]) -> StdioServer {
+    let mut b = StdioServer::serve()
+        .arg("--config")
+        .arg(config)
+        .stderr_inherit();
+    for (k, v) in envs {
+        b = b.env(k, v);
     }
-
-    fn send(&mut self, v: &Value) {
-        let stdin = self.stdin.as_mut().unwrap();
-        writeln!(stdin, "{v}").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    fn request(&mut self, method: &str, params: Value) -> Value {
-        let id = self.next;
-        self.next += 1;
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        loop {
-            let mut line = String::new();
-            assert!(
-                self.stdout.read_line(&mut line).unwrap() > 0,
-                "server closed stdout"
-            );
-            let v: Value = serde_json::from_str(&line).unwrap();
-            if v["id"] == id {
-                return v["result"].clone();
-            }
-        }
-    }
-
-    fn tool(&mut self, name: &str, args: Value) -> Value {
-        self.request("tools/call", json!({"name": name, "arguments": args}))
-    }
-
-    fn wait_exit(&mut self, within: Duration) -> std::process::ExitStatus {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                return s;
-            }
-            assert!(Instant::now() < deadline, "server did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    let mut s = b.spawn();
+    s.initialize("process-test");
+    s
 }
 
 /// A config with `n` workspaces (w0…) on restricted or enabled network, and the store.
@@ -120,33 +51,26 @@ fn config(dir: &Path, n: usize) -> std::path::PathBuf {
 }
 
 /// Starts `sh` + a background `sleep 1000` in each workspace; returns every pid.
-fn start_sleepers(s: &mut Server, n: usize) -> Vec<i64> {
+fn start_sleepers(s: &mut StdioServer, n: usize) -> Vec<i64> {
     let mut pids = Vec::new();
     for i in 0..n {
-        let r = s.tool(
+        let r = s.tool_ok(
             "exec_command",
             json!({"workspace_id": format!("w{i}"),
                    "command": ["sh", "-c", "sleep 1000 & echo $$ $!; wait"], "yield_ms": 300}),
         );
-        assert_eq!(r["isError"], false, "{r}");
-        let mut out = r["structuredContent"]["chunk"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        let id = r["structuredContent"]["process_id"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        let mut cursor = r["structuredContent"]["cursor"].as_u64().unwrap();
+        let mut out = r["chunk"].as_str().unwrap().to_string();
+        let id = r["process_id"].as_str().unwrap().to_string();
+        let mut cursor = r["cursor"].as_u64().unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         while !out.contains('\n') {
             assert!(Instant::now() < deadline, "no pid line");
-            let rr = s.tool(
+            let rr = s.tool_ok(
                 "read_process",
                 json!({"process_id": id, "cursor": cursor, "wait_ms": 1000}),
             );
-            out.push_str(rr["structuredContent"]["chunk"].as_str().unwrap());
-            cursor = rr["structuredContent"]["cursor"].as_u64().unwrap();
+            out.push_str(rr["chunk"].as_str().unwrap());
+            cursor = rr["cursor"].as_u64().unwrap();
         }
         pids.extend(out.split_whitespace().map(|p| p.parse::<i64>().unwrap()));
     }
@@ -158,11 +82,10 @@ fn start_sleepers(s: &mut Server, n: usize) -> Vec<i64> {
 fn closing_stdin_kills_every_process_the_server_started() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), 3);
-    let mut s = Server::start(&cfg, &[]);
+    let mut s = start(&cfg, &[]);
     let pids = start_sleepers(&mut s, 3);
     assert_eq!(pids.len(), 6);
-    drop(s.stdin.take());
-    let status = s.wait_exit(Duration::from_secs(20));
+    let status = s.close_and_wait(Duration::from_secs(20));
     assert!(status.success(), "{status:?}");
     assert_eq!(
         wait_pids_gone(&pids, Duration::from_secs(5)),
@@ -174,10 +97,10 @@ fn closing_stdin_kills_every_process_the_server_started() {
 fn sigterm_kills_every_process_the_server_started() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), 2);
-    let mut s = Server::start(&cfg, &[]);
+    let mut s = start(&cfg, &[]);
     let pids = start_sleepers(&mut s, 2);
     let ok = Command::new("kill")
-        .args(["-TERM", &s.child.id().to_string()])
+        .args(["-TERM", &s.pid().to_string()])
         .status()
         .unwrap();
     assert!(ok.success());
@@ -195,13 +118,11 @@ fn the_helper_refuses_when_landlock_is_forced_unavailable() {
     }
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), 1);
-    let mut s = Server::start(&cfg, &[("CODESPACE_TEST_FORCE_NO_LANDLOCK", "1")]);
-    let r = s.tool(
+    let mut s = start(&cfg, &[("CODESPACE_TEST_FORCE_NO_LANDLOCK", "1")]);
+    let body = s.tool_err(
         "exec_command",
         json!({"workspace_id": "w0", "command": ["sh", "-c", "echo ran > ran.txt"], "yield_ms": 2000}),
     );
-    assert_eq!(r["isError"], true, "{r}");
-    let body: Value = serde_json::from_str(r["content"][0]["text"].as_str().unwrap()).unwrap();
     assert_eq!(body["code"], "PROCESS_SPAWN_FAILED", "{body}");
     let msg = body["message"].as_str().unwrap();
     assert!(msg.contains("sandbox") && msg.contains("Landlock"), "{msg}");
@@ -214,10 +135,9 @@ fn the_helper_refuses_when_landlock_is_forced_unavailable() {
         "the command ran unsandboxed"
     );
     // Nothing holds the workspace afterwards: the next call fails the same way, not BUSY.
-    let r = s.tool(
+    let body = s.tool_err(
         "exec_command",
         json!({"workspace_id": "w0", "command": ["true"]}),
     );
-    let body: Value = serde_json::from_str(r["content"][0]["text"].as_str().unwrap()).unwrap();
     assert_eq!(body["code"], "PROCESS_SPAWN_FAILED", "{body}");
 }

@@ -12,14 +12,13 @@
     clippy::indexing_slicing
 )]
 
+mod stdio_common;
+
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
+use stdio_common::{StdioServer, jsonrpc_message};
 
-const BIN: &str = env!("CARGO_BIN_EXE_codespace");
 const SEED: u64 = 0x5EED_F00D_2545_F491;
 const LINES: usize = 3_000;
 const CHECK_EVERY: usize = 100;
@@ -35,19 +34,8 @@ const HUGE: usize = 200 * 1024;
 /// Nesting depth of the deeply nested values.
 const DEEP: usize = 1_000;
 
-const TOOLS: [&str; 11] = [
-    "workspace_info",
-    "read",
-    "find",
-    "apply_patch",
-    "operation_status",
-    "exec_command",
-    "write_stdin",
-    "read_process",
-    "process_status",
-    "process_resize",
-    "terminate_process",
-];
+/// The tools the server serves (the engine's list: a new tool gets fuzzed too).
+const TOOLS: &[&str] = codespace_engine::IMPLEMENTED_TOOLS;
 
 const METHODS: [&str; 14] = [
     "ping",
@@ -391,10 +379,9 @@ fn generate(rng: &mut Rng, i: usize) -> (Vec<u8>, &'static str, Option<i64>) {
     (line, KINDS[kind], tracked)
 }
 
-struct Server {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<Vec<u8>>,
+/// What came out on stdout, line by line.
+#[derive(Default)]
+struct Tally {
     /// Every stdout line that was not a JSON-RPC message.
     bad_lines: Vec<String>,
     stdout_lines: usize,
@@ -402,231 +389,94 @@ struct Server {
     outcomes: BTreeMap<String, usize>,
     /// Integer ids of every response seen.
     answered: BTreeSet<i64>,
-    dir: tempfile::TempDir,
 }
 
-impl Server {
-    fn start() -> Server {
-        let dir = tempfile::tempdir().unwrap();
-        let ws = dir.path().join("ws");
-        std::fs::create_dir(&ws).unwrap();
-        std::fs::write(ws.join("a.txt"), "alpha\n").unwrap();
-        let stderr = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
-        let mut child = Command::new(BIN)
-            .arg("serve")
-            .arg(&ws)
-            .arg("--store")
-            .arg(dir.path().join("store.db"))
-            .current_dir(dir.path())
-            .env_remove("CODESPACE_CONFIG")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(stderr))
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = channel();
-        std::thread::spawn(move || {
-            let mut reader = BufReader::new(stdout);
-            loop {
-                let mut line = Vec::new();
-                match reader.read_until(b'\n', &mut line) {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {}
-                }
-                if line.last() == Some(&b'\n') {
-                    line.pop();
-                }
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let stdin = child.stdin.take();
-        Server {
-            child,
-            stdin,
-            lines: rx,
-            bad_lines: Vec::new(),
-            stdout_lines: 0,
-            outcomes: BTreeMap::new(),
-            answered: BTreeSet::new(),
-            dir,
-        }
-    }
-
-    fn stderr_tail(&self) -> String {
-        let log = std::fs::read_to_string(self.dir.path().join("stderr.log")).unwrap_or_default();
-        let start = log.len().saturating_sub(2_000);
-        let start = (start..log.len())
-            .find(|i| log.is_char_boundary(*i))
-            .unwrap_or(log.len());
-        log[start..].to_owned()
-    }
-
-    fn send_bytes(&mut self, line: &[u8], what: &str) {
-        let stdin = self.stdin.as_mut().unwrap();
-        let sent = stdin
-            .write_all(line)
-            .and_then(|()| stdin.write_all(b"\n"))
-            .and_then(|()| stdin.flush());
-        if let Err(e) = sent {
-            let status = self.child.try_wait();
-            panic!(
-                "server stopped reading stdin ({e}) at {what}; status {status:?}; stderr tail:\n{}",
-                self.stderr_tail()
-            );
-        }
-    }
-
-    fn send(&mut self, v: &Value, what: &str) {
-        self.send_bytes(v.to_string().as_bytes(), what);
-    }
-
-    /// Checks one stdout line and returns it parsed (when it is a JSON-RPC message).
-    fn account(&mut self, raw: &[u8]) -> Option<Value> {
-        self.stdout_lines += 1;
-        let parsed = std::str::from_utf8(raw)
-            .ok()
-            .and_then(|s| serde_json::from_str::<Value>(s).ok())
-            .filter(|v| v.is_object() && v["jsonrpc"] == "2.0");
-        let Some(v) = parsed else {
-            let shown = String::from_utf8_lossy(&raw[..raw.len().min(300)]).into_owned();
-            self.bad_lines.push(shown);
-            return None;
-        };
-        let key = match (v.get("result"), v["error"]["code"].as_i64()) {
-            (Some(r), _) if r["isError"] == true => "result isError".to_owned(),
-            (Some(_), _) => "result".to_owned(),
-            (None, Some(code)) => format!("error {code}"),
-            (None, None) => "other message".to_owned(),
-        };
-        *self.outcomes.entry(key).or_default() += 1;
-        if let Some(id) = v.get("id").and_then(Value::as_i64) {
-            self.answered.insert(id);
-        }
-        Some(v)
-    }
-
-    /// Accounts every stdout line already available.
-    fn drain(&mut self) {
-        while let Ok(raw) = self.lines.try_recv() {
-            self.account(&raw);
-        }
-    }
-
-    /// Waits (bounded) until a response for each of `ids` has arrived; other lines are accounted and
-    /// otherwise ignored.
-    fn responses(&mut self, ids: &[i64], context: &str) -> BTreeMap<i64, Value> {
-        let end = Instant::now() + CHECK_DEADLINE;
-        let mut found = BTreeMap::new();
-        while found.len() < ids.len() {
-            let left = end.saturating_duration_since(Instant::now());
-            let raw = match self.lines.recv_timeout(left) {
-                Ok(raw) => raw,
-                Err(RecvTimeoutError::Timeout) => panic!(
-                    "no answer to ids {ids:?} within {CHECK_DEADLINE:?} ({context}); got {found:?}; stderr tail:\n{}",
-                    self.stderr_tail()
-                ),
-                Err(RecvTimeoutError::Disconnected) => panic!(
-                    "server closed stdout before answering {ids:?} ({context}); status {:?}; stderr tail:\n{}",
-                    self.child.try_wait(),
-                    self.stderr_tail()
-                ),
+impl Tally {
+    fn of(transcript: &[Vec<u8>]) -> Tally {
+        let mut t = Tally::default();
+        for raw in transcript {
+            t.stdout_lines += 1;
+            let Some(v) = jsonrpc_message(raw) else {
+                let shown = String::from_utf8_lossy(&raw[..raw.len().min(300)]).into_owned();
+                t.bad_lines.push(shown);
+                continue;
             };
-            if let Some(v) = self.account(&raw)
-                && let Some(id) = v.get("id").and_then(Value::as_i64)
-                && ids.contains(&id)
-            {
-                found.insert(id, v);
+            let key = match (v.get("result"), v["error"]["code"].as_i64()) {
+                (Some(r), _) if r["isError"] == true => "result isError".to_owned(),
+                (Some(_), _) => "result".to_owned(),
+                (None, Some(code)) => format!("error {code}"),
+                (None, None) => "other message".to_owned(),
+            };
+            *t.outcomes.entry(key).or_default() += 1;
+            if let Some(id) = v.get("id").and_then(Value::as_i64) {
+                t.answered.insert(id);
             }
         }
-        found
-    }
-
-    fn initialize(&mut self) {
-        self.send(
-            &json!({
-                "jsonrpc": "2.0", "id": 1, "method": "initialize",
-                "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                           "clientInfo": {"name": "fuzz-test", "version": "0"}}
-            }),
-            "initialize",
-        );
-        let r = self.responses(&[1], "initialize").remove(&1).unwrap();
-        assert_eq!(r["result"]["protocolVersion"], "2025-11-25", "{r}");
-        self.send(
-            &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-            "initialized",
-        );
-    }
-
-    /// A valid ping and a valid read of `a.txt` are both answered correctly.
-    fn check(&mut self, k: i64, context: &str) {
-        let ping = CHECK_ID_BASE + 2 * k;
-        let read = ping + 1;
-        self.send(
-            &json!({"jsonrpc": "2.0", "id": ping, "method": "ping"}),
-            context,
-        );
-        self.send(
-            &json!({
-                "jsonrpc": "2.0", "id": read, "method": "tools/call",
-                "params": {"name": "read", "arguments": {"workspace_id": "default", "path": "a.txt"}}
-            }),
-            context,
-        );
-        let got = self.responses(&[ping, read], context);
-        let p = &got[&ping];
-        assert!(
-            p.get("error").is_none() && p["result"].is_object(),
-            "ping ({context}): {p}"
-        );
-        let r = &got[&read];
-        assert_eq!(r["result"]["isError"], false, "read ({context}): {r}");
-        assert_eq!(
-            r["result"]["structuredContent"]["content"], "alpha\n",
-            "read ({context}): {r}"
-        );
-        assert_eq!(r["result"]["structuredContent"]["path"], "a.txt");
-    }
-
-    /// Closes stdin and waits (bounded polling) for the exit status.
-    fn close_and_wait(&mut self, within: Duration) -> std::process::ExitStatus {
-        drop(self.stdin.take());
-        let end = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            if Instant::now() >= end {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!(
-                    "server did not exit within {within:?} of stdin EOF; stderr tail:\n{}",
-                    self.stderr_tail()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        t
     }
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+/// Writes one line; a server that stopped reading fails the test with `what` was being sent.
+fn send_line(s: &mut StdioServer, line: &[u8], what: &str) {
+    if let Err(e) = s.try_send_bytes(line) {
+        let status = s.try_status();
+        panic!(
+            "server stopped reading stdin ({e}) at {what}; status {status:?}; stderr tail:\n{}",
+            s.stderr_tail()
+        );
     }
+}
+
+fn initialize(s: &mut StdioServer) {
+    let r = s.initialize("fuzz-test");
+    assert_eq!(r["result"]["protocolVersion"], "2025-11-25", "{r}");
+}
+
+/// A valid ping and a valid read of `a.txt` are both answered correctly.
+fn check(s: &mut StdioServer, k: i64, context: &str) {
+    let ping = CHECK_ID_BASE + 2 * k;
+    let read = ping + 1;
+    send_line(
+        s,
+        json!({"jsonrpc": "2.0", "id": ping, "method": "ping"})
+            .to_string()
+            .as_bytes(),
+        context,
+    );
+    send_line(
+        s,
+        json!({
+            "jsonrpc": "2.0", "id": read, "method": "tools/call",
+            "params": {"name": "read", "arguments": {"workspace_id": "default", "path": "a.txt"}}
+        })
+        .to_string()
+        .as_bytes(),
+        context,
+    );
+    let got = s.responses(&[ping, read], context);
+    let p = &got[&ping];
+    assert!(
+        p.get("error").is_none() && p["result"].is_object(),
+        "ping ({context}): {p}"
+    );
+    let r = &got[&read];
+    assert_eq!(r["result"]["isError"], false, "read ({context}): {r}");
+    assert_eq!(
+        r["result"]["structuredContent"]["content"], "alpha\n",
+        "read ({context}): {r}"
+    );
+    assert_eq!(r["result"]["structuredContent"]["path"], "a.txt");
 }
 
 #[test]
 fn generated_garbage_never_stops_the_stdio_server() {
     let started = Instant::now();
-    let mut s = Server::start();
-    s.initialize();
-    s.check(0, "after initialize");
+    let mut s = StdioServer::serve_temp_workspace()
+        .deadline(CHECK_DEADLINE)
+        .allow_non_json_stdout()
+        .spawn();
+    initialize(&mut s);
+    check(&mut s, 0, "after initialize");
 
     let mut rng = Rng(SEED);
     let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
@@ -641,33 +491,32 @@ fn generated_garbage_never_stops_the_stdio_server() {
         debug_assert!(!line.contains(&b'\n'));
         *kinds.entry(kind).or_default() += 1;
         bytes_sent += line.len() + 1;
-        s.send_bytes(&line, &format!("line {i} ({kind})"));
+        send_line(&mut s, &line, &format!("line {i} ({kind})"));
         if (i + 1) % CHECK_EVERY == 0 {
             let k = ((i + 1) / CHECK_EVERY) as i64;
-            s.check(k, &format!("after line {i} ({kind})"));
+            check(&mut s, k, &format!("after line {i} ({kind})"));
         } else {
-            s.drain();
+            s.collect_available();
         }
     }
 
-    let alive = s.child.try_wait().unwrap();
+    let alive = s.try_status();
     assert!(alive.is_none(), "server exited during the run: {alive:?}");
     let status = s.close_and_wait(Duration::from_secs(10));
     // Whatever was still in flight arrives before stdout closes.
-    while let Ok(raw) = s.lines.recv_timeout(Duration::from_secs(5)) {
-        s.account(&raw);
-    }
+    s.read_to_eof(Duration::from_secs(5));
     let elapsed = started.elapsed();
+    let tally = Tally::of(s.transcript());
 
     let unanswered: Vec<&(i64, String)> = tracked
         .iter()
-        .filter(|(id, _)| !s.answered.contains(id))
+        .filter(|(id, _)| !tally.answered.contains(id))
         .collect();
     eprintln!(
         "stdio_fuzz: seed {SEED:#x}, {LINES} generated lines ({bytes_sent} bytes), {} checks passed, \
          {} stdout lines, {} of {} id-tracked requests answered, exit code {:?}, {elapsed:?}",
         LINES / CHECK_EVERY + 1,
-        s.stdout_lines,
+        tally.stdout_lines,
         tracked.len() - unanswered.len(),
         tracked.len(),
         status.code()
@@ -675,17 +524,17 @@ fn generated_garbage_never_stops_the_stdio_server() {
     for (kind, n) in &kinds {
         eprintln!("  sent {kind:<22} {n}");
     }
-    for (outcome, n) in &s.outcomes {
+    for (outcome, n) in &tally.outcomes {
         eprintln!("  got  {outcome:<22} {n}");
     }
 
     // Every property is checked; all failures are reported together.
     let mut failures = Vec::new();
-    if !s.bad_lines.is_empty() {
+    if !tally.bad_lines.is_empty() {
         failures.push(format!(
             "{} stdout lines were not JSON-RPC messages, first: {:?}",
-            s.bad_lines.len(),
-            s.bad_lines.iter().take(5).collect::<Vec<_>>()
+            tally.bad_lines.len(),
+            tally.bad_lines.iter().take(5).collect::<Vec<_>>()
         ));
     }
     if !unanswered.is_empty() {
@@ -697,8 +546,7 @@ fn generated_garbage_never_stops_the_stdio_server() {
             unanswered.iter().take(12).collect::<Vec<_>>()
         ));
     }
-    let log = std::fs::read_to_string(s.dir.path().join("stderr.log")).unwrap_or_default();
-    if log.contains("panicked") {
+    if s.stderr_text().contains("panicked") {
         failures.push(format!("the server logged a panic:\n{}", s.stderr_tail()));
     }
     if status.code() != Some(0) {

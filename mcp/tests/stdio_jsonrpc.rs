@@ -8,139 +8,33 @@
     clippy::indexing_slicing
 )]
 
-use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
-use std::time::{Duration, Instant};
+mod stdio_common;
 
-const BIN: &str = env!("CARGO_BIN_EXE_codespace");
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+use stdio_common::StdioServer;
+
 const DEADLINE: Duration = Duration::from_secs(20);
 
-struct Server {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<String>,
-    seen: Vec<String>,
-    _dir: tempfile::TempDir,
+/// `serve` on a temp workspace holding `a.txt` = `alpha\n`.
+fn start() -> StdioServer {
+    StdioServer::serve_temp_workspace()
+        .deadline(DEADLINE)
+        .spawn()
 }
 
-impl Server {
-    fn start() -> Server {
-        let dir = tempfile::tempdir().unwrap();
-        let ws = dir.path().join("ws");
-        std::fs::create_dir(&ws).unwrap();
-        std::fs::write(ws.join("a.txt"), "alpha\n").unwrap();
-        let stderr = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
-        let mut child = Command::new(BIN)
-            .arg("serve")
-            .arg(&ws)
-            .arg("--store")
-            .arg(dir.path().join("store.db"))
-            .current_dir(dir.path())
-            .env_remove("CODESPACE_CONFIG")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(stderr))
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let stdin = child.stdin.take();
-        Server {
-            child,
-            stdin,
-            lines: rx,
-            seen: Vec::new(),
-            _dir: dir,
-        }
-    }
-
-    fn send_raw(&mut self, line: &str) {
-        let stdin = self.stdin.as_mut().unwrap();
-        stdin.write_all(line.as_bytes()).unwrap();
-        stdin.write_all(b"\n").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    fn send(&mut self, v: &Value) {
-        self.send_raw(&v.to_string());
-    }
-
-    /// Waits (bounded) for the response carrying `id`; every line read is kept in `seen`.
-    fn response(&mut self, id: i64) -> Value {
-        let end = Instant::now() + DEADLINE;
-        loop {
-            let left = end.saturating_duration_since(Instant::now());
-            let line = match self.lines.recv_timeout(left) {
-                Ok(l) => l,
-                Err(RecvTimeoutError::Timeout) => panic!("no response to id {id}: {:?}", self.seen),
-                Err(RecvTimeoutError::Disconnected) => {
-                    panic!("server closed stdout before id {id}: {:?}", self.seen)
-                }
-            };
-            self.seen.push(line.clone());
-            let v: Value = serde_json::from_str(&line)
-                .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}"));
-            if v.get("id") == Some(&json!(id)) {
-                return v;
-            }
-        }
-    }
-
-    fn initialize(&mut self) {
-        self.send(&json!({
-            "jsonrpc": "2.0", "id": 1, "method": "initialize",
-            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                       "clientInfo": {"name": "raw-test", "version": "0"}}
-        }));
-        let r = self.response(1);
-        assert_eq!(r["result"]["protocolVersion"], "2025-11-25", "{r}");
-        assert_eq!(r["result"]["serverInfo"]["name"], "codespace");
-        self.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    }
-
-    fn read_call(&mut self, id: i64) -> Value {
-        self.send(&json!({
-            "jsonrpc": "2.0", "id": id, "method": "tools/call",
-            "params": {"name": "read", "arguments": {"workspace_id": "default", "path": "a.txt"}}
-        }));
-        self.response(id)
-    }
-
-    /// Closes stdin and waits (bounded) for the exit status.
-    fn close_and_wait(&mut self, within: Duration) -> std::process::ExitStatus {
-        drop(self.stdin.take());
-        let end = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            if Instant::now() >= end {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!("server did not exit within {within:?} of stdin EOF");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+fn initialize(s: &mut StdioServer) {
+    let r = s.initialize("raw-test");
+    assert_eq!(r["result"]["protocolVersion"], "2025-11-25", "{r}");
+    assert_eq!(r["result"]["serverInfo"]["name"], "codespace");
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+fn read_call(s: &mut StdioServer, id: i64) -> Value {
+    s.send(&json!({
+        "jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": "read", "arguments": {"workspace_id": "default", "path": "a.txt"}}
+    }));
+    s.response(id)
 }
 
 fn assert_read_ok(r: &Value) {
@@ -152,9 +46,9 @@ fn assert_read_ok(r: &Value) {
 
 #[test]
 fn server_keeps_answering_after_malformed_input() {
-    let mut s = Server::start();
-    s.initialize();
-    assert_read_ok(&s.read_call(2));
+    let mut s = start();
+    initialize(&mut s);
+    assert_read_ok(&read_call(&mut s, 2));
 
     // Not JSON, truncated JSON, a JSON array, an empty batch, a batch, a bare value.
     for garbage in [
@@ -166,7 +60,7 @@ fn server_keeps_answering_after_malformed_input() {
         "42",
         r#"{"jsonrpc":"2.0","id":91}"#,
     ] {
-        s.send_raw(garbage);
+        s.send_bytes(garbage.as_bytes());
     }
     // An unknown method is a JSON-RPC error with the request's id.
     s.send(&json!({"jsonrpc": "2.0", "id": 3, "method": "no/such/method", "params": {}}));
@@ -198,26 +92,24 @@ fn server_keeps_answering_after_malformed_input() {
     assert_eq!(body["code"], "INVALID_ARGUMENTS");
 
     // And a valid call is answered correctly after all of it.
-    assert_read_ok(&s.read_call(6));
+    assert_read_ok(&read_call(&mut s, 6));
     // A ping works as well.
     s.send(&json!({"jsonrpc": "2.0", "id": 7, "method": "ping"}));
     let r = s.response(7);
     assert!(r.get("result").is_some(), "{r}");
 
     // Nothing but JSON-RPC messages ever appeared on stdout.
-    for line in &s.seen {
-        let v: Value = serde_json::from_str(line).unwrap();
-        assert_eq!(v["jsonrpc"], "2.0", "{line}");
-    }
+    let bad = s.non_jsonrpc_lines();
+    assert!(bad.is_empty(), "{bad:?}");
     let status = s.close_and_wait(Duration::from_secs(10));
     assert!(status.success(), "exit status {status}");
 }
 
 #[test]
 fn stdin_eof_ends_the_server_with_exit_0() {
-    let mut s = Server::start();
-    s.initialize();
-    assert_read_ok(&s.read_call(2));
+    let mut s = start();
+    initialize(&mut s);
+    assert_read_ok(&read_call(&mut s, 2));
     let started = Instant::now();
     let status = s.close_and_wait(Duration::from_secs(5));
     assert_eq!(status.code(), Some(0), "exit status {status}");
@@ -226,7 +118,7 @@ fn stdin_eof_ends_the_server_with_exit_0() {
 
 #[test]
 fn stdin_eof_before_initialize_ends_the_server() {
-    let mut s = Server::start();
+    let mut s = start();
     let status = s.close_and_wait(Duration::from_secs(5));
     // No session was ever established: nothing to serve, a clean and prompt exit.
     assert_eq!(status.code(), Some(0), "exit status {status}");
