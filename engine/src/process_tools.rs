@@ -654,23 +654,44 @@ impl Gateway {
     ) -> Result<Value, ToolError> {
         let ws = self.authorize_process(snap, session, call, &p.process_id)?;
         let fp = fingerprint(&json!({"process_id": p.process_id, "bytes": p.data.len()}));
-        let op_id = match self.begin_operation("write_stdin", &ws.facts.id, None, &fp, session)? {
+        let table = &self.processes.table;
+        self.acked_operation(
+            "write_stdin",
+            &ws.facts.id,
+            &p.process_id,
+            &fp,
+            session,
+            "written",
+            table.write_stdin(&p.process_id, p.data.as_bytes()),
+        )
+        .await
+    }
+
+    /// A keyless process operation (write_stdin, terminate_process): mint it, run `action`,
+    /// finish it with `done` or with the error, and answer `{ok, process_id, operation_id}`.
+    #[allow(clippy::too_many_arguments)]
+    async fn acked_operation(
+        &self,
+        tool: &str,
+        workspace: &str,
+        process_id: &str,
+        fp: &str,
+        session: &Session,
+        done: &str,
+        action: impl std::future::Future<Output = Result<(), ProcError>>,
+    ) -> Result<Value, ToolError> {
+        let op_id = match self.begin_operation(tool, workspace, None, fp, session)? {
             Begin::New(id) => id,
             Begin::Replay(_) => return Err(internal("unexpected replay without a key")),
         };
-        match self
-            .processes
-            .table
-            .write_stdin(&p.process_id, p.data.as_bytes())
-            .await
-        {
+        match action.await {
             Ok(()) => {
                 let r = to_value(&ProcessAckResult {
                     ok: true,
-                    process_id: p.process_id.clone(),
+                    process_id: process_id.to_string(),
                     operation_id: Some(op_id.clone()),
                 })?;
-                self.finish_operation(&op_id, "written", &r, None);
+                self.finish_operation(&op_id, done, &r, None);
                 Ok(r)
             }
             Err(e) => {
@@ -767,27 +788,17 @@ impl Gateway {
     ) -> Result<Value, ToolError> {
         let ws = self.authorize_process(snap, session, call, &p.process_id)?;
         let fp = fingerprint(&json!({"process_id": p.process_id}));
-        let op_id =
-            match self.begin_operation("terminate_process", &ws.facts.id, None, &fp, session)? {
-                Begin::New(id) => id,
-                Begin::Replay(_) => return Err(internal("unexpected replay without a key")),
-            };
-        match self.processes.table.terminate(&p.process_id).await {
-            Ok(()) => {
-                let r = to_value(&ProcessAckResult {
-                    ok: true,
-                    process_id: p.process_id.clone(),
-                    operation_id: Some(op_id.clone()),
-                })?;
-                self.finish_operation(&op_id, "terminated", &r, None);
-                Ok(r)
-            }
-            Err(e) => {
-                let e = proc_error(&e).with_operation(op_id.clone());
-                self.fail_operation(&op_id, &e);
-                Err(e)
-            }
-        }
+        let table = &self.processes.table;
+        self.acked_operation(
+            "terminate_process",
+            &ws.facts.id,
+            &p.process_id,
+            &fp,
+            session,
+            "terminated",
+            table.terminate(&p.process_id),
+        )
+        .await
     }
 
     /// Kills every process group the gateway owns (stdin EOF, SIGTERM): no orphans.
