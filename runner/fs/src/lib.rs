@@ -11,6 +11,8 @@ mod path;
 mod read;
 mod resolve;
 mod root;
+mod sweep;
+mod temp;
 pub mod txn;
 mod version;
 mod walk;
@@ -24,4 +26,8 @@ pub use read::{FileContent, ReadOutcome};
 pub use root::Root;
 pub use version::{Version, VersionParseError};
 pub use walk::{Walk, WalkEntry, WalkLimits};
-pub use write::TEMP_PREFIX;
+pub use sweep::Sweep;
+pub use temp::{
+    INSTANCE_ID_LEN, InstanceIdError, InstanceLookup, TEMP_PREFIX, TempNames, is_instance_id,
+    parse_temp_name,
+};

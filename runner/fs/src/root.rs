@@ -1,6 +1,7 @@
 //! `Root`: the directory fd every operation resolves beneath, and the shared open helpers.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{Mode, OFlags};
@@ -8,6 +9,7 @@ use rustix::fs::{Mode, OFlags};
 use crate::error::FsError;
 use crate::path::RelPath;
 use crate::resolve::{Resolver, open_beneath};
+use crate::temp::TempNames;
 
 /// An open workspace root. Every operation resolves its [`RelPath`] beneath this descriptor and refuses
 /// to follow any symlink, so nothing outside the root can be read or written through it.
@@ -15,6 +17,7 @@ use crate::resolve::{Resolver, open_beneath};
 pub struct Root {
     fd: OwnedFd,
     resolver: Resolver,
+    temps: Arc<TempNames>,
 }
 
 impl Root {
@@ -39,7 +42,25 @@ impl Root {
             Mode::empty(),
         )
         .map_err(|e| FsError::from_errno(".", e))?;
-        Ok(Root { fd, resolver })
+        Ok(Root {
+            fd,
+            resolver,
+            temps: TempNames::unregistered(),
+        })
+    }
+
+    /// Names this root's temporary files after `names` (a server instance) and hides the temporary files
+    /// of every instance `names` knows from [`Root::walk`]. A root opened without it uses
+    /// [`TempNames::unregistered`].
+    pub fn with_temp_names(mut self, names: Arc<TempNames>) -> Root {
+        self.temps = names;
+        self
+    }
+
+    /// The temporary names of this root: `temp_names().is_server_temp(leaf)` tells a server temporary
+    /// file from a user's file, for any walker of the tree.
+    pub fn temp_names(&self) -> &TempNames {
+        &self.temps
     }
 
     /// The root directory descriptor (an `O_PATH` fd).

@@ -6,6 +6,7 @@ use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
 use crate::error::FsError;
 use crate::meta::Kind;
 use crate::root::Root;
+use crate::temp::{TempNames, parse_temp_name};
 
 /// Caps on a walk. A walk that hits any cap returns what it gathered with `incomplete` set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +49,25 @@ pub struct Walk {
     pub non_utf8_skipped: usize,
 }
 
+/// Which entries a walk keeps.
+pub(crate) enum Select<'a> {
+    /// Everything except the server's temporary files (regular files `TempNames::is_server_temp` names).
+    Visible(&'a TempNames),
+    /// Only regular files named `.codespace-tmp-<instance>-<n>` whose instance id the predicate accepts.
+    ServerTemps(&'a dyn Fn(&str) -> bool),
+}
+
+impl Select<'_> {
+    fn keeps(&self, name: &str, kind: Kind) -> bool {
+        match self {
+            Select::Visible(temps) => !(kind == Kind::File && temps.is_server_temp(name)),
+            Select::ServerTemps(accept) => {
+                kind == Kind::File && parse_temp_name(name).is_some_and(|(id, _)| accept(id))
+            }
+        }
+    }
+}
+
 /// A directory being listed: its fd, its relative path, its depth, and the subdirectories still to visit.
 struct Frame {
     fd: OwnedFd,
@@ -57,13 +77,23 @@ struct Frame {
 }
 
 impl Root {
-    /// Lists everything beneath the root, hidden entries included, never following a symlink.
+    /// Lists everything beneath the root, hidden entries included, never following a symlink; the
+    /// server's own temporary files (see [`Root::temp_names`]) are never listed.
     ///
     /// Directories are opened one at a time relative to their parent with the same no-follow resolution as
     /// every other operation; at most `max_depth + 1` directory fds are open at once. A subdirectory that
     /// vanishes or turns into a symlink mid-walk is skipped. Only a failure to read the root itself is an
     /// error.
     pub fn walk(&self, limits: &WalkLimits) -> Result<Walk, FsError> {
+        self.walk_selected(limits, &Select::Visible(self.temp_names()))
+    }
+
+    /// [`Root::walk`], keeping the entries `select` keeps (`max_entries` counts those).
+    pub(crate) fn walk_selected(
+        &self,
+        limits: &WalkLimits,
+        select: &Select<'_>,
+    ) -> Result<Walk, FsError> {
         let mut walk = Walk::default();
         if limits.max_dirs == 0 {
             walk.incomplete = true;
@@ -78,7 +108,7 @@ impl Root {
         )?;
         let mut dirs_read = 1;
         let mut stack: Vec<Frame> = Vec::new();
-        let root_frame = list_dir(root_fd, String::new(), 0, limits, &mut walk)
+        let root_frame = list_dir(root_fd, String::new(), 0, limits, select, &mut walk)
             .map_err(|e| FsError::from_errno(".", e))?;
         stack.push(root_frame);
         while let Some(top) = stack.last_mut() {
@@ -108,7 +138,7 @@ impl Root {
             };
             dirs_read += 1;
             let depth = top.depth + 1;
-            match list_dir(fd, format!("{rel}/"), depth, limits, &mut walk) {
+            match list_dir(fd, format!("{rel}/"), depth, limits, select, &mut walk) {
                 Ok(frame) => stack.push(frame),
                 Err(_) => walk.incomplete = true,
             }
@@ -128,6 +158,7 @@ fn list_dir(
     prefix: String,
     depth: usize,
     limits: &WalkLimits,
+    select: &Select<'_>,
     walk: &mut Walk,
 ) -> Result<Frame, rustix::io::Errno> {
     let mut pending = Vec::new();
@@ -160,10 +191,12 @@ fn list_dir(
                 walk.incomplete = true;
             }
         }
-        walk.entries.push(WalkEntry {
-            path: format!("{prefix}{name}"),
-            kind,
-        });
+        if select.keeps(name, kind) {
+            walk.entries.push(WalkEntry {
+                path: format!("{prefix}{name}"),
+                kind,
+            });
+        }
     }
     // Visit subdirectories in name order (popped from the end).
     pending.sort_unstable_by(|a, b| b.cmp(a));

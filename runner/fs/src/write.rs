@@ -4,20 +4,16 @@
 //! with `*at` calls relative to that directory fd, so a symlink anywhere on the path is never followed.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags};
 use rustix::io::Errno;
-use sha2::{Digest, Sha256};
 
 use crate::error::FsError;
 use crate::meta::Kind;
 use crate::path::RelPath;
 use crate::root::Root;
-
-/// Prefix of the temporary files created by [`Root::write_atomic`].
-pub const TEMP_PREFIX: &str = ".codespace-tmp-";
+use crate::temp::TempNames;
 
 /// Attempts at finding an unused temporary name.
 const TEMP_ATTEMPTS: usize = 16;
@@ -28,10 +24,11 @@ const DIR_MODE: u32 = 0o755;
 impl Root {
     /// Atomically replaces (or creates) the regular file `p` with `data` and permission bits `mode`.
     ///
-    /// Writes a `.codespace-tmp-*` file created with `O_CREAT|O_EXCL` in the parent directory, fsyncs it,
-    /// applies `mode`, then `renameat`s it over `p` within the same directory fd. An existing symlink leaf
-    /// is `SymlinkRejected`, a directory or special file `NotRegularFile`; nothing is followed. The parent
-    /// directory must exist.
+    /// Writes a temporary file named by the root's [`TempNames`] (`.codespace-tmp-<instance>-<n>`),
+    /// created with `O_CREAT|O_EXCL` in the parent directory, fsyncs it, applies `mode`, then `renameat`s
+    /// it over `p` within the same directory fd. An existing symlink leaf is `SymlinkRejected`, a
+    /// directory or special file `NotRegularFile`; nothing is followed. The parent directory must exist.
+    /// Once the names are sealed ([`TempNames::seal`]) every write fails.
     pub fn write_atomic(&self, p: &RelPath, data: &[u8], mode: u32) -> Result<(), FsError> {
         let (dir, leaf) = self.open_parent(p)?;
         match leaf_kind(&dir, leaf, p)? {
@@ -39,13 +36,26 @@ impl Root {
             Some(Kind::Symlink) => return Err(symlink(p)),
             Some(Kind::Dir | Kind::Other) => return Err(not_regular(p)),
         }
-        let (tmp_name, fd) = create_temp(&dir, p)?;
+        let temps = self.temp_names();
+        if !temps.begin() {
+            return Err(FsError::io(p.as_str(), "the server is shutting down"));
+        }
+        let (tmp_name, fd) = match create_temp(temps, &dir, p) {
+            Ok(created) => created,
+            Err(e) => {
+                temps.end();
+                return Err(e);
+            }
+        };
         let written = fill_temp(fd, data, mode, p).and_then(|()| {
             rustix::fs::renameat(&dir, tmp_name.as_str(), &dir, leaf)
                 .map_err(|e| FsError::from_errno(p.as_str(), e))
         });
-        if written.is_err() {
-            let _ = rustix::fs::unlinkat(&dir, tmp_name.as_str(), AtFlags::empty());
+        // A temporary file that could not be removed stays counted: the instance then does not count as
+        // having left nothing behind, and the next start sweeps it.
+        if written.is_ok() || rustix::fs::unlinkat(&dir, tmp_name.as_str(), AtFlags::empty()).is_ok()
+        {
+            temps.end();
         }
         written?;
         sync_dir(&dir);
@@ -202,10 +212,14 @@ fn link_then_unlink(
         .map_err(|e| FsError::from_errno(from.as_str(), e))
 }
 
-/// Creates a fresh `.codespace-tmp-*` file in `dir` with `O_CREAT|O_EXCL|O_NOFOLLOW`.
-fn create_temp(dir: &OwnedFd, p: &RelPath) -> Result<(String, OwnedFd), FsError> {
+/// Creates a fresh temporary file of `temps` in `dir` with `O_CREAT|O_EXCL|O_NOFOLLOW`.
+fn create_temp(
+    temps: &TempNames,
+    dir: &OwnedFd,
+    p: &RelPath,
+) -> Result<(String, OwnedFd), FsError> {
     for _ in 0..TEMP_ATTEMPTS {
-        let name = temp_name();
+        let name = temps.next_name();
         let opened = rustix::fs::openat(
             dir,
             name.as_str(),
@@ -229,23 +243,6 @@ fn fill_temp(fd: OwnedFd, data: &[u8], mode: u32, p: &RelPath) -> Result<(), FsE
     rustix::fs::fchmod(&file, Mode::from_bits_truncate(mode & 0o7777))
         .map_err(|e| FsError::from_errno(p.as_str(), e))?;
     rustix::fs::fsync(&file).map_err(|e| FsError::from_errno(p.as_str(), e))
-}
-
-/// A temporary name that is unpredictable enough to avoid collisions between processes and threads.
-fn temp_name() -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut h = Sha256::new();
-    h.update(std::process::id().to_le_bytes());
-    h.update(COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    h.update(nanos.to_le_bytes());
-    h.update(format!("{:?}", std::thread::current().id()).as_bytes());
-    let digest = h.finalize();
-    let short = digest.get(..8).unwrap_or_default();
-    format!("{TEMP_PREFIX}{}", hex::encode(short))
 }
 
 /// Best-effort fsync of a directory (given as an `O_PATH` fd) so a rename or unlink is durable.
