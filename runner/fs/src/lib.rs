@@ -24,10 +24,10 @@ pub use meta::{Kind, Meta};
 pub use path::{MAX_COMPONENT_BYTES, MAX_PATH_BYTES, RelPath};
 pub use read::{FileContent, ReadOutcome};
 pub use root::Root;
-pub use version::{Version, VersionParseError};
-pub use walk::{Walk, WalkEntry, WalkLimits};
 pub use sweep::Sweep;
 pub use temp::{
     INSTANCE_ID_LEN, InstanceIdError, InstanceLookup, TEMP_PREFIX, TempNames, is_instance_id,
     parse_temp_name,
 };
+pub use version::{Version, VersionParseError};
+pub use walk::{Walk, WalkEntry, WalkLimits};

@@ -96,9 +96,9 @@ impl TempNames {
     /// store records (so nothing sweeps its files; listings still hide them).
     pub fn unregistered() -> Arc<TempNames> {
         static DEFAULT: OnceLock<Arc<TempNames>> = OnceLock::new();
-        Arc::clone(DEFAULT.get_or_init(|| {
-            Arc::new(TempNames::build(format!("{:016x}", random_u64())))
-        }))
+        Arc::clone(
+            DEFAULT.get_or_init(|| Arc::new(TempNames::build(format!("{:016x}", random_u64())))),
+        )
     }
 
     /// This instance's id.
@@ -163,7 +163,10 @@ impl TempNames {
 
     /// Temporary files of this instance that exist now (created, not yet renamed or removed).
     pub fn open_count(&self) -> usize {
-        self.live.lock().unwrap_or_else(PoisonError::into_inner).open
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .open
     }
 
     /// Refuses every later temporary file (writes then fail) and says whether none exists now: when
@@ -233,22 +236,32 @@ mod tests {
     fn the_lookup_is_asked_for_unknown_ids_and_positive_answers_stick() {
         let asked = Arc::new(AtomicU64::new(0));
         let a2 = Arc::clone(&asked);
-        let names = TempNames::new(A)
-            .unwrap()
-            .with_lookup(Box::new(move |id| {
-                a2.fetch_add(1, Ordering::Relaxed);
-                id == B
-            }));
+        let names = TempNames::new(A).unwrap().with_lookup(Box::new(move |id| {
+            a2.fetch_add(1, Ordering::Relaxed);
+            id == B
+        }));
         let other = format!(".codespace-tmp-{}-3", "1111111111111111");
         assert!(!names.is_server_temp(&other));
         assert!(!names.is_server_temp(&other));
-        assert_eq!(asked.load(Ordering::Relaxed), 2, "negative answers are asked again");
+        assert_eq!(
+            asked.load(Ordering::Relaxed),
+            2,
+            "negative answers are asked again"
+        );
         let b = format!(".codespace-tmp-{B}-9");
         assert!(names.is_server_temp(&b));
         assert!(names.is_server_temp(&b));
-        assert_eq!(asked.load(Ordering::Relaxed), 3, "a positive answer is remembered");
+        assert_eq!(
+            asked.load(Ordering::Relaxed),
+            3,
+            "a positive answer is remembered"
+        );
         assert!(!names.is_server_temp(".codespace-tmp-foo"));
-        assert_eq!(asked.load(Ordering::Relaxed), 3, "ill-formed names are never looked up");
+        assert_eq!(
+            asked.load(Ordering::Relaxed),
+            3,
+            "ill-formed names are never looked up"
+        );
     }
 
     #[test]

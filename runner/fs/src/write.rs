@@ -53,7 +53,8 @@ impl Root {
         });
         // A temporary file that could not be removed stays counted: the instance then does not count as
         // having left nothing behind, and the next start sweeps it.
-        if written.is_ok() || rustix::fs::unlinkat(&dir, tmp_name.as_str(), AtFlags::empty()).is_ok()
+        if written.is_ok()
+            || rustix::fs::unlinkat(&dir, tmp_name.as_str(), AtFlags::empty()).is_ok()
         {
             temps.end();
         }

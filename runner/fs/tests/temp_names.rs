@@ -12,9 +12,7 @@ mod common;
 
 use std::sync::{Arc, Mutex};
 
-use codespace_runner_fs::{
-    FsError, Root, TEMP_PREFIX, TempNames, WalkLimits, parse_temp_name,
-};
+use codespace_runner_fs::{FsError, Root, TEMP_PREFIX, TempNames, WalkLimits, parse_temp_name};
 use common::{Fixture, rel};
 
 const OWN: &str = "00000000000000aa";
@@ -83,7 +81,9 @@ fn sealed_names_refuse_every_write() {
     let names = names();
     let root = root(&fx, &names);
     assert!(names.seal(), "nothing in flight");
-    let err = root.write_atomic(&rel("f.txt"), b"data", 0o644).unwrap_err();
+    let err = root
+        .write_atomic(&rel("f.txt"), b"data", 0o644)
+        .unwrap_err();
     assert!(matches!(err, FsError::Io { .. }), "{err:?}");
     assert!(!fx.abs("f.txt").exists());
 }
@@ -213,5 +213,9 @@ fn a_lookup_makes_a_newer_instance_temp_hidden() {
     assert_eq!(listed(&root), vec!["a.txt"]);
     assert_eq!(*asked.lock().unwrap(), vec![UNKNOWN.to_string()]);
     assert_eq!(listed(&root), vec!["a.txt"]);
-    assert_eq!(asked.lock().unwrap().len(), 1, "a confirmed id is not asked again");
+    assert_eq!(
+        asked.lock().unwrap().len(),
+        1,
+        "a confirmed id is not asked again"
+    );
 }

@@ -1,4 +1,5 @@
-//! The SQLite store of CodeSpace: decisions (audit), events, operations, processes, patch journal.
+//! The SQLite store of CodeSpace: decisions (audit), events, operations, processes, patch journal,
+//! server instances.
 //!
 //! One [`Store`] wraps one `rusqlite::Connection` behind a mutex: it is `Send + Sync` and cheap to
 //! share in an `Arc`. Every time is unix milliseconds (see [`now_ms`]).
@@ -7,6 +8,7 @@ mod codec;
 mod decisions;
 mod error;
 mod events;
+mod instances;
 mod journal;
 mod migrate;
 mod operations;
@@ -16,6 +18,7 @@ mod store;
 pub use decisions::{DecisionQuery, DecisionRow};
 pub use error::StoreError;
 pub use events::EventRow;
+pub use instances::InstanceRow;
 pub use journal::{JournalEntry, OpenJournal};
 pub use migrate::LATEST_VERSION;
 pub use operations::{KeyClaim, OperationEvent, OperationRow};

@@ -96,3 +96,28 @@ fn open_error_does_not_leak_the_absolute_path() {
         "no absolute path in {msg}"
     );
 }
+
+#[test]
+fn a_version_1_store_gains_the_instances_table_and_keeps_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    {
+        let raw = rusqlite::Connection::open(&path).unwrap();
+        raw.execute_batch(include_str!("../migrations/0001_init.sql"))
+            .unwrap();
+        raw.pragma_update(None, "user_version", 1).unwrap();
+        raw.execute(
+            "INSERT INTO events (at_ms, kind, detail) VALUES (1, 'startup', '{}')",
+            [],
+        )
+        .unwrap();
+    }
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.schema_version().unwrap(), 2);
+    assert_eq!(store.events(Some("startup"), 10).unwrap().len(), 1);
+    assert!(store.instances().unwrap().is_empty());
+    store
+        .insert_instance("0123456789abcdef", 42, "boot:1")
+        .unwrap();
+    assert!(store.is_instance("0123456789abcdef").unwrap());
+}
