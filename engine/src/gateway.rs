@@ -45,6 +45,9 @@ pub enum StartError {
     /// A workspace root could not be opened.
     #[error("workspace {0}: root cannot be opened: {1}")]
     Root(String, String),
+    /// The store could not record this server instance.
+    #[error("cannot record the server instance in the store: {0}")]
+    Store(String),
 }
 
 /// Which rows of a decision go to the audit log.
@@ -79,6 +82,7 @@ pub struct Gateway {
     pub(crate) processes: crate::process_tools::Processes,
     signatures: Mutex<Option<(String, Arc<crate::signature::SignaturePlan>)>>,
     decision_cache: Mutex<HashMap<String, CachedDecision>>,
+    pub(crate) temps: Arc<codespace_runner_fs::TempNames>,
 }
 
 /// A cached error-free sub-decision.
@@ -121,7 +125,8 @@ fn server_owned_in(root: &Path, config: &Config, policy: &PolicyStore) -> Vec<St
 }
 
 impl Gateway {
-    /// Builds the gateway: opens every workspace root and computes its facts.
+    /// Builds the gateway: records this server instance in the store (its id names the server's
+    /// temporary files), opens every workspace root and computes its facts.
     pub fn new(
         config: Config,
         policy: Arc<PolicyStore>,
@@ -130,10 +135,12 @@ impl Gateway {
     ) -> Result<Gateway, StartError> {
         let config_max_waiters = config.limits.max_waiters;
         let processes = crate::process_tools::Processes::new(&config.limits);
+        let temps = crate::temp_files::start_instance(store.as_ref())?;
         let mut workspaces = BTreeMap::new();
         for (id, ws) in &config.workspaces {
-            let root =
-                Root::open(&ws.root).map_err(|e| StartError::Root(id.clone(), e.to_string()))?;
+            let root = Root::open(&ws.root)
+                .map_err(|e| StartError::Root(id.clone(), e.to_string()))?
+                .with_temp_names(Arc::clone(&temps));
             let env_kind = config
                 .environments
                 .get(&ws.environment)
@@ -182,6 +189,7 @@ impl Gateway {
             signatures: Mutex::new(None),
             decision_cache: Mutex::new(HashMap::new()),
             processes,
+            temps,
         })
     }
 

@@ -419,7 +419,8 @@ impl Gateway {
     }
 
     /// Start-up recovery: every open journal is rolled back and its operation marked `unknown`;
-    /// operations that never finished are marked `unknown` too.
+    /// operations that never finished are marked `unknown` too; then the temporary files crashed
+    /// server instances left behind are swept ([`Gateway::sweep_temp_files`]).
     pub fn recover(&self) -> Vec<String> {
         let Some(store) = &self.store else {
             return Vec::new();
@@ -471,6 +472,7 @@ impl Gateway {
             }
         }
         let _ = store.mark_running_processes_unknown();
+        self.sweep_temp_files();
         recovered
     }
 }

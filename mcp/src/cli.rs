@@ -233,6 +233,7 @@ fn serve(
         .build()
         .context("tokio runtime")?;
     rt.spawn(crate::policy_cli::reload_on_sighup(Arc::clone(&reloader)));
+    let sealer = Arc::clone(&gateway);
     let result = rt.block_on(async move {
         // Whatever ends serving (stdin EOF, SIGTERM, an error), the processes die with it.
         let owner = Arc::clone(&gateway);
@@ -270,6 +271,12 @@ fn serve(
     // The stdio transport reads stdin on a blocking thread that a signal does not wake; do not
     // let dropping the runtime wait for it.
     rt.shutdown_timeout(std::time::Duration::from_millis(500));
+    // No temporary file after this point; when none is left, the next start need not sweep.
+    if !sealer.seal_temp_files() {
+        tracing::warn!(
+            "a patch was still writing at exit; the next start sweeps its temporary file"
+        );
+    }
     result
 }
 

@@ -1,5 +1,6 @@
 //! kill -9 of the server in the middle of an apply_patch, then a restart: the start-up recovery
-//! rolls every touched file back from the journal and the operation reads `unknown`.
+//! rolls every touched file back from the journal and the operation reads `unknown`; a temp file the
+//! kill left behind is swept, while a user's look-alike files stay and are listed.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -9,6 +10,8 @@
 
 mod stdio_common;
 
+use codespace_runner_fs::{TEMP_PREFIX, parse_temp_name};
+use rustix::process::{Pid, Signal};
 use serde_json::json;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -88,4 +91,128 @@ fn kill_nine_mid_apply_then_restart_rolls_back() {
     assert_eq!(body["status"], "unknown");
     assert_eq!(std::fs::read(root.join("a.txt")).unwrap(), b"a\n");
     let _ = s.close_and_wait(Duration::from_secs(30));
+}
+
+/// Server temp file names in `dir` (not recursive): `.codespace-tmp-<instance>-<n>` with an instance id
+/// other than `unknown`.
+fn server_temps(dir: &Path, unknown: &str) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| parse_temp_name(n).is_some_and(|(id, _)| id != unknown))
+        .collect()
+}
+
+fn signal(pid: u32, sig: Signal) {
+    let pid = Pid::from_raw(i32::try_from(pid).unwrap()).unwrap();
+    rustix::process::kill_process(pid, sig).unwrap();
+}
+
+#[test]
+fn kill_nine_while_a_temp_file_exists_then_restart_leaves_none() {
+    const UNKNOWN: &str = "00000000000000cc";
+    const FILES: usize = 30;
+    // 30 files of 256 KiB: the apply spends most of its time writing temp files.
+    let body: String = format!("+{}\n", "x".repeat(63)).repeat(4096);
+    let mut patch = String::from("*** Begin Patch\n");
+    for i in 0..FILES {
+        patch.push_str(&format!("*** Add File: big{i:02}.txt\n{body}"));
+    }
+    patch.push_str("*** End Patch\n");
+
+    let mut caught = None;
+    for attempt in 0..5 {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("ws");
+        std::fs::create_dir(&root).unwrap();
+        let store = dir.path().join("store.db");
+        // A user's files that only look like server temp files.
+        let look_alikes = [
+            format!("{TEMP_PREFIX}foo"),
+            format!("{TEMP_PREFIX}{UNKNOWN}-1"),
+        ];
+        for n in &look_alikes {
+            std::fs::write(root.join(n), "user data\n").unwrap();
+        }
+        std::fs::write(root.join("keep.txt"), "keep\n").unwrap();
+
+        let mut s = start(&root, &store, None);
+        s.send_request(
+            "tools/call",
+            json!({"name": "apply_patch", "arguments": {"workspace_id": "default",
+                "operation_key": "big-1", "patch": patch}}),
+        );
+        // Wait for a server temp file to appear; stop the server (SIGSTOP freezes every thread at
+        // once) and, if the file is still there, kill it; if it was renamed meanwhile, go on.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut temp = None;
+        while Instant::now() < deadline && !root.join(format!("big{:02}.txt", FILES - 1)).exists() {
+            if server_temps(&root, UNKNOWN).is_empty() {
+                std::thread::yield_now();
+                continue;
+            }
+            signal(s.pid(), Signal::STOP);
+            let still = server_temps(&root, UNKNOWN);
+            if still.is_empty() {
+                signal(s.pid(), Signal::CONT);
+                continue;
+            }
+            s.kill(); // SIGKILL
+            temp = Some(still);
+            break;
+        }
+        let Some(temp) = temp else {
+            eprintln!("attempt {attempt}: the apply finished before a temp file was caught; again");
+            continue;
+        };
+        assert!(
+            temp.iter().all(|n| root.join(n).exists()),
+            "the kill left a temp file: {temp:?}"
+        );
+
+        // Restart: the journal rolls the added files back, the sweep removes the temp file.
+        let mut s = start(&root, &store, None);
+        let left = server_temps(&root, UNKNOWN);
+        assert!(left.is_empty(), "temp files after restart: {left:?}");
+        for i in 0..FILES {
+            assert!(
+                !root.join(format!("big{i:02}.txt")).exists(),
+                "big{i:02}.txt"
+            );
+        }
+        for n in &look_alikes {
+            assert_eq!(
+                std::fs::read_to_string(root.join(n)).unwrap(),
+                "user data\n"
+            );
+        }
+        let found = s.tool_ok("find", json!({"workspace_id": "default"}));
+        let mut expected: Vec<String> = look_alikes.to_vec();
+        expected.push("keep.txt".into());
+        expected.sort();
+        assert_eq!(found["paths"], json!(expected), "{found}");
+        let op = s.tool_ok("operation_status", json!({"operation_key": "big-1"}));
+        assert_eq!(op["status"], "unknown", "{op}");
+        assert!(s.close_and_wait(Duration::from_secs(30)).success());
+        // Two starts recorded: the killed one (swept by the restart), the restart (shut down
+        // cleanly: nothing left behind, so no later start walks the tree for it).
+        let rows = codespace_store::Store::open(&store)
+            .unwrap()
+            .instances()
+            .unwrap();
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        let swept = rows
+            .iter()
+            .filter(|r| r.swept_ms.is_some() && r.ended_ms.is_none());
+        let ended = rows
+            .iter()
+            .filter(|r| r.ended_ms.is_some() && r.swept_ms.is_none());
+        assert_eq!((swept.count(), ended.count()), (1, 1), "{rows:?}");
+        caught = Some(temp);
+        break;
+    }
+    assert!(
+        caught.is_some(),
+        "five applies of {FILES} files finished without a temp file ever being seen"
+    );
 }
