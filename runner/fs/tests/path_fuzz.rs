@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use codespace_runner_fs::{FsError, Kind, RelPath, Root, TEMP_PREFIX, Version};
+use codespace_runner_fs::{FsError, Kind, RelPath, Root, Version, parse_temp_name};
 use rustix::fs::Mode;
 
 const SEED: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -607,7 +607,7 @@ fn generated_paths_never_escape_panic_or_block() {
         .filter(|p| {
             p.file_name()
                 .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(TEMP_PREFIX))
+                .is_some_and(|n| parse_temp_name(n).is_some())
         })
         .collect();
     assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
