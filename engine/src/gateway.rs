@@ -278,6 +278,7 @@ impl Gateway {
         let keys: Vec<Option<String>> = reqs
             .iter()
             .map(|r| {
+                let tool = r.resource_tool.as_deref().unwrap_or(tool);
                 plan.key(&r.path, facts.is_server_owned(&r.path))
                     .map(|sig| {
                         format!(

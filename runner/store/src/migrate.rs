@@ -11,13 +11,19 @@ struct Migration {
 }
 
 /// Every migration, oldest first; versions are 1, 2, 3, ... without gaps.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    sql: include_str!("../migrations/0001_init.sql"),
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        sql: include_str!("../migrations/0001_init.sql"),
+    },
+    Migration {
+        version: 2,
+        sql: include_str!("../migrations/0002_scoped_keys_retention.sql"),
+    },
+];
 
 /// The newest schema version this build knows.
-pub const LATEST_VERSION: i64 = 1;
+pub const LATEST_VERSION: i64 = 2;
 
 /// Reads `PRAGMA user_version`.
 pub(crate) fn user_version(conn: &Connection) -> rusqlite::Result<i64> {
@@ -27,19 +33,37 @@ pub(crate) fn user_version(conn: &Connection) -> rusqlite::Result<i64> {
 /// Brings the database up to [`LATEST_VERSION`]; refuses a database newer than that.
 ///
 /// Each step runs in its own immediate transaction that re-reads the version first, so two
-/// processes opening the same fresh file do not apply a step twice.
+/// processes opening the same fresh file do not apply a step twice. Steps run with foreign keys
+/// off (a step may rebuild a referenced table, as SQLite's ALTER TABLE procedure requires) and
+/// each is checked with `PRAGMA foreign_key_check` before it commits.
 pub(crate) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
     let found = user_version(conn)?;
     check_not_newer(found)?;
     if found == LATEST_VERSION {
         return Ok(());
     }
+    let fk: bool = conn.query_row("PRAGMA foreign_keys", [], |r| r.get(0))?;
+    conn.pragma_update(None, "foreign_keys", false)?;
+    let result = apply_steps(conn);
+    conn.pragma_update(None, "foreign_keys", fk)?;
+    result
+}
+
+fn apply_steps(conn: &mut Connection) -> Result<(), StoreError> {
     for step in MIGRATIONS {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let current = user_version(&tx)?;
         check_not_newer(current)?;
         if current < step.version {
             tx.execute_batch(step.sql)?;
+            let violation = tx
+                .prepare("PRAGMA foreign_key_check")?
+                .query([])?
+                .next()?
+                .is_some();
+            if violation {
+                return Err(StoreError::Migration(step.version));
+            }
             tx.pragma_update(None, "user_version", step.version)?;
         }
         tx.commit()?;
