@@ -12,7 +12,6 @@ use cedar_policy::Entities;
 use codespace_runner_fs::Root;
 use codespace_store::{DecisionRow, Store};
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 /// The tools this build serves (and lists in `tools/list`).
@@ -45,6 +44,9 @@ pub enum StartError {
     /// A workspace root could not be opened.
     #[error("workspace {0}: root cannot be opened: {1}")]
     Root(String, String),
+    /// The workspace could not be registered in the store.
+    #[error("workspace {0}: cannot be registered in the store: {1}")]
+    Register(String, String),
 }
 
 /// Which rows of a decision go to the audit log.
@@ -62,6 +64,9 @@ pub(crate) struct WorkspaceRuntime {
     pub(crate) facts: WorkspaceFacts,
     pub(crate) root: Arc<Root>,
     pub(crate) versions: crate::versions::Versions,
+    /// The workspace identity: the store's registration of this id bound to this root
+    /// (operation keys and patch journals are scoped to it); empty without a store.
+    pub(crate) registration: String,
 }
 
 /// The gateway.
@@ -79,6 +84,8 @@ pub struct Gateway {
     pub(crate) processes: crate::process_tools::Processes,
     signatures: Mutex<Option<(String, Arc<crate::signature::SignaturePlan>)>>,
     decision_cache: Mutex<HashMap<String, CachedDecision>>,
+    /// The store statistics the retention pruner last computed.
+    pub(crate) store_stats: crate::retention::StatsCell,
 }
 
 /// A cached error-free sub-decision.
@@ -92,32 +99,12 @@ struct CachedDecision {
 /// Entries kept in the decision cache before it is cleared.
 const DECISION_CACHE_MAX: usize = 100_000;
 
-/// Workspace-relative forms of the server's own files that lie inside `root`.
-fn server_owned_in(root: &Path, config: &Config, policy: &PolicyStore) -> Vec<String> {
-    let mut owned: Vec<std::path::PathBuf> = Vec::new();
-    if let Some(f) = &config.config_file {
-        owned.push(f.clone());
-    }
-    if let Some(s) = &config.store {
-        for suffix in ["", "-wal", "-shm", "-journal"] {
-            owned.push(std::path::PathBuf::from(format!("{}{suffix}", s.display())));
-        }
-    }
-    if let crate::policy::PolicySource::Dir { policies, schema } = policy.source() {
-        owned.push(policies.clone());
-        owned.push(schema.clone());
-    }
-    owned
-        .into_iter()
-        .filter_map(|p| {
-            // Canonicalize what exists; keep the lexical form of what does not yet.
-            let p = std::fs::canonicalize(&p).unwrap_or(p);
-            p.strip_prefix(root)
-                .ok()
-                .map(|r| r.to_string_lossy().to_string())
-        })
-        .filter(|r| !r.is_empty())
-        .collect()
+/// The identity of a workspace root: `"<st_dev>:<st_ino>"` of the opened root directory.
+fn root_id(root: &Root) -> Result<String, String> {
+    use std::os::unix::fs::MetadataExt;
+    let fd = root.as_fd().try_clone_to_owned().map_err(|e| e.to_string())?;
+    let meta = std::fs::File::from(fd).metadata().map_err(|e| e.to_string())?;
+    Ok(format!("{}:{}", meta.dev(), meta.ino()))
 }
 
 impl Gateway {
@@ -130,10 +117,20 @@ impl Gateway {
     ) -> Result<Gateway, StartError> {
         let config_max_waiters = config.limits.max_waiters;
         let processes = crate::process_tools::Processes::new(&config.limits);
+        let owned_files = crate::server_files::server_files(&config, policy.source());
         let mut workspaces = BTreeMap::new();
         for (id, ws) in &config.workspaces {
             let root =
                 Root::open(&ws.root).map_err(|e| StartError::Root(id.clone(), e.to_string()))?;
+            let registration = match &store {
+                Some(store) => {
+                    let rid = root_id(&root).map_err(|e| StartError::Root(id.clone(), e))?;
+                    store
+                        .register_workspace(id, &rid, &format!("reg-{}", uuid::Uuid::new_v4()))
+                        .map_err(|e| StartError::Register(id.clone(), e.to_string()))?
+                }
+                None => String::new(),
+            };
             let env_kind = config
                 .environments
                 .get(&ws.environment)
@@ -158,7 +155,7 @@ impl Gateway {
                 .into(),
                 network: ws.network.as_str().into(),
                 approvals: ws.approvals.as_str().into(),
-                server_owned: server_owned_in(&ws.root, &config, &policy),
+                server_owned: crate::server_files::server_owned_in(&ws.root, &owned_files),
             };
             workspaces.insert(
                 id.clone(),
@@ -166,6 +163,7 @@ impl Gateway {
                     facts,
                     root: Arc::new(root),
                     versions: crate::versions::Versions::new(&ws.root),
+                    registration,
                 },
             );
         }
@@ -182,7 +180,32 @@ impl Gateway {
             signatures: Mutex::new(None),
             decision_cache: Mutex::new(HashMap::new()),
             processes,
+            store_stats: crate::retention::StatsCell::default(),
         })
+    }
+
+    /// The workspace identity (store registration) `workspace` is served under, if registered.
+    pub fn registration(&self, workspace: &str) -> Option<&str> {
+        self.workspaces
+            .get(workspace)
+            .map(|w| w.registration.as_str())
+            .filter(|r| !r.is_empty())
+    }
+
+    /// Starts the background retention pruner on `store` (open a second connection to the same
+    /// file for it) with the configured retention; its statistics feed `workspace_info.store`.
+    /// Dropping the returned handle stops it.
+    pub fn start_retention(
+        &self,
+        store: Arc<Store>,
+        interval: std::time::Duration,
+    ) -> std::io::Result<crate::retention::Pruner> {
+        crate::retention::Pruner::spawn(
+            store,
+            self.config.retention,
+            interval,
+            self.store_stats.clone(),
+        )
     }
 
     /// Sets the transports this server serves (`workspace_info.transports`).
