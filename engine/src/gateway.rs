@@ -102,8 +102,13 @@ const DECISION_CACHE_MAX: usize = 100_000;
 /// The identity of a workspace root: `"<st_dev>:<st_ino>"` of the opened root directory.
 fn root_id(root: &Root) -> Result<String, String> {
     use std::os::unix::fs::MetadataExt;
-    let fd = root.as_fd().try_clone_to_owned().map_err(|e| e.to_string())?;
-    let meta = std::fs::File::from(fd).metadata().map_err(|e| e.to_string())?;
+    let fd = root
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|e| e.to_string())?;
+    let meta = std::fs::File::from(fd)
+        .metadata()
+        .map_err(|e| e.to_string())?;
     Ok(format!("{}:{}", meta.dev(), meta.ino()))
 }
 

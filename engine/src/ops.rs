@@ -133,7 +133,8 @@ impl Gateway {
     /// workspace has no registration, i.e. without a store).
     fn key_scope(&self, workspace: &str, session: &Session) -> Option<KeyScope> {
         let registration = self.registration(workspace)?;
-        let ttl = i64::try_from(self.config.retention.operation_keys.as_millis()).unwrap_or(i64::MAX);
+        let ttl =
+            i64::try_from(self.config.retention.operation_keys.as_millis()).unwrap_or(i64::MAX);
         Some(KeyScope {
             client: session.client.clone(),
             registration: registration.to_string(),

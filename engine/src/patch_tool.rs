@@ -57,7 +57,12 @@ impl Journal for StoreJournal<'_> {
             })
             .collect();
         self.store
-            .journal_begin(self.operation_id, self.workspace, self.registration, &entries)
+            .journal_begin(
+                self.operation_id,
+                self.workspace,
+                self.registration,
+                &entries,
+            )
             .map_err(|e| e.to_string())?;
         self.backups = backups.to_vec();
         Ok(())
@@ -475,7 +480,9 @@ impl Gateway {
                         .entries
                         .iter()
                         .map(|e| {
-                            e.created_dirs.iter().try_for_each(|d| RelPath::parse(d).map(drop))?;
+                            e.created_dirs
+                                .iter()
+                                .try_for_each(|d| RelPath::parse(d).map(drop))?;
                             RelPath::parse(&e.path).map(|path| Backup {
                                 path,
                                 before: e.before.clone().map(|d| (d, e.mode.unwrap_or(0o644))),

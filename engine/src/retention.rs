@@ -60,8 +60,13 @@ pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
 /// Spells a duration the way the config does (the largest unit that divides it).
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    for (unit, size) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)] {
-        if ms % size == 0 {
+    for (unit, size) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
+        if ms.is_multiple_of(size) {
             return format!("{}{unit}", ms / size);
         }
     }
@@ -130,7 +135,10 @@ pub struct StatsCell(Arc<Mutex<Option<(i64, StoreStats)>>>);
 impl StatsCell {
     /// The last statistics and when they were taken (unix ms), if a round has run.
     pub fn get(&self) -> Option<(i64, StoreStats)> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     fn set(&self, at_ms: i64, s: StoreStats) {
@@ -251,11 +259,17 @@ mod tests {
 
     #[test]
     fn durations_parse_with_units_and_refuse_nonsense() {
-        assert_eq!(parse_duration("90d").unwrap(), Duration::from_secs(90 * 86_400));
+        assert_eq!(
+            parse_duration("90d").unwrap(),
+            Duration::from_secs(90 * 86_400)
+        );
         assert_eq!(parse_duration("24h").unwrap(), Duration::from_secs(86_400));
         assert_eq!(parse_duration("30m").unwrap(), Duration::from_secs(1_800));
         assert_eq!(parse_duration("45s").unwrap(), Duration::from_secs(45));
-        assert_eq!(parse_duration("1500ms").unwrap(), Duration::from_millis(1_500));
+        assert_eq!(
+            parse_duration("1500ms").unwrap(),
+            Duration::from_millis(1_500)
+        );
         for (bad, why) in [
             ("", "no number"),
             ("d", "no number"),
@@ -287,7 +301,10 @@ mod tests {
         let raw: RawRetention =
             serde_json::from_str(r#"{"audit": "90d", "operation_keys": "soon"}"#).unwrap();
         let e = raw.resolve().unwrap_err();
-        assert!(e.starts_with("retention.operation_keys: invalid duration `soon`"), "{e}");
+        assert!(
+            e.starts_with("retention.operation_keys: invalid duration `soon`"),
+            "{e}"
+        );
         let raw: RawRetention = serde_json::from_str(r#"{"operations": "7d"}"#).unwrap();
         let r = raw.resolve().unwrap();
         assert_eq!(r.operations, Duration::from_secs(7 * 86_400));

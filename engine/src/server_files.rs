@@ -203,13 +203,17 @@ mod tests {
             policies: root.join("policies"),
             schema: outside.path().join("schema.cedarschema"),
         };
-        let e = check_outside_workspaces(&cfg, &src).unwrap_err().to_string();
+        let e = check_outside_workspaces(&cfg, &src)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("policies: "), "{e}");
         let src = PolicySource::Dir {
             policies: outside.path().join("policies"),
             schema: root.join("s/codespace.cedarschema"),
         };
-        let e = check_outside_workspaces(&cfg, &src).unwrap_err().to_string();
+        let e = check_outside_workspaces(&cfg, &src)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("schema: "), "{e}");
         // A token file inside.
         std::fs::write(root.join("tok"), "0123456789abcdef0123").unwrap();
@@ -248,7 +252,9 @@ mod tests {
             policies: root.parent().unwrap().to_path_buf(),
             schema: outside.path().join("schema.cedarschema"),
         };
-        let e = check_outside_workspaces(&cfg, &src).unwrap_err().to_string();
+        let e = check_outside_workspaces(&cfg, &src)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("contains workspace"), "{e}");
     }
 

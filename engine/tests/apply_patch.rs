@@ -579,18 +579,21 @@ async fn start_up_recovery_rolls_back_an_open_journal() {
     {
         let store = Store::open(&e.store_path).unwrap();
         store
-            .create_operation(&codespace_store::OperationRow {
-                operation_id: "op-crashed".into(),
-                operation_key: None,
-                fingerprint: "f".into(),
-                tool: "apply_patch".into(),
-                workspace: "w".into(),
-                client: None,
-                status: "running".into(),
-                created_ms: codespace_store::now_ms(),
-                finished_ms: None,
-                result: None,
-            }, None)
+            .create_operation(
+                &codespace_store::OperationRow {
+                    operation_id: "op-crashed".into(),
+                    operation_key: None,
+                    fingerprint: "f".into(),
+                    tool: "apply_patch".into(),
+                    workspace: "w".into(),
+                    client: None,
+                    status: "running".into(),
+                    created_ms: codespace_store::now_ms(),
+                    finished_ms: None,
+                    result: None,
+                },
+                None,
+            )
             .unwrap();
         store
             .journal_begin(

@@ -243,10 +243,7 @@ fn serve(
         .map_err(|e| anyhow!("cannot open the store for retention: {e}"))
         .and_then(|s| {
             gateway
-                .start_retention(
-                    Arc::new(s),
-                    codespace_engine::retention::PRUNE_INTERVAL,
-                )
+                .start_retention(Arc::new(s), codespace_engine::retention::PRUNE_INTERVAL)
                 .context("retention thread")
         })?;
     let rt = tokio::runtime::Builder::new_multi_thread()

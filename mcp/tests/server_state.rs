@@ -92,7 +92,11 @@ fn serve_refuses_server_files_inside_a_workspace() {
 
     // The store inside the workspace, given on the command line: refused, nothing created.
     let o = run_serve(
-        &[ws.as_os_str(), "--store".as_ref(), ws.join("data/s.db").as_os_str()],
+        &[
+            ws.as_os_str(),
+            "--store".as_ref(),
+            ws.join("data/s.db").as_os_str(),
+        ],
         &[],
         t.path(),
     );
@@ -104,8 +108,15 @@ fn serve_refuses_server_files_inside_a_workspace() {
     write(&home.join("notes.txt"), "n\n");
     let o = run_serve(&[home.as_os_str()], &[("HOME", &home)], t.path());
     assert_refused(&o, "store");
-    assert!(stderr(&o).contains("default store location"), "{}", stderr(&o));
-    assert!(!home.join(".local").exists(), "the default store was created anyway");
+    assert!(
+        stderr(&o).contains("default store location"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        !home.join(".local").exists(),
+        "the default store was created anyway"
+    );
 
     // The config file inside the workspace.
     let store = t.path().join("store.db");
@@ -154,7 +165,11 @@ fn serve_refuses_server_files_inside_a_workspace() {
     let link = t.path().join("data-link");
     std::os::unix::fs::symlink(&ws, &link).unwrap();
     let o = run_serve(
-        &[ws.as_os_str(), "--store".as_ref(), link.join("s.db").as_os_str()],
+        &[
+            ws.as_os_str(),
+            "--store".as_ref(),
+            link.join("s.db").as_os_str(),
+        ],
         &[],
         t.path(),
     );
@@ -256,7 +271,10 @@ fn a_forged_journal_is_not_applied_at_start_up() {
         !root.join(".git").exists(),
         "the forged journal wrote a git hook"
     );
-    assert_eq!(std::fs::read_to_string(root.join("a.txt")).unwrap(), "mine\n");
+    assert_eq!(
+        std::fs::read_to_string(root.join("a.txt")).unwrap(),
+        "mine\n"
+    );
     assert_eq!(std::fs::read_to_string(root.join("b.txt")).unwrap(), "b\n");
     let st = s.tool_ok("operation_status", json!({"operation_id": "op-forged-1"}));
     assert_eq!(st["status"], "unknown", "{st}");
@@ -268,8 +286,14 @@ fn a_forged_journal_is_not_applied_at_start_up() {
         .iter()
         .map(|e| e.detail["operation_id"].as_str().unwrap())
         .collect();
-    assert!(ops.contains(&"op-forged-1") && ops.contains(&"op-forged-2"), "{refused:?}");
-    assert!(store.open_journals().unwrap().is_empty(), "refused journals are dropped");
+    assert!(
+        ops.contains(&"op-forged-1") && ops.contains(&"op-forged-2"),
+        "{refused:?}"
+    );
+    assert!(
+        store.open_journals().unwrap().is_empty(),
+        "refused journals are dropped"
+    );
 }
 
 /// Touches three files with a slow apply so the test can kill the server mid-way.
@@ -307,17 +331,41 @@ fn a_crash_journal_is_rolled_back_only_on_its_own_root() {
     // changes, and the journal waits for its tree.
     let s = start(&tree_b, &store);
     stop(s);
-    assert_eq!(std::fs::read_to_string(tree_b.join("a.txt")).unwrap(), "tree b\n");
-    assert_eq!(std::fs::read_to_string(tree_b.join("b.txt")).unwrap(), "tree b too\n");
-    assert_eq!(std::fs::read_to_string(tree_a.join("a.txt")).unwrap(), "A\n");
-    assert_eq!(Store::open(&store).unwrap().open_journals().unwrap().len(), 1);
+    assert_eq!(
+        std::fs::read_to_string(tree_b.join("a.txt")).unwrap(),
+        "tree b\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(tree_b.join("b.txt")).unwrap(),
+        "tree b too\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(tree_a.join("a.txt")).unwrap(),
+        "A\n"
+    );
+    assert_eq!(
+        Store::open(&store).unwrap().open_journals().unwrap().len(),
+        1
+    );
 
     // Back on its own tree: rolled back.
     let s = start(&tree_a, &store);
     stop(s);
-    assert_eq!(std::fs::read_to_string(tree_a.join("a.txt")).unwrap(), "a\n");
-    assert_eq!(std::fs::read_to_string(tree_a.join("b.txt")).unwrap(), "b\n");
-    assert!(Store::open(&store).unwrap().open_journals().unwrap().is_empty());
+    assert_eq!(
+        std::fs::read_to_string(tree_a.join("a.txt")).unwrap(),
+        "a\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(tree_a.join("b.txt")).unwrap(),
+        "b\n"
+    );
+    assert!(
+        Store::open(&store)
+            .unwrap()
+            .open_journals()
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[test]
@@ -394,9 +442,15 @@ fn an_operation_key_replays_only_on_the_tree_it_was_used_on() {
 
     let mut s = start(&tree_a, &store);
     let first = keyed_patch(&mut s, "k1");
-    assert_eq!((first["status"].as_str(), first["replayed"].as_bool()), (Some("applied"), Some(false)));
+    assert_eq!(
+        (first["status"].as_str(), first["replayed"].as_bool()),
+        (Some("applied"), Some(false))
+    );
     stop(s);
-    assert_eq!(std::fs::read_to_string(tree_a.join("a.txt")).unwrap(), "beta\n");
+    assert_eq!(
+        std::fs::read_to_string(tree_a.join("a.txt")).unwrap(),
+        "beta\n"
+    );
 
     // Another tree bound to the same workspace id, same store, same key, same patch: new.
     let mut s = start(&tree_b, &store);
@@ -406,9 +460,15 @@ fn an_operation_key_replays_only_on_the_tree_it_was_used_on() {
     assert_eq!(second["status"], "applied", "{second}");
     assert_eq!(second["replayed"], false, "{second}");
     assert_ne!(second["operation_id"], first["operation_id"]);
-    assert_eq!(std::fs::read_to_string(tree_b.join("a.txt")).unwrap(), "beta\n");
+    assert_eq!(
+        std::fs::read_to_string(tree_b.join("a.txt")).unwrap(),
+        "beta\n"
+    );
     // By id, the first tree's operation is still there.
-    let by_id = s.tool_ok("operation_status", json!({"operation_id": first["operation_id"]}));
+    let by_id = s.tool_ok(
+        "operation_status",
+        json!({"operation_id": first["operation_id"]}),
+    );
     assert_eq!(by_id["status"], "applied");
     stop(s);
 
@@ -464,9 +524,18 @@ fn operation_keys_expire_after_the_configured_time() {
         std::thread::sleep(expiry - Instant::now());
     }
     let st = s.tool_err("operation_status", json!({"operation_key": "k-exp"}));
-    assert_eq!(st["code"], "OPERATION_NOT_FOUND", "an expired key is unknown: {st}");
-    let by_id = s.tool_ok("operation_status", json!({"operation_id": first["operation_id"]}));
-    assert_eq!(by_id["status"], "applied", "by id it stays visible: {by_id}");
+    assert_eq!(
+        st["code"], "OPERATION_NOT_FOUND",
+        "an expired key is unknown: {st}"
+    );
+    let by_id = s.tool_ok(
+        "operation_status",
+        json!({"operation_id": first["operation_id"]}),
+    );
+    assert_eq!(
+        by_id["status"], "applied",
+        "by id it stays visible: {by_id}"
+    );
     let third = call(&mut s);
     assert_eq!(third["replayed"], false, "{third}");
     assert_eq!(third["status"], "applied");
@@ -627,7 +696,10 @@ fn retention_prunes_old_rows_in_the_background_while_calls_go_on() {
         if old == 0 {
             break;
         }
-        assert!(Instant::now() < deadline, "{old} old audit rows still there");
+        assert!(
+            Instant::now() < deadline,
+            "{old} old audit rows still there"
+        );
     }
     eprintln!("retention: {calls} read calls while pruning {OLD} rows; slowest {slowest:?}");
     assert!(
@@ -635,21 +707,37 @@ fn retention_prunes_old_rows_in_the_background_while_calls_go_on() {
         "a tool call waited {slowest:?} behind the pruner"
     );
     assert_eq!(
-        count(&store_path, "SELECT count(*) FROM decisions WHERE decision_id LIKE 'dec-recent-%'"),
+        count(
+            &store_path,
+            "SELECT count(*) FROM decisions WHERE decision_id LIKE 'dec-recent-%'"
+        ),
         5
     );
     // Operations: the old one (with its process row and its expired key) goes, the recent stays.
     let deadline = Instant::now() + Duration::from_secs(60);
-    while count(&store_path, "SELECT count(*) FROM operations WHERE operation_id = 'op-old'") != 0 {
-        assert!(Instant::now() < deadline, "the old operation was never pruned");
+    while count(
+        &store_path,
+        "SELECT count(*) FROM operations WHERE operation_id = 'op-old'",
+    ) != 0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the old operation was never pruned"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(
-        count(&store_path, "SELECT count(*) FROM processes WHERE process_id = 'proc-op-old'"),
+        count(
+            &store_path,
+            "SELECT count(*) FROM processes WHERE process_id = 'proc-op-old'"
+        ),
         0
     );
     assert_eq!(
-        count(&store_path, "SELECT count(*) FROM operations WHERE operation_id = 'op-recent'"),
+        count(
+            &store_path,
+            "SELECT count(*) FROM operations WHERE operation_id = 'op-recent'"
+        ),
         1
     );
     assert_eq!(
@@ -664,7 +752,10 @@ fn retention_prunes_old_rows_in_the_background_while_calls_go_on() {
         if let Some(rows) = info["store"].get("rows") {
             break rows.clone();
         }
-        assert!(Instant::now() < deadline, "no store rows in workspace_info: {info}");
+        assert!(
+            Instant::now() < deadline,
+            "no store rows in workspace_info: {info}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     let audit = rows["audit"].as_i64().unwrap();
@@ -672,7 +763,10 @@ fn retention_prunes_old_rows_in_the_background_while_calls_go_on() {
     assert!(rows["oldest_audit_at"].as_str().is_some(), "{rows}");
     assert!(rows["operations"].as_i64().unwrap() >= 1, "{rows}");
     assert!(
-        count(&store_path, "SELECT count(*) FROM events WHERE kind = 'retention_pruned'") >= 1
+        count(
+            &store_path,
+            "SELECT count(*) FROM events WHERE kind = 'retention_pruned'"
+        ) >= 1
     );
     stop(s);
 }

@@ -144,7 +144,11 @@ impl JournalKey {
             m.field(operation_id.as_bytes());
             m.field(workspace.as_bytes());
             m.field(registration.as_bytes());
-            m.field(&u64::try_from(entries.len()).unwrap_or(u64::MAX).to_be_bytes());
+            m.field(
+                &u64::try_from(entries.len())
+                    .unwrap_or(u64::MAX)
+                    .to_be_bytes(),
+            );
             for (e, dirs) in entries.iter().zip(&dirs) {
                 m.field(e.path.as_bytes());
                 match &e.before {
@@ -276,6 +280,9 @@ mod tests {
         assert!(err.contains("exactly 32 bytes"), "{err}");
         let link = dir.path().join("link.key");
         std::os::unix::fs::symlink(&path, &link).unwrap();
-        assert!(JournalKey::load_or_create(&link).is_err(), "a symlink is refused");
+        assert!(
+            JournalKey::load_or_create(&link).is_err(),
+            "a symlink is refused"
+        );
     }
 }

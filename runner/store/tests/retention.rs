@@ -62,8 +62,12 @@ fn operations_are_pruned_with_their_keys_but_not_while_referenced() {
     let store = Store::open_in_memory().unwrap();
     let mut done = operation("op-done", "default", "apply_patch", Some("k"));
     done.created_ms = 1_000;
-    store.create_operation(&done, Some(&scope(i64::MAX))).unwrap();
-    store.add_operation_event("op-done", "minted", None, None).unwrap();
+    store
+        .create_operation(&done, Some(&scope(i64::MAX)))
+        .unwrap();
+    store
+        .add_operation_event("op-done", "minted", None, None)
+        .unwrap();
     store.finish_operation("op-done", "applied", None).unwrap();
     // Still running: kept.
     let running = operation("op-running", "default", "apply_patch", None);
@@ -78,8 +82,12 @@ fn operations_are_pruned_with_their_keys_but_not_while_referenced() {
     // Finished, with an open journal: kept.
     let journaled = operation("op-journal", "default", "apply_patch", None);
     store.create_operation(&journaled, None).unwrap();
-    store.journal_begin("op-journal", "default", "reg", &[]).unwrap();
-    store.finish_operation("op-journal", "unknown", None).unwrap();
+    store
+        .journal_begin("op-journal", "default", "reg", &[])
+        .unwrap();
+    store
+        .finish_operation("op-journal", "unknown", None)
+        .unwrap();
 
     let cutoff = now_ms() + 1;
     assert_eq!(

@@ -142,8 +142,14 @@ fn operations_round_trip_finish_and_unfinished_list() {
     let op1 = operation("op1", "default", "apply_patch", Some("k1"));
     let mut op2 = operation("op2", "default", "exec_command", None);
     op2.created_ms = 2_000;
-    assert_eq!(store.create_operation(&op1, None).unwrap(), KeyClaim::Created);
-    assert_eq!(store.create_operation(&op2, None).unwrap(), KeyClaim::Created);
+    assert_eq!(
+        store.create_operation(&op1, None).unwrap(),
+        KeyClaim::Created
+    );
+    assert_eq!(
+        store.create_operation(&op2, None).unwrap(),
+        KeyClaim::Created
+    );
     assert_eq!(store.operation_by_id("op1").unwrap(), Some(op1.clone()));
     assert_eq!(store.operation_by_id("nope").unwrap(), None);
     assert_eq!(
@@ -235,7 +241,12 @@ fn key_claim_is_existing_only_in_the_same_client_registration_and_tool() {
     );
     assert_eq!(ids("bob"), [("reg-a".to_owned(), "op3".to_owned())]);
     assert!(ids("carol").is_empty());
-    assert!(store.keyed_operations("alice", "unused", now).unwrap().is_empty());
+    assert!(
+        store
+            .keyed_operations("alice", "unused", now)
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[test]
@@ -247,7 +258,12 @@ fn an_expired_key_is_unknown_and_claimed_again() {
         store.create_operation(&first, Some(&past)).unwrap(),
         KeyClaim::Created
     );
-    assert!(store.keyed_operations("alice", "k", now_ms()).unwrap().is_empty());
+    assert!(
+        store
+            .keyed_operations("alice", "k", now_ms())
+            .unwrap()
+            .is_empty()
+    );
     let live = scope("alice", "reg-a", now_ms() + 60_000);
     let second = operation("op2", "default", "apply_patch", Some("k"));
     assert_eq!(
@@ -261,23 +277,38 @@ fn an_expired_key_is_unknown_and_claimed_again() {
     assert!(store.operation_by_id("op1").unwrap().is_some());
     // Without a scope the key is only a label: nothing is claimed.
     let label = operation("op3", "default", "apply_patch", Some("k"));
-    assert_eq!(store.create_operation(&label, None).unwrap(), KeyClaim::Created);
-    assert_eq!(store.keyed_operations("alice", "k", now_ms()).unwrap().len(), 1);
+    assert_eq!(
+        store.create_operation(&label, None).unwrap(),
+        KeyClaim::Created
+    );
+    assert_eq!(
+        store
+            .keyed_operations("alice", "k", now_ms())
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 #[test]
 fn registrations_are_per_workspace_and_root() {
     let store = Store::open_in_memory().unwrap();
-    let a = store.register_workspace("default", "1:100", "reg-1").unwrap();
+    let a = store
+        .register_workspace("default", "1:100", "reg-1")
+        .unwrap();
     assert_eq!(a, "reg-1");
     // Same id, same root: the same registration, whatever fresh id is offered.
     assert_eq!(
-        store.register_workspace("default", "1:100", "reg-2").unwrap(),
+        store
+            .register_workspace("default", "1:100", "reg-2")
+            .unwrap(),
         "reg-1"
     );
     // Same id bound to another root: a new registration.
     assert_eq!(
-        store.register_workspace("default", "1:200", "reg-3").unwrap(),
+        store
+            .register_workspace("default", "1:200", "reg-3")
+            .unwrap(),
         "reg-3"
     );
     // Another id on the first root: its own registration.
@@ -412,7 +443,10 @@ fn journal_begin_open_clear() {
     // An empty file (Some(empty)) stays distinct from a missing one (None).
     assert_eq!(j.entries, entries);
     let second = open.iter().find(|j| j.operation_id == "op2").unwrap();
-    assert_eq!((second.workspace.as_str(), second.entries.len()), ("ws2", 0));
+    assert_eq!(
+        (second.workspace.as_str(), second.entries.len()),
+        ("ws2", 0)
+    );
     assert_eq!(second.seal, JournalSeal::Valid);
 
     let dup = store
