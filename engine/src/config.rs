@@ -38,6 +38,8 @@ struct RawConfig {
     clients: BTreeMap<String, RawClient>,
     #[serde(default)]
     policy_tests_on_reload: bool,
+    #[serde(default)]
+    retention: crate::retention::RawRetention,
 }
 
 #[derive(Debug, Deserialize)]
@@ -212,6 +214,8 @@ pub struct Client {
     pub name: String,
     /// Its bearer token.
     pub token: String,
+    /// The file the token was read from, when it came from one (a server-owned file).
+    pub token_file: Option<PathBuf>,
 }
 
 /// The resolved, validated configuration.
@@ -237,6 +241,8 @@ pub struct Config {
     pub config_file: Option<PathBuf>,
     /// Run `<policies>/tests/*.yaml` against a changed policy set before swapping it in.
     pub policy_tests_on_reload: bool,
+    /// How long the store keeps audit rows, operations and operation keys.
+    pub retention: crate::retention::Retention,
 }
 
 /// The built-in profiles (`read-only`, and `workspace-write` extending it).
@@ -314,6 +320,7 @@ impl Config {
             clients: BTreeMap::new(),
             config_file: None,
             policy_tests_on_reload: false,
+            retention: crate::retention::Retention::default(),
         })
     }
 
@@ -447,6 +454,7 @@ impl Config {
 
         let mut clients = BTreeMap::new();
         for (name, c) in raw.clients {
+            let token_file = c.token_file.clone().map(resolve);
             let token = match (c.token, c.token_file) {
                 (Some(t), None) => t,
                 (None, Some(f)) => std::fs::read_to_string(resolve(f))
@@ -466,7 +474,14 @@ impl Config {
                     "clients.{name}: token must be at least 16 characters"
                 )));
             }
-            clients.insert(name.clone(), Client { name, token });
+            clients.insert(
+                name.clone(),
+                Client {
+                    name,
+                    token,
+                    token_file,
+                },
+            );
         }
 
         Ok(Config {
@@ -480,6 +495,7 @@ impl Config {
             clients,
             config_file: None,
             policy_tests_on_reload: raw.policy_tests_on_reload,
+            retention: raw.retention.resolve().map_err(ConfigError)?,
         })
     }
 }

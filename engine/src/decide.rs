@@ -204,6 +204,7 @@ pub fn operation_entity(
         "workspace".into(),
         RestrictedExpression::new_entity_uid(ws_uid.clone()),
     );
+    let tool = req.resource_tool.as_deref().unwrap_or(tool);
     attrs.insert("tool".into(), RestrictedExpression::new_string(tool.into()));
     attrs.insert(
         "path".into(),

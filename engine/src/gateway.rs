@@ -12,7 +12,6 @@ use cedar_policy::Entities;
 use codespace_runner_fs::Root;
 use codespace_store::{DecisionRow, Store};
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 /// The tools this build serves (and lists in `tools/list`).
@@ -48,6 +47,9 @@ pub enum StartError {
     /// The store could not record this server instance.
     #[error("cannot record the server instance in the store: {0}")]
     Store(String),
+    /// The workspace could not be registered in the store.
+    #[error("workspace {0}: cannot be registered in the store: {1}")]
+    Register(String, String),
 }
 
 /// Which rows of a decision go to the audit log.
@@ -65,6 +67,9 @@ pub(crate) struct WorkspaceRuntime {
     pub(crate) facts: WorkspaceFacts,
     pub(crate) root: Arc<Root>,
     pub(crate) versions: crate::versions::Versions,
+    /// The workspace identity: the store's registration of this id bound to this root
+    /// (operation keys and patch journals are scoped to it); empty without a store.
+    pub(crate) registration: String,
 }
 
 /// The gateway.
@@ -83,6 +88,8 @@ pub struct Gateway {
     signatures: Mutex<Option<(String, Arc<crate::signature::SignaturePlan>)>>,
     decision_cache: Mutex<HashMap<String, CachedDecision>>,
     pub(crate) temps: Arc<codespace_runner_fs::TempNames>,
+    /// The store statistics the retention pruner last computed.
+    pub(crate) store_stats: crate::retention::StatsCell,
 }
 
 /// A cached error-free sub-decision.
@@ -96,32 +103,17 @@ struct CachedDecision {
 /// Entries kept in the decision cache before it is cleared.
 const DECISION_CACHE_MAX: usize = 100_000;
 
-/// Workspace-relative forms of the server's own files that lie inside `root`.
-fn server_owned_in(root: &Path, config: &Config, policy: &PolicyStore) -> Vec<String> {
-    let mut owned: Vec<std::path::PathBuf> = Vec::new();
-    if let Some(f) = &config.config_file {
-        owned.push(f.clone());
-    }
-    if let Some(s) = &config.store {
-        for suffix in ["", "-wal", "-shm", "-journal"] {
-            owned.push(std::path::PathBuf::from(format!("{}{suffix}", s.display())));
-        }
-    }
-    if let crate::policy::PolicySource::Dir { policies, schema } = policy.source() {
-        owned.push(policies.clone());
-        owned.push(schema.clone());
-    }
-    owned
-        .into_iter()
-        .filter_map(|p| {
-            // Canonicalize what exists; keep the lexical form of what does not yet.
-            let p = std::fs::canonicalize(&p).unwrap_or(p);
-            p.strip_prefix(root)
-                .ok()
-                .map(|r| r.to_string_lossy().to_string())
-        })
-        .filter(|r| !r.is_empty())
-        .collect()
+/// The identity of a workspace root: `"<st_dev>:<st_ino>"` of the opened root directory.
+fn root_id(root: &Root) -> Result<String, String> {
+    use std::os::unix::fs::MetadataExt;
+    let fd = root
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|e| e.to_string())?;
+    let meta = std::fs::File::from(fd)
+        .metadata()
+        .map_err(|e| e.to_string())?;
+    Ok(format!("{}:{}", meta.dev(), meta.ino()))
 }
 
 impl Gateway {
@@ -136,11 +128,21 @@ impl Gateway {
         let config_max_waiters = config.limits.max_waiters;
         let processes = crate::process_tools::Processes::new(&config.limits);
         let temps = crate::temp_files::start_instance(store.as_ref())?;
+        let owned_files = crate::server_files::server_files(&config, policy.source());
         let mut workspaces = BTreeMap::new();
         for (id, ws) in &config.workspaces {
             let root = Root::open(&ws.root)
                 .map_err(|e| StartError::Root(id.clone(), e.to_string()))?
                 .with_temp_names(Arc::clone(&temps));
+            let registration = match &store {
+                Some(store) => {
+                    let rid = root_id(&root).map_err(|e| StartError::Root(id.clone(), e))?;
+                    store
+                        .register_workspace(id, &rid, &format!("reg-{}", uuid::Uuid::new_v4()))
+                        .map_err(|e| StartError::Register(id.clone(), e.to_string()))?
+                }
+                None => String::new(),
+            };
             let env_kind = config
                 .environments
                 .get(&ws.environment)
@@ -165,7 +167,7 @@ impl Gateway {
                 .into(),
                 network: ws.network.as_str().into(),
                 approvals: ws.approvals.as_str().into(),
-                server_owned: server_owned_in(&ws.root, &config, &policy),
+                server_owned: crate::server_files::server_owned_in(&ws.root, &owned_files),
             };
             workspaces.insert(
                 id.clone(),
@@ -173,6 +175,7 @@ impl Gateway {
                     facts,
                     root: Arc::new(root),
                     versions: crate::versions::Versions::new(&ws.root),
+                    registration,
                 },
             );
         }
@@ -190,7 +193,32 @@ impl Gateway {
             decision_cache: Mutex::new(HashMap::new()),
             processes,
             temps,
+            store_stats: crate::retention::StatsCell::default(),
         })
+    }
+
+    /// The workspace identity (store registration) `workspace` is served under, if registered.
+    pub fn registration(&self, workspace: &str) -> Option<&str> {
+        self.workspaces
+            .get(workspace)
+            .map(|w| w.registration.as_str())
+            .filter(|r| !r.is_empty())
+    }
+
+    /// Starts the background retention pruner on `store` (open a second connection to the same
+    /// file for it) with the configured retention; its statistics feed `workspace_info.store`.
+    /// Dropping the returned handle stops it.
+    pub fn start_retention(
+        &self,
+        store: Arc<Store>,
+        interval: std::time::Duration,
+    ) -> std::io::Result<crate::retention::Pruner> {
+        crate::retention::Pruner::spawn(
+            store,
+            self.config.retention,
+            interval,
+            self.store_stats.clone(),
+        )
     }
 
     /// Sets the transports this server serves (`workspace_info.transports`).
@@ -286,6 +314,7 @@ impl Gateway {
         let keys: Vec<Option<String>> = reqs
             .iter()
             .map(|r| {
+                let tool = r.resource_tool.as_deref().unwrap_or(tool);
                 plan.key(&r.path, facts.is_server_owned(&r.path))
                     .map(|sig| {
                         format!(

@@ -40,6 +40,39 @@ impl Gateway {
         block
     }
 
+    /// The `store` block of workspace_info: retention settings and the row counts the
+    /// background pruner last took (never counted on the request path).
+    fn store_block(&self) -> Option<Value> {
+        self.store.as_ref()?;
+        let r = &self.config.retention;
+        let mut block = json!({
+            "retention": {
+                "audit": crate::retention::format_duration(r.audit),
+                "operations": crate::retention::format_duration(r.operations),
+                "operation_keys": crate::retention::format_duration(r.operation_keys),
+            },
+        });
+        if let Some((at, st)) = self.store_stats.get()
+            && let Value::Object(m) = &mut block
+        {
+            let at_opt = |ms: Option<i64>| ms.map(rfc3339_ms);
+            m.insert(
+                "rows".into(),
+                json!({
+                    "counted_at": rfc3339_ms(at),
+                    "audit": st.audit_rows,
+                    "oldest_audit_at": at_opt(st.oldest_audit_ms),
+                    "operations": st.operations,
+                    "oldest_operation_at": at_opt(st.oldest_operation_ms),
+                    "processes": st.processes,
+                    "events": st.events,
+                    "operation_keys": st.operation_keys,
+                }),
+            );
+        }
+        Some(block)
+    }
+
     /// `workspace_info`.
     pub(crate) fn workspace_info(
         &self,
@@ -58,6 +91,11 @@ impl Gateway {
             "note": "Execution-only server: no model calls. Every call is authorized by Cedar policy.",
             "policy": self.policy_block(snap),
         });
+        if let Some(block) = self.store_block()
+            && let Value::Object(m) = &mut out
+        {
+            m.insert("store".into(), block);
+        }
         let Some(id) = p.workspace_id.as_deref().filter(|s| !s.is_empty()) else {
             return Ok(out);
         };

@@ -17,6 +17,8 @@ pub mod policy_test;
 mod process_tools;
 pub mod reload;
 pub mod request;
+pub mod retention;
+pub mod server_files;
 pub mod signature;
 pub mod temp_files;
 pub mod tools;

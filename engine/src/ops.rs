@@ -1,6 +1,8 @@
 //! Operations: every mutating call gets an `op-<uuid>` row in the store; `operation_key` makes a
-//! call idempotent (same key + same fingerprint replays, a different fingerprint conflicts);
-//! `operation_status` reads the rows back.
+//! call idempotent (same key + same fingerprint replays, a different fingerprint conflicts)
+//! within its scope — the calling client, the workspace identity (its registration: the id bound
+//! to this root) and the tool — until the key expires (`retention.operation_keys`); outside that
+//! scope the key is unknown and the call runs as new. `operation_status` reads the rows back.
 
 use crate::error::{ErrorCode, ToolError};
 use crate::gateway::Gateway;
@@ -8,7 +10,7 @@ use crate::info::rfc3339_ms;
 use crate::policy::PolicySnapshot;
 use crate::request::Session;
 use crate::tools::{OperationStatusParams, ToolCall};
-use codespace_store::{KeyClaim, OperationRow, Store};
+use codespace_store::{KeyClaim, KeyScope, OperationRow, Store};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -87,6 +89,7 @@ impl Gateway {
     ) -> Result<Begin, ToolError> {
         let store = self.require_store()?;
         let id = format!("op-{}", uuid::Uuid::new_v4());
+        let scope = self.key_scope(workspace, session);
         let row = OperationRow {
             operation_id: id.clone(),
             operation_key: key.map(str::to_string),
@@ -99,7 +102,10 @@ impl Gateway {
             finished_ms: None,
             result: None,
         };
-        match store.create_operation(&row).map_err(store_err)? {
+        match store
+            .create_operation(&row, scope.as_ref())
+            .map_err(store_err)?
+        {
             KeyClaim::Created => {
                 store
                     .add_operation_event(&id, "minted", None, None)
@@ -121,6 +127,41 @@ impl Gateway {
                 }
             }
         }
+    }
+
+    /// The scope a key used now by `session` in `workspace` is claimed in (None when the
+    /// workspace has no registration, i.e. without a store).
+    fn key_scope(&self, workspace: &str, session: &Session) -> Option<KeyScope> {
+        let registration = self.registration(workspace)?;
+        let ttl =
+            i64::try_from(self.config.retention.operation_keys.as_millis()).unwrap_or(i64::MAX);
+        Some(KeyScope {
+            client: session.client.clone(),
+            registration: registration.to_string(),
+            expires_ms: codespace_store::now_ms().saturating_add(ttl),
+        })
+    }
+
+    /// The unexpired operations `session` keyed with `key` in the workspaces this server serves
+    /// under their current registration, oldest first; `tool` narrows to one tool.
+    pub(crate) fn keyed_operations(
+        &self,
+        session: &Session,
+        key: &str,
+        tool: Option<&str>,
+    ) -> Result<Vec<OperationRow>, ToolError> {
+        let store = self.require_store()?;
+        let rows = store
+            .keyed_operations(&session.client, key, codespace_store::now_ms())
+            .map_err(store_err)?;
+        Ok(rows
+            .into_iter()
+            .filter(|(reg, row)| {
+                self.registration(&row.workspace) == Some(reg.as_str())
+                    && tool.is_none_or(|t| row.tool == t)
+            })
+            .map(|(_, row)| row)
+            .collect())
     }
 
     /// Finishes an operation with a status and its result (or error body).
@@ -156,9 +197,8 @@ impl Gateway {
                 .operation_by_id(id)
                 .map_err(store_err)?
                 .ok_or_else(|| not_found("no operation with that operation_id"))?,
-            (None, Some(key)) => store
-                .operation_by_key(key)
-                .map_err(store_err)?
+            (None, Some(key)) => self
+                .keyed_operations(session, key, None)?
                 .into_iter()
                 .max_by_key(|r| r.created_ms)
                 .ok_or_else(|| not_found("no operation with that operation_key"))?,

@@ -11,7 +11,7 @@ use crate::versions::Known;
 use codespace_runner_fs::txn::{Backup, Change, CommitError, Journal, commit, restore};
 use codespace_runner_fs::{FsError, Kind, RelPath, Root, Version};
 use codespace_runner_patch::{FileState, PlanError, PlannedChange, plan};
-use codespace_store::{JournalEntry, Store};
+use codespace_store::{JournalEntry, JournalSeal, Store};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -41,6 +41,7 @@ struct StoreJournal<'a> {
     store: &'a Store,
     operation_id: &'a str,
     workspace: &'a str,
+    registration: &'a str,
     backups: Vec<Backup>,
 }
 
@@ -56,7 +57,12 @@ impl Journal for StoreJournal<'_> {
             })
             .collect();
         self.store
-            .journal_begin(self.operation_id, self.workspace, &entries)
+            .journal_begin(
+                self.operation_id,
+                self.workspace,
+                self.registration,
+                &entries,
+            )
             .map_err(|e| e.to_string())?;
         self.backups = backups.to_vec();
         Ok(())
@@ -360,6 +366,7 @@ impl Gateway {
         }
         let store = self.require_store().map_err(rejected)?.clone();
         let workspace = ws.facts.id.clone();
+        let registration = ws.registration.clone();
         let op = op_id.to_string();
         let touched: Vec<String> = at_plan.keys().cloned().collect();
         let versions_changed = ws.versions.changed_since(seq0, &touched);
@@ -370,6 +377,7 @@ impl Gateway {
                 &root,
                 &store,
                 &workspace,
+                &registration,
                 &op,
                 &changes,
                 &at_plan_c,
@@ -418,30 +426,75 @@ impl Gateway {
         }
     }
 
-    /// Start-up recovery: every open journal is rolled back and its operation marked `unknown`;
-    /// operations that never finished are marked `unknown` too; then the temporary files crashed
-    /// server instances left behind are swept ([`Gateway::sweep_temp_files`]).
+    /// Start-up recovery: every open journal this server's store wrote for a workspace it
+    /// serves under the same registration is rolled back and its operation marked `unknown`;
+    /// operations that never finished are marked `unknown` too. A journal whose seal does not
+    /// verify (written around the store API, changed, or from before sealing) or whose paths do
+    /// not parse as workspace paths is never applied: it is recorded as a `journal_refused`
+    /// event and dropped. A sealed journal of another root bound to the same workspace id is
+    /// kept for that root. Then the temporary files crashed server instances left behind are
+    /// swept ([`Gateway::sweep_temp_files`]).
     pub fn recover(&self) -> Vec<String> {
         let Some(store) = &self.store else {
             return Vec::new();
         };
         let mut recovered = Vec::new();
+        let refuse = |j: &codespace_store::OpenJournal, reason: &str| {
+            tracing::error!(operation_id = %j.operation_id, workspace = %j.workspace, reason, "patch journal refused at start-up; not applied");
+            let paths: Vec<&str> = j.entries.iter().map(|e| e.path.as_str()).collect();
+            let _ = store.insert_event(
+                "journal_refused",
+                &json!({
+                    "operation_id": j.operation_id,
+                    "workspace": j.workspace,
+                    "reason": reason,
+                    "paths": paths,
+                }),
+            );
+            if let Err(e) = store.journal_clear(&j.operation_id) {
+                tracing::error!(operation_id = %j.operation_id, error = %e, "cannot drop a refused journal");
+            }
+        };
         match store.open_journals() {
             Ok(journals) => {
-                for (op, workspace, entries) in journals {
-                    let Some(ws) = self.workspaces.get(&workspace) else {
-                        tracing::error!(operation_id = %op, "journal for an unknown workspace kept");
+                for j in journals {
+                    match j.seal {
+                        JournalSeal::Valid => {}
+                        JournalSeal::Missing => {
+                            refuse(&j, "the journal carries no seal of this store");
+                            continue;
+                        }
+                        JournalSeal::Invalid => {
+                            refuse(&j, "the journal's seal does not verify");
+                            continue;
+                        }
+                    }
+                    let Some(ws) = self.workspaces.get(&j.workspace) else {
+                        tracing::error!(operation_id = %j.operation_id, "journal for an unknown workspace kept");
                         continue;
                     };
-                    let backups: Vec<Backup> = entries
+                    if j.registration.as_deref() != Some(ws.registration.as_str()) {
+                        tracing::warn!(operation_id = %j.operation_id, workspace = %j.workspace, "journal of another root bound to this workspace id kept for that root");
+                        continue;
+                    }
+                    let parsed: Result<Vec<Backup>, _> = j
+                        .entries
                         .iter()
-                        .filter_map(|e| {
-                            RelPath::parse(&e.path).ok().map(|path| Backup {
+                        .map(|e| {
+                            e.created_dirs
+                                .iter()
+                                .try_for_each(|d| RelPath::parse(d).map(drop))?;
+                            RelPath::parse(&e.path).map(|path| Backup {
                                 path,
                                 before: e.before.clone().map(|d| (d, e.mode.unwrap_or(0o644))),
                             })
                         })
                         .collect();
+                    let Ok(backups) = parsed else {
+                        refuse(&j, "a journal path lies outside its workspace");
+                        continue;
+                    };
+                    let op = j.operation_id;
                     match restore(&ws.root, &backups) {
                         Ok(()) => {
                             let _ = store.journal_clear(&op);
@@ -510,6 +563,7 @@ fn commit_checked(
     root: &Root,
     store: &Store,
     workspace: &str,
+    registration: &str,
     op: &str,
     changes: &[Change],
     at_plan: &BTreeMap<String, Known>,
@@ -541,6 +595,7 @@ fn commit_checked(
         store,
         operation_id: op,
         workspace,
+        registration,
         backups: Vec::new(),
     };
     let mut fault = |step: usize| match &hooks.fault {

@@ -497,7 +497,7 @@ mod tests {
     fn shipped_policies_compile() {
         let snap = compile(PolicySource::Embedded.read().unwrap()).unwrap();
         assert!(snap.meta.contains_key("read-only.permit.fs-read"));
-        assert!(snap.meta.contains_key("base.forbid.git-hooks-write"));
+        assert!(snap.meta.contains_key("base.forbid.git-metadata-write"));
         assert!(snap.sha256.starts_with("sha256:"));
         assert!(snap.meta.values().all(|m| !m.forbid || m.reason.is_some()));
     }

@@ -440,13 +440,11 @@ impl Gateway {
         }));
         let key = p.operation_key.as_deref().filter(|k| !k.is_empty());
         // A retry of a keyed exec replays without taking the lease (its own process may hold it).
-        let store = self.require_store()?;
         let known_key = match key {
-            Some(k) => store
-                .operation_by_key(k)
-                .map_err(internal)?
+            Some(k) => self
+                .keyed_operations(session, k, Some("exec_command"))?
                 .iter()
-                .any(|r| r.tool == "exec_command" && r.workspace == ws.facts.id),
+                .any(|r| r.workspace == ws.facts.id),
             None => false,
         };
         let lease = if known_key {

@@ -89,6 +89,9 @@ pub struct SubRequest {
     pub context: Value,
     /// What the audit log shows: the path or a command summary (never contents).
     pub subject: String,
+    /// `resource.tool` when it is not the call's tool: the version-oracle `read` of an
+    /// `apply_patch` `expected_versions` key asks exactly what a `read` of that path would.
+    pub resource_tool: Option<String>,
 }
 
 /// The shells whose `-c` makes a command `via_shell`.
@@ -153,6 +156,7 @@ fn sub(action: &str, path: &str, kind: &str, ctx: Value, subject: String) -> Sub
         gating: true,
         context: ctx,
         subject,
+        resource_tool: None,
     }
 }
 
@@ -217,6 +221,15 @@ pub fn build_requests(
                     ctx.clone(),
                     format!("{kind} {}", rel.as_str()),
                 ));
+            }
+            // Version oracle: a version is only compared (and named in a conflict) for a path the
+            // caller may read, so each expected_versions key is also the `read` a later `read` of
+            // that path would make.
+            for key in p.expected_versions.keys() {
+                let rel = RelPath::parse(key).map_err(path_error)?;
+                let mut r = sub("read", rel.as_str(), "", base.clone(), rel.as_str().into());
+                r.resource_tool = Some("read".into());
+                out.push(r);
             }
             out
         }

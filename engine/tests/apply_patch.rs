@@ -575,26 +575,31 @@ async fn start_up_recovery_rolls_back_an_open_journal() {
     write(&e.root, "a.txt", "old\n");
     // Simulate a crash mid-apply: an operation minted, its journal written, the file half-way
     // changed, and the process gone.
+    let registration = e.gw.registration("w").unwrap().to_string();
     {
         let store = Store::open(&e.store_path).unwrap();
         store
-            .create_operation(&codespace_store::OperationRow {
-                operation_id: "op-crashed".into(),
-                operation_key: None,
-                fingerprint: "f".into(),
-                tool: "apply_patch".into(),
-                workspace: "w".into(),
-                client: None,
-                status: "running".into(),
-                created_ms: codespace_store::now_ms(),
-                finished_ms: None,
-                result: None,
-            })
+            .create_operation(
+                &codespace_store::OperationRow {
+                    operation_id: "op-crashed".into(),
+                    operation_key: None,
+                    fingerprint: "f".into(),
+                    tool: "apply_patch".into(),
+                    workspace: "w".into(),
+                    client: None,
+                    status: "running".into(),
+                    created_ms: codespace_store::now_ms(),
+                    finished_ms: None,
+                    result: None,
+                },
+                None,
+            )
             .unwrap();
         store
             .journal_begin(
                 "op-crashed",
                 "w",
+                &registration,
                 &[
                     codespace_store::JournalEntry {
                         path: "a.txt".into(),

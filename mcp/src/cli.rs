@@ -174,12 +174,22 @@ fn serve(
         (Some(_), Some(_)) => return Err(anyhow!("give either a config or a directory, not both")),
         (None, d) => Config::embedded_default(d.as_deref().unwrap_or(Path::new(".")))?,
     };
-    let store_path = match store.or_else(|| cfg.store.clone()) {
-        Some(p) => p,
-        None => default_store_path()?,
+    let (store_path, default_store) = match store.or_else(|| cfg.store.clone()) {
+        Some(p) => (p, false),
+        None => (default_store_path()?, true),
     };
     cfg.store = Some(store_path.clone());
     let source = source_from(cfg.policies_dir.clone(), cfg.schema_file.clone());
+    // Nothing of the server's own may sit where a command or a patch could rewrite it; checked
+    // before the store is created.
+    if let Err(e) = codespace_engine::server_files::check_outside_workspaces(&cfg, &source) {
+        if default_store && e.0.starts_with("store") {
+            return Err(anyhow!(
+                "{e} (this is the default store location; pass --store FILE outside the workspace)"
+            ));
+        }
+        return Err(e.into());
+    }
     let policy =
         Arc::new(PolicyStore::load(source).map_err(|e| anyhow!("policies rejected:\n{e}"))?);
     let store = Arc::new(
@@ -228,6 +238,14 @@ fn serve(
     if !recovered.is_empty() {
         tracing::warn!(operations = ?recovered, "rolled back interrupted patches at start-up");
     }
+    // Retention runs on its own thread and its own connection, off every request path.
+    let _pruner = codespace_store::Store::open(&store_path)
+        .map_err(|e| anyhow!("cannot open the store for retention: {e}"))
+        .and_then(|s| {
+            gateway
+                .start_retention(Arc::new(s), codespace_engine::retention::PRUNE_INTERVAL)
+                .context("retention thread")
+        })?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -84,6 +84,14 @@ pub enum HttpError {
          with tokens, or bind a loopback address such as 127.0.0.1:8787"
     )]
     UnauthenticatedNonLoopback(SocketAddr),
+    /// No clients are configured and a workspace's commands may use the network: they could
+    /// call this server's own unauthenticated loopback endpoint.
+    #[error(
+        "refusing to serve unauthenticated HTTP: workspaces.{0}.network is not \"restricted\", so \
+         its commands could call this server's own endpoint; configure `clients` with tokens, or \
+         restrict the network of every workspace"
+    )]
+    UnauthenticatedWithNetwork(String),
     /// An `--allowed-host` or `--allowed-origin` entry does not parse.
     #[error("invalid {0} `{1}`")]
     BadAllowEntry(&'static str, String),
@@ -593,6 +601,15 @@ impl HttpServer {
         let authenticated = !clients.is_empty();
         if !authenticated && !opts.addr.ip().is_loopback() {
             return Err(HttpError::UnauthenticatedNonLoopback(opts.addr));
+        }
+        if !authenticated
+            && let Some(ws) = gateway
+                .config()
+                .workspaces
+                .values()
+                .find(|w| w.network != codespace_engine::config::Network::Restricted)
+        {
+            return Err(HttpError::UnauthenticatedWithNetwork(ws.id.clone()));
         }
         let listener = tokio::net::TcpListener::bind(opts.addr)
             .await

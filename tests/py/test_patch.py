@@ -571,7 +571,7 @@ def test_every_error_code_of_apply_patch_leaves_the_tree_unchanged(tmp_path: Pat
                 assert snapshot(root) == before, f"{name}: the tree changed after a refused patch"
                 if body["code"] == "UNAUTHORIZED":
                     assert body.get("decision_id"), body
-                    assert body.get("policy_ids") == ["base.forbid.git-hooks-write"], body
+                    assert body.get("policy_ids") == ["base.forbid.git-metadata-write"], body
                 # check_only fails identically and writes nothing either.
                 checked = await c.patch_err(text, check_only=True)
                 assert checked["code"] == body["code"], name

@@ -23,6 +23,12 @@ pub enum StoreError {
         /// Newest version this build can migrate to.
         supported: i64,
     },
+    /// A migration step left rows that break a foreign key; nothing of the step was kept.
+    #[error("store migration to schema version {0} failed its foreign key check")]
+    Migration(i64),
+    /// The journal key file next to the store cannot be used.
+    #[error("store journal key: {0}")]
+    JournalKey(String),
     /// No operation has this id.
     #[error("operation not found: {0}")]
     OperationNotFound(String),

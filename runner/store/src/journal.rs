@@ -24,18 +24,47 @@ pub struct JournalEntry {
     pub created_dirs: Vec<String>,
 }
 
-/// An open journal: operation id, workspace id, entries in the order they were given.
-pub type OpenJournal = (String, String, Vec<JournalEntry>);
+/// Whether an open journal was written by a holder of this store's journal key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JournalSeal {
+    /// The seal verifies: this store's writer recorded exactly these rows.
+    Valid,
+    /// No seal (a row written by something other than [`Store::journal_begin`], or before
+    /// schema version 2).
+    Missing,
+    /// A seal that does not verify: the rows were changed or forged.
+    Invalid,
+}
+
+/// An open journal, entries in the order they were given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenJournal {
+    /// The operation it belongs to.
+    pub operation_id: String,
+    /// Workspace id.
+    pub workspace: String,
+    /// The workspace registration (root identity) it was written for.
+    pub registration: Option<String>,
+    /// What each touched file looked like before.
+    pub entries: Vec<JournalEntry>,
+    /// Whether the seal verifies under this store's key.
+    pub seal: JournalSeal,
+}
 
 impl Store {
-    /// Records the journal of an operation in one transaction. The operation must exist and must
-    /// not already have a journal.
+    /// Records the journal of an operation in one transaction, sealed with the store's journal
+    /// key and bound to the workspace registration it will be restored into. The operation must
+    /// exist and must not already have a journal.
     pub fn journal_begin(
         &self,
         operation_id: &str,
         workspace: &str,
+        registration: &str,
         entries: &[JournalEntry],
     ) -> Result<(), StoreError> {
+        let seal = self
+            .journal_key()?
+            .seal(operation_id, workspace, registration, entries)?;
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let op_exists = tx
@@ -48,10 +77,16 @@ impl Store {
         }
         let inserted = tx
             .prepare_cached(
-                "INSERT INTO patch_journals (operation_id, workspace, created_ms) \
-                 VALUES (?1, ?2, ?3) ON CONFLICT (operation_id) DO NOTHING",
+                "INSERT INTO patch_journals (operation_id, workspace, created_ms, registration, \
+                 seal) VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (operation_id) DO NOTHING",
             )?
-            .execute(params![operation_id, workspace, now_ms()])?;
+            .execute(params![
+                operation_id,
+                workspace,
+                now_ms(),
+                registration,
+                seal
+            ])?;
         if inserted == 0 {
             return Err(StoreError::JournalExists(operation_id.to_owned()));
         }
@@ -84,17 +119,22 @@ impl Store {
         Ok(())
     }
 
-    /// Every journal not yet cleared, oldest first, each with its entries in order.
+    /// Every journal not yet cleared, oldest first, each with its entries in order and whether
+    /// its seal verifies under this store's journal key.
     pub fn open_journals(&self) -> Result<Vec<OpenJournal>, StoreError> {
+        let key = self.journal_key()?;
         let mut conn = self.conn();
         // One read transaction so journals and entries come from the same snapshot.
         let tx = conn.transaction()?;
+        type Head = (String, String, Option<String>, Option<String>);
         let heads = tx
             .prepare_cached(
-                "SELECT operation_id, workspace FROM patch_journals \
+                "SELECT operation_id, workspace, registration, seal FROM patch_journals \
                  ORDER BY created_ms, operation_id",
             )?
-            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?
+            .query_map([], |r| -> rusqlite::Result<Head> {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         let mut out = Vec::with_capacity(heads.len());
         {
@@ -102,7 +142,7 @@ impl Store {
                 "SELECT path, before, mode, created_dirs FROM patch_journal_entries \
                  WHERE operation_id = ?1 ORDER BY seq",
             )?;
-            for (op, ws) in heads {
+            for (op, ws, registration, seal) in heads {
                 let entries = st
                     .query_map(params![op], |r| {
                         Ok(JournalEntry {
@@ -113,7 +153,23 @@ impl Store {
                         })
                     })?
                     .collect::<rusqlite::Result<Vec<_>>>()?;
-                out.push((op, ws, entries));
+                let seal = match (&seal, &registration) {
+                    (Some(seal), Some(reg)) => {
+                        if key.verify(seal, &op, &ws, reg, &entries)? {
+                            JournalSeal::Valid
+                        } else {
+                            JournalSeal::Invalid
+                        }
+                    }
+                    _ => JournalSeal::Missing,
+                };
+                out.push(OpenJournal {
+                    operation_id: op,
+                    workspace: ws,
+                    registration,
+                    entries,
+                    seal,
+                });
             }
         }
         tx.commit()?;

@@ -1,5 +1,6 @@
-//! The SQLite store of CodeSpace: decisions (audit), events, operations, processes, patch journal,
-//! server instances.
+//! The SQLite store of CodeSpace: decisions (audit), events, operations and their scoped keys,
+//! processes, workspace registrations, the sealed patch journal, server instances, retention
+//! pruning.
 //!
 //! One [`Store`] wraps one `rusqlite::Connection` behind a mutex: it is `Send + Sync` and cheap to
 //! share in an `Arc`. Every time is unix milliseconds (see [`now_ms`]).
@@ -13,14 +14,19 @@ mod journal;
 mod migrate;
 mod operations;
 mod processes;
+mod registrations;
+mod retention;
+mod seal;
 mod store;
 
 pub use decisions::{DecisionQuery, DecisionRow};
 pub use error::StoreError;
 pub use events::EventRow;
 pub use instances::InstanceRow;
-pub use journal::{JournalEntry, OpenJournal};
+pub use journal::{JournalEntry, JournalSeal, OpenJournal};
 pub use migrate::LATEST_VERSION;
-pub use operations::{KeyClaim, OperationEvent, OperationRow};
+pub use operations::{KeyClaim, KeyScope, OperationEvent, OperationRow};
 pub use processes::ProcessRow;
+pub use retention::{PruneTarget, StoreStats};
+pub use seal::{JournalKey, key_path as journal_key_path};
 pub use store::{Store, now_ms};

@@ -20,10 +20,14 @@ const MIGRATIONS: &[Migration] = &[
         version: 2,
         sql: include_str!("../migrations/0002_server_instances.sql"),
     },
+    Migration {
+        version: 3,
+        sql: include_str!("../migrations/0003_scoped_keys_retention.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.
-pub const LATEST_VERSION: i64 = 2;
+pub const LATEST_VERSION: i64 = 3;
 
 /// Reads `PRAGMA user_version`.
 pub(crate) fn user_version(conn: &Connection) -> rusqlite::Result<i64> {
@@ -33,19 +37,37 @@ pub(crate) fn user_version(conn: &Connection) -> rusqlite::Result<i64> {
 /// Brings the database up to [`LATEST_VERSION`]; refuses a database newer than that.
 ///
 /// Each step runs in its own immediate transaction that re-reads the version first, so two
-/// processes opening the same fresh file do not apply a step twice.
+/// processes opening the same fresh file do not apply a step twice. Steps run with foreign keys
+/// off (a step may rebuild a referenced table, as SQLite's ALTER TABLE procedure requires) and
+/// each is checked with `PRAGMA foreign_key_check` before it commits.
 pub(crate) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
     let found = user_version(conn)?;
     check_not_newer(found)?;
     if found == LATEST_VERSION {
         return Ok(());
     }
+    let fk: bool = conn.query_row("PRAGMA foreign_keys", [], |r| r.get(0))?;
+    conn.pragma_update(None, "foreign_keys", false)?;
+    let result = apply_steps(conn);
+    conn.pragma_update(None, "foreign_keys", fk)?;
+    result
+}
+
+fn apply_steps(conn: &mut Connection) -> Result<(), StoreError> {
     for step in MIGRATIONS {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let current = user_version(&tx)?;
         check_not_newer(current)?;
         if current < step.version {
             tx.execute_batch(step.sql)?;
+            let violation = tx
+                .prepare("PRAGMA foreign_key_check")?
+                .query([])?
+                .next()?
+                .is_some();
+            if violation {
+                return Err(StoreError::Migration(step.version));
+            }
             tx.pragma_update(None, "user_version", step.version)?;
         }
         tx.commit()?;

@@ -12,7 +12,7 @@ use crate::store::{Store, now_ms};
 pub struct OperationRow {
     /// Server-minted id.
     pub operation_id: String,
-    /// Client-chosen idempotency key, unique per (workspace, tool).
+    /// Client-chosen idempotency key (a label here; claims live in `operation_keys`).
     pub operation_key: Option<String>,
     /// Digest of the request, compared when a key is reused.
     pub fingerprint: String,
@@ -37,9 +37,20 @@ pub struct OperationRow {
 pub enum KeyClaim {
     /// The row was inserted.
     Created,
-    /// A row with the same (workspace, tool, operation_key) already existed; nothing was
+    /// An unexpired key with the same scope, tool and key already existed; nothing was
     /// inserted. The caller compares fingerprints.
     Existing(Box<OperationRow>),
+}
+
+/// Where an operation key is valid: one client, one workspace registration, until a time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyScope {
+    /// The client that chose the key.
+    pub client: String,
+    /// The workspace registration (root identity) it was used in.
+    pub registration: String,
+    /// When the key expires (unix ms); from then on the key is unknown.
+    pub expires_ms: i64,
 }
 
 /// One step in an operation's timeline.
@@ -57,6 +68,15 @@ pub struct OperationEvent {
 
 const COLUMNS: &str = "operation_id, operation_key, fingerprint, tool, workspace, client, status, \
      created_ms, finished_ms, result";
+
+/// [`COLUMNS`] qualified with a table alias.
+fn prefixed_columns(alias: &str) -> String {
+    COLUMNS
+        .split(',')
+        .map(|c| format!("{alias}.{}", c.trim()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 fn from_row(row: &Row<'_>) -> rusqlite::Result<OperationRow> {
     Ok(OperationRow {
@@ -78,49 +98,78 @@ fn json_text(value: Option<&serde_json::Value>) -> Result<Option<String>, StoreE
 }
 
 impl Store {
-    /// Inserts `row` unless its operation key is already taken in the same (workspace, tool).
+    /// Inserts `row`. With a key (`row.operation_key`) and a `scope`, the key is claimed in
+    /// that scope for `row.tool` unless an unexpired claim exists, in which case nothing is
+    /// inserted and the claimed operation is returned. An expired claim is replaced. Without a
+    /// scope the key is only a label.
     ///
-    /// Atomic: the check and the insert are one statement inside one immediate transaction.
-    /// A duplicate `operation_id` is an error, not a claim.
-    pub fn create_operation(&self, row: &OperationRow) -> Result<KeyClaim, StoreError> {
+    /// Atomic: the check and the inserts run in one immediate transaction. A duplicate
+    /// `operation_id` is an error, not a claim.
+    pub fn create_operation(
+        &self,
+        row: &OperationRow,
+        scope: Option<&KeyScope>,
+    ) -> Result<KeyClaim, StoreError> {
         let result = json_text(row.result.as_ref())?;
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let inserted = tx
-            .prepare_cached(
-                "INSERT INTO operations (operation_id, operation_key, fingerprint, tool, \
-                 workspace, client, status, created_ms, finished_ms, result) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
-                 ON CONFLICT (workspace, tool, operation_key) DO NOTHING",
-            )?
-            .execute(params![
-                row.operation_id,
-                row.operation_key,
-                row.fingerprint,
-                row.tool,
-                row.workspace,
-                row.client,
-                row.status,
-                row.created_ms,
-                row.finished_ms,
-                result,
-            ])?;
-        let claim = if inserted == 1 {
-            KeyClaim::Created
-        } else {
-            let existing = tx
+        let claim = match (&row.operation_key, scope) {
+            (Some(key), Some(scope)) => tx
                 .prepare_cached(&format!(
-                    "SELECT {COLUMNS} FROM operations \
-                     WHERE workspace = ?1 AND tool = ?2 AND operation_key = ?3"
+                    "SELECT {} FROM operation_keys k JOIN operations o \
+                     ON o.operation_id = k.operation_id \
+                     WHERE k.client = ?1 AND k.registration = ?2 AND k.tool = ?3 \
+                     AND k.operation_key = ?4 AND k.expires_ms > ?5",
+                    prefixed_columns("o")
                 ))?
                 .query_row(
-                    params![row.workspace, row.tool, row.operation_key],
+                    params![scope.client, scope.registration, row.tool, key, now_ms()],
                     from_row,
-                )?;
-            KeyClaim::Existing(Box::new(existing))
+                )
+                .optional()?,
+            _ => None,
         };
+        if let Some(existing) = claim {
+            tx.commit()?;
+            return Ok(KeyClaim::Existing(Box::new(existing)));
+        }
+        tx.prepare_cached(
+            "INSERT INTO operations (operation_id, operation_key, fingerprint, tool, \
+             workspace, client, status, created_ms, finished_ms, result) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        )?
+        .execute(params![
+            row.operation_id,
+            row.operation_key,
+            row.fingerprint,
+            row.tool,
+            row.workspace,
+            row.client,
+            row.status,
+            row.created_ms,
+            row.finished_ms,
+            result,
+        ])?;
+        if let (Some(key), Some(scope)) = (&row.operation_key, scope) {
+            tx.prepare_cached(
+                "INSERT INTO operation_keys (client, registration, tool, operation_key, \
+                 operation_id, created_ms, expires_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+                 ON CONFLICT (client, registration, tool, operation_key) DO UPDATE SET \
+                 operation_id = excluded.operation_id, created_ms = excluded.created_ms, \
+                 expires_ms = excluded.expires_ms",
+            )?
+            .execute(params![
+                scope.client,
+                scope.registration,
+                row.tool,
+                key,
+                row.operation_id,
+                row.created_ms,
+                scope.expires_ms,
+            ])?;
+        }
         tx.commit()?;
-        Ok(claim)
+        Ok(KeyClaim::Created)
     }
 
     /// Marks an operation finished now with `status` and an optional result summary.
@@ -156,15 +205,27 @@ impl Store {
         Ok(row)
     }
 
-    /// Every operation with this key (it may be used in several workspaces or tools), oldest first.
-    pub fn operation_by_key(&self, key: &str) -> Result<Vec<OperationRow>, StoreError> {
+    /// The operations `client` claimed `key` for that have not expired at `now_ms`, with the
+    /// registration each claim is scoped to, oldest first (a key may be claimed in several
+    /// workspaces or tools).
+    pub fn keyed_operations(
+        &self,
+        client: &str,
+        key: &str,
+        now_ms: i64,
+    ) -> Result<Vec<(String, OperationRow)>, StoreError> {
         let conn = self.conn();
         let mut st = conn.prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM operations WHERE operation_key = ?1 \
-             ORDER BY created_ms, operation_id"
+            "SELECT {}, k.registration FROM operation_keys k JOIN operations o \
+             ON o.operation_id = k.operation_id \
+             WHERE k.client = ?1 AND k.operation_key = ?2 AND k.expires_ms > ?3 \
+             ORDER BY k.created_ms, o.operation_id",
+            prefixed_columns("o")
         ))?;
         let rows = st
-            .query_map(params![key], from_row)?
+            .query_map(params![client, key, now_ms], |r| {
+                Ok((r.get::<_, String>(10)?, from_row(r)?))
+            })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
     }

@@ -2,7 +2,7 @@
 
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -10,6 +10,7 @@ use rusqlite::Connection;
 
 use crate::error::StoreError;
 use crate::migrate;
+use crate::seal::{JournalKey, key_path};
 
 /// How long a statement waits for another writer before SQLite reports busy.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -25,6 +26,10 @@ pub fn now_ms() -> i64 {
 /// The CodeSpace store: one SQLite connection behind a mutex. `Send + Sync`; share it in an `Arc`.
 pub struct Store {
     conn: Mutex<Connection>,
+    /// Where the journal key comes from: the file next to the store, or memory.
+    key_file: Option<PathBuf>,
+    /// The journal key, loaded (or created) on first use.
+    key: Mutex<Option<JournalKey>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -49,15 +54,20 @@ impl Store {
             .mode(0o600)
             .open(path)?;
         let conn = Connection::open(path)?;
-        Self::configure(conn, true)
+        Self::configure(conn, true, Some(key_path(path)))
     }
 
     /// Opens a private in-memory store (for tests and dry runs), migrated to the newest schema.
+    /// Its journal key lives in memory only.
     pub fn open_in_memory() -> Result<Store, StoreError> {
-        Self::configure(Connection::open_in_memory()?, false)
+        Self::configure(Connection::open_in_memory()?, false, None)
     }
 
-    fn configure(mut conn: Connection, wal: bool) -> Result<Store, StoreError> {
+    fn configure(
+        mut conn: Connection,
+        wal: bool,
+        key_file: Option<PathBuf>,
+    ) -> Result<Store, StoreError> {
         // The busy timeout comes first: switching to WAL and migrating may wait for other openers.
         conn.busy_timeout(BUSY_TIMEOUT)?;
         if wal {
@@ -68,7 +78,29 @@ impl Store {
         migrate::migrate(&mut conn)?;
         Ok(Store {
             conn: Mutex::new(conn),
+            key_file,
+            key: Mutex::new(None),
         })
+    }
+
+    /// The journal key file of this store (`<store>.key`), None for an in-memory store.
+    pub fn journal_key_file(&self) -> Option<&Path> {
+        self.key_file.as_deref()
+    }
+
+    /// The journal key: read from (or created in) the key file on first use. Readers of the
+    /// audit log never need it, so opening a store does not touch the key file.
+    pub(crate) fn journal_key(&self) -> Result<JournalKey, StoreError> {
+        let mut slot = self.key.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(k) = slot.as_ref() {
+            return Ok(k.clone());
+        }
+        let key = match &self.key_file {
+            Some(path) => JournalKey::load_or_create(path)?,
+            None => JournalKey::ephemeral()?,
+        };
+        *slot = Some(key.clone());
+        Ok(key)
     }
 
     /// The schema version of the open database (`PRAGMA user_version`).

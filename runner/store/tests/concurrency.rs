@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Instant;
 
-use codespace_store::{DecisionQuery, KeyClaim, Store};
+use codespace_store::{DecisionQuery, KeyClaim, KeyScope, Store};
 use common::{decision, operation};
 
 const THREADS: usize = 4;
@@ -61,7 +61,12 @@ fn four_threads_sharing_one_store_claim_each_key_once() {
                     let key = format!("key-{k}");
                     let row =
                         operation(&format!("op-{t}-{k}"), "default", "apply_patch", Some(&key));
-                    if store.create_operation(&row).unwrap() == KeyClaim::Created {
+                    let scope = KeyScope {
+                        client: "c".to_owned(),
+                        registration: "reg".to_owned(),
+                        expires_ms: i64::MAX,
+                    };
+                    if store.create_operation(&row, Some(&scope)).unwrap() == KeyClaim::Created {
                         created += 1;
                     }
                 }
@@ -73,7 +78,10 @@ fn four_threads_sharing_one_store_claim_each_key_once() {
     assert_eq!(total, 50);
     for k in 0..50 {
         assert_eq!(
-            store.operation_by_key(&format!("key-{k}")).unwrap().len(),
+            store
+                .keyed_operations("c", &format!("key-{k}"), 0)
+                .unwrap()
+                .len(),
             1
         );
     }

@@ -2,7 +2,9 @@
 
 mod common;
 
-use codespace_store::{DecisionQuery, JournalEntry, KeyClaim, Store, StoreError, now_ms};
+use codespace_store::{
+    DecisionQuery, JournalEntry, JournalSeal, KeyClaim, KeyScope, Store, StoreError, now_ms,
+};
 use common::{decision, operation, process};
 use serde_json::json;
 
@@ -140,8 +142,14 @@ fn operations_round_trip_finish_and_unfinished_list() {
     let op1 = operation("op1", "default", "apply_patch", Some("k1"));
     let mut op2 = operation("op2", "default", "exec_command", None);
     op2.created_ms = 2_000;
-    assert_eq!(store.create_operation(&op1).unwrap(), KeyClaim::Created);
-    assert_eq!(store.create_operation(&op2).unwrap(), KeyClaim::Created);
+    assert_eq!(
+        store.create_operation(&op1, None).unwrap(),
+        KeyClaim::Created
+    );
+    assert_eq!(
+        store.create_operation(&op2, None).unwrap(),
+        KeyClaim::Created
+    );
     assert_eq!(store.operation_by_id("op1").unwrap(), Some(op1.clone()));
     assert_eq!(store.operation_by_id("nope").unwrap(), None);
     assert_eq!(
@@ -164,39 +172,150 @@ fn operations_round_trip_finish_and_unfinished_list() {
     assert!(matches!(err, StoreError::OperationNotFound(ref id) if id == "nope"));
 }
 
+fn scope(client: &str, registration: &str, expires_ms: i64) -> KeyScope {
+    KeyScope {
+        client: client.to_owned(),
+        registration: registration.to_owned(),
+        expires_ms,
+    }
+}
+
 #[test]
-fn key_claim_is_existing_for_same_workspace_tool_key_and_created_elsewhere() {
+fn key_claim_is_existing_only_in_the_same_client_registration_and_tool() {
     let store = Store::open_in_memory().unwrap();
+    let far = now_ms() + 3_600_000;
+    let alice = scope("alice", "reg-a", far);
     let first = operation("op1", "default", "apply_patch", Some("retry-1"));
-    assert_eq!(store.create_operation(&first).unwrap(), KeyClaim::Created);
+    assert_eq!(
+        store.create_operation(&first, Some(&alice)).unwrap(),
+        KeyClaim::Created
+    );
 
     let mut again = operation("op2", "default", "apply_patch", Some("retry-1"));
     again.fingerprint = "different".to_owned();
-    match store.create_operation(&again).unwrap() {
+    match store.create_operation(&again, Some(&alice)).unwrap() {
         KeyClaim::Existing(row) => assert_eq!(*row, first),
-        KeyClaim::Created => panic!("same (workspace, tool, key) must not insert"),
+        KeyClaim::Created => panic!("same (client, registration, tool, key) must not insert"),
     }
     assert_eq!(store.operation_by_id("op2").unwrap(), None);
 
-    let other_ws = operation("op3", "other", "apply_patch", Some("retry-1"));
+    // Another client, another registration of the same workspace id, another tool: new.
+    let bob = operation("op3", "default", "apply_patch", Some("retry-1"));
     assert_eq!(
-        store.create_operation(&other_ws).unwrap(),
+        store
+            .create_operation(&bob, Some(&scope("bob", "reg-a", far)))
+            .unwrap(),
         KeyClaim::Created
     );
-    let other_tool = operation("op4", "default", "exec_command", Some("retry-1"));
+    let other_tree = operation("op4", "default", "apply_patch", Some("retry-1"));
     assert_eq!(
-        store.create_operation(&other_tool).unwrap(),
+        store
+            .create_operation(&other_tree, Some(&scope("alice", "reg-b", far)))
+            .unwrap(),
+        KeyClaim::Created
+    );
+    let other_tool = operation("op5", "default", "exec_command", Some("retry-1"));
+    assert_eq!(
+        store.create_operation(&other_tool, Some(&alice)).unwrap(),
         KeyClaim::Created
     );
 
-    let by_key: Vec<String> = store
-        .operation_by_key("retry-1")
-        .unwrap()
-        .into_iter()
-        .map(|r| r.operation_id)
-        .collect();
-    assert_eq!(by_key, ["op1", "op3", "op4"]);
-    assert!(store.operation_by_key("unused").unwrap().is_empty());
+    let now = now_ms();
+    let ids = |client: &str| -> Vec<(String, String)> {
+        store
+            .keyed_operations(client, "retry-1", now)
+            .unwrap()
+            .into_iter()
+            .map(|(reg, r)| (reg, r.operation_id))
+            .collect()
+    };
+    let mut alice_ids = ids("alice");
+    alice_ids.sort();
+    assert_eq!(
+        alice_ids,
+        [
+            ("reg-a".to_owned(), "op1".to_owned()),
+            ("reg-a".to_owned(), "op5".to_owned()),
+            ("reg-b".to_owned(), "op4".to_owned())
+        ]
+    );
+    assert_eq!(ids("bob"), [("reg-a".to_owned(), "op3".to_owned())]);
+    assert!(ids("carol").is_empty());
+    assert!(
+        store
+            .keyed_operations("alice", "unused", now)
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[test]
+fn an_expired_key_is_unknown_and_claimed_again() {
+    let store = Store::open_in_memory().unwrap();
+    let past = scope("alice", "reg-a", now_ms() - 1);
+    let first = operation("op1", "default", "apply_patch", Some("k"));
+    assert_eq!(
+        store.create_operation(&first, Some(&past)).unwrap(),
+        KeyClaim::Created
+    );
+    assert!(
+        store
+            .keyed_operations("alice", "k", now_ms())
+            .unwrap()
+            .is_empty()
+    );
+    let live = scope("alice", "reg-a", now_ms() + 60_000);
+    let second = operation("op2", "default", "apply_patch", Some("k"));
+    assert_eq!(
+        store.create_operation(&second, Some(&live)).unwrap(),
+        KeyClaim::Created
+    );
+    let got = store.keyed_operations("alice", "k", now_ms()).unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].1.operation_id, "op2");
+    // The first operation is still there by id.
+    assert!(store.operation_by_id("op1").unwrap().is_some());
+    // Without a scope the key is only a label: nothing is claimed.
+    let label = operation("op3", "default", "apply_patch", Some("k"));
+    assert_eq!(
+        store.create_operation(&label, None).unwrap(),
+        KeyClaim::Created
+    );
+    assert_eq!(
+        store
+            .keyed_operations("alice", "k", now_ms())
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn registrations_are_per_workspace_and_root() {
+    let store = Store::open_in_memory().unwrap();
+    let a = store
+        .register_workspace("default", "1:100", "reg-1")
+        .unwrap();
+    assert_eq!(a, "reg-1");
+    // Same id, same root: the same registration, whatever fresh id is offered.
+    assert_eq!(
+        store
+            .register_workspace("default", "1:100", "reg-2")
+            .unwrap(),
+        "reg-1"
+    );
+    // Same id bound to another root: a new registration.
+    assert_eq!(
+        store
+            .register_workspace("default", "1:200", "reg-3")
+            .unwrap(),
+        "reg-3"
+    );
+    // Another id on the first root: its own registration.
+    assert_eq!(
+        store.register_workspace("other", "1:100", "reg-4").unwrap(),
+        "reg-4"
+    );
 }
 
 #[test]
@@ -204,16 +323,16 @@ fn operations_without_key_never_collide_but_duplicate_ids_fail() {
     let store = Store::open_in_memory().unwrap();
     let a = operation("op1", "default", "exec_command", None);
     let b = operation("op2", "default", "exec_command", None);
-    assert_eq!(store.create_operation(&a).unwrap(), KeyClaim::Created);
-    assert_eq!(store.create_operation(&b).unwrap(), KeyClaim::Created);
-    assert!(store.create_operation(&a).is_err());
+    assert_eq!(store.create_operation(&a, None).unwrap(), KeyClaim::Created);
+    assert_eq!(store.create_operation(&b, None).unwrap(), KeyClaim::Created);
+    assert!(store.create_operation(&a, None).is_err());
 }
 
 #[test]
 fn operation_events_round_trip_in_insertion_order() {
     let store = Store::open_in_memory().unwrap();
     store
-        .create_operation(&operation("op1", "default", "apply_patch", None))
+        .create_operation(&operation("op1", "default", "apply_patch", None), None)
         .unwrap();
     store
         .add_operation_event("op1", "planned", None, None)
@@ -249,7 +368,7 @@ fn operation_events_round_trip_in_insertion_order() {
 fn processes_round_trip_upsert_and_mark_unknown() {
     let store = Store::open_in_memory().unwrap();
     store
-        .create_operation(&operation("op1", "default", "exec_command", None))
+        .create_operation(&operation("op1", "default", "exec_command", None), None)
         .unwrap();
     let p1 = process("p1", "op1");
     let mut p2 = process("p2", "op1");
@@ -286,7 +405,7 @@ fn journal_begin_open_clear() {
     let store = Store::open_in_memory().unwrap();
     for id in ["op1", "op2"] {
         store
-            .create_operation(&operation(id, "default", "apply_patch", None))
+            .create_operation(&operation(id, "default", "apply_patch", None), None)
             .unwrap();
     }
     let entries = vec![
@@ -310,21 +429,33 @@ fn journal_begin_open_clear() {
         },
     ];
     assert!(store.open_journals().unwrap().is_empty());
-    store.journal_begin("op1", "default", &entries).unwrap();
-    store.journal_begin("op2", "ws2", &[]).unwrap();
+    store
+        .journal_begin("op1", "default", "reg-1", &entries)
+        .unwrap();
+    store.journal_begin("op2", "ws2", "reg-2", &[]).unwrap();
 
     let open = store.open_journals().unwrap();
     assert_eq!(open.len(), 2);
-    let (op, ws, got) = open.iter().find(|j| j.0 == "op1").unwrap();
-    assert_eq!((op.as_str(), ws.as_str()), ("op1", "default"));
+    let j = open.iter().find(|j| j.operation_id == "op1").unwrap();
+    assert_eq!(j.workspace, "default");
+    assert_eq!(j.registration.as_deref(), Some("reg-1"));
+    assert_eq!(j.seal, JournalSeal::Valid);
     // An empty file (Some(empty)) stays distinct from a missing one (None).
-    assert_eq!(got, &entries);
-    let second = open.iter().find(|j| j.0 == "op2").unwrap();
-    assert_eq!((second.1.as_str(), second.2.len()), ("ws2", 0));
+    assert_eq!(j.entries, entries);
+    let second = open.iter().find(|j| j.operation_id == "op2").unwrap();
+    assert_eq!(
+        (second.workspace.as_str(), second.entries.len()),
+        ("ws2", 0)
+    );
+    assert_eq!(second.seal, JournalSeal::Valid);
 
-    let dup = store.journal_begin("op1", "default", &entries).unwrap_err();
+    let dup = store
+        .journal_begin("op1", "default", "reg-1", &entries)
+        .unwrap_err();
     assert!(matches!(dup, StoreError::JournalExists(_)), "{dup}");
-    let missing = store.journal_begin("nope", "default", &[]).unwrap_err();
+    let missing = store
+        .journal_begin("nope", "default", "reg-1", &[])
+        .unwrap_err();
     assert!(
         matches!(missing, StoreError::OperationNotFound(_)),
         "{missing}"
@@ -333,15 +464,15 @@ fn journal_begin_open_clear() {
     store.journal_clear("op1").unwrap();
     let open = store.open_journals().unwrap();
     assert_eq!(open.len(), 1);
-    assert_eq!(open[0].0, "op2");
+    assert_eq!(open[0].operation_id, "op2");
     store.journal_clear("op1").unwrap(); // clearing twice is fine
     store.journal_clear("op2").unwrap();
     assert!(store.open_journals().unwrap().is_empty());
     // A cleared journal can be begun again (e.g. a retried rollback of the same operation).
     store
-        .journal_begin("op1", "default", &entries[..1])
+        .journal_begin("op1", "default", "reg-1", &entries[..1])
         .unwrap();
-    assert_eq!(store.open_journals().unwrap()[0].2, entries[..1]);
+    assert_eq!(store.open_journals().unwrap()[0].entries, entries[..1]);
 }
 
 #[test]
