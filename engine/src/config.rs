@@ -28,6 +28,7 @@ struct RawConfig {
     environments: BTreeMap<String, RawEnvironment>,
     /// Workspaces by id: the directories the server exposes. At least one is required.
     #[serde(default)]
+    #[schemars(extend("minProperties" = 1))]
     workspaces: BTreeMap<String, RawWorkspace>,
     /// Operator-written permission profiles by id (the built-ins are `read-only` and
     /// `workspace-write`).
@@ -189,8 +190,10 @@ impl Approvals {
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
     /// Live processes per server.
+    #[schemars(range(min = 1))]
     pub max_live_processes: usize,
     /// Bytes of output kept per process.
+    #[schemars(range(min = 1024))]
     pub output_ring_bytes: usize,
     /// Default and maximum process run time in milliseconds.
     pub process_timeout_ms: u64,
@@ -570,7 +573,13 @@ impl Config {
 
 /// The JSON Schema (draft 2020-12) of the config file, generated from the types `load` parses.
 pub fn json_schema() -> serde_json::Value {
-    serde_json::to_value(schemars::schema_for!(RawConfig)).unwrap_or_default()
+    let mut schema = serde_json::to_value(schemars::schema_for!(RawConfig)).unwrap_or_default();
+    // `workspaces` has a serde default (so a missing key gets the field-naming error below),
+    // but the loader requires at least one workspace: say so in the schema.
+    if let Some(top) = schema.as_object_mut() {
+        top.insert("required".into(), serde_json::json!(["workspaces"]));
+    }
+    schema
 }
 
 #[cfg(test)]

@@ -390,3 +390,49 @@ fn policy_validate(loc: &PolicyLocation) -> Result<ExitCode> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+    use super::*;
+
+    /// Every subcommand, at every depth, has an `Examples:` block in its help; the top level
+    /// points at the docs and says both transports.
+    #[test]
+    fn every_subcommand_has_examples_and_the_summary_names_both_transports() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for sub in cmd.get_subcommands() {
+                let p = format!("{path} {}", sub.get_name());
+                let after = sub
+                    .get_after_help()
+                    .map(|s| s.to_string())
+                    .unwrap_or_default();
+                if !after.contains("Examples:") {
+                    missing.push(p.clone());
+                }
+                walk(sub, &p, missing);
+            }
+        }
+        let cmd = Cli::command();
+        cmd.clone().debug_assert();
+        let mut missing = Vec::new();
+        walk(&cmd, "codespace", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "subcommands without an Examples: block (add `after_help`): {missing:?}"
+        );
+        let top = cmd.clone().render_help().to_string();
+        assert!(top.contains("stdio") && top.contains("HTTP"), "{top}");
+        assert!(top.contains("docs/"), "{top}");
+        let serve = cmd
+            .find_subcommand("serve")
+            .unwrap()
+            .clone()
+            .render_help()
+            .to_string();
+        assert!(
+            serve.contains("--http") && serve.contains("stdio"),
+            "{serve}"
+        );
+    }
+}
