@@ -496,23 +496,23 @@ fn workspaces_section(
     for (id, info) in infos {
         match info {
             Ok(v) => {
-                let ex = &v["execution"];
-                let perms = &ex["permissions"];
+                let at = |ptr: &str| v.pointer(ptr).unwrap_or(&Value::Null);
+                let word = |ptr: &str| at(ptr).as_str().unwrap_or("?").to_string();
                 r.line(format!(
                     "  {id}: read {}, write {}, exec {}; process tools {}; command sandbox {}; \
                      network {} ({}); approvals {}",
-                    yes(&perms["read"]),
-                    yes(&perms["write"]),
-                    yes(&perms["exec"]),
-                    if ex["process"]["available"].as_bool() == Some(true) {
+                    yes(at("/execution/permissions/read")),
+                    yes(at("/execution/permissions/write")),
+                    yes(at("/execution/permissions/exec")),
+                    if at("/execution/process/available").as_bool() == Some(true) {
                         "available"
                     } else {
                         "unavailable"
                     },
-                    ex["isolation"]["command_sandbox"].as_str().unwrap_or("?"),
-                    ex["network"]["policy"].as_str().unwrap_or("?"),
-                    ex["network"]["enforcement"].as_str().unwrap_or("?"),
-                    ex["approvals"].as_str().unwrap_or("?"),
+                    word("/execution/isolation/command_sandbox"),
+                    word("/execution/network/policy"),
+                    word("/execution/network/enforcement"),
+                    word("/execution/approvals"),
                 ));
                 all.insert(id, v);
             }

@@ -117,8 +117,12 @@ pub fn effective(
                     io_reason(&e)
                 ));
             }
-            let cfg = Config::load(path)
-                .map_err(|e| anyhow!("{pre}{e} (in \"{}\", {config_origin})", path.display()))?;
+            let cfg = Config::load(path).map_err(|e| {
+                anyhow!(
+                    "{pre}{e} (in \"{}\", given by {config_origin})",
+                    path.display()
+                )
+            })?;
             (cfg, Some(config_origin))
         }
         (None, d) => {
