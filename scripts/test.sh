@@ -6,8 +6,10 @@
 #   4. python3 -m pytest -q tests/py (official MCP SDK over stdio/HTTP against the built binary)
 # Every step runs and prints its own summary; the script exits non-zero when any step failed.
 # Honours CARGO_TARGET_DIR (the binary is ${CARGO_TARGET_DIR:-target}/debug/codespace),
-# CARGO_LOCKED=1 (adds --locked to cargo) and PYTHON (the interpreter for step 4; default: the
-# tests/py/.venv interpreter when .ci/run created one, else python3).
+# CARGO_LOCKED=1 (adds --locked to cargo) and PYTHON (the interpreter for step 4). By default step
+# 4 uses the project venv tests/py/.venv: created with `python3 -m venv` when missing, and
+# tests/py/requirements.txt installed into it when missing or changed. Nothing is ever installed
+# into the global interpreter; a PYTHON you give must already have the requirements.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,13 +25,8 @@ LOCKED=()
 if [[ "${CARGO_LOCKED:-}" == "1" ]]; then
   LOCKED=(--locked)
 fi
-if [[ -z "${PYTHON:-}" ]]; then
-  if [[ -x tests/py/.venv/bin/python ]]; then
-    PYTHON="$REPO/tests/py/.venv/bin/python"
-  else
-    PYTHON=python3
-  fi
-fi
+VENV="$REPO/tests/py/.venv"
+PYTHON="${PYTHON:-$VENV/bin/python}"
 
 failed=()
 step() {
@@ -47,11 +44,30 @@ step() {
 }
 
 python_deps() {
-  if "$PYTHON" -c "import mcp, pytest" 2>/dev/null; then
+  if [[ "$PYTHON" != "$VENV/bin/python" ]]; then
+    # An interpreter the caller chose: use it as it is, never install into it.
+    if "$PYTHON" -c "import mcp, pytest" 2>/dev/null; then
+      return 0
+    fi
+    echo "PYTHON=$PYTHON lacks the packages of tests/py/requirements.txt; install them into it," \
+      "or unset PYTHON to use the project venv tests/py/.venv"
+    return 1
+  fi
+  if [[ ! -x "$VENV/bin/python" ]]; then
+    echo "creating the project venv tests/py/.venv"
+    if ! python3 -m venv "$VENV"; then
+      echo "python3 -m venv failed (on Debian: apt-get install python3-venv)"
+      return 1
+    fi
+  fi
+  # Reinstall when requirements.txt changed since the venv was filled.
+  local stamp="$VENV/.requirements.txt"
+  if cmp -s tests/py/requirements.txt "$stamp" && "$PYTHON" -c "import mcp, pytest" 2>/dev/null; then
     return 0
   fi
-  echo "installing tests/py/requirements.txt for $PYTHON"
-  "$PYTHON" -m pip install --quiet -r tests/py/requirements.txt
+  echo "installing tests/py/requirements.txt into tests/py/.venv"
+  "$PYTHON" -m pip install --quiet --disable-pip-version-check -r tests/py/requirements.txt &&
+    cp tests/py/requirements.txt "$stamp"
 }
 
 pytest_e2e() {

@@ -1,7 +1,8 @@
 //! Operator configuration: environments, workspaces, profiles, limits and file locations, loaded
 //! from JSON and validated so that an invalid config names the offending field in one line.
 
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -17,71 +18,116 @@ pub const LOCAL_ENVIRONMENT: &str = "local";
 #[error("invalid config: {0}")]
 pub struct ConfigError(pub String);
 
-#[derive(Debug, Deserialize)]
+/// The operator config file (JSON). Every field is optional except at least one workspace.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "CodeSpaceConfig")]
 struct RawConfig {
+    /// Execution environments by id; `local` (kind `host`) always exists.
     #[serde(default)]
     environments: BTreeMap<String, RawEnvironment>,
+    /// Workspaces by id: the directories the server exposes. At least one is required.
     #[serde(default)]
+    #[schemars(extend("minProperties" = 1))]
     workspaces: BTreeMap<String, RawWorkspace>,
+    /// Operator-written permission profiles by id (the built-ins are `read-only` and
+    /// `workspace-write`).
     #[serde(default)]
     profiles: BTreeMap<String, RawProfile>,
+    /// The policies directory (`base/`, `profiles/`, `tests/`); relative to the config file.
+    /// Absent: the shipped policy set embedded in the binary.
     #[serde(default)]
     policies: Option<PathBuf>,
+    /// The Cedar schema file; relative to the config file. Absent: the embedded schema, or
+    /// `<policies>/../schema/codespace.cedarschema` when `policies` is set.
     #[serde(default)]
     schema: Option<PathBuf>,
+    /// The SQLite store (audit log, operations, processes); relative to the config file.
+    /// `--store` overrides it. Absent: `<user data dir>/codespace/codespace.db`.
     #[serde(default)]
     store: Option<PathBuf>,
+    /// Resource limits.
     #[serde(default)]
     limits: Limits,
+    /// HTTP clients by name, each with a bearer token. None: HTTP is unauthenticated and
+    /// loopback-only.
     #[serde(default)]
     clients: BTreeMap<String, RawClient>,
+    /// Run `<policies>/tests/*.yaml` against a changed policy set before a hot reload swaps
+    /// it in; a failing test keeps the running set.
     #[serde(default)]
     policy_tests_on_reload: bool,
+    /// How long the store keeps audit rows, operations and operation keys.
     #[serde(default)]
     retention: crate::retention::RawRetention,
+    /// The JSON Schema this file follows (for editors); ignored by the server.
+    #[serde(default, rename = "$schema")]
+    #[allow(dead_code)]
+    json_schema: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// An execution environment.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Environment")]
 struct RawEnvironment {
+    /// `host` (the local machine) or `linux-container` (loads, but exec and patch fail closed).
     kind: EnvironmentKind,
 }
 
-#[derive(Debug, Deserialize)]
+/// A workspace: a directory the server exposes under an id.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Workspace")]
 struct RawWorkspace {
+    /// Absolute path of the directory (required). Never sent to clients.
+    #[schemars(with = "PathBuf")]
     root: Option<PathBuf>,
+    /// The permission profile: a built-in or one under `profiles`.
     #[serde(default)]
+    #[schemars(extend("default" = "workspace-write"))]
     profile: Option<String>,
+    /// The environment id: `local` or one under `environments`.
     #[serde(default)]
+    #[schemars(extend("default" = "local"))]
     environment: Option<String>,
+    /// Whether commands may use the network.
     #[serde(default)]
     network: Network,
+    /// Whether allowed mutations run at once (`off`) or are held for a human (`confirm`).
     #[serde(default)]
     approvals: Approvals,
 }
 
-#[derive(Debug, Deserialize)]
+/// An operator-written permission profile.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Profile")]
 struct RawProfile {
+    /// The parent profile (its Cedar entity parent): policies on the parent apply to this one.
     #[serde(default)]
     extends: Option<String>,
+    /// Free text shown to operators.
     #[serde(default)]
     description: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// An HTTP client identity: exactly one of `token` and `token_file`.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Client")]
 struct RawClient {
+    /// The bearer token inline (at least 16 characters).
     #[serde(default)]
     token: Option<String>,
+    /// A file holding the bearer token (read once at start, surrounding whitespace ignored);
+    /// relative to the config file.
     #[serde(default)]
     token_file: Option<PathBuf>,
 }
 
 /// Environment kinds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum EnvironmentKind {
     /// The local host.
@@ -101,7 +147,7 @@ impl EnvironmentKind {
 }
 
 /// The operator's network switch for a workspace.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Network {
     /// Commands get no network (when the sandbox can enforce it).
@@ -122,7 +168,7 @@ impl Network {
 }
 
 /// The operator's approvals switch for a workspace.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Approvals {
     /// Allowed mutations run.
@@ -143,12 +189,14 @@ impl Approvals {
 }
 
 /// Operator limits.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
     /// Live processes per server.
+    #[schemars(range(min = 1))]
     pub max_live_processes: usize,
     /// Bytes of output kept per process.
+    #[schemars(range(min = 1024))]
     pub output_ring_bytes: usize,
     /// Default and maximum process run time in milliseconds.
     pub process_timeout_ms: u64,
@@ -274,14 +322,43 @@ fn local_environments() -> BTreeMap<String, Environment> {
     m
 }
 
+/// An I/O failure in an operator's words: "does not exist", "is not readable (permission
+/// denied)", … (no Rust error wording, no OS error number).
+pub fn io_reason(e: &std::io::Error) -> String {
+    use std::io::ErrorKind as K;
+    match e.kind() {
+        K::NotFound => "does not exist".into(),
+        K::PermissionDenied => "is not accessible (permission denied)".into(),
+        K::NotADirectory => "is not reachable (a parent is not a directory)".into(),
+        K::IsADirectory => "is a directory, not a file".into(),
+        _ => {
+            let text = e.to_string();
+            let text = text
+                .split(" (os error")
+                .next()
+                .unwrap_or(&text)
+                .to_lowercase();
+            format!("cannot be opened ({text})")
+        }
+    }
+}
+
 fn canonical_root(field: &str, root: &Path) -> Result<PathBuf, ConfigError> {
     if !root.is_absolute() {
         return Err(ConfigError(format!("{field}: must be an absolute path")));
     }
-    let canon = std::fs::canonicalize(root)
-        .map_err(|e| ConfigError(format!("{field}: cannot be opened ({})", e.kind())))?;
+    let canon = std::fs::canonicalize(root).map_err(|e| {
+        ConfigError(format!(
+            "{field}: directory \"{}\" {}",
+            root.display(),
+            io_reason(&e)
+        ))
+    })?;
     if !canon.is_dir() {
-        return Err(ConfigError(format!("{field}: is not a directory")));
+        return Err(ConfigError(format!(
+            "{field}: \"{}\" is not a directory",
+            root.display()
+        )));
     }
     Ok(canon)
 }
@@ -326,8 +403,13 @@ impl Config {
 
     /// Loads and validates a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError(format!("cannot read {}: {e}", path.display())))?;
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigError(format!(
+                "config file \"{}\" {}",
+                path.display(),
+                io_reason(&e)
+            ))
+        })?;
         let base = path
             .parent()
             .map(Path::to_path_buf)
@@ -382,7 +464,8 @@ impl Config {
                 && !profiles.contains_key(parent)
             {
                 return Err(ConfigError(format!(
-                    "profiles.{id}.extends: unknown profile `{parent}`"
+                    "profiles.{id}.extends: unknown profile `{parent}`{}",
+                    crate::suggest::did_you_mean(parent, profiles.keys().map(String::as_str))
                 )));
             }
             // Cycle check: follow parents at most profiles.len() steps.
@@ -416,7 +499,8 @@ impl Config {
             let profile = w.profile.unwrap_or_else(|| "workspace-write".to_string());
             if !profiles.contains_key(&profile) {
                 return Err(ConfigError(format!(
-                    "workspaces.{id}.profile: unknown profile `{profile}`"
+                    "workspaces.{id}.profile: unknown profile `{profile}`{}",
+                    crate::suggest::did_you_mean(&profile, profiles.keys().map(String::as_str))
                 )));
             }
             let environment = w
@@ -424,7 +508,11 @@ impl Config {
                 .unwrap_or_else(|| LOCAL_ENVIRONMENT.to_string());
             if !environments.contains_key(&environment) {
                 return Err(ConfigError(format!(
-                    "workspaces.{id}.environment: unknown environment `{environment}`"
+                    "workspaces.{id}.environment: unknown environment `{environment}`{}",
+                    crate::suggest::did_you_mean(
+                        &environment,
+                        environments.keys().map(String::as_str)
+                    )
                 )));
             }
             workspaces.insert(
@@ -459,7 +547,7 @@ impl Config {
                 (Some(t), None) => t,
                 (None, Some(f)) => std::fs::read_to_string(resolve(f))
                     .map_err(|e| {
-                        ConfigError(format!("clients.{name}.token_file: cannot be read ({e})"))
+                        ConfigError(format!("clients.{name}.token_file: file {}", io_reason(&e)))
                     })?
                     .trim()
                     .to_string(),
@@ -498,6 +586,17 @@ impl Config {
             retention: raw.retention.resolve().map_err(ConfigError)?,
         })
     }
+}
+
+/// The JSON Schema (draft 2020-12) of the config file, generated from the types `load` parses.
+pub fn json_schema() -> serde_json::Value {
+    let mut schema = serde_json::to_value(schemars::schema_for!(RawConfig)).unwrap_or_default();
+    // `workspaces` has a serde default (so a missing key gets the field-naming error below),
+    // but the loader requires at least one workspace: say so in the schema.
+    if let Some(top) = schema.as_object_mut() {
+        top.insert("required".into(), serde_json::json!(["workspaces"]));
+    }
+    schema
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ pub mod retention;
 pub mod server_files;
 pub mod signature;
 pub mod temp_files;
+pub mod suggest;
 pub mod tools;
 pub mod versions;
 

@@ -97,13 +97,18 @@ impl Default for Retention {
 }
 
 /// The `retention` block as written.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Retention")]
 pub(crate) struct RawRetention {
+    /// How long audit rows (decisions and events) are kept, e.g. `"90d"` (default).
     #[serde(default)]
     audit: Option<String>,
+    /// How long operations and process rows are kept, e.g. `"30d"` (default); `operation_status`
+    /// by id works for this long.
     #[serde(default)]
     operations: Option<String>,
+    /// How long an `operation_key` is remembered for replay, e.g. `"24h"` (default).
     #[serde(default)]
     operation_keys: Option<String>,
 }

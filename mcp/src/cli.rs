@@ -2,7 +2,7 @@
 
 use crate::server::CodeSpaceServer;
 use anyhow::{Context, Result, anyhow};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use codespace_engine::policy::{PolicySource, compile};
 use codespace_engine::{Config, Gateway, PolicyStore, SandboxFacts, Session};
 use rmcp::ServiceExt;
@@ -14,7 +14,8 @@ use std::sync::Arc;
 #[command(
     name = "codespace",
     version,
-    about = "Execution-only MCP server with Cedar policy"
+    about = crate::help::ABOUT,
+    after_help = crate::help::TOP
 )]
 struct Cli {
     #[command(subcommand)]
@@ -23,8 +24,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve MCP over stdio. Without a config, DIR (default: the current directory) is
-    /// workspace `default` with profile `workspace-write`.
+    /// Serve MCP over stdio, or over streamable HTTP with --http. Without a config, DIR
+    /// (default: the current directory) is workspace `default` with profile `workspace-write`.
+    #[command(after_help = crate::help::SERVE)]
     Serve {
         /// The directory to serve when no config is given.
         dir: Option<PathBuf>,
@@ -37,23 +39,45 @@ enum Command {
         #[command(flatten)]
         http: crate::http::HttpArgs,
     },
-    /// Print the decision log (audit) from the store: a table, or JSON lines for a SIEM.
+    /// Print the decision log (audit) from the store, newest first: a table, or JSON lines
+    /// for a SIEM.
+    #[command(after_help = crate::help::AUDIT)]
     Audit(crate::policy_cli::AuditArgs),
     /// Policy tools for security teams and CI.
+    #[command(after_help = crate::help::POLICY)]
     Policy {
         #[command(subcommand)]
         command: PolicyCommand,
     },
+    /// Check a set-up: the effective config, the sandbox probe, the policy set, the store, and
+    /// what workspace_info would report for each workspace.
+    #[command(after_help = crate::help::DOCTOR)]
+    Doctor(crate::doctor::DoctorArgs),
+    /// The config file: its JSON Schema.
+    #[command(after_help = crate::help::CONFIG)]
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Print the JSON Schema of the config file (for editors and CI validation).
+    #[command(after_help = crate::help::CONFIG_SCHEMA)]
+    Schema,
 }
 
 #[derive(Subcommand)]
 enum PolicyCommand {
     /// Parse, lint and strictly validate the schema and policies.
+    #[command(after_help = crate::help::POLICY_VALIDATE)]
     Validate {
         #[command(flatten)]
         loc: PolicyLocation,
     },
     /// Run policy test files (default: every .yaml under <policies>/tests), with coverage.
+    #[command(after_help = crate::help::POLICY_TEST)]
     Test {
         #[command(flatten)]
         args: crate::policy_cli::TestArgs,
@@ -62,6 +86,7 @@ enum PolicyCommand {
     },
     /// Explain the decision on one tool call: requests, entities, per-policy evaluation.
     /// Exit 0 allow, 2 deny.
+    #[command(after_help = crate::help::POLICY_EXPLAIN)]
     Explain {
         #[command(flatten)]
         args: crate::policy_cli::ExplainArgs,
@@ -117,14 +142,38 @@ fn source_from(policies: Option<PathBuf>, schema: Option<PathBuf>) -> PolicySour
 
 /// Entry point after the helper check.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     let result = match cli.command {
         Command::Serve {
             dir,
             config,
             store,
             http,
-        } => serve(dir, config, store, http).map(|_| ExitCode::SUCCESS),
+        } => {
+            let config_origin = crate::setup::arg_origin(
+                matches.subcommand_matches("serve"),
+                "config",
+                "--config",
+                "CODESPACE_CONFIG",
+            );
+            serve(dir, config, config_origin, store, http).map(|_| ExitCode::SUCCESS)
+        }
+        Command::Doctor(args) => {
+            let config_origin = crate::setup::arg_origin(
+                matches.subcommand_matches("doctor"),
+                "config",
+                "--config",
+                "CODESPACE_CONFIG",
+            );
+            crate::doctor::run(&args, config_origin)
+        }
+        Command::Config { command } => match command {
+            ConfigCommand::Schema => config_schema(),
+        },
         Command::Audit(args) => crate::policy_cli::audit(&args, default_store_path),
         Command::Policy { command } => match command {
             PolicyCommand::Validate { loc } => policy_validate(&loc),
@@ -145,45 +194,51 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn default_store_path() -> Result<PathBuf> {
+/// Where `serve` keeps the store when neither `--store` nor the config names one.
+pub fn default_store_path() -> Result<PathBuf> {
     let base = dirs::data_dir()
         .or_else(|| dirs::home_dir().map(|h| h.join(".local/share")))
         .ok_or_else(|| anyhow!("no user data directory; pass --store FILE"))?;
     Ok(base.join("codespace").join("codespace.db"))
 }
 
+fn config_schema() -> Result<ExitCode> {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&codespace_engine::config::json_schema())?
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 fn serve(
     dir: Option<PathBuf>,
     config: Option<PathBuf>,
+    config_origin: crate::setup::Origin,
     store: Option<PathBuf>,
     http: crate::http::HttpArgs,
 ) -> Result<()> {
     let http = http.options().map_err(|e| anyhow!(e))?;
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("CODESPACE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
+    crate::setup::init_logging();
     if let Err(e) = codespace_runner_sandbox::harden_current_process() {
         tracing::warn!(error = %e, "process hardening failed");
     }
-    let mut cfg = match (&config, &dir) {
-        (Some(path), None) => Config::load(path)?,
-        (Some(_), Some(_)) => return Err(anyhow!("give either a config or a directory, not both")),
-        (None, d) => Config::embedded_default(d.as_deref().unwrap_or(Path::new(".")))?,
-    };
-    let (store_path, default_store) = match store.or_else(|| cfg.store.clone()) {
-        Some(p) => (p, false),
-        None => (default_store_path()?, true),
-    };
+    let effective = crate::setup::effective(
+        "serve",
+        dir.as_deref(),
+        config.as_deref(),
+        config_origin,
+        store.as_deref(),
+    )?;
+    let (mut cfg, store_path, store_origin) =
+        (effective.config, effective.store, effective.store_origin);
     cfg.store = Some(store_path.clone());
+    let banner = (http.is_none() && crate::setup::on_terminal())
+        .then(|| crate::setup::stdio_banner(&cfg, &store_path));
     let source = source_from(cfg.policies_dir.clone(), cfg.schema_file.clone());
     // Nothing of the server's own may sit where a command or a patch could rewrite it; checked
     // before the store is created.
     if let Err(e) = codespace_engine::server_files::check_outside_workspaces(&cfg, &source) {
-        if default_store && e.0.starts_with("store") {
+        if store_origin == crate::setup::Origin::Default && e.0.starts_with("store") {
             return Err(anyhow!(
                 "{e} (this is the default store location; pass --store FILE outside the workspace)"
             ));
@@ -192,10 +247,14 @@ fn serve(
     }
     let policy =
         Arc::new(PolicyStore::load(source).map_err(|e| anyhow!("policies rejected:\n{e}"))?);
-    let store = Arc::new(
-        codespace_store::Store::open(&store_path)
-            .with_context(|| "cannot open the store (pass --store FILE)".to_string())?,
-    );
+    let store = Arc::new(codespace_store::Store::open(&store_path).map_err(|e| {
+        anyhow!(crate::setup::store_error(
+            "serve",
+            &store_path,
+            store_origin,
+            &e
+        ))
+    })?);
     // Hot reload: file watching plus SIGHUP, debounced; every attempt is a policy_reload event.
     let reloader = Arc::new(crate::policy_cli::start_reloader(
         &policy,
@@ -258,6 +317,9 @@ fn serve(
         let served = async move {
             if let Some(opts) = http {
                 return Ok(crate::http::serve_until(gateway, opts, shutdown_signal()).await?);
+            }
+            if let Some(line) = &banner {
+                eprintln!("{line}");
             }
             let server = CodeSpaceServer::new(gateway, Session::stdio());
             let guarded = crate::stdio::guarded(tokio::io::stdin(), tokio::io::stdout());
@@ -351,5 +413,51 @@ fn policy_validate(loc: &PolicyLocation) -> Result<ExitCode> {
             eprintln!("policy validation failed: {} problem(s)", e.0.len());
             Ok(ExitCode::from(1))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+    use super::*;
+
+    /// Every subcommand, at every depth, has an `Examples:` block in its help; the top level
+    /// points at the docs and says both transports.
+    #[test]
+    fn every_subcommand_has_examples_and_the_summary_names_both_transports() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for sub in cmd.get_subcommands() {
+                let p = format!("{path} {}", sub.get_name());
+                let after = sub
+                    .get_after_help()
+                    .map(|s| s.to_string())
+                    .unwrap_or_default();
+                if !after.contains("Examples:") {
+                    missing.push(p.clone());
+                }
+                walk(sub, &p, missing);
+            }
+        }
+        let cmd = Cli::command();
+        cmd.clone().debug_assert();
+        let mut missing = Vec::new();
+        walk(&cmd, "codespace", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "subcommands without an Examples: block (add `after_help`): {missing:?}"
+        );
+        let top = cmd.clone().render_help().to_string();
+        assert!(top.contains("stdio") && top.contains("HTTP"), "{top}");
+        assert!(top.contains("docs/"), "{top}");
+        let serve = cmd
+            .find_subcommand("serve")
+            .unwrap()
+            .clone()
+            .render_help()
+            .to_string();
+        assert!(
+            serve.contains("--http") && serve.contains("stdio"),
+            "{serve}"
+        );
     }
 }

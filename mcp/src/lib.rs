@@ -2,7 +2,10 @@
 //! The `codespace` binary is a thin `main` over [`cli::main`]; tests drive [`server`] in-process.
 
 pub mod cli;
+pub mod doctor;
+pub mod help;
 pub mod http;
 pub mod policy_cli;
 pub mod server;
+pub mod setup;
 pub mod stdio;

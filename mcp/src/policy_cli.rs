@@ -293,8 +293,13 @@ pub fn explain(
             let profiles: BTreeMap<String, Profile> = profile_tree(&extra);
             if !profiles.contains_key(&args.workspace_profile) {
                 return Err(anyhow!(
-                    "unknown profile `{}`: give --extends PARENT for an operator profile, or --config",
-                    args.workspace_profile
+                    "--workspace-profile: unknown profile `{}`{}; for an operator profile give \
+                     --extends PARENT, or --config",
+                    args.workspace_profile,
+                    codespace_engine::suggest::did_you_mean(
+                        &args.workspace_profile,
+                        profiles.keys().map(String::as_str)
+                    )
                 ));
             }
             explain_call(
@@ -340,9 +345,12 @@ pub struct AuditArgs {
     /// Only this tool.
     #[arg(long)]
     pub tool: Option<String>,
-    /// At most N rows.
-    #[arg(long)]
+    /// At most N rows (default: 50 for the table, every row for --json).
+    #[arg(long, value_name = "N")]
     pub limit: Option<usize>,
+    /// The oldest rows first (and --limit keeps the oldest); default: the newest first.
+    #[arg(long)]
+    pub oldest: bool,
     /// Print policy reloads and start-up events instead of decisions.
     #[arg(long)]
     pub events: bool,
@@ -390,6 +398,9 @@ fn rfc3339(ms: i64) -> String {
         .unwrap_or_else(|| ms.to_string())
 }
 
+/// Rows the audit table shows without `--limit`.
+const TABLE_ROWS: usize = 50;
+
 /// `codespace audit`. `default_store` is where `serve` keeps the store by default.
 pub fn audit(
     args: &AuditArgs,
@@ -416,9 +427,34 @@ pub fn audit(
         .as_deref()
         .map(|s| parse_since(s, now))
         .transpose()?;
+    let limit = match (args.limit, args.json) {
+        (Some(n), _) => Some(n),
+        (None, false) => Some(TABLE_ROWS),
+        (None, true) => None,
+    };
     if args.events {
-        let rows = store.events(None, args.limit.unwrap_or(10_000))?;
-        for e in rows.iter().filter(|e| since.is_none_or(|s| e.at_ms >= s)) {
+        // The store returns the newest N, oldest first; for --oldest, ask for all and cut.
+        let mut rows: Vec<_> = store
+            .events(
+                None,
+                if args.oldest {
+                    usize::MAX
+                } else {
+                    limit.unwrap_or(usize::MAX)
+                },
+            )?
+            .into_iter()
+            .filter(|e| since.is_none_or(|s| e.at_ms >= s))
+            .collect();
+        if args.oldest {
+            rows.truncate(limit.unwrap_or(usize::MAX));
+        } else {
+            rows.reverse();
+        }
+        if !args.json {
+            println!("{:<24}  {:<15}  detail", "time", "event");
+        }
+        for e in &rows {
             if args.json {
                 let mut v = serde_json::to_value(e)?;
                 if let serde_json::Value::Object(m) = &mut v {
@@ -426,7 +462,7 @@ pub fn audit(
                 }
                 println!("{}", serde_json::to_string(&v)?);
             } else {
-                println!("{}  {:<15} {}", rfc3339(e.at_ms), e.kind, e.detail);
+                println!("{:<24}  {:<15}  {}", rfc3339(e.at_ms), e.kind, e.detail);
             }
         }
         return Ok(ExitCode::SUCCESS);
@@ -436,7 +472,8 @@ pub fn audit(
         decision: args.decision.clone(),
         workspace: args.workspace.clone(),
         tool: args.tool.clone(),
-        limit: args.limit,
+        limit,
+        newest_first: !args.oldest,
     };
     let rows = store.query_decisions(&q)?;
     if args.json {
@@ -450,8 +487,8 @@ pub fn audit(
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "{:<24}  {:<5}  {:<12}  {:<15}  {:<16}  {:<30}  {:<40}  decision id",
-        "time", "", "workspace", "profile", "action", "subject", "policies / errors"
+        "{:<24}  {:<8}  {:<12}  {:<15}  {:<16}  {:<30}  {:<40}  decision id",
+        "time", "decision", "workspace", "profile", "action", "subject", "policies / errors"
     );
     for r in &rows {
         let mut why = r.policy_ids.join(",");
@@ -468,7 +505,7 @@ pub fn audit(
         };
         let subject: String = r.subject.chars().take(60).collect();
         println!(
-            "{:<24}  {:<5}  {:<12}  {:<15}  {:<16}  {:<30}  {:<40}  {}",
+            "{:<24}  {:<8}  {:<12}  {:<15}  {:<16}  {:<30}  {:<40}  {}",
             rfc3339(r.at_ms),
             r.decision,
             r.workspace,
@@ -480,9 +517,19 @@ pub fn audit(
         );
     }
     println!(
-        "{} row(s); {} deny",
+        "{} row(s), {}; {} deny{}",
         rows.len(),
-        rows.iter().filter(|r| r.decision == "deny").count()
+        if args.oldest {
+            "oldest first"
+        } else {
+            "newest first"
+        },
+        rows.iter().filter(|r| r.decision == "deny").count(),
+        if limit.is_some_and(|n| rows.len() >= n) {
+            " (more may exist: --limit N)"
+        } else {
+            ""
+        }
     );
     Ok(ExitCode::SUCCESS)
 }

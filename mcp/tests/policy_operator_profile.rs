@@ -136,6 +136,7 @@ fn an_operator_profile_is_enforced_and_rolled_out_without_restart() {
         .args([
             "audit",
             "--json",
+            "--oldest",
             "--decision",
             "deny",
             "--tool",

@@ -6,8 +6,9 @@ use std::path::Path;
 /// `LANDLOCK_CREATE_RULESET_VERSION`: ask `landlock_create_ruleset` for the ABI version.
 const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
 
-/// What the running kernel offers to the sandbox.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What the running kernel offers to the sandbox. Serialized (field name → value) by
+/// `codespace doctor`, so a new fact shows up there without further code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Probe {
     /// Landlock ABI version reported by the kernel, `None` when Landlock is absent or disabled.
     pub landlock_abi: Option<u32>,

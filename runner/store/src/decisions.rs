@@ -56,8 +56,10 @@ pub struct DecisionQuery {
     pub workspace: Option<String>,
     /// Only this tool.
     pub tool: Option<String>,
-    /// At most this many rows (the oldest matching ones).
+    /// At most this many rows (the oldest matching ones, or the newest with `newest_first`).
     pub limit: Option<usize>,
+    /// Newest rows first (and `limit` keeps the newest); default: oldest first.
+    pub newest_first: bool,
 }
 
 const COLUMNS: &str = "decision_id, at_ms, policy_set_sha256, profile, workspace, tool, action, \
@@ -144,7 +146,11 @@ impl Store {
             sql.push_str(" WHERE ");
             sql.push_str(&clauses.join(" AND "));
         }
-        sql.push_str(" ORDER BY at_ms, sub_index, id");
+        sql.push_str(if q.newest_first {
+            " ORDER BY at_ms DESC, sub_index DESC, id DESC"
+        } else {
+            " ORDER BY at_ms, sub_index, id"
+        });
         if let Some(limit) = q.limit {
             sql.push_str(" LIMIT ?");
             args.push(Value::Integer(sql_limit(limit)));

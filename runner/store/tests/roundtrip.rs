@@ -105,6 +105,13 @@ fn decisions_query_filters_by_since_decision_workspace_tool_and_limit() {
         ..since
     };
     assert_eq!(ids(limited), ["d2", "d3"]);
+    // Newest first: the limit keeps the newest rows.
+    let newest = DecisionQuery {
+        limit: Some(2),
+        newest_first: true,
+        ..Default::default()
+    };
+    assert_eq!(ids(newest), ["d5", "d4"]);
 }
 
 #[test]

@@ -1,0 +1,97 @@
+//! The `--help` texts that clap does not derive: the summary, the pointer to the docs and an
+//! `Examples:` block for every subcommand (a unit test in `cli.rs` checks each has one).
+
+/// Under the top-level usage.
+pub const ABOUT: &str = "Execution-only MCP server with Cedar policy: serves MCP over stdio \
+(default) or streamable HTTP (--http)";
+
+/// After the top-level help.
+pub const TOP: &str = "\
+Examples:
+  codespace serve ~/src/project                 # stdio, for a host that starts the server
+  codespace serve ~/src/project --http          # streamable HTTP at http://127.0.0.1:8787/mcp
+  codespace serve --config codespace.json       # several workspaces, profiles, clients
+  codespace doctor --config codespace.json      # check a set-up before connecting a host
+  codespace policy test --policies policies --coverage-min 100
+  codespace audit --decision deny               # the newest decisions first
+
+Documentation: README.md (install, connect a host) and docs/ (config.md: every config field;
+operations.md: HTTP, tokens, proxies; policy.md: writing and testing policy; security.md)";
+
+/// `serve`.
+pub const SERVE: &str = "\
+Examples:
+  codespace serve                               # the current directory over stdio
+  codespace serve ~/src/project --store /tmp/codespace.db
+  codespace serve ~/src/project --http          # http://127.0.0.1:8787/mcp, loopback, no tokens
+  codespace serve --config codespace.json --http 127.0.0.1:9000
+  CODESPACE_LOG=info codespace serve ~/src/project
+
+Over stdio the server reads JSON-RPC on stdin and writes only protocol messages to stdout; logs
+go to stderr. Stop it with Ctrl-C (or Ctrl-D on a terminal). See docs/config.md and
+docs/operations.md.";
+
+/// `doctor`.
+pub const DOCTOR: &str = "\
+Examples:
+  codespace doctor                              # what `codespace serve` would use here
+  codespace doctor ~/src/project
+  codespace doctor --config /etc/codespace/codespace.json
+  codespace doctor --config codespace.json --json
+
+Exit status: 0 when nothing is wrong, 1 with one line per problem on stderr.";
+
+/// `config`.
+pub const CONFIG: &str = "\
+Examples:
+  codespace config schema > codespace.schema.json
+
+The reference of every field is docs/config.md.";
+
+/// `config schema`.
+pub const CONFIG_SCHEMA: &str = "\
+Examples:
+  codespace config schema > codespace.schema.json
+  # then, in codespace.json:  \"$schema\": \"./codespace.schema.json\"";
+
+/// `audit`.
+pub const AUDIT: &str = "\
+Examples:
+  codespace audit                               # the newest 50 decisions, newest first
+  codespace audit --decision deny --since 2h
+  codespace audit --workspace app --tool exec_command --limit 200
+  codespace audit --oldest --limit 10           # the first decisions ever logged
+  codespace audit --json > decisions.jsonl      # every row, JSON lines for a SIEM
+  codespace audit --events                      # start-ups and policy reloads";
+
+/// `policy`.
+pub const POLICY: &str = "\
+Examples:
+  codespace policy validate --policies policies
+  codespace policy test --policies policies --coverage-min 100 --fail-on-empty
+  codespace policy explain --call '{\"name\":\"read\",\"arguments\":{\"workspace_id\":\"w\",\"path\":\".env\"}}'
+
+See docs/policy.md.";
+
+/// `policy validate`.
+pub const POLICY_VALIDATE: &str = "\
+Examples:
+  codespace policy validate                     # ./policies when it exists, else the shipped set
+  codespace policy validate --policies policies --schema schema/codespace.cedarschema
+  codespace policy validate --config codespace.json";
+
+/// `policy test`.
+pub const POLICY_TEST: &str = "\
+Examples:
+  codespace policy test --policies policies --coverage-min 100 --fail-on-empty
+  codespace policy test --policies policies policies/tests/read-only.yaml
+  codespace policy test --policies policies --format junit --output report.xml";
+
+/// `policy explain`.
+pub const POLICY_EXPLAIN: &str = "\
+Examples:
+  codespace policy explain --call '{\"name\":\"read\",\"arguments\":{\"workspace_id\":\"w\",\"path\":\".env\"}}'
+  codespace policy explain --workspace-profile read-only \\
+    --call '{\"name\":\"exec_command\",\"arguments\":{\"workspace_id\":\"w\",\"command\":[\"make\"]}}'
+  codespace policy explain --config codespace.json --json \\
+    --call '{\"name\":\"apply_patch\",\"arguments\":{\"workspace_id\":\"app\",\"patch\":\"...\"}}'";
