@@ -19,4 +19,4 @@ fi
 [[ -x "$CODESPACE_BIN" ]] || { echo "ci-soak: no binary at $CODESPACE_BIN" >&2; exit 1; }
 
 exec python3 "$here/soak" --bin "$CODESPACE_BIN" --duration "${SOAK_DURATION:-10}" --transport both \
-  --clients 2 --sessions 3 --stdio-workers 4 --warmup 2 --reload-every 3
+  --clients 2 --sessions 3 --stdio-workers 4 --warmup 3 --reload-every 2
