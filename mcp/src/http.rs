@@ -11,6 +11,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::Response;
+use axum::serve::ListenerExt;
 use codespace_engine::{Gateway, Session};
 use rmcp::RoleServer;
 use rmcp::service::RequestContext;
@@ -692,7 +693,15 @@ impl HttpServer {
     ) -> Result<(), HttpError> {
         let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();
         let cancel = self.cancel;
-        let serve = axum::serve(self.listener, self.router).with_graceful_shutdown(async move {
+        // TCP_NODELAY on every accepted connection: an SSE response goes out as a priming event
+        // and then the message, two small writes; with Nagle's algorithm the second waits for
+        // the client's delayed ACK (~40 ms on Linux loopback) on every request.
+        let listener = self.listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::warn!(error = %e, "cannot set TCP_NODELAY on an accepted connection");
+            }
+        });
+        let serve = axum::serve(listener, self.router).with_graceful_shutdown(async move {
             shutdown.await;
             cancel();
             let _ = stopped_tx.send(());

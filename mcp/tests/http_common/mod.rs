@@ -8,6 +8,8 @@
     dead_code
 )]
 
+pub mod keepalive;
+
 use codespace_engine::policy::{PolicySource, PolicyStore};
 use codespace_engine::{Config, Gateway, SandboxFacts};
 use codespace_mcp::http::{HttpOptions, HttpServer, TRANSPORT};
