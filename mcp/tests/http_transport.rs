@@ -93,6 +93,7 @@ async fn initialize_list_and_call_over_http() {
         info["result"]["structuredContent"]["transports"],
         json!(["streamable-http"])
     );
+    s.flush_audit();
     let rows = codespace_store::Store::open(&s.store)
         .unwrap()
         .query_decisions(&DecisionQuery::default())
@@ -268,6 +269,7 @@ async fn client_name_reaches_policy_and_decision_rows() {
     .await;
     assert_eq!(other["result"]["isError"], false, "{other}");
 
+    s.flush_audit();
     let rows = codespace_store::Store::open(&s.store)
         .unwrap()
         .query_decisions(&DecisionQuery {

@@ -27,12 +27,18 @@ pub struct TestServer {
     pub addr: SocketAddr,
     pub store: PathBuf,
     pub root: PathBuf,
+    pub gateway: Arc<Gateway>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
     _dir: tempfile::TempDir,
 }
 
 impl TestServer {
+    /// Commits the queued audit rows, so another connection to the store sees them.
+    pub fn flush_audit(&self) {
+        self.gateway.flush_audit();
+    }
+
     pub async fn stop(mut self) {
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
@@ -128,7 +134,8 @@ impl Setup {
         .with_helper_exe(PathBuf::from(env!("CARGO_BIN_EXE_codespace")));
         let mut opts = HttpOptions::new("127.0.0.1:0".parse().unwrap());
         (self.tweak)(&mut opts);
-        let server = HttpServer::bind(Arc::new(gateway), opts).await.unwrap();
+        let gateway = Arc::new(gateway);
+        let server = HttpServer::bind(Arc::clone(&gateway), opts).await.unwrap();
         let addr = server.local_addr();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
@@ -143,6 +150,7 @@ impl Setup {
             addr,
             store,
             root,
+            gateway,
             stop: Some(tx),
             task: Some(task),
             _dir: dir,

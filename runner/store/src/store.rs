@@ -25,6 +25,8 @@ pub fn now_ms() -> i64 {
 /// The CodeSpace store: one SQLite connection behind a mutex. `Send + Sync`; share it in an `Arc`.
 pub struct Store {
     conn: Mutex<Connection>,
+    /// The audit writer, once started (see `audit_queue`).
+    pub(crate) audit_writer: std::sync::OnceLock<crate::audit_queue::AuditWriter>,
 }
 
 impl std::fmt::Debug for Store {
@@ -68,6 +70,7 @@ impl Store {
         migrate::migrate(&mut conn)?;
         Ok(Store {
             conn: Mutex::new(conn),
+            audit_writer: std::sync::OnceLock::new(),
         })
     }
 
