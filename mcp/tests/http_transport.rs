@@ -368,7 +368,7 @@ async fn in_flight_cap_gives_429_and_a_stalled_client_blocks_no_one() {
 #[tokio::test]
 async fn oversized_bodies_get_413() {
     let s = Setup {
-        tweak: Box::new(|o| o.max_body_bytes = 1024),
+        tweak: Box::new(|o| o.max_body_bytes = Some(1024)),
         ..Setup::default()
     }
     .start()

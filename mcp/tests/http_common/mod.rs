@@ -73,6 +73,8 @@ pub struct Setup {
     pub tweak: Box<dyn FnOnce(&mut HttpOptions) + Send>,
     /// Run commands in the real command sandbox (helper = the built `codespace` binary).
     pub sandbox: bool,
+    /// The config's `limits` object.
+    pub limits: Value,
 }
 
 impl Default for Setup {
@@ -82,6 +84,7 @@ impl Default for Setup {
             base_policies: Vec::new(),
             tweak: Box::new(|_| {}),
             sandbox: false,
+            limits: json!({}),
         }
     }
 }
@@ -110,6 +113,7 @@ impl Setup {
             "schema": dir.path().join("schema/codespace.cedarschema"),
             "store": store,
             "clients": clients,
+            "limits": self.limits,
         });
         let cfg_path = dir.path().join("config.json");
         std::fs::write(&cfg_path, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
