@@ -79,6 +79,8 @@ pub struct Gateway {
     pub(crate) processes: crate::process_tools::Processes,
     signatures: Mutex<Option<(String, Arc<crate::signature::SignaturePlan>)>>,
     decision_cache: Mutex<HashMap<String, CachedDecision>>,
+    /// File reads off the async workers, versions cached by file identity.
+    pub(crate) file_versions: Arc<crate::file_versions::FileVersions>,
 }
 
 /// A cached error-free sub-decision.
@@ -185,6 +187,7 @@ impl Gateway {
             signatures: Mutex::new(None),
             decision_cache: Mutex::new(HashMap::new()),
             processes,
+            file_versions: Arc::new(crate::file_versions::FileVersions::new()),
         })
     }
 
@@ -522,7 +525,7 @@ impl Gateway {
             ToolCall::Read(p) => {
                 let ws = self.workspace(&p.workspace_id)?;
                 self.authorize(&snap, ws, &call, session, None)?;
-                self.read(ws, p)
+                self.read(ws, p).await
             }
             ToolCall::Find(p) => {
                 let ws = self.workspace(&p.workspace_id)?;

@@ -7,6 +7,7 @@ pub mod config;
 pub mod decide;
 pub mod error;
 pub mod explain;
+mod file_versions;
 mod fs_tools;
 pub mod gateway;
 mod info;
