@@ -71,6 +71,12 @@ fn a_read_above_max_hash_bytes_is_file_too_large() {
         !msg.contains(dir.path().to_str().unwrap()),
         "no server path: {msg}"
     );
+    let info = s.tool_ok("workspace_info", json!({"workspace_id": "default"}));
+    assert_eq!(
+        info["execution"]["files"]["capabilities"]["max_hash_bytes"],
+        1 << 20,
+        "{info}"
+    );
     // At the limit is fine.
     sparse(&dir.path().join("ws/edge.bin"), 1 << 20);
     let r = s.tool_ok(
