@@ -64,11 +64,14 @@ async fn call(gw: &Gateway, name: &str, args: Value) -> Value {
         .unwrap()
 }
 
+/// (tool, decision) rows seen on disk when the patch runner was about to write.
+type Seen = Arc<Mutex<Option<Vec<(String, String)>>>>;
+
 struct Fixture {
     _dir: tempfile::TempDir,
     store_path: PathBuf,
     gw: Gateway,
-    seen_at_apply: Arc<Mutex<Option<Vec<(String, String)>>>>,
+    seen_at_apply: Seen,
 }
 
 fn fixture() -> Fixture {
@@ -78,7 +81,7 @@ fn fixture() -> Fixture {
     std::fs::write(root.join("a.txt"), "one\n").unwrap();
     let root = std::fs::canonicalize(&root).unwrap();
     let store_path = dir.path().join("store.db");
-    let seen_at_apply = Arc::new(Mutex::new(None));
+    let seen_at_apply: Seen = Arc::new(Mutex::new(None));
     let (seen, path) = (Arc::clone(&seen_at_apply), store_path.clone());
     let hooks = PatchHooks {
         // The runner is about to write: what does the store hold now?
