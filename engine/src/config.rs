@@ -188,6 +188,15 @@ impl Approvals {
     }
 }
 
+/// Default `limits.max_hash_bytes`: 1 GiB.
+pub const DEFAULT_MAX_HASH_BYTES: u64 = 1 << 30;
+/// Default `limits.max_patch_file_bytes`: 64 MiB.
+pub const DEFAULT_MAX_PATCH_FILE_BYTES: u64 = 64 << 20;
+/// Default `limits.max_message_bytes`: 16 MiB.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 << 20;
+/// Default `limits.max_sessions_per_client`.
+pub const DEFAULT_MAX_SESSIONS_PER_CLIENT: usize = 64;
+
 /// Operator limits.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
@@ -204,6 +213,14 @@ pub struct Limits {
     pub max_exited_processes: usize,
     /// Waiters per workspace lease queue.
     pub max_waiters: usize,
+    /// Largest file `read` hashes for its version (`FILE_TOO_LARGE` beyond).
+    pub max_hash_bytes: u64,
+    /// Largest file `apply_patch` may touch (`FILE_TOO_LARGE` beyond).
+    pub max_patch_file_bytes: u64,
+    /// Largest JSON-RPC message: one stdio line, one HTTP request body.
+    pub max_message_bytes: usize,
+    /// HTTP sessions one client may hold open at once (429 beyond).
+    pub max_sessions_per_client: usize,
 }
 
 impl Default for Limits {
@@ -214,6 +231,10 @@ impl Default for Limits {
             process_timeout_ms: 10 * 60 * 1000,
             max_exited_processes: 64,
             max_waiters: 64,
+            max_hash_bytes: DEFAULT_MAX_HASH_BYTES,
+            max_patch_file_bytes: DEFAULT_MAX_PATCH_FILE_BYTES,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            max_sessions_per_client: DEFAULT_MAX_SESSIONS_PER_CLIENT,
         }
     }
 }
@@ -538,6 +559,22 @@ impl Config {
             return Err(ConfigError(
                 "limits.output_ring_bytes: must be at least 1024".into(),
             ));
+        }
+        for (name, value, min) in [
+            ("max_hash_bytes", limits.max_hash_bytes, 1),
+            ("max_patch_file_bytes", limits.max_patch_file_bytes, 1),
+            ("max_message_bytes", limits.max_message_bytes as u64, 1024),
+            (
+                "max_sessions_per_client",
+                limits.max_sessions_per_client as u64,
+                1,
+            ),
+        ] {
+            if value < min {
+                return Err(ConfigError(format!(
+                    "limits.{name}: must be at least {min}"
+                )));
+            }
         }
 
         let mut clients = BTreeMap::new();

@@ -37,6 +37,7 @@ pub enum ErrorCode {
     ApprovalAmbiguous,
     InvalidArguments,
     Internal,
+    FileTooLarge,
 }
 
 impl ErrorCode {
@@ -73,6 +74,7 @@ impl ErrorCode {
             ErrorCode::ApprovalAmbiguous => "APPROVAL_AMBIGUOUS",
             ErrorCode::InvalidArguments => "INVALID_ARGUMENTS",
             ErrorCode::Internal => "INTERNAL",
+            ErrorCode::FileTooLarge => "FILE_TOO_LARGE",
         }
     }
 
@@ -108,6 +110,7 @@ impl ErrorCode {
         ErrorCode::ApprovalAmbiguous,
         ErrorCode::InvalidArguments,
         ErrorCode::Internal,
+        ErrorCode::FileTooLarge,
     ];
 
     /// Maps a code string (runner crates and stored results speak the same codes) onto the

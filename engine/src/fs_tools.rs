@@ -15,8 +15,9 @@ fn to_json<T: serde::Serialize>(v: &T) -> Result<serde_json::Value, ToolError> {
 }
 
 impl Gateway {
-    /// `read`: a window of a regular file and the version of the whole file.
-    pub(crate) fn read(
+    /// `read`: a window of a regular file and the version of the whole file (read on the
+    /// blocking pool; a file above `limits.max_hash_bytes` is `FILE_TOO_LARGE`).
+    pub(crate) async fn read(
         &self,
         ws: &WorkspaceRuntime,
         p: &ReadParams,
@@ -30,7 +31,16 @@ impl Gateway {
         }
         let offset = p.offset.unwrap_or(0);
         let rel = RelPath::parse(&p.path)?;
-        let out = ws.root.read(&rel, offset, limit)?;
+        let out = self
+            .file_versions
+            .read(
+                &ws.root,
+                &rel,
+                offset,
+                limit,
+                self.config.limits.max_hash_bytes,
+            )
+            .await?;
         let byte_count = out.data.len() as u64;
         let end = offset.saturating_add(byte_count);
         let more = end < out.size;

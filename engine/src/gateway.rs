@@ -90,6 +90,8 @@ pub struct Gateway {
     pub(crate) temps: Arc<codespace_runner_fs::TempNames>,
     /// The store statistics the retention pruner last computed.
     pub(crate) store_stats: crate::retention::StatsCell,
+    /// File reads off the async workers, versions cached by file identity.
+    pub(crate) file_versions: Arc<crate::file_versions::FileVersions>,
 }
 
 /// A cached error-free sub-decision.
@@ -179,6 +181,9 @@ impl Gateway {
                 },
             );
         }
+        if let Some(store) = &store {
+            crate::audit::start_writer(store);
+        }
         Ok(Gateway {
             config,
             policy,
@@ -194,6 +199,7 @@ impl Gateway {
             processes,
             temps,
             store_stats: crate::retention::StatsCell::default(),
+            file_versions: Arc::new(crate::file_versions::FileVersions::new()),
         })
     }
 
@@ -253,6 +259,20 @@ impl Gateway {
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// Commits every audit row queued so far (the barrier of in-process readers and tests).
+    pub fn flush_audit(&self) {
+        if let Some(store) = &self.store {
+            crate::audit::flush(store);
+        }
+    }
+
+    /// Drains the audit queue and stops its writer; later rows are written synchronously.
+    pub fn stop_audit(&self) {
+        if let Some(store) = &self.store {
+            crate::audit::stop(store);
+        }
     }
 
     pub(crate) fn workspace(&self, id: &str) -> Result<&WorkspaceRuntime, ToolError> {
@@ -463,9 +483,7 @@ impl Gateway {
                 duration_us: sub.map_or(0, |s| i64::try_from(s.duration_us).unwrap_or(i64::MAX)),
             })
             .collect();
-        if let Err(e) = store.insert_decisions(&rows) {
-            tracing::error!(error = %e, decision_id = %d.decision_id, "audit write failed");
-        }
+        crate::audit::append(store, rows, &d.decision_id, false);
     }
 
     /// Writes decision rows. A store failure is logged and never turns a deny into an allow.
@@ -495,12 +513,9 @@ impl Gateway {
                 duration_us: i64::try_from(s.duration_us).unwrap_or(i64::MAX),
             })
             .collect();
-        if rows.is_empty() {
-            return;
-        }
-        if let Err(e) = store.insert_decisions(&rows) {
-            tracing::error!(error = %e, decision_id = %d.decision_id, "audit write failed");
-        }
+        // Allowed mutations are written ahead of the runner; everything else is group-committed.
+        let write_ahead = d.allowed() && crate::audit::writes_ahead(&d.tool);
+        crate::audit::append(store, rows, &d.decision_id, write_ahead);
     }
 
     /// Mutations of a workspace whose operator set `approvals: confirm` fail closed with
@@ -547,7 +562,7 @@ impl Gateway {
             ToolCall::Read(p) => {
                 let ws = self.workspace(&p.workspace_id)?;
                 self.authorize(&snap, ws, &call, session, None)?;
-                self.read(ws, p)
+                self.read(ws, p).await
             }
             ToolCall::Find(p) => {
                 let ws = self.workspace(&p.workspace_id)?;

@@ -174,6 +174,9 @@ impl Gateway {
                     "find_pagination": true,
                     "read_max_bytes": READ_MAX_BYTES,
                     "find_max_paths": FIND_MAX_PATHS,
+                    // Larger files are FILE_TOO_LARGE for read / apply_patch.
+                    "max_hash_bytes": self.config.limits.max_hash_bytes,
+                    "max_patch_file_bytes": self.config.limits.max_patch_file_bytes,
                 },
             },
             "process": process,

@@ -2,10 +2,12 @@
 //! decisions that deny on any doubt, and the tool implementations that call the runners.
 //! Only this crate grants: the transport reaches the runners through [`Gateway`] alone.
 
+mod audit;
 pub mod config;
 pub mod decide;
 pub mod error;
 pub mod explain;
+mod file_versions;
 mod fs_tools;
 pub mod gateway;
 mod info;

@@ -75,7 +75,7 @@ impl Journal for StoreJournal<'_> {
 
 fn plan_error(e: PlanError<FsError>) -> ToolError {
     match e {
-        PlanError::Lookup(fs) => ToolError::from(fs),
+        PlanError::Lookup(fs) => crate::file_versions::fs_error(fs, "limits.max_patch_file_bytes"),
         other => {
             let code = ErrorCode::from_code(other.code());
             ToolError::new(code, other.to_string())
@@ -190,8 +190,31 @@ enum Applied {
 }
 
 impl Gateway {
-    /// Reads one path for the planner, no-follow.
-    fn lookup(root: &Root, path: &str) -> Result<FileState, FsError> {
+    /// The version of a path the patch does not touch: from the version table when clean,
+    /// else read from disk off the async workers (and recorded).
+    async fn current_version(
+        &self,
+        ws: &WorkspaceRuntime,
+        rel: &RelPath,
+    ) -> Result<Known, ToolError> {
+        if let Some(k) = ws.versions.known(rel.as_str()) {
+            return Ok(k);
+        }
+        let k = match self
+            .file_versions
+            .version(&ws.root, rel, self.config.limits.max_hash_bytes)
+            .await?
+        {
+            Some(v) => Known::Version(v.as_str().to_string()),
+            None => Known::Absent,
+        };
+        ws.versions.record(rel.as_str(), k.clone());
+        Ok(k)
+    }
+
+    /// Reads one path for the planner, no-follow; a file above `max_bytes`
+    /// (`limits.max_patch_file_bytes`) is `FILE_TOO_LARGE` and is never read whole.
+    fn lookup(root: &Root, path: &str, max_bytes: u64) -> Result<FileState, FsError> {
         let rel = RelPath::parse(path)?;
         Ok(match root.stat(&rel)? {
             None => FileState::Absent,
@@ -200,10 +223,10 @@ impl Gateway {
                 Kind::Symlink => FileState::Symlink,
                 Kind::Other => FileState::Special,
                 Kind::File => {
-                    let c = root.read_all(&rel)?;
+                    let f = root.open_for_read(&rel)?;
                     FileState::File {
-                        data: c.data,
-                        mode: c.mode,
+                        data: f.read_all_bounded(max_bytes)?,
+                        mode: f.mode,
                     }
                 }
             },
@@ -292,10 +315,13 @@ impl Gateway {
         let seq0 = ws.versions.seq();
         let planned = {
             let root = Arc::clone(&root);
-            tokio::task::spawn_blocking(move || plan(&patch, |path| Gateway::lookup(&root, path)))
-                .await
-                .map_err(|e| rejected(ToolError::new(ErrorCode::Internal, e.to_string())))?
-                .map_err(|e| rejected(plan_error(e)))?
+            let max = self.config.limits.max_patch_file_bytes;
+            tokio::task::spawn_blocking(move || {
+                plan(&patch, |path| Gateway::lookup(&root, path, max))
+            })
+            .await
+            .map_err(|e| rejected(ToolError::new(ErrorCode::Internal, e.to_string())))?
+            .map_err(|e| rejected(plan_error(e)))?
         };
         let mut changes = Vec::new();
         let mut wire = Vec::new();
@@ -337,9 +363,7 @@ impl Gateway {
                 Some(k) => k.clone(),
                 None => {
                     let rel = RelPath::parse(path).map_err(|e| rejected(e.into()))?;
-                    ws.versions
-                        .current(&root, &rel)
-                        .map_err(|e| rejected(e.into()))?
+                    self.current_version(ws, &rel).await.map_err(rejected)?
                 }
             };
             if known_str(&have) != want {

@@ -802,6 +802,8 @@ impl Gateway {
     /// Kills every process group the gateway owns (stdin EOF, SIGTERM): no orphans.
     pub async fn shutdown(&self) {
         self.processes.shutdown().await;
+        // The queued audit rows reach the store before the process exits.
+        self.stop_audit();
     }
 }
 

@@ -145,6 +145,11 @@ impl Versions {
         }
     }
 
+    /// The version of `path` when the table has a clean entry.
+    pub fn known(&self, path: &str) -> Option<Known> {
+        lock(&self.table).known.get(path).cloned()
+    }
+
     /// The version of `path`: from the table when clean, else from disk (and cached).
     pub fn current(
         &self,

@@ -321,10 +321,19 @@ fn serve(
             if let Some(line) = &banner {
                 eprintln!("{line}");
             }
+            let max_message_bytes = gateway.config().limits.max_message_bytes;
             let server = CodeSpaceServer::new(gateway, Session::stdio());
-            let guarded = crate::stdio::guarded(tokio::io::stdin(), tokio::io::stdout());
+            let guarded =
+                crate::stdio::guarded(tokio::io::stdin(), tokio::io::stdout(), max_message_bytes);
             let flushed = guarded.flushed;
-            let running = match server.serve(guarded.transport).await {
+            // The guard refuses longer lines itself; rmcp's own cap must not be tighter.
+            let (from_guard, to_guard) = guarded.transport;
+            let transport =
+                rmcp::transport::async_rw::AsyncRwTransport::<rmcp::RoleServer, _, _>::new(
+                    from_guard, to_guard,
+                )
+                .with_max_line_length(max_message_bytes.saturating_add(2));
+            let running = match server.serve(transport).await {
                 Ok(r) => r,
                 // stdin closed before a client initialized: nothing to serve, a clean exit.
                 Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => {

@@ -11,6 +11,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::Response;
+use axum::serve::ListenerExt;
 use codespace_engine::{Gateway, Session};
 use rmcp::RoleServer;
 use rmcp::service::RequestContext;
@@ -34,8 +35,6 @@ pub const DEFAULT_ADDR: &str = "127.0.0.1:8787";
 pub const MCP_PATH: &str = "/mcp";
 /// The client name when no clients are configured (loopback only, unauthenticated).
 pub const UNAUTHENTICATED_CLIENT: &str = "local";
-/// Default request body cap.
-pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 /// Default number of requests one client may have in flight.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 64;
 /// Default idle time after which a session is closed.
@@ -53,12 +52,15 @@ pub struct HttpOptions {
     pub allowed_hosts: Vec<String>,
     /// Extra browser origins (`scheme://host[:port]`) accepted in Origin.
     pub allowed_origins: Vec<String>,
-    /// Request body cap in bytes (413 beyond).
-    pub max_body_bytes: usize,
+    /// Request body cap in bytes (413 beyond); None: the config's `limits.max_message_bytes`.
+    pub max_body_bytes: Option<usize>,
     /// Requests one client may have in flight (429 beyond).
     pub max_in_flight_per_client: usize,
     /// Idle time after which a session is closed.
     pub session_idle: Duration,
+    /// Sessions one client may hold at once (429 beyond); None: the config's
+    /// `limits.max_sessions_per_client`.
+    pub max_sessions_per_client: Option<usize>,
 }
 
 impl HttpOptions {
@@ -68,9 +70,10 @@ impl HttpOptions {
             addr,
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
-            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_body_bytes: None,
             max_in_flight_per_client: DEFAULT_MAX_IN_FLIGHT,
             session_idle: DEFAULT_SESSION_IDLE,
+            max_sessions_per_client: None,
         }
     }
 }
@@ -129,9 +132,10 @@ pub struct HttpArgs {
     /// A browser origin (scheme://host[:port]) accepted in Origin, e.g. the MCP Inspector's. Repeatable.
     #[arg(long = "allowed-origin", value_name = "ORIGIN", requires = "http")]
     pub allowed_origins: Vec<String>,
-    /// HTTP request body cap in bytes (413 beyond).
-    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES, requires = "http")]
-    pub max_body_bytes: usize,
+    /// HTTP request body cap in bytes (413 beyond; default: the config's
+    /// limits.max_message_bytes, 16 MiB).
+    #[arg(long, value_name = "BYTES", requires = "http")]
+    pub max_body_bytes: Option<usize>,
     /// Requests one HTTP client may have in flight (429 beyond).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_IN_FLIGHT, requires = "http")]
     pub max_in_flight: usize,
@@ -390,6 +394,10 @@ struct Gate {
     /// Session id → the client that created it.
     owners: Mutex<HashMap<String, Arc<str>>>,
     sessions: Arc<LocalSessionManager>,
+    /// Sessions one client may hold at once.
+    max_sessions_per_client: usize,
+    /// Session-creating requests in progress per client (counted against the cap).
+    opening: Mutex<HashMap<Arc<str>, usize>>,
 }
 
 fn plain(status: StatusCode, body: &'static str) -> Response {
@@ -430,31 +438,51 @@ impl Gate {
         tokens.client_for(rest.trim_ascii())
     }
 
+    /// True unless `sid` is a session this client created. Every session is created through
+    /// the gate, which records its owner before the client can learn its id, so an id without
+    /// an owner is refused too (fail closed).
     fn owner_mismatch(&self, sid: &str, client: &Arc<str>) -> bool {
         match self.owners.lock() {
-            Ok(o) => o.get(sid).is_some_and(|owner| owner != client),
+            Ok(o) => o.get(sid).is_none_or(|owner| owner != client),
             Err(_) => true,
         }
     }
 
-    async fn record_owner(&self, sid: String, client: Arc<str>) {
-        let prune = self.owners.lock().map(|o| o.len() >= 1024).unwrap_or(false);
-        let live: Option<Vec<String>> = if prune {
-            Some(
-                self.sessions
-                    .sessions
-                    .read()
-                    .await
-                    .keys()
-                    .map(|k| k.to_string())
-                    .collect(),
-            )
-        } else {
-            None
+    /// Drops the owners of sessions rmcp has closed (idle expiry). Runs with `owners` locked
+    /// and only when the session table is free at once: a session enters `owners` after rmcp
+    /// created it and never comes back once rmcp removed it, so nothing live is dropped.
+    fn prune_owners(&self, o: &mut HashMap<String, Arc<str>>) {
+        if let Ok(live) = self.sessions.sessions.try_read() {
+            o.retain(|k, _| live.contains_key(k.as_str()));
+        }
+    }
+
+    /// Reserves one session opening for `client`, or None when its live sessions and the
+    /// openings in progress already reach the cap.
+    fn reserve_session(self: &Arc<Self>, client: &Arc<str>) -> Option<OpeningSlot> {
+        let live = match self.owners.lock() {
+            Ok(mut o) => {
+                self.prune_owners(&mut o);
+                o.values().filter(|c| *c == client).count()
+            }
+            Err(_) => return None,
         };
+        let mut opening = self.opening.lock().ok()?;
+        let n = opening.entry(client.clone()).or_insert(0);
+        if live + *n >= self.max_sessions_per_client {
+            return None;
+        }
+        *n += 1;
+        Some(OpeningSlot {
+            gate: Arc::clone(self),
+            client: client.clone(),
+        })
+    }
+
+    fn record_owner(&self, sid: String, client: Arc<str>) {
         if let Ok(mut o) = self.owners.lock() {
-            if let Some(live) = live {
-                o.retain(|k, _| live.contains(k));
+            if o.len() >= 1024 {
+                self.prune_owners(&mut o);
             }
             o.insert(sid, client);
         }
@@ -463,6 +491,22 @@ impl Gate {
     fn forget_owner(&self, sid: &str) {
         if let Ok(mut o) = self.owners.lock() {
             o.remove(sid);
+        }
+    }
+}
+
+/// A session opening in progress, counted against its client's session cap until dropped.
+struct OpeningSlot {
+    gate: Arc<Gate>,
+    client: Arc<str>,
+}
+
+impl Drop for OpeningSlot {
+    fn drop(&mut self) {
+        if let Ok(mut opening) = self.gate.opening.lock()
+            && let Some(n) = opening.get_mut(&self.client)
+        {
+            *n = n.saturating_sub(1);
         }
     }
 }
@@ -527,6 +571,25 @@ async fn gate(State(g): State<Arc<Gate>>, mut req: Request, next: Next) -> Respo
         return plain(StatusCode::NOT_FOUND, "session not found");
     }
     let method = req.method().clone();
+    if method == Method::DELETE
+        && let Some(sid) = &sid
+        && !g.sessions.sessions.read().await.contains_key(sid.as_str())
+    {
+        // Closed already (expired, or deleted before): nothing to terminate.
+        return plain(StatusCode::NOT_FOUND, "session not found");
+    }
+    // A POST without a session opens one (initialize): the client's session cap applies.
+    let opening = if method == Method::POST && sid.is_none() {
+        match g.reserve_session(&client) {
+            Some(slot) => Some(slot),
+            None => {
+                tracing::warn!(client = %client, "HTTP request refused: too many sessions");
+                return json_error(StatusCode::TOO_MANY_REQUESTS, "too many sessions");
+            }
+        }
+    } else {
+        None
+    };
     let permit = if method == Method::POST {
         let Some(sem) = g.in_flight.get(&client) else {
             return unauthorized();
@@ -546,7 +609,7 @@ async fn gate(State(g): State<Arc<Gate>>, mut req: Request, next: Next) -> Respo
         None
     };
     req.extensions_mut().insert(HttpClient(client.clone()));
-    let resp = next.run(req).await;
+    let mut resp = next.run(req).await;
     match &sid {
         None => {
             if let Some(new) = resp
@@ -554,12 +617,19 @@ async fn gate(State(g): State<Arc<Gate>>, mut req: Request, next: Next) -> Respo
                 .get(SESSION_HEADER)
                 .and_then(|v| v.to_str().ok())
             {
-                g.record_owner(new.to_string(), client).await;
+                g.record_owner(new.to_string(), client);
             }
         }
-        Some(sid) if method == Method::DELETE && resp.status().is_success() => g.forget_owner(sid),
+        Some(sid) if method == Method::DELETE && resp.status().is_success() => {
+            g.forget_owner(sid);
+            // The session is gone and there is nothing more to say: 204, not rmcp's 202
+            // (clients read 202 as "termination still pending").
+            resp = Response::new(Body::empty());
+            *resp.status_mut() = StatusCode::NO_CONTENT;
+        }
         Some(_) => {}
     }
+    drop(opening);
     match permit {
         None => resp,
         Some(permit) => {
@@ -653,13 +723,19 @@ impl HttpServer {
             })
             .collect();
 
+        let limits = &gateway.config().limits;
+        let max_body_bytes = opts.max_body_bytes.unwrap_or(limits.max_message_bytes);
+        let max_sessions_per_client = opts
+            .max_sessions_per_client
+            .unwrap_or(limits.max_sessions_per_client)
+            .max(1);
         let mut manager = LocalSessionManager::default();
         manager.session_config.keep_alive = Some(opts.session_idle);
         let manager = Arc::new(manager);
         let config = StreamableHttpServerConfig::default()
             .with_allowed_hosts(host_entries)
             .with_allowed_origins(guard.rmcp_origins())
-            .with_max_request_body_bytes(opts.max_body_bytes);
+            .with_max_request_body_bytes(max_body_bytes);
         let token = config.cancellation_token.clone();
         let fallback = Session {
             client: anonymous.to_string(),
@@ -675,9 +751,11 @@ impl HttpServer {
             tokens,
             anonymous,
             in_flight,
-            max_body_bytes: opts.max_body_bytes,
+            max_body_bytes,
             owners: Mutex::new(HashMap::new()),
             sessions: manager,
+            max_sessions_per_client,
+            opening: Mutex::new(HashMap::new()),
         });
         let router = Router::new()
             .route_service(MCP_PATH, service)
@@ -709,7 +787,15 @@ impl HttpServer {
     ) -> Result<(), HttpError> {
         let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();
         let cancel = self.cancel;
-        let serve = axum::serve(self.listener, self.router).with_graceful_shutdown(async move {
+        // TCP_NODELAY on every accepted connection: an SSE response goes out as a priming event
+        // and then the message, two small writes; with Nagle's algorithm the second waits for
+        // the client's delayed ACK (~40 ms on Linux loopback) on every request.
+        let listener = self.listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::warn!(error = %e, "cannot set TCP_NODELAY on an accepted connection");
+            }
+        });
+        let serve = axum::serve(listener, self.router).with_graceful_shutdown(async move {
             shutdown.await;
             cancel();
             let _ = stopped_tx.send(());

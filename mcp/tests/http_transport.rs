@@ -93,6 +93,7 @@ async fn initialize_list_and_call_over_http() {
         info["result"]["structuredContent"]["transports"],
         json!(["streamable-http"])
     );
+    s.flush_audit();
     let rows = codespace_store::Store::open(&s.store)
         .unwrap()
         .query_decisions(&DecisionQuery::default())
@@ -268,6 +269,7 @@ async fn client_name_reaches_policy_and_decision_rows() {
     .await;
     assert_eq!(other["result"]["isError"], false, "{other}");
 
+    s.flush_audit();
     let rows = codespace_store::Store::open(&s.store)
         .unwrap()
         .query_decisions(&DecisionQuery {
@@ -366,7 +368,7 @@ async fn in_flight_cap_gives_429_and_a_stalled_client_blocks_no_one() {
 #[tokio::test]
 async fn oversized_bodies_get_413() {
     let s = Setup {
-        tweak: Box::new(|o| o.max_body_bytes = 1024),
+        tweak: Box::new(|o| o.max_body_bytes = Some(1024)),
         ..Setup::default()
     }
     .start()

@@ -8,6 +8,8 @@
     dead_code
 )]
 
+pub mod keepalive;
+
 use codespace_engine::policy::{PolicySource, PolicyStore};
 use codespace_engine::{Config, Gateway, SandboxFacts};
 use codespace_mcp::http::{HttpOptions, HttpServer, TRANSPORT};
@@ -25,12 +27,18 @@ pub struct TestServer {
     pub addr: SocketAddr,
     pub store: PathBuf,
     pub root: PathBuf,
+    pub gateway: Arc<Gateway>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
     _dir: tempfile::TempDir,
 }
 
 impl TestServer {
+    /// Commits the queued audit rows, so another connection to the store sees them.
+    pub fn flush_audit(&self) {
+        self.gateway.flush_audit();
+    }
+
     pub async fn stop(mut self) {
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
@@ -65,6 +73,8 @@ pub struct Setup {
     pub tweak: Box<dyn FnOnce(&mut HttpOptions) + Send>,
     /// Run commands in the real command sandbox (helper = the built `codespace` binary).
     pub sandbox: bool,
+    /// The config's `limits` object.
+    pub limits: Value,
 }
 
 impl Default for Setup {
@@ -74,6 +84,7 @@ impl Default for Setup {
             base_policies: Vec::new(),
             tweak: Box::new(|_| {}),
             sandbox: false,
+            limits: json!({}),
         }
     }
 }
@@ -102,6 +113,7 @@ impl Setup {
             "schema": dir.path().join("schema/codespace.cedarschema"),
             "store": store,
             "clients": clients,
+            "limits": self.limits,
         });
         let cfg_path = dir.path().join("config.json");
         std::fs::write(&cfg_path, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
@@ -126,7 +138,8 @@ impl Setup {
         .with_helper_exe(PathBuf::from(env!("CARGO_BIN_EXE_codespace")));
         let mut opts = HttpOptions::new("127.0.0.1:0".parse().unwrap());
         (self.tweak)(&mut opts);
-        let server = HttpServer::bind(Arc::new(gateway), opts).await.unwrap();
+        let gateway = Arc::new(gateway);
+        let server = HttpServer::bind(Arc::clone(&gateway), opts).await.unwrap();
         let addr = server.local_addr();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
@@ -141,6 +154,7 @@ impl Setup {
             addr,
             store,
             root,
+            gateway,
             stop: Some(tx),
             task: Some(task),
             _dir: dir,

@@ -338,6 +338,17 @@ impl StdioServer {
         found
     }
 
+    /// The next stdout line as JSON (waiting up to the deadline); it also goes to the transcript.
+    pub fn next_message(&mut self) -> Value {
+        let raw = self
+            .lines
+            .recv_timeout(self.deadline)
+            .unwrap_or_else(|e| panic!("no stdout line within {:?}: {e}", self.deadline));
+        self.transcript.push(raw.clone());
+        serde_json::from_slice(&raw)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&raw)))
+    }
+
     /// Moves every stdout line already available into the transcript.
     pub fn collect_available(&mut self) {
         while let Ok(raw) = self.lines.try_recv() {

@@ -48,6 +48,16 @@ pub enum FsError {
         /// The existing path.
         path: String,
     },
+    /// The file is larger than the limit of the operation (hashing, patching).
+    #[error("file too large: {path} is {size} bytes, over the limit of {limit} bytes")]
+    TooLarge {
+        /// The file.
+        path: String,
+        /// Its size.
+        size: u64,
+        /// The limit it exceeds.
+        limit: u64,
+    },
     /// Any other I/O failure.
     #[error("file operation failed: {path}: {message}")]
     Io {
@@ -72,6 +82,7 @@ impl FsError {
             FsError::SymlinkRejected { .. } => "SYMLINK_REJECTED",
             FsError::NotRegularFile { .. } => "SPECIAL_FILE_REJECTED",
             FsError::AlreadyExists { .. } | FsError::Io { .. } => "FILE_OPERATION_FAILED",
+            FsError::TooLarge { .. } => "FILE_TOO_LARGE",
         }
     }
 
@@ -84,7 +95,17 @@ impl FsError {
             | FsError::SymlinkRejected { path }
             | FsError::NotRegularFile { path }
             | FsError::AlreadyExists { path }
+            | FsError::TooLarge { path, .. }
             | FsError::Io { path, .. } => path,
+        }
+    }
+
+    /// A `TooLarge` error for `path`.
+    pub fn too_large(path: &str, size: u64, limit: u64) -> FsError {
+        FsError::TooLarge {
+            path: echo(path),
+            size,
+            limit,
         }
     }
 
@@ -187,6 +208,15 @@ mod tests {
             "FILE_OPERATION_FAILED"
         );
         assert_eq!(FsError::io(&p, "m").code(), "FILE_OPERATION_FAILED");
+        assert_eq!(
+            FsError::TooLarge {
+                path: p.clone(),
+                size: 2,
+                limit: 1
+            }
+            .code(),
+            "FILE_TOO_LARGE"
+        );
     }
 
     #[test]

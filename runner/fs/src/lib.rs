@@ -7,6 +7,7 @@
 mod error;
 mod glob;
 mod meta;
+mod opened;
 mod path;
 mod read;
 mod resolve;
@@ -21,6 +22,7 @@ mod write;
 pub use error::FsError;
 pub use glob::{GlobError, GlobFilter};
 pub use meta::{Kind, Meta};
+pub use opened::{FileId, HashedWindow, OpenedFile};
 pub use path::{MAX_COMPONENT_BYTES, MAX_PATH_BYTES, RelPath};
 pub use read::{FileContent, ReadOutcome};
 pub use root::Root;

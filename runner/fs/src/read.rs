@@ -12,7 +12,7 @@ use crate::root::Root;
 use crate::version::{Version, VersionHasher};
 
 /// Size of the buffer used to stream file content.
-const CHUNK: usize = 64 * 1024;
+pub(crate) const CHUNK: usize = 64 * 1024;
 
 /// A window of a file together with facts about the whole file.
 #[derive(Debug, Clone, PartialEq, Eq)]

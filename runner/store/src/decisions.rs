@@ -91,40 +91,15 @@ impl Store {
     pub fn insert_decisions(&self, rows: &[DecisionRow]) -> Result<(), StoreError> {
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        {
-            let mut st = tx.prepare_cached(
-                "INSERT INTO decisions (decision_id, at_ms, policy_set_sha256, profile, workspace, \
-                 tool, action, sub_index, subject, client, transport, decision, policy_ids, errors, \
-                 default_deny, duration_us) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
-            )?;
-            for r in rows {
-                st.execute(params![
-                    r.decision_id,
-                    r.at_ms,
-                    r.policy_set_sha256,
-                    r.profile,
-                    r.workspace,
-                    r.tool,
-                    r.action,
-                    r.sub_index,
-                    r.subject,
-                    r.client,
-                    r.transport,
-                    r.decision,
-                    serde_json::to_string(&r.policy_ids)?,
-                    serde_json::to_string(&r.errors)?,
-                    r.default_deny,
-                    r.duration_us,
-                ])?;
-            }
-        }
+        insert_rows(&tx, rows)?;
         tx.commit()?;
         Ok(())
     }
 
     /// Audit rows matching `q`, ordered by time, then sub-request index.
     pub fn query_decisions(&self, q: &DecisionQuery) -> Result<Vec<DecisionRow>, StoreError> {
+        // Rows still queued for the audit writer are part of the log.
+        self.flush_decisions();
         let mut clauses: Vec<&str> = Vec::new();
         let mut args: Vec<Value> = Vec::new();
         if let Some(since) = q.since_ms {
@@ -162,4 +137,39 @@ impl Store {
             .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
     }
+}
+
+/// Inserts `rows` on `conn` (inside the caller's transaction). Shared by
+/// [`Store::insert_decisions`] and the audit writer's group commits.
+pub(crate) fn insert_rows(
+    conn: &rusqlite::Connection,
+    rows: &[DecisionRow],
+) -> Result<(), StoreError> {
+    let mut st = conn.prepare_cached(
+        "INSERT INTO decisions (decision_id, at_ms, policy_set_sha256, profile, workspace, \
+         tool, action, sub_index, subject, client, transport, decision, policy_ids, errors, \
+         default_deny, duration_us) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+    )?;
+    for r in rows {
+        st.execute(params![
+            r.decision_id,
+            r.at_ms,
+            r.policy_set_sha256,
+            r.profile,
+            r.workspace,
+            r.tool,
+            r.action,
+            r.sub_index,
+            r.subject,
+            r.client,
+            r.transport,
+            r.decision,
+            serde_json::to_string(&r.policy_ids)?,
+            serde_json::to_string(&r.errors)?,
+            r.default_deny,
+            r.duration_us,
+        ])?;
+    }
+    Ok(())
 }

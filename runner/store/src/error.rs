@@ -35,4 +35,7 @@ pub enum StoreError {
     /// A rollback journal for this operation already exists.
     #[error("a patch journal already exists for operation {0}")]
     JournalExists(String),
+    /// The audit writer could not commit queued decision rows.
+    #[error("audit write failed: {0}")]
+    AuditWrite(String),
 }

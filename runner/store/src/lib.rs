@@ -5,6 +5,7 @@
 //! One [`Store`] wraps one `rusqlite::Connection` behind a mutex: it is `Send + Sync` and cheap to
 //! share in an `Arc`. Every time is unix milliseconds (see [`now_ms`]).
 
+mod audit_queue;
 mod codec;
 mod decisions;
 mod error;
@@ -19,6 +20,10 @@ mod retention;
 mod seal;
 mod store;
 
+pub use audit_queue::{
+    AuditErrorHook, AuditTicket, AuditWriterConfig, DEFAULT_BATCH_ROWS, DEFAULT_CAPACITY,
+    DEFAULT_MAX_DELAY, TryAppendError,
+};
 pub use decisions::{DecisionQuery, DecisionRow};
 pub use error::StoreError;
 pub use events::EventRow;

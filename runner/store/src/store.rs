@@ -30,6 +30,8 @@ pub struct Store {
     key_file: Option<PathBuf>,
     /// The journal key, loaded (or created) on first use.
     key: Mutex<Option<JournalKey>>,
+    /// The audit writer, once started (see `audit_queue`).
+    pub(crate) audit_writer: std::sync::OnceLock<crate::audit_queue::AuditWriter>,
 }
 
 impl std::fmt::Debug for Store {
@@ -80,6 +82,7 @@ impl Store {
             conn: Mutex::new(conn),
             key_file,
             key: Mutex::new(None),
+            audit_writer: std::sync::OnceLock::new(),
         })
     }
 
