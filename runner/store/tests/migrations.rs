@@ -113,7 +113,7 @@ fn a_version_1_store_gains_the_instances_table_and_keeps_its_rows() {
         .unwrap();
     }
     let store = Store::open(&path).unwrap();
-    assert_eq!(store.schema_version().unwrap(), 2);
+    assert_eq!(store.schema_version().unwrap(), LATEST_VERSION);
     assert_eq!(store.events(Some("startup"), 10).unwrap().len(), 1);
     assert!(store.instances().unwrap().is_empty());
     store

@@ -204,7 +204,7 @@ fn journal_rows_written_around_the_store_api_do_not_verify() {
 }
 
 #[test]
-fn schema_1_rows_survive_the_migration_to_2() {
+fn schema_1_rows_survive_the_migration_to_latest() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store.db");
     {
@@ -223,7 +223,7 @@ fn schema_1_rows_survive_the_migration_to_2() {
         .unwrap();
     }
     let store = Store::open(&path).unwrap();
-    assert_eq!(store.schema_version().unwrap(), 2);
+    assert_eq!(store.schema_version().unwrap(), codespace_store::LATEST_VERSION);
     let op = store.operation_by_id("op1").unwrap().unwrap();
     assert_eq!(op.operation_key.as_deref(), Some("k1"));
     assert_eq!(store.operation_events("op1").unwrap().len(), 1);
