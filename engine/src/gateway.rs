@@ -45,6 +45,9 @@ pub enum StartError {
     /// A workspace root could not be opened.
     #[error("workspace {0}: root cannot be opened: {1}")]
     Root(String, String),
+    /// A path commands may read or write reaches the store.
+    #[error("{0}")]
+    StoreReachable(String),
 }
 
 /// Which rows of a decision go to the audit log.
@@ -128,6 +131,7 @@ impl Gateway {
         store: Option<Arc<Store>>,
         sandbox: SandboxFacts,
     ) -> Result<Gateway, StartError> {
+        crate::isolation::check_store_unreachable(&config).map_err(StartError::StoreReachable)?;
         let config_max_waiters = config.limits.max_waiters;
         let processes = crate::process_tools::Processes::new(&config.limits);
         let mut workspaces = BTreeMap::new();
@@ -150,7 +154,10 @@ impl Gateway {
                     "unavailable"
                 }
                 .into(),
-                network_enforcement: if sandbox.network_enforced {
+                // A workspace whose operator turned the sandbox off has no network enforcement.
+                network_enforcement: if sandbox.network_enforced
+                    && ws.sandbox == crate::config::SandboxMode::Required
+                {
                     "enforced"
                 } else {
                     "none"
@@ -159,6 +166,7 @@ impl Gateway {
                 network: ws.network.as_str().into(),
                 approvals: ws.approvals.as_str().into(),
                 server_owned: server_owned_in(&ws.root, &config, &policy),
+                workspace_sandbox: ws.sandbox.as_str().into(),
             };
             workspaces.insert(
                 id.clone(),

@@ -9,6 +9,7 @@ pub mod explain;
 mod fs_tools;
 pub mod gateway;
 mod info;
+mod isolation;
 pub mod lease;
 pub mod ops;
 pub mod patch_tool;
