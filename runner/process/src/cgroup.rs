@@ -327,9 +327,20 @@ impl Cgroups {
         let own = fs::read_to_string("/proc/self/cgroup")
             .map(|t| parse_self_cgroup(&t))
             .unwrap_or_default();
-        cg.v2 = setup_v2(&mounts, &own);
-        if !cg.v2.as_ref().is_some_and(|h| h.pids) {
-            cg.v1_pids = setup_v1_pids(&mounts, &own);
+        // One hierarchy per process: every join is a cgroup migration, which waits for an RCU
+        // grace period (milliseconds). v2 with `pids` does everything; else a v1 `pids`
+        // hierarchy gives the limit and (by signalling its members) the kill; else v2 alone
+        // still tracks escapees.
+        let v2 = setup_v2(&mounts, &own);
+        if v2.as_ref().is_some_and(|h| h.pids) {
+            cg.v2 = v2;
+        } else if let Some(v1) = setup_v1_pids(&mounts, &own) {
+            if let Some(h) = v2 {
+                let _ = fs::remove_dir(&h.dir);
+            }
+            cg.v1_pids = Some(v1);
+        } else {
+            cg.v2 = v2;
         }
         tracing::debug!(
             v2 = ?cg.v2.as_ref().map(|h| (h.has_kill, h.pids)),
@@ -431,19 +442,27 @@ impl ProcCgroup {
         self.dirs.iter().all(|(dir, _)| members(dir).is_empty())
     }
 
-    /// Waits (bounded) until the killed members are gone, then removes the cgroup directories.
-    /// A cgroup that does not empty in time stays until the table removes everything.
+    /// Waits (bounded) until the killed members are gone, then removes the cgroup directories
+    /// (on the blocking pool: removing a cgroup can wait for the kernel). A cgroup that does not
+    /// empty in time stays until the table removes everything.
     pub(crate) async fn remove_when_empty(&self) {
         let deadline = tokio::time::Instant::now() + EMPTY_WAIT;
         while !self.is_empty() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(EMPTY_POLL).await;
         }
-        for (dir, _) in &self.dirs {
-            if let Err(err) = fs::remove_dir(dir)
-                && err.kind() != io::ErrorKind::NotFound
-            {
-                tracing::debug!(%err, "cannot remove a process cgroup yet");
+        let dirs: Vec<PathBuf> = self.dirs.iter().map(|(d, _)| d.clone()).collect();
+        let removed = tokio::task::spawn_blocking(move || {
+            for dir in dirs {
+                if let Err(err) = fs::remove_dir(&dir)
+                    && err.kind() != io::ErrorKind::NotFound
+                {
+                    tracing::debug!(%err, "cannot remove a process cgroup yet");
+                }
             }
+        })
+        .await;
+        if let Err(err) = removed {
+            tracing::debug!(%err, "cgroup removal task failed");
         }
     }
 }
