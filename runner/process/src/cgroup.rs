@@ -254,8 +254,9 @@ fn setup_v2(mounts: &[Mount], own: &[(String, String)]) -> Option<Hierarchy> {
     let offered = fs::read_to_string(base.join("cgroup.controllers"))
         .map(|c| c.split_whitespace().any(|x| x == "pids"))
         .unwrap_or(false);
-    // Enabling needs the base to have no processes of its own (unless it is the root cgroup);
-    // when it has, the limit falls back to v1 or none. The table never moves the server.
+    // Enabling needs the base to have no processes of its own unless it is the root cgroup, and
+    // the server itself is in it: outside the root the limit falls back to v1 or none. The table
+    // never moves the server.
     let pids = offered
         && write_file(&base.join("cgroup.subtree_control"), "+pids").is_ok()
         && write_file(&dir.join("cgroup.subtree_control"), "+pids").is_ok();
