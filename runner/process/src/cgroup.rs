@@ -66,6 +66,11 @@ const KILL_ROUNDS: usize = 64;
 #[derive(Debug)]
 struct Hierarchy {
     dir: PathBuf,
+    /// The file a child writes `0` to, to join: v1 `tasks` moves only the writing thread (the
+    /// whole process, for a freshly forked single-threaded child) without the kernel's global
+    /// thread-group lock, whose write side waits for an RCU grace period (milliseconds) when
+    /// spawns are spaced out; v2 has only `cgroup.procs`.
+    join_file: &'static str,
     /// `cgroup.kill` exists (cgroup v2, kernel ≥ 5.14).
     has_kill: bool,
     /// The per-process children get `pids.max`.
@@ -88,7 +93,9 @@ pub(crate) struct ProcCgroup {
     join: Vec<OwnedFd>,
 }
 
-/// The raw descriptors a child writes `0` to before `exec` (at most one per hierarchy).
+/// The raw descriptors a child writes `0` to before `exec` (at most one per hierarchy). The
+/// child must still be single-threaded (it is, between fork and exec): a v1 `tasks` write moves
+/// only the calling thread.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct JoinFds {
     fds: [Option<RawFd>; 2],
@@ -262,6 +269,7 @@ fn setup_v2(mounts: &[Mount], own: &[(String, String)]) -> Option<Hierarchy> {
         && write_file(&dir.join("cgroup.subtree_control"), "+pids").is_ok();
     Some(Hierarchy {
         dir,
+        join_file: "cgroup.procs",
         has_kill,
         pids,
     })
@@ -279,6 +287,7 @@ fn setup_v1_pids(mounts: &[Mount], own: &[(String, String)]) -> Option<Hierarchy
     let dir = make_table_dir(&base).ok()?;
     Some(Hierarchy {
         dir,
+        join_file: "tasks",
         has_kill: false,
         pids: true,
     })
@@ -387,7 +396,7 @@ impl Cgroups {
                 write_file(&dir.join("pids.max"), &self.limit.to_string())?;
             }
             let procs = rustix::fs::open(
-                dir.join("cgroup.procs"),
+                dir.join(h.join_file),
                 OFlags::WRONLY | OFlags::CLOEXEC,
                 Mode::empty(),
             )?;
