@@ -67,6 +67,7 @@ fn main() {
         network: "restricted".into(),
         approvals: "off".into(),
         server_owned: vec![],
+        workspace_sandbox: "required".into(),
     };
     let base = workspace_entities(&snap, &gw.config().profiles, &facts).unwrap();
     let req = [path_request("read", "src/main.rs", "", &session)];

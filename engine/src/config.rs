@@ -73,6 +73,9 @@ struct RawConfig {
 struct RawEnvironment {
     /// `host` (the local machine) or `linux-container` (loads, but exec and patch fail closed).
     kind: EnvironmentKind,
+    /// Extra read-only paths commands may read (toolchains), by name; absolute.
+    #[serde(default)]
+    read_paths: BTreeMap<String, PathBuf>,
 }
 
 /// A workspace: a directory the server exposes under an id.
@@ -97,6 +100,16 @@ struct RawWorkspace {
     /// Whether allowed mutations run at once (`off`) or are held for a human (`confirm`).
     #[serde(default)]
     approvals: Approvals,
+    /// Extra read-only paths commands may read, by name; added to the environment's.
+    #[serde(default)]
+    read_paths: BTreeMap<String, PathBuf>,
+    /// The commands' HOME (absolute, writable by them); default `<store dir>/../homes/<id>`-style
+    /// directory the server manages outside every workspace.
+    #[serde(default)]
+    home: Option<PathBuf>,
+    /// `required` (default): commands run only inside the sandbox; `off`: the operator's opt-out.
+    #[serde(default)]
+    sandbox: SandboxMode,
 }
 
 /// An operator-written permission profile.
@@ -196,6 +209,26 @@ pub const DEFAULT_MAX_PATCH_FILE_BYTES: u64 = 64 << 20;
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 << 20;
 /// Default `limits.max_sessions_per_client`.
 pub const DEFAULT_MAX_SESSIONS_PER_CLIENT: usize = 64;
+/// The operator's sandbox switch for a workspace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxMode {
+    /// Commands run only inside the command sandbox; where it is unavailable they are refused.
+    #[default]
+    Required,
+    /// The operator's explicit opt-out: commands run without the command sandbox.
+    Off,
+}
+
+impl SandboxMode {
+    /// Wire and Cedar spelling (`resource.workspace.sandbox`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxMode::Required => "required",
+            SandboxMode::Off => "off",
+        }
+    }
+}
 
 /// Operator limits.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
@@ -221,6 +254,8 @@ pub struct Limits {
     pub max_message_bytes: usize,
     /// HTTP sessions one client may hold open at once (429 beyond).
     pub max_sessions_per_client: usize,
+    /// Most tasks (processes and threads) one command and its descendants may have.
+    pub max_pids_per_process: u32,
 }
 
 impl Default for Limits {
@@ -235,6 +270,7 @@ impl Default for Limits {
             max_patch_file_bytes: DEFAULT_MAX_PATCH_FILE_BYTES,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             max_sessions_per_client: DEFAULT_MAX_SESSIONS_PER_CLIENT,
+            max_pids_per_process: 512,
         }
     }
 }
@@ -246,6 +282,8 @@ pub struct Environment {
     pub id: String,
     /// Its kind.
     pub kind: EnvironmentKind,
+    /// Operator-declared read-only paths of every workspace in it (name → canonical path).
+    pub read_paths: BTreeMap<String, PathBuf>,
 }
 
 /// A resolved workspace.
@@ -263,6 +301,14 @@ pub struct Workspace {
     pub network: Network,
     /// The approvals switch.
     pub approvals: Approvals,
+    /// Read-only paths its commands may read: its environment's plus its own (name → canonical
+    /// path; the names are shown in `workspace_info`, the paths never).
+    pub read_paths: BTreeMap<String, PathBuf>,
+    /// Its commands' home directory, when the operator set one (else the server picks one
+    /// beside the store).
+    pub home: Option<PathBuf>,
+    /// The sandbox switch.
+    pub sandbox: SandboxMode,
 }
 
 /// A permission profile (built-in or operator-written).
@@ -338,6 +384,7 @@ fn local_environments() -> BTreeMap<String, Environment> {
         Environment {
             id: LOCAL_ENVIRONMENT.to_string(),
             kind: EnvironmentKind::Host,
+            read_paths: BTreeMap::new(),
         },
     );
     m
@@ -384,6 +431,46 @@ fn canonical_root(field: &str, root: &Path) -> Result<PathBuf, ConfigError> {
     Ok(canon)
 }
 
+/// Validates operator read paths: names of letters, digits, `.`, `_`, `-`; absolute paths that
+/// exist (canonicalized); never `/` (it would undo the read allow-list) nor anything under `/dev`
+/// (a readable device node can be a whole disk).
+fn read_paths(
+    field: &str,
+    raw: BTreeMap<String, PathBuf>,
+) -> Result<BTreeMap<String, PathBuf>, ConfigError> {
+    let mut out = BTreeMap::new();
+    for (name, path) in raw {
+        let valid_name = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+        if !valid_name {
+            return Err(ConfigError(format!(
+                "{field}.{name}: a name may use only letters, digits, `.`, `_` and `-`"
+            )));
+        }
+        if !path.is_absolute() {
+            return Err(ConfigError(format!(
+                "{field}.{name}: must be an absolute path"
+            )));
+        }
+        let canon = std::fs::canonicalize(&path)
+            .map_err(|e| ConfigError(format!("{field}.{name}: cannot be opened ({})", e.kind())))?;
+        if canon == Path::new("/") {
+            return Err(ConfigError(format!(
+                "{field}.{name}: `/` would make every file readable; declare narrower paths"
+            )));
+        }
+        if canon.starts_with("/dev") {
+            return Err(ConfigError(format!(
+                "{field}.{name}: device paths cannot be declared readable"
+            )));
+        }
+        out.insert(name, canon);
+    }
+    Ok(out)
+}
+
 impl Config {
     /// The embedded default: `dir` as workspace `default`, profile `workspace-write`, local host.
     pub fn embedded_default(dir: &Path) -> Result<Config, ConfigError> {
@@ -405,6 +492,9 @@ impl Config {
                 environment: LOCAL_ENVIRONMENT.to_string(),
                 network: Network::Restricted,
                 approvals: Approvals::Off,
+                read_paths: BTreeMap::new(),
+                home: None,
+                sandbox: SandboxMode::Required,
             },
         );
         Ok(Config {
@@ -458,7 +548,15 @@ impl Config {
 
         let mut environments = local_environments();
         for (id, env) in raw.environments {
-            environments.insert(id.clone(), Environment { id, kind: env.kind });
+            let read_paths = read_paths(&format!("environments.{id}.read_paths"), env.read_paths)?;
+            environments.insert(
+                id.clone(),
+                Environment {
+                    id,
+                    kind: env.kind,
+                    read_paths,
+                },
+            );
         }
 
         let mut profiles = builtin_profiles();
@@ -527,13 +625,29 @@ impl Config {
             let environment = w
                 .environment
                 .unwrap_or_else(|| LOCAL_ENVIRONMENT.to_string());
-            if !environments.contains_key(&environment) {
+            let Some(env) = environments.get(&environment) else {
                 return Err(ConfigError(format!(
                     "workspaces.{id}.environment: unknown environment `{environment}`{}",
                     crate::suggest::did_you_mean(
                         &environment,
                         environments.keys().map(String::as_str)
                     )
+                )));
+            };
+            let mut all_read_paths = env.read_paths.clone();
+            for (name, path) in read_paths(&format!("workspaces.{id}.read_paths"), w.read_paths)? {
+                if all_read_paths.contains_key(&name) {
+                    return Err(ConfigError(format!(
+                        "workspaces.{id}.read_paths.{name}: already declared by environment `{environment}`"
+                    )));
+                }
+                all_read_paths.insert(name, path);
+            }
+            if let Some(home) = &w.home
+                && !home.is_absolute()
+            {
+                return Err(ConfigError(format!(
+                    "workspaces.{id}.home: must be an absolute path"
                 )));
             }
             workspaces.insert(
@@ -545,6 +659,9 @@ impl Config {
                     environment,
                     network: w.network,
                     approvals: w.approvals,
+                    read_paths: all_read_paths,
+                    home: w.home,
+                    sandbox: w.sandbox,
                 },
             );
         }
@@ -553,6 +670,11 @@ impl Config {
         if limits.max_live_processes == 0 {
             return Err(ConfigError(
                 "limits.max_live_processes: must be at least 1".into(),
+            ));
+        }
+        if limits.max_pids_per_process == 0 {
+            return Err(ConfigError(
+                "limits.max_pids_per_process: must be at least 1".into(),
             ));
         }
         if limits.output_ring_bytes < 1024 {
@@ -700,6 +822,94 @@ mod tests {
             (
                 r#"{"workspaces": {}}"#.to_string(),
                 "at least one workspace",
+            ),
+        ];
+        for (json, want) in cases {
+            let err = load(&json).unwrap_err().to_string();
+            assert!(
+                err.contains(want),
+                "config {json}: got `{err}`, want `{want}`"
+            );
+            assert!(!err.contains('\n'), "one line: {err}");
+        }
+    }
+
+    #[test]
+    fn read_paths_home_sandbox_and_pids_limit_are_parsed_and_merged() {
+        let dir = tempfile::tempdir().unwrap();
+        let tool = dir.path().join("tool");
+        let extra = dir.path().join("extra");
+        std::fs::create_dir(&tool).unwrap();
+        std::fs::create_dir(&extra).unwrap();
+        let json = format!(
+            r#"{{"environments": {{"local": {{"kind": "host", "read_paths": {{"tool": "{t}"}}}}}},
+                "workspaces": {{"w": {{"root": "{d}", "read_paths": {{"extra": "{e}"}},
+                                      "home": "/srv/homes/w", "sandbox": "off"}},
+                               "v": {{"root": "{d}"}}}},
+                "limits": {{"max_pids_per_process": 32}}}}"#,
+            t = tool.display(),
+            e = extra.display(),
+            d = dir.path().display()
+        );
+        let cfg = load(&json).unwrap();
+        let w = &cfg.workspaces["w"];
+        assert_eq!(
+            w.read_paths.keys().collect::<Vec<_>>(),
+            vec!["extra", "tool"]
+        );
+        assert_eq!(w.read_paths["tool"], std::fs::canonicalize(&tool).unwrap());
+        assert_eq!(w.home.as_deref(), Some(Path::new("/srv/homes/w")));
+        assert_eq!(w.sandbox, SandboxMode::Off);
+        let v = &cfg.workspaces["v"];
+        assert_eq!(v.read_paths.keys().collect::<Vec<_>>(), vec!["tool"]);
+        assert_eq!(v.sandbox, SandboxMode::Required);
+        assert!(v.home.is_none());
+        assert_eq!(cfg.limits.max_pids_per_process, 32);
+        assert_eq!(Limits::default().max_pids_per_process, 512);
+    }
+
+    #[test]
+    fn bad_read_paths_home_and_sandbox_name_the_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        let ws = |extra: &str| format!(r#"{{"workspaces": {{"w": {{"root": "{d}"{extra}}}}}}}"#);
+        let cases = [
+            (
+                ws(r#", "read_paths": {"x": "rel"}"#),
+                "workspaces.w.read_paths.x: must be an absolute path",
+            ),
+            (
+                ws(r#", "read_paths": {"x": "/no/such/dir"}"#),
+                "workspaces.w.read_paths.x: cannot be opened",
+            ),
+            (
+                ws(r#", "read_paths": {"x": "/"}"#),
+                "workspaces.w.read_paths.x: `/`",
+            ),
+            (
+                ws(r#", "read_paths": {"x": "/dev"}"#),
+                "workspaces.w.read_paths.x: device",
+            ),
+            (
+                ws(r#", "read_paths": {"a b": "/usr"}"#),
+                "workspaces.w.read_paths.a b: a name",
+            ),
+            (
+                ws(r#", "home": "homes/w""#),
+                "workspaces.w.home: must be an absolute path",
+            ),
+            (ws(r#", "sandbox": "maybe""#), "workspaces.w.sandbox"),
+            (
+                format!(
+                    r#"{{"environments": {{"local": {{"kind": "host", "read_paths": {{"u": "/usr"}}}}}}, "workspaces": {{"w": {{"root": "{d}", "read_paths": {{"u": "/usr"}}}}}}}}"#
+                ),
+                "workspaces.w.read_paths.u: already declared by environment `local`",
+            ),
+            (
+                format!(
+                    r#"{{"workspaces": {{"w": {{"root": "{d}"}}}}, "limits": {{"max_pids_per_process": 0}}}}"#
+                ),
+                "limits.max_pids_per_process: must be at least 1",
             ),
         ];
         for (json, want) in cases {

@@ -69,6 +69,10 @@ pub fn workspace_entities(
         "approvals".into(),
         RestrictedExpression::new_string(facts.approvals.clone()),
     );
+    ws_attrs.insert(
+        "sandbox".into(),
+        RestrictedExpression::new_string(facts.workspace_sandbox.clone()),
+    );
     ents.push(Entity::new(ws_uid, ws_attrs, HashSet::from([env_uid])).map_err(|e| e.to_string())?);
     let actions = snap.schema.action_entities().map_err(|e| e.to_string())?;
     actions

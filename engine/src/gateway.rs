@@ -50,6 +50,9 @@ pub enum StartError {
     /// The workspace could not be registered in the store.
     #[error("workspace {0}: cannot be registered in the store: {1}")]
     Register(String, String),
+    /// A path commands may read or write reaches the store.
+    #[error("{0}")]
+    StoreReachable(String),
 }
 
 /// Which rows of a decision go to the audit log.
@@ -127,6 +130,7 @@ impl Gateway {
         store: Option<Arc<Store>>,
         sandbox: SandboxFacts,
     ) -> Result<Gateway, StartError> {
+        crate::isolation::check_store_unreachable(&config).map_err(StartError::StoreReachable)?;
         let config_max_waiters = config.limits.max_waiters;
         let processes = crate::process_tools::Processes::new(&config.limits);
         let temps = crate::temp_files::start_instance(store.as_ref())?;
@@ -161,7 +165,10 @@ impl Gateway {
                     "unavailable"
                 }
                 .into(),
-                network_enforcement: if sandbox.network_enforced {
+                // A workspace whose operator turned the sandbox off has no network enforcement.
+                network_enforcement: if sandbox.network_enforced
+                    && ws.sandbox == crate::config::SandboxMode::Required
+                {
                     "enforced"
                 } else {
                     "none"
@@ -170,6 +177,7 @@ impl Gateway {
                 network: ws.network.as_str().into(),
                 approvals: ws.approvals.as_str().into(),
                 server_owned: crate::server_files::server_owned_in(&ws.root, &owned_files),
+                workspace_sandbox: ws.sandbox.as_str().into(),
             };
             workspaces.insert(
                 id.clone(),

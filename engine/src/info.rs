@@ -155,7 +155,15 @@ impl Gateway {
                 }),
             );
         }
-        let sandbox_on = ws.facts.sandbox == "enforced";
+        let sandbox_on = ws.facts.sandbox == "enforced" && ws.facts.workspace_sandbox != "off";
+        let pids = self.pids_isolation();
+        // Names only: the absolute paths behind them are the server's business.
+        let read_path_names: Vec<&String> = self
+            .config
+            .workspaces
+            .get(id)
+            .map(|w| w.read_paths.keys().collect())
+            .unwrap_or_default();
         let execution = json!({
             "environment": {
                 "kind": env_kind,
@@ -196,6 +204,9 @@ impl Gateway {
             "isolation": {
                 "file_tools_workspace_scoped": true,
                 "command_sandbox": if sandbox_on { "linux-sandbox" } else { "none" },
+                "sandbox": ws.facts.workspace_sandbox,
+                "read_paths": read_path_names,
+                "pids": {"limit": pids.limit, "mechanism": pids.mechanism.as_str()},
             },
             "network": {
                 "policy": ws.facts.network,

@@ -11,6 +11,7 @@ mod file_versions;
 mod fs_tools;
 pub mod gateway;
 mod info;
+mod isolation;
 pub mod lease;
 pub mod ops;
 pub mod patch_tool;

@@ -69,6 +69,10 @@ pub struct Fixture {
     /// Server-owned workspace-relative paths.
     #[serde(default)]
     pub server_owned: Vec<String>,
+    /// The workspace's own sandbox switch, `resource.workspace.sandbox`: `required` / `off`
+    /// (`sandbox` above is the environment's probe result).
+    #[serde(default = "default_workspace_sandbox")]
+    pub workspace_sandbox: String,
 }
 
 fn default_env_kind() -> String {
@@ -82,6 +86,9 @@ fn default_network() -> String {
 }
 fn default_approvals() -> String {
     "off".into()
+}
+fn default_workspace_sandbox() -> String {
+    "required".into()
 }
 
 /// The caller of a test file.
@@ -197,6 +204,7 @@ impl Fixture {
             network: default_network(),
             approvals: default_approvals(),
             server_owned: Vec::new(),
+            workspace_sandbox: default_workspace_sandbox(),
         }
     }
 
@@ -212,6 +220,7 @@ impl Fixture {
             network: self.network.clone(),
             approvals: self.approvals.clone(),
             server_owned: self.server_owned.clone(),
+            workspace_sandbox: self.workspace_sandbox.clone(),
         }
     }
 }

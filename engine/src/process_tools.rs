@@ -75,6 +75,7 @@ impl Processes {
             max_exited_kept: limits.max_exited_processes,
             ring_bytes: limits.output_ring_bytes,
             default_timeout: Duration::from_millis(limits.process_timeout_ms),
+            max_pids: limits.max_pids_per_process,
             ..TableLimits::default()
         });
         Processes {
@@ -128,6 +129,11 @@ impl Processes {
     /// Number of processes still running (tests, workspace_info).
     pub(crate) fn live_count(&self) -> usize {
         self.table.live_count()
+    }
+
+    /// The per-process task limit and how the host enforces it (workspace_info, start-up).
+    pub(crate) fn pids_isolation(&self) -> codespace_runner_process::PidsIsolation {
+        self.table.pids_isolation()
     }
 }
 
@@ -198,6 +204,44 @@ fn make_tmp_dir() -> Result<PathBuf, ToolError> {
     Ok(dir)
 }
 
+/// Whether `ws`'s commands run in the sandbox (every workspace but one whose operator set
+/// `"sandbox": "off"`).
+fn requires_sandbox(ws: &WorkspaceRuntime) -> bool {
+    ws.facts.workspace_sandbox != "off"
+}
+
+/// Paths a workspace's commands get besides the workspace and their temp dir.
+struct CommandPaths {
+    /// The operator's read paths (environment's and workspace's).
+    read_paths: Vec<PathBuf>,
+    /// The home directory (created 0700 on first use), when one is known.
+    home: Option<PathBuf>,
+}
+
+impl Gateway {
+    /// The read paths and home directory of `workspace`'s commands; creates the home.
+    fn command_paths(&self, workspace: &str) -> Result<CommandPaths, ToolError> {
+        let ws = self
+            .config
+            .workspaces
+            .get(workspace)
+            .ok_or_else(|| ToolError::new(ErrorCode::WorkspaceNotFound, "workspace is gone"))?;
+        let home = crate::isolation::home_dir(&self.config, ws);
+        if let Some(h) = &home {
+            crate::isolation::ensure_home(h).map_err(|e| {
+                ToolError::new(
+                    ErrorCode::ProcessSpawnFailed,
+                    format!("cannot create the workspace's home dir: {}", e.kind()),
+                )
+            })?;
+        }
+        Ok(CommandPaths {
+            read_paths: ws.read_paths.values().cloned().collect(),
+            home,
+        })
+    }
+}
+
 fn status_result(id: &str, info: &ProcessInfo) -> ProcessStatusResult {
     ProcessStatusResult {
         process_id: id.to_string(),
@@ -259,6 +303,11 @@ impl Gateway {
         self.processes.live_count()
     }
 
+    /// The per-process task limit and how this host enforces it.
+    pub fn pids_isolation(&self) -> codespace_runner_process::PidsIsolation {
+        self.processes.pids_isolation()
+    }
+
     /// Serves a process tool call.
     pub(crate) async fn process_call(
         &self,
@@ -305,7 +354,9 @@ impl Gateway {
         Ok(ws)
     }
 
-    /// Builds the sandbox plan (or none, for an unsandboxed host) and the launcher.
+    /// Builds the sandbox plan and the launcher, or none for a workspace whose operator set
+    /// `"sandbox": "off"`. A workspace that requires the sandbox on a host without one fails
+    /// closed here even if an operator policy let the call through.
     fn sandbox_launcher(
         &self,
         ws: &WorkspaceRuntime,
@@ -313,11 +364,17 @@ impl Gateway {
         write: bool,
         network: bool,
         tmp_dir: Option<&Path>,
+        paths: &CommandPaths,
     ) -> Result<Option<Launcher>, ToolError> {
-        if ws.facts.sandbox != "enforced" {
-            // Only reachable when policy let an unsandboxed command through (shipped policy:
-            // `network: enabled` workspaces); docs/security.md says what that means.
+        if !requires_sandbox(ws) {
             return Ok(None);
+        }
+        if ws.facts.sandbox != "enforced" {
+            return Err(ToolError::new(
+                ErrorCode::ProcessSpawnFailed,
+                "command sandbox unavailable on this host, and this workspace requires it \
+                 (only \"sandbox\": \"off\" in the operator's config runs commands without it)",
+            ));
         }
         let Some(helper) = &self.processes.helper_exe else {
             return Err(ToolError::new(
@@ -334,7 +391,8 @@ impl Gateway {
                 NetworkMode::Restricted
             },
             tmp_dir: tmp_dir.map(Path::to_path_buf),
-            extra_read: Vec::new(),
+            extra_read: paths.read_paths.clone(),
+            home_dir: paths.home.clone(),
             force_landlock_unavailable: self.processes.force_no_landlock,
         };
         let (program, args, env) = launcher_parts(&plan, helper).map_err(|e| {
@@ -548,7 +606,8 @@ impl Gateway {
             .map(|w| w.root.clone())
             .ok_or_else(|| ToolError::new(ErrorCode::WorkspaceNotFound, "workspace is gone"))?;
         let tty = p.tty.unwrap_or(false);
-        let sandboxed = ws.facts.sandbox == "enforced";
+        let sandboxed = requires_sandbox(ws);
+        let paths = self.command_paths(&ws.facts.id)?;
         let tmp_dir = if sandboxed {
             Some(make_tmp_dir()?)
         } else {
@@ -560,6 +619,7 @@ impl Gateway {
             decision.allows("process_write"),
             decision.allows("process_network"),
             tmp_dir.as_deref(),
+            &paths,
         ) {
             Ok(l) => l,
             Err(e) => {
@@ -567,9 +627,16 @@ impl Gateway {
                 return Err(e);
             }
         };
+        // HOME: the workspace's home dir; without one (no store location known), the private
+        // temp dir, else (unsandboxed) the workspace root.
+        let home = paths
+            .home
+            .as_deref()
+            .or(tmp_dir.as_deref())
+            .unwrap_or(&root);
         let mut env: Vec<(String, String)> = vec![
             ("PATH".into(), CHILD_PATH.into()),
-            ("HOME".into(), root.to_string_lossy().into_owned()),
+            ("HOME".into(), home.to_string_lossy().into_owned()),
             ("LANG".into(), "C.UTF-8".into()),
         ];
         if tty {

@@ -46,6 +46,9 @@ pub struct WorkspaceFacts {
     pub approvals: String,
     /// Workspace-relative paths (files or directories) owned by the server itself.
     pub server_owned: Vec<String>,
+    /// The operator's sandbox switch of the workspace (`resource.workspace.sandbox`):
+    /// `required` / `off`.
+    pub workspace_sandbox: String,
 }
 
 impl WorkspaceFacts {
@@ -345,6 +348,7 @@ mod tests {
             network: "restricted".into(),
             approvals: "off".into(),
             server_owned: vec!["policies".into(), "codespace.json".into()],
+            workspace_sandbox: "required".into(),
         };
         assert!(f.is_server_owned("policies"));
         assert!(f.is_server_owned("policies/base/x.cedar"));

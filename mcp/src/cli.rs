@@ -267,6 +267,9 @@ fn serve(
         network_enforced: probe.network_enforceable(),
     };
     let snap = policy.snapshot();
+    let gateway = Gateway::new(cfg, Arc::clone(&policy), Some(Arc::clone(&store)), sandbox)?;
+    let pids = gateway.pids_isolation();
+    let workspaces: Vec<String> = gateway.config().workspaces.keys().cloned().collect();
     let _ = store.insert_event(
         "startup",
         &serde_json::json!({
@@ -277,12 +280,17 @@ fn serve(
                 "seccomp": probe.seccomp,
                 "user_namespaces": probe.user_namespaces,
                 "net_namespaces": probe.net_namespaces,
+                "pids": {
+                    "limit": pids.limit,
+                    "mechanism": pids.mechanism.as_str(),
+                    "escapees_tracked": pids.tracked,
+                },
             },
-            "workspaces": cfg.workspaces.keys().collect::<Vec<_>>(),
+            "workspaces": workspaces,
         }),
     );
     let gateway = Arc::new(
-        Gateway::new(cfg, Arc::clone(&policy), Some(Arc::clone(&store)), sandbox)?
+        gateway
             .with_transports(match &http {
                 Some(_) => vec![crate::http::TRANSPORT.to_string()],
                 None => vec!["stdio".to_string()],

@@ -1,7 +1,8 @@
 //! Figures for the process tools (run by scripts/bench-exec.py in release; in the normal test
 //! run it does a few iterations as a smoke test): the round trip of `exec_command ["true"]` with
-//! `yield_ms` through the gateway (sandboxed when the kernel allows) against the raw
-//! `ProcessTable` spawn without a launcher in the same run, and the read_process drain rate.
+//! `yield_ms` through the gateway (sandboxed when the kernel allows) against a raw fork+exec of
+//! `true` (`std::process::Command`) and the raw `ProcessTable` spawn without a launcher, all in
+//! the same run, and the read_process drain rate.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -45,15 +46,34 @@ async fn exec_round_trip_and_drain_rate() {
     let n = iters();
     let e = env();
     let table = ProcessTable::new(TableLimits::default());
+    let bare_table = ProcessTable::new(TableLimits {
+        cgroups: false,
+        ..TableLimits::default()
+    });
+    let mut bare = Vec::new();
     let mut raw = Vec::new();
+    let mut fork_exec = Vec::new();
     let mut gw = Vec::new();
     for _ in 0..n {
+        // Baseline: a bare fork+exec+wait of `true`, no table, no cgroup, no sandbox.
+        let t = Instant::now();
+        let status = tokio::task::spawn_blocking(|| std::process::Command::new("true").status())
+            .await
+            .unwrap()
+            .unwrap();
+        fork_exec.push(t.elapsed());
+        assert!(status.success());
         // Baseline: the raw table spawn + exit, no launcher, no gateway.
         let t = Instant::now();
         let s = table.spawn(spec(None, &e.root)).await.unwrap();
         let info = table.wait_exit(&s.id).await.unwrap();
         raw.push(t.elapsed());
         assert_eq!(info.exit_code, Some(0));
+        // The same without a per-process cgroup (what the cgroup costs).
+        let t = Instant::now();
+        let s = bare_table.spawn(spec(None, &e.root)).await.unwrap();
+        bare_table.wait_exit(&s.id).await.unwrap();
+        bare.push(t.elapsed());
         // The whole tool call: authorize, lease, operation rows, sandbox helper, wait for exit.
         let t = Instant::now();
         let r = call(
@@ -73,16 +93,24 @@ async fn exec_round_trip_and_drain_rate() {
         }
         exec_when_free(&e.gw, "w", &["true"]).await;
     }
-    let (raw_m, gw_m) = (median(raw), median(gw));
+    let (raw_m, gw_m, fe_m) = (median(raw), median(gw), median(fork_exec));
     let mode = if sandbox_available() {
         "sandboxed"
     } else {
         "unsandboxed (no sandbox here)"
     };
     println!(
-        "BENCH exec_true raw_table_spawn_median_ms={:.2} gateway_exec_yield_median_ms={:.2} ({mode}) ratio={:.1}",
+        "BENCH table_spawn_true without_cgroup_median_ms={:.2} with_cgroup_median_ms={:.2}",
+        median(bare).as_secs_f64() * 1e3,
+        raw_m.as_secs_f64() * 1e3,
+    );
+    println!(
+        "BENCH exec_true raw_fork_exec_median_ms={:.2} raw_table_spawn_median_ms={:.2} gateway_exec_yield_median_ms={:.2} ({mode}, pids: {}) ratio_vs_fork_exec={:.1} ratio_vs_table={:.1}",
+        fe_m.as_secs_f64() * 1e3,
         raw_m.as_secs_f64() * 1e3,
         gw_m.as_secs_f64() * 1e3,
+        e.gw.pids_isolation().mechanism.as_str(),
+        gw_m.as_secs_f64() / fe_m.as_secs_f64(),
         gw_m.as_secs_f64() / raw_m.as_secs_f64()
     );
 

@@ -31,18 +31,19 @@ fn start(config: &Path, envs: &[(&str, &str)]) -> StdioServer {
     s
 }
 
-/// A config with `n` workspaces (w0…) on restricted or enabled network, and the store.
+/// A config with `n` workspaces (w0…), and the store. Without a sandbox here the workspaces
+/// say `"sandbox": "off"` (the shipped guardrail refuses every exec otherwise).
 fn config(dir: &Path, n: usize) -> std::path::PathBuf {
-    let network = if process_common::sandbox_available() {
-        "restricted"
+    let sandbox = if process_common::sandbox_available() {
+        "required"
     } else {
-        "enabled"
+        "off"
     };
     let mut ws = serde_json::Map::new();
     for i in 0..n {
         let root = dir.join(format!("ws{i}"));
         std::fs::create_dir_all(&root).unwrap();
-        ws.insert(format!("w{i}"), json!({"root": root, "network": network}));
+        ws.insert(format!("w{i}"), json!({"root": root, "sandbox": sandbox}));
     }
     let cfg = json!({"workspaces": ws, "store": dir.join("store.db")});
     let path = dir.join("config.json");
@@ -140,4 +141,62 @@ fn the_helper_refuses_when_landlock_is_forced_unavailable() {
         json!({"workspace_id": "w0", "command": ["true"]}),
     );
     assert_eq!(body["code"], "PROCESS_SPAWN_FAILED", "{body}");
+}
+
+/// Whether this host gives every process a cgroup (so escapees can be found); prints a SKIP line
+/// when it does not.
+fn escapees_tracked_or_skip(test: &str) -> bool {
+    let table = codespace_runner_process::ProcessTable::new(Default::default());
+    let iso = table.pids_isolation();
+    if !iso.tracked {
+        println!("SKIP: {test}: no writable cgroup here, escapees are not tracked ({iso:?})");
+    }
+    iso.tracked
+}
+
+#[test]
+fn closing_stdin_kills_a_setsid_escapee() {
+    let name = "closing_stdin_kills_a_setsid_escapee";
+    if !escapees_tracked_or_skip(name) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 1);
+    let mut s = start(&cfg, &[]);
+    // `setsid -f` leaves the process group and the session; only the cgroup still holds it.
+    let r = s.tool_ok(
+        "exec_command",
+        json!({"workspace_id": "w0",
+               "command": ["sh", "-c", "setsid -f sh -c 'echo esc=$$; exec sleep 1000'; sleep 1000"],
+               "yield_ms": 300}),
+    );
+    let id = r["process_id"].as_str().unwrap().to_string();
+    let mut out = r["chunk"].as_str().unwrap().to_string();
+    let mut cursor = r["cursor"].as_u64().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !out.contains('\n') {
+        assert!(Instant::now() < deadline, "no escapee pid line: {out:?}");
+        let rr = s.tool_ok(
+            "read_process",
+            json!({"process_id": id, "cursor": cursor, "wait_ms": 1000}),
+        );
+        out.push_str(rr["chunk"].as_str().unwrap());
+        cursor = rr["cursor"].as_u64().unwrap();
+    }
+    let esc: i64 = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("esc="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(pid_alive(esc));
+    let status = s.close_and_wait(Duration::from_secs(20));
+    assert!(status.success(), "{status:?}");
+    let alive = wait_pids_gone(&[esc], Duration::from_secs(5));
+    if !alive.is_empty() {
+        let _ = Command::new("kill")
+            .args(["-KILL", &esc.to_string()])
+            .status();
+    }
+    assert_eq!(alive, Vec::<i64>::new(), "the escapee outlived the server");
 }

@@ -46,12 +46,12 @@ class ProcessClient(Client):
 
 
 @asynccontextmanager
-async def connect(tmp: Path, network: str = "restricted") -> AsyncIterator[ProcessClient]:
+async def connect(tmp: Path, sandbox: str = "required") -> AsyncIterator[ProcessClient]:
     root = tmp / "ws"
     root.mkdir(exist_ok=True)
     cfg = tmp / "config.json"
     cfg.write_text(json.dumps({
-        "workspaces": {"w": {"root": str(root), "network": network}},
+        "workspaces": {"w": {"root": str(root), "sandbox": sandbox}},
         "store": str(tmp / "store.db"),
     }))
     async with serve(tmp, ["--config", str(cfg)], client=ProcessClient, timeout=CALL_TIMEOUT,
@@ -66,16 +66,17 @@ async def sandboxed(tmp: Path) -> bool:
         return info["execution"]["isolation"]["command_sandbox"] == "linux-sandbox"
 
 
-def network_for(tmp: Path) -> str:
+def sandbox_for(tmp: Path) -> str:
+    """`required` where the sandbox is enforceable, else `off` (the guardrail refuses exec)."""
     (tmp / "probe").mkdir()
-    return "restricted" if asyncio.run(sandboxed(tmp)) else "enabled"
+    return "required" if asyncio.run(sandboxed(tmp)) else "off"
 
 
 def test_exec_read_write_resize_terminate(tmp_path: Path) -> None:
-    network = network_for(tmp_path)
+    sandbox = sandbox_for(tmp_path)
 
     async def main() -> None:
-        async with connect(tmp_path, network) as c:
+        async with connect(tmp_path, sandbox) as c:
             info = await c.ok("workspace_info", {"workspace_id": "w"})
             proc = info["execution"]["process"]
             assert proc["available"] is True
@@ -121,11 +122,11 @@ def test_exec_read_write_resize_terminate(tmp_path: Path) -> None:
 
 
 def test_operation_key_replay_and_shutdown_kills_processes(tmp_path: Path) -> None:
-    network = network_for(tmp_path)
+    sandbox = sandbox_for(tmp_path)
     pids: list[int] = []
 
     async def main() -> None:
-        async with connect(tmp_path, network) as c:
+        async with connect(tmp_path, sandbox) as c:
             args = {"workspace_id": "w", "command": ["sh", "-c", "sleep 1000 & echo $$ $!; wait"],
                     "operation_key": "py-key-1"}
             first = await c.ok("exec_command", args)

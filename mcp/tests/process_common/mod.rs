@@ -48,22 +48,25 @@ pub struct Opts {
     pub extra_workspaces: Vec<&'static str>,
     /// Policies directory to use instead of the embedded set, with operator profiles.
     pub policies: Option<(PathBuf, Value)>,
+    /// Extra settings merged into workspace `w`'s config (e.g. `read_paths`, `sandbox`).
+    pub workspace: Value,
 }
 
 impl Default for Opts {
     fn default() -> Self {
         Opts {
             profile: "workspace-write",
-            // Without a sandbox the shipped policy forbids exec on restricted workspaces; the
-            // process tests then run on a network-enabled (unsandboxed) workspace instead.
-            network: if sandbox_available() {
-                "restricted"
-            } else {
-                "enabled"
-            },
+            network: "restricted",
             limits: json!({}),
             extra_workspaces: Vec::new(),
             policies: None,
+            // Without a sandbox the shipped policy forbids every exec; the process tests then
+            // run on a workspace whose operator turned the sandbox off (unsandboxed commands).
+            workspace: if sandbox_available() {
+                json!({})
+            } else {
+                json!({"sandbox": "off"})
+            },
         }
     }
 }
@@ -83,12 +86,19 @@ pub fn env_with(o: Opts) -> Env {
         if id == "w" {
             root0 = root.clone();
         }
-        workspaces.insert(
-            id.to_string(),
-            json!({"root": root, "profile": o.profile, "network": o.network}),
-        );
+        let mut ws = json!({"root": root, "profile": o.profile, "network": o.network});
+        if id == "w"
+            && let (Value::Object(m), Value::Object(extra)) = (&mut ws, &o.workspace)
+        {
+            m.extend(extra.clone());
+        }
+        workspaces.insert(id.to_string(), ws);
     }
-    let mut cfg = json!({"workspaces": workspaces, "limits": o.limits});
+    // The store location is in the config as `serve` puts it there, so default homes live beside
+    // it (`<dir>/homes/<id>`), outside every path a command may read.
+    let store_path = dir.path().join("state").join("store.db");
+    std::fs::create_dir(store_path.parent().unwrap()).unwrap();
+    let mut cfg = json!({"workspaces": workspaces, "limits": o.limits, "store": store_path});
     let policy = match &o.policies {
         None => PolicySource::Embedded,
         Some((dir, profiles)) => {
@@ -101,7 +111,7 @@ pub fn env_with(o: Opts) -> Env {
     };
     let cfg = Config::from_json(&cfg.to_string(), Path::new("/")).unwrap();
     let policy = Arc::new(PolicyStore::load(policy).unwrap());
-    let store = Arc::new(Store::open(&dir.path().join("store.db")).unwrap());
+    let store = Arc::new(Store::open(&store_path).unwrap());
     let probe = codespace_runner_sandbox::probe();
     let gw = Gateway::new(
         cfg,

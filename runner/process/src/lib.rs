@@ -1,9 +1,12 @@
 //! Managed child processes: pipes, PTYs, output rings, process groups.
 //!
 //! [`ProcessTable`] starts argv (optionally through a sandbox [`Launcher`]) with piped stdio or on a
-//! pseudo-terminal, collects stdout+stderr into one bounded ring read by byte cursors, enforces a
-//! timeout, and kills whole process groups (and PTY sessions). Nothing here knows about policy or MCP.
+//! pseudo-terminal, each child in its own session and (where the host allows) its own cgroup,
+//! collects stdout+stderr into one bounded ring read by byte cursors, enforces a timeout and a
+//! task limit, and kills whole process trees (group, session and cgroup, so `setsid` escapees
+//! too). Nothing here knows about policy or MCP.
 
+mod cgroup;
 mod error;
 mod output;
 mod pipe;
@@ -17,6 +20,7 @@ mod table;
 mod types;
 mod utf8;
 
+pub use cgroup::{PidsIsolation, PidsMechanism};
 pub use error::{ProcError, SpawnError};
 pub use table::ProcessTable;
 pub use types::{

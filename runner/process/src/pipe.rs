@@ -1,14 +1,15 @@
-//! Pipe backend: starts a child with piped stdio in its own process group and pumps its output.
+//! Pipe backend: starts a child with piped stdio in its own session and pumps its output.
 
 use std::ffi::OsStr;
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
 
-use rustix::process::{Signal, getpid, getppid, set_parent_process_death_signal};
+use rustix::process::{Signal, getpid, getppid, set_parent_process_death_signal, setsid};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 
+use crate::cgroup::JoinFds;
 use crate::error::SpawnError;
 use crate::proc::Proc;
 
@@ -31,10 +32,14 @@ pub(crate) struct ExecPlan<'a> {
     pub(crate) args: &'a [String],
     pub(crate) cwd: &'a Path,
     pub(crate) env: &'a [(String, String)],
+    /// The cgroup(s) the child joins before `exec` (none when the table has no cgroups).
+    pub(crate) join: JoinFds,
 }
 
-/// Starts the child. It gets its own process group (pgid == pid) and SIGKILL when the spawning
-/// thread's process dies (`PR_SET_PDEATHSIG`).
+/// Starts the child. Before `exec` it joins its cgroup(s), becomes the leader of a new session
+/// (so sid == pgid == pid, and it has no controlling terminal: nothing it runs can reach the
+/// server's terminal), and gets SIGKILL when the spawning thread's process dies
+/// (`PR_SET_PDEATHSIG`).
 ///
 /// `PR_SET_PDEATHSIG` fires when the *thread* that forked exits, so this must run on a long-lived
 /// runtime thread (any async task on a tokio worker is fine; not a short-lived blocking thread).
@@ -48,11 +53,14 @@ pub(crate) fn spawn_pipe(plan: &ExecPlan<'_>) -> Result<PipeChild, SpawnError> {
         .current_dir(plan.cwd)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    // SAFETY: the closure only makes async-signal-safe syscalls (prctl, getppid) and allocates nothing.
+        .stderr(Stdio::piped());
+    let join = plan.join;
+    // SAFETY: the closure only makes async-signal-safe syscalls (write, setsid, prctl, getppid)
+    // and allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
+            join.join()?;
+            setsid()?;
             set_parent_process_death_signal(Some(Signal::KILL))?;
             if getppid() != Some(parent) {
                 return Err(std::io::Error::other("parent exited during spawn"));

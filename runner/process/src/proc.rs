@@ -10,6 +10,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::process::ChildStdin;
 use tokio::sync::watch;
 
+use crate::cgroup::ProcCgroup;
 use crate::error::ProcError;
 use crate::output::Output;
 use crate::signals::{ExitKind, signal_group, signal_session};
@@ -39,10 +40,10 @@ struct Life {
 
 /// Where `write_stdin` bytes go.
 pub(crate) enum Stdin {
-    /// The write end of the child's stdin pipe (`None` once it broke).
+    /// The write end of the child's stdin pipe (`None` once it broke or the process exited).
     Pipe(tokio::sync::Mutex<Option<ChildStdin>>),
-    /// The PTY master writer (blocking; used from the blocking pool).
-    Pty(Arc<Mutex<Box<dyn Write + Send>>>),
+    /// The PTY master writer (blocking; used from the blocking pool; `None` once exited).
+    Pty(Arc<Mutex<Option<Box<dyn Write + Send>>>>),
 }
 
 /// Everything the table knows about one process.
@@ -57,7 +58,10 @@ pub(crate) struct Proc {
     life: Mutex<Life>,
     exited: watch::Sender<bool>,
     stdin: Stdin,
-    master: Option<Mutex<Box<dyn MasterPty + Send>>>,
+    /// The terminal master (PTY mode; `None` inside once the process exited).
+    master: Option<Mutex<Option<Box<dyn MasterPty + Send>>>>,
+    /// The process's own cgroup(s), when the table has them.
+    cgroup: Option<ProcCgroup>,
 }
 
 /// Identity fields of a new process.
@@ -73,12 +77,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Proc {
-    /// A running process with the given output sink, stdin and optional PTY master.
+    /// A running process with the given output sink, stdin, optional PTY master and cgroup.
     pub(crate) fn new(
         ident: ProcIdentity,
         output: Output,
         stdin: Stdin,
         master: Option<Box<dyn MasterPty + Send>>,
+        cgroup: Option<ProcCgroup>,
     ) -> Self {
         let (exited, _) = watch::channel(false);
         Proc {
@@ -92,11 +97,14 @@ impl Proc {
             life: Mutex::new(Life::default()),
             exited,
             stdin,
-            master: master.map(Mutex::new),
+            master: master.map(|m| Mutex::new(Some(m))),
+            cgroup,
         }
     }
 
-    /// Sends `sig` to the process group and, for a PTY, its whole session. No-op once reaped.
+    /// Sends `sig` to the process group and, for a PTY, its whole session; a SIGKILL also goes to
+    /// every process of its cgroup (escapees that left the group and session included). No-op
+    /// once reaped.
     fn signal_tree_locked(&self, life: &Life, sig: Signal) {
         if life.reaped {
             return;
@@ -104,6 +112,32 @@ impl Proc {
         signal_group(self.pid, sig);
         if self.tty {
             signal_session(self.pid, sig);
+        }
+        if sig == Signal::KILL
+            && let Some(cg) = &self.cgroup
+        {
+            cg.kill();
+        }
+    }
+
+    /// The process's cgroup, when it has one.
+    pub(crate) fn cgroup(&self) -> Option<&ProcCgroup> {
+        self.cgroup.as_ref()
+    }
+
+    /// Closes the parent's ends of the child's stdin and terminal once it exited, so descriptors
+    /// are bounded by live processes, not by how many exited handles are kept.
+    pub(crate) async fn close_handles(&self) {
+        match &self.stdin {
+            Stdin::Pipe(slot) => {
+                slot.lock().await.take();
+            }
+            Stdin::Pty(writer) => {
+                lock(writer).take();
+            }
+        }
+        if let Some(master) = &self.master {
+            lock(master).take();
         }
     }
 
@@ -233,7 +267,10 @@ impl Proc {
                 let writer = Arc::clone(writer);
                 let bytes = data.to_vec();
                 let job = tokio::task::spawn_blocking(move || {
-                    let mut w = lock(&writer);
+                    let mut guard = lock(&writer);
+                    let w = guard
+                        .as_mut()
+                        .ok_or_else(|| std::io::Error::from_raw_os_error(libc::EIO))?;
                     w.write_all(&bytes)?;
                     w.flush()
                 });
@@ -260,6 +297,8 @@ impl Proc {
             return Err(ProcError::Io("rows and cols must be at least 1".to_owned()));
         }
         lock(master)
+            .as_ref()
+            .ok_or(ProcError::NotRunning)?
             .resize(PtySize {
                 rows,
                 cols,

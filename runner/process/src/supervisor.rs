@@ -1,4 +1,5 @@
-//! Per-process supervisor task: timeout, exit observation, leftover cleanup, reaping, output drain.
+//! Per-process supervisor task: timeout, exit observation, leftover cleanup (process group,
+//! session and cgroup), reaping, closing the child's stdin, output drain, cgroup removal.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
@@ -103,6 +104,7 @@ pub(crate) async fn supervise(s: Supervision) {
     }
     drop(slot);
     proc.record_exit(kind);
+    proc.close_handles().await;
     // Leftovers were killed, so the pipes/terminal close promptly; an escapee that still holds them
     // (e.g. one that called setsid) does not keep the handle open forever.
     if tokio::time::timeout(grace, proc.output.wait_finished())
@@ -111,6 +113,9 @@ pub(crate) async fn supervise(s: Supervision) {
     {
         tracing::debug!(id = %proc.id, "output still open after exit; collection ended");
         proc.output.force_finish();
+    }
+    if let Some(cg) = proc.cgroup() {
+        cg.remove_when_empty().await;
     }
     if let Some(inner) = table.upgrade() {
         inner.prune();

@@ -9,11 +9,12 @@ use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
 
+use crate::cgroup::{Cgroups, PidsIsolation};
 use crate::error::{ProcError, SpawnError};
 use crate::output::Output;
 use crate::pipe::{ExecPlan, pump, spawn_pipe};
 use crate::proc::{Proc, ProcIdentity, Stdin};
-use crate::pty::{read_loop, spawn_pty};
+use crate::pty::{PtyPlan, read_loop, spawn_pty};
 use crate::resolve::{check_cwd, display_name, resolve_program};
 use crate::signals::signal_group;
 use crate::supervisor::{LiveSlot, Reaper, Supervision, supervise, watch_exit};
@@ -27,6 +28,7 @@ pub(crate) struct Inner {
     limits: TableLimits,
     procs: Mutex<HashMap<String, Arc<Proc>>>,
     live: Arc<AtomicUsize>,
+    cgroups: Cgroups,
 }
 
 impl Inner {
@@ -69,13 +71,17 @@ impl std::fmt::Debug for ProcessTable {
     }
 }
 
+/// A child one of the backends started.
+enum Started {
+    Pty(crate::pty::PtyChild),
+    Pipe(Box<crate::pipe::PipeChild>),
+}
+
 /// What the OS is asked to run after applying the launcher.
 struct Plan {
     program: PathBuf,
     arg0: OsString,
     args: Vec<String>,
-    /// Full argv for the PTY backend (argv[0] resolved by the backend with the same rules).
-    pty_argv: Vec<String>,
     env: Vec<(String, String)>,
 }
 
@@ -87,7 +93,6 @@ fn plan_for(spec: &SpawnSpec, first: &str) -> Result<Plan, SpawnError> {
             program: resolved,
             arg0: OsString::from(first),
             args: rest,
-            pty_argv: spec.argv.clone(),
             env: spec.env.clone(),
         });
     };
@@ -101,29 +106,34 @@ fn plan_for(spec: &SpawnSpec, first: &str) -> Result<Plan, SpawnError> {
     let mut args = launcher.args.clone();
     args.push("--".to_owned());
     args.extend(spec.argv.iter().cloned());
-    let mut pty_argv = vec![launcher_str.clone()];
-    pty_argv.extend(args.iter().cloned());
     let mut env = spec.env.clone();
     env.extend(launcher.env.iter().cloned());
     Ok(Plan {
         program,
         arg0: OsString::from(launcher_str),
         args,
-        pty_argv,
         env,
     })
 }
 
 impl ProcessTable {
-    /// An empty table with these limits.
+    /// An empty table with these limits. With `limits.cgroups`, it sets up its cgroups here
+    /// (a few writes under `/sys/fs/cgroup`; blocking, call it at start-up).
     pub fn new(limits: TableLimits) -> ProcessTable {
+        let cgroups = Cgroups::setup(limits.max_pids, limits.cgroups);
         ProcessTable {
             inner: Arc::new(Inner {
                 limits,
                 procs: Mutex::new(HashMap::new()),
                 live: Arc::new(AtomicUsize::new(0)),
+                cgroups,
             }),
         }
+    }
+
+    /// The per-process task limit and how this host enforces it.
+    pub fn pids_isolation(&self) -> PidsIsolation {
+        self.inner.cgroups.isolation()
     }
 
     /// The limits this table enforces.
@@ -143,6 +153,11 @@ impl ProcessTable {
             .ok_or(SpawnError::LimitReached)?;
         check_cwd(&spec.cwd)?;
         let plan = plan_for(&spec, first)?;
+        let mut cgroup = self.inner.cgroups.for_process().map_err(|err| {
+            tracing::warn!(%err, "cannot create a process cgroup");
+            SpawnError::SpawnFailed("could not create the process's cgroup".to_owned())
+        })?;
+        let join = cgroup.as_ref().map(|c| c.join_fds()).unwrap_or_default();
         let limits = &self.inner.limits;
         let timeout = spec
             .timeout
@@ -154,44 +169,74 @@ impl ProcessTable {
             argv: spec.argv.clone(),
         };
 
-        let (proc, reaper) = if spec.tty {
-            let child = spawn_pty(&plan.pty_argv, &spec.cwd, &plan.env)?;
-            let proc = Arc::new(Proc::new(
-                ident(child.pid),
-                Output::new(limits.ring_bytes, 1),
-                Stdin::Pty(Arc::new(Mutex::new(child.writer))),
-                Some(child.master),
-            ));
-            let reader_proc = Arc::clone(&proc);
-            let reader = child.reader;
-            let started = std::thread::Builder::new()
-                .name("proc-pty-read".to_owned())
-                .spawn(move || read_loop(reader, reader_proc));
-            if let Err(err) = started {
-                tracing::warn!(%err, "could not start the terminal reader");
-                proc.output.force_finish();
-                proc.kill_for(Termination::Terminated, Signal::KILL);
-            }
-            (proc, Reaper::Pty(child.pid))
-        } else {
-            let child = spawn_pipe(&ExecPlan {
+        let started = if spec.tty {
+            spawn_pty(&PtyPlan {
                 program: &plan.program,
                 arg0: &plan.arg0,
                 args: &plan.args,
                 cwd: &spec.cwd,
                 env: &plan.env,
-            })?;
-            let proc = Arc::new(Proc::new(
-                ident(child.pid),
-                Output::new(limits.ring_bytes, 2),
-                Stdin::Pipe(tokio::sync::Mutex::new(Some(child.stdin))),
-                None,
-            ));
-            tokio::spawn(pump(child.stdout, Arc::clone(&proc)));
-            tokio::spawn(pump(child.stderr, Arc::clone(&proc)));
-            (proc, Reaper::Pipe(child.child))
+                join,
+            })
+            .map(Started::Pty)
+        } else {
+            spawn_pipe(&ExecPlan {
+                program: &plan.program,
+                arg0: &plan.arg0,
+                args: &plan.args,
+                cwd: &spec.cwd,
+                env: &plan.env,
+                join,
+            })
+            .map(|c| Started::Pipe(Box::new(c)))
         };
-
+        if let Some(cg) = cgroup.as_mut() {
+            cg.spawned();
+        }
+        let started = match started {
+            Ok(s) => s,
+            Err(err) => {
+                if let Some(cg) = &cgroup {
+                    cg.remove_when_empty().await;
+                }
+                return Err(err);
+            }
+        };
+        let (proc, reaper) = match started {
+            Started::Pty(child) => {
+                let proc = Arc::new(Proc::new(
+                    ident(child.pid),
+                    Output::new(limits.ring_bytes, 1),
+                    Stdin::Pty(Arc::new(Mutex::new(Some(child.writer)))),
+                    Some(child.master),
+                    cgroup,
+                ));
+                let reader_proc = Arc::clone(&proc);
+                let reader = child.reader;
+                let started = std::thread::Builder::new()
+                    .name("proc-pty-read".to_owned())
+                    .spawn(move || read_loop(reader, reader_proc));
+                if let Err(err) = started {
+                    tracing::warn!(%err, "could not start the terminal reader");
+                    proc.output.force_finish();
+                    proc.kill_for(Termination::Terminated, Signal::KILL);
+                }
+                (proc, Reaper::Pty(child.pid))
+            }
+            Started::Pipe(child) => {
+                let child = *child;
+                let proc = Arc::new(Proc::new(
+                    ident(child.pid),
+                    Output::new(limits.ring_bytes, 2),
+                    Stdin::Pipe(tokio::sync::Mutex::new(Some(child.stdin))),
+                    None,
+                    cgroup,
+                ));
+                tokio::spawn(pump(child.stdout, Arc::clone(&proc)));
+                tokio::spawn(pump(child.stderr, Arc::clone(&proc)));
+                (proc, Reaper::Pipe(child.child))
+            }
+        };
         let exit_rx = match watch_exit(proc.pid) {
             Ok(rx) => rx,
             Err(err) => {

@@ -18,6 +18,13 @@ pub struct TableLimits {
     pub default_timeout: Duration,
     /// Delay between SIGTERM and SIGKILL when terminating or timing out (default 2 s).
     pub kill_grace: Duration,
+    /// Most tasks (processes and threads) one process and its descendants may have, enforced
+    /// through its cgroup where the host offers a `pids` controller (default 512).
+    pub max_pids: u32,
+    /// Give every process its own cgroup where the host has a writable hierarchy (default
+    /// true): terminate, timeout, shutdown and the leader's exit then kill every descendant,
+    /// escapees included, and `max_pids` is enforced.
+    pub cgroups: bool,
 }
 
 impl Default for TableLimits {
@@ -29,6 +36,8 @@ impl Default for TableLimits {
             ring_bytes: 1024 * 1024,
             default_timeout: Duration::from_secs(10 * 60),
             kill_grace: Duration::from_secs(2),
+            max_pids: 512,
+            cgroups: true,
         }
     }
 }

@@ -250,7 +250,11 @@ async fn leftover_group_members_are_killed_when_the_leader_exits() {
 #[tokio::test]
 async fn an_escaped_process_holding_the_pipe_does_not_block_eof_forever() {
     let (_d, cwd) = workdir();
-    let table = ProcessTable::new(fast_limits());
+    // Without cgroups (as on a host that has none writable), an escapee survives the group kill.
+    let table = ProcessTable::new(TableLimits {
+        cgroups: false,
+        ..fast_limits()
+    });
     // setsid leaves the process group, so the group kill cannot reach it; it keeps stdout open.
     let p = table
         // Wait until the escapee has really left the group (it touches `escaped` after setsid),
@@ -292,4 +296,137 @@ async fn an_escaped_process_holding_the_pipe_does_not_block_eof_forever() {
     );
     assert!(eof, "collection should end within the grace after exit");
     assert!(table.status(&p.id).await.unwrap().eof);
+}
+
+/// A table with cgroups, or None (after a SKIP line) when this host has no writable cgroup.
+fn tracked_table_or_skip(test: &str, limits: TableLimits) -> Option<ProcessTable> {
+    let table = ProcessTable::new(limits);
+    let iso = table.pids_isolation();
+    if iso.tracked {
+        Some(table)
+    } else {
+        println!("SKIP: {test}: no writable cgroup here ({iso:?})");
+        None
+    }
+}
+
+/// A leader that starts a `setsid -f` escapee, prints `esc=<pid>` once the escapee runs in its
+/// own session, then `then`.
+fn escapee_script(then: &str) -> Vec<String> {
+    vec![
+        "sh".into(),
+        "-c".into(),
+        format!("setsid -f sh -c 'echo esc=$$; exec sleep 1000'; {then}"),
+    ]
+}
+
+/// Reads `esc=<pid>` and checks that the escapee left the leader's group and session.
+async fn escapee_pid(table: &ProcessTable, id: &str, leader: u32) -> u32 {
+    let mut cursor = 0;
+    let pid = pid_after_marker(table, id, &mut cursor, "esc=").await;
+    assert!(
+        wait_until(Duration::from_secs(10), || pid_alive(pid)
+            && !session_members(leader).contains(&pid)
+            && !group_members(leader).contains(&pid))
+        .await,
+        "the escapee did not leave the group and session"
+    );
+    pid
+}
+
+fn kill_stray(pid: u32) {
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status();
+}
+
+#[tokio::test]
+async fn terminate_kills_a_setsid_escapee() {
+    let name = "terminate_kills_a_setsid_escapee";
+    let Some(table) = tracked_table_or_skip(name, fast_limits()) else {
+        return;
+    };
+    let (_d, cwd) = workdir();
+    let argv = escapee_script("sleep 1000");
+    let words: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let p = table.spawn(spec(&cwd, &words)).await.unwrap();
+    let esc = escapee_pid(&table, &p.id, p.pid).await;
+    table.terminate(&p.id).await.unwrap();
+    let info = table.wait_exit(&p.id).await.unwrap();
+    assert_eq!(info.termination, Some(Termination::Terminated));
+    let alive = wait_gone(&[esc], Duration::from_secs(5)).await;
+    kill_stray(esc);
+    assert!(alive.is_empty(), "the setsid escapee survived terminate");
+}
+
+#[tokio::test]
+async fn timeout_kills_a_setsid_escapee() {
+    let name = "timeout_kills_a_setsid_escapee";
+    let Some(table) = tracked_table_or_skip(name, fast_limits()) else {
+        return;
+    };
+    let (_d, cwd) = workdir();
+    let argv = escapee_script("sleep 1000");
+    let words: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let mut s = spec(&cwd, &words);
+    s.timeout = Some(Duration::from_secs(2));
+    let p = table.spawn(s).await.unwrap();
+    let esc = escapee_pid(&table, &p.id, p.pid).await;
+    let info = tokio::time::timeout(Duration::from_secs(30), table.wait_exit(&p.id))
+        .await
+        .expect("the timeout did not fire")
+        .unwrap();
+    assert_eq!(info.termination, Some(Termination::Timeout));
+    let alive = wait_gone(&[esc], Duration::from_secs(5)).await;
+    kill_stray(esc);
+    assert!(alive.is_empty(), "the setsid escapee survived the timeout");
+}
+
+#[tokio::test]
+async fn shutdown_kills_a_setsid_escapee() {
+    let name = "shutdown_kills_a_setsid_escapee";
+    let Some(table) = tracked_table_or_skip(name, fast_limits()) else {
+        return;
+    };
+    let (_d, cwd) = workdir();
+    let argv = escapee_script("sleep 1000");
+    let words: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let p = table.spawn(spec(&cwd, &words)).await.unwrap();
+    let esc = escapee_pid(&table, &p.id, p.pid).await;
+    tokio::time::timeout(Duration::from_secs(20), table.shutdown())
+        .await
+        .expect("shutdown hung");
+    let alive = wait_gone(&[esc, p.pid], Duration::from_secs(5)).await;
+    kill_stray(esc);
+    assert!(alive.is_empty(), "still alive after shutdown: {alive:?}");
+}
+
+#[tokio::test]
+async fn an_escapee_dies_when_its_leader_exits() {
+    let name = "an_escapee_dies_when_its_leader_exits";
+    let Some(table) = tracked_table_or_skip(name, fast_limits()) else {
+        return;
+    };
+    let (_d, cwd) = workdir();
+    // The leader waits for a line on stdin, so the escapee is seen alive before it exits.
+    let argv = escapee_script("read line; exit 3");
+    let words: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let p = table.spawn(spec(&cwd, &words)).await.unwrap();
+    let esc = escapee_pid(&table, &p.id, p.pid).await;
+    table.write_stdin(&p.id, b"go\n").await.unwrap();
+    let info = table.wait_exit(&p.id).await.unwrap();
+    assert_eq!(info.exit_code, Some(3));
+    let alive = wait_gone(&[esc], Duration::from_secs(5)).await;
+    kill_stray(esc);
+    assert!(alive.is_empty(), "the escapee outlived its process");
+    // Its copy of the output pipe closed with it, so collection ended by itself.
+    assert!(
+        table.status(&p.id).await.unwrap().eof || {
+            let end = table
+                .read(&p.id, 0, Some(Duration::from_secs(5)))
+                .await
+                .unwrap();
+            end.eof
+        }
+    );
 }

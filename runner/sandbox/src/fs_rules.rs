@@ -1,7 +1,8 @@
 //! The Landlock part of the sandbox: which paths may be read, written, or used as devices.
 
 use std::os::fd::OwnedFd;
-use std::path::Path;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset,
@@ -12,18 +13,27 @@ use rustix::fs::{FileType, Mode, OFlags};
 use crate::error::SandboxError;
 use crate::plan::{NetworkMode, SandboxPlan};
 
-/// Device nodes (and the `/dev/pts` tree) that stay readable, writable and ioctl-able so
-/// shells, PTY programs and `> /dev/null` keep working.
-pub const DEVICE_PATHS: &[&str] = &[
-    "/dev/null",
-    "/dev/zero",
-    "/dev/full",
-    "/dev/random",
-    "/dev/urandom",
-    "/dev/tty",
-    "/dev/ptmx",
-    "/dev/pts",
+/// System trees every sandboxed command may read and execute (missing ones are skipped). `/etc`
+/// is granted whole: Landlock cannot subtract a file from a granted tree.
+pub const SYSTEM_READ_PATHS: &[&str] = &[
+    "/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/proc", "/sys",
 ];
+
+/// Single files outside [`SYSTEM_READ_PATHS`] that are read through a well-known `/etc` symlink
+/// (`/etc/resolv.conf` often points into `/run`). The rule follows the link, so only the target
+/// file becomes readable, not its directory.
+pub const SYSTEM_READ_FILES: &[&str] = &["/etc/resolv.conf"];
+
+/// The only device nodes a sandboxed command may open for writing (and read, and use ioctls on):
+/// pseudo devices with no state behind them. Its own terminal (PTY mode) is added at run time.
+pub const DEVICE_PATHS: &[&str] = &["/dev/null", "/dev/zero", "/dev/random", "/dev/urandom"];
+
+/// The controlling-terminal alias: read and write, never ioctls (no `TIOCSTI`-style requests
+/// through it). In pipe mode the command has no controlling terminal, so opening it fails.
+pub const TTY_ALIAS: &str = "/dev/tty";
+
+/// Rights no rule ever grants: creating character or block device nodes.
+const NEVER_GRANTED: BitFlags<AccessFs> = make_bitflags!(AccessFs::{MakeChar | MakeBlock});
 
 /// Rights the kernel accepts on a rule whose path is not a directory.
 const FILE_RIGHTS: BitFlags<AccessFs> = make_bitflags!(AccessFs::{
@@ -70,7 +80,8 @@ pub(crate) fn restrict_self(plan: &SandboxPlan, kernel_abi: u32) -> Result<(), S
         ruleset = ruleset.scope(Scope::from_all(abi)).map_err(landlock_err)?;
     }
     let mut created = ruleset.create().map_err(landlock_err)?;
-    for spec in rule_specs(plan, abi) {
+    let own_tty = own_terminal();
+    for spec in rule_specs(plan, abi, own_tty.as_deref()) {
         if let Some(rule) = open_rule(&spec, handled)? {
             created = created.add_rule(rule).map_err(landlock_err)?;
         }
@@ -90,16 +101,21 @@ fn landlock_err(e: landlock::RulesetError) -> SandboxError {
     SandboxError::Landlock(e.to_string())
 }
 
-fn rule_specs(plan: &SandboxPlan, abi: ABI) -> Vec<RuleSpec<'_>> {
+fn rule_specs<'a>(plan: &'a SandboxPlan, abi: ABI, own_tty: Option<&'a Path>) -> Vec<RuleSpec<'a>> {
     let read = AccessFs::from_read(abi);
-    let all = AccessFs::from_all(abi);
+    let all = AccessFs::from_all(abi) & !NEVER_GRANTED;
     let device = read | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev;
-    let mut specs = vec![RuleSpec {
-        role: "filesystem root".into(),
-        path: Path::new("/"),
-        access: read,
-        missing: Missing::Fail,
-    }];
+    let tty_alias = read | AccessFs::WriteFile | AccessFs::Truncate;
+    let mut specs: Vec<RuleSpec<'a>> = SYSTEM_READ_PATHS
+        .iter()
+        .chain(SYSTEM_READ_FILES)
+        .map(|path| RuleSpec {
+            role: (*path).to_owned(),
+            path: Path::new(path),
+            access: read,
+            missing: Missing::Skip,
+        })
+        .collect();
     for (index, path) in plan.extra_read.iter().enumerate() {
         specs.push(RuleSpec {
             role: format!("extra read path #{index}"),
@@ -108,20 +124,21 @@ fn rule_specs(plan: &SandboxPlan, abi: ABI) -> Vec<RuleSpec<'_>> {
             missing: Missing::Skip,
         });
     }
-    // A read-only workspace is already covered by "/"; the rule still checks that it exists.
     specs.push(RuleSpec {
         role: "workspace root".into(),
         path: &plan.workspace_root,
         access: if plan.write_workspace { all } else { read },
         missing: Missing::Fail,
     });
-    if let Some(tmp) = &plan.tmp_dir {
-        specs.push(RuleSpec {
-            role: "temp dir".into(),
-            path: tmp,
-            access: all,
-            missing: Missing::Fail,
-        });
+    for (role, dir) in [("temp dir", &plan.tmp_dir), ("home dir", &plan.home_dir)] {
+        if let Some(dir) = dir {
+            specs.push(RuleSpec {
+                role: role.into(),
+                path: dir,
+                access: all,
+                missing: Missing::Fail,
+            });
+        }
     }
     for dev in DEVICE_PATHS {
         specs.push(RuleSpec {
@@ -131,7 +148,36 @@ fn rule_specs(plan: &SandboxPlan, abi: ABI) -> Vec<RuleSpec<'_>> {
             missing: Missing::Skip,
         });
     }
+    specs.push(RuleSpec {
+        role: TTY_ALIAS.to_owned(),
+        path: Path::new(TTY_ALIAS),
+        access: tty_alias,
+        missing: Missing::Skip,
+    });
+    if let Some(tty) = own_tty {
+        specs.push(RuleSpec {
+            role: "own terminal".into(),
+            path: tty,
+            access: device,
+            missing: Missing::Fail,
+        });
+    }
     specs
+}
+
+/// The path of the caller's own terminal: stdin is a terminal whose session is the caller's
+/// (a PTY-mode command). `None` in pipe mode, or when stdin is someone else's terminal.
+pub(crate) fn own_terminal() -> Option<PathBuf> {
+    let stdin = std::io::stdin();
+    if !rustix::termios::isatty(&stdin) {
+        return None;
+    }
+    let tty_session = rustix::termios::tcgetsid(&stdin).ok()?;
+    if rustix::process::getsid(None).ok()? != tty_session {
+        return None;
+    }
+    let name = rustix::termios::ttyname(&stdin, Vec::new()).ok()?;
+    Some(PathBuf::from(std::ffi::OsStr::from_bytes(name.as_bytes())))
 }
 
 /// Opens the rule's path (`O_PATH`) and trims the rights to what the handled set and the file
@@ -181,7 +227,7 @@ mod tests {
     fn specs_grant_workspace_write_only_when_asked() {
         let mut plan = SandboxPlan::new("/w");
         let ws = |plan: &SandboxPlan| {
-            rule_specs(plan, ABI::V7)
+            rule_specs(plan, ABI::V7, None)
                 .into_iter()
                 .find(|s| s.role == "workspace root")
                 .map(|s| s.access)
@@ -193,19 +239,54 @@ mod tests {
     }
 
     #[test]
-    fn root_is_read_only_and_devices_are_writable() {
-        let plan = SandboxPlan::new("/w");
-        let specs = rule_specs(&plan, ABI::V7);
-        let root = specs.iter().find(|s| s.path == Path::new("/")).unwrap();
-        assert_eq!(root.access, AccessFs::from_read(ABI::V7));
-        let null = specs
-            .iter()
-            .find(|s| s.path == Path::new("/dev/null"))
-            .unwrap();
+    fn reads_are_an_allow_list_and_only_pseudo_devices_are_writable() {
+        let mut plan = SandboxPlan::new("/w");
+        plan.write_workspace = true;
+        plan.tmp_dir = Some("/t".into());
+        plan.home_dir = Some("/h".into());
+        let tty = Path::new("/dev/pts/7");
+        let specs = rule_specs(&plan, ABI::V7, Some(tty));
+        let find = |p: &str| specs.iter().find(|s| s.path == Path::new(p));
+        assert!(find("/").is_none(), "the root must not be granted");
+        assert!(
+            find("/dev").is_none() && find("/dev/pts").is_none() && find("/dev/ptmx").is_none()
+        );
+        for path in SYSTEM_READ_PATHS {
+            assert_eq!(
+                find(path).unwrap().access,
+                AccessFs::from_read(ABI::V7),
+                "{path}"
+            );
+        }
+        let null = find("/dev/null").unwrap();
         assert!(
             null.access
                 .contains(AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev)
         );
+        let alias = find(TTY_ALIAS).unwrap();
+        assert!(alias.access.contains(AccessFs::WriteFile));
+        assert!(!alias.access.contains(AccessFs::IoctlDev));
+        assert!(
+            find("/dev/pts/7")
+                .unwrap()
+                .access
+                .contains(AccessFs::IoctlDev)
+        );
+        for role in ["workspace root", "temp dir", "home dir"] {
+            let spec = specs.iter().find(|s| s.role == role).unwrap();
+            assert!(
+                spec.access
+                    .contains(AccessFs::MakeReg | AccessFs::WriteFile),
+                "{role}"
+            );
+        }
+        for spec in &specs {
+            assert!(
+                !spec.access.intersects(NEVER_GRANTED),
+                "{} grants device creation",
+                spec.role
+            );
+        }
     }
 
     #[test]

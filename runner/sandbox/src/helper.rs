@@ -5,6 +5,7 @@ use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
+use crate::caps;
 use crate::error::SandboxError;
 use crate::fs_rules;
 use crate::netns;
@@ -14,9 +15,11 @@ use crate::seccomp::Filters;
 
 /// Entry for the helper. `args` are what followed [`crate::HELPER_ARG`]: `--` then the target argv.
 ///
-/// Steps: read the plan from [`PLAN_ENV`] (and drop it from the target's environment), set
-/// `PR_SET_NO_NEW_PRIVS`, in `Restricted` mode enter a private network namespace (best-effort),
-/// apply Landlock (fully enforced or fail closed), install seccomp, then `execvp(argv)`.
+/// Steps: read the plan from [`PLAN_ENV`] (and drop it from the target's environment), build the
+/// seccomp filters, set `PR_SET_NO_NEW_PRIVS`, leave the caller's session unless already a session
+/// leader (so a pipe-mode command has no controlling terminal), in `Restricted` mode enter a
+/// private network namespace (best-effort), drop every capability, apply Landlock (fully enforced
+/// or fail closed), install seccomp, then `execvp(argv)`.
 ///
 /// Returns only on failure; the caller prints [`SandboxError::stderr_line`] to stderr and exits
 /// with [`SandboxError::exit_code`] (126, or 127 when the program does not exist), as
@@ -60,15 +63,30 @@ fn prepare(args: &[OsString]) -> Result<Command, SandboxError> {
 
     rustix::thread::set_no_new_privs(true)
         .map_err(|e| SandboxError::Hardening(format!("prctl(PR_SET_NO_NEW_PRIVS) failed: {e}")))?;
+    own_session()?;
     if plan.network == NetworkMode::Restricted {
         netns::enter_private_netns()?;
     }
+    caps::drop_all_capabilities()?;
     fs_rules::restrict_self(&plan, kernel_abi)?;
     filters.apply()?;
 
     let mut command = Command::new(program);
     command.args(rest).env_remove(PLAN_ENV);
     Ok(command)
+}
+
+/// Makes the helper a session leader with no controlling terminal, unless it already leads its
+/// session (the process runner starts every child with `setsid`; a PTY child leads the session of
+/// its own terminal). Fails closed when `setsid` is refused (the caller leads a process group).
+fn own_session() -> Result<(), SandboxError> {
+    let me = rustix::process::getpid();
+    if rustix::process::getsid(None).ok() == Some(me) {
+        return Ok(());
+    }
+    rustix::process::setsid()
+        .map(|_| ())
+        .map_err(|e| SandboxError::Hardening(format!("setsid failed: {e}")))
 }
 
 fn split_argv(args: &[OsString]) -> Result<(&OsString, &[OsString]), SandboxError> {

@@ -9,15 +9,22 @@
 //!
 //! What a sandboxed command gets:
 //! - **Landlock** (every filesystem right of the kernel's ABI handled; the ruleset must be fully
-//!   enforced or the helper fails closed): read+execute beneath `/` and `extra_read`; full access
-//!   beneath the workspace only when `write_workspace`, and beneath `tmp_dir`; read/write/ioctl on
-//!   [`DEVICE_PATHS`]. With ABI ≥ 6 it cannot signal or reach abstract UNIX sockets outside its
-//!   domain; with ABI ≥ 4 and `Restricted`, TCP bind/connect is denied too.
-//! - **seccomp** ([`ALWAYS_DENIED`] → `EPERM` in both modes; `clone` with namespace flags →
+//!   enforced or the helper fails closed): reads are an allow-list — read+execute beneath
+//!   [`SYSTEM_READ_PATHS`], [`SYSTEM_READ_FILES`], the workspace and `extra_read`; full access
+//!   beneath the workspace only when `write_workspace`, and beneath `tmp_dir` and `home_dir`;
+//!   read/write/ioctl on [`DEVICE_PATHS`] and on its own terminal (PTY mode); read/write but no
+//!   ioctl on [`TTY_ALIAS`]. No rule grants creating device nodes. With ABI ≥ 6 it cannot signal
+//!   or reach abstract UNIX sockets outside its domain; with ABI ≥ 4 and `Restricted`, TCP
+//!   bind/connect is denied too.
+//! - **seccomp** ([`ALWAYS_DENIED`] → `EPERM` in both modes; `ioctl` with a request in
+//!   [`DENIED_IOCTLS`] (`TIOCSTI`, `TIOCLINUX`) → `EPERM`; `clone` with namespace flags →
 //!   `EPERM`; `clone3` → `ENOSYS` so libc falls back to `clone`; x32 syscalls → `EPERM`;
 //!   `Restricted` adds `socket`/`socketpair` with a domain other than `AF_UNIX` → `EPERM`).
-//! - `PR_SET_NO_NEW_PRIVS`, and in `Restricted` mode a private network namespace (best-effort).
+//! - **No capabilities**: bounding, permitted, effective, inheritable and ambient sets emptied.
+//! - `PR_SET_NO_NEW_PRIVS`, its own session (no controlling terminal in pipe mode), and in
+//!   `Restricted` mode a private network namespace (best-effort).
 
+mod caps;
 mod error;
 mod fs_rules;
 mod harden;
@@ -28,7 +35,7 @@ mod probe;
 mod seccomp;
 
 pub use error::{HELPER_FAILURE_EXIT, HELPER_NOT_FOUND_EXIT, HELPER_STDERR_PREFIX, SandboxError};
-pub use fs_rules::DEVICE_PATHS;
+pub use fs_rules::{DEVICE_PATHS, SYSTEM_READ_FILES, SYSTEM_READ_PATHS, TTY_ALIAS};
 pub use harden::{
     SCRUBBED_ENV_NAMES, SCRUBBED_ENV_PREFIXES, harden_current_process, is_scrubbed_env_name,
     scrub_env,
@@ -38,4 +45,4 @@ pub use plan::{
     ARGV_SEPARATOR, HELPER_ARG, LauncherParts, NetworkMode, PLAN_ENV, SandboxPlan, launcher_parts,
 };
 pub use probe::{Probe, probe};
-pub use seccomp::{ALWAYS_DENIED, DENIED_CLONE_FLAGS};
+pub use seccomp::{ALWAYS_DENIED, DENIED_CLONE_FLAGS, DENIED_IOCTLS};

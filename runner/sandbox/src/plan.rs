@@ -29,8 +29,9 @@ pub enum NetworkMode {
 
 /// What one sandboxed command may do.
 ///
-/// Reads are not narrowed: everything beneath `/` stays readable and executable; `extra_read`
-/// only adds read rules (useful if reads are narrowed in a later version).
+/// Reads are narrowed to an allow-list: the workspace, the system trees in
+/// [`crate::SYSTEM_READ_PATHS`], the device nodes in [`crate::DEVICE_PATHS`], the temp dir, the
+/// home dir and `extra_read` (the operator's `read_paths`). Everything else is unreadable.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SandboxPlan {
@@ -45,6 +46,10 @@ pub struct SandboxPlan {
     /// Extra absolute paths to grant read+execute on (missing ones are skipped).
     #[serde(default)]
     pub extra_read: Vec<PathBuf>,
+    /// The command's home directory (absolute, created by the caller): full access, like the
+    /// temp dir. `None`: no home rule.
+    #[serde(default)]
+    pub home_dir: Option<PathBuf>,
     /// Test hook: behave as if the kernel had no Landlock, so the helper fails closed.
     #[serde(default)]
     pub force_landlock_unavailable: bool,
@@ -60,6 +65,7 @@ impl SandboxPlan {
             network: NetworkMode::Restricted,
             tmp_dir: None,
             extra_read: Vec::new(),
+            home_dir: None,
             force_landlock_unavailable: false,
         }
     }
@@ -69,6 +75,9 @@ impl SandboxPlan {
         require_absolute(&self.workspace_root, "workspace root")?;
         if let Some(tmp) = &self.tmp_dir {
             require_absolute(tmp, "temp dir")?;
+        }
+        if let Some(home) = &self.home_dir {
+            require_absolute(home, "home dir")?;
         }
         for (index, path) in self.extra_read.iter().enumerate() {
             require_absolute(path, &format!("extra read path #{index}"))?;
@@ -128,6 +137,7 @@ mod tests {
             network: NetworkMode::Enabled,
             tmp_dir: Some("/tmp/cs-1".into()),
             extra_read: vec!["/opt/tools".into()],
+            home_dir: Some("/srv/homes/w".into()),
             force_landlock_unavailable: false,
         }
     }
@@ -147,6 +157,10 @@ mod tests {
         let err = plan.to_json().unwrap_err().to_string();
         assert!(err.contains("temp dir"), "{err}");
         assert!(!err.contains("rel/tmp"), "{err}");
+        let mut plan = sample();
+        plan.home_dir = Some("home".into());
+        let err = plan.to_json().unwrap_err().to_string();
+        assert!(err.contains("home dir"), "{err}");
         let mut plan = sample();
         plan.workspace_root = "ws".into();
         assert!(matches!(plan.validate(), Err(SandboxError::InvalidPlan(_))));
@@ -175,7 +189,7 @@ mod tests {
         let plan = SandboxPlan::new("/w");
         assert!(!plan.write_workspace);
         assert_eq!(plan.network, NetworkMode::Restricted);
-        assert!(plan.tmp_dir.is_none() && plan.extra_read.is_empty());
+        assert!(plan.tmp_dir.is_none() && plan.extra_read.is_empty() && plan.home_dir.is_none());
         assert!(!plan.force_landlock_unavailable);
     }
 }

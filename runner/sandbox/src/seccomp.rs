@@ -1,4 +1,4 @@
-//! The seccomp part of the sandbox: syscalls a sandboxed command may never make.
+//! The seccomp part of the sandbox: the syscalls and `ioctl` requests a command may never make.
 
 use std::collections::BTreeMap;
 
@@ -52,6 +52,16 @@ pub const DENIED_CLONE_FLAGS: &[libc::c_int] = &[
     libc::CLONE_NEWUSER,
     libc::CLONE_NEWPID,
     libc::CLONE_NEWNET,
+];
+
+/// `ioctl` requests denied with `EPERM` in every mode: pushing bytes into a terminal's input queue
+/// (`TIOCSTI`, keystroke injection) and the virtual-console multiplexer (`TIOCLINUX`, which can
+/// also paste into a console).
+// libc's `Ioctl` type is `c_ulong` with glibc and `c_int` with musl: the cast is needed there.
+#[allow(clippy::unnecessary_cast)]
+pub const DENIED_IOCTLS: &[(&str, u64)] = &[
+    ("TIOCSTI", libc::TIOCSTI as u64),
+    ("TIOCLINUX", libc::TIOCLINUX as u64),
 ];
 
 // Classic BPF opcodes and seccomp return values used by the hand-written guard program.
@@ -128,6 +138,11 @@ fn deny_rules(network: NetworkMode) -> Result<BTreeMap<i64, Vec<SeccompRule>>, S
         })
         .collect::<Result<Vec<_>, _>>()?;
     rules.insert(libc::SYS_clone, clone_rules);
+    let ioctl_rules = DENIED_IOCTLS
+        .iter()
+        .map(|(_, request)| condition(1, SeccompCmpOp::Eq, *request))
+        .collect::<Result<Vec<_>, _>>()?;
+    rules.insert(libc::SYS_ioctl, ioctl_rules);
     if network == NetworkMode::Restricted {
         let not_unix = u64::from(libc::AF_UNIX.cast_unsigned());
         for nr in [libc::SYS_socket, libc::SYS_socketpair] {
@@ -194,6 +209,8 @@ mod tests {
             assert!(enabled.contains_key(nr) && restricted.contains_key(nr));
         }
         assert_eq!(enabled[&libc::SYS_clone].len(), DENIED_CLONE_FLAGS.len());
+        assert_eq!(enabled[&libc::SYS_ioctl].len(), DENIED_IOCTLS.len());
+        assert_eq!(restricted[&libc::SYS_ioctl].len(), DENIED_IOCTLS.len());
     }
 
     #[test]

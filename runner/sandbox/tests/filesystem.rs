@@ -153,23 +153,107 @@ fn device_files_stay_usable() {
 }
 
 #[test]
-fn pty_allocation_and_terminal_ioctls_work() {
-    let name = "pty_allocation_and_terminal_ioctls_work";
+fn allocating_a_new_pty_is_refused() {
+    let name = "allocating_a_new_pty_is_refused";
     if !sandbox_or_skip(name) || !python_or_skip(name) {
         return;
     }
     let fx = Fixture::new();
-    let script = "import os, pty, termios, struct, fcntl\n\
-m, s = pty.openpty()\n\
-termios.tcgetattr(s)\n\
-fcntl.ioctl(s, termios.TIOCSWINSZ, struct.pack('HHHH', 30, 100, 0, 0))\n\
-rows, cols, _, _ = struct.unpack('HHHH', fcntl.ioctl(s, termios.TIOCGWINSZ, b'\\0' * 8))\n\
-os.write(s, b'hi\\n')\n\
-print(rows, cols, os.read(m, 16).strip().decode())";
+    // /dev/ptmx and /dev/pts are not granted: a command cannot make (or reach) another terminal.
+    // A command that needs a terminal asks for one (`tty: true`) and gets only its own.
+    let script = "import os\n\
+try:\n    os.openpty(); print('ok')\n\
+except OSError as e:\n    print('errno', e.errno)";
     let out = run(
-        &fx.plan(false, NetworkMode::Restricted),
+        &fx.plan(true, NetworkMode::Restricted),
         &["python3", "-c", script],
     );
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(stdout(&out), "30 100 hi");
+    assert_eq!(stdout(&out), "errno 13", "{}", stderr(&out));
+}
+
+#[test]
+fn reads_are_limited_to_the_allow_list() {
+    let name = "reads_are_limited_to_the_allow_list";
+    if !sandbox_or_skip(name) {
+        return;
+    }
+    let fx = Fixture::new();
+    // Stand-ins for the server's own files: a store, a config, a token file beside the workspace.
+    let secret_dir = fx.outside("server-state");
+    std::fs::create_dir(&secret_dir).unwrap();
+    let store = secret_dir.join("codespace.db");
+    std::fs::write(&store, "store").unwrap();
+    let declared = fx.outside("toolchain");
+    std::fs::create_dir(&declared).unwrap();
+    std::fs::write(declared.join("VERSION"), "1.0\n").unwrap();
+    std::fs::write(fx.ws.join("in-ws.txt"), "ws\n").unwrap();
+    std::fs::write(fx.home.join(".profile-ish"), "home\n").unwrap();
+    let mut plan = fx.plan(false, NetworkMode::Restricted);
+    plan.extra_read = vec![declared.clone()];
+    let script = format!(
+        "cat '{store}' || echo store-denied; ls '{dir}' || echo dir-denied; \
+         cat '{declared}/VERSION'; cat in-ws.txt; cat \"$HOME/.profile-ish\"; \
+         ls / >/dev/null 2>&1 || echo root-denied; head -c 3 /etc/hostname >/dev/null && echo etc-ok; \
+         ls /usr/bin >/dev/null && echo usr-ok; echo to-stderr > /dev/stderr",
+        store = store.display(),
+        dir = secret_dir.display(),
+        declared = declared.display(),
+    );
+    let out = common::sandboxed(&plan, &["sh", "-c", &script])
+        .current_dir(&fx.ws)
+        .env("HOME", &fx.home)
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines,
+        vec![
+            "store-denied",
+            "dir-denied",
+            "1.0",
+            "ws",
+            "home",
+            "root-denied",
+            "etc-ok",
+            "usr-ok"
+        ],
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("Permission denied"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("to-stderr"), "{}", stderr(&out));
+}
+
+#[test]
+fn home_dir_is_writable_and_other_dirs_beside_it_are_not() {
+    let name = "home_dir_is_writable_and_other_dirs_beside_it_are_not";
+    if !sandbox_or_skip(name) {
+        return;
+    }
+    let fx = Fixture::new();
+    let script = format!(
+        "echo h > '{home}/.history' && echo home-ok; echo x > '{base}/beside' || echo beside-denied",
+        home = fx.home.display(),
+        base = fx.base.path().display()
+    );
+    let out = run(
+        &fx.plan(false, NetworkMode::Restricted),
+        &["sh", "-c", &script],
+    );
+    assert_eq!(
+        stdout(&out).lines().collect::<Vec<_>>(),
+        vec!["home-ok", "beside-denied"],
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        std::fs::read_to_string(fx.home.join(".history")).unwrap(),
+        "h\n"
+    );
+    assert!(!fx.base.path().join("beside").exists());
 }

@@ -226,3 +226,126 @@ print('ok' if r >= 0 else 'errno %d' % ctypes.get_errno())";
     );
     assert_eq!(stdout(&out), "errno 1", "{}", stderr(&out));
 }
+
+fn root_or_skip(test: &str) -> bool {
+    let root = rustix::process::geteuid().is_root();
+    if !root {
+        println!("SKIP: {test}: needs root (the capabilities to drop exist only there)");
+    }
+    root
+}
+
+#[test]
+fn a_root_helper_leaves_no_capability_in_any_set() {
+    let name = "a_root_helper_leaves_no_capability_in_any_set";
+    if !sandbox_or_skip(name) || !root_or_skip(name) {
+        return;
+    }
+    // Control: unsandboxed, root holds capabilities.
+    let control = std::fs::read_to_string("/proc/self/status").unwrap();
+    assert!(
+        control
+            .lines()
+            .any(|l| l.starts_with("CapEff:") && !l.ends_with("0000000000000000")),
+        "{control}"
+    );
+    let fx = Fixture::new();
+    for mode in [NetworkMode::Restricted, NetworkMode::Enabled] {
+        let out = run(
+            &fx.plan(true, mode),
+            &[
+                "sh",
+                "-c",
+                "grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status",
+            ],
+        );
+        let text = stdout(&out);
+        let sets: Vec<(&str, &str)> = text
+            .lines()
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k, v.trim()))
+            .collect();
+        assert_eq!(sets.len(), 5, "{mode:?}: {text} / {}", stderr(&out));
+        for (set, value) in sets {
+            assert_eq!(value, "0000000000000000", "{mode:?}: {set}");
+        }
+    }
+}
+
+#[test]
+fn mknod_inside_a_writable_workspace_fails_as_root() {
+    let name = "mknod_inside_a_writable_workspace_fails_as_root";
+    if !sandbox_or_skip(name) || !root_or_skip(name) {
+        return;
+    }
+    let fx = Fixture::new();
+    // Control: outside the sandbox, root can create a block device node in the workspace.
+    let control = fx.ws.join("control-blk");
+    let made = Command::new("mknod")
+        .arg(&control)
+        .args(["b", "7", "200"])
+        .status()
+        .unwrap();
+    assert!(made.success() && control.exists());
+    std::fs::remove_file(&control).unwrap();
+    let script = "mknod blk b 7 200 || echo block-denied; mknod chr c 1 3 || echo char-denied; \
+                  mkfifo fifo && echo fifo-ok";
+    let out = common::sandboxed(&fx.plan(true, NetworkMode::Enabled), &["sh", "-c", script])
+        .current_dir(&fx.ws)
+        .output()
+        .unwrap();
+    assert_eq!(
+        stdout(&out).lines().collect::<Vec<_>>(),
+        vec!["block-denied", "char-denied", "fifo-ok"],
+        "{}",
+        stderr(&out)
+    );
+    assert!(!fx.ws.join("blk").exists() && !fx.ws.join("chr").exists());
+}
+
+#[test]
+fn writing_to_a_block_device_fails_as_root() {
+    let name = "writing_to_a_block_device_fails_as_root";
+    if !sandbox_or_skip(name) || !root_or_skip(name) || !python_or_skip(name) {
+        return;
+    }
+    let fx = Fixture::new();
+    // A block device node beside the workspace (loop minor 200: no such device is attached, so
+    // even an unsandboxed write could not reach a disk), plus every real block device in /dev.
+    let node = fx.outside("disk");
+    let made = Command::new("mknod")
+        .arg(&node)
+        .args(["b", "7", "200"])
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let mut targets = vec![node.display().to_string()];
+    for entry in std::fs::read_dir("/dev").unwrap().flatten() {
+        use std::os::unix::fs::FileTypeExt;
+        if entry.file_type().is_ok_and(|t| t.is_block_device()) {
+            targets.push(entry.path().display().to_string());
+        }
+    }
+    // O_WRONLY without O_TRUNC/O_CREAT: the open alone is what must fail.
+    let script = r#"import os, sys
+for path in sys.argv[1:]:
+    try:
+        os.close(os.open(path, os.O_WRONLY))
+        print(path, 'opened')
+    except OSError as e:
+        print(path, 'errno', e.errno)
+"#;
+    let mut argv = vec!["python3", "-c", script];
+    argv.extend(targets.iter().map(String::as_str));
+    let out = run(&fx.plan(true, NetworkMode::Enabled), &argv);
+    let text = stdout(&out);
+    assert_eq!(
+        text.lines().count(),
+        targets.len(),
+        "{text} / {}",
+        stderr(&out)
+    );
+    for line in text.lines() {
+        assert!(line.ends_with("errno 13"), "{line}");
+    }
+}

@@ -6,16 +6,23 @@ use std::process::{Command, Output};
 
 use codespace_runner_sandbox::{ARGV_SEPARATOR, NetworkMode, SandboxPlan, launcher_parts, probe};
 
+/// The `PATH` of every sandboxed test command (as the engine gives its children): system
+/// programs only, because reads are narrowed to the system trees (a toolchain elsewhere, e.g. a
+/// pyenv Python in a home directory, would need to be declared as an extra read path).
+pub const SYSTEM_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
 /// Path of the test-only helper binary.
 pub fn helper_exe() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_sandbox-test-helper"))
 }
 
-/// A temp layout: `<base>/ws` (workspace), `<base>/tmp` (private temp), `<base>` itself is outside.
+/// A temp layout: `<base>/ws` (workspace), `<base>/tmp` (private temp), `<base>/home` (home),
+/// `<base>` itself is outside.
 pub struct Fixture {
     pub base: tempfile::TempDir,
     pub ws: PathBuf,
     pub tmp: PathBuf,
+    pub home: PathBuf,
 }
 
 impl Fixture {
@@ -23,9 +30,16 @@ impl Fixture {
         let base = tempfile::tempdir().unwrap();
         let ws = base.path().join("ws");
         let tmp = base.path().join("tmp");
+        let home = base.path().join("home");
         std::fs::create_dir(&ws).unwrap();
         std::fs::create_dir(&tmp).unwrap();
-        Self { base, ws, tmp }
+        std::fs::create_dir(&home).unwrap();
+        Self {
+            base,
+            ws,
+            tmp,
+            home,
+        }
     }
 
     /// A path outside both the workspace and the temp dir.
@@ -40,6 +54,7 @@ impl Fixture {
             network,
             tmp_dir: Some(self.tmp.clone()),
             extra_read: Vec::new(),
+            home_dir: Some(self.home.clone()),
             force_landlock_unavailable: false,
         }
     }
@@ -49,7 +64,11 @@ impl Fixture {
 pub fn sandboxed(plan: &SandboxPlan, argv: &[&str]) -> Command {
     let (program, args, env) = launcher_parts(plan, helper_exe()).unwrap();
     let mut cmd = Command::new(program);
-    cmd.args(args).arg(ARGV_SEPARATOR).args(argv).envs(env);
+    cmd.args(args)
+        .arg(ARGV_SEPARATOR)
+        .args(argv)
+        .envs(env)
+        .env("PATH", SYSTEM_PATH);
     cmd
 }
 
@@ -82,6 +101,7 @@ pub fn python_or_skip(test: &str) -> bool {
     let ok = Command::new("python3")
         .arg("-c")
         .arg("pass")
+        .env("PATH", SYSTEM_PATH)
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
