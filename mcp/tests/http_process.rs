@@ -23,9 +23,10 @@ const TOKEN: &str = "process-test-token-0123456789";
 #[test]
 fn unauthenticated_non_loopback_address_is_refused_with_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
     let out = Command::new(BIN)
         .args(["serve", dir.path().to_str().unwrap(), "--store"])
-        .arg(dir.path().join("s.db"))
+        .arg(state.path().join("s.db"))
         .args(["--http", "0.0.0.0:0"])
         .env_remove("CODESPACE_CONFIG")
         .output()

@@ -143,7 +143,8 @@ async fn without_process_write_the_command_cannot_write_at_all() {
         "cat existing.txt; echo x > new.txt; echo y >> existing.txt; mkdir d; rm existing.txt",
     )
     .await;
-    assert!(out.starts_with("keep\n"), "reads still work: {out}");
+    // stdout and stderr are two pipes read into one ring: their relative order is not fixed.
+    assert!(out.lines().any(|l| l == "keep"), "reads still work: {out}");
     assert_ne!(code, Some(0), "{out}");
     assert!(!e.root.join("new.txt").exists());
     assert!(!e.root.join("d").exists());
