@@ -154,6 +154,8 @@ pub struct Limits {
     pub max_exited_processes: usize,
     /// Waiters per workspace lease queue.
     pub max_waiters: usize,
+    /// Most entries a workspace listing (walk or path index) holds; past it listings say `incomplete`.
+    pub max_walk_entries: usize,
 }
 
 impl Default for Limits {
@@ -164,6 +166,7 @@ impl Default for Limits {
             process_timeout_ms: 10 * 60 * 1000,
             max_exited_processes: 64,
             max_waiters: 64,
+            max_walk_entries: 1_000_000,
         }
     }
 }
@@ -442,6 +445,11 @@ impl Config {
         if limits.output_ring_bytes < 1024 {
             return Err(ConfigError(
                 "limits.output_ring_bytes: must be at least 1024".into(),
+            ));
+        }
+        if limits.max_walk_entries == 0 {
+            return Err(ConfigError(
+                "limits.max_walk_entries: must be at least 1".into(),
             ));
         }
 

@@ -78,6 +78,8 @@ impl Gateway {
             path_request("read", ".", "", session),
             path_request("find", ".", "", session),
             path_request("apply_patch", ".", "update", session),
+            path_request("grep", ".", "", session),
+            path_request("find_files", ".", "", session),
         ];
         probes.extend(build_requests(&exec_probe, session, None)?);
         let d = self.decide_reqs(
@@ -131,11 +133,17 @@ impl Gateway {
                 "read": {"available": read},
                 "find": {"available": find},
                 "patch": {"available": write && host && implemented("apply_patch")},
+                "grep": {"available": allowed("grep") && implemented("grep")},
+                "find_files": {"available": allowed("find_files") && implemented("find_files")},
                 "capabilities": {
                     "read_range": true,
                     "find_pagination": true,
                     "read_max_bytes": READ_MAX_BYTES,
                     "find_max_paths": FIND_MAX_PATHS,
+                    "grep_max_matches": crate::tools::GREP_MAX_MATCHES,
+                    "grep_max_file_bytes": crate::search_tools::GREP_MAX_FILE_BYTES,
+                    "grep_max_line_chars": crate::search_tools::GREP_MAX_LINE_CHARS,
+                    "max_walk_entries": self.config.limits.max_walk_entries,
                 },
             },
             "process": process,

@@ -174,6 +174,20 @@ pub struct IgnoreFilter<'a> {
 }
 
 impl IgnoreFilter<'_> {
+    /// Treats the directory `dir` and its ancestors as kept: a search rooted at a directory the
+    /// caller named explicitly looks inside it even when it is hidden or ignored (as ripgrep does
+    /// for a path on its command line). Entries beneath it are still judged.
+    pub fn assume_kept(&mut self, dir: &str) {
+        let mut cur = Some(dir);
+        while let Some(d) = cur {
+            if d.is_empty() {
+                break;
+            }
+            self.dirs.insert(d.to_string(), false);
+            cur = parent(d);
+        }
+    }
+
     /// True when `path` (a directory when `is_dir`) is skipped: it is hidden or ignored, or lies
     /// beneath a directory that is.
     pub fn is_skipped(&mut self, path: &str, is_dir: bool) -> bool {
@@ -283,6 +297,10 @@ mod tests {
         assert!(!f.is_skipped("src/main.rs", false));
         // `target/` names directories only.
         assert!(!f.is_skipped("src/target", false));
+        let mut named = r.filter(ALL);
+        named.assume_kept(".github");
+        assert!(!named.is_skipped(".github/workflows/ci.yml", false));
+        assert!(named.is_skipped(".github/.secret", false));
         let mut none = r.filter(IgnoreSelector {
             hidden: false,
             ignored: false,

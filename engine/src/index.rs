@@ -1,0 +1,630 @@
+//! The path index of a workspace: a sorted in-memory listing (path + kind) that `find`, `grep` and
+//! `find_files` read instead of walking the tree on every call.
+//!
+//! It is built lazily by a no-follow walk on first use, then kept current by the workspace's file
+//! watcher (the one [`crate::versions`] runs): every create, delete or rename the watcher reports
+//! marks its path dirty, and the next use re-checks just those paths (a re-appearing directory is
+//! walked again). Disk stays the truth: when the watcher lost events (overflow), when too many
+//! paths changed at once, or when it cannot run, the next use walks the whole tree again and the
+//! result says so (`listing_source: walk` and a `walk_reason`). It is bounded by
+//! `limits.max_walk_entries` (past it the listing is `incomplete`) and dropped when idle.
+//!
+//! Per listing generation it also caches what is costly to recompute and cannot change while the
+//! listing does not: the decision-signature groups of the entries (one Cedar question per group),
+//! the compiled ignore rules, and a few derived `find` listings (so paging reads a cached list).
+
+use codespace_runner_fs::{FsError, Kind, RelPath, Root, TEMP_PREFIX, WalkLimits};
+use codespace_runner_search::{IgnoreFile, IgnoreFileKind, IgnoreRules};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::request::WorkspaceFacts;
+use crate::signature::SignaturePlan;
+use crate::tools::WalkReason;
+use crate::versions::WatchObserver;
+
+/// Dirty paths one refresh re-checks one by one; more than this and the tree is walked again.
+const MAX_INCREMENTAL: usize = 2_000;
+/// Dirty paths remembered between two uses; more than this counts as an overflow.
+const MAX_DIRTY: usize = 20_000;
+/// An index unused this long is dropped (rebuilt by a walk on next use).
+pub(crate) const IDLE_DROP: Duration = Duration::from_secs(600);
+/// Derived listings kept per workspace.
+const DERIVED_KEPT: usize = 8;
+/// Largest ignore file read (bytes); the rest of a longer one is ignored.
+const MAX_IGNORE_FILE_BYTES: u64 = 1024 * 1024;
+
+/// Listing generations are unique across the process.
+static GENERATION: AtomicU64 = AtomicU64::new(1);
+
+fn next_generation() -> u64 {
+    GENERATION.fetch_add(1, Ordering::Relaxed)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+/// True for the server's own temporary files, which no listing shows.
+///
+/// This is the one hook every listing path (walks and watcher refreshes) goes through. Today it
+/// matches the temp-file prefix of `runner/fs` writes; the instance-scoped temp names of the
+/// server (`.codespace-tmp-<instance>-<n>`) replace this test where they are introduced.
+pub(crate) fn is_server_temp(path: &str) -> bool {
+    path.rsplit('/')
+        .next()
+        .is_some_and(|name| name.starts_with(TEMP_PREFIX))
+}
+
+/// One listed path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Entry {
+    /// Workspace-relative path.
+    pub(crate) path: Box<str>,
+    /// What it is (symlinks are never followed).
+    pub(crate) kind: Kind,
+}
+
+/// A listing of the whole workspace, sorted by path.
+#[derive(Debug)]
+pub(crate) struct Listing {
+    pub(crate) entries: Vec<Entry>,
+    /// A cap (depth, entries) cut it short or a directory could not be read.
+    pub(crate) incomplete: bool,
+    /// Changes whenever the listing changes.
+    pub(crate) generation: u64,
+}
+
+/// Entries grouped by decision signature: entries of a group get the same decision.
+#[derive(Debug)]
+pub(crate) struct Groups {
+    /// Group of each entry.
+    pub(crate) of_entry: Vec<u32>,
+    /// A representative entry of each group.
+    pub(crate) reps: Vec<u32>,
+}
+
+/// A derived `find` listing: entry indices after every filter, cached for paging.
+#[derive(Debug)]
+pub(crate) struct Derived {
+    pub(crate) visible: Vec<u32>,
+    /// (entry, group) of each entry withheld by policy.
+    pub(crate) withheld: Vec<(u32, u32)>,
+    pub(crate) listing_version: String,
+}
+
+/// What the watcher reported since the last use.
+#[derive(Debug, Default)]
+struct Events {
+    /// Recording is on while an index exists.
+    collecting: bool,
+    dirty: HashSet<String>,
+    overflow: bool,
+    /// An ignore file's content changed.
+    ignore_changed: bool,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    listing: Option<Arc<Listing>>,
+    last_used: Option<Instant>,
+    groups: Option<(String, u64, Arc<Groups>)>,
+    ignore: Option<(u64, Arc<IgnoreRules>)>,
+    derived: VecDeque<(String, Arc<Derived>)>,
+}
+
+/// The path index of one workspace.
+#[derive(Debug)]
+pub(crate) struct PathIndex {
+    root: Arc<Root>,
+    /// The root as the watcher reports it.
+    root_abs: PathBuf,
+    limits: WalkLimits,
+    events: Arc<Mutex<Events>>,
+    state: Mutex<State>,
+    reaper: AtomicBool,
+}
+
+impl PathIndex {
+    /// An empty index over `root` (opened) at `root_abs` (as given to the watcher).
+    pub(crate) fn new(root: Arc<Root>, root_abs: &Path, max_entries: usize) -> PathIndex {
+        PathIndex {
+            root,
+            root_abs: root_abs.to_path_buf(),
+            limits: WalkLimits {
+                max_entries,
+                ..WalkLimits::default()
+            },
+            events: Arc::new(Mutex::new(Events::default())),
+            state: Mutex::new(State::default()),
+            reaper: AtomicBool::new(false),
+        }
+    }
+
+    /// The watcher callback that feeds this index.
+    pub(crate) fn observer(&self) -> WatchObserver {
+        let events = Arc::clone(&self.events);
+        let root = self.root_abs.clone();
+        Arc::new(move |res: &notify::Result<notify::Event>| {
+            use notify::EventKind;
+            use notify::event::ModifyKind;
+            let mut ev = lock(&events);
+            if !ev.collecting {
+                return;
+            }
+            let event = match res {
+                Ok(e) if !e.need_rescan() => e,
+                _ => {
+                    ev.overflow = true;
+                    ev.dirty.clear();
+                    return;
+                }
+            };
+            let listing_change = match event.kind {
+                EventKind::Access(_) => return,
+                EventKind::Modify(ModifyKind::Data(_) | ModifyKind::Metadata(_)) => false,
+                _ => true,
+            };
+            for p in &event.paths {
+                let Ok(rel) = p.strip_prefix(&root) else {
+                    continue;
+                };
+                let Some(rel) = rel.to_str() else { continue };
+                if !listing_change {
+                    if IgnoreFileKind::classify(rel).is_some() {
+                        ev.ignore_changed = true;
+                    }
+                    continue;
+                }
+                if rel.is_empty() {
+                    // The root itself changed: trust nothing.
+                    ev.overflow = true;
+                    ev.dirty.clear();
+                    return;
+                }
+                if IgnoreFileKind::classify(rel).is_some() {
+                    ev.ignore_changed = true;
+                }
+                ev.dirty.insert(rel.to_string());
+            }
+            if ev.dirty.len() > MAX_DIRTY {
+                ev.overflow = true;
+                ev.dirty.clear();
+            }
+        })
+    }
+
+    /// A full no-follow walk.
+    fn walk_all(&self) -> Result<Listing, FsError> {
+        let walk = self.root.walk(&self.limits)?;
+        let entries = walk
+            .entries
+            .into_iter()
+            .filter(|e| !is_server_temp(&e.path))
+            .map(|e| Entry {
+                path: e.path.into_boxed_str(),
+                kind: e.kind,
+            })
+            .collect();
+        Ok(Listing {
+            entries,
+            incomplete: walk.incomplete,
+            generation: next_generation(),
+        })
+    }
+
+    /// The current listing, and why it was walked when it was. `watching` starts the watcher
+    /// (true when it runs). Blocking: call it off the async workers.
+    pub(crate) fn listing(
+        &self,
+        watching: impl FnOnce() -> bool,
+    ) -> Result<(Arc<Listing>, Option<WalkReason>), FsError> {
+        let mut st = lock(&self.state);
+        st.last_used = Some(Instant::now());
+        {
+            // Record from before the watcher starts and before any walk, so no change between
+            // them is lost.
+            let mut ev = lock(&self.events);
+            if !ev.collecting || st.listing.is_none() {
+                ev.collecting = true;
+                ev.dirty.clear();
+                ev.overflow = false;
+                ev.ignore_changed = false;
+            }
+        }
+        if !watching() {
+            lock(&self.events).collecting = false;
+            Self::reset(&mut st);
+            let listing = Arc::new(self.walk_all()?);
+            return Ok((listing, Some(WalkReason::WatcherUnavailable)));
+        }
+        let (dirty, overflow, ignore_changed) = {
+            let mut ev = lock(&self.events);
+            (
+                std::mem::take(&mut ev.dirty),
+                std::mem::replace(&mut ev.overflow, false),
+                std::mem::replace(&mut ev.ignore_changed, false),
+            )
+        };
+        if ignore_changed {
+            st.ignore = None;
+            st.derived.clear();
+        }
+        let reason = match &st.listing {
+            None => Some(WalkReason::Built),
+            Some(_) if overflow => Some(WalkReason::WatcherOverflow),
+            Some(_) if dirty.len() > MAX_INCREMENTAL => Some(WalkReason::ManyChanges),
+            Some(_) => None,
+        };
+        if let Some(reason) = reason {
+            Self::reset(&mut st);
+            let listing = Arc::new(self.walk_all()?);
+            st.listing = Some(Arc::clone(&listing));
+            return Ok((listing, Some(reason)));
+        }
+        let Some(current) = st.listing.clone() else {
+            let listing = Arc::new(self.walk_all()?);
+            st.listing = Some(Arc::clone(&listing));
+            return Ok((listing, Some(WalkReason::Built)));
+        };
+        if dirty.is_empty() {
+            return Ok((current, None));
+        }
+        let updated = self.apply(current, dirty);
+        st.listing = Some(Arc::clone(&updated));
+        Ok((updated, None))
+    }
+
+    fn reset(st: &mut State) {
+        st.listing = None;
+        st.groups = None;
+        st.ignore = None;
+        st.derived.clear();
+    }
+
+    /// Re-checks `dirty` paths against the disk and returns the updated listing.
+    fn apply(&self, current: Arc<Listing>, dirty: HashSet<String>) -> Arc<Listing> {
+        let mut dirty: Vec<String> = dirty.into_iter().collect();
+        dirty.sort();
+        let entries = &current.entries;
+        let find = |p: &str| entries.partition_point(|e| &*e.path < p);
+        // Ranges of old entries to drop: each dirty path and everything beneath it.
+        let mut ranges: Vec<(usize, usize)> = Vec::new();
+        let mut additions: Vec<Entry> = Vec::new();
+        let mut incomplete = current.incomplete;
+        for p in &dirty {
+            let at = find(p);
+            if entries.get(at).is_some_and(|e| &*e.path == p.as_str()) {
+                ranges.push((at, at + 1));
+            }
+            let lo = find(&format!("{p}/"));
+            let hi = find(&format!("{p}0"));
+            if lo < hi {
+                ranges.push((lo, hi));
+            }
+            let Ok(rel) = RelPath::parse(p) else { continue };
+            if is_server_temp(p) || rel.components().count() > self.limits.max_depth {
+                continue;
+            }
+            match self.root.stat(&rel) {
+                Ok(Some(meta)) => {
+                    additions.push(Entry {
+                        path: p.clone().into_boxed_str(),
+                        kind: meta.kind,
+                    });
+                    if meta.kind == Kind::Dir {
+                        match self.root.walk_under(&rel, &self.limits) {
+                            Ok(w) => {
+                                incomplete |= w.incomplete;
+                                additions.extend(
+                                    w.entries
+                                        .into_iter()
+                                        .filter(|e| !is_server_temp(&e.path))
+                                        .map(|e| Entry {
+                                            path: e.path.into_boxed_str(),
+                                            kind: e.kind,
+                                        }),
+                                );
+                            }
+                            Err(FsError::NotFound { .. }) => {}
+                            Err(_) => incomplete = true,
+                        }
+                    }
+                }
+                // Gone, or no longer reachable without a symlink: not listed.
+                Ok(None) | Err(_) => {}
+            }
+        }
+        ranges.sort_unstable();
+        additions.sort_by(|a, b| a.path.cmp(&b.path));
+        additions.dedup_by(|a, b| a.path == b.path);
+        // Merge the kept old entries with the additions (an addition replaces an equal path).
+        let old: Vec<Entry> = match Arc::try_unwrap(current) {
+            Ok(l) => l.entries,
+            Err(shared) => shared.entries.clone(),
+        };
+        let mut merged: Vec<Entry> = Vec::with_capacity(old.len() + additions.len());
+        let mut r = ranges.iter().peekable();
+        let mut adds = additions.into_iter().peekable();
+        for (i, e) in old.into_iter().enumerate() {
+            while r.peek().is_some_and(|&&(_, hi)| hi <= i) {
+                r.next();
+            }
+            if r.peek().is_some_and(|&&(lo, hi)| lo <= i && i < hi) {
+                continue;
+            }
+            while adds.peek().is_some_and(|a| a.path < e.path) {
+                if let Some(a) = adds.next() {
+                    merged.push(a);
+                }
+            }
+            if adds.peek().is_some_and(|a| a.path == e.path) {
+                continue;
+            }
+            merged.push(e);
+        }
+        merged.extend(adds);
+        if merged.len() > self.limits.max_entries {
+            merged.truncate(self.limits.max_entries);
+            incomplete = true;
+        }
+        Arc::new(Listing {
+            entries: merged,
+            incomplete,
+            generation: next_generation(),
+        })
+    }
+
+    /// The decision-signature groups of `listing` under the plan of policy set `sha`.
+    pub(crate) fn groups(
+        &self,
+        listing: &Listing,
+        sha: &str,
+        plan: &SignaturePlan,
+        facts: &WorkspaceFacts,
+    ) -> Arc<Groups> {
+        {
+            let st = lock(&self.state);
+            if let Some((s, g, groups)) = &st.groups
+                && s == sha
+                && *g == listing.generation
+            {
+                return Arc::clone(groups);
+            }
+        }
+        let mut of_entry = Vec::with_capacity(listing.entries.len());
+        let mut reps: Vec<u32> = Vec::new();
+        let mut by_key: HashMap<String, u32> = HashMap::new();
+        for (i, e) in listing.entries.iter().enumerate() {
+            let i = u32::try_from(i).unwrap_or(u32::MAX);
+            let group = match plan.key(&e.path, facts.is_server_owned(&e.path)) {
+                Some(key) => *by_key.entry(key).or_insert_with(|| {
+                    reps.push(i);
+                    u32::try_from(reps.len() - 1).unwrap_or(u32::MAX)
+                }),
+                None => {
+                    reps.push(i);
+                    u32::try_from(reps.len() - 1).unwrap_or(u32::MAX)
+                }
+            };
+            of_entry.push(group);
+        }
+        let groups = Arc::new(Groups { of_entry, reps });
+        let mut st = lock(&self.state);
+        if st
+            .listing
+            .as_ref()
+            .is_some_and(|l| l.generation == listing.generation)
+        {
+            st.groups = Some((sha.to_string(), listing.generation, Arc::clone(&groups)));
+        }
+        groups
+    }
+
+    /// The ignore rules of `listing` (its ignore files read beneath the root, no symlink followed).
+    pub(crate) fn ignore_rules(&self, listing: &Listing) -> Arc<IgnoreRules> {
+        {
+            let st = lock(&self.state);
+            if let Some((g, rules)) = &st.ignore
+                && *g == listing.generation
+            {
+                return Arc::clone(rules);
+            }
+        }
+        let mut files = Vec::new();
+        let mut git_dirs = Vec::new();
+        for e in &listing.entries {
+            let name = e.path.rsplit('/').next().unwrap_or(&e.path);
+            if name == ".git" {
+                git_dirs.push(
+                    e.path
+                        .rsplit_once('/')
+                        .map_or(String::new(), |(d, _)| d.to_string()),
+                );
+            }
+            if e.kind != Kind::File {
+                continue;
+            }
+            let Some((kind, dir)) = IgnoreFileKind::classify(&e.path) else {
+                continue;
+            };
+            let Ok(rel) = RelPath::parse(&e.path) else {
+                continue;
+            };
+            let Ok((file, _)) = self.root.open_file(&rel) else {
+                continue;
+            };
+            let mut content = Vec::new();
+            if file
+                .take(MAX_IGNORE_FILE_BYTES)
+                .read_to_end(&mut content)
+                .is_ok()
+            {
+                files.push(IgnoreFile {
+                    kind,
+                    dir: dir.to_string(),
+                    content,
+                });
+            }
+        }
+        let rules = Arc::new(IgnoreRules::build(&files, git_dirs));
+        let mut st = lock(&self.state);
+        if st
+            .listing
+            .as_ref()
+            .is_some_and(|l| l.generation == listing.generation)
+        {
+            st.ignore = Some((listing.generation, Arc::clone(&rules)));
+        }
+        rules
+    }
+
+    /// A cached derived listing.
+    pub(crate) fn derived(&self, key: &str) -> Option<Arc<Derived>> {
+        let st = lock(&self.state);
+        st.derived
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, d)| Arc::clone(d))
+    }
+
+    /// Caches a derived listing.
+    pub(crate) fn put_derived(&self, key: String, d: Arc<Derived>) {
+        let mut st = lock(&self.state);
+        st.derived.retain(|(k, _)| *k != key);
+        st.derived.push_front((key, d));
+        st.derived.truncate(DERIVED_KEPT);
+    }
+
+    /// Drops the index when it has not been used for `idle`; true when it did. Never waits for
+    /// a listing in progress (that is a use).
+    pub(crate) fn drop_if_idle(&self, idle: Duration) -> bool {
+        let Ok(mut st) = self.state.try_lock() else {
+            return false;
+        };
+        if st.listing.is_none() || st.last_used.is_some_and(|t| t.elapsed() < idle) {
+            return false;
+        }
+        Self::reset(&mut st);
+        let mut ev = lock(&self.events);
+        ev.collecting = false;
+        ev.dirty.clear();
+        true
+    }
+
+    /// Whether an index is held.
+    #[cfg(test)]
+    pub(crate) fn is_built(&self) -> bool {
+        lock(&self.state).listing.is_some()
+    }
+}
+
+/// Starts (once) the task that drops `index` after [`IDLE_DROP`] without use. Without a tokio
+/// runtime nothing is started and the index lives as long as the gateway.
+pub(crate) fn ensure_reaper(index: &Arc<PathIndex>) {
+    if index.reaper.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        index.reaper.store(false, Ordering::Release);
+        return;
+    };
+    let weak = Arc::downgrade(index);
+    handle.spawn(async move {
+        loop {
+            tokio::time::sleep(IDLE_DROP / 4).await;
+            let Some(ix) = weak.upgrade() else { break };
+            if ix.drop_if_idle(IDLE_DROP) {
+                tracing::debug!("path index dropped after being idle");
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn index(dir: &Path) -> PathIndex {
+        let root = Arc::new(Root::open(dir).unwrap());
+        PathIndex::new(root, dir, 1_000_000)
+    }
+
+    fn paths(l: &Listing) -> Vec<&str> {
+        l.entries.iter().map(|e| &*e.path).collect()
+    }
+
+    #[test]
+    fn dirty_paths_are_rechecked_and_merged_in_order() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        std::fs::create_dir_all(d.join("a/b")).unwrap();
+        std::fs::write(d.join("a/b/c"), b"").unwrap();
+        std::fs::write(d.join("a-b"), b"").unwrap();
+        std::fs::write(d.join("z"), b"").unwrap();
+        let ix = index(d);
+        let (l, why) = ix.listing(|| true).unwrap();
+        assert_eq!(why, Some(WalkReason::Built));
+        assert_eq!(paths(&l), vec!["a", "a-b", "a/b", "a/b/c", "z"]);
+        // Remove a subtree, add a new directory with content, add a temp file.
+        std::fs::remove_dir_all(d.join("a/b")).unwrap();
+        std::fs::create_dir_all(d.join("n/m")).unwrap();
+        std::fs::write(d.join("n/m/f"), b"").unwrap();
+        std::fs::write(d.join(format!("{TEMP_PREFIX}x")), b"").unwrap();
+        {
+            let mut ev = lock(&ix.events);
+            for p in ["a/b", "n", "n/m/f", &format!("{TEMP_PREFIX}x")] {
+                ev.dirty.insert(p.to_string());
+            }
+        }
+        let (l2, why) = ix.listing(|| true).unwrap();
+        assert_eq!(why, None);
+        assert_ne!(l2.generation, l.generation);
+        assert_eq!(paths(&l2), vec!["a", "a-b", "n", "n/m", "n/m/f", "z"]);
+        assert_eq!(paths(&l2), paths(&ix.walk_all().unwrap()));
+    }
+
+    #[test]
+    fn overflow_and_watcher_failure_walk_and_say_why() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("f"), b"").unwrap();
+        let ix = index(tmp.path());
+        ix.listing(|| true).unwrap();
+        lock(&ix.events).overflow = true;
+        let (_, why) = ix.listing(|| true).unwrap();
+        assert_eq!(why, Some(WalkReason::WatcherOverflow));
+        let (_, why) = ix.listing(|| true).unwrap();
+        assert_eq!(why, None);
+        let (l, why) = ix.listing(|| false).unwrap();
+        assert_eq!(why, Some(WalkReason::WatcherUnavailable));
+        assert_eq!(paths(&l), vec!["f"]);
+        assert!(!ix.is_built());
+    }
+
+    #[test]
+    fn idle_index_is_dropped() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ix = index(tmp.path());
+        ix.listing(|| true).unwrap();
+        assert!(!ix.drop_if_idle(Duration::from_secs(3600)));
+        assert!(ix.is_built());
+        assert!(ix.drop_if_idle(Duration::ZERO));
+        assert!(!ix.is_built());
+        assert!(!lock(&ix.events).collecting);
+        let (_, why) = ix.listing(|| true).unwrap();
+        assert_eq!(why, Some(WalkReason::Built));
+    }
+
+    #[test]
+    fn server_temp_names_are_hidden() {
+        assert!(is_server_temp(&format!("a/{TEMP_PREFIX}1")));
+        assert!(!is_server_temp("a/codespace-tmp-1"));
+    }
+}
