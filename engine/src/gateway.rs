@@ -178,6 +178,7 @@ impl Gateway {
                     versions: Arc::new(crate::versions::Versions::with_observer(
                         &ws.root,
                         index.observer(),
+                        index.fence_dir(),
                     )),
                     index,
                 },

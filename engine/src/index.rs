@@ -19,7 +19,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::request::WorkspaceFacts;
@@ -120,6 +120,22 @@ struct State {
     derived: VecDeque<(String, Arc<Derived>)>,
 }
 
+/// A barrier through the watcher: a file created in a private directory the same watcher watches.
+/// Once its event arrives, every workspace event queued before it has been delivered too (one
+/// inotify queue, delivered in order), so a listing taken after [`PathIndex::flush`] reflects
+/// every change made before the call began.
+#[derive(Debug)]
+struct Fence {
+    dir: tempfile::TempDir,
+    seen: Mutex<u64>,
+    cv: Condvar,
+    next: AtomicU64,
+    broken: AtomicBool,
+}
+
+/// How long a listing waits for its fence event before it walks instead.
+const FENCE_WAIT: Duration = Duration::from_secs(2);
+
 /// The path index of one workspace.
 #[derive(Debug)]
 pub(crate) struct PathIndex {
@@ -130,6 +146,7 @@ pub(crate) struct PathIndex {
     events: Arc<Mutex<Events>>,
     state: Mutex<State>,
     reaper: AtomicBool,
+    fence: Option<Arc<Fence>>,
 }
 
 impl PathIndex {
@@ -145,6 +162,51 @@ impl PathIndex {
             events: Arc::new(Mutex::new(Events::default())),
             state: Mutex::new(State::default()),
             reaper: AtomicBool::new(false),
+            fence: tempfile::Builder::new()
+                .prefix("codespace-fence-")
+                .tempdir()
+                .ok()
+                .map(|dir| {
+                    Arc::new(Fence {
+                        dir,
+                        seen: Mutex::new(0),
+                        cv: Condvar::new(),
+                        next: AtomicU64::new(0),
+                        broken: AtomicBool::new(false),
+                    })
+                }),
+        }
+    }
+
+    /// The fence directory the watcher must also watch (outside the workspace).
+    pub(crate) fn fence_dir(&self) -> Option<PathBuf> {
+        self.fence.as_ref().map(|f| f.dir.path().to_path_buf())
+    }
+
+    /// Waits until the watcher delivered every event queued before this call; false when that
+    /// cannot be shown (no fence event within [`FENCE_WAIT`]; the fence is then given up).
+    fn flush(&self) -> bool {
+        let Some(f) = &self.fence else {
+            return false;
+        };
+        if f.broken.load(Ordering::Acquire) {
+            return false;
+        }
+        let n = f.next.fetch_add(1, Ordering::AcqRel) + 1;
+        let path = f.dir.path().join(format!("f{n}"));
+        if std::fs::File::create(&path).is_err() {
+            f.broken.store(true, Ordering::Release);
+            return false;
+        }
+        let _ = std::fs::remove_file(&path);
+        let seen = lock(&f.seen);
+        match f.cv.wait_timeout_while(seen, FENCE_WAIT, |s| *s < n) {
+            Ok((_, t)) if !t.timed_out() => true,
+            _ => {
+                tracing::warn!("file watcher fence not seen; listings walk the tree");
+                f.broken.store(true, Ordering::Release);
+                false
+            }
         }
     }
 
@@ -152,9 +214,26 @@ impl PathIndex {
     pub(crate) fn observer(&self) -> WatchObserver {
         let events = Arc::clone(&self.events);
         let root = self.root_abs.clone();
+        let fence = self.fence.clone();
         Arc::new(move |res: &notify::Result<notify::Event>| {
             use notify::EventKind;
             use notify::event::ModifyKind;
+            if let (Some(f), Ok(e)) = (&fence, res)
+                && matches!(e.kind, EventKind::Create(_))
+            {
+                let n = e
+                    .paths
+                    .iter()
+                    .filter(|p| p.starts_with(f.dir.path()))
+                    .filter_map(|p| p.file_name()?.to_str()?.strip_prefix('f')?.parse().ok())
+                    .max();
+                if let Some(n) = n {
+                    let mut seen = lock(&f.seen);
+                    *seen = (*seen).max(n);
+                    f.cv.notify_all();
+                    return;
+                }
+            }
             let mut ev = lock(&events);
             if !ev.collecting {
                 return;
@@ -239,7 +318,7 @@ impl PathIndex {
                 ev.ignore_changed = false;
             }
         }
-        if !watching() {
+        if !watching() || !self.flush() {
             lock(&self.events).collecting = false;
             Self::reset(&mut st);
             let listing = Arc::new(self.walk_all()?);
@@ -552,9 +631,32 @@ pub(crate) fn ensure_reaper(index: &Arc<PathIndex>) {
 mod tests {
     use super::*;
 
-    fn index(dir: &Path) -> PathIndex {
-        let root = Arc::new(Root::open(dir).unwrap());
-        PathIndex::new(root, dir, 1_000_000)
+    /// An index fed by a real watcher (started by the first listing).
+    struct Ix {
+        ix: PathIndex,
+        versions: crate::versions::Versions,
+    }
+
+    impl std::ops::Deref for Ix {
+        type Target = PathIndex;
+        fn deref(&self) -> &PathIndex {
+            &self.ix
+        }
+    }
+
+    impl Ix {
+        fn get(&self) -> (Arc<Listing>, Option<WalkReason>) {
+            self.ix.listing(|| self.versions.ensure_watching()).unwrap()
+        }
+    }
+
+    fn index(dir: &Path) -> Ix {
+        let dir = std::fs::canonicalize(dir).unwrap();
+        let root = Arc::new(Root::open(&dir).unwrap());
+        let ix = PathIndex::new(root, &dir, 1_000_000);
+        let versions =
+            crate::versions::Versions::with_observer(&dir, ix.observer(), ix.fence_dir());
+        Ix { ix, versions }
     }
 
     fn paths(l: &Listing) -> Vec<&str> {
@@ -570,7 +672,7 @@ mod tests {
         std::fs::write(d.join("a-b"), b"").unwrap();
         std::fs::write(d.join("z"), b"").unwrap();
         let ix = index(d);
-        let (l, why) = ix.listing(|| true).unwrap();
+        let (l, why) = ix.get();
         assert_eq!(why, Some(WalkReason::Built));
         assert_eq!(paths(&l), vec!["a", "a-b", "a/b", "a/b/c", "z"]);
         // Remove a subtree, add a new directory with content, add a temp file.
@@ -578,13 +680,7 @@ mod tests {
         std::fs::create_dir_all(d.join("n/m")).unwrap();
         std::fs::write(d.join("n/m/f"), b"").unwrap();
         std::fs::write(d.join(format!("{TEMP_PREFIX}x")), b"").unwrap();
-        {
-            let mut ev = lock(&ix.events);
-            for p in ["a/b", "n", "n/m/f", &format!("{TEMP_PREFIX}x")] {
-                ev.dirty.insert(p.to_string());
-            }
-        }
-        let (l2, why) = ix.listing(|| true).unwrap();
+        let (l2, why) = ix.get();
         assert_eq!(why, None);
         assert_ne!(l2.generation, l.generation);
         assert_eq!(paths(&l2), vec!["a", "a-b", "n", "n/m", "n/m/f", "z"]);
@@ -596,11 +692,11 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::write(tmp.path().join("f"), b"").unwrap();
         let ix = index(tmp.path());
-        ix.listing(|| true).unwrap();
+        ix.get();
         lock(&ix.events).overflow = true;
-        let (_, why) = ix.listing(|| true).unwrap();
+        let (_, why) = ix.get();
         assert_eq!(why, Some(WalkReason::WatcherOverflow));
-        let (_, why) = ix.listing(|| true).unwrap();
+        let (_, why) = ix.get();
         assert_eq!(why, None);
         let (l, why) = ix.listing(|| false).unwrap();
         assert_eq!(why, Some(WalkReason::WatcherUnavailable));
@@ -609,16 +705,30 @@ mod tests {
     }
 
     #[test]
+    fn a_change_made_before_the_call_is_always_seen() {
+        // The fence makes the watcher deliver everything queued before the listing.
+        let tmp = tempfile::tempdir().unwrap();
+        let ix = index(tmp.path());
+        ix.get();
+        for i in 0..50 {
+            std::fs::write(tmp.path().join(format!("f{i}")), b"").unwrap();
+            let (l, why) = ix.get();
+            assert_eq!(why, None);
+            assert!(l.entries.iter().any(|e| *e.path == *format!("f{i}")), "f{i}");
+        }
+    }
+
+    #[test]
     fn idle_index_is_dropped() {
         let tmp = tempfile::tempdir().unwrap();
         let ix = index(tmp.path());
-        ix.listing(|| true).unwrap();
+        ix.get();
         assert!(!ix.drop_if_idle(Duration::from_secs(3600)));
         assert!(ix.is_built());
         assert!(ix.drop_if_idle(Duration::ZERO));
         assert!(!ix.is_built());
         assert!(!lock(&ix.events).collecting);
-        let (_, why) = ix.listing(|| true).unwrap();
+        let (_, why) = ix.get();
         assert_eq!(why, Some(WalkReason::Built));
     }
 

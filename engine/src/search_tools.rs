@@ -176,17 +176,21 @@ impl Gateway {
         Ok((groups, decision))
     }
 
-    /// Audit rows for withheld entries.
+    /// Audit rows for withheld entries: action `read` (the question asked), tool = the calling
+    /// tool.
     fn audit_withheld_entries(
         &self,
+        tool: &str,
         decision: &Decision,
         listing: &Listing,
         withheld: &[(u32, u32)],
         session: &Session,
     ) {
-        if withheld.is_empty() {
+        if withheld.is_empty() || self.store.is_none() {
             return;
         }
+        let mut decision = decision.clone();
+        decision.tool = tool.to_string();
         let rows: Vec<(String, usize)> = withheld
             .iter()
             .filter_map(|&(e, g)| {
@@ -196,7 +200,7 @@ impl Gateway {
                     .map(|x| (x.path.to_string(), g as usize))
             })
             .collect();
-        self.audit_withheld(decision, &rows, session);
+        self.audit_withheld(&decision, &rows, session);
     }
 
     /// `find`: the index → type, depth, exclude, gitignore and glob filters → policy filter →
@@ -314,7 +318,7 @@ impl Gateway {
                 d
             }
         };
-        self.audit_withheld_entries(&decision, &listing, &derived.withheld, session);
+        self.audit_withheld_entries("find", &decision, &listing, &derived.withheld, session);
         let total = derived.visible.len() as u64;
         let start = usize::try_from(offset.min(total)).unwrap_or(usize::MAX);
         let take = usize::try_from(limit).unwrap_or(usize::MAX);
@@ -498,7 +502,7 @@ impl Gateway {
             (withheld, files, outcome, version)
         })
         .await?;
-        self.audit_withheld_entries(&decision, &listing, &withheld, session);
+        self.audit_withheld_entries("grep", &decision, &listing, &withheld, session);
         let path_of = |file: usize| -> String {
             files
                 .get(file)
@@ -603,7 +607,7 @@ impl Gateway {
             (ranked, withheld)
         })
         .await?;
-        self.audit_withheld_entries(&decision, &listing, &withheld, session);
+        self.audit_withheld_entries("find_files", &decision, &listing, &withheld, session);
         let matches = ranked
             .into_iter()
             .filter_map(|r| {

@@ -39,6 +39,8 @@ pub struct Versions {
     table: Arc<Mutex<Table>>,
     watcher: Mutex<Option<notify::RecommendedWatcher>>,
     observer: Option<WatchObserver>,
+    /// A directory outside the workspace the same watcher also watches (the index's fence).
+    extra_watch: Option<PathBuf>,
     /// When the watcher last failed to start (retried at most once per [`WATCH_RETRY`]).
     failed_at: Mutex<Option<std::time::Instant>>,
 }
@@ -69,14 +71,22 @@ impl Versions {
             table: Arc::new(Mutex::new(Table::default())),
             watcher: Mutex::new(None),
             observer: None,
+            extra_watch: None,
             failed_at: Mutex::new(None),
         }
     }
 
-    /// Like [`Versions::new`], with `observer` called on every watcher event as well.
-    pub fn with_observer(root_abs: &Path, observer: WatchObserver) -> Versions {
+    /// Like [`Versions::new`], with `observer` called on every watcher event as well, and
+    /// `extra_watch` (a directory outside the workspace) watched by the same watcher, so that an
+    /// event there proves every earlier event of the workspace was delivered.
+    pub fn with_observer(
+        root_abs: &Path,
+        observer: WatchObserver,
+        extra_watch: Option<PathBuf>,
+    ) -> Versions {
         Versions {
             observer: Some(observer),
+            extra_watch,
             ..Versions::new(root_abs)
         }
     }
@@ -141,6 +151,11 @@ impl Versions {
         match notify::RecommendedWatcher::new(handler, config) {
             Ok(mut watcher) => match watcher.watch(&self.root_abs, RecursiveMode::Recursive) {
                 Ok(()) => {
+                    if let Some(extra) = &self.extra_watch
+                        && let Err(e) = watcher.watch(extra, RecursiveMode::NonRecursive)
+                    {
+                        tracing::warn!(error = %e, "fence directory cannot be watched");
+                    }
                     *w = Some(watcher);
                     *failed_at = None;
                     true

@@ -43,6 +43,9 @@ pub struct Options {
     pub workspace_extra: Value,
     /// Place the operator config file inside the workspace (as `codespace.json`).
     pub config_in_workspace: bool,
+    /// Create the temporary directory here instead of the system temp dir (e.g. a tmpfs for trees
+    /// of tens of thousands of files).
+    pub temp_in: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -51,6 +54,7 @@ impl Default for Options {
             profile: "workspace-write".into(),
             workspace_extra: json!({}),
             config_in_workspace: false,
+            temp_in: None,
         }
     }
 }
@@ -101,7 +105,11 @@ impl Harness {
         opts: Options,
         setup: impl FnOnce(&Path) -> Result<()>,
     ) -> Result<Harness> {
-        let dir = tempfile::tempdir().context("temp dir")?;
+        let dir = match &opts.temp_in {
+            Some(base) => tempfile::tempdir_in(base),
+            None => tempfile::tempdir(),
+        }
+        .context("temp dir")?;
         let ws_dir = dir.path().join("ws");
         std::fs::create_dir(&ws_dir)?;
         setup(&ws_dir)?;
