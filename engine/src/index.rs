@@ -714,7 +714,10 @@ mod tests {
             std::fs::write(tmp.path().join(format!("f{i}")), b"").unwrap();
             let (l, why) = ix.get();
             assert_eq!(why, None);
-            assert!(l.entries.iter().any(|e| *e.path == *format!("f{i}")), "f{i}");
+            assert!(
+                l.entries.iter().any(|e| *e.path == *format!("f{i}")),
+                "f{i}"
+            );
         }
     }
 

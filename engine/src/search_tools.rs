@@ -14,9 +14,9 @@ use crate::policy::PolicySnapshot;
 use crate::request::{Session, SubRequest, path_request};
 use crate::tools::{
     EntryType, FIND_FILES_DEFAULT_LIMIT, FIND_FILES_MAX_LIMIT, FIND_MAX_PATHS, FindEntry,
-    FindFilesMatch, FindFilesParams, FindFilesResult, FindParams, FindResult,
-    GREP_DEFAULT_MATCHES, GREP_MAX_MATCHES, GrepFileCount, GrepMatch, GrepParams, GrepResult,
-    GrepSkipped, ListingSource, WalkReason,
+    FindFilesMatch, FindFilesParams, FindFilesResult, FindParams, FindResult, GREP_DEFAULT_MATCHES,
+    GREP_MAX_MATCHES, GrepFileCount, GrepMatch, GrepParams, GrepResult, GrepSkipped, ListingSource,
+    WalkReason,
 };
 use codespace_runner_fs::{GlobFilter, Kind, RelPath};
 use codespace_runner_search::{
@@ -453,7 +453,8 @@ impl Gateway {
                 if e.kind != Kind::File {
                     continue;
                 }
-                let under = base.is_root() || *e.path == *base.as_str() || e.path.starts_with(&prefix);
+                let under =
+                    base.is_root() || *e.path == *base.as_str() || e.path.starts_with(&prefix);
                 if !under
                     || glob.as_ref().is_some_and(|g| !g.is_match(&e.path))
                     || ignore

@@ -46,6 +46,8 @@ pub struct Options {
     /// Create the temporary directory here instead of the system temp dir (e.g. a tmpfs for trees
     /// of tens of thousands of files).
     pub temp_in: Option<PathBuf>,
+    /// Load policies from `(policies dir, schema file)` instead of the embedded set.
+    pub policies: Option<(PathBuf, PathBuf)>,
 }
 
 impl Default for Options {
@@ -55,6 +57,7 @@ impl Default for Options {
             workspace_extra: json!({}),
             config_in_workspace: false,
             temp_in: None,
+            policies: None,
         }
     }
 }
@@ -133,8 +136,15 @@ impl Harness {
         std::fs::write(&config_path, serde_json::to_vec_pretty(&config_json)?)?;
         let config = Config::load(&config_path)?;
 
-        let policy = PolicyStore::load(PolicySource::Embedded)
-            .map_err(|e| anyhow!("embedded policies rejected: {}", e.0.join("; ")))?;
+        let source = match &opts.policies {
+            Some((policies, schema)) => PolicySource::Dir {
+                policies: policies.clone(),
+                schema: schema.clone(),
+            },
+            None => PolicySource::Embedded,
+        };
+        let policy = PolicyStore::load(source)
+            .map_err(|e| anyhow!("policies rejected: {}", e.0.join("; ")))?;
         let store = Arc::new(Store::open(&store_path)?);
         let sandbox = SandboxFacts {
             sandbox_enforced: true,
