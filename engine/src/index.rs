@@ -392,33 +392,30 @@ impl PathIndex {
             if is_server_temp(p) || rel.components().count() > self.limits.max_depth {
                 continue;
             }
-            match self.root.stat(&rel) {
-                Ok(Some(meta)) => {
-                    additions.push(Entry {
-                        path: p.clone().into_boxed_str(),
-                        kind: meta.kind,
-                    });
-                    if meta.kind == Kind::Dir {
-                        match self.root.walk_under(&rel, &self.limits) {
-                            Ok(w) => {
-                                incomplete |= w.incomplete;
-                                additions.extend(
-                                    w.entries
-                                        .into_iter()
-                                        .filter(|e| !is_server_temp(&e.path))
-                                        .map(|e| Entry {
-                                            path: e.path.into_boxed_str(),
-                                            kind: e.kind,
-                                        }),
-                                );
-                            }
-                            Err(FsError::NotFound { .. }) => {}
-                            Err(_) => incomplete = true,
+            // Gone, or no longer reachable without a symlink: not listed.
+            if let Ok(Some(meta)) = self.root.stat(&rel) {
+                additions.push(Entry {
+                    path: p.clone().into_boxed_str(),
+                    kind: meta.kind,
+                });
+                if meta.kind == Kind::Dir {
+                    match self.root.walk_under(&rel, &self.limits) {
+                        Ok(w) => {
+                            incomplete |= w.incomplete;
+                            additions.extend(
+                                w.entries
+                                    .into_iter()
+                                    .filter(|e| !is_server_temp(&e.path))
+                                    .map(|e| Entry {
+                                        path: e.path.into_boxed_str(),
+                                        kind: e.kind,
+                                    }),
+                            );
                         }
+                        Err(FsError::NotFound { .. }) => {}
+                        Err(_) => incomplete = true,
                     }
                 }
-                // Gone, or no longer reachable without a symlink: not listed.
-                Ok(None) | Err(_) => {}
             }
         }
         ranges.sort_unstable();
