@@ -15,7 +15,9 @@
     clippy::indexing_slicing
 )]
 
-use codespace_engine::{Config, Gateway, PolicySource, PolicyStore, SandboxFacts, Session, ToolCall};
+use codespace_engine::{
+    Config, Gateway, PolicySource, PolicyStore, SandboxFacts, Session, ToolCall,
+};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -63,7 +65,10 @@ fn rss_bytes() -> u64 {
 struct Lcg(u64);
 impl Lcg {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         self.0 >> 33
     }
 }
@@ -230,12 +235,7 @@ fn main() {
     let root = std::fs::canonicalize(&root).unwrap();
     let gw = gateway(&root, &store_dir.path().join("ff.db"));
     let before = rss_bytes();
-    let (build, out) = call(
-        &rt,
-        &gw,
-        "find",
-        json!({"workspace_id": "w", "limit": 1}),
-    );
+    let (build, out) = call(&rt, &gw, "find", json!({"workspace_id": "w", "limit": 1}));
     let after = rss_bytes();
     assert_eq!(out["incomplete"], false);
     let entries = 100_000 + 2_000;
@@ -245,8 +245,16 @@ fn main() {
         after.saturating_sub(before) as f64 / entries as f64
     );
     let queries = [
-        "search", "pkg12 mod3", "cfg", "srvr", "idx_4", "pkg999", "mod6 line", "resu",
-        "pat of", "xyz",
+        "search",
+        "pkg12 mod3",
+        "cfg",
+        "srvr",
+        "idx_4",
+        "pkg999",
+        "mod6 line",
+        "resu",
+        "pat of",
+        "xyz",
     ];
     let mut lat = Vec::new();
     for round in 0..5 {
