@@ -52,7 +52,8 @@ impl Meta {
             kind: Kind::from_mode(st.st_mode),
             mode: st.st_mode & 0o7777,
             size: u64::try_from(st.st_size).unwrap_or(0),
-            mtime_ms: st.st_mtime
+            mtime_ms: st
+                .st_mtime
                 .saturating_mul(1000)
                 .saturating_add(i64::try_from(st.st_mtime_nsec).unwrap_or(0) / 1_000_000),
         }
