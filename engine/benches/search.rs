@@ -163,11 +163,24 @@ fn main() {
     let args = json!({"workspace_id": "w", "pattern": PATTERN, "max_matches": 10000});
     let (first, out) = call(&rt, &gw, "grep", args.clone());
     assert_eq!(out["matches"].as_array().unwrap().len(), planted, "{out}");
+    let mut sources = Vec::new();
     let warm = median(
         (0..5)
-            .map(|_| call(&rt, &gw, "grep", args.clone()).0)
+            .map(|_| {
+                let (t, out) = call(&rt, &gw, "grep", args.clone());
+                sources.push(format!(
+                    "{}{}",
+                    out["listing_source"].as_str().unwrap_or(""),
+                    out.get("walk_reason")
+                        .and_then(Value::as_str)
+                        .map(|r| format!("/{r}"))
+                        .unwrap_or_default()
+                ));
+                t
+            })
             .collect(),
     );
+    println!("grep warm calls listed from: {}", sources.join(", "));
     let rg = have_rg.then(|| time_cmd(&root, &[PATTERN])).flatten();
     let rg_n = have_rg.then(|| time_cmd(&root, &["-n", PATTERN])).flatten();
     match (rg, rg_n) {

@@ -113,6 +113,8 @@ struct Events {
 
 #[derive(Debug, Default)]
 struct State {
+    /// A background build is under way (first use): wait for it.
+    warming: bool,
     listing: Option<Arc<Listing>>,
     last_used: Option<Instant>,
     groups: Option<(String, u64, Arc<Groups>)>,
@@ -145,6 +147,8 @@ pub(crate) struct PathIndex {
     limits: WalkLimits,
     events: Arc<Mutex<Events>>,
     state: Mutex<State>,
+    /// Signalled when a background build ends.
+    warmed: Condvar,
     reaper: AtomicBool,
     fence: Option<Arc<Fence>>,
 }
@@ -161,6 +165,7 @@ impl PathIndex {
             },
             events: Arc::new(Mutex::new(Events::default())),
             state: Mutex::new(State::default()),
+            warmed: Condvar::new(),
             reaper: AtomicBool::new(false),
             fence: tempfile::Builder::new()
                 .prefix("codespace-fence-")
@@ -299,13 +304,64 @@ impl PathIndex {
         })
     }
 
-    /// The current listing, and why it was walked when it was. `watching` starts the watcher
-    /// (true when it runs). Blocking: call it off the async workers.
+    /// The current listing, and why it was walked when it was. Blocking: call it off the async
+    /// workers.
+    ///
+    /// On first use, when the watcher does not run yet, the call is answered from a walk of its
+    /// own while a background thread starts the watcher and then builds the index (watch first,
+    /// walk second, so the index misses nothing); calls arriving meanwhile wait for that build.
     pub(crate) fn listing(
+        self: &Arc<Self>,
+        versions: &Arc<crate::versions::Versions>,
+    ) -> Result<(Arc<Listing>, Option<WalkReason>), FsError> {
+        let mut st = lock(&self.state);
+        while st.warming {
+            st = match self.warmed.wait(st) {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+        }
+        if st.listing.is_none() && !versions.is_watching() && !versions.recently_failed() {
+            st.warming = true;
+            drop(st);
+            let me = Arc::clone(self);
+            let v = Arc::clone(versions);
+            let spawned = std::thread::Builder::new()
+                .name("codespace-index".into())
+                .spawn(move || {
+                    let mut st = lock(&me.state);
+                    if let Err(e) = me.listing_locked(&mut st, || v.ensure_watching()) {
+                        tracing::warn!(error = %e, "path index build failed");
+                    }
+                    st.warming = false;
+                    me.warmed.notify_all();
+                });
+            if spawned.is_err() {
+                lock(&self.state).warming = false;
+                self.warmed.notify_all();
+            }
+            let listing = Arc::new(self.walk_all()?);
+            return Ok((listing, Some(WalkReason::Built)));
+        }
+        self.listing_locked(&mut st, || versions.ensure_watching())
+    }
+
+    /// [`PathIndex::listing`] without the background first build; `watching` starts the watcher
+    /// (true when it runs).
+    #[cfg(test)]
+    fn listing_with(
         &self,
         watching: impl FnOnce() -> bool,
     ) -> Result<(Arc<Listing>, Option<WalkReason>), FsError> {
         let mut st = lock(&self.state);
+        self.listing_locked(&mut st, watching)
+    }
+
+    fn listing_locked(
+        &self,
+        st: &mut State,
+        watching: impl FnOnce() -> bool,
+    ) -> Result<(Arc<Listing>, Option<WalkReason>), FsError> {
         st.last_used = Some(Instant::now());
         {
             // Record from before the watcher starts and before any walk, so no change between
@@ -320,7 +376,7 @@ impl PathIndex {
         }
         if !watching() || !self.flush() {
             lock(&self.events).collecting = false;
-            Self::reset(&mut st);
+            Self::reset(st);
             let listing = Arc::new(self.walk_all()?);
             return Ok((listing, Some(WalkReason::WatcherUnavailable)));
         }
@@ -343,7 +399,7 @@ impl PathIndex {
             Some(_) => None,
         };
         if let Some(reason) = reason {
-            Self::reset(&mut st);
+            Self::reset(st);
             let listing = Arc::new(self.walk_all()?);
             st.listing = Some(Arc::clone(&listing));
             return Ok((listing, Some(reason)));
@@ -643,7 +699,9 @@ mod tests {
 
     impl Ix {
         fn get(&self) -> (Arc<Listing>, Option<WalkReason>) {
-            self.ix.listing(|| self.versions.ensure_watching()).unwrap()
+            self.ix
+                .listing_with(|| self.versions.ensure_watching())
+                .unwrap()
         }
     }
 
@@ -695,7 +753,7 @@ mod tests {
         assert_eq!(why, Some(WalkReason::WatcherOverflow));
         let (_, why) = ix.get();
         assert_eq!(why, None);
-        let (l, why) = ix.listing(|| false).unwrap();
+        let (l, why) = ix.listing_with(|| false).unwrap();
         assert_eq!(why, Some(WalkReason::WatcherUnavailable));
         assert_eq!(paths(&l), vec!["f"]);
         assert!(!ix.is_built());
@@ -716,6 +774,31 @@ mod tests {
                 "f{i}"
             );
         }
+    }
+
+    #[test]
+    fn first_use_answers_from_a_walk_and_builds_the_index_in_the_background() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("a"), b"").unwrap();
+        let dir = std::fs::canonicalize(tmp.path()).unwrap();
+        let root = Arc::new(Root::open(&dir).unwrap());
+        let ix = Arc::new(PathIndex::new(root, &dir, 1_000_000));
+        let versions = Arc::new(crate::versions::Versions::with_observer(
+            &dir,
+            ix.observer(),
+            ix.fence_dir(),
+        ));
+        let (l, why) = ix.listing(&versions).unwrap();
+        assert_eq!(why, Some(WalkReason::Built));
+        assert_eq!(paths(&l), vec!["a"]);
+        // The next call waits for the background build and reads the index.
+        std::fs::write(tmp.path().join("b"), b"").unwrap();
+        let (l, why) = ix.listing(&versions).unwrap();
+        assert!(versions.is_watching());
+        assert_eq!(paths(&l), vec!["a", "b"]);
+        assert!(why.is_none() || why == Some(WalkReason::Built), "{why:?}");
+        let (_, why) = ix.listing(&versions).unwrap();
+        assert_eq!(why, None);
     }
 
     #[test]

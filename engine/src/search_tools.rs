@@ -139,7 +139,7 @@ impl Gateway {
         crate::index::ensure_reaper(&ws.index);
         let index = Arc::clone(&ws.index);
         let versions = Arc::clone(&ws.versions);
-        Ok(blocking(move || index.listing(|| versions.ensure_watching())).await??)
+        Ok(blocking(move || index.listing(&versions)).await??)
     }
 
     /// Groups the listing by decision signature and decides one `read` per group.

@@ -176,6 +176,22 @@ impl Versions {
         }
     }
 
+    /// True when the watcher runs.
+    pub fn is_watching(&self) -> bool {
+        match self.watcher.lock() {
+            Ok(g) => g.is_some(),
+            Err(p) => p.into_inner().is_some(),
+        }
+    }
+
+    /// True when the watcher failed to start and is not retried yet.
+    pub fn recently_failed(&self) -> bool {
+        match self.failed_at.lock() {
+            Ok(g) => g.is_some_and(|t| t.elapsed() < WATCH_RETRY),
+            Err(p) => p.into_inner().is_some_and(|t| t.elapsed() < WATCH_RETRY),
+        }
+    }
+
     /// The current event sequence number (to detect changes in a window).
     pub fn seq(&self) -> u64 {
         lock(&self.table).seq

@@ -66,16 +66,41 @@ impl FuzzyQuery {
         if self.is_empty() || limit == 0 {
             return Vec::new();
         }
-        let mut m = Scorer::new();
-        let mut hits: Vec<(u32, &'a str, usize)> = Vec::new();
-        for (id, path) in candidates {
-            if let Some(score) = self
-                .pattern
-                .score(Utf32Str::new(path, &mut m.buf), &mut m.matcher)
-            {
-                hits.push((score, path, id));
+        let candidates: Vec<(usize, &'a str)> = candidates.into_iter().collect();
+        let score_all = |chunk: &[(usize, &'a str)]| {
+            let mut m = Scorer::new();
+            let mut hits: Vec<(u32, &'a str, usize)> = Vec::new();
+            for &(id, path) in chunk {
+                if let Some(score) = self
+                    .pattern
+                    .score(Utf32Str::new(path, &mut m.buf), &mut m.matcher)
+                {
+                    hits.push((score, path, id));
+                }
             }
-        }
+            hits
+        };
+        // Large lists are scored on every core; the ranking below is the same either way.
+        let threads = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .min(4);
+        let mut hits: Vec<(u32, &'a str, usize)> = if threads > 1 && candidates.len() >= 8192 {
+            let size = candidates.len().div_ceil(threads);
+            std::thread::scope(|s| {
+                let handles: Vec<_> = candidates
+                    .chunks(size)
+                    .map(|chunk| s.spawn(move || score_all(chunk)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .flat_map(|h| h.join().unwrap_or_default())
+                    .collect()
+            })
+        } else {
+            score_all(&candidates)
+        };
+        let mut m = Scorer::new();
         let order = |a: &(u32, &str, usize)| (Reverse(a.0), a.1.len(), a.1.to_owned());
         if hits.len() > limit {
             hits.select_nth_unstable_by(limit, |a, b| {
@@ -163,6 +188,39 @@ mod tests {
                 .rank(paths.iter().copied().enumerate(), 5)
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn large_lists_rank_the_same_as_small_ones() {
+        let paths: Vec<String> = (0..20_000)
+            .map(|i| format!("d{}/file_{i}.rs", i % 97))
+            .collect();
+        let q = FuzzyQuery::new("d42 fil 7");
+        let all = q.rank(paths.iter().map(String::as_str).enumerate(), 25);
+        let mut one_by_one: Vec<Ranked> = Vec::new();
+        for chunk in paths.chunks(5000).enumerate() {
+            let base = chunk.0 * 5000;
+            one_by_one.extend(
+                q.rank(
+                    chunk
+                        .1
+                        .iter()
+                        .map(String::as_str)
+                        .enumerate()
+                        .map(|(i, p)| (base + i, p)),
+                    25,
+                ),
+            );
+        }
+        one_by_one.sort_by(|a, b| {
+            (std::cmp::Reverse(a.score), paths[a.id].len(), &paths[a.id]).cmp(&(
+                std::cmp::Reverse(b.score),
+                paths[b.id].len(),
+                &paths[b.id],
+            ))
+        });
+        one_by_one.truncate(25);
+        assert_eq!(all, one_by_one);
     }
 
     #[test]
