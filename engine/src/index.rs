@@ -285,11 +285,76 @@ impl PathIndex {
         })
     }
 
-    /// A full no-follow walk.
+    /// A full no-follow walk, in parallel: one walk lists the first two levels, then the
+    /// directories of the second level are walked by a few threads (each with `walk_under`, the
+    /// same no-follow walk) and the results are merged in path order.
     fn walk_all(&self) -> Result<Listing, FsError> {
-        let walk = self.root.walk(&self.limits)?;
-        let entries = walk
-            .entries
+        let top_limits = WalkLimits {
+            max_depth: self.limits.max_depth.min(2),
+            ..self.limits
+        };
+        let top = self.root.walk(&top_limits)?;
+        let deeper = self.limits.max_depth > 2;
+        let mut incomplete =
+            top.entries.len() >= self.limits.max_entries || (top.incomplete && !deeper);
+        let work: Vec<&str> = if deeper {
+            top.entries
+                .iter()
+                .filter(|e| e.kind == Kind::Dir && e.path.contains('/'))
+                .map(|e| e.path.as_str())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let threads = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .clamp(1, 4)
+            .min(work.len().max(1));
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let walk_some = || {
+            let mut out: Vec<codespace_runner_fs::WalkEntry> = Vec::new();
+            let mut inc = false;
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(dir) = work.get(i) else { break };
+                if out.len() >= self.limits.max_entries {
+                    inc = true;
+                    break;
+                }
+                match RelPath::parse(dir).map(|rel| self.root.walk_under(&rel, &self.limits)) {
+                    Ok(Ok(w)) => {
+                        inc |= w.incomplete;
+                        out.extend(w.entries);
+                    }
+                    Ok(Err(FsError::NotFound { .. })) => {}
+                    _ => inc = true,
+                }
+            }
+            (out, inc)
+        };
+        let parts: Vec<(Vec<codespace_runner_fs::WalkEntry>, bool)> = if threads > 1 {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = (0..threads).map(|_| s.spawn(walk_some)).collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or((Vec::new(), true)))
+                    .collect()
+            })
+        } else {
+            vec![walk_some()]
+        };
+        let mut all = top.entries;
+        for (entries, inc) in parts {
+            incomplete |= inc;
+            all.extend(entries);
+        }
+        all.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+        if all.len() > self.limits.max_entries {
+            all.truncate(self.limits.max_entries);
+            incomplete = true;
+        }
+        let entries = all
             .into_iter()
             .filter(|e| !is_server_temp(&e.path))
             .map(|e| Entry {
@@ -299,7 +364,7 @@ impl PathIndex {
             .collect();
         Ok(Listing {
             entries,
-            incomplete: walk.incomplete,
+            incomplete,
             generation: next_generation(),
         })
     }
@@ -324,6 +389,8 @@ impl PathIndex {
         if st.listing.is_none() && !versions.is_watching() && !versions.recently_failed() {
             st.warming = true;
             drop(st);
+            // Answer first, then warm up: the background build does not compete with this walk.
+            let walked = self.walk_all();
             let me = Arc::clone(self);
             let v = Arc::clone(versions);
             let spawned = std::thread::Builder::new()
@@ -340,7 +407,7 @@ impl PathIndex {
                 lock(&self.state).warming = false;
                 self.warmed.notify_all();
             }
-            let listing = Arc::new(self.walk_all()?);
+            let listing = Arc::new(walked?);
             return Ok((listing, Some(WalkReason::Built)));
         }
         self.listing_locked(&mut st, || versions.ensure_watching())
@@ -813,6 +880,34 @@ mod tests {
         assert!(!lock(&ix.events).collecting);
         let (_, why) = ix.get();
         assert_eq!(why, Some(WalkReason::Built));
+    }
+
+    #[test]
+    fn the_parallel_walk_equals_the_plain_walk() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        for a in 0..6 {
+            for b in 0..5 {
+                for c in 0..4 {
+                    std::fs::create_dir_all(d.join(format!("a{a}/b{b}/c{c}"))).unwrap();
+                    std::fs::write(d.join(format!("a{a}/b{b}/c{c}/f")), b"").unwrap();
+                }
+                std::fs::write(d.join(format!("a{a}/b{b}-x")), b"").unwrap();
+            }
+        }
+        std::fs::write(d.join("top"), b"").unwrap();
+        std::os::unix::fs::symlink("/", d.join("a0/b0/root-link")).unwrap();
+        let ix = index(d);
+        let fast = ix.walk_all().unwrap();
+        let plain = Root::open(d).unwrap().walk(&WalkLimits::default()).unwrap();
+        let plain: Vec<&str> = plain.entries.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths(&fast), plain);
+        assert!(!fast.incomplete);
+        // Caps still hold.
+        let capped = PathIndex::new(Arc::new(Root::open(d).unwrap()), d, 50);
+        let l = capped.walk_all().unwrap();
+        assert_eq!(l.entries.len(), 50);
+        assert!(l.incomplete);
     }
 
     #[test]
