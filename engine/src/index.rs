@@ -117,6 +117,12 @@ struct State {
     warming: bool,
     listing: Option<Arc<Listing>>,
     last_used: Option<Instant>,
+}
+
+/// What is derived from a listing, keyed by its generation. Its own lock: a call that only reads
+/// the caches never waits for a listing being built.
+#[derive(Debug, Default)]
+struct Caches {
     groups: Option<(String, u64, Arc<Groups>)>,
     ignore: Option<(u64, Arc<IgnoreRules>)>,
     derived: VecDeque<(String, Arc<Derived>)>,
@@ -147,6 +153,7 @@ pub(crate) struct PathIndex {
     limits: WalkLimits,
     events: Arc<Mutex<Events>>,
     state: Mutex<State>,
+    caches: Mutex<Caches>,
     /// Signalled when a background build ends.
     warmed: Condvar,
     reaper: AtomicBool,
@@ -165,6 +172,7 @@ impl PathIndex {
             },
             events: Arc::new(Mutex::new(Events::default())),
             state: Mutex::new(State::default()),
+            caches: Mutex::new(Caches::default()),
             warmed: Condvar::new(),
             reaper: AtomicBool::new(false),
             fence: tempfile::Builder::new()
@@ -443,7 +451,7 @@ impl PathIndex {
         }
         if !watching() || !self.flush() {
             lock(&self.events).collecting = false;
-            Self::reset(st);
+            self.reset(st);
             let listing = Arc::new(self.walk_all()?);
             return Ok((listing, Some(WalkReason::WatcherUnavailable)));
         }
@@ -456,8 +464,9 @@ impl PathIndex {
             )
         };
         if ignore_changed {
-            st.ignore = None;
-            st.derived.clear();
+            let mut c = lock(&self.caches);
+            c.ignore = None;
+            c.derived.clear();
         }
         let reason = match &st.listing {
             None => Some(WalkReason::Built),
@@ -466,7 +475,7 @@ impl PathIndex {
             Some(_) => None,
         };
         if let Some(reason) = reason {
-            Self::reset(st);
+            self.reset(st);
             let listing = Arc::new(self.walk_all()?);
             st.listing = Some(Arc::clone(&listing));
             return Ok((listing, Some(reason)));
@@ -484,11 +493,9 @@ impl PathIndex {
         Ok((updated, None))
     }
 
-    fn reset(st: &mut State) {
+    fn reset(&self, st: &mut State) {
         st.listing = None;
-        st.groups = None;
-        st.ignore = None;
-        st.derived.clear();
+        *lock(&self.caches) = Caches::default();
     }
 
     /// Re-checks `dirty` paths against the disk and returns the updated listing.
@@ -590,8 +597,8 @@ impl PathIndex {
         facts: &WorkspaceFacts,
     ) -> Arc<Groups> {
         {
-            let st = lock(&self.state);
-            if let Some((s, g, groups)) = &st.groups
+            let c = lock(&self.caches);
+            if let Some((s, g, groups)) = &c.groups
                 && s == sha
                 && *g == listing.generation
             {
@@ -616,22 +623,16 @@ impl PathIndex {
             of_entry.push(group);
         }
         let groups = Arc::new(Groups { of_entry, reps });
-        let mut st = lock(&self.state);
-        if st
-            .listing
-            .as_ref()
-            .is_some_and(|l| l.generation == listing.generation)
-        {
-            st.groups = Some((sha.to_string(), listing.generation, Arc::clone(&groups)));
-        }
+        lock(&self.caches).groups =
+            Some((sha.to_string(), listing.generation, Arc::clone(&groups)));
         groups
     }
 
     /// The ignore rules of `listing` (its ignore files read beneath the root, no symlink followed).
     pub(crate) fn ignore_rules(&self, listing: &Listing) -> Arc<IgnoreRules> {
         {
-            let st = lock(&self.state);
-            if let Some((g, rules)) = &st.ignore
+            let c = lock(&self.caches);
+            if let Some((g, rules)) = &c.ignore
                 && *g == listing.generation
             {
                 return Arc::clone(rules);
@@ -674,21 +675,14 @@ impl PathIndex {
             }
         }
         let rules = Arc::new(IgnoreRules::build(&files, git_dirs));
-        let mut st = lock(&self.state);
-        if st
-            .listing
-            .as_ref()
-            .is_some_and(|l| l.generation == listing.generation)
-        {
-            st.ignore = Some((listing.generation, Arc::clone(&rules)));
-        }
+        lock(&self.caches).ignore = Some((listing.generation, Arc::clone(&rules)));
         rules
     }
 
     /// A cached derived listing.
     pub(crate) fn derived(&self, key: &str) -> Option<Arc<Derived>> {
-        let st = lock(&self.state);
-        st.derived
+        let c = lock(&self.caches);
+        c.derived
             .iter()
             .find(|(k, _)| k == key)
             .map(|(_, d)| Arc::clone(d))
@@ -696,10 +690,10 @@ impl PathIndex {
 
     /// Caches a derived listing.
     pub(crate) fn put_derived(&self, key: String, d: Arc<Derived>) {
-        let mut st = lock(&self.state);
-        st.derived.retain(|(k, _)| *k != key);
-        st.derived.push_front((key, d));
-        st.derived.truncate(DERIVED_KEPT);
+        let mut c = lock(&self.caches);
+        c.derived.retain(|(k, _)| *k != key);
+        c.derived.push_front((key, d));
+        c.derived.truncate(DERIVED_KEPT);
     }
 
     /// Drops the index when it has not been used for `idle`; true when it did. Never waits for
@@ -711,7 +705,7 @@ impl PathIndex {
         if st.listing.is_none() || st.last_used.is_some_and(|t| t.elapsed() < idle) {
             return false;
         }
-        Self::reset(&mut st);
+        self.reset(&mut st);
         let mut ev = lock(&self.events);
         ev.collecting = false;
         ev.dirty.clear();
