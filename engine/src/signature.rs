@@ -224,15 +224,14 @@ fn like_compiled(s: &[u8], pat: &[LikeTok]) -> bool {
                 pi += 1;
                 continue;
             }
-            Some(LikeTok::Lit(l)) => {
-                if s.get(si..)
-                    .is_some_and(|rest| rest.starts_with(l.as_bytes()))
-                {
-                    si += l.len();
-                    pi += 1;
-                    continue;
-                }
+            Some(LikeTok::Lit(l))
+                if s.get(si..).is_some_and(|rest| rest.starts_with(l.as_bytes())) =>
+            {
+                si += l.len();
+                pi += 1;
+                continue;
             }
+            Some(LikeTok::Lit(_)) => {}
             None if si == s.len() => return true,
             None => {}
         }
