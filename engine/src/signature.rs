@@ -225,7 +225,8 @@ fn like_compiled(s: &[u8], pat: &[LikeTok]) -> bool {
                 continue;
             }
             Some(LikeTok::Lit(l))
-                if s.get(si..).is_some_and(|rest| rest.starts_with(l.as_bytes())) =>
+                if s.get(si..)
+                    .is_some_and(|rest| rest.starts_with(l.as_bytes())) =>
             {
                 si += l.len();
                 pi += 1;
