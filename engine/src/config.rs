@@ -256,6 +256,8 @@ pub struct Limits {
     pub max_sessions_per_client: usize,
     /// Most tasks (processes and threads) one command and its descendants may have.
     pub max_pids_per_process: u32,
+    /// Most entries a workspace listing (walk or path index) holds; past it listings say `incomplete`.
+    pub max_walk_entries: usize,
 }
 
 impl Default for Limits {
@@ -271,6 +273,7 @@ impl Default for Limits {
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             max_sessions_per_client: DEFAULT_MAX_SESSIONS_PER_CLIENT,
             max_pids_per_process: 512,
+            max_walk_entries: 1_000_000,
         }
     }
 }
@@ -697,6 +700,11 @@ impl Config {
                     "limits.{name}: must be at least {min}"
                 )));
             }
+        }
+        if limits.max_walk_entries == 0 {
+            return Err(ConfigError(
+                "limits.max_walk_entries: must be at least 1".into(),
+            ));
         }
 
         let mut clients = BTreeMap::new();

@@ -27,6 +27,8 @@ pub const IMPLEMENTED_TOOLS: &[&str] = &[
     "process_status",
     "process_resize",
     "terminate_process",
+    "grep",
+    "find_files",
 ];
 
 /// What the start-up probe found about the command sandbox.
@@ -69,7 +71,9 @@ pub(crate) enum Audit {
 pub(crate) struct WorkspaceRuntime {
     pub(crate) facts: WorkspaceFacts,
     pub(crate) root: Arc<Root>,
-    pub(crate) versions: crate::versions::Versions,
+    pub(crate) versions: Arc<crate::versions::Versions>,
+    /// The path index `find`, `grep` and `find_files` read (fed by the versions watcher).
+    pub(crate) index: Arc<crate::index::PathIndex>,
     /// The workspace identity: the store's registration of this id bound to this root
     /// (operation keys and patch journals are scoped to it); empty without a store.
     pub(crate) registration: String,
@@ -179,12 +183,23 @@ impl Gateway {
                 server_owned: crate::server_files::server_owned_in(&ws.root, &owned_files),
                 workspace_sandbox: ws.sandbox.as_str().into(),
             };
+            let root = Arc::new(root);
+            let index = Arc::new(crate::index::PathIndex::new(
+                Arc::clone(&root),
+                &ws.root,
+                config.limits.max_walk_entries,
+            ));
             workspaces.insert(
                 id.clone(),
                 WorkspaceRuntime {
                     facts,
-                    root: Arc::new(root),
-                    versions: crate::versions::Versions::new(&ws.root),
+                    root,
+                    versions: Arc::new(crate::versions::Versions::with_observer(
+                        &ws.root,
+                        index.observer(),
+                        index.fence_dir(),
+                    )),
+                    index,
                     registration,
                 },
             );
@@ -293,7 +308,11 @@ impl Gateway {
     }
 
     /// The workspace's shared entities under `snap` (cached per policy-set hash).
-    fn entities(&self, snap: &PolicySnapshot, facts: &WorkspaceFacts) -> Result<Entities, String> {
+    pub(crate) fn entities(
+        &self,
+        snap: &PolicySnapshot,
+        facts: &WorkspaceFacts,
+    ) -> Result<Entities, String> {
         if let Ok(cache) = self.entity_cache.lock()
             && let Some((sha, ents)) = cache.get(&facts.id)
             && *sha == snap.sha256
@@ -576,6 +595,16 @@ impl Gateway {
                 let ws = self.workspace(&p.workspace_id)?;
                 self.authorize(&snap, ws, &call, session, None)?;
                 self.find(&snap, ws, p, session).await
+            }
+            ToolCall::Grep(p) => {
+                let ws = self.workspace(&p.workspace_id)?;
+                self.authorize(&snap, ws, &call, session, None)?;
+                self.grep(&snap, ws, p, session).await
+            }
+            ToolCall::FindFiles(p) => {
+                let ws = self.workspace(&p.workspace_id)?;
+                self.authorize(&snap, ws, &call, session, None)?;
+                self.find_files(&snap, ws, p, session).await
             }
             ToolCall::OperationStatus(p) => self.operation_status(&snap, session, p),
             ToolCall::ApplyPatch(p) => self.apply_patch(&snap, session, p).await,

@@ -116,6 +116,8 @@ impl Gateway {
             path_request("read", ".", "", session),
             path_request("find", ".", "", session),
             path_request("apply_patch", ".", "update", session),
+            path_request("grep", ".", "", session),
+            path_request("find_files", ".", "", session),
         ];
         probes.extend(build_requests(&exec_probe, session, None)?);
         let d = self.decide_reqs(
@@ -177,6 +179,8 @@ impl Gateway {
                 "read": {"available": read},
                 "find": {"available": find},
                 "patch": {"available": write && host && implemented("apply_patch")},
+                "grep": {"available": allowed("grep") && implemented("grep")},
+                "find_files": {"available": allowed("find_files") && implemented("find_files")},
                 "capabilities": {
                     "read_range": true,
                     "find_pagination": true,
@@ -185,6 +189,10 @@ impl Gateway {
                     // Larger files are FILE_TOO_LARGE for read / apply_patch.
                     "max_hash_bytes": self.config.limits.max_hash_bytes,
                     "max_patch_file_bytes": self.config.limits.max_patch_file_bytes,
+                    "grep_max_matches": crate::tools::GREP_MAX_MATCHES,
+                    "grep_max_file_bytes": crate::search_tools::GREP_MAX_FILE_BYTES,
+                    "grep_max_line_chars": crate::search_tools::GREP_MAX_LINE_CHARS,
+                    "max_walk_entries": self.config.limits.max_walk_entries,
                 },
             },
             "process": process,

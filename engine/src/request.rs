@@ -207,6 +207,22 @@ pub fn build_requests(
                 },
             )]
         }
+        ToolCall::Grep(p) => {
+            // One request on the searched directory; every file is then withheld unless a `read`
+            // of it would be allowed.
+            let rel = match p.path.as_deref().filter(|s| !s.is_empty()) {
+                Some(path) => RelPath::parse(path).map_err(path_error)?,
+                None => RelPath::root(),
+            };
+            vec![sub(
+                tool,
+                rel.as_str(),
+                "",
+                base.clone(),
+                rel.as_str().into(),
+            )]
+        }
+        ToolCall::FindFiles(_) => vec![sub(tool, ".", "", base.clone(), ".".into())],
         ToolCall::ApplyPatch(p) => {
             let patch = codespace_runner_patch::parse(&p.patch)
                 .map_err(|e| ToolError::new(ErrorCode::InvalidPatch, e.to_string()))?;

@@ -15,7 +15,7 @@ const VARYING: &[&str] = &["path", "basename", "ext"];
 #[derive(Debug, Clone, PartialEq)]
 enum Pred {
     Eq(String),
-    Like(Vec<Value>),
+    Like(Vec<LikeTok>),
 }
 
 /// How to key decisions of one policy set.
@@ -115,7 +115,7 @@ impl SignaturePlan {
             && let Some(attr) = resource_attr(left)
             && VARYING.contains(&attr)
         {
-            self.add_pred(attr, Pred::Like(pattern.clone()));
+            self.add_pred(attr, Pred::Like(compile_like(pattern)));
             return;
         }
         if let Some(attr) = resource_attr(node) {
@@ -171,7 +171,7 @@ impl SignaturePlan {
             for p in preds {
                 let hit = match p {
                     Pred::Eq(lit) => v == lit,
-                    Pred::Like(pattern) => like(v, pattern),
+                    Pred::Like(pattern) => like_compiled(v.as_bytes(), pattern),
                 };
                 key.push(if hit { '1' } else { '0' });
             }
@@ -184,53 +184,74 @@ impl SignaturePlan {
     }
 }
 
-/// Cedar `like`: `Wildcard` matches any run of characters, `{"Literal": c}` one literal.
-fn like(s: &str, pattern: &[Value]) -> bool {
-    enum P<'a> {
-        Star,
-        Lit(&'a str),
-    }
-    let pat: Vec<P<'_>> = pattern
-        .iter()
-        .map(|e| match e.get("Literal").and_then(Value::as_str) {
-            Some(l) => P::Lit(l),
-            None => P::Star,
-        })
-        .collect();
-    // Iterative wildcard matching with backtracking to the last star.
-    let chars: Vec<char> = s.chars().collect();
-    let (mut si, mut pi) = (0usize, 0usize);
-    let mut star: Option<(usize, usize)> = None;
-    while si < chars.len() {
-        match pat.get(pi) {
-            Some(P::Lit(l))
-                if l.chars().eq(chars
-                    .get(si..si + l.chars().count())
-                    .unwrap_or(&[])
-                    .iter()
-                    .copied()) =>
-            {
-                si += l.chars().count();
-                pi += 1;
-            }
-            Some(P::Star) => {
-                star = Some((pi, si));
-                pi += 1;
-            }
-            _ => match star {
-                Some((sp, ss)) => {
-                    pi = sp + 1;
-                    si = ss + 1;
-                    star = Some((sp, ss + 1));
-                }
-                None => return false,
+/// One token of a compiled Cedar `like` pattern: a wildcard, or a run of literal characters.
+#[derive(Debug, Clone, PartialEq)]
+enum LikeTok {
+    Star,
+    Lit(String),
+}
+
+/// Compiles Cedar's JSON `like` pattern (`"Wildcard"` or `{"Literal": c}` per element), merging
+/// consecutive literals.
+fn compile_like(pattern: &[Value]) -> Vec<LikeTok> {
+    let mut out: Vec<LikeTok> = Vec::new();
+    for e in pattern {
+        match e.get("Literal").and_then(Value::as_str) {
+            Some(l) => match out.last_mut() {
+                Some(LikeTok::Lit(run)) => run.push_str(l),
+                _ => out.push(LikeTok::Lit(l.to_string())),
             },
+            None => {
+                if out.last() != Some(&LikeTok::Star) {
+                    out.push(LikeTok::Star);
+                }
+            }
         }
     }
-    pat.get(pi..)
-        .unwrap_or(&[])
-        .iter()
-        .all(|p| matches!(p, P::Star))
+    out
+}
+
+/// Cedar `like` over a compiled pattern: `Star` matches any run of characters. Matching works on
+/// bytes, which is exact for UTF-8: a literal starts with a leading byte, so it can only match at
+/// a character boundary.
+fn like_compiled(s: &[u8], pat: &[LikeTok]) -> bool {
+    let (mut si, mut pi) = (0usize, 0usize);
+    let mut star: Option<(usize, usize)> = None;
+    loop {
+        match pat.get(pi) {
+            Some(LikeTok::Star) => {
+                star = Some((pi, si));
+                pi += 1;
+                continue;
+            }
+            Some(LikeTok::Lit(l))
+                if s.get(si..)
+                    .is_some_and(|rest| rest.starts_with(l.as_bytes())) =>
+            {
+                si += l.len();
+                pi += 1;
+                continue;
+            }
+            Some(LikeTok::Lit(_)) => {}
+            None if si == s.len() => return true,
+            None => {}
+        }
+        // Mismatch: let the last wildcard take one more byte.
+        match star {
+            Some((sp, ss)) if ss < s.len() => {
+                star = Some((sp, ss + 1));
+                pi = sp + 1;
+                si = ss + 1;
+            }
+            _ => return false,
+        }
+    }
+}
+
+/// Cedar `like` over the JSON pattern (see [`compile_like`]).
+#[cfg(test)]
+fn like(s: &str, pattern: &[Value]) -> bool {
+    like_compiled(s.as_bytes(), &compile_like(pattern))
 }
 
 #[cfg(test)]
@@ -286,5 +307,10 @@ mod tests {
         assert!(!like("ab", &pat("a*c")));
         assert!(like("", &pat("*")));
         assert!(like("aXbXc", &pat("*b*c")));
+        assert!(like("héllo/wörld", &pat("h*/w*d")));
+        assert!(!like("héllo", &pat("h*x")));
+        assert!(like("a**b", &pat("a*b")));
+        assert!(like(".git/hooks/x", &pat(".git/hooks/*")));
+        assert!(!like("x/.git/config2", &pat("*/.git/config")));
     }
 }

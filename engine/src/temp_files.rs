@@ -20,7 +20,6 @@ use crate::gateway::{Gateway, StartError};
 /// Bounds of the start-up sweep walk of one workspace (it only runs after a crash).
 const SWEEP_LIMITS: WalkLimits = WalkLimits {
     max_depth: 64,
-    max_dirs: 1_000_000,
     max_entries: 1_000_000,
 };
 

@@ -9,6 +9,14 @@ use std::collections::BTreeMap;
 pub const READ_MAX_BYTES: u64 = 1024 * 1024;
 /// Largest `find` page, and its default.
 pub const FIND_MAX_PATHS: u64 = 10_000;
+/// Default `grep` page, in matches.
+pub const GREP_DEFAULT_MATCHES: u64 = 200;
+/// Largest `grep` page, in matches.
+pub const GREP_MAX_MATCHES: u64 = 10_000;
+/// Default `find_files` result count.
+pub const FIND_FILES_DEFAULT_LIMIT: u64 = 50;
+/// Largest `find_files` result count.
+pub const FIND_FILES_MAX_LIMIT: u64 = 1_000;
 
 /// Every tool of the contract, in the order `workspace_info.tools_exposed` lists them.
 pub const ALL_TOOLS: &[&str] = &[
@@ -27,6 +35,7 @@ pub const ALL_TOOLS: &[&str] = &[
     "approval_resolve",
     "operation_resume",
     "find_files",
+    "grep",
 ];
 
 /// Parameters of `workspace_info`.
@@ -90,6 +99,74 @@ pub struct FindParams {
     /// Page size (default and max 10000; 0 is OUTPUT_LIMIT).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u64>,
+    /// What to list: `file` (default: files and symlinks), `dir`, or `any`.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub entry_type: Option<EntryType>,
+    /// Deepest entry listed, in path components (1 = entries of the root; max 64).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_depth: Option<u64>,
+    /// Globs (same syntax as `glob`) whose matches are left out; a matching directory leaves out
+    /// everything beneath it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude: Vec<String>,
+    /// Skip what `.gitignore`/`.ignore`/`.git/info/exclude` exclude, and hidden entries (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub respect_gitignore: Option<bool>,
+    /// Add `entries` with kind, size and mtime of each listed path (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<bool>,
+}
+
+/// What `find` lists.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum EntryType {
+    /// Regular files and symlinks (never followed) — everything but directories and special files.
+    #[default]
+    File,
+    /// Directories.
+    Dir,
+    /// Everything.
+    Any,
+}
+
+/// One listed entry with its details (`find` with `details: true`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct FindEntry {
+    /// Workspace-relative path.
+    pub path: String,
+    /// `file`, `dir`, `symlink` or `other` (as seen now, without following a symlink).
+    pub kind: String,
+    /// Size in bytes (omitted when the entry vanished).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    /// Last modification time, RFC 3339 UTC (omitted when the entry vanished).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtime: Option<String>,
+}
+
+/// Where a listing came from.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ListingSource {
+    /// The workspace's path index, kept current by the file watcher.
+    Index,
+    /// A walk of the tree made for this call (first use, or the index could not be trusted).
+    Walk,
+}
+
+/// Why a call walked the tree instead of reading the index.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum WalkReason {
+    /// The index was built (first use, or after it was dropped when idle).
+    Built,
+    /// Too many changes at once: rebuilt by a walk.
+    ManyChanges,
+    /// The file watcher lost events (overflow): rebuilt by a walk.
+    WatcherOverflow,
+    /// The file watcher could not start: every call walks.
+    WatcherUnavailable,
 }
 
 /// Result of `find`.
@@ -111,6 +188,155 @@ pub struct FindResult {
     pub listing_version: String,
     /// Entries withheld because policy would not let the caller read them (ours).
     pub withheld: u64,
+    /// With `details: true`: kind, size and mtime of each path of this page, in order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entries: Option<Vec<FindEntry>>,
+    /// `index` or `walk` (ours).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listing_source: Option<ListingSource>,
+    /// Why this call walked (ours; only with `listing_source: walk`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub walk_reason: Option<WalkReason>,
+}
+
+/// Parameters of `grep`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct GrepParams {
+    /// The workspace id.
+    pub workspace_id: String,
+    /// What to look for: a literal string unless `regex` is true.
+    pub pattern: String,
+    /// Treat `pattern` as a regular expression (Rust regex syntax; default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regex: Option<bool>,
+    /// Match without regard to case (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub case_insensitive: Option<bool>,
+    /// Only files whose path matches this glob (same syntax as `find`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub glob: Option<String>,
+    /// Search only beneath this workspace-relative directory (or only this file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Lines of context before and after each match (default 0, max 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_lines: Option<u64>,
+    /// Most matches returned (default 200, max 10000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_matches: Option<u64>,
+    /// Matches to skip, in path then line order (default 0); pass `next_offset` to continue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    /// Skip what `.gitignore`/`.ignore`/`.git/info/exclude` exclude, and hidden entries (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub respect_gitignore: Option<bool>,
+}
+
+/// One matching line of `grep`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct GrepMatch {
+    /// Workspace-relative path.
+    pub path: String,
+    /// 1-based line number.
+    pub line_number: u64,
+    /// The line (lossy UTF-8, without its line terminator, at most 500 characters).
+    pub line: String,
+    /// Lines before it (`context_lines`).
+    pub before: Vec<String>,
+    /// Lines after it (`context_lines`).
+    pub after: Vec<String>,
+    /// True when `line` was cut at 500 characters (ours).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub line_truncated: bool,
+}
+
+/// Matches per file of a `grep` page.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct GrepFileCount {
+    /// Workspace-relative path.
+    pub path: String,
+    /// Matching lines in the whole file.
+    pub count: u64,
+}
+
+/// Files `grep` did not search.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq, Eq, Default)]
+pub struct GrepSkipped {
+    /// Binary files (a NUL byte).
+    pub binary: u64,
+    /// Files larger than the search limit (32 MiB).
+    pub too_large: u64,
+    /// Files that vanished or could not be opened or read.
+    pub unreadable: u64,
+}
+
+/// Result of `grep`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct GrepResult {
+    /// This page's matching lines, in path then line order.
+    pub matches: Vec<GrepMatch>,
+    /// Each file with a match on this page, with its total count.
+    pub files: Vec<GrepFileCount>,
+    /// Files passed over, among those searched for this page.
+    pub skipped: GrepSkipped,
+    /// Files policy would not let the caller read: never opened.
+    pub withheld: u64,
+    /// True when more matches follow this page.
+    pub truncated: bool,
+    /// Where the next page starts (only when more remains).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_offset: Option<u64>,
+    /// The page's offset (omitted when 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    /// True when the listing of the tree hit a cap (some files were not searched).
+    pub incomplete: bool,
+    /// Identifies the set of files searched; restart at offset 0 when it changes (ours).
+    pub listing_version: String,
+    /// `index` or `walk` (ours).
+    pub listing_source: ListingSource,
+    /// Why this call walked (ours; only with `listing_source: walk`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub walk_reason: Option<WalkReason>,
+}
+
+/// Parameters of `find_files`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct FindFilesParams {
+    /// The workspace id.
+    pub workspace_id: String,
+    /// A fuzzy query over workspace-relative file paths; words separated by spaces must all match.
+    pub query: String,
+    /// Most results (default 50, max 1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+}
+
+/// One ranked path of `find_files`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct FindFilesMatch {
+    /// Workspace-relative path.
+    pub path: String,
+    /// Fuzzy score (higher is better).
+    pub score: u64,
+    /// Matched character positions in `path` (0-based, counted in Unicode characters).
+    pub indices: Vec<u32>,
+}
+
+/// Result of `find_files`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct FindFilesResult {
+    /// Best matches first.
+    pub matches: Vec<FindFilesMatch>,
+    /// Matching files policy would not let the caller read (not listed).
+    pub withheld: u64,
+    /// True when the listing of the tree hit a cap (ours).
+    pub incomplete: bool,
+    /// `index` or `walk` (ours).
+    pub listing_source: ListingSource,
+    /// Why this call walked (ours; only with `listing_source: walk`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub walk_reason: Option<WalkReason>,
 }
 
 /// Parameters of `apply_patch`.
@@ -351,6 +577,8 @@ pub enum ToolCall {
     ProcessStatus(ProcessIdParams),
     ProcessResize(ProcessResizeParams),
     TerminateProcess(ProcessIdParams),
+    Grep(GrepParams),
+    FindFiles(FindFilesParams),
 }
 
 /// Why a `tools/call` could not become a [`ToolCall`].
@@ -393,6 +621,8 @@ impl ToolCall {
             "process_status" => ToolCall::ProcessStatus(parse_args(args)?),
             "process_resize" => ToolCall::ProcessResize(parse_args(args)?),
             "terminate_process" => ToolCall::TerminateProcess(parse_args(args)?),
+            "grep" => ToolCall::Grep(parse_args(args)?),
+            "find_files" => ToolCall::FindFiles(parse_args(args)?),
             other => return Err(CallParseError::UnknownTool(other.to_string())),
         })
     }
@@ -411,6 +641,8 @@ impl ToolCall {
             ToolCall::ProcessStatus(_) => "process_status",
             ToolCall::ProcessResize(_) => "process_resize",
             ToolCall::TerminateProcess(_) => "terminate_process",
+            ToolCall::Grep(_) => "grep",
+            ToolCall::FindFiles(_) => "find_files",
         }
     }
 
@@ -422,6 +654,8 @@ impl ToolCall {
             ToolCall::Find(p) => Some(&p.workspace_id),
             ToolCall::ApplyPatch(p) => Some(&p.workspace_id),
             ToolCall::ExecCommand(p) => Some(&p.workspace_id),
+            ToolCall::Grep(p) => Some(&p.workspace_id),
+            ToolCall::FindFiles(p) => Some(&p.workspace_id),
             _ => None,
         }
     }

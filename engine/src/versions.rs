@@ -30,12 +30,23 @@ struct Table {
     degraded: bool,
 }
 
+/// Something else fed by the same watcher (the workspace's path index): it sees every event.
+pub type WatchObserver = Arc<dyn Fn(&notify::Result<notify::Event>) + Send + Sync>;
+
 /// The version table of one workspace, with its watcher.
 pub struct Versions {
     root_abs: PathBuf,
     table: Arc<Mutex<Table>>,
     watcher: Mutex<Option<notify::RecommendedWatcher>>,
+    observer: Option<WatchObserver>,
+    /// A directory outside the workspace the same watcher also watches (the index's fence).
+    extra_watch: Option<PathBuf>,
+    /// When the watcher last failed to start (retried at most once per [`WATCH_RETRY`]).
+    failed_at: Mutex<Option<std::time::Instant>>,
 }
+
+/// How long a watcher that failed to start is left alone before it is tried again.
+const WATCH_RETRY: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl std::fmt::Debug for Versions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -59,22 +70,52 @@ impl Versions {
             root_abs: root_abs.to_path_buf(),
             table: Arc::new(Mutex::new(Table::default())),
             watcher: Mutex::new(None),
+            observer: None,
+            extra_watch: None,
+            failed_at: Mutex::new(None),
         }
     }
 
-    /// Starts the watcher if it is not running. A watcher that cannot start leaves the table
-    /// degraded (every lookup re-hashes from disk).
-    pub fn ensure_watching(&self) {
+    /// Like [`Versions::new`], with `observer` called on every watcher event as well, and
+    /// `extra_watch` (a directory outside the workspace) watched by the same watcher, so that an
+    /// event there proves every earlier event of the workspace was delivered.
+    pub fn with_observer(
+        root_abs: &Path,
+        observer: WatchObserver,
+        extra_watch: Option<PathBuf>,
+    ) -> Versions {
+        Versions {
+            observer: Some(observer),
+            extra_watch,
+            ..Versions::new(root_abs)
+        }
+    }
+
+    /// Starts the watcher if it is not running; true when it runs. A watcher that cannot start
+    /// leaves the table degraded (every lookup re-hashes from disk). The watcher never follows a
+    /// symlink (a link to `/` must not make it watch the whole file system).
+    pub fn ensure_watching(&self) -> bool {
         let mut w = match self.watcher.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         };
         if w.is_some() {
-            return;
+            return true;
+        }
+        let mut failed_at = match self.failed_at.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if failed_at.is_some_and(|t| t.elapsed() < WATCH_RETRY) {
+            return false;
         }
         let table = Arc::clone(&self.table);
         let root = self.root_abs.clone();
+        let observer = self.observer.clone();
         let handler = move |res: notify::Result<notify::Event>| {
+            if let Some(obs) = &observer {
+                obs(&res);
+            }
             let mut t = lock(&table);
             t.seq += 1;
             let seq = t.seq;
@@ -106,18 +147,48 @@ impl Versions {
                 }
             }
         };
-        match notify::recommended_watcher(handler) {
+        let config = notify::Config::default().with_follow_symlinks(false);
+        match notify::RecommendedWatcher::new(handler, config) {
             Ok(mut watcher) => match watcher.watch(&self.root_abs, RecursiveMode::Recursive) {
-                Ok(()) => *w = Some(watcher),
+                Ok(()) => {
+                    if let Some(extra) = &self.extra_watch
+                        && let Err(e) = watcher.watch(extra, RecursiveMode::NonRecursive)
+                    {
+                        tracing::warn!(error = %e, "fence directory cannot be watched");
+                    }
+                    *w = Some(watcher);
+                    *failed_at = None;
+                    true
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "file watcher could not start; versions are re-read from disk");
                     lock(&self.table).degraded = true;
+                    *failed_at = Some(std::time::Instant::now());
+                    false
                 }
             },
             Err(e) => {
                 tracing::warn!(error = %e, "file watcher unavailable; versions are re-read from disk");
                 lock(&self.table).degraded = true;
+                *failed_at = Some(std::time::Instant::now());
+                false
             }
+        }
+    }
+
+    /// True when the watcher runs.
+    pub fn is_watching(&self) -> bool {
+        match self.watcher.lock() {
+            Ok(g) => g.is_some(),
+            Err(p) => p.into_inner().is_some(),
+        }
+    }
+
+    /// True when the watcher failed to start and is not retried yet.
+    pub fn recently_failed(&self) -> bool {
+        match self.failed_at.lock() {
+            Ok(g) => g.is_some_and(|t| t.elapsed() < WATCH_RETRY),
+            Err(p) => p.into_inner().is_some_and(|t| t.elapsed() < WATCH_RETRY),
         }
     }
 

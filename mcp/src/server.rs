@@ -10,6 +10,7 @@ use codespace_engine::tools::{
     ExecCommandResult, ProcessAckResult, ProcessResizeResult, ProcessStatusResult,
     ReadProcessResult,
 };
+use codespace_engine::tools::{FindFilesParams, FindFilesResult, GrepParams, GrepResult};
 use codespace_engine::{ErrorCode, Gateway, IMPLEMENTED_TOOLS, Session, ToolCall, ToolError};
 use rmcp::handler::server::common::schema_for_type;
 use rmcp::model::{
@@ -112,7 +113,8 @@ pub fn tool_list() -> Vec<Tool> {
             "List workspace-relative file paths (sorted, symlinks listed but never followed), optionally \
              filtered by a glob, paged by offset/limit (default and max 10000). incomplete means the walk hit \
              a cap; restart at offset 0 when listing_version changes. Paths policy withholds are counted in \
-             withheld.",
+             withheld. type (file|dir|any), max_depth, exclude globs, respect_gitignore (also skips hidden \
+             entries) and details (kind, size, mtime per entry) refine the listing.",
             schema_for_type::<FindParams>(),
         )
         .with_output_schema::<FindResult>()
@@ -184,6 +186,27 @@ pub fn tool_list() -> Vec<Tool> {
         )
         .with_output_schema::<ProcessAckResult>()
         .with_annotations(annotations(false, true)),
+        Tool::new(
+            "grep",
+            "Search file contents for a literal string (or a regex with regex: true; case_insensitive, \
+             context_lines <= 10). Returns matching lines (path, line_number, line capped at 500 characters, \
+             before/after context) in path then line order, paged by max_matches (default 200, max 10000) \
+             and offset/next_offset; per-file counts; skipped binary, too large and unreadable files. \
+             Respects .gitignore and skips hidden files unless respect_gitignore is false. glob and path \
+             narrow the search. Files policy withholds are never opened and are counted in withheld.",
+            schema_for_type::<GrepParams>(),
+        )
+        .with_output_schema::<GrepResult>()
+        .with_annotations(annotations(true, false)),
+        Tool::new(
+            "find_files",
+            "Fuzzy-find workspace files by path: paths ranked by score (best first) with the matched \
+             character positions (indices). Words separated by spaces must all match. limit defaults to 50 \
+             (max 1000). Files policy withholds are counted in withheld.",
+            schema_for_type::<FindFilesParams>(),
+        )
+        .with_output_schema::<FindFilesResult>()
+        .with_annotations(annotations(true, false)),
     ];
     all.into_iter()
         .filter(|t| IMPLEMENTED_TOOLS.contains(&t.name.as_ref()))

@@ -43,6 +43,11 @@ pub struct Options {
     pub workspace_extra: Value,
     /// Place the operator config file inside the workspace (as `codespace.json`).
     pub config_in_workspace: bool,
+    /// Create the temporary directory here instead of the system temp dir (e.g. a tmpfs for trees
+    /// of tens of thousands of files).
+    pub temp_in: Option<PathBuf>,
+    /// Load policies from `(policies dir, schema file)` instead of the embedded set.
+    pub policies: Option<(PathBuf, PathBuf)>,
 }
 
 impl Default for Options {
@@ -51,6 +56,8 @@ impl Default for Options {
             profile: "workspace-write".into(),
             workspace_extra: json!({}),
             config_in_workspace: false,
+            temp_in: None,
+            policies: None,
         }
     }
 }
@@ -101,7 +108,11 @@ impl Harness {
         opts: Options,
         setup: impl FnOnce(&Path) -> Result<()>,
     ) -> Result<Harness> {
-        let dir = tempfile::tempdir().context("temp dir")?;
+        let dir = match &opts.temp_in {
+            Some(base) => tempfile::tempdir_in(base),
+            None => tempfile::tempdir(),
+        }
+        .context("temp dir")?;
         let ws_dir = dir.path().join("ws");
         std::fs::create_dir(&ws_dir)?;
         setup(&ws_dir)?;
@@ -125,8 +136,15 @@ impl Harness {
         std::fs::write(&config_path, serde_json::to_vec_pretty(&config_json)?)?;
         let config = Config::load(&config_path)?;
 
-        let policy = PolicyStore::load(PolicySource::Embedded)
-            .map_err(|e| anyhow!("embedded policies rejected: {}", e.0.join("; ")))?;
+        let source = match &opts.policies {
+            Some((policies, schema)) => PolicySource::Dir {
+                policies: policies.clone(),
+                schema: schema.clone(),
+            },
+            None => PolicySource::Embedded,
+        };
+        let policy = PolicyStore::load(source)
+            .map_err(|e| anyhow!("policies rejected: {}", e.0.join("; ")))?;
         let store = Arc::new(Store::open(&store_path)?);
         let sandbox = SandboxFacts {
             sandbox_enforced: true,

@@ -41,6 +41,8 @@ pub struct Meta {
     pub mode: u32,
     /// Size in bytes as reported by the kernel.
     pub size: u64,
+    /// Last modification time, milliseconds since the Unix epoch.
+    pub mtime_ms: i64,
 }
 
 impl Meta {
@@ -50,6 +52,10 @@ impl Meta {
             kind: Kind::from_mode(st.st_mode),
             mode: st.st_mode & 0o7777,
             size: u64::try_from(st.st_size).unwrap_or(0),
+            mtime_ms: st
+                .st_mtime
+                .saturating_mul(1000)
+                .saturating_add(i64::try_from(st.st_mtime_nsec).unwrap_or(0) / 1_000_000),
         }
     }
 }

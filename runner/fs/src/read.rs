@@ -50,6 +50,20 @@ impl Root {
         Ok((std::fs::File::from(fd), st.st_mode & 0o7777))
     }
 
+    /// Opens the regular file `p` for reading, with no symlink anywhere on the path (a FIFO cannot
+    /// block: the open is non-blocking), and returns it with its metadata. Anything that is not a
+    /// regular file is [`FsError::NotRegularFile`].
+    pub fn open_file(&self, p: &RelPath) -> Result<(std::fs::File, Meta), FsError> {
+        let fd = self.open_rel(p, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY)?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| FsError::from_errno(p.as_str(), e))?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(FsError::NotRegularFile {
+                path: p.as_str().to_owned(),
+            });
+        }
+        Ok((std::fs::File::from(fd), Meta::from_stat(&st)))
+    }
+
     /// Reads the window `[offset, offset + limit)` of the regular file `p`, hashing the whole file.
     pub fn read(&self, p: &RelPath, offset: u64, limit: u64) -> Result<ReadOutcome, FsError> {
         let (mut file, _) = self.open_regular(p)?;

@@ -5,6 +5,7 @@ use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
 
 use crate::error::FsError;
 use crate::meta::Kind;
+use crate::path::RelPath;
 use crate::root::Root;
 use crate::temp::{TempNames, parse_temp_name};
 
@@ -13,9 +14,7 @@ use crate::temp::{TempNames, parse_temp_name};
 pub struct WalkLimits {
     /// Deepest path listed, in components (entries of the root are depth 1). Default 64.
     pub max_depth: usize,
-    /// Most directories whose contents are read, the root included. Default 10 000.
-    pub max_dirs: usize,
-    /// Most entries returned. Default 50 000.
+    /// Most entries returned. Default 1 000 000.
     pub max_entries: usize,
 }
 
@@ -23,8 +22,7 @@ impl Default for WalkLimits {
     fn default() -> WalkLimits {
         WalkLimits {
             max_depth: 64,
-            max_dirs: 10_000,
-            max_entries: 50_000,
+            max_entries: 1_000_000,
         }
     }
 }
@@ -85,7 +83,7 @@ impl Root {
     /// vanishes or turns into a symlink mid-walk is skipped. Only a failure to read the root itself is an
     /// error.
     pub fn walk(&self, limits: &WalkLimits) -> Result<Walk, FsError> {
-        self.walk_selected(limits, &Select::Visible(self.temp_names()))
+        self.walk_under(&RelPath::root(), limits)
     }
 
     /// [`Root::walk`], keeping the entries `select` keeps (`max_entries` counts those).
@@ -94,32 +92,45 @@ impl Root {
         limits: &WalkLimits,
         select: &Select<'_>,
     ) -> Result<Walk, FsError> {
+        self.walk_under_selected(&RelPath::root(), limits, select)
+    }
+
+    /// Like [`Root::walk`], but lists only what lies beneath the directory `dir` (not `dir` itself).
+    /// Paths stay workspace-relative and depth counts from the root, so `max_depth` means the same
+    /// as for a whole walk. A `dir` that is missing, a symlink or not a directory is an error.
+    /// The server's own temp files are never listed.
+    pub fn walk_under(&self, dir: &RelPath, limits: &WalkLimits) -> Result<Walk, FsError> {
+        self.walk_under_selected(dir, limits, &Select::Visible(self.temp_names()))
+    }
+
+    fn walk_under_selected(
+        &self,
+        dir: &RelPath,
+        limits: &WalkLimits,
+        select: &Select<'_>,
+    ) -> Result<Walk, FsError> {
         let mut walk = Walk::default();
-        if limits.max_dirs == 0 {
-            walk.incomplete = true;
-            return Ok(walk);
-        }
-        let root_fd = self.open_at(
+        let start_fd = self.open_at(
             self.as_fd(),
-            ".",
+            dir.as_str(),
             OFlags::RDONLY | OFlags::DIRECTORY,
             Mode::empty(),
-            ".",
+            dir.as_str(),
         )?;
-        let mut dirs_read = 1;
+        let (prefix, depth) = if dir.is_root() {
+            (String::new(), 0)
+        } else {
+            (format!("{}/", dir.as_str()), dir.components().count())
+        };
         let mut stack: Vec<Frame> = Vec::new();
-        let root_frame = list_dir(root_fd, String::new(), 0, limits, select, &mut walk)
-            .map_err(|e| FsError::from_errno(".", e))?;
-        stack.push(root_frame);
+        let start_frame = list_dir(start_fd, prefix, depth, limits, select, &mut walk)
+            .map_err(|e| FsError::from_errno(dir.as_str(), e))?;
+        stack.push(start_frame);
         while let Some(top) = stack.last_mut() {
             let Some(name) = top.pending.pop() else {
                 stack.pop();
                 continue;
             };
-            if dirs_read >= limits.max_dirs {
-                walk.incomplete = true;
-                break;
-            }
             let rel = format!("{}{}", top.prefix, name);
             let opened = self.open_at(
                 top.fd.as_fd(),
@@ -136,7 +147,6 @@ impl Root {
                     continue;
                 }
             };
-            dirs_read += 1;
             let depth = top.depth + 1;
             match list_dir(fd, format!("{rel}/"), depth, limits, select, &mut walk) {
                 Ok(frame) => stack.push(frame),

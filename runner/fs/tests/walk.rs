@@ -1,4 +1,4 @@
-//! Walk: sorted output, hidden entries, symlinks listed but never followed, loops, and the three caps.
+//! Walk: sorted output, hidden entries, symlinks listed but never followed, loops, the caps, and walks of a subtree.
 // Helper functions of this test crate are test code too (clippy.toml only covers #[test] fns).
 #![allow(
     clippy::unwrap_used,
@@ -12,7 +12,7 @@ mod common;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use codespace_runner_fs::{Kind, Walk, WalkLimits};
+use codespace_runner_fs::{Kind, RelPath, Walk, WalkLimits};
 use common::Fixture;
 
 fn fixture() -> Fixture {
@@ -121,23 +121,61 @@ fn depth_cap_sets_incomplete() {
 }
 
 #[test]
-fn dir_cap_sets_incomplete() {
+fn default_limits_have_no_directory_cap() {
+    // 12 000 directories (more than the old 10 000-directory cap) all get listed. On tmpfs when
+    // there is one: creating and removing 12 000 directories on a busy disk takes tens of seconds.
+    let shm = std::path::Path::new("/dev/shm");
+    let tmp = if shm.is_dir() {
+        tempfile::tempdir_in(shm).unwrap()
+    } else {
+        tempfile::tempdir().unwrap()
+    };
+    for i in 0..12_000 {
+        std::fs::create_dir(tmp.path().join(format!("d{i:05}"))).unwrap();
+    }
+    std::fs::write(tmp.path().join("d11999/last.txt"), b"x").unwrap();
+    let root = codespace_runner_fs::Root::open(tmp.path()).unwrap();
+    let w = root.walk(&WalkLimits::default()).unwrap();
+    assert!(!w.incomplete);
+    assert_eq!(w.entries.len(), 12_001);
+    assert!(paths(&w).contains(&"d11999/last.txt"));
+    assert_eq!(WalkLimits::default().max_entries, 1_000_000);
+}
+
+#[test]
+fn walk_under_lists_one_subtree_with_workspace_paths() {
     let fx = fixture();
-    let limits = WalkLimits {
-        max_dirs: 2,
+    let sub = RelPath::parse("a").unwrap();
+    let w = fx.root().walk_under(&sub, &WalkLimits::default()).unwrap();
+    assert!(!paths(&w).is_empty());
+    assert!(
+        paths(&w).iter().all(|p| p.starts_with("a/")),
+        "{:?}",
+        paths(&w)
+    );
+    assert_eq!(
+        paths(&w),
+        paths(&fx.root().walk(&WalkLimits::default()).unwrap())
+            .into_iter()
+            .filter(|p| p.starts_with("a/"))
+            .collect::<Vec<_>>()
+    );
+    // Depth still counts from the root.
+    let shallow = WalkLimits {
+        max_depth: 2,
         ..WalkLimits::default()
     };
-    let w = fx.root().walk(&limits).unwrap();
-    assert!(w.incomplete);
-    // The root plus one subdirectory were read: the root's own entries are all there.
-    for top in ["a", "b.txt", ".git", ".hidden", "loop"] {
-        assert!(paths(&w).contains(&top), "{top} missing");
-    }
-    let nested = paths(&w).iter().filter(|p| p.contains('/')).count();
+    let w = fx.root().walk_under(&sub, &shallow).unwrap();
     assert!(
-        nested < 8,
-        "too many nested entries for a 2-dir cap: {:?}",
+        paths(&w).iter().all(|p| p.matches('/').count() == 1),
+        "{:?}",
         paths(&w)
+    );
+    // A symlink is not a directory to walk.
+    assert!(
+        fx.root()
+            .walk_under(&RelPath::parse("loop").unwrap(), &WalkLimits::default())
+            .is_err()
     );
 }
 
@@ -147,7 +185,6 @@ fn exact_limits_are_not_incomplete() {
     fx.write("x/y", b"1");
     let limits = WalkLimits {
         max_depth: 2,
-        max_dirs: 2,
         max_entries: 2,
     };
     let w = fx.root().walk(&limits).unwrap();
