@@ -580,6 +580,7 @@ impl Gateway {
             self.drain(&id, 0, Duration::ZERO).await
         };
         let info = table.status(&id).await.map_err(|e| proc_error(&e))?;
+        self.release_if_exited(&ws.facts.id, &id, &info);
         let mut result = result;
         result.chunk = Some(read.chunk);
         result.cursor = Some(read.cursor);
@@ -798,14 +799,23 @@ impl Gateway {
         call: &ToolCall,
         p: &ProcessIdParams,
     ) -> Result<Value, ToolError> {
-        self.authorize_process(snap, session, call, &p.process_id)?;
+        let ws = self.authorize_process(snap, session, call, &p.process_id)?;
         let info = self
             .processes
             .table
             .status(&p.process_id)
             .await
             .map_err(|e| proc_error(&e))?;
+        self.release_if_exited(&ws.facts.id, &p.process_id, &info);
         to_value(&status_result(&p.process_id, &info))
+    }
+
+    /// Once a caller has been told a process exited, its workspace lease is free (the exit
+    /// watcher releases it too, but may not have run yet: a next exec must not see it busy).
+    fn release_if_exited(&self, workspace: &str, id: &str, info: &ProcessInfo) {
+        if info.state == ProcState::Exited {
+            self.leases.release_process(workspace, id);
+        }
     }
 
     async fn process_resize(

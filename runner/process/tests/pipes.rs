@@ -412,3 +412,22 @@ async fn exited_handles_are_evicted_by_count_and_ttl() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_pipe_child_leads_its_own_session_without_a_terminal() {
+    let (_d, cwd) = workdir();
+    let table = ProcessTable::new(fast_limits());
+    let p = table
+        .spawn(spec(&cwd, &["sh", "-c", "read line"]))
+        .await
+        .unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", p.pid)).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 1..];
+    // Fields after the command name: state ppid pgrp session tty_nr …
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    assert_eq!(fields[2], p.pid.to_string(), "process group: {stat}");
+    assert_eq!(fields[3], p.pid.to_string(), "session: {stat}");
+    assert_eq!(fields[4], "0", "a controlling terminal: {stat}");
+    table.write_stdin(&p.id, b"\n").await.unwrap();
+    table.wait_exit(&p.id).await.unwrap();
+}

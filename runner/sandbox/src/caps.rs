@@ -54,7 +54,8 @@ pub(crate) fn drop_all_capabilities() -> Result<(), SandboxError> {
     let before = rustix::thread::capabilities(None)
         .map_err(|e| SandboxError::Hardening(format!("capget failed: {e}")))?;
     let may_drop_bounding = before.effective.contains(CapabilitySet::SETPCAP);
-    for cap in 0..=last_cap() {
+    let last = last_cap();
+    for cap in 0..=last {
         if !in_bounding_set(cap)? {
             continue;
         }
@@ -87,7 +88,7 @@ pub(crate) fn drop_all_capabilities() -> Result<(), SandboxError> {
         ));
     }
     if may_drop_bounding {
-        for cap in 0..=last_cap() {
+        for cap in 0..=last {
             if in_bounding_set(cap)? {
                 return Err(SandboxError::Hardening(format!(
                     "capability {cap} is still in the bounding set"
