@@ -7,6 +7,7 @@ use std::process::Command;
 
 use crate::error::SandboxError;
 use crate::fs_rules;
+use crate::mask;
 use crate::netns;
 use crate::plan::{ARGV_SEPARATOR, NetworkMode, PLAN_ENV, SandboxPlan};
 use crate::probe;
@@ -16,7 +17,7 @@ use crate::seccomp::Filters;
 ///
 /// Steps: read the plan from [`PLAN_ENV`] (and drop it from the target's environment), set
 /// `PR_SET_NO_NEW_PRIVS`, in `Restricted` mode enter a private network namespace (best-effort),
-/// apply Landlock (fully enforced or fail closed), install seccomp, then `execvp(argv)`.
+/// cover the plan's secret masks in a private mount namespace (or fail closed), apply Landlock (fully enforced or fail closed), install seccomp, then `execvp(argv)`.
 ///
 /// Returns only on failure; the caller prints [`SandboxError::stderr_line`] to stderr and exits
 /// with [`SandboxError::exit_code`] (126, or 127 when the program does not exist), as
@@ -63,6 +64,7 @@ fn prepare(args: &[OsString]) -> Result<Command, SandboxError> {
     if plan.network == NetworkMode::Restricted {
         netns::enter_private_netns()?;
     }
+    mask::apply_masks(&plan.workspace_root, &plan.masks)?;
     fs_rules::restrict_self(&plan, kernel_abi)?;
     filters.apply()?;
 

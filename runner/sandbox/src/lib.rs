@@ -17,11 +17,15 @@
 //!   `EPERM`; `clone3` → `ENOSYS` so libc falls back to `clone`; x32 syscalls → `EPERM`;
 //!   `Restricted` adds `socket`/`socketpair` with a domain other than `AF_UNIX` → `EPERM`).
 //! - `PR_SET_NO_NEW_PRIVS`, and in `Restricted` mode a private network namespace (best-effort).
+//! - **Secret masks** (`SandboxPlan::masks`): a private mount namespace in which each withheld
+//!   path is covered by an empty read-only file or directory; the command cannot undo them
+//!   (seccomp) nor hardlink them (`EXDEV`). Masks that cannot be applied fail closed.
 
 mod error;
 mod fs_rules;
 mod harden;
 mod helper;
+mod mask;
 mod netns;
 mod plan;
 mod probe;
@@ -34,6 +38,7 @@ pub use harden::{
     scrub_env,
 };
 pub use helper::{helper_main, run_helper};
+pub use mask::MAX_MASKS;
 pub use plan::{
     ARGV_SEPARATOR, HELPER_ARG, LauncherParts, NetworkMode, PLAN_ENV, SandboxPlan, launcher_parts,
 };

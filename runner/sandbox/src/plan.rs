@@ -48,6 +48,12 @@ pub struct SandboxPlan {
     /// Test hook: behave as if the kernel had no Landlock, so the helper fails closed.
     #[serde(default)]
     pub force_landlock_unavailable: bool,
+    /// Secret masks: absolute paths strictly beneath `workspace_root` that the command must not
+    /// see. The helper gives the command its own mount namespace and covers each with an empty
+    /// read-only file or directory (see [`crate::MAX_MASKS`]); when it cannot, the command does
+    /// not run.
+    #[serde(default)]
+    pub masks: Vec<PathBuf>,
 }
 
 impl SandboxPlan {
@@ -61,6 +67,7 @@ impl SandboxPlan {
             tmp_dir: None,
             extra_read: Vec::new(),
             force_landlock_unavailable: false,
+            masks: Vec::new(),
         }
     }
 
@@ -72,6 +79,16 @@ impl SandboxPlan {
         }
         for (index, path) in self.extra_read.iter().enumerate() {
             require_absolute(path, &format!("extra read path #{index}"))?;
+        }
+        if self.masks.len() > crate::mask::MAX_MASKS {
+            return Err(SandboxError::InvalidPlan(format!(
+                "{} masks exceed the limit of {}",
+                self.masks.len(),
+                crate::mask::MAX_MASKS
+            )));
+        }
+        for (index, path) in self.masks.iter().enumerate() {
+            crate::mask::relative_mask(&self.workspace_root, path, index)?;
         }
         Ok(())
     }
@@ -129,6 +146,7 @@ mod tests {
             tmp_dir: Some("/tmp/cs-1".into()),
             extra_read: vec!["/opt/tools".into()],
             force_landlock_unavailable: false,
+            masks: vec!["/srv/ws/.env".into(), "/srv/ws/sub/secrets".into()],
         }
     }
 
@@ -150,6 +168,22 @@ mod tests {
         let mut plan = sample();
         plan.workspace_root = "ws".into();
         assert!(matches!(plan.validate(), Err(SandboxError::InvalidPlan(_))));
+    }
+
+    #[test]
+    fn masks_outside_the_workspace_are_rejected() {
+        let mut plan = sample();
+        plan.masks = vec!["/srv/other/.env".into()];
+        let err = plan.to_json().unwrap_err().to_string();
+        assert!(err.contains("mask #0"), "{err}");
+        assert!(!err.contains("/srv"), "{err}");
+        plan.masks = vec!["/srv/ws/../etc/passwd".into()];
+        assert!(matches!(plan.validate(), Err(SandboxError::InvalidPlan(_))));
+        plan.masks = vec!["/srv/ws".into()];
+        assert!(matches!(plan.validate(), Err(SandboxError::InvalidPlan(_))));
+        // A plan without the field (an older runner) decodes with no masks.
+        let json = r#"{"workspace_root":"/x","write_workspace":false,"network":"restricted","tmp_dir":null}"#;
+        assert!(SandboxPlan::from_json(json).unwrap().masks.is_empty());
     }
 
     #[test]
@@ -175,7 +209,7 @@ mod tests {
         let plan = SandboxPlan::new("/w");
         assert!(!plan.write_workspace);
         assert_eq!(plan.network, NetworkMode::Restricted);
-        assert!(plan.tmp_dir.is_none() && plan.extra_read.is_empty());
+        assert!(plan.tmp_dir.is_none() && plan.extra_read.is_empty() && plan.masks.is_empty());
         assert!(!plan.force_landlock_unavailable);
     }
 }

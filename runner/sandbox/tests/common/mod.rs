@@ -41,6 +41,7 @@ impl Fixture {
             tmp_dir: Some(self.tmp.clone()),
             extra_read: Vec::new(),
             force_landlock_unavailable: false,
+            masks: Vec::new(),
         }
     }
 }
