@@ -58,6 +58,8 @@ struct RawWorkspace {
     network: Network,
     #[serde(default)]
     approvals: Approvals,
+    #[serde(default)]
+    secret_masking: SecretMasking,
 }
 
 #[derive(Debug, Deserialize)]
@@ -140,6 +142,29 @@ impl Approvals {
     }
 }
 
+/// The operator's secret-masking switch for a workspace: whether commands must have the paths
+/// policy withholds from `read` masked (see docs/security.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SecretMasking {
+    /// Commands run only with masks in place; where masks cannot be enforced the shipped
+    /// guardrail refuses `exec_command`.
+    #[default]
+    Required,
+    /// The operator opted out: commands see every file of the workspace.
+    Off,
+}
+
+impl SecretMasking {
+    /// Config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SecretMasking::Required => "required",
+            SecretMasking::Off => "off",
+        }
+    }
+}
+
 /// Operator limits.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -192,6 +217,8 @@ pub struct Workspace {
     pub network: Network,
     /// The approvals switch.
     pub approvals: Approvals,
+    /// The secret-masking switch.
+    pub secret_masking: SecretMasking,
 }
 
 /// A permission profile (built-in or operator-written).
@@ -301,6 +328,7 @@ impl Config {
                 environment: LOCAL_ENVIRONMENT.to_string(),
                 network: Network::Restricted,
                 approvals: Approvals::Off,
+                secret_masking: SecretMasking::Required,
             },
         );
         Ok(Config {
@@ -429,6 +457,7 @@ impl Config {
                     environment,
                     network: w.network,
                     approvals: w.approvals,
+                    secret_masking: w.secret_masking,
                 },
             );
         }

@@ -15,11 +15,15 @@ fn to_json<T: serde::Serialize>(v: &T) -> Result<serde_json::Value, ToolError> {
 }
 
 impl Gateway {
-    /// `read`: a window of a regular file and the version of the whole file.
+    /// `read`: a window of a regular file and the version of the whole file. The call was
+    /// authorized with the file's link count from a stat; if the file that was actually opened
+    /// has another count (a hardlink made in between), the read is decided again with that count.
     pub(crate) fn read(
         &self,
+        snap: &PolicySnapshot,
         ws: &WorkspaceRuntime,
         p: &ReadParams,
+        session: &Session,
     ) -> Result<serde_json::Value, ToolError> {
         let limit = p.limit.unwrap_or(READ_MAX_BYTES);
         if limit == 0 || limit > READ_MAX_BYTES {
@@ -31,6 +35,15 @@ impl Gateway {
         let offset = p.offset.unwrap_or(0);
         let rel = RelPath::parse(&p.path)?;
         let out = ws.root.read(&rel, offset, limit)?;
+        let opened_links = crate::links::links_value(Kind::File, out.links);
+        if opened_links != 1 {
+            let mut req = path_request("read", rel.as_str(), "", session);
+            req.links = opened_links;
+            let d = self.decide_reqs(snap, &ws.facts, "read", &[req], session, Audit::All);
+            if !d.allowed() {
+                return Err(d.to_error(snap));
+            }
+        }
         let byte_count = out.data.len() as u64;
         let end = offset.saturating_add(byte_count);
         let more = end < out.size;
@@ -73,32 +86,46 @@ impl Gateway {
                 None => None,
             };
         let root = ws.root.clone();
-        let walk = tokio::task::spawn_blocking(move || root.walk(&WalkLimits::default()))
+        // An entry is listed iff it can be read: when the policy set reads `resource.links`,
+        // each file's link count is part of its request.
+        let plan = self.signature_plan(snap);
+        let limits = WalkLimits {
+            stat_links: plan.uses_links(),
+            ..WalkLimits::default()
+        };
+        let walk = tokio::task::spawn_blocking(move || root.walk(&limits))
             .await
             .map_err(|e| ToolError::new(ErrorCode::Internal, format!("walk task: {e}")))??;
-        let candidates: Vec<String> = walk
+        let (candidates, candidate_links): (Vec<String>, Vec<i64>) = walk
             .entries
             .into_iter()
             .filter(|e| matches!(e.kind, Kind::File | Kind::Symlink))
-            .map(|e| e.path)
-            .filter(|path| glob.as_ref().is_none_or(|g| g.is_match(path)))
-            .collect();
+            .filter(|e| glob.as_ref().is_none_or(|g| g.is_match(&e.path)))
+            .map(|e| {
+                let links = crate::links::links_value(e.kind, e.links.unwrap_or(1));
+                (e.path, links)
+            })
+            .unzip();
         // Withhold what the caller may not read: one `read` request per distinct decision
         // signature (paths the policy set cannot tell apart share one evaluation), decided in one
         // batch; the withheld entries are written to the audit log.
-        let plan = self.signature_plan(snap);
         let mut slot_of_key: std::collections::HashMap<String, usize> = Default::default();
         let mut reqs = Vec::new();
         let mut slots = Vec::with_capacity(candidates.len());
-        for path in &candidates {
+        let read_request = |path: &str, links: i64| {
+            let mut r = path_request("read", path, "", session);
+            r.links = links;
+            r
+        };
+        for (path, links) in candidates.iter().zip(&candidate_links) {
             let owned = ws.facts.is_server_owned(path);
-            let slot = match plan.key(path, owned) {
+            let slot = match plan.key(path, owned, *links) {
                 Some(k) => *slot_of_key.entry(k).or_insert_with(|| {
-                    reqs.push(path_request("read", path, "", session));
+                    reqs.push(read_request(path, *links));
                     reqs.len() - 1
                 }),
                 None => {
-                    reqs.push(path_request("read", path, "", session));
+                    reqs.push(read_request(path, *links));
                     reqs.len() - 1
                 }
             };

@@ -37,6 +37,8 @@ pub struct SandboxFacts {
     pub sandbox_enforced: bool,
     /// Network restrictions can be enforced.
     pub network_enforced: bool,
+    /// Secret masks can be enforced (the sandbox helper runs and mount namespaces work).
+    pub masking_enforced: bool,
 }
 
 /// Why the gateway could not start.
@@ -159,6 +161,7 @@ impl Gateway {
                 network: ws.network.as_str().into(),
                 approvals: ws.approvals.as_str().into(),
                 server_owned: server_owned_in(&ws.root, &config, &policy),
+                secret_masking: crate::masks::masking_fact(ws.secret_masking, sandbox).into(),
             };
             workspaces.insert(
                 id.clone(),
@@ -278,7 +281,7 @@ impl Gateway {
         let keys: Vec<Option<String>> = reqs
             .iter()
             .map(|r| {
-                plan.key(&r.path, facts.is_server_owned(&r.path))
+                plan.key(&r.path, facts.is_server_owned(&r.path), r.links)
                     .map(|sig| {
                         format!(
                             "{}\0{}\0{tool}\0{}\0{}\0{}\0{sig}",
@@ -488,7 +491,8 @@ impl Gateway {
         session: &Session,
         process: Option<&ProcessFacts>,
     ) -> Result<Decision, ToolError> {
-        let reqs = build_requests(call, session, process)?;
+        let mut reqs = build_requests(call, session, process)?;
+        crate::links::fill_links(&ws.root, &mut reqs);
         let decision = self.decide_reqs(snap, &ws.facts, call.tool(), &reqs, session, Audit::All);
         if decision.allowed() {
             Ok(decision)
@@ -510,7 +514,7 @@ impl Gateway {
             ToolCall::Read(p) => {
                 let ws = self.workspace(&p.workspace_id)?;
                 self.authorize(&snap, ws, &call, session, None)?;
-                self.read(ws, p)
+                self.read(&snap, ws, p, session)
             }
             ToolCall::Find(p) => {
                 let ws = self.workspace(&p.workspace_id)?;

@@ -155,6 +155,7 @@ impl Gateway {
             "isolation": {
                 "file_tools_workspace_scoped": true,
                 "command_sandbox": if sandbox_on { "linux-sandbox" } else { "none" },
+                "secret_masking": ws.facts.secret_masking,
             },
             "network": {
                 "policy": ws.facts.network,

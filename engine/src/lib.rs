@@ -10,6 +10,8 @@ mod fs_tools;
 pub mod gateway;
 mod info;
 pub mod lease;
+pub mod links;
+mod masks;
 pub mod ops;
 pub mod patch_tool;
 pub mod policy;

@@ -69,6 +69,9 @@ pub struct Fixture {
     /// Server-owned workspace-relative paths.
     #[serde(default)]
     pub server_owned: Vec<String>,
+    /// `enforced` / `unavailable` / `off` (`resource.workspace.environment.secret_masking`).
+    #[serde(default = "default_enforced")]
+    pub secret_masking: String,
 }
 
 fn default_env_kind() -> String {
@@ -140,6 +143,10 @@ pub struct TestCase {
     /// Expect evaluation errors (default: none allowed).
     #[serde(default)]
     pub errors: bool,
+    /// `resource.links` of every path the call names (default 1: a file with one name; the
+    /// server reads the real count from disk).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub links: Option<i64>,
     /// Parameter sets: the case runs once per set, with every `{{name}}` in its strings
     /// replaced by the set's value (a string that is exactly `{{name}}` takes the value's type).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -197,6 +204,7 @@ impl Fixture {
             network: default_network(),
             approvals: default_approvals(),
             server_owned: Vec::new(),
+            secret_masking: default_enforced(),
         }
     }
 
@@ -212,6 +220,7 @@ impl Fixture {
             network: self.network.clone(),
             approvals: self.approvals.clone(),
             server_owned: self.server_owned.clone(),
+            secret_masking: self.secret_masking.clone(),
         }
     }
 }
@@ -456,7 +465,12 @@ pub fn run_file_with(
                     tty: p.tty,
                 });
                 match build_requests(&call, &session, pf.as_ref()) {
-                    Ok(reqs) => {
+                    Ok(mut reqs) => {
+                        if let Some(links) = case.links {
+                            for r in reqs.iter_mut().filter(|r| r.path != ".") {
+                                r.links = links;
+                            }
+                        }
                         if opts.emit_cedar {
                             for (i, req) in reqs.iter().enumerate() {
                                 let op_id = format!("test/{i}");

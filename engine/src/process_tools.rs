@@ -313,6 +313,7 @@ impl Gateway {
         write: bool,
         network: bool,
         tmp_dir: Option<&Path>,
+        masks: &[crate::masks::Mask],
     ) -> Result<Option<Launcher>, ToolError> {
         if ws.facts.sandbox != "enforced" {
             // Only reachable when policy let an unsandboxed command through (shipped policy:
@@ -336,6 +337,7 @@ impl Gateway {
             tmp_dir: tmp_dir.map(Path::to_path_buf),
             extra_read: Vec::new(),
             force_landlock_unavailable: self.processes.force_no_landlock,
+            masks: masks.iter().map(|m| root.join(&m.path)).collect(),
         };
         let (program, args, env) = launcher_parts(&plan, helper).map_err(|e| {
             ToolError::new(
@@ -469,7 +471,7 @@ impl Gateway {
                 }
             },
         };
-        let started = self.start(ws, session, p, &decision, &op_id).await;
+        let started = self.start(snap, ws, session, p, &decision, &op_id).await;
         let (id, pid, row) = match started {
             Ok(s) => s,
             Err(e) => {
@@ -537,6 +539,7 @@ impl Gateway {
     /// Spawns under the sandbox and registers the process. Nothing is running on error.
     async fn start(
         &self,
+        snap: &PolicySnapshot,
         ws: &WorkspaceRuntime,
         session: &Session,
         p: &ExecCommandParams,
@@ -551,6 +554,12 @@ impl Gateway {
             .ok_or_else(|| ToolError::new(ErrorCode::WorkspaceNotFound, "workspace is gone"))?;
         let tty = p.tty.unwrap_or(false);
         let sandboxed = ws.facts.sandbox == "enforced";
+        // Paths policy withholds from `read` are masked from the command too (fail closed).
+        let masks = if sandboxed {
+            self.secret_masks(snap, ws, session).await?
+        } else {
+            Vec::new()
+        };
         let tmp_dir = if sandboxed {
             Some(make_tmp_dir()?)
         } else {
@@ -562,6 +571,7 @@ impl Gateway {
             decision.allows("process_write"),
             decision.allows("process_network"),
             tmp_dir.as_deref(),
+            &masks,
         ) {
             Ok(l) => l,
             Err(e) => {
@@ -604,6 +614,7 @@ impl Gateway {
                 format!("command sandbox refused to start the command: {why}"),
             ));
         }
+        self.audit_masks(decision, &masks, session);
         lock(&self.processes.entries).insert(
             spawned.id.clone(),
             Entry {

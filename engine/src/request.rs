@@ -46,6 +46,9 @@ pub struct WorkspaceFacts {
     pub approvals: String,
     /// Workspace-relative paths (files or directories) owned by the server itself.
     pub server_owned: Vec<String>,
+    /// `enforced` / `unavailable` / `off`: whether commands get secret masks
+    /// (`resource.workspace.environment.secret_masking`).
+    pub secret_masking: String,
 }
 
 impl WorkspaceFacts {
@@ -89,6 +92,11 @@ pub struct SubRequest {
     pub context: Value,
     /// What the audit log shows: the path or a command summary (never contents).
     pub subject: String,
+    /// `resource.links`: how many names the file at `path` has (`st_nlink` of an existing
+    /// non-directory; 1 for a directory, for the workspace root and for requests that name no
+    /// file; 0 when the path does not exist). The builder is pure and says 1; the gateway fills
+    /// the real count from disk ([`crate::links`]).
+    pub links: i64,
 }
 
 /// The shells whose `-c` makes a command `via_shell`.
@@ -153,6 +161,7 @@ fn sub(action: &str, path: &str, kind: &str, ctx: Value, subject: String) -> Sub
         gating: true,
         context: ctx,
         subject,
+        links: 1,
     }
 }
 
@@ -332,6 +341,7 @@ mod tests {
             network: "restricted".into(),
             approvals: "off".into(),
             server_owned: vec!["policies".into(), "codespace.json".into()],
+            secret_masking: "enforced".into(),
         };
         assert!(f.is_server_owned("policies"));
         assert!(f.is_server_owned("policies/base/x.cedar"));

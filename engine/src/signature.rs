@@ -4,6 +4,8 @@
 //! comparison (and on `server_owned`) get the same decision, so one Cedar evaluation serves them
 //! all. Any other use makes the attribute opaque and its raw value becomes part of the key; a
 //! resource compared as an entity makes the set uncacheable (one evaluation per path).
+//! `links` (the file's hard-link count) varies per path too: when any policy reads it, its
+//! value is part of the key.
 
 use cedar_policy::PolicySet;
 use serde_json::Value;
@@ -11,6 +13,9 @@ use std::collections::BTreeMap;
 
 /// The path-dependent attributes of an Operation.
 const VARYING: &[&str] = &["path", "basename", "ext"];
+
+/// The per-path numeric attribute whose raw value is part of the key when a policy reads it.
+const LINKS: &str = "links";
 
 #[derive(Debug, Clone, PartialEq)]
 enum Pred {
@@ -27,6 +32,8 @@ pub struct SignaturePlan {
     opaque: Vec<String>,
     /// The resource is used as an entity: no sharing at all.
     uncacheable: bool,
+    /// Some policy reads `resource.links`.
+    links: bool,
 }
 
 fn resource_attr(node: &Value) -> Option<&str> {
@@ -121,6 +128,8 @@ impl SignaturePlan {
         if let Some(attr) = resource_attr(node) {
             if VARYING.contains(&attr) {
                 self.mark_opaque(attr);
+            } else if attr == LINKS {
+                self.links = true;
             }
             return;
         }
@@ -144,8 +153,14 @@ impl SignaturePlan {
         }
     }
 
-    /// The key of a request for `path` (None when the set is uncacheable).
-    pub fn key(&self, path: &str, server_owned: bool) -> Option<String> {
+    /// Whether some policy reads `resource.links` (so callers must know each path's count).
+    pub fn uses_links(&self) -> bool {
+        self.links
+    }
+
+    /// The key of a request for `path` whose file has `links` names (None when the set is
+    /// uncacheable).
+    pub fn key(&self, path: &str, server_owned: bool, links: i64) -> Option<String> {
         if self.uncacheable {
             return None;
         }
@@ -179,6 +194,10 @@ impl SignaturePlan {
         for attr in &self.opaque {
             key.push('\0');
             key.push_str(value(attr));
+        }
+        if self.links {
+            key.push_str("\0#");
+            key.push_str(&links.to_string());
         }
         Some(key)
     }
@@ -247,20 +266,38 @@ mod tests {
         let p = plan(
             r#"forbid (principal, action, resource) when { resource.basename == ".env" || resource.path like ".git/hooks/*" || resource.workspace.network == "r" };"#,
         );
-        assert_eq!(p.key("src/a.rs", false), p.key("lib/b.rs", false));
-        assert_ne!(p.key("a/.env", false), p.key("a/b.rs", false));
-        assert_ne!(p.key(".git/hooks/x", false), p.key(".git/config", false));
-        assert_ne!(p.key("a", true), p.key("a", false));
+        assert_eq!(p.key("src/a.rs", false, 1), p.key("lib/b.rs", false, 1));
+        assert_ne!(p.key("a/.env", false, 1), p.key("a/b.rs", false, 1));
+        assert_ne!(
+            p.key(".git/hooks/x", false, 1),
+            p.key(".git/config", false, 1)
+        );
+        assert_ne!(p.key("a", true, 1), p.key("a", false, 1));
     }
 
     #[test]
     fn other_uses_are_opaque_or_uncacheable() {
         let p = plan(r#"permit (principal, action, resource) when { resource.path.isEmpty() };"#);
-        assert_ne!(p.key("a", false), p.key("b", false));
+        assert_ne!(p.key("a", false, 1), p.key("b", false, 1));
         let p = plan(
             r#"permit (principal, action, resource) when { resource == CodeSpace::Operation::"x" };"#,
         );
-        assert_eq!(p.key("a", false), None);
+        assert_eq!(p.key("a", false, 1), None);
+    }
+
+    #[test]
+    fn link_counts_are_part_of_the_key_only_when_a_policy_reads_them() {
+        let p =
+            plan(r#"forbid (principal, action, resource) when { resource.basename == ".env" };"#);
+        assert!(!p.uses_links());
+        assert_eq!(p.key("a.txt", false, 1), p.key("a.txt", false, 2));
+        let p = plan(
+            r#"forbid (principal, action, resource) when { resource.links > 1 && resource.workspace.network == "r" };"#,
+        );
+        assert!(p.uses_links());
+        assert_ne!(p.key("a.txt", false, 1), p.key("a.txt", false, 2));
+        assert_eq!(p.key("a.txt", false, 2), p.key("b.txt", false, 2));
+        assert_ne!(p.key("a.txt", false, 0), p.key("a.txt", false, 1));
     }
 
     #[test]

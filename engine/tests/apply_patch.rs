@@ -40,6 +40,7 @@ fn gateway_for(root: &Path, store_path: &Path, profile: &str, hooks: PatchHooks)
         SandboxFacts {
             sandbox_enforced: true,
             network_enforced: true,
+            masking_enforced: true,
         },
     )
     .unwrap()
@@ -675,6 +676,7 @@ async fn approvals_confirm_fails_mutations_closed() {
         SandboxFacts {
             sandbox_enforced: false,
             network_enforced: false,
+            masking_enforced: false,
         },
     )
     .unwrap();

@@ -27,6 +27,7 @@ fn facts(profile: &str) -> WorkspaceFacts {
         network: "restricted".into(),
         approvals: "off".into(),
         server_owned: vec![],
+        secret_masking: "enforced".into(),
     }
 }
 

@@ -196,6 +196,7 @@ fn serve(
     let sandbox = SandboxFacts {
         sandbox_enforced: probe.sandbox_available(),
         network_enforced: probe.network_enforceable(),
+        masking_enforced: probe.masking_available(),
     };
     let snap = policy.snapshot();
     let _ = store.insert_event(
@@ -208,6 +209,7 @@ fn serve(
                 "seccomp": probe.seccomp,
                 "user_namespaces": probe.user_namespaces,
                 "net_namespaces": probe.net_namespaces,
+                "mount_namespaces": probe.mount_namespaces,
             },
             "workspaces": cfg.workspaces.keys().collect::<Vec<_>>(),
         }),

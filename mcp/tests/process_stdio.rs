@@ -33,16 +33,21 @@ fn start(config: &Path, envs: &[(&str, &str)]) -> StdioServer {
 
 /// A config with `n` workspaces (w0…) on restricted or enabled network, and the store.
 fn config(dir: &Path, n: usize) -> std::path::PathBuf {
-    let network = if process_common::sandbox_available() {
-        "restricted"
+    // Without a sandbox (and so without secret masks) commands run only where the operator
+    // enabled the network and opted out of masking.
+    let (network, masking) = if process_common::sandbox_available() {
+        ("restricted", "required")
     } else {
-        "enabled"
+        ("enabled", "off")
     };
     let mut ws = serde_json::Map::new();
     for i in 0..n {
         let root = dir.join(format!("ws{i}"));
         std::fs::create_dir_all(&root).unwrap();
-        ws.insert(format!("w{i}"), json!({"root": root, "network": network}));
+        ws.insert(
+            format!("w{i}"),
+            json!({"root": root, "network": network, "secret_masking": masking}),
+        );
     }
     let cfg = json!({"workspaces": ws, "store": dir.join("store.db")});
     let path = dir.join("config.json");

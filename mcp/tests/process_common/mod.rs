@@ -48,6 +48,9 @@ pub struct Opts {
     pub extra_workspaces: Vec<&'static str>,
     /// Policies directory to use instead of the embedded set, with operator profiles.
     pub policies: Option<(PathBuf, Value)>,
+    /// `secret_masking` of the workspaces (default: `required` where the sandbox runs, else
+    /// `off`, because commands cannot be masked without the sandbox helper).
+    pub secret_masking: Option<&'static str>,
 }
 
 impl Default for Opts {
@@ -64,6 +67,7 @@ impl Default for Opts {
             limits: json!({}),
             extra_workspaces: Vec::new(),
             policies: None,
+            secret_masking: None,
         }
     }
 }
@@ -83,9 +87,15 @@ pub fn env_with(o: Opts) -> Env {
         if id == "w" {
             root0 = root.clone();
         }
+        let masking = o.secret_masking.unwrap_or(if sandbox_available() {
+            "required"
+        } else {
+            "off"
+        });
         workspaces.insert(
             id.to_string(),
-            json!({"root": root, "profile": o.profile, "network": o.network}),
+            json!({"root": root, "profile": o.profile, "network": o.network,
+                   "secret_masking": masking}),
         );
     }
     let mut cfg = json!({"workspaces": workspaces, "limits": o.limits});
@@ -110,6 +120,7 @@ pub fn env_with(o: Opts) -> Env {
         SandboxFacts {
             sandbox_enforced: probe.sandbox_available(),
             network_enforced: probe.network_enforceable(),
+            masking_enforced: probe.masking_available(),
         },
     )
     .unwrap()

@@ -41,6 +41,9 @@ pub struct Meta {
     pub mode: u32,
     /// Size in bytes as reported by the kernel.
     pub size: u64,
+    /// Number of hard links (`st_nlink`): names the inode has. For a directory this counts its
+    /// subdirectories' `..` entries, not aliases.
+    pub links: u64,
 }
 
 impl Meta {
@@ -50,6 +53,7 @@ impl Meta {
             kind: Kind::from_mode(st.st_mode),
             mode: st.st_mode & 0o7777,
             size: u64::try_from(st.st_size).unwrap_or(0),
+            links: u64::from(st.st_nlink),
         }
     }
 }

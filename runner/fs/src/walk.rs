@@ -16,6 +16,9 @@ pub struct WalkLimits {
     pub max_dirs: usize,
     /// Most entries returned. Default 50 000.
     pub max_entries: usize,
+    /// Also `lstat` every non-directory to report its link count in [`WalkEntry::links`] (one
+    /// extra syscall per entry). Default false.
+    pub stat_links: bool,
 }
 
 impl Default for WalkLimits {
@@ -24,6 +27,7 @@ impl Default for WalkLimits {
             max_depth: 64,
             max_dirs: 10_000,
             max_entries: 50_000,
+            stat_links: false,
         }
     }
 }
@@ -35,6 +39,11 @@ pub struct WalkEntry {
     pub path: String,
     /// What it is (symlinks are listed as such and never followed).
     pub kind: Kind,
+    /// Inode number from the directory entry (`d_ino`); names of one inode share it.
+    pub ino: u64,
+    /// Hard-link count (`st_nlink`) of a non-directory, when the walk was asked for it
+    /// ([`WalkLimits::stat_links`]); `None` for directories and otherwise.
+    pub links: Option<u64>,
 }
 
 /// The result of [`Root::walk`].
@@ -146,12 +155,25 @@ fn list_dir(
             walk.incomplete = true;
             break;
         }
-        let kind = match entry.file_type() {
-            FileType::Unknown => match rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW) {
-                Ok(st) => Kind::from_mode(st.st_mode),
+        let lstat = || rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW);
+        let (kind, mut nlink) = match entry.file_type() {
+            FileType::Unknown => match lstat() {
+                Ok(st) => (Kind::from_mode(st.st_mode), Some(u64::from(st.st_nlink))),
                 Err(_) => continue,
             },
-            ft => Kind::from_file_type(ft),
+            ft => (Kind::from_file_type(ft), None),
+        };
+        let links = if kind == Kind::Dir || !limits.stat_links {
+            None
+        } else {
+            if nlink.is_none() {
+                match lstat() {
+                    Ok(st) => nlink = Some(u64::from(st.st_nlink)),
+                    // Gone since the listing: nothing to report.
+                    Err(_) => continue,
+                }
+            }
+            nlink
         };
         if kind == Kind::Dir {
             if depth + 1 < limits.max_depth {
@@ -163,6 +185,8 @@ fn list_dir(
         walk.entries.push(WalkEntry {
             path: format!("{prefix}{name}"),
             kind,
+            ino: entry.ino(),
+            links,
         });
     }
     // Visit subdirectories in name order (popped from the end).

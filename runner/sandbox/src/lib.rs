@@ -40,7 +40,8 @@ pub use harden::{
 pub use helper::{helper_main, run_helper};
 pub use mask::MAX_MASKS;
 pub use plan::{
-    ARGV_SEPARATOR, HELPER_ARG, LauncherParts, NetworkMode, PLAN_ENV, SandboxPlan, launcher_parts,
+    ARGV_SEPARATOR, HELPER_ARG, LauncherParts, MAX_PLAN_BYTES, NetworkMode, PLAN_ENV, SandboxPlan,
+    launcher_parts,
 };
 pub use probe::{Probe, probe};
 pub use seccomp::{ALWAYS_DENIED, DENIED_CLONE_FLAGS};

@@ -10,6 +10,10 @@ use crate::error::SandboxError;
 /// The helper removes it from the target's environment before `execvp`.
 pub const PLAN_ENV: &str = "CODESPACE_SANDBOX_PLAN";
 
+/// Largest encoded plan: Linux refuses an environment string longer than 128 KiB
+/// (`MAX_ARG_STRLEN`), the variable's name and `=` included; keep a margin.
+pub const MAX_PLAN_BYTES: usize = 120 * 1024;
+
 /// The first argument (`argv[1]`) that makes the `codespace` binary act as the sandbox helper.
 pub const HELPER_ARG: &str = "__sandbox-exec";
 
@@ -93,11 +97,19 @@ impl SandboxPlan {
         Ok(())
     }
 
-    /// Serializes the plan to the JSON carried in [`PLAN_ENV`] (validating it first).
+    /// Serializes the plan to the JSON carried in [`PLAN_ENV`] (validating it first). A plan
+    /// that would not fit in one environment string ([`MAX_PLAN_BYTES`]) is refused.
     pub fn to_json(&self) -> Result<String, SandboxError> {
         self.validate()?;
-        serde_json::to_string(self)
-            .map_err(|e| SandboxError::InvalidPlan(format!("cannot encode plan: {e}")))
+        let json = serde_json::to_string(self)
+            .map_err(|e| SandboxError::InvalidPlan(format!("cannot encode plan: {e}")))?;
+        if json.len() > MAX_PLAN_BYTES {
+            return Err(SandboxError::InvalidPlan(format!(
+                "the plan is {} bytes, more than the {MAX_PLAN_BYTES} one environment string can carry",
+                json.len()
+            )));
+        }
+        Ok(json)
     }
 
     /// Parses and validates a plan from the JSON carried in [`PLAN_ENV`].
