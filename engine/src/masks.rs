@@ -99,14 +99,21 @@ fn walk_and_group(
     let mut slot_of_key: HashMap<String, usize> = HashMap::new();
     let mut reqs = Vec::new();
     let mut slots = Vec::with_capacity(walk.entries.len());
+    let mut key = String::with_capacity(64);
     for e in &walk.entries {
-        let slot = match plan.key(&e.path, server_owned(&e.path), 1) {
-            Some(k) => *slot_of_key.entry(k).or_insert_with(|| {
-                reqs.push(path_request("read", &e.path, "", session));
-                reqs.len() - 1
-            }),
+        let cacheable = plan.key_into(&mut key, &e.path, server_owned(&e.path), 1);
+        let known = if cacheable {
+            slot_of_key.get(key.as_str()).copied()
+        } else {
+            None
+        };
+        let slot = match known {
+            Some(slot) => slot,
             None => {
                 reqs.push(path_request("read", &e.path, "", session));
+                if cacheable {
+                    slot_of_key.insert(key.clone(), reqs.len() - 1);
+                }
                 reqs.len() - 1
             }
         };

@@ -20,7 +20,36 @@ const LINKS: &str = "links";
 #[derive(Debug, Clone, PartialEq)]
 enum Pred {
     Eq(String),
-    Like(Vec<Value>),
+    Like(LikePattern),
+}
+
+/// One piece of a compiled Cedar `like` pattern.
+#[derive(Debug, Clone, PartialEq)]
+enum LikeTok {
+    /// `*`: any run of characters.
+    Star,
+    /// A run of literal characters.
+    Lit(String),
+}
+
+/// A Cedar `like` pattern compiled once per policy set (keys are computed per walked entry).
+#[derive(Debug, Clone, PartialEq)]
+struct LikePattern(Vec<LikeTok>);
+
+impl LikePattern {
+    /// From the policy JSON: `"Wildcard"` or `{"Literal": c}` per element.
+    fn compile(pattern: &[Value]) -> LikePattern {
+        let mut toks: Vec<LikeTok> = Vec::new();
+        for e in pattern {
+            match (e.get("Literal").and_then(Value::as_str), toks.last_mut()) {
+                (Some(l), Some(LikeTok::Lit(run))) => run.push_str(l),
+                (Some(l), _) => toks.push(LikeTok::Lit(l.to_string())),
+                (None, Some(LikeTok::Star)) => {}
+                (None, _) => toks.push(LikeTok::Star),
+            }
+        }
+        LikePattern(toks)
+    }
 }
 
 /// How to key decisions of one policy set.
@@ -122,7 +151,7 @@ impl SignaturePlan {
             && let Some(attr) = resource_attr(left)
             && VARYING.contains(&attr)
         {
-            self.add_pred(attr, Pred::Like(pattern.clone()));
+            self.add_pred(attr, Pred::Like(LikePattern::compile(pattern)));
             return;
         }
         if let Some(attr) = resource_attr(node) {
@@ -161,8 +190,17 @@ impl SignaturePlan {
     /// The key of a request for `path` whose file has `links` names (None when the set is
     /// uncacheable).
     pub fn key(&self, path: &str, server_owned: bool, links: i64) -> Option<String> {
+        let mut key = String::with_capacity(32);
+        self.key_into(&mut key, path, server_owned, links)
+            .then_some(key)
+    }
+
+    /// [`SignaturePlan::key`] written into `key` (cleared first), so a caller keying many paths
+    /// reuses one buffer. Returns false (and leaves `key` empty) when the set is uncacheable.
+    pub fn key_into(&self, key: &mut String, path: &str, server_owned: bool, links: i64) -> bool {
+        key.clear();
         if self.uncacheable {
-            return None;
+            return false;
         }
         let basename = if path == "." {
             ""
@@ -178,7 +216,6 @@ impl SignaturePlan {
             "basename" => basename,
             _ => ext,
         };
-        let mut key = String::with_capacity(32);
         key.push(if server_owned { 'S' } else { 's' });
         for (attr, preds) in &self.preds {
             let v = value(attr);
@@ -196,60 +233,46 @@ impl SignaturePlan {
             key.push_str(value(attr));
         }
         if self.links {
-            key.push_str("\0#");
-            key.push_str(&links.to_string());
+            use std::fmt::Write;
+            let _ = write!(key, "\0#{links}");
         }
-        Some(key)
+        true
     }
 }
 
-/// Cedar `like`: `Wildcard` matches any run of characters, `{"Literal": c}` one literal.
-fn like(s: &str, pattern: &[Value]) -> bool {
-    enum P<'a> {
-        Star,
-        Lit(&'a str),
-    }
-    let pat: Vec<P<'_>> = pattern
-        .iter()
-        .map(|e| match e.get("Literal").and_then(Value::as_str) {
-            Some(l) => P::Lit(l),
-            None => P::Star,
-        })
-        .collect();
-    // Iterative wildcard matching with backtracking to the last star.
-    let chars: Vec<char> = s.chars().collect();
-    let (mut si, mut pi) = (0usize, 0usize);
+/// Cedar `like`: `*` matches any run of characters, literals match themselves. Matching bytes
+/// is the same as matching characters: a literal run starts with a UTF-8 lead byte, so it can
+/// only match at a character boundary. Backtracks to the last star; allocates nothing.
+fn like(s: &str, pattern: &LikePattern) -> bool {
+    let s = s.as_bytes();
+    let toks = &pattern.0;
+    let (mut si, mut ti) = (0usize, 0usize);
+    // (token after the last star, where that star's match currently ends)
     let mut star: Option<(usize, usize)> = None;
-    while si < chars.len() {
-        match pat.get(pi) {
-            Some(P::Lit(l))
-                if l.chars().eq(chars
-                    .get(si..si + l.chars().count())
-                    .unwrap_or(&[])
-                    .iter()
-                    .copied()) =>
-            {
-                si += l.chars().count();
-                pi += 1;
+    loop {
+        match toks.get(ti) {
+            Some(LikeTok::Star) => {
+                ti += 1;
+                star = Some((ti, si));
+                continue;
             }
-            Some(P::Star) => {
-                star = Some((pi, si));
-                pi += 1;
+            Some(LikeTok::Lit(l)) if s.get(si..).is_some_and(|rest| rest.starts_with(l.as_bytes())) => {
+                si += l.len();
+                ti += 1;
+                continue;
             }
-            _ => match star {
-                Some((sp, ss)) => {
-                    pi = sp + 1;
-                    si = ss + 1;
-                    star = Some((sp, ss + 1));
-                }
-                None => return false,
-            },
+            None if si == s.len() => return true,
+            _ => {}
+        }
+        match star {
+            Some((after, end)) if end < s.len() => {
+                star = Some((after, end + 1));
+                ti = after;
+                si = end + 1;
+            }
+            _ => return false,
         }
     }
-    pat.get(pi..)
-        .unwrap_or(&[])
-        .iter()
-        .all(|p| matches!(p, P::Star))
 }
 
 #[cfg(test)]
@@ -302,8 +325,9 @@ mod tests {
 
     #[test]
     fn like_matches_cedar_semantics() {
-        let pat = |s: &str| -> Vec<Value> {
-            s.chars()
+        let pat = |s: &str| -> LikePattern {
+            let v: Vec<Value> = s
+                .chars()
                 .map(|c| {
                     if c == '*' {
                         Value::String("Wildcard".into())
@@ -311,7 +335,8 @@ mod tests {
                         serde_json::json!({"Literal": c.to_string()})
                     }
                 })
-                .collect()
+                .collect();
+            LikePattern::compile(&v)
         };
         assert!(like("src/a/b.rs", &pat("src/*")));
         assert!(like("a/b/c.env", &pat("*.env")));
@@ -323,5 +348,52 @@ mod tests {
         assert!(!like("ab", &pat("a*c")));
         assert!(like("", &pat("*")));
         assert!(like("aXbXc", &pat("*b*c")));
+        assert!(!like("aXbXcX", &pat("*b*c")));
+        assert!(like("x/.git/hooks/pre", &pat("*/.git/hooks/*")));
+        assert!(!like(".git/hooks/pre", &pat("*/.git/hooks/*")));
+        assert!(like("ééa.pem", &pat("é*.pem")));
+        assert!(!like("é", &pat("é?")), "no `?` in Cedar: a literal");
+        assert!(like("a**b", &pat("a**b")) && like("ab", &pat("a**b")));
+        assert!(like("aaa", &pat("*a")) && !like("aab", &pat("*a")));
+        assert!(like("mississippi", &pat("m*iss*ppi")));
+        assert!(!like("mississipp", &pat("m*iss*ppi")));
+    }
+
+    /// The byte matcher agrees with a plain character-level reference on generated inputs.
+    #[test]
+    fn like_agrees_with_a_character_reference() {
+        fn reference(s: &[char], p: &[char]) -> bool {
+            match p.split_first() {
+                None => s.is_empty(),
+                Some(('*', rest)) => (0..=s.len()).any(|i| reference(&s[i..], rest)),
+                Some((c, rest)) => s.first() == Some(c) && reference(&s[1..], rest),
+            }
+        }
+        let alphabet = ['a', 'b', '/', '.', 'é'];
+        let pats = ["*", "a*", "*a", "a*b", "*/*", "*.*", "a*a*a", "*é*", "**", "ab", "*b*a*"];
+        let mut seed = 7u64;
+        for _ in 0..4000 {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let len = (seed >> 60) as usize;
+            let s: Vec<char> = (0..len)
+                .map(|i| alphabet[((seed >> (i * 3 + 8)) % 5) as usize])
+                .collect();
+            let text: String = s.iter().collect();
+            for p in pats {
+                let pc: Vec<char> = p.chars().collect();
+                let compiled = LikePattern::compile(
+                    &pc.iter()
+                        .map(|c| {
+                            if *c == '*' {
+                                Value::String("Wildcard".into())
+                            } else {
+                                serde_json::json!({"Literal": c.to_string()})
+                            }
+                        })
+                        .collect::<Vec<_>>(),
+                );
+                assert_eq!(like(&text, &compiled), reference(&s, &pc), "{text:?} like {p:?}");
+            }
+        }
     }
 }
