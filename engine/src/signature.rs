@@ -256,7 +256,10 @@ fn like(s: &str, pattern: &LikePattern) -> bool {
                 star = Some((ti, si));
                 continue;
             }
-            Some(LikeTok::Lit(l)) if s.get(si..).is_some_and(|rest| rest.starts_with(l.as_bytes())) => {
+            Some(LikeTok::Lit(l))
+                if s.get(si..)
+                    .is_some_and(|rest| rest.starts_with(l.as_bytes())) =>
+            {
                 si += l.len();
                 ti += 1;
                 continue;
@@ -370,10 +373,14 @@ mod tests {
             }
         }
         let alphabet = ['a', 'b', '/', '.', 'é'];
-        let pats = ["*", "a*", "*a", "a*b", "*/*", "*.*", "a*a*a", "*é*", "**", "ab", "*b*a*"];
+        let pats = [
+            "*", "a*", "*a", "a*b", "*/*", "*.*", "a*a*a", "*é*", "**", "ab", "*b*a*",
+        ];
         let mut seed = 7u64;
         for _ in 0..4000 {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let len = (seed >> 60) as usize;
             let s: Vec<char> = (0..len)
                 .map(|i| alphabet[((seed >> (i * 3 + 8)) % 5) as usize])
@@ -392,7 +399,11 @@ mod tests {
                         })
                         .collect::<Vec<_>>(),
                 );
-                assert_eq!(like(&text, &compiled), reference(&s, &pc), "{text:?} like {p:?}");
+                assert_eq!(
+                    like(&text, &compiled),
+                    reference(&s, &pc),
+                    "{text:?} like {p:?}"
+                );
             }
         }
     }

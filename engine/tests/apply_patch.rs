@@ -665,7 +665,7 @@ async fn approvals_confirm_fails_mutations_closed() {
     let root = std::fs::canonicalize(dir.path()).unwrap().join("ws");
     std::fs::create_dir(&root).unwrap();
     let json = format!(
-        r#"{{"workspaces": {{"w": {{"root": "{}", "approvals": "confirm", "network": "enabled"}}}}}}"#,
+        r#"{{"workspaces": {{"w": {{"root": "{}", "approvals": "confirm", "network": "enabled", "secret_masking": "off"}}}}}}"#,
         root.display()
     );
     let cfg = Config::from_json(&json, Path::new("/")).unwrap();

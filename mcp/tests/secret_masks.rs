@@ -505,3 +505,30 @@ async fn where_masks_cannot_be_enforced_the_shipped_guardrail_refuses_exec() {
     );
     assert_eq!(info["execution"]["permissions"]["exec"], false);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cached_read_decision_does_not_outlive_a_new_hardlink() {
+    // No sandbox needed: this is the read tool and the decision cache.
+    let e = env();
+    std::fs::write(e.root.join("a.txt"), "a\n").unwrap();
+    let args = json!({"workspace_id": "w", "path": "a.txt"});
+    let ok = call(&e.gw, "read", args.clone()).await.unwrap();
+    assert_eq!(ok["content"], "a\n");
+    // The same path, the same policy set: only the link count changed.
+    std::fs::hard_link(e.root.join("a.txt"), e.root.join("b.txt")).unwrap();
+    let err = call(&e.gw, "read", args.clone()).await.unwrap_err();
+    assert_eq!(err.code, ErrorCode::Unauthorized, "{}", err.message);
+    assert!(
+        err.message.contains("base.forbid.hardlinked-files"),
+        "{}",
+        err.message
+    );
+    let listed = call(&e.gw, "find", json!({"workspace_id": "w"}))
+        .await
+        .unwrap();
+    assert_eq!(listed["paths"], json!([]), "{listed}");
+    assert_eq!(listed["withheld"], 2);
+    std::fs::remove_file(e.root.join("b.txt")).unwrap();
+    let ok = call(&e.gw, "read", args).await.unwrap();
+    assert_eq!(ok["content"], "a\n");
+}

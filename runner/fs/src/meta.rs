@@ -32,6 +32,15 @@ impl Kind {
     }
 }
 
+/// `st_nlink` as u64 (it is narrower on some architectures).
+#[allow(
+    clippy::useless_conversion,
+    reason = "st_nlink is u64 on x86_64 but u32 on aarch64"
+)]
+pub(crate) fn nlink(st: &Stat) -> u64 {
+    u64::from(st.st_nlink)
+}
+
 /// Metadata of one path, without following a symlink leaf.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Meta {
@@ -53,7 +62,7 @@ impl Meta {
             kind: Kind::from_mode(st.st_mode),
             mode: st.st_mode & 0o7777,
             size: u64::try_from(st.st_size).unwrap_or(0),
-            links: u64::from(st.st_nlink),
+            links: nlink(st),
         }
     }
 }

@@ -53,7 +53,7 @@ impl Root {
         Ok((
             std::fs::File::from(fd),
             st.st_mode & 0o7777,
-            u64::from(st.st_nlink),
+            crate::meta::nlink(&st),
         ))
     }
 

@@ -158,7 +158,7 @@ fn list_dir(
         let lstat = || rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW);
         let (kind, mut nlink) = match entry.file_type() {
             FileType::Unknown => match lstat() {
-                Ok(st) => (Kind::from_mode(st.st_mode), Some(u64::from(st.st_nlink))),
+                Ok(st) => (Kind::from_mode(st.st_mode), Some(crate::meta::nlink(&st))),
                 Err(_) => continue,
             },
             ft => (Kind::from_file_type(ft), None),
@@ -168,7 +168,7 @@ fn list_dir(
         } else {
             if nlink.is_none() {
                 match lstat() {
-                    Ok(st) => nlink = Some(u64::from(st.st_nlink)),
+                    Ok(st) => nlink = Some(crate::meta::nlink(&st)),
                     // Gone since the listing: nothing to report.
                     Err(_) => continue,
                 }
