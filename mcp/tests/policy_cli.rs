@@ -64,7 +64,7 @@ fn coverage_below_the_threshold_fails() {
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(
-        out.contains("FAILED policy coverage 7.1% is below --coverage-min 50"),
+        out.contains("FAILED policy coverage 6.2% is below --coverage-min 50"),
         "{out}"
     );
     assert!(out.contains("uncovered: base.forbid.secret-files"), "{out}");
