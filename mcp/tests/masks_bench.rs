@@ -109,6 +109,7 @@ async fn exec_round_trip_with_and_without_masks() {
     exec_true(&masked).await;
     exec_true(&unmasked).await;
     let (mut on, mut off, mut walks, mut raw) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut walks_links = Vec::new();
     let root = Root::open(&masked.root).unwrap();
     let table = ProcessTable::new(TableLimits::default());
     for _ in 0..n {
@@ -138,6 +139,16 @@ async fn exec_round_trip_with_and_without_masks() {
         let w = root.walk(&limits).unwrap();
         walks.push(t.elapsed());
         assert!(!w.incomplete);
+        // What `find` pays when a policy reads `resource.links`: one lstat per file.
+        let t = Instant::now();
+        let w = root
+            .walk(&WalkLimits {
+                stat_links: true,
+                ..limits
+            })
+            .unwrap();
+        walks_links.push(t.elapsed());
+        assert!(!w.incomplete);
     }
     // Every exec of the masked workspace carried exactly the 10 withheld files.
     let rows = masked
@@ -153,16 +164,18 @@ async fn exec_round_trip_with_and_without_masks() {
     let masks = rows.iter().filter(|r| r.action == "read").count();
     assert_eq!(masks, 10 * execs, "10 masks per exec");
     let (on_m, off_m, walk_m, raw_m) = (median(on), median(off), median(walks), median(raw));
+    let walk_links_m = median(walks_links);
     println!(
         "BENCH exec_masks files={files} withheld=10 iters={n} masked_median_ms={:.2} \
          unmasked_median_ms={:.2} ratio={:.2} added_ms={:.2} bare_walk_median_ms={:.2} \
-         raw_spawn_true_median_ms={:.2} masked_vs_raw={:.1}",
+         raw_spawn_true_median_ms={:.2} masked_vs_raw={:.1} walk_with_link_counts_median_ms={:.2}",
         ms(on_m),
         ms(off_m),
         on_m.as_secs_f64() / off_m.as_secs_f64(),
         ms(on_m) - ms(off_m),
         ms(walk_m),
         ms(raw_m),
-        on_m.as_secs_f64() / raw_m.as_secs_f64()
+        on_m.as_secs_f64() / raw_m.as_secs_f64(),
+        ms(walk_links_m)
     );
 }
