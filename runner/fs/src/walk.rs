@@ -125,7 +125,8 @@ impl Root {
                 break;
             }
         }
-        walk.entries.sort_by(|a, b| a.path.cmp(&b.path));
+        // Paths are unique, so an unstable sort gives the same order without its allocation.
+        walk.entries.sort_unstable_by(|a, b| a.path.cmp(&b.path));
         Ok(walk)
     }
 }
@@ -183,7 +184,7 @@ fn list_dir(
             }
         }
         walk.entries.push(WalkEntry {
-            path: format!("{prefix}{name}"),
+            path: [prefix.as_str(), name].concat(),
             kind,
             ino: entry.ino(),
             links,
