@@ -39,6 +39,7 @@ fn gateway(root: &Path, store: &Path) -> Gateway {
         SandboxFacts {
             sandbox_enforced: true,
             network_enforced: true,
+            masking_enforced: true,
         },
     )
     .unwrap()
@@ -68,6 +69,7 @@ fn main() {
         approvals: "off".into(),
         server_owned: vec![],
         workspace_sandbox: "required".into(),
+        secret_masking: "enforced".into(),
     };
     let base = workspace_entities(&snap, &gw.config().profiles, &facts).unwrap();
     let req = [path_request("read", "src/main.rs", "", &session)];

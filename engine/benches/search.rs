@@ -46,6 +46,7 @@ fn gateway(root: &Path, store: &Path) -> Gateway {
         SandboxFacts {
             sandbox_enforced: true,
             network_enforced: true,
+            masking_enforced: true,
         },
     )
     .unwrap()

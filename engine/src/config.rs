@@ -110,6 +110,9 @@ struct RawWorkspace {
     /// `required` (default): commands run only inside the sandbox; `off`: the operator's opt-out.
     #[serde(default)]
     sandbox: SandboxMode,
+    /// `required` (default): commands never see paths policy withholds from `read`; `off`: opt out.
+    #[serde(default)]
+    secret_masking: SecretMasking,
 }
 
 /// An operator-written permission profile.
@@ -230,6 +233,29 @@ impl SandboxMode {
     }
 }
 
+/// The operator's secret-masking switch for a workspace: whether commands must have the paths
+/// policy withholds from `read` masked (see docs/security.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum SecretMasking {
+    /// Commands run only with masks in place; where masks cannot be enforced the shipped
+    /// guardrail refuses `exec_command`.
+    #[default]
+    Required,
+    /// The operator opted out: commands see every file of the workspace.
+    Off,
+}
+
+impl SecretMasking {
+    /// Config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SecretMasking::Required => "required",
+            SecretMasking::Off => "off",
+        }
+    }
+}
+
 /// Operator limits.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
@@ -312,6 +338,8 @@ pub struct Workspace {
     pub home: Option<PathBuf>,
     /// The sandbox switch.
     pub sandbox: SandboxMode,
+    /// The secret-masking switch.
+    pub secret_masking: SecretMasking,
 }
 
 /// A permission profile (built-in or operator-written).
@@ -498,6 +526,7 @@ impl Config {
                 read_paths: BTreeMap::new(),
                 home: None,
                 sandbox: SandboxMode::Required,
+                secret_masking: SecretMasking::Required,
             },
         );
         Ok(Config {
@@ -665,6 +694,7 @@ impl Config {
                     read_paths: all_read_paths,
                     home: w.home,
                     sandbox: w.sandbox,
+                    secret_masking: w.secret_masking,
                 },
             );
         }

@@ -45,6 +45,7 @@ pub fn workspace_entities(
         ("kind", facts.environment_kind.as_str()),
         ("sandbox", facts.sandbox.as_str()),
         ("network_enforcement", facts.network_enforcement.as_str()),
+        ("secret_masking", facts.secret_masking.as_str()),
     ]
     .into_iter()
     .map(|(k, v)| {
@@ -227,6 +228,7 @@ pub fn operation_entity(
         "server_owned".into(),
         RestrictedExpression::new_bool(facts.is_server_owned(&req.path)),
     );
+    attrs.insert("links".into(), RestrictedExpression::new_long(req.links));
     Entity::new(uid("Operation", op_id)?, attrs, HashSet::from([ws_uid])).map_err(|e| e.to_string())
 }
 

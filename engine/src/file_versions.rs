@@ -31,6 +31,8 @@ pub(crate) struct Window {
     pub(crate) data: Vec<u8>,
     pub(crate) size: u64,
     pub(crate) version: Version,
+    /// Hard-link count (`st_nlink`) of the file that was read, from the open descriptor.
+    pub(crate) links: u64,
 }
 
 /// The cache and the hashing limits of one gateway.
@@ -114,6 +116,7 @@ impl FileVersions {
                 data: f.read_window(offset, limit)?,
                 size: f.id.size,
                 version,
+                links: f.links,
             });
         }
         let started = SystemTime::now();
@@ -123,6 +126,7 @@ impl FileVersions {
             data: h.data,
             size: h.size,
             version: h.version,
+            links: f.links,
         })
     }
 

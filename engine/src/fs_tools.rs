@@ -2,9 +2,11 @@
 //! `search_tools.rs` with the other listing tools).
 
 use crate::error::{ErrorCode, ToolError};
-use crate::gateway::{Gateway, WorkspaceRuntime};
+use crate::gateway::{Audit, Gateway, WorkspaceRuntime};
+use crate::policy::PolicySnapshot;
+use crate::request::{Session, path_request};
 use crate::tools::{READ_MAX_BYTES, ReadParams, ReadResult};
-use codespace_runner_fs::RelPath;
+use codespace_runner_fs::{Kind, RelPath};
 
 fn to_json<T: serde::Serialize>(v: &T) -> Result<serde_json::Value, ToolError> {
     serde_json::to_value(v).map_err(|e| ToolError::new(ErrorCode::Internal, e.to_string()))
@@ -12,11 +14,15 @@ fn to_json<T: serde::Serialize>(v: &T) -> Result<serde_json::Value, ToolError> {
 
 impl Gateway {
     /// `read`: a window of a regular file and the version of the whole file (read on the
-    /// blocking pool; a file above `limits.max_hash_bytes` is `FILE_TOO_LARGE`).
+    /// blocking pool; a file above `limits.max_hash_bytes` is `FILE_TOO_LARGE`). The call was
+    /// authorized with the file's link count from a stat; if the file that was actually opened
+    /// has another count (a hardlink made in between), the read is decided again with that count.
     pub(crate) async fn read(
         &self,
+        snap: &PolicySnapshot,
         ws: &WorkspaceRuntime,
         p: &ReadParams,
+        session: &Session,
     ) -> Result<serde_json::Value, ToolError> {
         let limit = p.limit.unwrap_or(READ_MAX_BYTES);
         if limit == 0 || limit > READ_MAX_BYTES {
@@ -37,6 +43,15 @@ impl Gateway {
                 self.config.limits.max_hash_bytes,
             )
             .await?;
+        let opened_links = crate::links::links_value(Kind::File, out.links);
+        if opened_links != 1 {
+            let mut req = path_request("read", rel.as_str(), "", session);
+            req.links = opened_links;
+            let d = self.decide_reqs(snap, &ws.facts, "read", &[req], session, Audit::All);
+            if !d.allowed() {
+                return Err(d.to_error(snap));
+            }
+        }
         let byte_count = out.data.len() as u64;
         let end = offset.saturating_add(byte_count);
         let more = end < out.size;

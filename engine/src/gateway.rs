@@ -38,6 +38,8 @@ pub struct SandboxFacts {
     pub sandbox_enforced: bool,
     /// Network restrictions can be enforced.
     pub network_enforced: bool,
+    /// Secret masks can be enforced (the sandbox helper runs and mount namespaces work).
+    pub masking_enforced: bool,
 }
 
 /// Why the gateway could not start.
@@ -182,6 +184,7 @@ impl Gateway {
                 approvals: ws.approvals.as_str().into(),
                 server_owned: crate::server_files::server_owned_in(&ws.root, &owned_files),
                 workspace_sandbox: ws.sandbox.as_str().into(),
+                secret_masking: crate::masks::masking_fact(ws.secret_masking, sandbox).into(),
             };
             let root = Arc::new(root);
             let index = Arc::new(crate::index::PathIndex::new(
@@ -362,7 +365,7 @@ impl Gateway {
             .iter()
             .map(|r| {
                 let tool = r.resource_tool.as_deref().unwrap_or(tool);
-                plan.key(&r.path, facts.is_server_owned(&r.path))
+                plan.key(&r.path, facts.is_server_owned(&r.path), r.links)
                     .map(|sig| {
                         format!(
                             "{}\0{}\0{tool}\0{}\0{}\0{}\0{sig}",
@@ -567,7 +570,8 @@ impl Gateway {
         session: &Session,
         process: Option<&ProcessFacts>,
     ) -> Result<Decision, ToolError> {
-        let reqs = build_requests(call, session, process)?;
+        let mut reqs = build_requests(call, session, process)?;
+        crate::links::fill_links(&ws.root, &mut reqs);
         let decision = self.decide_reqs(snap, &ws.facts, call.tool(), &reqs, session, Audit::All);
         if decision.allowed() {
             Ok(decision)
@@ -589,7 +593,7 @@ impl Gateway {
             ToolCall::Read(p) => {
                 let ws = self.workspace(&p.workspace_id)?;
                 self.authorize(&snap, ws, &call, session, None)?;
-                self.read(ws, p).await
+                self.read(&snap, ws, p, session).await
             }
             ToolCall::Find(p) => {
                 let ws = self.workspace(&p.workspace_id)?;

@@ -89,6 +89,8 @@ pub(crate) struct Groups {
     pub(crate) of_entry: Vec<u32>,
     /// A representative entry of each group.
     pub(crate) reps: Vec<u32>,
+    /// `resource.links` of each representative (1 unless the policy set reads link counts).
+    pub(crate) rep_links: Vec<i64>,
 }
 
 /// A derived `find` listing: entry indices after every filter, cached for paging.
@@ -607,22 +609,40 @@ impl PathIndex {
         }
         let mut of_entry = Vec::with_capacity(listing.entries.len());
         let mut reps: Vec<u32> = Vec::new();
+        let mut rep_links: Vec<i64> = Vec::new();
         let mut by_key: HashMap<String, u32> = HashMap::new();
+        // When the policy set reads `resource.links`, an entry is listed iff a `read` of it (with
+        // its real link count) is allowed: one no-follow stat per file.
+        let uses_links = plan.uses_links();
         for (i, e) in listing.entries.iter().enumerate() {
             let i = u32::try_from(i).unwrap_or(u32::MAX);
-            let group = match plan.key(&e.path, facts.is_server_owned(&e.path)) {
+            let links = if uses_links && e.kind != Kind::Dir {
+                RelPath::parse(&e.path)
+                    .ok()
+                    .and_then(|rel| self.root.stat(&rel).ok().flatten())
+                    .map_or(0, |m| crate::links::links_value(m.kind, m.links))
+            } else {
+                1
+            };
+            let group = match plan.key(&e.path, facts.is_server_owned(&e.path), links) {
                 Some(key) => *by_key.entry(key).or_insert_with(|| {
                     reps.push(i);
+                    rep_links.push(links);
                     u32::try_from(reps.len() - 1).unwrap_or(u32::MAX)
                 }),
                 None => {
                     reps.push(i);
+                    rep_links.push(links);
                     u32::try_from(reps.len() - 1).unwrap_or(u32::MAX)
                 }
             };
             of_entry.push(group);
         }
-        let groups = Arc::new(Groups { of_entry, reps });
+        let groups = Arc::new(Groups {
+            of_entry,
+            reps,
+            rep_links,
+        });
         lock(&self.caches).groups =
             Some((sha.to_string(), listing.generation, Arc::clone(&groups)));
         groups

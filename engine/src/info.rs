@@ -215,6 +215,7 @@ impl Gateway {
                 "sandbox": ws.facts.workspace_sandbox,
                 "read_paths": read_path_names,
                 "pids": {"limit": pids.limit, "mechanism": pids.mechanism.as_str()},
+                "secret_masking": ws.facts.secret_masking,
             },
             "network": {
                 "policy": ws.facts.network,

@@ -14,6 +14,8 @@ mod index;
 mod info;
 mod isolation;
 pub mod lease;
+pub mod links;
+mod masks;
 pub mod ops;
 pub mod patch_tool;
 pub mod policy;

@@ -73,6 +73,9 @@ pub struct Fixture {
     /// (`sandbox` above is the environment's probe result).
     #[serde(default = "default_workspace_sandbox")]
     pub workspace_sandbox: String,
+    /// `enforced` / `unavailable` / `off` (`resource.workspace.environment.secret_masking`).
+    #[serde(default = "default_enforced")]
+    pub secret_masking: String,
 }
 
 fn default_env_kind() -> String {
@@ -147,6 +150,10 @@ pub struct TestCase {
     /// Expect evaluation errors (default: none allowed).
     #[serde(default)]
     pub errors: bool,
+    /// `resource.links` of every path the call names (default 1: a file with one name; the
+    /// server reads the real count from disk).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub links: Option<i64>,
     /// Parameter sets: the case runs once per set, with every `{{name}}` in its strings
     /// replaced by the set's value (a string that is exactly `{{name}}` takes the value's type).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -205,6 +212,7 @@ impl Fixture {
             approvals: default_approvals(),
             server_owned: Vec::new(),
             workspace_sandbox: default_workspace_sandbox(),
+            secret_masking: default_enforced(),
         }
     }
 
@@ -221,6 +229,7 @@ impl Fixture {
             approvals: self.approvals.clone(),
             server_owned: self.server_owned.clone(),
             workspace_sandbox: self.workspace_sandbox.clone(),
+            secret_masking: self.secret_masking.clone(),
         }
     }
 }
@@ -465,7 +474,12 @@ pub fn run_file_with(
                     tty: p.tty,
                 });
                 match build_requests(&call, &session, pf.as_ref()) {
-                    Ok(reqs) => {
+                    Ok(mut reqs) => {
+                        if let Some(links) = case.links {
+                            for r in reqs.iter_mut().filter(|r| r.path != ".") {
+                                r.links = links;
+                            }
+                        }
                         if opts.emit_cedar {
                             for (i, req) in reqs.iter().enumerate() {
                                 let op_id = format!("test/{i}");

@@ -365,6 +365,7 @@ impl Gateway {
         network: bool,
         tmp_dir: Option<&Path>,
         paths: &CommandPaths,
+        masks: &[crate::masks::Mask],
     ) -> Result<Option<Launcher>, ToolError> {
         if !requires_sandbox(ws) {
             return Ok(None);
@@ -394,6 +395,7 @@ impl Gateway {
             extra_read: paths.read_paths.clone(),
             home_dir: paths.home.clone(),
             force_landlock_unavailable: self.processes.force_no_landlock,
+            masks: masks.iter().map(|m| root.join(&m.path)).collect(),
         };
         let (program, args, env) = launcher_parts(&plan, helper).map_err(|e| {
             ToolError::new(
@@ -525,7 +527,7 @@ impl Gateway {
                 }
             },
         };
-        let started = self.start(ws, session, p, &decision, &op_id).await;
+        let started = self.start(snap, ws, session, p, &decision, &op_id).await;
         let (id, pid, row) = match started {
             Ok(s) => s,
             Err(e) => {
@@ -594,6 +596,7 @@ impl Gateway {
     /// Spawns under the sandbox and registers the process. Nothing is running on error.
     async fn start(
         &self,
+        snap: &PolicySnapshot,
         ws: &WorkspaceRuntime,
         session: &Session,
         p: &ExecCommandParams,
@@ -609,6 +612,12 @@ impl Gateway {
         let tty = p.tty.unwrap_or(false);
         let sandboxed = requires_sandbox(ws);
         let paths = self.command_paths(&ws.facts.id)?;
+        // Paths policy withholds from `read` are masked from the command too (fail closed).
+        let masks = if sandboxed {
+            self.secret_masks(snap, ws, session).await?
+        } else {
+            Vec::new()
+        };
         let tmp_dir = if sandboxed {
             Some(make_tmp_dir()?)
         } else {
@@ -621,6 +630,7 @@ impl Gateway {
             decision.allows("process_network"),
             tmp_dir.as_deref(),
             &paths,
+            &masks,
         ) {
             Ok(l) => l,
             Err(e) => {
@@ -670,6 +680,7 @@ impl Gateway {
                 format!("command sandbox refused to start the command: {why}"),
             ));
         }
+        self.audit_masks(decision, &masks, session);
         lock(&self.processes.entries).insert(
             spawned.id.clone(),
             Entry {

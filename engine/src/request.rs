@@ -49,6 +49,9 @@ pub struct WorkspaceFacts {
     /// The operator's sandbox switch of the workspace (`resource.workspace.sandbox`):
     /// `required` / `off`.
     pub workspace_sandbox: String,
+    /// `enforced` / `unavailable` / `off`: whether commands get secret masks
+    /// (`resource.workspace.environment.secret_masking`).
+    pub secret_masking: String,
 }
 
 impl WorkspaceFacts {
@@ -95,6 +98,11 @@ pub struct SubRequest {
     /// `resource.tool` when it is not the call's tool: the version-oracle `read` of an
     /// `apply_patch` `expected_versions` key asks exactly what a `read` of that path would.
     pub resource_tool: Option<String>,
+    /// `resource.links`: how many names the file at `path` has (`st_nlink` of an existing
+    /// non-directory; 1 for a directory, for the workspace root and for requests that name no
+    /// file; 0 when the path does not exist). The builder is pure and says 1; the gateway fills
+    /// the real count from disk ([`crate::links`]).
+    pub links: i64,
 }
 
 /// The shells whose `-c` makes a command `via_shell`.
@@ -160,6 +168,7 @@ fn sub(action: &str, path: &str, kind: &str, ctx: Value, subject: String) -> Sub
         context: ctx,
         subject,
         resource_tool: None,
+        links: 1,
     }
 }
 
@@ -365,6 +374,7 @@ mod tests {
             approvals: "off".into(),
             server_owned: vec!["policies".into(), "codespace.json".into()],
             workspace_sandbox: "required".into(),
+            secret_masking: "enforced".into(),
         };
         assert!(f.is_server_owned("policies"));
         assert!(f.is_server_owned("policies/base/x.cedar"));

@@ -159,8 +159,13 @@ impl Gateway {
         let reqs: Vec<SubRequest> = groups
             .reps
             .iter()
-            .filter_map(|&i| listing.entries.get(i as usize))
-            .map(|e| path_request("read", &e.path, "", session))
+            .zip(&groups.rep_links)
+            .filter_map(|(&i, &links)| listing.entries.get(i as usize).map(|e| (e, links)))
+            .map(|(e, links)| {
+                let mut r = path_request("read", &e.path, "", session);
+                r.links = links;
+                r
+            })
             .collect();
         let decision = if reqs.len() <= INLINE_DECISIONS {
             self.decide_reqs(snap, &ws.facts, "read", &reqs, session, Audit::None)

@@ -4,6 +4,8 @@
 //! comparison (and on `server_owned`) get the same decision, so one Cedar evaluation serves them
 //! all. Any other use makes the attribute opaque and its raw value becomes part of the key; a
 //! resource compared as an entity makes the set uncacheable (one evaluation per path).
+//! `links` (the file's hard-link count) varies per path too: when any policy reads it, its
+//! value is part of the key.
 
 use cedar_policy::PolicySet;
 use serde_json::Value;
@@ -12,10 +14,42 @@ use std::collections::BTreeMap;
 /// The path-dependent attributes of an Operation.
 const VARYING: &[&str] = &["path", "basename", "ext"];
 
+/// The per-path numeric attribute whose raw value is part of the key when a policy reads it.
+const LINKS: &str = "links";
+
 #[derive(Debug, Clone, PartialEq)]
 enum Pred {
     Eq(String),
-    Like(Vec<LikeTok>),
+    Like(LikePattern),
+}
+
+/// One piece of a compiled Cedar `like` pattern.
+#[derive(Debug, Clone, PartialEq)]
+enum LikeTok {
+    /// `*`: any run of characters.
+    Star,
+    /// A run of literal characters.
+    Lit(String),
+}
+
+/// A Cedar `like` pattern compiled once per policy set (keys are computed per walked entry).
+#[derive(Debug, Clone, PartialEq)]
+struct LikePattern(Vec<LikeTok>);
+
+impl LikePattern {
+    /// From the policy JSON: `"Wildcard"` or `{"Literal": c}` per element.
+    fn compile(pattern: &[Value]) -> LikePattern {
+        let mut toks: Vec<LikeTok> = Vec::new();
+        for e in pattern {
+            match (e.get("Literal").and_then(Value::as_str), toks.last_mut()) {
+                (Some(l), Some(LikeTok::Lit(run))) => run.push_str(l),
+                (Some(l), _) => toks.push(LikeTok::Lit(l.to_string())),
+                (None, Some(LikeTok::Star)) => {}
+                (None, _) => toks.push(LikeTok::Star),
+            }
+        }
+        LikePattern(toks)
+    }
 }
 
 /// How to key decisions of one policy set.
@@ -27,6 +61,8 @@ pub struct SignaturePlan {
     opaque: Vec<String>,
     /// The resource is used as an entity: no sharing at all.
     uncacheable: bool,
+    /// Some policy reads `resource.links`.
+    links: bool,
 }
 
 fn resource_attr(node: &Value) -> Option<&str> {
@@ -115,12 +151,14 @@ impl SignaturePlan {
             && let Some(attr) = resource_attr(left)
             && VARYING.contains(&attr)
         {
-            self.add_pred(attr, Pred::Like(compile_like(pattern)));
+            self.add_pred(attr, Pred::Like(LikePattern::compile(pattern)));
             return;
         }
         if let Some(attr) = resource_attr(node) {
             if VARYING.contains(&attr) {
                 self.mark_opaque(attr);
+            } else if attr == LINKS {
+                self.links = true;
             }
             return;
         }
@@ -144,10 +182,25 @@ impl SignaturePlan {
         }
     }
 
-    /// The key of a request for `path` (None when the set is uncacheable).
-    pub fn key(&self, path: &str, server_owned: bool) -> Option<String> {
+    /// Whether some policy reads `resource.links` (so callers must know each path's count).
+    pub fn uses_links(&self) -> bool {
+        self.links
+    }
+
+    /// The key of a request for `path` whose file has `links` names (None when the set is
+    /// uncacheable).
+    pub fn key(&self, path: &str, server_owned: bool, links: i64) -> Option<String> {
+        let mut key = String::with_capacity(32);
+        self.key_into(&mut key, path, server_owned, links)
+            .then_some(key)
+    }
+
+    /// [`SignaturePlan::key`] written into `key` (cleared first), so a caller keying many paths
+    /// reuses one buffer. Returns false (and leaves `key` empty) when the set is uncacheable.
+    pub fn key_into(&self, key: &mut String, path: &str, server_owned: bool, links: i64) -> bool {
+        key.clear();
         if self.uncacheable {
-            return None;
+            return false;
         }
         let basename = if path == "." {
             ""
@@ -163,7 +216,6 @@ impl SignaturePlan {
             "basename" => basename,
             _ => ext,
         };
-        let mut key = String::with_capacity(32);
         key.push(if server_owned { 'S' } else { 's' });
         for (attr, preds) in &self.preds {
             let v = value(attr);
@@ -171,7 +223,7 @@ impl SignaturePlan {
             for p in preds {
                 let hit = match p {
                     Pred::Eq(lit) => v == lit,
-                    Pred::Like(pattern) => like_compiled(v.as_bytes(), pattern),
+                    Pred::Like(pattern) => like(v, pattern),
                 };
                 key.push(if hit { '1' } else { '0' });
             }
@@ -180,48 +232,28 @@ impl SignaturePlan {
             key.push('\0');
             key.push_str(value(attr));
         }
-        Some(key)
-    }
-}
-
-/// One token of a compiled Cedar `like` pattern: a wildcard, or a run of literal characters.
-#[derive(Debug, Clone, PartialEq)]
-enum LikeTok {
-    Star,
-    Lit(String),
-}
-
-/// Compiles Cedar's JSON `like` pattern (`"Wildcard"` or `{"Literal": c}` per element), merging
-/// consecutive literals.
-fn compile_like(pattern: &[Value]) -> Vec<LikeTok> {
-    let mut out: Vec<LikeTok> = Vec::new();
-    for e in pattern {
-        match e.get("Literal").and_then(Value::as_str) {
-            Some(l) => match out.last_mut() {
-                Some(LikeTok::Lit(run)) => run.push_str(l),
-                _ => out.push(LikeTok::Lit(l.to_string())),
-            },
-            None => {
-                if out.last() != Some(&LikeTok::Star) {
-                    out.push(LikeTok::Star);
-                }
-            }
+        if self.links {
+            use std::fmt::Write;
+            let _ = write!(key, "\0#{links}");
         }
+        true
     }
-    out
 }
 
-/// Cedar `like` over a compiled pattern: `Star` matches any run of characters. Matching works on
-/// bytes, which is exact for UTF-8: a literal starts with a leading byte, so it can only match at
-/// a character boundary.
-fn like_compiled(s: &[u8], pat: &[LikeTok]) -> bool {
-    let (mut si, mut pi) = (0usize, 0usize);
+/// Cedar `like`: `*` matches any run of characters, literals match themselves. Matching bytes
+/// is the same as matching characters: a literal run starts with a UTF-8 lead byte, so it can
+/// only match at a character boundary. Backtracks to the last star; allocates nothing.
+fn like(s: &str, pattern: &LikePattern) -> bool {
+    let s = s.as_bytes();
+    let toks = &pattern.0;
+    let (mut si, mut ti) = (0usize, 0usize);
+    // (token after the last star, where that star's match currently ends)
     let mut star: Option<(usize, usize)> = None;
     loop {
-        match pat.get(pi) {
+        match toks.get(ti) {
             Some(LikeTok::Star) => {
-                star = Some((pi, si));
-                pi += 1;
+                ti += 1;
+                star = Some((ti, si));
                 continue;
             }
             Some(LikeTok::Lit(l))
@@ -229,29 +261,21 @@ fn like_compiled(s: &[u8], pat: &[LikeTok]) -> bool {
                     .is_some_and(|rest| rest.starts_with(l.as_bytes())) =>
             {
                 si += l.len();
-                pi += 1;
+                ti += 1;
                 continue;
             }
-            Some(LikeTok::Lit(_)) => {}
             None if si == s.len() => return true,
-            None => {}
+            _ => {}
         }
-        // Mismatch: let the last wildcard take one more byte.
         match star {
-            Some((sp, ss)) if ss < s.len() => {
-                star = Some((sp, ss + 1));
-                pi = sp + 1;
-                si = ss + 1;
+            Some((after, end)) if end < s.len() => {
+                star = Some((after, end + 1));
+                ti = after;
+                si = end + 1;
             }
             _ => return false,
         }
     }
-}
-
-/// Cedar `like` over the JSON pattern (see [`compile_like`]).
-#[cfg(test)]
-fn like(s: &str, pattern: &[Value]) -> bool {
-    like_compiled(s.as_bytes(), &compile_like(pattern))
 }
 
 #[cfg(test)]
@@ -268,26 +292,45 @@ mod tests {
         let p = plan(
             r#"forbid (principal, action, resource) when { resource.basename == ".env" || resource.path like ".git/hooks/*" || resource.workspace.network == "r" };"#,
         );
-        assert_eq!(p.key("src/a.rs", false), p.key("lib/b.rs", false));
-        assert_ne!(p.key("a/.env", false), p.key("a/b.rs", false));
-        assert_ne!(p.key(".git/hooks/x", false), p.key(".git/config", false));
-        assert_ne!(p.key("a", true), p.key("a", false));
+        assert_eq!(p.key("src/a.rs", false, 1), p.key("lib/b.rs", false, 1));
+        assert_ne!(p.key("a/.env", false, 1), p.key("a/b.rs", false, 1));
+        assert_ne!(
+            p.key(".git/hooks/x", false, 1),
+            p.key(".git/config", false, 1)
+        );
+        assert_ne!(p.key("a", true, 1), p.key("a", false, 1));
     }
 
     #[test]
     fn other_uses_are_opaque_or_uncacheable() {
         let p = plan(r#"permit (principal, action, resource) when { resource.path.isEmpty() };"#);
-        assert_ne!(p.key("a", false), p.key("b", false));
+        assert_ne!(p.key("a", false, 1), p.key("b", false, 1));
         let p = plan(
             r#"permit (principal, action, resource) when { resource == CodeSpace::Operation::"x" };"#,
         );
-        assert_eq!(p.key("a", false), None);
+        assert_eq!(p.key("a", false, 1), None);
+    }
+
+    #[test]
+    fn link_counts_are_part_of_the_key_only_when_a_policy_reads_them() {
+        let p =
+            plan(r#"forbid (principal, action, resource) when { resource.basename == ".env" };"#);
+        assert!(!p.uses_links());
+        assert_eq!(p.key("a.txt", false, 1), p.key("a.txt", false, 2));
+        let p = plan(
+            r#"forbid (principal, action, resource) when { resource.links > 1 && resource.workspace.network == "r" };"#,
+        );
+        assert!(p.uses_links());
+        assert_ne!(p.key("a.txt", false, 1), p.key("a.txt", false, 2));
+        assert_eq!(p.key("a.txt", false, 2), p.key("b.txt", false, 2));
+        assert_ne!(p.key("a.txt", false, 0), p.key("a.txt", false, 1));
     }
 
     #[test]
     fn like_matches_cedar_semantics() {
-        let pat = |s: &str| -> Vec<Value> {
-            s.chars()
+        let pat = |s: &str| -> LikePattern {
+            let v: Vec<Value> = s
+                .chars()
                 .map(|c| {
                     if c == '*' {
                         Value::String("Wildcard".into())
@@ -295,7 +338,8 @@ mod tests {
                         serde_json::json!({"Literal": c.to_string()})
                     }
                 })
-                .collect()
+                .collect();
+            LikePattern::compile(&v)
         };
         assert!(like("src/a/b.rs", &pat("src/*")));
         assert!(like("a/b/c.env", &pat("*.env")));
@@ -307,10 +351,60 @@ mod tests {
         assert!(!like("ab", &pat("a*c")));
         assert!(like("", &pat("*")));
         assert!(like("aXbXc", &pat("*b*c")));
-        assert!(like("héllo/wörld", &pat("h*/w*d")));
-        assert!(!like("héllo", &pat("h*x")));
-        assert!(like("a**b", &pat("a*b")));
-        assert!(like(".git/hooks/x", &pat(".git/hooks/*")));
-        assert!(!like("x/.git/config2", &pat("*/.git/config")));
+        assert!(!like("aXbXcX", &pat("*b*c")));
+        assert!(like("x/.git/hooks/pre", &pat("*/.git/hooks/*")));
+        assert!(!like(".git/hooks/pre", &pat("*/.git/hooks/*")));
+        assert!(like("ééa.pem", &pat("é*.pem")));
+        assert!(!like("é", &pat("é?")), "no `?` in Cedar: a literal");
+        assert!(like("a**b", &pat("a**b")) && like("ab", &pat("a**b")));
+        assert!(like("aaa", &pat("*a")) && !like("aab", &pat("*a")));
+        assert!(like("mississippi", &pat("m*iss*ppi")));
+        assert!(!like("mississipp", &pat("m*iss*ppi")));
+    }
+
+    /// The byte matcher agrees with a plain character-level reference on generated inputs.
+    #[test]
+    fn like_agrees_with_a_character_reference() {
+        fn reference(s: &[char], p: &[char]) -> bool {
+            match p.split_first() {
+                None => s.is_empty(),
+                Some(('*', rest)) => (0..=s.len()).any(|i| reference(&s[i..], rest)),
+                Some((c, rest)) => s.first() == Some(c) && reference(&s[1..], rest),
+            }
+        }
+        let alphabet = ['a', 'b', '/', '.', 'é'];
+        let pats = [
+            "*", "a*", "*a", "a*b", "*/*", "*.*", "a*a*a", "*é*", "**", "ab", "*b*a*",
+        ];
+        let mut seed = 7u64;
+        for _ in 0..4000 {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let len = (seed >> 60) as usize;
+            let s: Vec<char> = (0..len)
+                .map(|i| alphabet[((seed >> (i * 3 + 8)) % 5) as usize])
+                .collect();
+            let text: String = s.iter().collect();
+            for p in pats {
+                let pc: Vec<char> = p.chars().collect();
+                let compiled = LikePattern::compile(
+                    &pc.iter()
+                        .map(|c| {
+                            if *c == '*' {
+                                Value::String("Wildcard".into())
+                            } else {
+                                serde_json::json!({"Literal": c.to_string()})
+                            }
+                        })
+                        .collect::<Vec<_>>(),
+                );
+                assert_eq!(
+                    like(&text, &compiled),
+                    reference(&s, &pc),
+                    "{text:?} like {p:?}"
+                );
+            }
+        }
     }
 }

@@ -21,6 +21,7 @@ use crate::gateway::{Gateway, StartError};
 const SWEEP_LIMITS: WalkLimits = WalkLimits {
     max_depth: 64,
     max_entries: 1_000_000,
+    stat_links: false,
 };
 
 /// Instances done with (shut down cleanly, or swept) are forgotten after this long.

@@ -40,6 +40,7 @@ fn gateway_for(root: &Path, store_path: &Path, profile: &str, hooks: PatchHooks)
         SandboxFacts {
             sandbox_enforced: true,
             network_enforced: true,
+            masking_enforced: true,
         },
     )
     .unwrap()
@@ -669,7 +670,7 @@ async fn approvals_confirm_fails_mutations_closed() {
     let root = std::fs::canonicalize(dir.path()).unwrap().join("ws");
     std::fs::create_dir(&root).unwrap();
     let json = format!(
-        r#"{{"workspaces": {{"w": {{"root": "{}", "approvals": "confirm", "sandbox": "off"}}}}}}"#,
+        r#"{{"workspaces": {{"w": {{"root": "{}", "approvals": "confirm", "sandbox": "off", "secret_masking": "off"}}}}}}"#,
         root.display()
     );
     let cfg = Config::from_json(&json, Path::new("/")).unwrap();
@@ -680,6 +681,7 @@ async fn approvals_confirm_fails_mutations_closed() {
         SandboxFacts {
             sandbox_enforced: false,
             network_enforced: false,
+            masking_enforced: false,
         },
     )
     .unwrap();

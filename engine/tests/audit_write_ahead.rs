@@ -40,6 +40,7 @@ fn gateway(root: &Path, store_path: &Path, hooks: PatchHooks) -> Gateway {
         SandboxFacts {
             sandbox_enforced: true,
             network_enforced: true,
+            masking_enforced: true,
         },
     )
     .unwrap()

@@ -28,6 +28,7 @@ fn facts(profile: &str) -> WorkspaceFacts {
         approvals: "off".into(),
         server_owned: vec![],
         workspace_sandbox: "required".into(),
+        secret_masking: "enforced".into(),
     }
 }
 

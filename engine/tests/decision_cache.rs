@@ -65,6 +65,7 @@ async fn cached_decisions_match_and_a_reload_invalidates_them() {
         SandboxFacts {
             sandbox_enforced: true,
             network_enforced: true,
+            masking_enforced: true,
         },
     )
     .unwrap();

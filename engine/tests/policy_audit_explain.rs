@@ -37,6 +37,7 @@ fn gateway(root: &Path, profile: &str) -> (Gateway, Arc<Store>, Arc<PolicyStore>
         SandboxFacts {
             sandbox_enforced: true,
             network_enforced: true,
+            masking_enforced: true,
         },
     )
     .unwrap();

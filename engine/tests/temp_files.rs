@@ -55,6 +55,7 @@ fn gateway(e: &Env) -> Gateway {
         SandboxFacts {
             sandbox_enforced: true,
             network_enforced: true,
+            masking_enforced: true,
         },
     )
     .unwrap()

@@ -265,6 +265,7 @@ fn serve(
     let sandbox = SandboxFacts {
         sandbox_enforced: probe.sandbox_available(),
         network_enforced: probe.network_enforceable(),
+        masking_enforced: probe.masking_available(),
     };
     let snap = policy.snapshot();
     let gateway = Gateway::new(cfg, Arc::clone(&policy), Some(Arc::clone(&store)), sandbox)?;
@@ -285,6 +286,7 @@ fn serve(
                     "mechanism": pids.mechanism.as_str(),
                     "escapees_tracked": pids.tracked,
                 },
+                "mount_namespaces": probe.mount_namespaces,
             },
             "workspaces": workspaces,
         }),

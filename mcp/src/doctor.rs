@@ -89,6 +89,7 @@ pub fn run(args: &DoctorArgs, config_origin: Origin) -> Result<ExitCode> {
         let sandbox = SandboxFacts {
             sandbox_enforced: probe.sandbox_available(),
             network_enforced: probe.network_enforceable(),
+            masking_enforced: probe.masking_available(),
         };
         workspaces_section(&mut r, e.config, policy, sandbox)?;
     }

@@ -277,6 +277,7 @@ pub fn explain(
             let sandbox = SandboxFacts {
                 sandbox_enforced: probe.sandbox_available(),
                 network_enforced: probe.network_enforceable(),
+                masking_enforced: probe.masking_available(),
             };
             let gw = Gateway::new(cfg, Arc::new(policy), None, sandbox)?;
             gw.explain(&session, &call, process.as_ref())

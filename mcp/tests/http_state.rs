@@ -169,6 +169,7 @@ fn gateway(dir: &Path, network: &str, clients: Value) -> Gateway {
         SandboxFacts {
             sandbox_enforced: true,
             network_enforced: true,
+            masking_enforced: true,
         },
     )
     .unwrap()

@@ -447,6 +447,7 @@ async fn unauthenticated_http_refuses_a_non_loopback_address() {
         codespace_engine::SandboxFacts {
             sandbox_enforced: false,
             network_enforced: false,
+            masking_enforced: false,
         },
     )
     .unwrap();

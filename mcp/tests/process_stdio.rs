@@ -34,16 +34,21 @@ fn start(config: &Path, envs: &[(&str, &str)]) -> StdioServer {
 /// A config with `n` workspaces (w0…), and the store. Without a sandbox here the workspaces
 /// say `"sandbox": "off"` (the shipped guardrail refuses every exec otherwise).
 fn config(dir: &Path, n: usize) -> std::path::PathBuf {
-    let sandbox = if process_common::sandbox_available() {
-        "required"
+    // Without a sandbox (and so without secret masks) commands run only where the operator
+    // turned the sandbox off and opted out of masking.
+    let (sandbox, masking) = if process_common::sandbox_available() {
+        ("required", "required")
     } else {
-        "off"
+        ("off", "off")
     };
     let mut ws = serde_json::Map::new();
     for i in 0..n {
         let root = dir.join(format!("ws{i}"));
         std::fs::create_dir_all(&root).unwrap();
-        ws.insert(format!("w{i}"), json!({"root": root, "sandbox": sandbox}));
+        ws.insert(
+            format!("w{i}"),
+            json!({"root": root, "sandbox": sandbox, "secret_masking": masking}),
+        );
     }
     let cfg = json!({"workspaces": ws, "store": dir.join("store.db")});
     let path = dir.join("config.json");

@@ -330,6 +330,7 @@ fn no_sandbox_gateway(dir: &Path, extra: Value) -> (Gateway, PathBuf) {
         SandboxFacts {
             sandbox_enforced: false,
             network_enforced: false,
+            masking_enforced: false,
         },
     )
     .unwrap()

@@ -149,6 +149,7 @@ impl Harness {
         let sandbox = SandboxFacts {
             sandbox_enforced: true,
             network_enforced: true,
+            masking_enforced: true,
         };
         let gateway = Arc::new(Gateway::new(
             config,

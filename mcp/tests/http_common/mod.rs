@@ -131,6 +131,7 @@ impl Setup {
             SandboxFacts {
                 sandbox_enforced: self.sandbox,
                 network_enforced: self.sandbox,
+                masking_enforced: self.sandbox,
             },
         )
         .unwrap()

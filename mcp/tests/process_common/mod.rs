@@ -50,6 +50,9 @@ pub struct Opts {
     pub policies: Option<(PathBuf, Value)>,
     /// Extra settings merged into workspace `w`'s config (e.g. `read_paths`, `sandbox`).
     pub workspace: Value,
+    /// `secret_masking` of the workspaces (default: `required` where the sandbox runs, else
+    /// `off`, because commands cannot be masked without the sandbox helper).
+    pub secret_masking: Option<&'static str>,
 }
 
 impl Default for Opts {
@@ -67,6 +70,7 @@ impl Default for Opts {
             } else {
                 json!({"sandbox": "off"})
             },
+            secret_masking: None,
         }
     }
 }
@@ -86,7 +90,13 @@ pub fn env_with(o: Opts) -> Env {
         if id == "w" {
             root0 = root.clone();
         }
-        let mut ws = json!({"root": root, "profile": o.profile, "network": o.network});
+        let masking = o.secret_masking.unwrap_or(if sandbox_available() {
+            "required"
+        } else {
+            "off"
+        });
+        let mut ws = json!({"root": root, "profile": o.profile, "network": o.network,
+                            "secret_masking": masking});
         if id == "w"
             && let (Value::Object(m), Value::Object(extra)) = (&mut ws, &o.workspace)
         {
@@ -120,6 +130,7 @@ pub fn env_with(o: Opts) -> Env {
         SandboxFacts {
             sandbox_enforced: probe.sandbox_available(),
             network_enforced: probe.network_enforceable(),
+            masking_enforced: probe.masking_available(),
         },
     )
     .unwrap()

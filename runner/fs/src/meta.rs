@@ -32,6 +32,15 @@ impl Kind {
     }
 }
 
+/// `st_nlink` as u64 (it is narrower on some architectures).
+#[allow(
+    clippy::useless_conversion,
+    reason = "st_nlink is u64 on x86_64 but u32 on aarch64"
+)]
+pub(crate) fn nlink(st: &Stat) -> u64 {
+    u64::from(st.st_nlink)
+}
+
 /// Metadata of one path, without following a symlink leaf.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Meta {
@@ -43,6 +52,9 @@ pub struct Meta {
     pub size: u64,
     /// Last modification time, milliseconds since the Unix epoch.
     pub mtime_ms: i64,
+    /// Number of hard links (`st_nlink`): names the inode has. For a directory this counts its
+    /// subdirectories' `..` entries, not aliases.
+    pub links: u64,
 }
 
 impl Meta {
@@ -56,6 +68,7 @@ impl Meta {
                 .st_mtime
                 .saturating_mul(1000)
                 .saturating_add(i64::try_from(st.st_mtime_nsec).unwrap_or(0) / 1_000_000),
+            links: nlink(st),
         }
     }
 }

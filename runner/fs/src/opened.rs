@@ -71,6 +71,8 @@ pub struct OpenedFile {
     pub id: FileId,
     /// Permission bits (`st_mode & 0o7777`).
     pub mode: u32,
+    /// Hard-link count (`st_nlink`) at open time.
+    pub links: u64,
 }
 
 /// The result of [`OpenedFile::hash_window`].
@@ -102,6 +104,7 @@ impl Root {
             path: p.as_str().to_owned(),
             id: FileId::from_stat(&st),
             mode: st.st_mode & 0o7777,
+            links: crate::meta::nlink(&st),
         })
     }
 }

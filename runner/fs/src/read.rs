@@ -23,6 +23,8 @@ pub struct ReadOutcome {
     pub size: u64,
     /// Version (SHA-256) of the whole file.
     pub version: Version,
+    /// Hard-link count (`st_nlink`) of the file that was read, taken from the open descriptor.
+    pub links: u64,
 }
 
 /// The whole content of a file with its permission bits.
@@ -38,8 +40,9 @@ pub struct FileContent {
 
 impl Root {
     /// Opens `p` for reading as a regular file: no symlink anywhere, `O_NONBLOCK` so a FIFO cannot block,
-    /// then `fstat` to refuse anything that is not a regular file. Returns the file and its mode bits.
-    fn open_regular(&self, p: &RelPath) -> Result<(std::fs::File, u32), FsError> {
+    /// then `fstat` to refuse anything that is not a regular file. Returns the file, its mode bits
+    /// and its link count.
+    fn open_regular(&self, p: &RelPath) -> Result<(std::fs::File, u32, u64), FsError> {
         let fd = self.open_rel(p, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY)?;
         let st = rustix::fs::fstat(&fd).map_err(|e| FsError::from_errno(p.as_str(), e))?;
         if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
@@ -47,7 +50,11 @@ impl Root {
                 path: p.as_str().to_owned(),
             });
         }
-        Ok((std::fs::File::from(fd), st.st_mode & 0o7777))
+        Ok((
+            std::fs::File::from(fd),
+            st.st_mode & 0o7777,
+            crate::meta::nlink(&st),
+        ))
     }
 
     /// Opens the regular file `p` for reading, with no symlink anywhere on the path (a FIFO cannot
@@ -66,7 +73,7 @@ impl Root {
 
     /// Reads the window `[offset, offset + limit)` of the regular file `p`, hashing the whole file.
     pub fn read(&self, p: &RelPath, offset: u64, limit: u64) -> Result<ReadOutcome, FsError> {
-        let (mut file, _) = self.open_regular(p)?;
+        let (mut file, _, links) = self.open_regular(p)?;
         let end = offset.saturating_add(limit);
         let mut hasher = VersionHasher::new();
         let mut data = Vec::new();
@@ -91,12 +98,13 @@ impl Root {
             data,
             size: pos,
             version: hasher.finish(),
+            links,
         })
     }
 
     /// Reads the whole regular file `p`.
     pub fn read_all(&self, p: &RelPath) -> Result<FileContent, FsError> {
-        let (mut file, mode) = self.open_regular(p)?;
+        let (mut file, mode, _) = self.open_regular(p)?;
         let mut data = Vec::new();
         file.read_to_end(&mut data)
             .map_err(|e| FsError::from_std(p.as_str(), &e))?;

@@ -16,6 +16,9 @@ pub struct WalkLimits {
     pub max_depth: usize,
     /// Most entries returned. Default 1 000 000.
     pub max_entries: usize,
+    /// Also `lstat` every non-directory to report its link count in [`WalkEntry::links`] (one
+    /// extra syscall per entry). Default false.
+    pub stat_links: bool,
 }
 
 impl Default for WalkLimits {
@@ -23,6 +26,7 @@ impl Default for WalkLimits {
         WalkLimits {
             max_depth: 64,
             max_entries: 1_000_000,
+            stat_links: false,
         }
     }
 }
@@ -34,6 +38,11 @@ pub struct WalkEntry {
     pub path: String,
     /// What it is (symlinks are listed as such and never followed).
     pub kind: Kind,
+    /// Inode number from the directory entry (`d_ino`); names of one inode share it.
+    pub ino: u64,
+    /// Hard-link count (`st_nlink`) of a non-directory, when the walk was asked for it
+    /// ([`WalkLimits::stat_links`]); `None` for directories and otherwise.
+    pub links: Option<u64>,
 }
 
 /// The result of [`Root::walk`].
@@ -156,7 +165,8 @@ impl Root {
                 break;
             }
         }
-        walk.entries.sort_by(|a, b| a.path.cmp(&b.path));
+        // Paths are unique, so an unstable sort gives the same order without its allocation.
+        walk.entries.sort_unstable_by(|a, b| a.path.cmp(&b.path));
         Ok(walk)
     }
 }
@@ -187,12 +197,25 @@ fn list_dir(
             walk.incomplete = true;
             break;
         }
-        let kind = match entry.file_type() {
-            FileType::Unknown => match rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW) {
-                Ok(st) => Kind::from_mode(st.st_mode),
+        let lstat = || rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW);
+        let (kind, mut nlink) = match entry.file_type() {
+            FileType::Unknown => match lstat() {
+                Ok(st) => (Kind::from_mode(st.st_mode), Some(crate::meta::nlink(&st))),
                 Err(_) => continue,
             },
-            ft => Kind::from_file_type(ft),
+            ft => (Kind::from_file_type(ft), None),
+        };
+        let links = if kind == Kind::Dir || !limits.stat_links {
+            None
+        } else {
+            if nlink.is_none() {
+                match lstat() {
+                    Ok(st) => nlink = Some(crate::meta::nlink(&st)),
+                    // Gone since the listing: nothing to report.
+                    Err(_) => continue,
+                }
+            }
+            nlink
         };
         if kind == Kind::Dir {
             if depth + 1 < limits.max_depth {
@@ -203,8 +226,10 @@ fn list_dir(
         }
         if select.keeps(name, kind) {
             walk.entries.push(WalkEntry {
-                path: format!("{prefix}{name}"),
+                path: [prefix.as_str(), name].concat(),
                 kind,
+                ino: entry.ino(),
+                links,
             });
         }
     }

@@ -186,6 +186,7 @@ fn exact_limits_are_not_incomplete() {
     let limits = WalkLimits {
         max_depth: 2,
         max_entries: 2,
+        stat_links: false,
     };
     let w = fx.root().walk(&limits).unwrap();
     assert_eq!(paths(&w), vec!["x", "x/y"]);
@@ -200,4 +201,41 @@ fn symlinked_root_subdir_swap_is_not_followed() {
     let w = fx.root().walk(&WalkLimits::default()).unwrap();
     assert_eq!(paths(&w), vec!["d"]);
     assert_eq!(kind_of(&w, "d"), Some(Kind::Symlink));
+}
+
+#[test]
+fn link_counts_and_inode_numbers_are_reported_on_request() {
+    let fx = Fixture::new();
+    fx.write("a.txt", b"1");
+    fx.write("d/b.txt", b"2");
+    std::fs::hard_link(fx.abs("a.txt"), fx.abs("d/alias")).unwrap();
+    let w = fx.root().walk(&WalkLimits::default()).unwrap();
+    assert!(w.entries.iter().all(|e| e.links.is_none()), "{w:?}");
+    let ino = |w: &Walk, p: &str| w.entries.iter().find(|e| e.path == p).unwrap().ino;
+    assert_eq!(ino(&w, "a.txt"), ino(&w, "d/alias"));
+    assert_ne!(ino(&w, "a.txt"), ino(&w, "d/b.txt"));
+    let limits = WalkLimits {
+        stat_links: true,
+        ..WalkLimits::default()
+    };
+    let w = fx.root().walk(&limits).unwrap();
+    let links = |p: &str| w.entries.iter().find(|e| e.path == p).unwrap().links;
+    assert_eq!(links("a.txt"), Some(2));
+    assert_eq!(links("d/alias"), Some(2));
+    assert_eq!(links("d/b.txt"), Some(1));
+    assert_eq!(links("d"), None, "directories carry no link count");
+}
+
+#[test]
+fn stat_and_read_report_the_link_count() {
+    let fx = Fixture::new();
+    fx.write("one.txt", b"1");
+    fx.write("two.txt", b"2");
+    std::fs::hard_link(fx.abs("two.txt"), fx.abs("alias")).unwrap();
+    let root = fx.root();
+    let rel = |s: &str| codespace_runner_fs::RelPath::parse(s).unwrap();
+    assert_eq!(root.stat(&rel("one.txt")).unwrap().unwrap().links, 1);
+    assert_eq!(root.stat(&rel("alias")).unwrap().unwrap().links, 2);
+    assert_eq!(root.read(&rel("one.txt"), 0, 10).unwrap().links, 1);
+    assert_eq!(root.read(&rel("alias"), 0, 10).unwrap().links, 2);
 }

@@ -34,6 +34,9 @@ pub enum SandboxError {
     /// A process-hardening step (prctl, setrlimit, namespaces) failed.
     #[error("process hardening: {0}")]
     Hardening(String),
+    /// Secret masks could not be put in place (the command must not run with a secret visible).
+    #[error("secret masking: {0}")]
+    Masking(String),
     /// The final `execvp` of the target failed.
     #[error("cannot execute `{program}`: {source}")]
     Exec {

@@ -8,6 +8,7 @@ use std::process::Command;
 use crate::caps;
 use crate::error::SandboxError;
 use crate::fs_rules;
+use crate::mask;
 use crate::netns;
 use crate::plan::{ARGV_SEPARATOR, NetworkMode, PLAN_ENV, SandboxPlan};
 use crate::probe;
@@ -18,8 +19,9 @@ use crate::seccomp::Filters;
 /// Steps: read the plan from [`PLAN_ENV`] (and drop it from the target's environment), build the
 /// seccomp filters, set `PR_SET_NO_NEW_PRIVS`, leave the caller's session unless already a session
 /// leader (so a pipe-mode command has no controlling terminal), in `Restricted` mode enter a
-/// private network namespace (best-effort), drop every capability, apply Landlock (fully enforced
-/// or fail closed), install seccomp, then `execvp(argv)`.
+/// private network namespace (best-effort), cover the plan's secret masks in a private mount
+/// namespace (or fail closed), drop every capability, apply Landlock (fully enforced or fail
+/// closed), install seccomp, then `execvp(argv)`.
 ///
 /// Returns only on failure; the caller prints [`SandboxError::stderr_line`] to stderr and exits
 /// with [`SandboxError::exit_code`] (126, or 127 when the program does not exist), as
@@ -67,6 +69,7 @@ fn prepare(args: &[OsString]) -> Result<Command, SandboxError> {
     if plan.network == NetworkMode::Restricted {
         netns::enter_private_netns()?;
     }
+    mask::apply_masks(&plan.workspace_root, &plan.masks)?;
     caps::drop_all_capabilities()?;
     fs_rules::restrict_self(&plan, kernel_abi)?;
     filters.apply()?;

@@ -23,12 +23,16 @@
 //! - **No capabilities**: bounding, permitted, effective, inheritable and ambient sets emptied.
 //! - `PR_SET_NO_NEW_PRIVS`, its own session (no controlling terminal in pipe mode), and in
 //!   `Restricted` mode a private network namespace (best-effort).
+//! - **Secret masks** (`SandboxPlan::masks`): a private mount namespace in which each withheld
+//!   path is covered by an empty read-only file or directory; the command cannot undo them
+//!   (seccomp) nor hardlink them (`EXDEV`). Masks that cannot be applied fail closed.
 
 mod caps;
 mod error;
 mod fs_rules;
 mod harden;
 mod helper;
+mod mask;
 mod netns;
 mod plan;
 mod probe;
@@ -41,8 +45,10 @@ pub use harden::{
     scrub_env,
 };
 pub use helper::{helper_main, run_helper};
+pub use mask::MAX_MASKS;
 pub use plan::{
-    ARGV_SEPARATOR, HELPER_ARG, LauncherParts, NetworkMode, PLAN_ENV, SandboxPlan, launcher_parts,
+    ARGV_SEPARATOR, HELPER_ARG, LauncherParts, MAX_PLAN_BYTES, NetworkMode, PLAN_ENV, SandboxPlan,
+    launcher_parts,
 };
 pub use probe::{Probe, probe};
 pub use seccomp::{ALWAYS_DENIED, DENIED_CLONE_FLAGS, DENIED_IOCTLS};

@@ -10,6 +10,10 @@ use crate::error::SandboxError;
 /// The helper removes it from the target's environment before `execvp`.
 pub const PLAN_ENV: &str = "CODESPACE_SANDBOX_PLAN";
 
+/// Largest encoded plan: Linux refuses an environment string longer than 128 KiB
+/// (`MAX_ARG_STRLEN`), the variable's name and `=` included; keep a margin.
+pub const MAX_PLAN_BYTES: usize = 120 * 1024;
+
 /// The first argument (`argv[1]`) that makes the `codespace` binary act as the sandbox helper.
 pub const HELPER_ARG: &str = "__sandbox-exec";
 
@@ -53,6 +57,12 @@ pub struct SandboxPlan {
     /// Test hook: behave as if the kernel had no Landlock, so the helper fails closed.
     #[serde(default)]
     pub force_landlock_unavailable: bool,
+    /// Secret masks: absolute paths strictly beneath `workspace_root` that the command must not
+    /// see. The helper gives the command its own mount namespace and covers each with an empty
+    /// read-only file or directory (see [`crate::MAX_MASKS`]); when it cannot, the command does
+    /// not run.
+    #[serde(default)]
+    pub masks: Vec<PathBuf>,
 }
 
 impl SandboxPlan {
@@ -67,6 +77,7 @@ impl SandboxPlan {
             extra_read: Vec::new(),
             home_dir: None,
             force_landlock_unavailable: false,
+            masks: Vec::new(),
         }
     }
 
@@ -82,14 +93,32 @@ impl SandboxPlan {
         for (index, path) in self.extra_read.iter().enumerate() {
             require_absolute(path, &format!("extra read path #{index}"))?;
         }
+        if self.masks.len() > crate::mask::MAX_MASKS {
+            return Err(SandboxError::InvalidPlan(format!(
+                "{} masks exceed the limit of {}",
+                self.masks.len(),
+                crate::mask::MAX_MASKS
+            )));
+        }
+        for (index, path) in self.masks.iter().enumerate() {
+            crate::mask::relative_mask(&self.workspace_root, path, index)?;
+        }
         Ok(())
     }
 
-    /// Serializes the plan to the JSON carried in [`PLAN_ENV`] (validating it first).
+    /// Serializes the plan to the JSON carried in [`PLAN_ENV`] (validating it first). A plan
+    /// that would not fit in one environment string ([`MAX_PLAN_BYTES`]) is refused.
     pub fn to_json(&self) -> Result<String, SandboxError> {
         self.validate()?;
-        serde_json::to_string(self)
-            .map_err(|e| SandboxError::InvalidPlan(format!("cannot encode plan: {e}")))
+        let json = serde_json::to_string(self)
+            .map_err(|e| SandboxError::InvalidPlan(format!("cannot encode plan: {e}")))?;
+        if json.len() > MAX_PLAN_BYTES {
+            return Err(SandboxError::InvalidPlan(format!(
+                "the plan is {} bytes, more than the {MAX_PLAN_BYTES} one environment string can carry",
+                json.len()
+            )));
+        }
+        Ok(json)
     }
 
     /// Parses and validates a plan from the JSON carried in [`PLAN_ENV`].
@@ -139,6 +168,7 @@ mod tests {
             extra_read: vec!["/opt/tools".into()],
             home_dir: Some("/srv/homes/w".into()),
             force_landlock_unavailable: false,
+            masks: vec!["/srv/ws/.env".into(), "/srv/ws/sub/secrets".into()],
         }
     }
 
@@ -167,6 +197,22 @@ mod tests {
     }
 
     #[test]
+    fn masks_outside_the_workspace_are_rejected() {
+        let mut plan = sample();
+        plan.masks = vec!["/srv/other/.env".into()];
+        let err = plan.to_json().unwrap_err().to_string();
+        assert!(err.contains("mask #0"), "{err}");
+        assert!(!err.contains("/srv"), "{err}");
+        plan.masks = vec!["/srv/ws/../etc/passwd".into()];
+        assert!(matches!(plan.validate(), Err(SandboxError::InvalidPlan(_))));
+        plan.masks = vec!["/srv/ws".into()];
+        assert!(matches!(plan.validate(), Err(SandboxError::InvalidPlan(_))));
+        // A plan without the field (an older runner) decodes with no masks.
+        let json = r#"{"workspace_root":"/x","write_workspace":false,"network":"restricted","tmp_dir":null}"#;
+        assert!(SandboxPlan::from_json(json).unwrap().masks.is_empty());
+    }
+
+    #[test]
     fn unknown_fields_and_bad_json_are_rejected() {
         let err = SandboxPlan::from_json("{\"workspace_root\":\"/x\",\"bogus\":1}").unwrap_err();
         assert!(matches!(err, SandboxError::InvalidPlan(_)));
@@ -190,6 +236,7 @@ mod tests {
         assert!(!plan.write_workspace);
         assert_eq!(plan.network, NetworkMode::Restricted);
         assert!(plan.tmp_dir.is_none() && plan.extra_read.is_empty() && plan.home_dir.is_none());
+        assert!(plan.masks.is_empty());
         assert!(!plan.force_landlock_unavailable);
     }
 }

@@ -1,4 +1,5 @@
-//! Cheap detection of the kernel features the sandbox relies on (Landlock, seccomp, namespaces).
+//! Cheap detection of the kernel features the sandbox relies on (Landlock, seccomp, namespaces,
+//! and the mount namespaces of secret masks).
 
 use std::fs;
 use std::path::Path;
@@ -18,6 +19,9 @@ pub struct Probe {
     pub user_namespaces: bool,
     /// This process could create a network namespace (directly, or inside a user namespace).
     pub net_namespaces: bool,
+    /// This process could create a mount namespace (directly, or inside a user namespace): what
+    /// secret masks need.
+    pub mount_namespaces: bool,
 }
 
 impl Probe {
@@ -31,6 +35,13 @@ impl Probe {
     pub fn network_enforceable(&self) -> bool {
         self.sandbox_available()
     }
+
+    /// Whether secret masks can be enforced: they are applied by the helper (so the sandbox must
+    /// be available) in a private mount namespace. The helper still fails closed if the kernel
+    /// refuses at exec time.
+    pub fn masking_available(&self) -> bool {
+        self.sandbox_available() && self.mount_namespaces
+    }
 }
 
 /// Probes the kernel. Reads a few `/proc` files and makes one syscall; no process is forked.
@@ -41,6 +52,7 @@ pub fn probe() -> Probe {
         seccomp: seccomp_filter_available(),
         user_namespaces,
         net_namespaces: net_namespaces_allowed(user_namespaces),
+        mount_namespaces: mount_namespaces_allowed(user_namespaces),
     }
 }
 
@@ -107,6 +119,16 @@ fn net_namespaces_allowed(user_namespaces: bool) -> bool {
     is_root() || user_namespaces
 }
 
+fn mount_namespaces_allowed(user_namespaces: bool) -> bool {
+    if !Path::new("/proc/self/ns/mnt").exists() {
+        return false;
+    }
+    if read_number("/proc/sys/user/max_mnt_namespaces").is_some_and(|n| n <= 0) {
+        return false;
+    }
+    is_root() || user_namespaces
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,14 +140,25 @@ mod tests {
             seccomp: true,
             user_namespaces: true,
             net_namespaces: true,
+            mount_namespaces: true,
         };
         assert!(full.sandbox_available());
+        assert!(full.masking_available());
+        let no_mount_ns = Probe {
+            mount_namespaces: false,
+            ..full
+        };
+        assert!(no_mount_ns.sandbox_available() && !no_mount_ns.masking_available());
         assert!(full.network_enforceable());
         let no_landlock = Probe {
             landlock_abi: None,
             ..full
         };
         assert!(!no_landlock.sandbox_available());
+        assert!(
+            !no_landlock.masking_available(),
+            "masks are applied by the helper"
+        );
         let no_seccomp = Probe {
             seccomp: false,
             ..full

@@ -41,6 +41,16 @@ pub const ALWAYS_DENIED: &[(&str, libc::c_long)] = &[
     ("keyctl", libc::SYS_keyctl),
     ("add_key", libc::SYS_add_key),
     ("request_key", libc::SYS_request_key),
+    // The new mount API and handle-based opens: either could move, reconfigure or bypass the
+    // secret masks (see mask.rs).
+    ("open_tree", libc::SYS_open_tree),
+    ("move_mount", libc::SYS_move_mount),
+    ("fsopen", libc::SYS_fsopen),
+    ("fsconfig", libc::SYS_fsconfig),
+    ("fsmount", libc::SYS_fsmount),
+    ("fspick", libc::SYS_fspick),
+    ("mount_setattr", libc::SYS_mount_setattr),
+    ("open_by_handle_at", libc::SYS_open_by_handle_at),
 ];
 
 /// `clone` flags that create namespaces; `clone` with any of them is denied with `EPERM`.

@@ -56,6 +56,7 @@ impl Fixture {
             extra_read: Vec::new(),
             home_dir: Some(self.home.clone()),
             force_landlock_unavailable: false,
+            masks: Vec::new(),
         }
     }
 }

@@ -1,0 +1,283 @@
+//! Secret masks: the command gets its own mount namespace in which every withheld path of the
+//! plan is covered by an empty read-only file (`/dev/null`) or an empty read-only directory (a
+//! fresh tmpfs), so no name, `..` trick or symlink inside the workspace reaches the real content.
+//!
+//! A mask cannot be undone by the command: seccomp refuses `mount`, `umount2`, `unshare`, `setns`,
+//! `pivot_root`, namespace-creating `clone` and the new mount API (`open_tree`, `move_mount`,
+//! `fsopen`, `fsconfig`, `fsmount`, `fspick`, `mount_setattr`), and `link()` across the mask's
+//! mount boundary fails with `EXDEV`, so a masked file cannot be hardlinked either.
+//!
+//! Every target is opened beneath the workspace root with `openat2(RESOLVE_BENEATH |
+//! RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)` and the mask is attached to that file
+//! descriptor (`move_mount` with `MOVE_MOUNT_T_EMPTY_PATH`), so a symlink swapped in after the
+//! engine's walk can never redirect a mask outside the workspace.
+
+use std::fs;
+use std::path::{Component, Path};
+
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use rustix::fs::{CWD, FileType, Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
+use rustix::mount::{
+    FsMountFlags, FsOpenFlags, MountAttrFlags, MountPropagationFlags, MoveMountFlags, OpenTreeFlags,
+};
+use rustix::thread::UnshareFlags;
+
+use crate::error::SandboxError;
+
+/// The file every masked non-directory shows: reads see end of file at once.
+const FILE_MASK_SOURCE: &str = "/dev/null";
+
+/// Most masks one plan may carry. Each is one mount; the kernel's default `fs.mount-max` is
+/// 100 000 per namespace, and the whole plan travels in one environment string (128 KiB max).
+pub const MAX_MASKS: usize = 1024;
+
+fn masking(msg: impl Into<String>) -> SandboxError {
+    SandboxError::Masking(msg.into())
+}
+
+/// Checks one mask path of a plan: absolute, strictly beneath `root`, no `.` or `..`.
+/// Returns the part relative to `root`. Messages never echo the path.
+pub(crate) fn relative_mask<'a>(
+    root: &Path,
+    mask: &'a Path,
+    index: usize,
+) -> Result<&'a Path, SandboxError> {
+    let bad = |why: &str| SandboxError::InvalidPlan(format!("mask #{index} {why}"));
+    if !mask.is_absolute() {
+        return Err(bad("must be an absolute path"));
+    }
+    if mask
+        .components()
+        .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+    {
+        return Err(bad("must not contain `.` or `..`"));
+    }
+    let rel = mask
+        .strip_prefix(root)
+        .map_err(|_| bad("must lie beneath the workspace root"))?;
+    if rel.as_os_str().is_empty() {
+        return Err(bad("must not be the workspace root itself"));
+    }
+    Ok(rel)
+}
+
+/// Moves the calling (single-threaded) process into a private mount namespace and covers every
+/// path of `masks` (absolute, beneath `workspace_root`). Does nothing when `masks` is empty.
+/// Returns how many masks were attached: a path that no longer exists has nothing to hide, and
+/// one that turned into a symlink is skipped (what it points to is decided by its own name).
+///
+/// Tries `unshare(CLONE_NEWNS)` (root, or already inside a user namespace of our own), then
+/// `unshare(CLONE_NEWUSER | CLONE_NEWNS)` with the caller's uid/gid mapped to themselves. Any
+/// failure is an error: the command must not run with a secret left visible.
+pub(crate) fn apply_masks(
+    workspace_root: &Path,
+    masks: &[std::path::PathBuf],
+) -> Result<usize, SandboxError> {
+    if masks.is_empty() {
+        return Ok(0);
+    }
+    if masks.len() > MAX_MASKS {
+        return Err(masking(format!(
+            "{} masks exceed the limit of {MAX_MASKS}",
+            masks.len()
+        )));
+    }
+    enter_mount_namespace()?;
+    // Nothing mounted below may propagate back to the host's namespace.
+    rustix::mount::mount_change(
+        "/",
+        MountPropagationFlags::REC | MountPropagationFlags::PRIVATE,
+    )
+    .map_err(|e| masking(format!("cannot make the mount tree private: {e}")))?;
+    // Opened after unshare, so it names the workspace in the new namespace.
+    let root = rustix::fs::open(
+        workspace_root,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| masking(format!("cannot open the workspace root: {e}")))?;
+    let mut masked = 0;
+    for (index, mask) in masks.iter().enumerate() {
+        let rel = relative_mask(workspace_root, mask, index)?;
+        let target = match open_target(root.as_fd(), rel) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => continue,
+            Err(e) => {
+                return Err(masking(format!("cannot open mask #{index}: {e}")));
+            }
+        };
+        let st = rustix::fs::fstat(&target)
+            .map_err(|e| masking(format!("cannot stat mask #{index}: {e}")))?;
+        let mask_tree = match FileType::from_raw_mode(st.st_mode) {
+            FileType::Symlink => continue,
+            FileType::Directory => empty_dir_tree(),
+            _ => empty_file_tree(),
+        }
+        .map_err(|e| masking(format!("cannot build mask #{index}: {e}")))?;
+        rustix::mount::move_mount(
+            mask_tree.as_fd(),
+            "",
+            target.as_fd(),
+            "",
+            MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH,
+        )
+        .map_err(|e| masking(format!("cannot attach mask #{index}: {e}")))?;
+        masked += 1;
+    }
+    reenter_cwd()?;
+    Ok(masked)
+}
+
+fn enter_mount_namespace() -> Result<(), SandboxError> {
+    // SAFETY: the helper is single-threaded here and CLONE_FILES is not involved, so no other
+    // thread can observe the change of namespaces.
+    if unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNS) }.is_ok() {
+        return Ok(());
+    }
+    let uid = rustix::process::getuid().as_raw();
+    let gid = rustix::process::getgid().as_raw();
+    // SAFETY: as above; CLONE_NEWUSER also requires a single-threaded caller, which holds.
+    unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER | UnshareFlags::NEWNS) }
+        .map_err(|e| {
+            SandboxError::Unavailable(format!("secret masking needs a mount namespace: {e}"))
+        })?;
+    let write = |file: &str, text: String| {
+        fs::write(file, text)
+            .map_err(|e| masking(format!("cannot write the user namespace {file}: {e}")))
+    };
+    write("/proc/self/setgroups", "deny".to_owned())?;
+    write("/proc/self/gid_map", format!("{gid} {gid} 1\n"))?;
+    write("/proc/self/uid_map", format!("{uid} {uid} 1\n"))
+}
+
+/// Opens `rel` beneath `root` as an `O_PATH` handle, following no symlink anywhere (a symlink
+/// leaf is returned as itself).
+fn open_target(root: BorrowedFd<'_>, rel: &Path) -> Result<OwnedFd, Errno> {
+    rustix::fs::openat2(
+        root,
+        rel,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+}
+
+/// A detached read-only bind of `/dev/null`, ready to be attached over a non-directory.
+fn empty_file_tree() -> Result<OwnedFd, Errno> {
+    let tree = rustix::mount::open_tree(
+        CWD,
+        FILE_MASK_SOURCE,
+        OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC,
+    )?;
+    set_read_only(tree.as_fd())?;
+    Ok(tree)
+}
+
+/// A detached, empty, read-only tmpfs, ready to be attached over a directory.
+fn empty_dir_tree() -> Result<OwnedFd, Errno> {
+    let fs = rustix::mount::fsopen("tmpfs", FsOpenFlags::FSOPEN_CLOEXEC)?;
+    rustix::mount::fsconfig_set_string(fs.as_fd(), "mode", "0555")?;
+    rustix::mount::fsconfig_set_string(fs.as_fd(), "size", "4k")?;
+    rustix::mount::fsconfig_set_string(fs.as_fd(), "nr_inodes", "1")?;
+    rustix::mount::fsconfig_create(fs.as_fd())?;
+    rustix::mount::fsmount(
+        fs.as_fd(),
+        FsMountFlags::FSMOUNT_CLOEXEC,
+        MountAttrFlags::MOUNT_ATTR_RDONLY
+            | MountAttrFlags::MOUNT_ATTR_NOSUID
+            | MountAttrFlags::MOUNT_ATTR_NODEV
+            | MountAttrFlags::MOUNT_ATTR_NOEXEC,
+    )
+}
+
+/// `struct mount_attr` of `mount_setattr(2)` (size version 0).
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// Adds read-only, nosuid and noexec to the detached tree `tree` (flags are only added, so
+/// flags a user namespace locked stay as they are).
+fn set_read_only(tree: BorrowedFd<'_>) -> Result<(), Errno> {
+    use rustix::fd::AsRawFd;
+    let attr = MountAttr {
+        attr_set: u64::from(
+            (MountAttrFlags::MOUNT_ATTR_RDONLY
+                | MountAttrFlags::MOUNT_ATTR_NOSUID
+                | MountAttrFlags::MOUNT_ATTR_NOEXEC)
+                .bits(),
+        ),
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let empty = c"";
+    // SAFETY: `tree` is a valid open file descriptor for the call's duration, `empty` is a
+    // NUL-terminated string, and `attr` is a live, correctly laid out `struct mount_attr` whose
+    // size is passed alongside; the kernel reads it and writes nothing back.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_EMPTY_PATH,
+            &raw const attr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::INVAL))
+    }
+}
+
+/// The working directory was resolved before the masks existed; if it is (or lies beneath) a
+/// masked directory it would still name the real one. Resolving it again lands on the mask.
+fn reenter_cwd() -> Result<(), SandboxError> {
+    let cwd = std::env::current_dir()
+        .map_err(|e| masking(format!("cannot read the working directory: {e}")))?;
+    std::env::set_current_dir(&cwd)
+        .map_err(|e| masking(format!("cannot re-enter the working directory: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    #[test]
+    fn mask_paths_must_lie_strictly_beneath_the_root() {
+        let root = Path::new("/srv/ws");
+        let ok = PathBuf::from("/srv/ws/sub/.env");
+        assert_eq!(relative_mask(root, &ok, 0).unwrap(), Path::new("sub/.env"));
+        for bad in ["rel/.env", "/srv/other/.env", "/srv/ws", "/srv/ws/../x"] {
+            let err = relative_mask(root, Path::new(bad), 3)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("mask #3"), "{bad}: {err}");
+            assert!(
+                !err.contains("srv"),
+                "{bad}: the message echoes the path: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn no_masks_means_no_namespace() {
+        assert_eq!(apply_masks(Path::new("/nonexistent"), &[]).unwrap(), 0);
+    }
+
+    #[test]
+    fn too_many_masks_fail_closed_before_touching_namespaces() {
+        let masks: Vec<PathBuf> = (0..=MAX_MASKS)
+            .map(|i| PathBuf::from(format!("/nonexistent/{i}")))
+            .collect();
+        let err = apply_masks(Path::new("/nonexistent"), &masks).unwrap_err();
+        assert!(matches!(err, SandboxError::Masking(_)), "{err}");
+    }
+}
