@@ -1,4 +1,5 @@
-//! apply_patch through the real gateway path: the shared conformance scenarios, atomicity under
+//! apply_patch through the real gateway path: the in-repo fixtures (runner/patch/tests/fixtures),
+//! the external conformance scenarios when present, atomicity under
 //! injected failures, stale edits, idempotency, versions and policy.
 #![allow(
     clippy::unwrap_used,
@@ -119,10 +120,32 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-fn shared_dir() -> PathBuf {
+/// The external apply_patch scenarios: `$CODESPACE_SHARED/conformance/apply-patch`, else the
+/// `shared/` folder next to the repo. `None` (after printing a `skip:` line) when CODESPACE_SHARED
+/// is unset and that folder is absent; a missing folder under a set CODESPACE_SHARED fails.
+fn external_scenarios_dir() -> Option<PathBuf> {
     match std::env::var_os("CODESPACE_SHARED") {
-        Some(p) => PathBuf::from(p),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"),
+        Some(p) => {
+            let dir = PathBuf::from(p).join("conformance/apply-patch");
+            assert!(
+                dir.is_dir(),
+                "shared conformance scenarios missing at {} (CODESPACE_SHARED is set)",
+                dir.display()
+            );
+            Some(dir)
+        }
+        None => {
+            let dir =
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance/apply-patch");
+            if dir.is_dir() {
+                Some(dir)
+            } else {
+                println!(
+                    "skip: external apply_patch conformance scenarios not found (set CODESPACE_SHARED)"
+                );
+                None
+            }
+        }
     }
 }
 
@@ -134,12 +157,9 @@ fn write(root: &Path, rel: &str, data: &str) {
 
 #[tokio::test]
 async fn conformance_scenarios_through_the_tool_path() {
-    let dir = shared_dir().join("conformance/apply-patch");
-    assert!(
-        dir.is_dir(),
-        "shared conformance scenarios missing at {}",
-        dir.display()
-    );
+    let Some(dir) = external_scenarios_dir() else {
+        return;
+    };
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
         .filter_map(|e| {
@@ -198,6 +218,52 @@ async fn conformance_scenarios_through_the_tool_path() {
             let v = out.unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(v["status"], "applied", "{name}");
             assert_eq!(after, expected, "{name}: tree differs from expected/");
+        }
+    }
+}
+
+/// The in-repo fixtures shared with runner/patch/tests/fixtures.rs (format documented there).
+fn fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../runner/patch/tests/fixtures")
+}
+
+#[tokio::test]
+async fn in_repo_fixtures_through_the_tool_path() {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(fixtures_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    assert!(dirs.len() >= 16, "fixtures: {dirs:?}");
+    for sc in dirs {
+        let name = sc.file_name().unwrap().to_string_lossy().to_string();
+        let text = std::fs::read_to_string(sc.join("patch.txt"))
+            .unwrap_or_else(|e| panic!("{name}: malformed fixture, patch.txt: {e}"));
+        let error = sc.join("error.txt");
+        let after_dir = sc.join("after");
+        assert!(
+            error.is_file() != after_dir.is_dir(),
+            "{name}: malformed fixture, needs exactly one of after/ or error.txt"
+        );
+        let e = env();
+        copy_dir(&sc.join("before"), &e.root);
+        let before = tree(&e.root);
+        let out = patch(&e.gw, &text).await;
+        let after = tree(&e.root);
+        if error.is_file() {
+            let code = std::fs::read_to_string(&error).unwrap().trim().to_string();
+            let err = out.expect_err(&name);
+            assert_eq!(err.code.as_str(), code, "{name}: {}", err.message);
+            assert_eq!(after, before, "{name}: a rejected patch changed the tree");
+            assert!(
+                !e.root.parent().unwrap().join("outside.txt").exists(),
+                "{name}: wrote outside the workspace"
+            );
+        } else {
+            let v = out.unwrap_or_else(|err| panic!("{name}: {err}"));
+            assert_eq!(v["status"], "applied", "{name}");
+            assert_eq!(after, tree(&after_dir), "{name}: tree differs from after/");
         }
     }
 }
