@@ -180,7 +180,7 @@ impl Gateway {
                 WorkspaceRuntime {
                     facts,
                     root: Arc::new(root),
-                    versions: crate::versions::Versions::new(&ws.root),
+                    versions: crate::versions::Versions::new(&ws.root, Arc::clone(&temps)),
                 },
             );
         }
