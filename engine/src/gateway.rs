@@ -95,7 +95,7 @@ pub struct Gateway {
     pub(crate) patch_hooks: Arc<crate::patch_tool::PatchHooks>,
     pub(crate) processes: crate::process_tools::Processes,
     signatures: Mutex<Option<(String, Arc<crate::signature::SignaturePlan>)>>,
-    decision_cache: Mutex<HashMap<String, CachedDecision>>,
+    decision_cache: Mutex<DecisionCache>,
     pub(crate) temps: Arc<codespace_runner_fs::TempNames>,
     /// The store statistics the retention pruner last computed.
     pub(crate) store_stats: crate::retention::StatsCell,
@@ -109,6 +109,14 @@ struct CachedDecision {
     allowed: bool,
     policy_ids: Vec<String>,
     default_deny: bool,
+}
+
+/// The cached sub-decisions of one policy set: entries of a superseded set can never hit again, so
+/// caching under a new set drops them.
+#[derive(Debug, Default)]
+struct DecisionCache {
+    set: String,
+    entries: HashMap<String, CachedDecision>,
 }
 
 /// Entries kept in the decision cache before it is cleared.
@@ -199,6 +207,7 @@ impl Gateway {
                     root,
                     versions: Arc::new(crate::versions::Versions::with_observer(
                         &ws.root,
+                        Arc::clone(&temps),
                         index.observer(),
                         index.fence_dir(),
                     )),
@@ -221,7 +230,7 @@ impl Gateway {
             leases: Leases::new(config_max_waiters),
             patch_hooks: Arc::new(crate::patch_tool::PatchHooks::default()),
             signatures: Mutex::new(None),
-            decision_cache: Mutex::new(HashMap::new()),
+            decision_cache: Mutex::new(DecisionCache::default()),
             processes,
             temps,
             store_stats: crate::retention::StatsCell::default(),
@@ -352,7 +361,9 @@ impl Gateway {
     /// decision can depend on: the policy-set hash, the workspace (its entities are fixed for
     /// the gateway's life), the tool, the action, the patch kind, the whole context, and the
     /// path's decision signature (see [`crate::signature`]); a set whose signature is
-    /// uncacheable is never cached. Decisions with evaluation errors are never cached.
+    /// uncacheable is never cached. Decisions with evaluation errors are never cached, and neither
+    /// are those about a process (their context names the process, so no other call can share
+    /// them). The cache holds one policy set's entries.
     fn decide_cached(
         &self,
         snap: &PolicySnapshot,
@@ -366,6 +377,7 @@ impl Gateway {
             .map(|r| {
                 let tool = r.resource_tool.as_deref().unwrap_or(tool);
                 plan.key(&r.path, facts.is_server_owned(&r.path), r.links)
+                    .filter(|_| r.context.get("process").is_none())
                     .map(|sig| {
                         format!(
                             "{}\0{}\0{tool}\0{}\0{}\0{}\0{sig}",
@@ -378,7 +390,7 @@ impl Gateway {
         let hits: Vec<Option<CachedDecision>> = match self.decision_cache.lock() {
             Ok(cache) => keys
                 .iter()
-                .map(|k| k.as_ref().and_then(|k| cache.get(k).cloned()))
+                .map(|k| k.as_ref().and_then(|k| cache.entries.get(k).cloned()))
                 .collect(),
             Err(_) => vec![None; reqs.len()],
         };
@@ -450,13 +462,23 @@ impl Gateway {
         if !to_cache.is_empty()
             && let Ok(mut cache) = self.decision_cache.lock()
         {
-            if cache.len() + to_cache.len() > DECISION_CACHE_MAX {
-                cache.clear();
+            if cache.set != snap.sha256 || cache.entries.len() + to_cache.len() > DECISION_CACHE_MAX
+            {
+                cache.entries.clear();
+                cache.set.clone_from(&snap.sha256);
             }
-            cache.extend(to_cache);
+            cache.entries.extend(to_cache);
         }
         d.subs = subs;
         d
+    }
+
+    /// Entries in the decision cache (for tests of its bounds).
+    #[doc(hidden)]
+    pub fn decision_cache_len(&self) -> usize {
+        self.decision_cache
+            .lock()
+            .map_or(0, |cache| cache.entries.len())
     }
 
     /// The decision-signature plan of a snapshot (cached per policy-set hash).

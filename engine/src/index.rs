@@ -791,7 +791,12 @@ mod tests {
         let root = Arc::new(Root::open(&dir).unwrap());
         let ix = PathIndex::new(root, &dir, 1_000_000);
         let versions =
-            crate::versions::Versions::with_observer(&dir, ix.observer(), ix.fence_dir());
+            crate::versions::Versions::with_observer(
+                &dir,
+                codespace_runner_fs::TempNames::unregistered(),
+                ix.observer(),
+                ix.fence_dir(),
+            );
         Ix { ix, versions }
     }
 
@@ -866,6 +871,7 @@ mod tests {
         let ix = Arc::new(PathIndex::new(root, &dir, 1_000_000));
         let versions = Arc::new(crate::versions::Versions::with_observer(
             &dir,
+            codespace_runner_fs::TempNames::unregistered(),
             ix.observer(),
             ix.fence_dir(),
         ));

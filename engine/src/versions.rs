@@ -3,7 +3,7 @@
 //! The watcher is not a tool. Disk stays the truth: a path the watcher touched (or one never
 //! seen) is re-hashed, so a missed event cannot let a stale write through.
 
-use codespace_runner_fs::{RelPath, Root};
+use codespace_runner_fs::{RelPath, Root, TempNames};
 use notify::{RecursiveMode, Watcher};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -36,6 +36,7 @@ pub type WatchObserver = Arc<dyn Fn(&notify::Result<notify::Event>) + Send + Syn
 /// The version table of one workspace, with its watcher.
 pub struct Versions {
     root_abs: PathBuf,
+    temps: Arc<TempNames>,
     table: Arc<Mutex<Table>>,
     watcher: Mutex<Option<notify::RecommendedWatcher>>,
     observer: Option<WatchObserver>,
@@ -64,10 +65,13 @@ fn lock(t: &Mutex<Table>) -> MutexGuard<'_, Table> {
 }
 
 impl Versions {
-    /// A table for the workspace rooted at `root_abs` (canonical). The watcher starts lazily.
-    pub fn new(root_abs: &Path) -> Versions {
+    /// A table for the workspace rooted at `root_abs` (canonical). The watcher starts lazily and
+    /// ignores the server's own temporary files (`temps`): every write makes a new one, so tracking
+    /// them would grow the table with every write.
+    pub fn new(root_abs: &Path, temps: Arc<TempNames>) -> Versions {
         Versions {
             root_abs: root_abs.to_path_buf(),
+            temps,
             table: Arc::new(Mutex::new(Table::default())),
             watcher: Mutex::new(None),
             observer: None,
@@ -81,13 +85,14 @@ impl Versions {
     /// event there proves every earlier event of the workspace was delivered.
     pub fn with_observer(
         root_abs: &Path,
+        temps: Arc<TempNames>,
         observer: WatchObserver,
         extra_watch: Option<PathBuf>,
     ) -> Versions {
         Versions {
             observer: Some(observer),
             extra_watch,
-            ..Versions::new(root_abs)
+            ..Versions::new(root_abs, temps)
         }
     }
 
@@ -112,6 +117,7 @@ impl Versions {
         let table = Arc::clone(&self.table);
         let root = self.root_abs.clone();
         let observer = self.observer.clone();
+        let temps = Arc::clone(&self.temps);
         let handler = move |res: notify::Result<notify::Event>| {
             if let Some(obs) = &observer {
                 obs(&res);
@@ -132,6 +138,13 @@ impl Versions {
                         return;
                     }
                     for p in &ev.paths {
+                        let server_temp = p
+                            .file_name()
+                            .and_then(|n| n.to_str())
+                            .is_some_and(|n| temps.is_server_temp(n));
+                        if server_temp {
+                            continue;
+                        }
                         if let Ok(rel) = p.strip_prefix(&root) {
                             let rel = rel.to_string_lossy().to_string();
                             // A directory event invalidates everything beneath it.
@@ -236,5 +249,58 @@ impl Versions {
         };
         self.record(path.as_str(), k.clone());
         Ok(k)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    #[test]
+    fn the_servers_temp_files_are_not_tracked() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let temps = Arc::new(TempNames::new("00000000000000aa").unwrap());
+        let v = Versions::new(&root, Arc::clone(&temps));
+        v.ensure_watching();
+        let fs_root = Root::open(&root)
+            .unwrap()
+            .with_temp_names(Arc::clone(&temps));
+        let target = RelPath::parse("t.txt").unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        // Writes through temp files until the watcher has reported the target (an event, polled).
+        let mut writes = 0;
+        while v.changed_since(0, &["t.txt".to_string()]).is_empty() {
+            assert!(std::time::Instant::now() < deadline, "no watcher event");
+            fs_root.write_atomic(&target, b"x", 0o644).unwrap();
+            writes += 1;
+            std::thread::yield_now();
+        }
+        for _ in 0..20 {
+            fs_root.write_atomic(&target, b"y", 0o644).unwrap();
+            writes += 1;
+        }
+        // A user's file named like a temp file of an unknown instance is tracked as any file.
+        std::fs::write(root.join(".codespace-tmp-00000000000000cc-1"), "u").unwrap();
+        while v
+            .changed_since(0, &[".codespace-tmp-00000000000000cc-1".to_string()])
+            .is_empty()
+        {
+            assert!(std::time::Instant::now() < deadline, "no watcher event");
+            std::thread::yield_now();
+        }
+        let t = lock(&v.table);
+        let tracked: Vec<&String> = t.touched.keys().collect();
+        assert!(
+            tracked.iter().all(|k| !temps.is_server_temp(k)),
+            "{writes} writes tracked temp files: {tracked:?}"
+        );
+        assert!(
+            tracked
+                .iter()
+                .any(|k| k.as_str() == ".codespace-tmp-00000000000000cc-1")
+        );
     }
 }

@@ -98,3 +98,90 @@ async fn cached_decisions_match_and_a_reload_invalidates_them() {
         Some(&["base.forbid.no-a".to_string()][..])
     );
 }
+
+/// A long-running server must not grow its cache with every reload or every process: a reload
+/// drops the entries of the superseded set, and decisions about a process (whose context names
+/// it) are not cached at all.
+#[tokio::test]
+async fn the_cache_holds_one_policy_set_and_no_per_process_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    for sub in ["policies/base", "policies/profiles"] {
+        copy_dir(&repo.join(sub), &dir.path().join(sub));
+    }
+    copy_dir(&repo.join("schema"), &dir.path().join("schema"));
+    let root = dir.path().join("ws");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(root.join("a.txt"), "a").unwrap();
+    let cfg = Config::from_json(
+        &format!(
+            r#"{{"workspaces": {{"w": {{"root": "{}", "profile": "workspace-write", "network": "enabled"}}}}}}"#,
+            root.display()
+        ),
+        Path::new("/"),
+    )
+    .unwrap();
+    let policy = Arc::new(
+        PolicyStore::load(PolicySource::Dir {
+            policies: dir.path().join("policies"),
+            schema: dir.path().join("schema/codespace.cedarschema"),
+        })
+        .unwrap(),
+    );
+    let store = Arc::new(codespace_store::Store::open_in_memory().unwrap());
+    let gw = Gateway::new(
+        cfg,
+        Arc::clone(&policy),
+        Some(store),
+        SandboxFacts {
+            sandbox_enforced: false,
+            network_enforced: false,
+            masking_enforced: false,
+        },
+    )
+    .unwrap();
+    let s = Session::stdio();
+    let call = |name: &str, args: serde_json::Value| ToolCall::parse(name, &args).unwrap();
+    let read = || call("read", json!({"workspace_id": "w", "path": "a.txt"}));
+
+    gw.call(&s, read()).await.unwrap();
+    let one_set = gw.decision_cache_len();
+    assert!(one_set > 0, "a read is cached");
+    for i in 0..3 {
+        std::fs::write(
+            dir.path().join("policies/base/extra.cedar"),
+            format!(
+                "@id(\"base.forbid.extra-{i}\")\n@reason(\"test\")\nforbid (principal, action, resource) when {{ resource.basename == \"never-{i}\" }};\n"
+            ),
+        )
+        .unwrap();
+        policy.reload().unwrap();
+        gw.call(&s, read()).await.unwrap();
+        assert_eq!(
+            gw.decision_cache_len(),
+            one_set,
+            "reload {i}: entries of superseded sets are dropped"
+        );
+    }
+
+    // Several processes, each read and polled: the process tools add nothing to the cache.
+    let exec = || {
+        call(
+            "exec_command",
+            json!({"workspace_id": "w", "command": ["true"], "yield_ms": 10000}),
+        )
+    };
+    let first = gw.call(&s, exec()).await.unwrap();
+    assert_eq!(first["exit_code"], 0, "{first}");
+    let with_exec = gw.decision_cache_len();
+    for _ in 0..5 {
+        let r = gw.call(&s, exec()).await.unwrap();
+        let pid = r["process_id"].as_str().unwrap().to_string();
+        for tool in ["read_process", "process_status", "read_process"] {
+            gw.call(&s, call(tool, json!({"process_id": pid})))
+                .await
+                .unwrap();
+        }
+    }
+    assert_eq!(gw.decision_cache_len(), with_exec);
+}
