@@ -116,10 +116,15 @@ impl Tri {
         }
     }
 
-    fn to_json(&self) -> Value {
+    /// True only when it held (an error is not a match).
+    fn held(&self) -> bool {
+        *self == Tri::True
+    }
+
+    fn error(&self) -> Option<&str> {
         match self {
-            Tri::Error(e) => json!({"result": "error", "error": e}),
-            other => json!(other.as_str()),
+            Tri::Error(e) => Some(e),
+            _ => None,
         }
     }
 }
@@ -411,8 +416,10 @@ pub fn to_json(x: &Explanation) -> Value {
                     "id": p.id,
                     "effect": p.effect,
                     "location": p.location,
-                    "scope_matched": p.scope.to_json(),
-                    "condition": p.condition.as_ref().map(Tri::to_json),
+                    "scope_matched": p.scope.held(),
+                    "scope_error": p.scope.error(),
+                    "condition": p.condition.as_ref().map(Tri::held),
+                    "condition_error": p.condition.as_ref().and_then(Tri::error),
                     "determining": p.determining,
                     "reason": p.reason,
                 })).collect::<Vec<_>>(),

@@ -18,6 +18,7 @@ mod process_tools;
 pub mod reload;
 pub mod request;
 pub mod signature;
+pub mod suggest;
 pub mod tools;
 pub mod versions;
 

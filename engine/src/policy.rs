@@ -4,7 +4,7 @@
 use cedar_policy::{PolicyId, PolicySet, Schema, ValidationMode, Validator};
 use miette::Diagnostic;
 use sha2::{Digest, Sha256};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::{Arc, RwLock};
@@ -375,12 +375,72 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// The profile ids a policy names (`PermissionProfile::"…"` in its scope or conditions).
+pub fn profiles_named(policy: &cedar_policy::Policy) -> BTreeSet<String> {
+    fn walk(v: &serde_json::Value, out: &mut BTreeSet<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                if let (Some(serde_json::Value::String(ty)), Some(serde_json::Value::String(id))) =
+                    (m.get("type"), m.get("id"))
+                    && (ty == "CodeSpace::PermissionProfile" || ty == "PermissionProfile")
+                {
+                    out.insert(id.clone());
+                }
+                for x in m.values() {
+                    walk(x, out);
+                }
+            }
+            serde_json::Value::Array(items) => {
+                for x in items {
+                    walk(x, out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = BTreeSet::new();
+    if let Ok(est) = policy.to_json() {
+        walk(&est, &mut out);
+    }
+    out
+}
+
+/// One line per policy that names a profile outside `known` (the config's profiles, the
+/// built-ins and any a test file declares): such a permit never matches and such a forbid never
+/// applies, so it is a validation error, with the closest known name.
+pub fn unknown_profile_errors(snap: &PolicySnapshot, known: &BTreeSet<String>) -> Vec<String> {
+    let mut errs = Vec::new();
+    for (id, meta) in &snap.meta {
+        let Some(policy) = snap.set.policy(&PolicyId::new(id)) else {
+            continue;
+        };
+        for name in profiles_named(policy) {
+            if !known.contains(&name) {
+                errs.push(format!(
+                    "{}:{}: policy {id}: unknown profile `{name}`{}; profiles come from the config's `profiles`, the built-ins ({}) or a test file's `profiles:`",
+                    meta.file,
+                    meta.line,
+                    crate::suggest::did_you_mean(&name, known.iter().map(String::as_str)),
+                    crate::config::BUILTIN_PROFILES
+                        .iter()
+                        .map(|(b, _)| *b)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+        }
+    }
+    errs
+}
+
 /// The live policy set: readers take an `Arc` snapshot at the start of a call and finish under it.
 #[derive(Debug)]
 pub struct PolicyStore {
     current: RwLock<Arc<PolicySnapshot>>,
     source: PolicySource,
     last_error: RwLock<Option<RejectedReload>>,
+    /// The profile ids policies may name (None: not checked).
+    known_profiles: Option<BTreeSet<String>>,
 }
 
 /// A reload that was refused (the last good set stayed in force).
@@ -400,7 +460,45 @@ impl PolicyStore {
             current: RwLock::new(Arc::new(snap)),
             source,
             last_error: RwLock::new(None),
+            known_profiles: None,
         })
+    }
+
+    /// Loads from `source` and refuses a set that names a profile outside `profiles` (the
+    /// config's tree, built-ins included); every reload is checked the same way.
+    pub fn load_for_profiles(
+        source: PolicySource,
+        profiles: BTreeSet<String>,
+    ) -> Result<PolicyStore, PolicyErrors> {
+        let store = PolicyStore {
+            current: RwLock::new(Arc::new(compile(source.read()?)?)),
+            source,
+            last_error: RwLock::new(None),
+            known_profiles: Some(profiles),
+        };
+        let errs = unknown_profile_errors(
+            &store.snapshot(),
+            store
+                .known_profiles
+                .as_ref()
+                .map_or(&BTreeSet::new(), |k| k),
+        );
+        if !errs.is_empty() {
+            return Err(PolicyErrors(errs));
+        }
+        Ok(store)
+    }
+
+    /// Compiles a bundle as this store would accept it: [`compile`] plus the profile check.
+    pub fn compile_checked(&self, bundle: PolicyBundle) -> Result<PolicySnapshot, PolicyErrors> {
+        let snap = compile(bundle)?;
+        if let Some(known) = &self.known_profiles {
+            let errs = unknown_profile_errors(&snap, known);
+            if !errs.is_empty() {
+                return Err(PolicyErrors(errs));
+            }
+        }
+        Ok(snap)
     }
 
     /// The snapshot in force now.
@@ -420,7 +518,7 @@ impl PolicyStore {
     /// failure. Returns (old hash, new hash) or the diagnostics.
     pub fn reload(&self) -> Result<(String, String), PolicyErrors> {
         let old = self.snapshot().sha256.clone();
-        match self.source.read().and_then(compile) {
+        match self.source.read().and_then(|b| self.compile_checked(b)) {
             Ok(snap) => {
                 let new = snap.sha256.clone();
                 match self.current.write() {

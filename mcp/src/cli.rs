@@ -84,6 +84,15 @@ struct PolicyLocation {
 }
 
 impl PolicyLocation {
+    /// The operator config named by `--config`, when there is one.
+    fn config(&self) -> Result<Option<Config>> {
+        self.config
+            .as_deref()
+            .map(Config::load)
+            .transpose()
+            .map_err(Into::into)
+    }
+
     fn source(&self) -> Result<PolicySource> {
         let (mut policies, mut schema) = (self.policies.clone(), self.schema.clone());
         if let Some(cfg) = &self.config {
@@ -130,7 +139,7 @@ pub fn main() -> ExitCode {
             PolicyCommand::Validate { loc } => policy_validate(&loc),
             PolicyCommand::Test { args, loc } => loc
                 .source()
-                .and_then(|src| crate::policy_cli::test(&args, &src)),
+                .and_then(|src| crate::policy_cli::test(&args, &src, loc.config()?.as_ref())),
             PolicyCommand::Explain { args, loc } => loc
                 .source()
                 .and_then(|src| crate::policy_cli::explain(&args, loc.config.as_deref(), src)),
@@ -138,6 +147,8 @@ pub fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        // The reader went away (`codespace audit --json | head -3`): stop quietly.
+        Err(e) if crate::policy_cli::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("codespace: {e:#}");
             ExitCode::from(1)
@@ -180,8 +191,10 @@ fn serve(
     };
     cfg.store = Some(store_path.clone());
     let source = source_from(cfg.policies_dir.clone(), cfg.schema_file.clone());
-    let policy =
-        Arc::new(PolicyStore::load(source).map_err(|e| anyhow!("policies rejected:\n{e}"))?);
+    let policy = Arc::new(
+        PolicyStore::load_for_profiles(source, cfg.profiles.keys().cloned().collect())
+            .map_err(|e| anyhow!("policies rejected:\n{e}"))?,
+    );
     let store = Arc::new(
         codespace_store::Store::open(&store_path)
             .with_context(|| "cannot open the store (pass --store FILE)".to_string())?,
@@ -191,6 +204,7 @@ fn serve(
         &policy,
         &store,
         cfg.policy_tests_on_reload,
+        &cfg.profiles,
     )?);
     let probe = codespace_runner_sandbox::probe();
     let sandbox = SandboxFacts {
@@ -306,7 +320,20 @@ async fn shutdown_signal() {
 
 fn policy_validate(loc: &PolicyLocation) -> Result<ExitCode> {
     let source = loc.source()?;
-    match source.read().and_then(compile) {
+    let config = loc.config()?;
+    let known = crate::policy_cli::known_profiles(
+        &crate::policy_cli::base_profiles(config.as_ref()),
+        &crate::policy_cli::parsed_default_tests(&source),
+    );
+    let checked = source.read().and_then(compile).and_then(|snap| {
+        let errs = codespace_engine::policy::unknown_profile_errors(&snap, &known);
+        if errs.is_empty() {
+            Ok(snap)
+        } else {
+            Err(codespace_engine::policy::PolicyErrors(errs))
+        }
+    });
+    match checked {
         Ok(snap) => {
             let forbids = snap.meta.values().filter(|m| m.forbid).count();
             println!(

@@ -6,13 +6,14 @@ use codespace_engine::config::Profile;
 use codespace_engine::explain::{explain_call, render_text, to_json};
 use codespace_engine::policy::{PolicySnapshot, PolicySource, compile};
 use codespace_engine::policy_test::{
-    CaseResult, Coverage, Fixture, RunOptions, TestProcess, parse_file, profile_tree, report_json,
-    report_junit, run_file_with,
+    CaseResult, Coverage, Fixture, Gates, RunOptions, TestFile, TestProcess, call_error_text,
+    parse_file, profile_tree, report_json, report_junit, run_file_in,
 };
 use codespace_engine::request::ProcessFacts;
 use codespace_engine::{Config, Gateway, PolicyStore, SandboxFacts, Session, ToolCall};
 use codespace_store::{DecisionQuery, Store};
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -48,6 +49,9 @@ pub struct TestArgs {
     /// Write the resolved requests as upstream `cedar run-tests` files into DIR.
     #[arg(long, value_name = "DIR")]
     pub emit_cedar: Option<PathBuf>,
+    /// Run only the cases whose name (or file name) contains NAME.
+    #[arg(long, value_name = "NAME")]
+    pub filter: Option<String>,
 }
 
 fn compile_or_report(source: &PolicySource) -> Result<PolicySnapshot> {
@@ -87,8 +91,37 @@ fn emit_name(file: &Path) -> String {
     format!("{stem}.cedartests.json")
 }
 
-/// `codespace policy test`.
-pub fn test(args: &TestArgs, source: &PolicySource) -> Result<ExitCode> {
+/// The profile tree of a run: the config's (built-ins included) or the built-ins.
+pub fn base_profiles(config: Option<&Config>) -> BTreeMap<String, Profile> {
+    config.map_or_else(codespace_engine::config::builtin_profiles, |c| {
+        c.profiles.clone()
+    })
+}
+
+/// Every profile id a policy may name: the base tree plus those the test files declare.
+pub fn known_profiles<'a>(
+    base: &BTreeMap<String, Profile>,
+    files: impl IntoIterator<Item = &'a TestFile>,
+) -> std::collections::BTreeSet<String> {
+    base.keys()
+        .cloned()
+        .chain(files.into_iter().flat_map(|f| f.profiles.keys().cloned()))
+        .collect()
+}
+
+/// The parsed test files of `<policies>/tests` (files that do not parse are skipped here;
+/// `policy test` reports them).
+pub fn parsed_default_tests(source: &PolicySource) -> Vec<TestFile> {
+    default_test_files(source)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .filter_map(|t| parse_file(&t).ok())
+        .collect()
+}
+
+/// `codespace policy test`. `config` (from `--config`) supplies the profile tree.
+pub fn test(args: &TestArgs, source: &PolicySource, config: Option<&Config>) -> Result<ExitCode> {
     let snap = compile_or_report(source)?;
     let files = if args.files.is_empty() {
         default_test_files(source)?
@@ -101,25 +134,41 @@ pub fn test(args: &TestArgs, source: &PolicySource) -> Result<ExitCode> {
     if let Some(dir) = &args.emit_cedar {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
+    let base = base_profiles(config);
     let mut results: Vec<CaseResult> = Vec::new();
-    let mut emitted = 0usize;
+    let mut parsed_files: Vec<(PathBuf, String, TestFile)> = Vec::new();
     for f in &files {
         let name = f.display().to_string();
         let text = std::fs::read_to_string(f).with_context(|| format!("cannot read {name}"))?;
-        let parsed = match parse_file(&text) {
-            Ok(p) => p,
-            Err(e) => {
-                results.push(CaseResult {
-                    file: name.clone(),
-                    name: "(file)".into(),
-                    passed: false,
-                    failures: vec![format!("cannot parse: {e}")],
-                    decision: None,
-                });
-                continue;
-            }
-        };
-        let outcomes = run_file_with(&snap, &name, &parsed, opts);
+        match parse_file(&text) {
+            Ok(p) => parsed_files.push((f.clone(), name, p)),
+            Err(e) => results.push(CaseResult {
+                file: name.clone(),
+                name: "(file)".into(),
+                passed: false,
+                failures: vec![format!("cannot parse: {e}")],
+                decision: None,
+            }),
+        }
+    }
+    // A policy naming a profile that neither the config, the built-ins nor a test file
+    // defines never matches: refuse the set, as `policy validate` does.
+    let known = known_profiles(&base, parsed_files.iter().map(|(_, _, p)| p));
+    let unknown = codespace_engine::policy::unknown_profile_errors(&snap, &known);
+    if !unknown.is_empty() {
+        for line in &unknown {
+            eprintln!("{line}");
+        }
+        return Err(anyhow!("policies rejected; nothing ran"));
+    }
+    let mut emitted = 0usize;
+    for (f, name, parsed) in &parsed_files {
+        let mut outcomes = run_file_in(&snap, &base, name, parsed, opts);
+        if let Some(filter) = &args.filter {
+            outcomes.retain(|o| {
+                o.result.name.contains(filter.as_str()) || name.contains(filter.as_str())
+            });
+        }
         if let Some(dir) = &args.emit_cedar {
             let cases: Vec<serde_json::Value> = outcomes
                 .iter()
@@ -135,61 +184,63 @@ pub fn test(args: &TestArgs, source: &PolicySource) -> Result<ExitCode> {
     let coverage = Coverage::of(&snap, &results);
     let passed = results.iter().filter(|r| r.passed).count();
     let failed = results.len() - passed;
+    let gates = Gates {
+        coverage_min: args.coverage_min,
+        fail_on_empty: args.fail_on_empty,
+    };
 
     let machine = match args.format {
         Format::Text => None,
         Format::Json => Some(serde_json::to_string_pretty(&report_json(
-            &results, &coverage,
+            &results, &coverage, &gates,
         ))?),
-        Format::Junit => Some(report_junit(&results, &coverage)),
+        Format::Junit => Some(report_junit(&results, &coverage, &gates)),
     };
     let text_on_stdout = machine.is_none() || args.output.is_some();
-    if let (Some(doc), Some(out)) = (&machine, &args.output) {
-        std::fs::write(out, doc).with_context(|| format!("cannot write {}", out.display()))?;
+    let mut out = std::io::stdout().lock();
+    if let (Some(doc), Some(path)) = (&machine, &args.output) {
+        std::fs::write(path, doc).with_context(|| format!("cannot write {}", path.display()))?;
     } else if let Some(doc) = &machine {
-        println!("{doc}");
+        writeln!(out, "{doc}")?;
     }
-    let mut verdicts: Vec<String> = Vec::new();
-    if args.fail_on_empty && results.is_empty() {
-        verdicts.push("no test case ran (--fail-on-empty)".into());
-    }
+    let verdicts: Vec<String> = gates
+        .evaluate(&results, &coverage)
+        .into_iter()
+        .filter(|g| !g.passed)
+        .map(|g| g.message)
+        .collect();
     let pct = coverage.percent();
-    if let Some(min) = args.coverage_min
-        && pct + 1e-9 < min
-    {
-        verdicts.push(format!(
-            "policy coverage {pct:.1}% is below --coverage-min {min}"
-        ));
-    }
     if text_on_stdout {
         for r in &results {
             if r.passed {
-                println!("ok     {} :: {}", r.file, r.name);
+                writeln!(out, "ok     {} :: {}", r.file, r.name)?;
             } else {
-                println!("FAILED {} :: {}", r.file, r.name);
+                writeln!(out, "FAILED {} :: {}", r.file, r.name)?;
                 for why in &r.failures {
-                    println!("         {why}");
+                    writeln!(out, "         {why}")?;
                 }
             }
         }
-        println!(
+        writeln!(
+            out,
             "coverage: {}/{} policies determined a decision ({pct:.1}%)",
             coverage.covered.len(),
             coverage.all.len()
-        );
+        )?;
         for id in coverage.uncovered() {
-            println!("  uncovered: {id}");
+            writeln!(out, "  uncovered: {id}")?;
         }
         if let Some(dir) = &args.emit_cedar {
-            println!(
+            writeln!(
+                out,
                 "emitted {emitted} cedar run-tests case(s) into {}",
                 dir.display()
-            );
+            )?;
         }
         for v in &verdicts {
-            println!("FAILED {v}");
+            writeln!(out, "FAILED {v}")?;
         }
-        println!("{passed} passed, {failed} failed");
+        writeln!(out, "{passed} passed, {failed} failed")?;
     } else {
         for v in &verdicts {
             eprintln!("FAILED {v}");
@@ -234,7 +285,7 @@ fn parse_call(text: &str) -> Result<ToolCall> {
         .get("arguments")
         .cloned()
         .unwrap_or(serde_json::Value::Null);
-    ToolCall::parse(name, &args).map_err(|e| anyhow!("--call: {e:?}"))
+    ToolCall::parse(name, &args).map_err(|e| anyhow!("--call: {}", call_error_text(name, &e)))
 }
 
 /// `codespace policy explain`. `config` selects the configured workspace; without it, a virtual
@@ -307,10 +358,11 @@ pub fn explain(
             )
         }
     };
+    let mut out = std::io::stdout().lock();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&to_json(&x))?);
+        writeln!(out, "{}", serde_json::to_string_pretty(&to_json(&x))?)?;
     } else {
-        print!("{}", render_text(&x));
+        write!(out, "{}", render_text(&x))?;
     }
     Ok(if x.allowed() {
         ExitCode::SUCCESS
@@ -409,6 +461,7 @@ pub fn audit(
             path.display()
         ));
     }
+    let mut out = std::io::stdout().lock();
     let store = Store::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
     let now = codespace_store::now_ms();
     let since = args
@@ -424,9 +477,9 @@ pub fn audit(
                 if let serde_json::Value::Object(m) = &mut v {
                     m.insert("time".into(), rfc3339(e.at_ms).into());
                 }
-                println!("{}", serde_json::to_string(&v)?);
+                writeln!(out, "{}", serde_json::to_string(&v)?)?;
             } else {
-                println!("{}  {:<15} {}", rfc3339(e.at_ms), e.kind, e.detail);
+                writeln!(out, "{}  {:<15} {}", rfc3339(e.at_ms), e.kind, e.detail)?;
             }
         }
         return Ok(ExitCode::SUCCESS);
@@ -445,14 +498,15 @@ pub fn audit(
             if let serde_json::Value::Object(m) = &mut v {
                 m.insert("time".into(), rfc3339(r.at_ms).into());
             }
-            println!("{}", serde_json::to_string(&v)?);
+            writeln!(out, "{}", serde_json::to_string(&v)?)?;
         }
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    writeln!(
+        out,
         "{:<24}  {:<5}  {:<12}  {:<15}  {:<16}  {:<30}  {:<40}  decision id",
         "time", "", "workspace", "profile", "action", "subject", "policies / errors"
-    );
+    )?;
     for r in &rows {
         let mut why = r.policy_ids.join(",");
         if r.default_deny {
@@ -467,7 +521,8 @@ pub fn audit(
             format!("{}/{}#{}", r.tool, r.action, r.sub_index)
         };
         let subject: String = r.subject.chars().take(60).collect();
-        println!(
+        writeln!(
+            out,
             "{:<24}  {:<5}  {:<12}  {:<15}  {:<16}  {:<30}  {:<40}  {}",
             rfc3339(r.at_ms),
             r.decision,
@@ -477,14 +532,23 @@ pub fn audit(
             subject,
             why,
             r.decision_id
-        );
+        )?;
     }
-    println!(
+    writeln!(
+        out,
         "{} row(s); {} deny",
         rows.len(),
         rows.iter().filter(|r| r.decision == "deny").count()
-    );
+    )?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// True when `e` is a write to a reader that went away (a closed pipe).
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// Starts hot reload for `serve`: the policies directory and schema are watched when they come
@@ -493,6 +557,7 @@ pub fn start_reloader(
     policy: &Arc<PolicyStore>,
     store: &Arc<Store>,
     tests_on_reload: bool,
+    profiles: &BTreeMap<String, Profile>,
 ) -> Result<codespace_engine::reload::Reloader> {
     let tests_dir = match (tests_on_reload, policy.source()) {
         (true, PolicySource::Dir { policies, .. }) => Some(policies.join("tests")),
@@ -500,6 +565,7 @@ pub fn start_reloader(
     };
     let opts = codespace_engine::reload::ReloadOptions {
         tests_dir,
+        profiles: Some(profiles.clone()),
         ..Default::default()
     };
     Ok(codespace_engine::reload::Reloader::start(
