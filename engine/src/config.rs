@@ -38,6 +38,27 @@ struct RawConfig {
     clients: BTreeMap<String, RawClient>,
     #[serde(default)]
     policy_tests_on_reload: bool,
+    #[serde(default)]
+    redaction: RawRedaction,
+}
+
+/// `redaction`: extra secret patterns for the audit log and error texts.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawRedaction {
+    /// Regular expressions; a named group `secret` marks what to replace.
+    patterns: Vec<String>,
+    /// Keep the built-in patterns [true].
+    defaults: bool,
+}
+
+impl Default for RawRedaction {
+    fn default() -> RawRedaction {
+        RawRedaction {
+            patterns: Vec::new(),
+            defaults: true,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -237,6 +258,8 @@ pub struct Config {
     pub config_file: Option<PathBuf>,
     /// Run `<policies>/tests/*.yaml` against a changed policy set before swapping it in.
     pub policy_tests_on_reload: bool,
+    /// Secret patterns redacted from audit rows and error texts.
+    pub redaction: crate::redact::Redactor,
 }
 
 /// The built-in profiles (`read-only`, and `workspace-write` extending it).
@@ -314,6 +337,7 @@ impl Config {
             clients: BTreeMap::new(),
             config_file: None,
             policy_tests_on_reload: false,
+            redaction: crate::redact::Redactor::default(),
         })
     }
 
@@ -480,6 +504,11 @@ impl Config {
             clients,
             config_file: None,
             policy_tests_on_reload: raw.policy_tests_on_reload,
+            redaction: crate::redact::Redactor::new(
+                &raw.redaction.patterns,
+                raw.redaction.defaults,
+            )
+            .map_err(|e| ConfigError(format!("redaction.patterns[{}]: {}", e.index, e.message)))?,
         })
     }
 }

@@ -103,6 +103,39 @@ impl PolicySource {
     }
 }
 
+/// The shadow directory under the policies directory: evaluated beside the live set on every
+/// call and logged, never enforced.
+pub const SHADOW_DIR: &str = "shadow";
+
+impl PolicySource {
+    /// The shadow bundle: the live files with the files of `<policies>/shadow/` added, a shadow
+    /// file at the same relative path replacing its live one. `Ok(None)` when there is no
+    /// shadow directory (or it holds no `.cedar` file).
+    pub fn read_shadow(&self) -> Result<Option<PolicyBundle>, PolicyErrors> {
+        let PolicySource::Dir { policies, .. } = self else {
+            return Ok(None);
+        };
+        let dir = policies.join(SHADOW_DIR);
+        if !dir.is_dir() {
+            return Ok(None);
+        }
+        let mut shadow = Vec::new();
+        collect_cedar_files(&dir, &dir, &mut shadow)?;
+        if shadow.is_empty() {
+            return Ok(None);
+        }
+        let mut bundle = self.read()?;
+        for f in shadow {
+            match bundle.files.iter_mut().find(|l| l.name == f.name) {
+                Some(live) => live.text = f.text,
+                None => bundle.files.push(f),
+            }
+        }
+        bundle.files.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(Some(bundle))
+    }
+}
+
 fn collect_cedar_files(
     root: &Path,
     dir: &Path,
@@ -123,8 +156,9 @@ fn collect_cedar_files(
             .to_string_lossy()
             .replace('\\', "/");
         if ft.is_dir() {
-            // Test files and worked examples live beside the policies but are not loaded.
-            if name == "tests" || name == "examples" {
+            // Test files and worked examples live beside the policies but are not loaded;
+            // `shadow/` is evaluated beside the live set, never as part of it.
+            if name == "tests" || name == "examples" || name == SHADOW_DIR {
                 continue;
             }
             collect_cedar_files(root, &path, out)?;
@@ -441,6 +475,10 @@ pub struct PolicyStore {
     last_error: RwLock<Option<RejectedReload>>,
     /// The profile ids policies may name (None: not checked).
     known_profiles: Option<BTreeSet<String>>,
+    /// The shadow set in force (None: no `shadow/` directory).
+    shadow: RwLock<Option<Arc<PolicySnapshot>>>,
+    /// The last refused shadow set since the last accepted one.
+    shadow_error: RwLock<Option<RejectedReload>>,
 }
 
 /// A reload that was refused (the last good set stayed in force).
@@ -456,12 +494,16 @@ impl PolicyStore {
     /// Loads from `source`; fails when the set is invalid (the server refuses to start).
     pub fn load(source: PolicySource) -> Result<PolicyStore, PolicyErrors> {
         let snap = compile(source.read()?)?;
-        Ok(PolicyStore {
+        let store = PolicyStore {
             current: RwLock::new(Arc::new(snap)),
             source,
             last_error: RwLock::new(None),
             known_profiles: None,
-        })
+            shadow: RwLock::new(None),
+            shadow_error: RwLock::new(None),
+        };
+        store.reload_shadow();
+        Ok(store)
     }
 
     /// Loads from `source` and refuses a set that names a profile outside `profiles` (the
@@ -475,6 +517,8 @@ impl PolicyStore {
             source,
             last_error: RwLock::new(None),
             known_profiles: Some(profiles),
+            shadow: RwLock::new(None),
+            shadow_error: RwLock::new(None),
         };
         let errs = unknown_profile_errors(
             &store.snapshot(),
@@ -486,7 +530,74 @@ impl PolicyStore {
         if !errs.is_empty() {
             return Err(PolicyErrors(errs));
         }
+        store.reload_shadow();
         Ok(store)
+    }
+
+    /// The shadow set in force, when there is one.
+    pub fn shadow(&self) -> Option<Arc<PolicySnapshot>> {
+        match self.shadow.read() {
+            Ok(g) => g.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// The last refused shadow set since the last accepted one.
+    pub fn shadow_rejected(&self) -> Option<RejectedReload> {
+        self.shadow_error.read().ok().and_then(|g| g.clone())
+    }
+
+    /// Re-reads `<policies>/shadow/` over the live files and swaps the shadow set in when it
+    /// changed and compiles; a set that does not compile leaves the last good one (the shadow
+    /// set is never enforced, so it never blocks the live one). Returns what happened:
+    /// `None` when nothing changed, `Some(Ok(hash))` for a new set (`""` when the shadow
+    /// directory went away), `Some(Err(..))` for a refused one.
+    pub fn reload_shadow(&self) -> Option<Result<String, PolicyErrors>> {
+        let current = self.shadow().map(|s| s.sha256.clone());
+        let bundle = match self.source.read_shadow() {
+            Ok(Some(b)) => b,
+            Ok(None) => {
+                current.as_ref()?;
+                self.set_shadow(None);
+                return Some(Ok(String::new()));
+            }
+            Err(e) => return Some(Err(self.refuse_shadow(e))),
+        };
+        if current.as_deref() == Some(bundle_hash(&bundle).as_str()) {
+            return None;
+        }
+        match self.compile_checked(bundle) {
+            Ok(snap) => {
+                let sha = snap.sha256.clone();
+                self.set_shadow(Some(Arc::new(snap)));
+                Some(Ok(sha))
+            }
+            Err(e) => Some(Err(self.refuse_shadow(e))),
+        }
+    }
+
+    fn set_shadow(&self, snap: Option<Arc<PolicySnapshot>>) {
+        match self.shadow.write() {
+            Ok(mut g) => *g = snap,
+            Err(poisoned) => *poisoned.into_inner() = snap,
+        }
+        if let Ok(mut e) = self.shadow_error.write() {
+            *e = None;
+        }
+    }
+
+    fn refuse_shadow(&self, e: PolicyErrors) -> PolicyErrors {
+        tracing::warn!(
+            diagnostics = %e.0.join(" | "),
+            "shadow policy set refused; the last good shadow set stays"
+        );
+        if let Ok(mut le) = self.shadow_error.write() {
+            *le = Some(RejectedReload {
+                at_ms: now_ms(),
+                errors: e.0.clone(),
+            });
+        }
+        e
     }
 
     /// Compiles a bundle as this store would accept it: [`compile`] plus the profile check.

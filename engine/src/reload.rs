@@ -188,8 +188,11 @@ pub fn reload_with(
             "policy reload rejected; the last good set stays in force"
         );
     }
+    // The shadow set is the live files plus `shadow/`: re-read it whatever happened.
+    let shadow = policy.reload_shadow();
     if let Some(store) = store {
         let detail = json!({
+            "shadow": shadow_detail(policy, shadow.as_ref()),
             "accepted": outcome.accepted,
             "trigger": trigger.as_str(),
             "old_sha256": outcome.old_sha256,
@@ -203,6 +206,33 @@ pub fn reload_with(
         }
     }
     outcome
+}
+
+fn shadow_detail(
+    policy: &PolicyStore,
+    change: Option<&Result<String, PolicyErrors>>,
+) -> serde_json::Value {
+    json!({
+        "changed": change.is_some(),
+        "in_force_sha256": policy.shadow().map(|s| s.sha256.clone()),
+        "diagnostics": match change {
+            Some(Err(e)) => e.0.clone(),
+            _ => Vec::new(),
+        },
+    })
+}
+
+/// Re-reads the shadow set alone (the live files did not change) and logs a `shadow_reload`
+/// event when it changed or was refused.
+pub fn reload_shadow_only(policy: &PolicyStore, store: Option<&Store>) {
+    let Some(change) = policy.reload_shadow() else {
+        return;
+    };
+    if let Some(store) = store
+        && let Err(e) = store.insert_event("shadow_reload", &shadow_detail(policy, Some(&change)))
+    {
+        tracing::error!(error = %e, "cannot log the shadow reload event");
+    }
 }
 
 /// Reads the store's source now and reloads it (no debounce).
@@ -387,6 +417,7 @@ fn reload_loop(
             && let Ok(b) = &bundle
             && bundle_hash(b) == policy.snapshot().sha256
         {
+            reload_shadow_only(policy, store);
             continue;
         }
         let outcome = reload_with(policy, store, bundle, opts, trigger);

@@ -401,6 +401,25 @@ pub struct AuditArgs {
     /// JSON lines (one object per row) for a SIEM.
     #[arg(long)]
     pub json: bool,
+    /// Only this client (`local` on stdio; the token's client name over HTTP).
+    #[arg(long)]
+    pub client: Option<String>,
+    /// Only rows this policy id determined (in the live or the shadow set).
+    #[arg(long, value_name = "ID")]
+    pub policy: Option<String>,
+    /// Only the rows of one decision.
+    #[arg(long, value_name = "DEC")]
+    pub decision_id: Option<String>,
+    /// Only calls where the shadow set (policies/shadow/) decided differently.
+    #[arg(long)]
+    pub shadow_flips: bool,
+    /// Keep printing new rows as they are written (stop with Ctrl-C).
+    #[arg(long)]
+    pub follow: bool,
+    /// Show every stored row, default-deny sandbox-capability rows included (by default they
+    /// are collapsed into their call's row).
+    #[arg(long)]
+    pub all_rows: bool,
 }
 
 /// Parses `--since`: RFC 3339, unix ms, or an age (`30s`, `15m`, `2h`, `7d`) before now.
@@ -432,7 +451,7 @@ pub fn parse_since(s: &str, now_ms: i64) -> Result<i64> {
     i64::try_from(t.unix_timestamp_nanos() / 1_000_000).map_err(|_| anyhow!("--since out of range"))
 }
 
-fn rfc3339(ms: i64) -> String {
+pub(crate) fn rfc3339(ms: i64) -> String {
     time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
         .ok()
         .and_then(|t| {
@@ -441,6 +460,9 @@ fn rfc3339(ms: i64) -> String {
         })
         .unwrap_or_else(|| ms.to_string())
 }
+
+/// How often `audit --follow` looks for new rows.
+const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// `codespace audit`. `default_store` is where `serve` keeps the store by default.
 pub fn audit(
@@ -484,62 +506,81 @@ pub fn audit(
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let q = DecisionQuery {
+    let mut q = DecisionQuery {
         since_ms: since,
         decision: args.decision.clone(),
         workspace: args.workspace.clone(),
         tool: args.tool.clone(),
         limit: args.limit,
+        client: args.client.clone(),
+        policy: args.policy.clone(),
+        decision_id: args.decision_id.clone(),
+        shadow_flips: args.shadow_flips,
+        ..DecisionQuery::default()
     };
     let rows = store.query_decisions(&q)?;
+    let mut last_seq = rows.iter().map(|r| r.seq).max().unwrap_or(0);
+    let shown = crate::audit_view::collapse(rows, args.all_rows);
     if args.json {
-        for r in &rows {
-            let mut v = serde_json::to_value(r)?;
-            if let serde_json::Value::Object(m) = &mut v {
-                m.insert("time".into(), rfc3339(r.at_ms).into());
+        for r in &shown {
+            writeln!(
+                out,
+                "{}",
+                serde_json::to_string(&crate::audit_view::export_json(r))?
+            )?;
+        }
+        out.flush()?;
+        if args.follow {
+            if last_seq == 0 {
+                last_seq = store.max_decision_seq()?;
             }
-            writeln!(out, "{}", serde_json::to_string(&v)?)?;
+            q.limit = None;
+            q.since_ms = None;
+            loop {
+                std::thread::sleep(FOLLOW_POLL);
+                q.after_seq = Some(last_seq);
+                let rows = store.query_decisions(&q)?;
+                last_seq = rows.iter().map(|r| r.seq).max().unwrap_or(last_seq);
+                for r in &crate::audit_view::collapse(rows, args.all_rows) {
+                    writeln!(
+                        out,
+                        "{}",
+                        serde_json::to_string(&crate::audit_view::export_json(r))?
+                    )?;
+                }
+                out.flush()?;
+            }
         }
         return Ok(ExitCode::SUCCESS);
     }
-    writeln!(
-        out,
-        "{:<24}  {:<5}  {:<12}  {:<15}  {:<16}  {:<30}  {:<40}  decision id",
-        "time", "", "workspace", "profile", "action", "subject", "policies / errors"
-    )?;
+    let rows = shown;
+    writeln!(out, "{}", crate::audit_view::TABLE_HEADER)?;
     for r in &rows {
-        let mut why = r.policy_ids.join(",");
-        if r.default_deny {
-            why = "(default deny)".into();
-        }
-        if !r.errors.is_empty() {
-            why = format!("{why} errors: {}", r.errors.join("; "));
-        }
-        let action = if r.action == r.tool {
-            format!("{}#{}", r.action, r.sub_index)
-        } else {
-            format!("{}/{}#{}", r.tool, r.action, r.sub_index)
-        };
-        let subject: String = r.subject.chars().take(60).collect();
-        writeln!(
-            out,
-            "{:<24}  {:<5}  {:<12}  {:<15}  {:<16}  {:<30}  {:<40}  {}",
-            rfc3339(r.at_ms),
-            r.decision,
-            r.workspace,
-            r.profile,
-            action,
-            subject,
-            why,
-            r.decision_id
-        )?;
+        writeln!(out, "{}", crate::audit_view::table_line(r))?;
     }
     writeln!(
         out,
         "{} row(s); {} deny",
         rows.len(),
-        rows.iter().filter(|r| r.decision == "deny").count()
+        rows.iter().filter(|r| r.row.decision == "deny").count()
     )?;
+    if args.follow {
+        if last_seq == 0 {
+            last_seq = store.max_decision_seq()?;
+        }
+        q.limit = None;
+        q.since_ms = None;
+        loop {
+            out.flush()?;
+            std::thread::sleep(FOLLOW_POLL);
+            q.after_seq = Some(last_seq);
+            let rows = store.query_decisions(&q)?;
+            last_seq = rows.iter().map(|r| r.seq).max().unwrap_or(last_seq);
+            for r in &crate::audit_view::collapse(rows, args.all_rows) {
+                writeln!(out, "{}", crate::audit_view::table_line(r))?;
+            }
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -173,7 +173,18 @@ impl Store {
         Ok(())
     }
 
-    /// Audit rows matching `q`, ordered by time, then sub-request index.
+    /// The position of the newest stored row (0 when the log is empty).
+    pub fn max_decision_seq(&self) -> Result<i64, StoreError> {
+        let conn = self.conn();
+        Ok(
+            conn.query_row("SELECT coalesce(max(id), 0) FROM decisions", [], |r| {
+                r.get(0)
+            })?,
+        )
+    }
+
+    /// Audit rows matching `q`, ordered by time, then sub-request index (by position when
+    /// `after_seq` is set).
     pub fn query_decisions(&self, q: &DecisionQuery) -> Result<Vec<DecisionRow>, StoreError> {
         let mut clauses: Vec<&str> = Vec::new();
         let mut args: Vec<Value> = Vec::new();
