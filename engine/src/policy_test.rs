@@ -938,3 +938,45 @@ pub fn call_error_text(name: &str, e: &CallParseError) -> String {
         }
     }
 }
+
+/// Every sub-request of every case of a test file (parameterized cases expanded), as recorded
+/// requests, named `<file> :: <case>`: what `policy diff --tests` re-decides under two sets.
+/// Cases whose call cannot be built are left out (`policy test` reports them).
+pub fn case_records(
+    base_profiles: &BTreeMap<String, Profile>,
+    file_name: &str,
+    file: &TestFile,
+) -> Result<Vec<(String, crate::replay::RecordedRequest)>, String> {
+    let profiles = file_profiles(base_profiles, file)?;
+    let facts = file.workspace.facts();
+    let session = file
+        .session
+        .as_ref()
+        .map(|s| Session {
+            client: s.client.clone(),
+            transport: s.transport.clone(),
+        })
+        .unwrap_or_else(Session::stdio);
+    let mut out = Vec::new();
+    for case in file.cases.iter().flat_map(expand_case).flatten() {
+        let Ok(call) = ToolCall::parse(&case.call.name, &case.call.arguments) else {
+            continue;
+        };
+        let pf = case.process.as_ref().map(|p| ProcessFacts {
+            id: "proc-test".into(),
+            same_client: p.same_client,
+            argv: p.command.clone(),
+            tty: p.tty,
+        });
+        let Ok(reqs) = build_requests(&call, &session, pf.as_ref()) else {
+            continue;
+        };
+        for req in &reqs {
+            out.push((
+                format!("{file_name} :: {}", case.name),
+                crate::replay::RecordedRequest::new(&profiles, &facts, call.tool(), req),
+            ));
+        }
+    }
+    Ok(out)
+}

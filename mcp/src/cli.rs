@@ -68,6 +68,14 @@ enum PolicyCommand {
         #[command(flatten)]
         loc: PolicyLocation,
     },
+    /// Re-decide recorded requests (and, with --tests, the policy test cases) under a
+    /// candidate set and list what flips. Exit 0 no flip, 2 only narrowing, 3 any widening.
+    Diff {
+        #[command(flatten)]
+        args: crate::policy_diff::DiffArgs,
+        #[command(flatten)]
+        loc: PolicyLocation,
+    },
 }
 
 #[derive(clap::Args)]
@@ -140,9 +148,12 @@ pub fn main() -> ExitCode {
             PolicyCommand::Test { args, loc } => loc
                 .source()
                 .and_then(|src| crate::policy_cli::test(&args, &src, loc.config()?.as_ref())),
-            PolicyCommand::Explain { args, loc } => loc
-                .source()
-                .and_then(|src| crate::policy_cli::explain(&args, loc.config.as_deref(), src)),
+            PolicyCommand::Explain { args, loc } => loc.source().and_then(|src| {
+                crate::policy_cli::explain(&args, loc.config.as_deref(), src, default_store_path)
+            }),
+            PolicyCommand::Diff { args, loc } => loc.source().and_then(|src| {
+                crate::policy_diff::diff(&args, &src, loc.config()?.as_ref(), default_store_path)
+            }),
         },
     };
     match result {
@@ -344,7 +355,7 @@ fn policy_validate(loc: &PolicyLocation) -> Result<ExitCode> {
                 snap.bundle.schema_name,
                 snap.sha256
             );
-            Ok(ExitCode::SUCCESS)
+            crate::policy_cli::validate_shadow(&source, &known)
         }
         Err(e) => {
             for line in &e.0 {

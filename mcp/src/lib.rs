@@ -5,5 +5,6 @@ pub mod audit_view;
 pub mod cli;
 pub mod http;
 pub mod policy_cli;
+pub mod policy_diff;
 pub mod server;
 pub mod stdio;

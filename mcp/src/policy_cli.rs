@@ -258,8 +258,22 @@ pub fn test(args: &TestArgs, source: &PolicySource, config: Option<&Config>) -> 
 #[derive(Debug, clap::Args)]
 pub struct ExplainArgs {
     /// The `params` of an MCP tools/call: `{"name": "read", "arguments": {...}}`.
-    #[arg(long)]
-    pub call: String,
+    #[arg(long, required_unless_present = "decision_id")]
+    pub call: Option<String>,
+    /// Re-decide a logged decision (`dec-…`) under the set in force and say whether the
+    /// answer changed (the store comes from --store or the config).
+    #[arg(long, value_name = "DEC", alias = "decision", conflicts_with = "call")]
+    pub decision_id: Option<String>,
+    /// The store holding --decision-id (default: the config's `store`, else the one `serve`
+    /// uses).
+    #[arg(long, value_name = "FILE")]
+    pub store: Option<PathBuf>,
+    /// The calling client (`context.session.client`) [local].
+    #[arg(long, value_name = "NAME")]
+    pub client: Option<String>,
+    /// The transport (`context.session.transport`): stdio or http [stdio].
+    #[arg(long, value_parser = ["stdio", "http"])]
+    pub transport: Option<String>,
     /// Without a config: the virtual workspace's profile.
     #[arg(long, default_value = "workspace-write")]
     pub workspace_profile: String,
@@ -294,8 +308,12 @@ pub fn explain(
     args: &ExplainArgs,
     config: Option<&Path>,
     source: PolicySource,
+    default_store: impl FnOnce() -> Result<PathBuf>,
 ) -> Result<ExitCode> {
-    let call = parse_call(&args.call)?;
+    if let Some(dec) = &args.decision_id {
+        return explain_logged(args, dec, config, &source, default_store);
+    }
+    let call = parse_call(args.call.as_deref().unwrap_or_default())?;
     let process = match &args.process {
         Some(p) => {
             let tp: TestProcess = serde_json::from_str(p).context("--process")?;
@@ -308,7 +326,7 @@ pub fn explain(
         }
         None => None,
     };
-    let session = Session::stdio();
+    let session = explain_session(args);
     let x = match config {
         Some(path) => {
             let cfg = Config::load(path)?;
@@ -369,6 +387,156 @@ pub fn explain(
     } else {
         ExitCode::from(2)
     })
+}
+
+fn explain_session(args: &ExplainArgs) -> Session {
+    let stdio = Session::stdio();
+    Session {
+        client: args.client.clone().unwrap_or(stdio.client),
+        transport: match args.transport.as_deref() {
+            Some("http") => crate::http::TRANSPORT.to_string(),
+            _ => stdio.transport,
+        },
+    }
+}
+
+/// `explain --decision-id`: every recorded sub-request of a logged decision, re-decided and
+/// explained under the set in force, with whether the answer changed.
+fn explain_logged(
+    args: &ExplainArgs,
+    decision_id: &str,
+    config: Option<&Path>,
+    source: &PolicySource,
+    default_store: impl FnOnce() -> Result<PathBuf>,
+) -> Result<ExitCode> {
+    let cfg_store = config.map(Config::load).transpose()?.and_then(|c| c.store);
+    let path = match args.store.clone().or(cfg_store) {
+        Some(p) => p,
+        None => default_store()?,
+    };
+    if !path.exists() {
+        return Err(anyhow!(
+            "no store at {} (pass --store FILE or --config FILE)",
+            path.display()
+        ));
+    }
+    let store = Store::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
+    let rows = store.query_decisions(&DecisionQuery {
+        decision_id: Some(decision_id.to_string()),
+        ..DecisionQuery::default()
+    })?;
+    if rows.is_empty() {
+        return Err(anyhow!("no decision `{decision_id}` in {}", path.display()));
+    }
+    let snap = compile_or_report(source)?;
+    let mut out = std::io::stdout().lock();
+    let mut docs = Vec::new();
+    let mut any_changed = false;
+    let mut all_allowed = true;
+    for r in &rows {
+        let Some(rec) = r
+            .request
+            .as_ref()
+            .map(codespace_engine::replay::RecordedRequest::from_json)
+            .transpose()
+            .map_err(|e| anyhow!(e))?
+        else {
+            return Err(anyhow!(
+                "decision `{decision_id}` #{} has no recorded request (logged before requests were recorded); it cannot be re-decided",
+                r.sub_index
+            ));
+        };
+        let x = codespace_engine::explain::explain_requests(
+            &snap,
+            &rec.profile_tree(),
+            &rec.workspace,
+            &rec.tool,
+            std::slice::from_ref(&rec.request),
+        );
+        let now = x
+            .decision
+            .as_ref()
+            .and_then(|d| d.subs.first())
+            .map(|s| (s.allowed, s.policy_ids.clone()));
+        let now_allowed = now.as_ref().is_some_and(|n| n.0);
+        let changed = verdict_of(now_allowed) != r.decision;
+        any_changed |= changed;
+        if rec.request.gating {
+            all_allowed &= now_allowed;
+        }
+        if args.json {
+            let mut v = to_json(&x);
+            if let serde_json::Value::Object(m) = &mut v {
+                m.insert("sub_index".into(), r.sub_index.into());
+                m.insert("recorded_decision".into(), r.decision.clone().into());
+                m.insert(
+                    "recorded_policy_ids".into(),
+                    serde_json::json!(r.policy_ids),
+                );
+                m.insert(
+                    "recorded_policy_set_sha256".into(),
+                    r.policy_set_sha256.clone().into(),
+                );
+                m.insert("recorded_at".into(), rfc3339(r.at_ms).into());
+                m.insert("changed".into(), changed.into());
+            }
+            docs.push(v);
+        } else {
+            writeln!(
+                out,
+                "{decision_id} #{} at {}: recorded {} by {} under {}",
+                r.sub_index,
+                rfc3339(r.at_ms),
+                r.decision,
+                if r.policy_ids.is_empty() {
+                    "(default deny)".to_string()
+                } else {
+                    r.policy_ids.join(", ")
+                },
+                r.policy_set_sha256
+            )?;
+            writeln!(
+                out,
+                "now {} under {}: {}",
+                verdict_of(now_allowed),
+                snap.sha256,
+                if changed { "CHANGED" } else { "unchanged" }
+            )?;
+            write!(out, "{}", render_text(&x))?;
+            writeln!(out)?;
+        }
+    }
+    if args.json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "decision_id": decision_id,
+                "changed": any_changed,
+                "policy_set_sha256": snap.sha256,
+                "requests": docs,
+            }))?
+        )?;
+    } else {
+        writeln!(
+            out,
+            "{decision_id}: {}",
+            if any_changed {
+                "the answer CHANGED under the set in force"
+            } else {
+                "the answer is unchanged under the set in force"
+            }
+        )?;
+    }
+    Ok(if all_allowed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(2)
+    })
+}
+
+fn verdict_of(allowed: bool) -> &'static str {
+    if allowed { "allow" } else { "deny" }
 }
 
 /// Flags of `audit`.
@@ -582,6 +750,43 @@ pub fn audit(
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `policy validate` of the shadow set (`<policies>/shadow/` over the live files), when there
+/// is one: exit 1 when it does not compile.
+pub fn validate_shadow(
+    source: &PolicySource,
+    known: &std::collections::BTreeSet<String>,
+) -> Result<ExitCode> {
+    let checked = match source.read_shadow() {
+        Ok(None) => return Ok(ExitCode::SUCCESS),
+        Ok(Some(bundle)) => compile(bundle).and_then(|snap| {
+            let errs = codespace_engine::policy::unknown_profile_errors(&snap, known);
+            if errs.is_empty() {
+                Ok(snap)
+            } else {
+                Err(codespace_engine::policy::PolicyErrors(errs))
+            }
+        }),
+        Err(e) => Err(e),
+    };
+    match checked {
+        Ok(snap) => {
+            println!(
+                "ok: shadow set (live files + shadow/): {} policies; set {}",
+                snap.meta.len(),
+                snap.sha256
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            for line in &e.0 {
+                eprintln!("shadow/{line}");
+            }
+            eprintln!("shadow policy validation failed: {} problem(s)", e.0.len());
+            Ok(ExitCode::from(1))
+        }
+    }
 }
 
 /// True when `e` is a write to a reader that went away (a closed pipe).
