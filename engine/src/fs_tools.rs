@@ -115,7 +115,7 @@ impl Gateway {
             }
         }
         let withheld = withheld_paths.len() as u64;
-        self.audit_withheld(snap, &decision, &ws.facts, &withheld_paths, session);
+        self.audit_withheld(snap, &decision, &ws.facts, &reqs, &withheld_paths, session);
         let mut h = Sha256::new();
         for path in &visible {
             h.update(path.as_bytes());

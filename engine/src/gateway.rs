@@ -459,6 +459,7 @@ impl Gateway {
         snap: &PolicySnapshot,
         d: &Decision,
         facts: &WorkspaceFacts,
+        reqs: &[SubRequest],
         paths: &[(String, usize)],
         session: &Session,
     ) {
@@ -466,12 +467,13 @@ impl Gateway {
         if paths.is_empty() {
             return;
         }
+        let shadow = self.shadow_decision(facts, &d.tool, reqs);
         let at_ms = codespace_store::now_ms();
         let rows: Vec<DecisionRow> = paths
             .iter()
             .enumerate()
-            .filter_map(|(i, (p, slot))| d.subs.get(*slot).map(|sub| (i, p, sub)))
-            .map(|(i, p, sub)| {
+            .filter_map(|(i, (p, slot))| d.subs.get(*slot).map(|sub| (i, p, slot, sub)))
+            .map(|(i, p, slot, sub)| {
                 let req = crate::request::path_request("read", p, "", session);
                 let sub = crate::decide::SubDecision {
                     index: i,
@@ -479,7 +481,12 @@ impl Gateway {
                     subject: p.clone(),
                     ..sub.clone()
                 };
-                self.audit_row(snap, d, &sub, Some(&req), facts, session, at_ms)
+                let mut row = self.audit_row(snap, d, &sub, Some(&req), facts, session, at_ms);
+                if let Some(sh) = shadow.as_ref().and_then(|sh| sh.subs.get(*slot)) {
+                    row.shadow_decision = Some(if sh.allowed { "allow" } else { "deny" }.into());
+                    row.shadow_policy_ids = Some(sh.policy_ids.clone());
+                }
+                row
             })
             .collect();
         if let Err(e) = store.insert_decisions(&rows) {
