@@ -76,6 +76,37 @@ enum PolicyCommand {
         #[command(flatten)]
         loc: PolicyLocation,
     },
+    /// List every policy: id, effect, file:line, reason.
+    Ls {
+        /// JSON lines.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        loc: PolicyLocation,
+    },
+    /// Policies that determined no logged decision since T (default 1d).
+    Unused {
+        /// RFC 3339, unix ms, or an age like 1d.
+        #[arg(long, value_name = "T", default_value = "1d")]
+        since: String,
+        /// The store (default: the config's `store`, else the one `serve` uses).
+        #[arg(long)]
+        store: Option<PathBuf>,
+        /// One JSON document.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        loc: PolicyLocation,
+    },
+    /// Format every .cedar file with Cedar's formatter (comments and annotations kept);
+    /// --check lists what would change and exits 1 instead.
+    Fmt {
+        /// Change nothing; exit 1 when a file is not formatted.
+        #[arg(long)]
+        check: bool,
+        #[command(flatten)]
+        loc: PolicyLocation,
+    },
 }
 
 #[derive(clap::Args)]
@@ -154,6 +185,25 @@ pub fn main() -> ExitCode {
             PolicyCommand::Diff { args, loc } => loc.source().and_then(|src| {
                 crate::policy_diff::diff(&args, &src, loc.config()?.as_ref(), default_store_path)
             }),
+            PolicyCommand::Ls { json, loc } => loc
+                .source()
+                .and_then(|src| crate::policy_admin::ls(&src, json)),
+            PolicyCommand::Unused {
+                since,
+                store,
+                json,
+                loc,
+            } => loc.source().and_then(|src| {
+                let path = crate::policy_admin::store_path(
+                    store,
+                    loc.config()?.as_ref(),
+                    default_store_path,
+                )?;
+                crate::policy_admin::unused(&src, &path, &since, json)
+            }),
+            PolicyCommand::Fmt { check, loc } => loc
+                .source()
+                .and_then(|src| crate::policy_admin::fmt(&src, check)),
         },
     };
     match result {

@@ -4,6 +4,7 @@
 pub mod audit_view;
 pub mod cli;
 pub mod http;
+pub mod policy_admin;
 pub mod policy_cli;
 pub mod policy_diff;
 pub mod server;
