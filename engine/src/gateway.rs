@@ -81,6 +81,15 @@ pub struct Gateway {
     decision_cache: Mutex<HashMap<String, CachedDecision>>,
 }
 
+/// What every audit row of one call shares.
+#[derive(Clone, Copy)]
+struct RowContext<'a> {
+    snap: &'a PolicySnapshot,
+    facts: &'a WorkspaceFacts,
+    session: &'a Session,
+    at_ms: i64,
+}
+
 /// A cached error-free sub-decision.
 #[derive(Debug, Clone)]
 struct CachedDecision {
@@ -280,14 +289,17 @@ impl Gateway {
     /// The audit row of one sub-decision, with its recorded (redacted) request.
     fn audit_row(
         &self,
-        snap: &PolicySnapshot,
+        at: &RowContext<'_>,
         d: &Decision,
         sub: &crate::decide::SubDecision,
         req: Option<&SubRequest>,
-        facts: &WorkspaceFacts,
-        session: &Session,
-        at_ms: i64,
     ) -> DecisionRow {
+        let RowContext {
+            snap,
+            facts,
+            session,
+            at_ms,
+        } = *at;
         let redact = &self.config.redaction;
         let request = req.map(|r| {
             crate::replay::RecordedRequest::new(&self.config.profiles, facts, &d.tool, r)
@@ -468,7 +480,12 @@ impl Gateway {
             return;
         }
         let shadow = self.shadow_decision(facts, &d.tool, reqs);
-        let at_ms = codespace_store::now_ms();
+        let at = RowContext {
+            snap,
+            facts,
+            session,
+            at_ms: codespace_store::now_ms(),
+        };
         let rows: Vec<DecisionRow> = paths
             .iter()
             .enumerate()
@@ -481,7 +498,7 @@ impl Gateway {
                     subject: p.clone(),
                     ..sub.clone()
                 };
-                let mut row = self.audit_row(snap, d, &sub, Some(&req), facts, session, at_ms);
+                let mut row = self.audit_row(&at, d, &sub, Some(&req));
                 if let Some(sh) = shadow.as_ref().and_then(|sh| sh.subs.get(*slot)) {
                     row.shadow_decision = Some(if sh.allowed { "allow" } else { "deny" }.into());
                     row.shadow_policy_ids = Some(sh.policy_ids.clone());
@@ -507,12 +524,17 @@ impl Gateway {
         session: &Session,
     ) {
         let Some(store) = &self.store else { return };
-        let at_ms = codespace_store::now_ms();
+        let at = RowContext {
+            snap,
+            facts,
+            session,
+            at_ms: codespace_store::now_ms(),
+        };
         let rows: Vec<DecisionRow> = d
             .subs
             .iter()
             .map(|s| {
-                let mut row = self.audit_row(snap, d, s, reqs.get(s.index), facts, session, at_ms);
+                let mut row = self.audit_row(&at, d, s, reqs.get(s.index));
                 if let Some(sh) = shadow.and_then(|sh| sh.subs.get(s.index)) {
                     row.shadow_decision = Some(if sh.allowed { "allow" } else { "deny" }.into());
                     row.shadow_policy_ids = Some(sh.policy_ids.clone());
