@@ -21,8 +21,12 @@ use std::process::ExitCode;
 #[derive(Debug, clap::Args)]
 pub struct DiffArgs {
     /// The candidate policies directory (same layout: base/, profiles/).
-    #[arg(long, value_name = "DIR")]
-    pub against: PathBuf,
+    #[arg(long, value_name = "DIR", required_unless_present = "shadow")]
+    pub against: Option<PathBuf>,
+    /// The candidate is the shadow set: the live files with `<policies>/shadow/` over them
+    /// (what deploying the shadow files would give).
+    #[arg(long, conflicts_with = "against")]
+    pub shadow: bool,
     /// The candidate's schema (default: <DIR>/../schema/codespace.cedarschema when it exists,
     /// else the schema of the set in force).
     #[arg(long, value_name = "FILE")]
@@ -91,10 +95,9 @@ fn changed_policies(before: &SubDecision, after: &SubDecision) -> Vec<String> {
     out
 }
 
-fn candidate_source(args: &DiffArgs, live: &PolicySource) -> PolicySource {
+fn candidate_source(against: &Path, args: &DiffArgs, live: &PolicySource) -> PolicySource {
     let schema = args.against_schema.clone().unwrap_or_else(|| {
-        let guess = args
-            .against
+        let guess = against
             .parent()
             .unwrap_or(Path::new("."))
             .join("schema/codespace.cedarschema");
@@ -104,8 +107,30 @@ fn candidate_source(args: &DiffArgs, live: &PolicySource) -> PolicySource {
         }
     });
     PolicySource::Dir {
-        policies: args.against.clone(),
+        policies: against.to_path_buf(),
         schema,
+    }
+}
+
+fn candidate(args: &DiffArgs, live: &PolicySource) -> Result<PolicySnapshot> {
+    let bundle = match &args.against {
+        Some(dir) => candidate_source(dir, args, live).read(),
+        None => live.read_shadow().and_then(|b| {
+            b.ok_or_else(|| {
+                codespace_engine::policy::PolicyErrors(vec![
+                    "no shadow set: <policies>/shadow/ holds no .cedar file".into(),
+                ])
+            })
+        }),
+    };
+    match bundle.and_then(compile) {
+        Ok(s) => Ok(s),
+        Err(e) => {
+            for line in &e.0 {
+                eprintln!("{line}");
+            }
+            Err(anyhow!("the candidate policy set is rejected"))
+        }
     }
 }
 
@@ -122,8 +147,9 @@ fn compile_named(what: &str, source: &PolicySource) -> Result<PolicySnapshot> {
 }
 
 fn test_dir(args: &DiffArgs, live: &PolicySource) -> Option<PathBuf> {
-    let cand = args.against.join("tests");
-    if cand.is_dir() {
+    if let Some(cand) = args.against.as_ref().map(|d| d.join("tests"))
+        && cand.is_dir()
+    {
         return Some(cand);
     }
     match live {
@@ -140,7 +166,7 @@ pub fn diff(
     default_store: impl FnOnce() -> Result<PathBuf>,
 ) -> Result<ExitCode> {
     let before_snap = compile_named("live", live)?;
-    let after_snap = compile_named("candidate", &candidate_source(args, live))?;
+    let after_snap = candidate(args, live)?;
     let now = codespace_store::now_ms();
     let since = crate::policy_cli::parse_since(&args.since, now)?;
     let store_path = match args

@@ -405,6 +405,19 @@ fn shadow_policies_are_logged_beside_the_live_set_and_never_enforced() {
         all.iter().all(|r| r["shadow_decision"].is_string()),
         "{all:?}"
     );
+    // Deploying the shadow files would only narrow: `policy diff --shadow` exits 2.
+    let o = cli(&[
+        "policy", "diff", "--config", &e.config, "--shadow", "--json",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["narrowing"], 1, "{v}");
+    assert_eq!(v["groups"][0]["examples"][0]["subject"], "a.txt");
     // The shadow set validates with the live one.
     let o = cli(&["policy", "validate", "--config", &e.config]);
     assert!(o.status.success());
