@@ -2,6 +2,7 @@
 //! decisions that deny on any doubt, and the tool implementations that call the runners.
 //! Only this crate grants: the transport reaches the runners through [`Gateway`] alone.
 
+pub mod alternatives;
 pub mod config;
 pub mod decide;
 pub mod error;

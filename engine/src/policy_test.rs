@@ -170,6 +170,9 @@ pub struct CaseResult {
     pub failures: Vec<String>,
     /// The decision, when one was made.
     pub decision: Option<Decision>,
+    /// The `||` alternatives (`policy-id#n`) some sub-request of the case reached (when
+    /// [`RunOptions::alternatives`] is on).
+    pub alternatives_reached: BTreeSet<String>,
 }
 
 /// Parses a YAML test file.
@@ -182,6 +185,8 @@ pub fn parse_file(text: &str) -> Result<TestFile, String> {
 pub struct RunOptions {
     /// Build the upstream `cedar run-tests` cases of every sub-request.
     pub emit_cedar: bool,
+    /// Record which alternatives of `||` chains each case reaches.
+    pub alternatives: bool,
 }
 
 impl Fixture {
@@ -477,12 +482,18 @@ pub fn run_file_in(
                     passed: false,
                     failures: vec![why],
                     decision: None,
+                    alternatives_reached: BTreeSet::new(),
                 },
                 cedar: Vec::new(),
             }];
         }
     };
     let base = workspace_entities(snap, &profiles, &facts);
+    let alts = if opts.alternatives {
+        crate::alternatives::alternatives(snap)
+    } else {
+        Vec::new()
+    };
     let mut out = Vec::new();
     for case in file.cases.iter().flat_map(expand_case) {
         let case = match case {
@@ -495,6 +506,7 @@ pub fn run_file_in(
                         passed: false,
                         failures: vec![why],
                         decision: None,
+                        alternatives_reached: BTreeSet::new(),
                     },
                     cedar: Vec::new(),
                 });
@@ -503,6 +515,7 @@ pub fn run_file_in(
         };
         let mut failures = Vec::new();
         let mut cedar = Vec::new();
+        let mut reached = BTreeSet::new();
         let decision = match (
             &base,
             ToolCall::parse(&case.call.name, &case.call.arguments),
@@ -532,6 +545,23 @@ pub fn run_file_in(
                 });
                 match build_requests(&call, &session, pf.as_ref()) {
                     Ok(reqs) => {
+                        if opts.alternatives && !alts.is_empty() {
+                            for (i, req) in reqs.iter().enumerate() {
+                                let op_id = format!("alt/{i}");
+                                if let Ok(built) = build_cedar_request(
+                                    snap,
+                                    base,
+                                    &facts,
+                                    call.tool(),
+                                    req,
+                                    &op_id,
+                                ) {
+                                    reached.extend(
+                                        alts.iter().filter(|a| a.reached(&built)).map(|a| a.key()),
+                                    );
+                                }
+                            }
+                        }
                         if opts.emit_cedar {
                             for (i, req) in reqs.iter().enumerate() {
                                 let op_id = format!("test/{i}");
@@ -593,6 +623,7 @@ pub fn run_file_in(
                 passed: failures.is_empty(),
                 failures,
                 decision,
+                alternatives_reached: reached,
             },
             cedar,
         });
@@ -607,6 +638,10 @@ pub struct Coverage {
     pub all: BTreeSet<String>,
     /// The ids that determined at least one sub-request.
     pub covered: BTreeSet<String>,
+    /// Every alternative of a `||` chain in a `when`: (`policy-id#n`, its text).
+    pub alternatives: Vec<(String, String)>,
+    /// The alternatives some case reached.
+    pub alternatives_reached: BTreeSet<String>,
 }
 
 impl Coverage {
@@ -621,7 +656,29 @@ impl Coverage {
             .filter(|id| all.contains(*id))
             .cloned()
             .collect();
-        Coverage { all, covered }
+        let alternatives_reached: BTreeSet<String> = results
+            .iter()
+            .flat_map(|r| r.alternatives_reached.iter().cloned())
+            .collect();
+        let alternatives = crate::alternatives::alternatives(snap)
+            .into_iter()
+            .map(|a| (a.key(), a.text))
+            .collect();
+        Coverage {
+            all,
+            covered,
+            alternatives,
+            alternatives_reached,
+        }
+    }
+
+    /// Alternatives no case reached: (`policy-id#n`, text).
+    pub fn unreached_alternatives(&self) -> Vec<(String, String)> {
+        self.alternatives
+            .iter()
+            .filter(|(k, _)| !self.alternatives_reached.contains(k))
+            .cloned()
+            .collect()
     }
 
     /// Ids no case exercised.
@@ -648,6 +705,12 @@ impl Coverage {
             "percent": (self.percent() * 10.0).round() / 10.0,
             "covered_ids": self.covered,
             "uncovered_ids": self.uncovered(),
+            "alternatives": self.alternatives.len(),
+            "alternatives_reached": self.alternatives.len() - self.unreached_alternatives().len(),
+            "unreached_alternatives": self.unreached_alternatives().iter().map(|(k, t)| json!({
+                "alternative": k,
+                "condition": t,
+            })).collect::<Vec<_>>(),
         })
     }
 }

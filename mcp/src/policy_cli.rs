@@ -130,6 +130,7 @@ pub fn test(args: &TestArgs, source: &PolicySource, config: Option<&Config>) -> 
     };
     let opts = RunOptions {
         emit_cedar: args.emit_cedar.is_some(),
+        alternatives: true,
     };
     if let Some(dir) = &args.emit_cedar {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -148,6 +149,7 @@ pub fn test(args: &TestArgs, source: &PolicySource, config: Option<&Config>) -> 
                 passed: false,
                 failures: vec![format!("cannot parse: {e}")],
                 decision: None,
+                alternatives_reached: Default::default(),
             }),
         }
     }
@@ -229,6 +231,16 @@ pub fn test(args: &TestArgs, source: &PolicySource, config: Option<&Config>) -> 
         )?;
         for id in coverage.uncovered() {
             writeln!(out, "  uncovered: {id}")?;
+        }
+        let unreached = coverage.unreached_alternatives();
+        writeln!(
+            out,
+            "alternatives: {}/{} alternatives of `||` conditions reached by some case",
+            coverage.alternatives.len() - unreached.len(),
+            coverage.alternatives.len()
+        )?;
+        for (key, text) in &unreached {
+            writeln!(out, "  unreached: {key}  {text}")?;
         }
         if let Some(dir) = &args.emit_cedar {
             writeln!(

@@ -503,3 +503,47 @@ fn policy_fmt_checks_then_formats_keeping_comments_and_annotations() {
     let o = run(&["policy", "fmt", "--check", "--policies", pol_s]);
     assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
 }
+
+#[test]
+fn coverage_reports_the_alternatives_of_or_chains_no_case_reaches() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(
+        dir.path(),
+        "env.yaml",
+        "workspace: { id: w, profile: read-only }\ncases:\n  - name: env\n    call: { name: read, arguments: { workspace_id: w, path: .env } }\n    decision: deny\n  - name: pem\n    call: { name: read, arguments: { workspace_id: w, path: k.pem } }\n    decision: deny\n",
+    );
+    let o = run(&["policy", "test", &f]);
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains("unreached: base.forbid.secret-files#5  resource.basename like \"id_rsa*\""),
+        "{out}"
+    );
+    assert!(
+        !out.contains("unreached: base.forbid.secret-files#1 "),
+        "{out}"
+    );
+    let o = run(&["policy", "test", &f, "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let unreached: Vec<&str> = v["coverage"]["unreached_alternatives"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["alternative"].as_str().unwrap())
+        .collect();
+    assert!(
+        unreached.contains(&"base.forbid.secret-files#2"),
+        "{unreached:?}"
+    );
+    assert!(
+        !unreached.contains(&"base.forbid.secret-files#1"),
+        "{unreached:?}"
+    );
+    assert!(
+        !unreached.contains(&"base.forbid.secret-files#3"),
+        "{unreached:?}"
+    );
+    // The shipped tests reach every alternative.
+    let out = stdout(&run(&["policy", "test"]));
+    assert!(out.contains("alternatives: 13/13"), "{out}");
+}
