@@ -98,6 +98,15 @@ enum PolicyCommand {
         #[command(flatten)]
         loc: PolicyLocation,
     },
+    /// Prove properties with Cedar's symbolic compiler and cvc5 (read-only never mutates; no
+    /// profile writes git hooks/config or server-owned files; no policy errors; --implies OLD).
+    /// Exit 0 proven, 1 a property fails, 4 no solver found.
+    Verify {
+        #[command(flatten)]
+        args: crate::policy_verify::VerifyArgs,
+        #[command(flatten)]
+        loc: PolicyLocation,
+    },
     /// Format every .cedar file with Cedar's formatter (comments and annotations kept);
     /// --check lists what would change and exits 1 instead.
     Fmt {
@@ -201,6 +210,9 @@ pub fn main() -> ExitCode {
                 )?;
                 crate::policy_admin::unused(&src, &path, &since, json)
             }),
+            PolicyCommand::Verify { args, loc } => loc
+                .source()
+                .and_then(|src| crate::policy_verify::verify(&args, &src, loc.config()?.as_ref())),
             PolicyCommand::Fmt { check, loc } => loc
                 .source()
                 .and_then(|src| crate::policy_admin::fmt(&src, check)),

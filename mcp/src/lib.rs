@@ -7,5 +7,6 @@ pub mod http;
 pub mod policy_admin;
 pub mod policy_cli;
 pub mod policy_diff;
+pub mod policy_verify;
 pub mod server;
 pub mod stdio;

@@ -547,3 +547,71 @@ fn coverage_reports_the_alternatives_of_or_chains_no_case_reaches() {
     let out = stdout(&run(&["policy", "test"]));
     assert!(out.contains("alternatives: 13/13"), "{out}");
 }
+
+#[test]
+fn verify_without_a_solver_says_so_and_exits_4() {
+    let o = Command::new(BIN)
+        .args(["policy", "verify"])
+        .current_dir(repo())
+        .env_remove("CODESPACE_CONFIG")
+        .env("CVC5", "/nonexistent/cvc5")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(4), "{}", stdout(&o));
+    assert!(
+        stderr(&o).contains("no SMT solver found; nothing was proven"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!stdout(&o).contains("proven"), "{}", stdout(&o));
+}
+
+#[test]
+fn verify_proves_the_shipped_set_and_refutes_a_widening_with_a_replayed_counterexample() {
+    if std::env::var_os("CVC5").is_none()
+        && !std::env::var_os("PATH")
+            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("cvc5").is_file()))
+    {
+        println!("skip: cvc5 is not installed (scripts/ci-policy-verify.sh installs it)");
+        return;
+    }
+    let o = run(&["policy", "verify"]);
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}{}", stderr(&o));
+    assert!(
+        out.contains("proven  read-only never permits fs_write, proc_spawn or proc_io"),
+        "{out}"
+    );
+    assert!(out.contains("proven  every policy never errors"), "{out}");
+    assert!(out.contains("3 of 3 properties proven"), "{out}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let pol = policies_copy(
+        &root,
+        &[(
+            "profiles/make.cedar",
+            "@id(\"read-only.permit.make\")\npermit (principal in CodeSpace::PermissionProfile::\"read-only\", action == CodeSpace::Action::\"exec_command\", resource)\nwhen { context has command && context.command.program == \"make\" };\n",
+        )],
+    );
+    let shipped = repo().join("policies");
+    let o = run(&[
+        "policy",
+        "verify",
+        "--policies",
+        pol.to_str().unwrap(),
+        "--implies",
+        shipped.to_str().unwrap(),
+    ]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("FAILED  read-only never permits fs_write, proc_spawn or proc_io"),
+        "{out}"
+    );
+    assert!(out.contains("\"program\": \"make\""), "{out}");
+    assert!(
+        out.contains("the authorizer says allow under the set (by read-only.permit.make); the authorizer says deny under OLD"),
+        "{out}"
+    );
+}
