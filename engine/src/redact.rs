@@ -5,7 +5,7 @@
 //! assignments, `--password`, and AWS, GitHub and Slack key shapes. Redaction only changes what
 //! is shown and stored: Cedar decides on the real request.
 
-use regex::Regex;
+use regex::{Regex, RegexSet};
 use serde_json::Value;
 use std::borrow::Cow;
 
@@ -34,6 +34,8 @@ pub const DEFAULT_PATTERNS: &[&str] = &[
 #[derive(Debug, Clone)]
 pub struct Redactor {
     rules: Vec<Regex>,
+    /// All rules at once: one scan tells which rules need a replacement pass.
+    any: RegexSet,
 }
 
 /// A pattern that does not compile.
@@ -51,12 +53,12 @@ pub struct PatternError {
 impl Default for Redactor {
     fn default() -> Redactor {
         // The defaults are tested to compile; a failure would drop that one rule only.
-        Redactor {
-            rules: DEFAULT_PATTERNS
+        Redactor::of(
+            DEFAULT_PATTERNS
                 .iter()
                 .filter_map(|p| Regex::new(p).ok())
                 .collect(),
-        }
+        )
     }
 }
 
@@ -75,14 +77,27 @@ impl Redactor {
                 message: e.to_string(),
             })?);
         }
-        Ok(Redactor { rules })
+        Ok(Redactor::of(rules))
+    }
+
+    fn of(rules: Vec<Regex>) -> Redactor {
+        // Every rule compiled alone, so the set compiles too; an empty set matches nothing.
+        let any =
+            RegexSet::new(rules.iter().map(Regex::as_str)).unwrap_or_else(|_| RegexSet::empty());
+        Redactor { rules, any }
     }
 
     /// `s` with every secret replaced by [`REDACTED`].
     pub fn text<'a>(&self, s: &'a str) -> Cow<'a, str> {
         let mut out = Cow::Borrowed(s);
-        for rule in &self.rules {
-            if !rule.is_match(&out) {
+        let hits = self.any.matches(s);
+        if !hits.matched_any() {
+            return out;
+        }
+        for (i, rule) in self.rules.iter().enumerate() {
+            // Replacing a secret only removes text, so a rule that did not match the original
+            // cannot match now.
+            if !hits.matched(i) {
                 continue;
             }
             let replaced = rule
