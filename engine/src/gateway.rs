@@ -240,14 +240,21 @@ impl Gateway {
     /// The workspace's shared entities under `snap` (cached per policy-set hash).
     fn entities(&self, snap: &PolicySnapshot, facts: &WorkspaceFacts) -> Result<Entities, String> {
         if let Ok(cache) = self.entity_cache.lock()
-            && let Some((sha, ents)) = cache.get(&facts.id)
-            && *sha == snap.sha256
+            && let Some((_, ents)) = [facts.id.clone(), format!("{}\0shadow", facts.id)]
+                .iter()
+                .filter_map(|k| cache.get(k))
+                .find(|(sha, _)| *sha == snap.sha256)
         {
             return Ok(ents.clone());
         }
         let ents = workspace_entities(snap, &self.config.profiles, facts)?;
+        // The shadow set has its own slot, so live and shadow decisions do not evict each other.
+        let key = match self.policy.shadow() {
+            Some(sh) if sh.sha256 == snap.sha256 => format!("{}\0shadow", facts.id),
+            _ => facts.id.clone(),
+        };
         if let Ok(mut cache) = self.entity_cache.lock() {
-            cache.insert(facts.id.clone(), (snap.sha256.clone(), ents.clone()));
+            cache.insert(key, (snap.sha256.clone(), ents.clone()));
         }
         Ok(ents)
     }
@@ -616,7 +623,15 @@ impl Gateway {
             | ToolCall::ProcessStatus(_)
             | ToolCall::ProcessResize(_)
             | ToolCall::TerminateProcess(_) => self.process_call(&snap, session, &call).await,
-        }?;
+        }
+        .map_err(|mut e| {
+            // Every error text the caller gets passes the redactor (a spawn error may quote
+            // the command).
+            if let std::borrow::Cow::Owned(red) = self.config.redaction.text(&e.message) {
+                e.message = red;
+            }
+            e
+        })?;
         Ok(result)
     }
 }
