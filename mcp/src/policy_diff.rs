@@ -236,9 +236,20 @@ pub fn diff(
     let mut before = Replayer::new(&before_snap);
     let mut after = Replayer::new(&after_snap);
     let mut groups: BTreeMap<GroupKey, Vec<Replayed>> = BTreeMap::new();
+    // Logs repeat themselves: each distinct request is decided once per set.
+    let mut seen: std::collections::HashMap<String, (SubDecision, SubDecision)> =
+        std::collections::HashMap::new();
     for (source, label, rec) in samples {
-        let b = before.decide(&rec);
-        let a = after.decide(&rec);
+        let key = serde_json::to_string(&(&rec.tool, &rec.ancestors, &rec.workspace, &rec.request))
+            .unwrap_or_default();
+        let (b, a) = match seen.get(&key) {
+            Some(pair) => pair.clone(),
+            None => {
+                let pair = (before.decide(&rec), after.decide(&rec));
+                seen.insert(key, pair.clone());
+                pair
+            }
+        };
         let Some(flip) = Flip::of(&rec.request.action, b.allowed, a.allowed) else {
             continue;
         };
