@@ -64,6 +64,29 @@ struct RawConfig {
     #[serde(default, rename = "$schema")]
     #[allow(dead_code)]
     json_schema: Option<String>,
+    /// Extra secret patterns redacted from the audit log and error texts.
+    #[serde(default)]
+    redaction: RawRedaction,
+}
+
+/// `redaction`: extra secret patterns for the audit log and error texts.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(rename = "Redaction")]
+#[serde(deny_unknown_fields, default)]
+struct RawRedaction {
+    /// Regular expressions; a named group `secret` marks what to replace.
+    patterns: Vec<String>,
+    /// Keep the built-in patterns [true].
+    defaults: bool,
+}
+
+impl Default for RawRedaction {
+    fn default() -> RawRedaction {
+        RawRedaction {
+            patterns: Vec::new(),
+            defaults: true,
+        }
+    }
 }
 
 /// An execution environment.
@@ -389,6 +412,8 @@ pub struct Config {
     pub policy_tests_on_reload: bool,
     /// How long the store keeps audit rows, operations and operation keys.
     pub retention: crate::retention::Retention,
+    /// Secret patterns redacted from audit rows and error texts.
+    pub redaction: crate::redact::Redactor,
 }
 
 /// The built-in profiles (`read-only`, and `workspace-write` extending it).
@@ -541,6 +566,7 @@ impl Config {
             config_file: None,
             policy_tests_on_reload: false,
             retention: crate::retention::Retention::default(),
+            redaction: crate::redact::Redactor::default(),
         })
     }
 
@@ -781,6 +807,11 @@ impl Config {
             config_file: None,
             policy_tests_on_reload: raw.policy_tests_on_reload,
             retention: raw.retention.resolve().map_err(ConfigError)?,
+            redaction: crate::redact::Redactor::new(
+                &raw.redaction.patterns,
+                raw.redaction.defaults,
+            )
+            .map_err(|e| ConfigError(format!("redaction.patterns[{}]: {}", e.index, e.message)))?,
         })
     }
 }

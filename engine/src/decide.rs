@@ -233,6 +233,34 @@ pub fn operation_entity(
 }
 
 impl SubDecision {
+    /// Why this sub-request got its answer, for the audit log: the permits that allowed it,
+    /// the forbids (with their `@reason`) that denied it, the default deny, or the errors.
+    pub fn reason_text(&self, snap: &PolicySnapshot, profile: &str) -> String {
+        if !self.errors.is_empty() {
+            return format!(
+                "denied because policy evaluation failed ({})",
+                self.errors.join("; ")
+            );
+        }
+        if self.allowed {
+            return format!("permitted by {}", self.policy_ids.join(", "));
+        }
+        if self.policy_ids.is_empty() {
+            return format!("no policy permits this for profile {profile}");
+        }
+        let reasons: Vec<String> = self
+            .policy_ids
+            .iter()
+            .map(
+                |id| match snap.meta.get(id).and_then(|m| m.reason.clone()) {
+                    Some(r) => format!("{id}: {r}"),
+                    None => id.clone(),
+                },
+            )
+            .collect();
+        format!("forbidden by {}", reasons.join("; "))
+    }
+
     /// A deny of `req` because something failed before or during evaluation.
     pub fn refused(index: usize, req: &SubRequest, error: String) -> SubDecision {
         SubDecision {

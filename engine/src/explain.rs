@@ -116,10 +116,15 @@ impl Tri {
         }
     }
 
-    fn to_json(&self) -> Value {
+    /// True only when it held (an error is not a match).
+    fn held(&self) -> bool {
+        *self == Tri::True
+    }
+
+    fn error(&self) -> Option<&str> {
         match self {
-            Tri::Error(e) => json!({"result": "error", "error": e}),
-            other => json!(other.as_str()),
+            Tri::Error(e) => Some(e),
+            _ => None,
         }
     }
 }
@@ -309,7 +314,49 @@ pub fn explain_call(
             return out;
         }
     };
-    let decision = decide(snap, &base, facts, call.tool(), &reqs);
+    explain_built(snap, &base, facts, call.tool(), &reqs, out)
+}
+
+/// Explains already-built sub-requests (a recorded request being re-decided, for one) on a
+/// workspace described by `facts`, with `profiles` as the profile tree.
+pub fn explain_requests(
+    snap: &PolicySnapshot,
+    profiles: &BTreeMap<String, Profile>,
+    facts: &WorkspaceFacts,
+    tool: &str,
+    reqs: &[SubRequest],
+) -> Explanation {
+    let mut out = Explanation {
+        tool: tool.to_string(),
+        workspace: facts.id.clone(),
+        profile: facts.profile.clone(),
+        policy_sha256: snap.sha256.clone(),
+        decision: None,
+        builder_error: None,
+        denial: None,
+        entities: Value::Null,
+        requests: Vec::new(),
+    };
+    let base = match workspace_entities(snap, profiles, facts) {
+        Ok(b) => b,
+        Err(e) => {
+            out.builder_error = Some(format!("entities: {e}"));
+            return out;
+        }
+    };
+    out.entities = entities_json(&base);
+    explain_built(snap, &base, facts, tool, reqs, out)
+}
+
+fn explain_built(
+    snap: &PolicySnapshot,
+    base: &Entities,
+    facts: &WorkspaceFacts,
+    tool: &str,
+    reqs: &[SubRequest],
+    mut out: Explanation,
+) -> Explanation {
+    let decision = decide(snap, base, facts, tool, reqs);
     if !decision.allowed() {
         out.denial = Some(decision.to_error(snap).message);
     }
@@ -332,7 +379,7 @@ pub fn explain_call(
             errors: sub.map(|s| s.errors.clone()).unwrap_or_default(),
             policies: Vec::new(),
         };
-        match build_cedar_request(snap, &base, facts, call.tool(), req, &op_id) {
+        match build_cedar_request(snap, base, facts, tool, req, &op_id) {
             Ok(built) => {
                 let resp = evaluate(snap, &built);
                 row.cedar_decision = match resp.decision() {
@@ -411,8 +458,10 @@ pub fn to_json(x: &Explanation) -> Value {
                     "id": p.id,
                     "effect": p.effect,
                     "location": p.location,
-                    "scope_matched": p.scope.to_json(),
-                    "condition": p.condition.as_ref().map(Tri::to_json),
+                    "scope_matched": p.scope.held(),
+                    "scope_error": p.scope.error(),
+                    "condition": p.condition.as_ref().map(Tri::held),
+                    "condition_error": p.condition.as_ref().and_then(Tri::error),
                     "determining": p.determining,
                     "reason": p.reason,
                 })).collect::<Vec<_>>(),

@@ -103,6 +103,15 @@ pub struct Gateway {
     pub(crate) file_versions: Arc<crate::file_versions::FileVersions>,
 }
 
+/// What every audit row of one call shares.
+#[derive(Clone, Copy)]
+struct RowContext<'a> {
+    snap: &'a PolicySnapshot,
+    facts: &'a WorkspaceFacts,
+    session: &'a Session,
+    at_ms: i64,
+}
+
 /// A cached error-free sub-decision.
 #[derive(Debug, Clone)]
 struct CachedDecision {
@@ -326,14 +335,21 @@ impl Gateway {
         facts: &WorkspaceFacts,
     ) -> Result<Entities, String> {
         if let Ok(cache) = self.entity_cache.lock()
-            && let Some((sha, ents)) = cache.get(&facts.id)
-            && *sha == snap.sha256
+            && let Some((_, ents)) = [facts.id.clone(), format!("{}\0shadow", facts.id)]
+                .iter()
+                .filter_map(|k| cache.get(k))
+                .find(|(sha, _)| *sha == snap.sha256)
         {
             return Ok(ents.clone());
         }
         let ents = workspace_entities(snap, &self.config.profiles, facts)?;
+        // The shadow set has its own slot, so live and shadow decisions do not evict each other.
+        let key = match self.policy.shadow() {
+            Some(sh) if sh.sha256 == snap.sha256 => format!("{}\0shadow", facts.id),
+            _ => facts.id.clone(),
+        };
         if let Ok(mut cache) = self.entity_cache.lock() {
-            cache.insert(facts.id.clone(), (snap.sha256.clone(), ents.clone()));
+            cache.insert(key, (snap.sha256.clone(), ents.clone()));
         }
         Ok(ents)
     }
@@ -351,10 +367,75 @@ impl Gateway {
     ) -> Decision {
         let decision = self.decide_cached(snap, facts, tool, reqs);
         match audit {
-            Audit::All => self.audit(&decision, session, true),
+            Audit::All => {
+                let shadow = self.shadow_decision(facts, tool, reqs);
+                self.audit(snap, &decision, shadow.as_ref(), facts, reqs, session);
+            }
             Audit::None => {}
         }
         decision
+    }
+
+    /// The decision of the shadow set (`policies/shadow/`) on the same requests, when one is
+    /// loaded: logged beside the live one, never enforced.
+    pub(crate) fn shadow_decision(
+        &self,
+        facts: &WorkspaceFacts,
+        tool: &str,
+        reqs: &[SubRequest],
+    ) -> Option<Decision> {
+        let shadow = self.policy.shadow()?;
+        Some(self.decide_cached(&shadow, facts, tool, reqs))
+    }
+
+    /// The audit row of one sub-decision, with its recorded (redacted) request.
+    fn audit_row(
+        &self,
+        at: &RowContext<'_>,
+        d: &Decision,
+        sub: &crate::decide::SubDecision,
+        req: Option<&SubRequest>,
+    ) -> DecisionRow {
+        let RowContext {
+            snap,
+            facts,
+            session,
+            at_ms,
+        } = *at;
+        let redact = &self.config.redaction;
+        let request = req.map(|r| {
+            crate::replay::RecordedRequest::new(&self.config.profiles, facts, &d.tool, r)
+                .to_json(redact)
+        });
+        DecisionRow {
+            decision_id: d.decision_id.clone(),
+            at_ms,
+            policy_set_sha256: d.policy_sha256.clone(),
+            profile: d.profile.clone(),
+            workspace: d.workspace.clone(),
+            tool: d.tool.clone(),
+            action: sub.action.clone(),
+            sub_index: i64::try_from(sub.index).unwrap_or(i64::MAX),
+            subject: redact.text(&sub.subject).into_owned(),
+            client: Some(session.client.clone()),
+            transport: Some(session.transport.clone()),
+            decision: if sub.allowed { "allow" } else { "deny" }.into(),
+            policy_ids: sub.policy_ids.clone(),
+            errors: sub
+                .errors
+                .iter()
+                .map(|e| redact.text(e).into_owned())
+                .collect(),
+            default_deny: sub.default_deny,
+            duration_us: i64::try_from(sub.duration_us).unwrap_or(i64::MAX),
+            request,
+            path: req.map(|r| r.path.clone()),
+            kind: req.map(|r| r.kind.clone()).filter(|k| !k.is_empty()),
+            reason: Some(redact.text(&sub.reason_text(snap, &d.profile)).into_owned()),
+            shadow_decision: None,
+            shadow_policy_ids: None,
+            seq: 0,
+        }
     }
 
     /// `decide()` behind a cache of error-free sub-decisions. The key holds everything a
@@ -500,10 +581,13 @@ impl Gateway {
     }
 
     /// Audit rows for entries a `find` withheld: one row per withheld path, carrying the
-    /// decision of its signature's sub-request.
+    /// decision of its signature's sub-request and the `read` request of that path.
     pub(crate) fn audit_withheld(
         &self,
+        snap: &PolicySnapshot,
         d: &Decision,
+        facts: &WorkspaceFacts,
+        reqs: &[SubRequest],
         paths: &[(String, usize)],
         session: &Session,
     ) {
@@ -511,58 +595,65 @@ impl Gateway {
         if paths.is_empty() {
             return;
         }
-        let at_ms = codespace_store::now_ms();
+        let shadow = self.shadow_decision(facts, &d.tool, reqs);
+        let at = RowContext {
+            snap,
+            facts,
+            session,
+            at_ms: codespace_store::now_ms(),
+        };
         let rows: Vec<DecisionRow> = paths
             .iter()
             .enumerate()
-            .map(|(i, (p, slot))| (i, p, d.subs.get(*slot)))
-            .map(|(i, p, sub)| DecisionRow {
-                decision_id: d.decision_id.clone(),
-                at_ms,
-                policy_set_sha256: d.policy_sha256.clone(),
-                profile: d.profile.clone(),
-                workspace: d.workspace.clone(),
-                tool: d.tool.clone(),
-                action: "read".into(),
-                sub_index: i64::try_from(i).unwrap_or(i64::MAX),
-                subject: p.clone(),
-                client: Some(session.client.clone()),
-                transport: Some(session.transport.clone()),
-                decision: "deny".into(),
-                policy_ids: sub.map(|s| s.policy_ids.clone()).unwrap_or_default(),
-                errors: sub.map(|s| s.errors.clone()).unwrap_or_default(),
-                default_deny: sub.is_some_and(|s| s.default_deny),
-                duration_us: sub.map_or(0, |s| i64::try_from(s.duration_us).unwrap_or(i64::MAX)),
+            .filter_map(|(i, (p, slot))| d.subs.get(*slot).map(|sub| (i, p, slot, sub)))
+            .map(|(i, p, slot, sub)| {
+                let req = crate::request::path_request("read", p, "", session);
+                let sub = crate::decide::SubDecision {
+                    index: i,
+                    action: "read".into(),
+                    subject: p.clone(),
+                    ..sub.clone()
+                };
+                let mut row = self.audit_row(&at, d, &sub, Some(&req));
+                if let Some(sh) = shadow.as_ref().and_then(|sh| sh.subs.get(*slot)) {
+                    row.shadow_decision = Some(if sh.allowed { "allow" } else { "deny" }.into());
+                    row.shadow_policy_ids = Some(sh.policy_ids.clone());
+                }
+                row
             })
             .collect();
         crate::audit::append(store, rows, &d.decision_id, false);
     }
 
-    /// Writes decision rows. A store failure is logged and never turns a deny into an allow.
-    fn audit(&self, d: &Decision, session: &Session, audit_allows: bool) {
+    /// Writes decision rows (every sub-request, capability requests included), with the
+    /// shadow set's answer beside each when there is one. A store failure is logged and never
+    /// turns a deny into an allow.
+    fn audit(
+        &self,
+        snap: &PolicySnapshot,
+        d: &Decision,
+        shadow: Option<&Decision>,
+        facts: &WorkspaceFacts,
+        reqs: &[SubRequest],
+        session: &Session,
+    ) {
         let Some(store) = &self.store else { return };
-        let at_ms = codespace_store::now_ms();
+        let at = RowContext {
+            snap,
+            facts,
+            session,
+            at_ms: codespace_store::now_ms(),
+        };
         let rows: Vec<DecisionRow> = d
             .subs
             .iter()
-            .filter(|s| audit_allows || !s.allowed)
-            .map(|s| DecisionRow {
-                decision_id: d.decision_id.clone(),
-                at_ms,
-                policy_set_sha256: d.policy_sha256.clone(),
-                profile: d.profile.clone(),
-                workspace: d.workspace.clone(),
-                tool: d.tool.clone(),
-                action: s.action.clone(),
-                sub_index: i64::try_from(s.index).unwrap_or(i64::MAX),
-                subject: s.subject.clone(),
-                client: Some(session.client.clone()),
-                transport: Some(session.transport.clone()),
-                decision: if s.allowed { "allow" } else { "deny" }.into(),
-                policy_ids: s.policy_ids.clone(),
-                errors: s.errors.clone(),
-                default_deny: s.default_deny,
-                duration_us: i64::try_from(s.duration_us).unwrap_or(i64::MAX),
+            .map(|s| {
+                let mut row = self.audit_row(&at, d, s, reqs.get(s.index));
+                if let Some(sh) = shadow.and_then(|sh| sh.subs.get(s.index)) {
+                    row.shadow_decision = Some(if sh.allowed { "allow" } else { "deny" }.into());
+                    row.shadow_policy_ids = Some(sh.policy_ids.clone());
+                }
+                row
             })
             .collect();
         // Allowed mutations are written ahead of the runner; everything else is group-committed.
@@ -594,6 +685,13 @@ impl Gateway {
     ) -> Result<Decision, ToolError> {
         let mut reqs = build_requests(call, session, process)?;
         crate::links::fill_links(&ws.root, &mut reqs);
+        // Secrets in a command line never reach the log or the caller's error text; Cedar
+        // still decides on the real context.
+        for r in &mut reqs {
+            if let std::borrow::Cow::Owned(red) = self.config.redaction.text(&r.subject) {
+                r.subject = red;
+            }
+        }
         let decision = self.decide_reqs(snap, &ws.facts, call.tool(), &reqs, session, Audit::All);
         if decision.allowed() {
             Ok(decision)
@@ -640,7 +738,15 @@ impl Gateway {
             | ToolCall::ProcessStatus(_)
             | ToolCall::ProcessResize(_)
             | ToolCall::TerminateProcess(_) => self.process_call(&snap, session, &call).await,
-        }?;
+        }
+        .map_err(|mut e| {
+            // Every error text the caller gets passes the redactor (a spawn error may quote
+            // the command).
+            if let std::borrow::Cow::Owned(red) = self.config.redaction.text(&e.message) {
+                e.message = red;
+            }
+            e
+        })?;
         Ok(result)
     }
 }

@@ -2,6 +2,7 @@
 //! decisions that deny on any doubt, and the tool implementations that call the runners.
 //! Only this crate grants: the transport reaches the runners through [`Gateway`] alone.
 
+pub mod alternatives;
 mod audit;
 pub mod config;
 pub mod decide;
@@ -21,7 +22,9 @@ pub mod patch_tool;
 pub mod policy;
 pub mod policy_test;
 mod process_tools;
+pub mod redact;
 pub mod reload;
+pub mod replay;
 pub mod request;
 pub mod retention;
 pub mod server_files;

@@ -271,6 +271,8 @@ impl Gateway {
                 errors: Vec::new(),
                 default_deny: m.policy_ids.is_empty(),
                 duration_us: 0,
+                path: Some(m.path.clone()),
+                ..DecisionRow::default()
             })
             .collect();
         if let Err(e) = store.insert_decisions(&rows) {

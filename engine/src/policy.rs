@@ -4,7 +4,7 @@
 use cedar_policy::{PolicyId, PolicySet, Schema, ValidationMode, Validator};
 use miette::Diagnostic;
 use sha2::{Digest, Sha256};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::{Arc, RwLock};
@@ -103,6 +103,39 @@ impl PolicySource {
     }
 }
 
+/// The shadow directory under the policies directory: evaluated beside the live set on every
+/// call and logged, never enforced.
+pub const SHADOW_DIR: &str = "shadow";
+
+impl PolicySource {
+    /// The shadow bundle: the live files with the files of `<policies>/shadow/` added, a shadow
+    /// file at the same relative path replacing its live one. `Ok(None)` when there is no
+    /// shadow directory (or it holds no `.cedar` file).
+    pub fn read_shadow(&self) -> Result<Option<PolicyBundle>, PolicyErrors> {
+        let PolicySource::Dir { policies, .. } = self else {
+            return Ok(None);
+        };
+        let dir = policies.join(SHADOW_DIR);
+        if !dir.is_dir() {
+            return Ok(None);
+        }
+        let mut shadow = Vec::new();
+        collect_cedar_files(&dir, &dir, &mut shadow)?;
+        if shadow.is_empty() {
+            return Ok(None);
+        }
+        let mut bundle = self.read()?;
+        for f in shadow {
+            match bundle.files.iter_mut().find(|l| l.name == f.name) {
+                Some(live) => live.text = f.text,
+                None => bundle.files.push(f),
+            }
+        }
+        bundle.files.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(Some(bundle))
+    }
+}
+
 fn collect_cedar_files(
     root: &Path,
     dir: &Path,
@@ -123,8 +156,9 @@ fn collect_cedar_files(
             .to_string_lossy()
             .replace('\\', "/");
         if ft.is_dir() {
-            // Test files and worked examples live beside the policies but are not loaded.
-            if name == "tests" || name == "examples" {
+            // Test files and worked examples live beside the policies but are not loaded;
+            // `shadow/` is evaluated beside the live set, never as part of it.
+            if name == "tests" || name == "examples" || name == SHADOW_DIR {
                 continue;
             }
             collect_cedar_files(root, &path, out)?;
@@ -375,12 +409,76 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// The profile ids a policy names (`PermissionProfile::"…"` in its scope or conditions).
+pub fn profiles_named(policy: &cedar_policy::Policy) -> BTreeSet<String> {
+    fn walk(v: &serde_json::Value, out: &mut BTreeSet<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                if let (Some(serde_json::Value::String(ty)), Some(serde_json::Value::String(id))) =
+                    (m.get("type"), m.get("id"))
+                    && (ty == "CodeSpace::PermissionProfile" || ty == "PermissionProfile")
+                {
+                    out.insert(id.clone());
+                }
+                for x in m.values() {
+                    walk(x, out);
+                }
+            }
+            serde_json::Value::Array(items) => {
+                for x in items {
+                    walk(x, out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = BTreeSet::new();
+    if let Ok(est) = policy.to_json() {
+        walk(&est, &mut out);
+    }
+    out
+}
+
+/// One line per policy that names a profile outside `known` (the config's profiles, the
+/// built-ins and any a test file declares): such a permit never matches and such a forbid never
+/// applies, so it is a validation error, with the closest known name.
+pub fn unknown_profile_errors(snap: &PolicySnapshot, known: &BTreeSet<String>) -> Vec<String> {
+    let mut errs = Vec::new();
+    for (id, meta) in &snap.meta {
+        let Some(policy) = snap.set.policy(&PolicyId::new(id)) else {
+            continue;
+        };
+        for name in profiles_named(policy) {
+            if !known.contains(&name) {
+                errs.push(format!(
+                    "{}:{}: policy {id}: unknown profile `{name}`{}; profiles come from the config's `profiles`, the built-ins ({}) or a test file's `profiles:`",
+                    meta.file,
+                    meta.line,
+                    crate::suggest::hint(&name, known.iter().map(String::as_str)),
+                    crate::config::BUILTIN_PROFILES
+                        .iter()
+                        .map(|(b, _)| *b)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+        }
+    }
+    errs
+}
+
 /// The live policy set: readers take an `Arc` snapshot at the start of a call and finish under it.
 #[derive(Debug)]
 pub struct PolicyStore {
     current: RwLock<Arc<PolicySnapshot>>,
     source: PolicySource,
     last_error: RwLock<Option<RejectedReload>>,
+    /// The profile ids policies may name (None: not checked).
+    known_profiles: Option<BTreeSet<String>>,
+    /// The shadow set in force (None: no `shadow/` directory).
+    shadow: RwLock<Option<Arc<PolicySnapshot>>>,
+    /// The last refused shadow set since the last accepted one.
+    shadow_error: RwLock<Option<RejectedReload>>,
 }
 
 /// A reload that was refused (the last good set stayed in force).
@@ -396,11 +494,122 @@ impl PolicyStore {
     /// Loads from `source`; fails when the set is invalid (the server refuses to start).
     pub fn load(source: PolicySource) -> Result<PolicyStore, PolicyErrors> {
         let snap = compile(source.read()?)?;
-        Ok(PolicyStore {
+        let store = PolicyStore {
             current: RwLock::new(Arc::new(snap)),
             source,
             last_error: RwLock::new(None),
-        })
+            known_profiles: None,
+            shadow: RwLock::new(None),
+            shadow_error: RwLock::new(None),
+        };
+        store.reload_shadow();
+        Ok(store)
+    }
+
+    /// Loads from `source` and refuses a set that names a profile outside `profiles` (the
+    /// config's tree, built-ins included); every reload is checked the same way.
+    pub fn load_for_profiles(
+        source: PolicySource,
+        profiles: BTreeSet<String>,
+    ) -> Result<PolicyStore, PolicyErrors> {
+        let store = PolicyStore {
+            current: RwLock::new(Arc::new(compile(source.read()?)?)),
+            source,
+            last_error: RwLock::new(None),
+            known_profiles: Some(profiles),
+            shadow: RwLock::new(None),
+            shadow_error: RwLock::new(None),
+        };
+        let errs = unknown_profile_errors(
+            &store.snapshot(),
+            store
+                .known_profiles
+                .as_ref()
+                .map_or(&BTreeSet::new(), |k| k),
+        );
+        if !errs.is_empty() {
+            return Err(PolicyErrors(errs));
+        }
+        store.reload_shadow();
+        Ok(store)
+    }
+
+    /// The shadow set in force, when there is one.
+    pub fn shadow(&self) -> Option<Arc<PolicySnapshot>> {
+        match self.shadow.read() {
+            Ok(g) => g.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// The last refused shadow set since the last accepted one.
+    pub fn shadow_rejected(&self) -> Option<RejectedReload> {
+        self.shadow_error.read().ok().and_then(|g| g.clone())
+    }
+
+    /// Re-reads `<policies>/shadow/` over the live files and swaps the shadow set in when it
+    /// changed and compiles; a set that does not compile leaves the last good one (the shadow
+    /// set is never enforced, so it never blocks the live one). Returns what happened:
+    /// `None` when nothing changed, `Some(Ok(hash))` for a new set (`""` when the shadow
+    /// directory went away), `Some(Err(..))` for a refused one.
+    pub fn reload_shadow(&self) -> Option<Result<String, PolicyErrors>> {
+        let current = self.shadow().map(|s| s.sha256.clone());
+        let bundle = match self.source.read_shadow() {
+            Ok(Some(b)) => b,
+            Ok(None) => {
+                current.as_ref()?;
+                self.set_shadow(None);
+                return Some(Ok(String::new()));
+            }
+            Err(e) => return Some(Err(self.refuse_shadow(e))),
+        };
+        if current.as_deref() == Some(bundle_hash(&bundle).as_str()) {
+            return None;
+        }
+        match self.compile_checked(bundle) {
+            Ok(snap) => {
+                let sha = snap.sha256.clone();
+                self.set_shadow(Some(Arc::new(snap)));
+                Some(Ok(sha))
+            }
+            Err(e) => Some(Err(self.refuse_shadow(e))),
+        }
+    }
+
+    fn set_shadow(&self, snap: Option<Arc<PolicySnapshot>>) {
+        match self.shadow.write() {
+            Ok(mut g) => *g = snap,
+            Err(poisoned) => *poisoned.into_inner() = snap,
+        }
+        if let Ok(mut e) = self.shadow_error.write() {
+            *e = None;
+        }
+    }
+
+    fn refuse_shadow(&self, e: PolicyErrors) -> PolicyErrors {
+        tracing::warn!(
+            diagnostics = %e.0.join(" | "),
+            "shadow policy set refused; the last good shadow set stays"
+        );
+        if let Ok(mut le) = self.shadow_error.write() {
+            *le = Some(RejectedReload {
+                at_ms: now_ms(),
+                errors: e.0.clone(),
+            });
+        }
+        e
+    }
+
+    /// Compiles a bundle as this store would accept it: [`compile`] plus the profile check.
+    pub fn compile_checked(&self, bundle: PolicyBundle) -> Result<PolicySnapshot, PolicyErrors> {
+        let snap = compile(bundle)?;
+        if let Some(known) = &self.known_profiles {
+            let errs = unknown_profile_errors(&snap, known);
+            if !errs.is_empty() {
+                return Err(PolicyErrors(errs));
+            }
+        }
+        Ok(snap)
     }
 
     /// The snapshot in force now.
@@ -420,7 +629,7 @@ impl PolicyStore {
     /// failure. Returns (old hash, new hash) or the diagnostics.
     pub fn reload(&self) -> Result<(String, String), PolicyErrors> {
         let old = self.snapshot().sha256.clone();
-        match self.source.read().and_then(compile) {
+        match self.source.read().and_then(|b| self.compile_checked(b)) {
             Ok(snap) => {
                 let new = snap.sha256.clone();
                 match self.current.write() {

@@ -9,7 +9,7 @@ use crate::decide::{Decision, decide, workspace_entities};
 use crate::explain::{build_cedar_request, entities_json, evaluate};
 use crate::policy::PolicySnapshot;
 use crate::request::{ProcessFacts, Session, WorkspaceFacts, build_requests};
-use crate::tools::ToolCall;
+use crate::tools::{CallParseError, ToolCall};
 use cedar_policy::Decision as CedarDecision;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -184,6 +184,9 @@ pub struct CaseResult {
     pub failures: Vec<String>,
     /// The decision, when one was made.
     pub decision: Option<Decision>,
+    /// The `||` alternatives (`policy-id#n`) some sub-request of the case reached (when
+    /// [`RunOptions::alternatives`] is on).
+    pub alternatives_reached: BTreeSet<String>,
 }
 
 /// Parses a YAML test file.
@@ -196,6 +199,8 @@ pub fn parse_file(text: &str) -> Result<TestFile, String> {
 pub struct RunOptions {
     /// Build the upstream `cedar run-tests` cases of every sub-request.
     pub emit_cedar: bool,
+    /// Record which alternatives of `||` chains each case reaches.
+    pub alternatives: bool,
 }
 
 impl Fixture {
@@ -402,9 +407,75 @@ pub fn run_file(snap: &PolicySnapshot, file_name: &str, file: &TestFile) -> Vec<
         .collect()
 }
 
-/// Runs every case of a file (parameterized cases expanded) against a snapshot.
+/// Runs every case of a file (parameterized cases expanded) against a snapshot, with the
+/// built-in profiles plus the file's own.
 pub fn run_file_with(
     snap: &PolicySnapshot,
+    file_name: &str,
+    file: &TestFile,
+    opts: RunOptions,
+) -> Vec<CaseOutcome> {
+    run_file_in(
+        snap,
+        &crate::config::builtin_profiles(),
+        file_name,
+        file,
+        opts,
+    )
+}
+
+/// The profile tree a test file runs with: `base` (the config's tree, built-ins included)
+/// plus the profiles the file declares. A file may add profiles but not re-parent one that
+/// `base` defines.
+pub fn file_profiles(
+    base: &BTreeMap<String, Profile>,
+    file: &TestFile,
+) -> Result<BTreeMap<String, Profile>, String> {
+    let mut tree = base.clone();
+    for (id, p) in &file.profiles {
+        if let Some(known) = base.get(id) {
+            if known.extends != p.extends {
+                return Err(format!(
+                    "profiles.{id}: the file declares extends {:?} but the config (or the built-ins) say {:?}",
+                    p.extends, known.extends
+                ));
+            }
+            continue;
+        }
+        tree.insert(
+            id.clone(),
+            Profile {
+                id: id.clone(),
+                extends: p.extends.clone(),
+                description: None,
+            },
+        );
+    }
+    for (id, p) in &tree {
+        if let Some(parent) = &p.extends
+            && !tree.contains_key(parent)
+        {
+            return Err(format!(
+                "profiles.{id}.extends: unknown profile `{parent}`{}",
+                crate::suggest::hint(parent, tree.keys().map(String::as_str))
+            ));
+        }
+    }
+    if !tree.contains_key(&file.workspace.profile) {
+        return Err(format!(
+            "workspace.profile: unknown profile `{}`{}; declare it under `profiles:` or in the config",
+            file.workspace.profile,
+            crate::suggest::hint(&file.workspace.profile, tree.keys().map(String::as_str))
+        ));
+    }
+    Ok(tree)
+}
+
+/// Runs every case of a file (parameterized cases expanded) against a snapshot, with `base` as
+/// the profile tree (the config's, or the built-ins) plus the file's own profiles.
+pub fn run_file_in(
+    snap: &PolicySnapshot,
+    base_profiles: &BTreeMap<String, Profile>,
     file_name: &str,
     file: &TestFile,
     opts: RunOptions,
@@ -419,13 +490,28 @@ pub fn run_file_with(
             transport: s.transport.clone(),
         })
         .unwrap_or_else(Session::stdio);
-    let extra: BTreeMap<String, Option<String>> = file
-        .profiles
-        .iter()
-        .map(|(id, p)| (id.clone(), p.extends.clone()))
-        .collect();
-    let profiles = profile_tree(&extra);
+    let profiles = match file_profiles(base_profiles, file) {
+        Ok(p) => p,
+        Err(why) => {
+            return vec![CaseOutcome {
+                result: CaseResult {
+                    file: file_name.to_string(),
+                    name: "(file)".into(),
+                    passed: false,
+                    failures: vec![why],
+                    decision: None,
+                    alternatives_reached: BTreeSet::new(),
+                },
+                cedar: Vec::new(),
+            }];
+        }
+    };
     let base = workspace_entities(snap, &profiles, &facts);
+    let alts = if opts.alternatives {
+        crate::alternatives::alternatives(snap)
+    } else {
+        Vec::new()
+    };
     let mut out = Vec::new();
     for case in file.cases.iter().flat_map(expand_case) {
         let case = match case {
@@ -438,6 +524,7 @@ pub fn run_file_with(
                         passed: false,
                         failures: vec![why],
                         decision: None,
+                        alternatives_reached: BTreeSet::new(),
                     },
                     cedar: Vec::new(),
                 });
@@ -446,6 +533,7 @@ pub fn run_file_with(
         };
         let mut failures = Vec::new();
         let mut cedar = Vec::new();
+        let mut reached = BTreeSet::new();
         let decision = match (
             &base,
             ToolCall::parse(&case.call.name, &case.call.arguments),
@@ -455,7 +543,7 @@ pub fn run_file_with(
                 None
             }
             (_, Err(e)) => {
-                failures.push(format!("call: {e:?}"));
+                failures.push(format!("call: {}", call_error_text(&case.call.name, &e)));
                 None
             }
             (Ok(base), Ok(call)) => {
@@ -478,6 +566,23 @@ pub fn run_file_with(
                         if let Some(links) = case.links {
                             for r in reqs.iter_mut().filter(|r| r.path != ".") {
                                 r.links = links;
+                            }
+                        }
+                        if opts.alternatives && !alts.is_empty() {
+                            for (i, req) in reqs.iter().enumerate() {
+                                let op_id = format!("alt/{i}");
+                                if let Ok(built) = build_cedar_request(
+                                    snap,
+                                    base,
+                                    &facts,
+                                    call.tool(),
+                                    req,
+                                    &op_id,
+                                ) {
+                                    reached.extend(
+                                        alts.iter().filter(|a| a.reached(&built)).map(|a| a.key()),
+                                    );
+                                }
                             }
                         }
                         if opts.emit_cedar {
@@ -532,7 +637,7 @@ pub fn run_file_with(
             }
         };
         if let Some(d) = &decision {
-            check(&case, d, &mut failures);
+            check(snap, &case, d, &mut failures);
         }
         out.push(CaseOutcome {
             result: CaseResult {
@@ -541,6 +646,7 @@ pub fn run_file_with(
                 passed: failures.is_empty(),
                 failures,
                 decision,
+                alternatives_reached: reached,
             },
             cedar,
         });
@@ -555,6 +661,10 @@ pub struct Coverage {
     pub all: BTreeSet<String>,
     /// The ids that determined at least one sub-request.
     pub covered: BTreeSet<String>,
+    /// Every alternative of a `||` chain in a `when`: (`policy-id#n`, its text).
+    pub alternatives: Vec<(String, String)>,
+    /// The alternatives some case reached.
+    pub alternatives_reached: BTreeSet<String>,
 }
 
 impl Coverage {
@@ -569,7 +679,29 @@ impl Coverage {
             .filter(|id| all.contains(*id))
             .cloned()
             .collect();
-        Coverage { all, covered }
+        let alternatives_reached: BTreeSet<String> = results
+            .iter()
+            .flat_map(|r| r.alternatives_reached.iter().cloned())
+            .collect();
+        let alternatives = crate::alternatives::alternatives(snap)
+            .into_iter()
+            .map(|a| (a.key(), a.text))
+            .collect();
+        Coverage {
+            all,
+            covered,
+            alternatives,
+            alternatives_reached,
+        }
+    }
+
+    /// Alternatives no case reached: (`policy-id#n`, text).
+    pub fn unreached_alternatives(&self) -> Vec<(String, String)> {
+        self.alternatives
+            .iter()
+            .filter(|(k, _)| !self.alternatives_reached.contains(k))
+            .cloned()
+            .collect()
     }
 
     /// Ids no case exercised.
@@ -596,14 +728,95 @@ impl Coverage {
             "percent": (self.percent() * 10.0).round() / 10.0,
             "covered_ids": self.covered,
             "uncovered_ids": self.uncovered(),
+            "alternatives": self.alternatives.len(),
+            "alternatives_reached": self.alternatives.len() - self.unreached_alternatives().len(),
+            "unreached_alternatives": self.unreached_alternatives().iter().map(|(k, t)| json!({
+                "alternative": k,
+                "condition": t,
+            })).collect::<Vec<_>>(),
         })
     }
 }
 
-/// The JSON report: every case, the coverage and the totals.
-pub fn report_json(results: &[CaseResult], coverage: &Coverage) -> Value {
+/// Run-wide requirements of a test run beyond its cases.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Gates {
+    /// Fail when fewer than this percent of the policies determined a decision.
+    pub coverage_min: Option<f64>,
+    /// Fail when no case ran.
+    pub fail_on_empty: bool,
+}
+
+/// The verdict of one gate.
+#[derive(Debug, Clone)]
+pub struct GateResult {
+    /// Its name (the JUnit test case name).
+    pub name: String,
+    /// Met?
+    pub passed: bool,
+    /// What was measured.
+    pub message: String,
+}
+
+impl Gates {
+    /// Checks every configured gate.
+    pub fn evaluate(&self, results: &[CaseResult], coverage: &Coverage) -> Vec<GateResult> {
+        let mut out = Vec::new();
+        if self.fail_on_empty {
+            out.push(GateResult {
+                name: "at least one case ran (--fail-on-empty)".into(),
+                passed: !results.is_empty(),
+                message: if results.is_empty() {
+                    "no test case ran (--fail-on-empty)".into()
+                } else {
+                    format!("{} case(s) ran", results.len())
+                },
+            });
+        }
+        if let Some(min) = self.coverage_min {
+            let pct = coverage.percent();
+            let passed = pct + 1e-9 >= min;
+            out.push(GateResult {
+                name: format!("policy coverage >= {min}% (--coverage-min)"),
+                passed,
+                message: if passed {
+                    format!("policy coverage {pct:.1}% meets --coverage-min {min}")
+                } else {
+                    format!(
+                        "policy coverage {pct:.1}% is below --coverage-min {min}; uncovered: {}",
+                        coverage.uncovered().join(", ")
+                    )
+                },
+            });
+        }
+        out
+    }
+}
+
+/// The JSON report: every case, the coverage (with `threshold` and `threshold_met`), the
+/// gates and the totals.
+pub fn report_json(results: &[CaseResult], coverage: &Coverage, gates: &Gates) -> Value {
     let passed = results.iter().filter(|r| r.passed).count();
+    let verdicts = gates.evaluate(results, coverage);
+    let mut cov = coverage.to_json();
+    if let Value::Object(m) = &mut cov {
+        m.insert("threshold".into(), json!(gates.coverage_min));
+        m.insert(
+            "threshold_met".into(),
+            json!(
+                gates
+                    .coverage_min
+                    .is_none_or(|min| coverage.percent() + 1e-9 >= min)
+            ),
+        );
+    }
     json!({
+        "gates": verdicts.iter().map(|g| json!({
+            "name": g.name,
+            "passed": g.passed,
+            "message": g.message,
+        })).collect::<Vec<_>>(),
+        "gates_passed": verdicts.iter().all(|g| g.passed),
         "cases": results.iter().map(|r| json!({
             "file": r.file,
             "name": r.name,
@@ -613,7 +826,7 @@ pub fn report_json(results: &[CaseResult], coverage: &Coverage) -> Value {
             "determining_policies": r.decision.as_ref().map(|d| d.subs.iter()
                 .flat_map(|s| s.policy_ids.iter().cloned()).collect::<BTreeSet<_>>()),
         })).collect::<Vec<_>>(),
-        "coverage": coverage.to_json(),
+        "coverage": cov,
         "passed": passed,
         "failed": results.len() - passed,
     })
@@ -635,18 +848,44 @@ fn xml_escape(s: &str) -> String {
     o
 }
 
-/// The JUnit XML report: one testsuite per file, coverage as properties.
-pub fn report_junit(results: &[CaseResult], coverage: &Coverage) -> String {
+/// The JUnit XML report: one testsuite per file, coverage as properties, and the gates
+/// (coverage threshold, --fail-on-empty) as test cases of a `policy test gates` suite, so a
+/// missed threshold is a failing test case.
+pub fn report_junit(results: &[CaseResult], coverage: &Coverage, gates: &Gates) -> String {
     let mut by_file: BTreeMap<&str, Vec<&CaseResult>> = BTreeMap::new();
     for r in results {
         by_file.entry(r.file.as_str()).or_default().push(r);
     }
-    let failed = results.iter().filter(|r| !r.passed).count();
+    let verdicts = gates.evaluate(results, coverage);
+    let gate_failures = verdicts.iter().filter(|g| !g.passed).count();
+    let failed = results.iter().filter(|r| !r.passed).count() + gate_failures;
     let mut x = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     x.push_str(&format!(
         "<testsuites name=\"codespace policy test\" tests=\"{}\" failures=\"{failed}\">\n",
-        results.len()
+        results.len() + verdicts.len()
     ));
+    if !verdicts.is_empty() {
+        x.push_str(&format!(
+            "  <testsuite name=\"policy test gates\" tests=\"{}\" failures=\"{gate_failures}\">\n",
+            verdicts.len()
+        ));
+        for g in &verdicts {
+            x.push_str(&format!(
+                "    <testcase classname=\"policy test gates\" name=\"{}\"",
+                xml_escape(&g.name)
+            ));
+            if g.passed {
+                x.push_str("/>\n");
+            } else {
+                x.push_str(&format!(
+                    "><failure message=\"{}\">{}</failure></testcase>\n",
+                    xml_escape(&g.message),
+                    xml_escape(&g.message)
+                ));
+            }
+        }
+        x.push_str("  </testsuite>\n");
+    }
     for (file, cases) in by_file {
         let f = cases.iter().filter(|r| !r.passed).count();
         x.push_str(&format!(
@@ -682,10 +921,40 @@ pub fn report_junit(results: &[CaseResult], coverage: &Coverage) -> String {
     x
 }
 
-fn check(case: &TestCase, d: &Decision, failures: &mut Vec<String>) {
+/// Why the call got the decision it got: the denial text (determining policies and their
+/// reasons, or the default deny), or the permits that allowed it.
+pub fn decision_summary(snap: &PolicySnapshot, d: &Decision) -> String {
+    if d.allowed() {
+        let ids: BTreeSet<&String> = d
+            .subs
+            .iter()
+            .filter(|s| s.gating)
+            .flat_map(|s| s.policy_ids.iter())
+            .collect();
+        format!(
+            "allowed by {}",
+            ids.into_iter().cloned().collect::<Vec<_>>().join(", ")
+        )
+    } else {
+        d.to_error(snap).message
+    }
+}
+
+fn policy_with_reason(snap: &PolicySnapshot, id: &str) -> String {
+    match snap.meta.get(id).and_then(|m| m.reason.as_deref()) {
+        Some(r) => format!("{id} ({r})"),
+        None => id.to_string(),
+    }
+}
+
+fn check(snap: &PolicySnapshot, case: &TestCase, d: &Decision, failures: &mut Vec<String>) {
     let got = if d.allowed() { "allow" } else { "deny" };
     if got != case.decision {
-        failures.push(format!("decision: expected {}, got {got}", case.decision));
+        failures.push(format!(
+            "decision: expected {}, got {got}: {}",
+            case.decision,
+            decision_summary(snap, d)
+        ));
     }
     let ids: Vec<&String> = d
         .subs
@@ -695,8 +964,15 @@ fn check(case: &TestCase, d: &Decision, failures: &mut Vec<String>) {
         .collect();
     for want in &case.reason {
         if !ids.contains(&want) {
+            let shown: Vec<String> = ids.iter().map(|i| policy_with_reason(snap, i)).collect();
             failures.push(format!(
-                "reason: expected {want} among the determining policies {ids:?}"
+                "reason: expected {want} among the determining policies, got [{}]{}",
+                shown.join(", "),
+                if shown.is_empty() {
+                    " (default deny: no policy permits it)"
+                } else {
+                    ""
+                }
             ));
         }
     }
@@ -713,10 +989,80 @@ fn check(case: &TestCase, d: &Decision, failures: &mut Vec<String>) {
             Some(s) => {
                 let got = if s.allowed { "allow" } else { "deny" };
                 if got != want {
-                    failures.push(format!("capability {cap}: expected {want}, got {got}"));
+                    let why = if s.policy_ids.is_empty() {
+                        "no policy permits it (default deny)".to_string()
+                    } else {
+                        format!(
+                            "determined by {}",
+                            s.policy_ids
+                                .iter()
+                                .map(|i| policy_with_reason(snap, i))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
+                    };
+                    failures.push(format!(
+                        "capability {cap}: expected {want}, got {got}: {why}"
+                    ));
                 }
             }
             None => failures.push(format!("capability {cap}: not requested by this call")),
         }
     }
+}
+
+/// A `tools/call` that cannot be parsed, in the contract's terms: an unknown tool is
+/// `tool not found` (with the closest tool name), bad arguments are `INVALID_ARGUMENTS`.
+pub fn call_error_text(name: &str, e: &CallParseError) -> String {
+    match e {
+        CallParseError::UnknownTool(t) => format!(
+            "tool not found: `{t}`{}",
+            crate::suggest::hint(t, crate::gateway::IMPLEMENTED_TOOLS.iter().copied())
+        ),
+        CallParseError::InvalidArguments(m) => {
+            format!("INVALID_ARGUMENTS: invalid arguments for {name}: {m}")
+        }
+    }
+}
+
+/// Every sub-request of every case of a test file (parameterized cases expanded), as recorded
+/// requests, named `<file> :: <case>`: what `policy diff --tests` re-decides under two sets.
+/// Cases whose call cannot be built are left out (`policy test` reports them).
+pub fn case_records(
+    base_profiles: &BTreeMap<String, Profile>,
+    file_name: &str,
+    file: &TestFile,
+) -> Result<Vec<(String, crate::replay::RecordedRequest)>, String> {
+    let profiles = file_profiles(base_profiles, file)?;
+    let facts = file.workspace.facts();
+    let session = file
+        .session
+        .as_ref()
+        .map(|s| Session {
+            client: s.client.clone(),
+            transport: s.transport.clone(),
+        })
+        .unwrap_or_else(Session::stdio);
+    let mut out = Vec::new();
+    for case in file.cases.iter().flat_map(expand_case).flatten() {
+        let Ok(call) = ToolCall::parse(&case.call.name, &case.call.arguments) else {
+            continue;
+        };
+        let pf = case.process.as_ref().map(|p| ProcessFacts {
+            id: "proc-test".into(),
+            same_client: p.same_client,
+            argv: p.command.clone(),
+            tty: p.tty,
+        });
+        let Ok(reqs) = build_requests(&call, &session, pf.as_ref()) else {
+            continue;
+        };
+        for req in &reqs {
+            out.push((
+                format!("{file_name} :: {}", case.name),
+                crate::replay::RecordedRequest::new(&profiles, &facts, call.tool(), req),
+            ));
+        }
+    }
+    Ok(out)
 }

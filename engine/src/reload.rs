@@ -4,11 +4,13 @@
 //! validate → lint → (optionally) the shipped policy tests → atomic swap. A rejected set keeps
 //! the last good one in force. Every attempt is an `events` row (`policy_reload`).
 
-use crate::policy::{PolicyBundle, PolicyErrors, PolicySource, PolicyStore, bundle_hash, compile};
-use crate::policy_test::{parse_file, run_file};
+use crate::config::Profile;
+use crate::policy::{PolicyBundle, PolicyErrors, PolicySource, PolicyStore, bundle_hash};
+use crate::policy_test::{RunOptions, parse_file, run_file_in};
 use codespace_store::Store;
 use notify::{EventKind, RecursiveMode, Watcher};
 use serde_json::json;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -25,6 +27,8 @@ pub struct ReloadOptions {
     pub settle: Duration,
     /// When set, every `.yaml` test file in this directory must pass before a set is swapped in.
     pub tests_dir: Option<PathBuf>,
+    /// The profile tree those tests run with (the config's); None: the built-ins.
+    pub profiles: Option<BTreeMap<String, Profile>>,
 }
 
 impl Default for ReloadOptions {
@@ -33,6 +37,7 @@ impl Default for ReloadOptions {
             quiet: Duration::from_millis(200),
             settle: Duration::from_millis(50),
             tests_dir: None,
+            profiles: None,
         }
     }
 }
@@ -79,7 +84,11 @@ pub enum ReloadError {
     Thread(String),
 }
 
-fn run_tests(snap: &crate::policy::PolicySnapshot, dir: &Path) -> Vec<String> {
+fn run_tests(
+    snap: &crate::policy::PolicySnapshot,
+    dir: &Path,
+    profiles: &BTreeMap<String, Profile>,
+) -> Vec<String> {
     let mut problems = Vec::new();
     let mut files: Vec<PathBuf> = match std::fs::read_dir(dir) {
         Ok(rd) => rd
@@ -104,7 +113,11 @@ fn run_tests(snap: &crate::policy::PolicySnapshot, dir: &Path) -> Vec<String> {
             .and_then(|t| parse_file(&t));
         match parsed {
             Ok(tf) => {
-                for r in run_file(snap, &name, &tf).into_iter().filter(|r| !r.passed) {
+                for r in run_file_in(snap, profiles, &name, &tf, RunOptions::default())
+                    .into_iter()
+                    .map(|o| o.result)
+                    .filter(|r| !r.passed)
+                {
                     problems.push(format!(
                         "test {} :: {}: {}",
                         r.file,
@@ -129,18 +142,23 @@ pub fn reload_with(
 ) -> ReloadOutcome {
     let old = policy.snapshot().sha256.clone();
     let new_sha = bundle.as_ref().ok().map(bundle_hash);
-    let result = bundle.and_then(compile).and_then(|snap| {
-        let problems = opts
-            .tests_dir
-            .as_deref()
-            .map(|d| run_tests(&snap, d))
-            .unwrap_or_default();
-        if problems.is_empty() {
-            Ok(snap)
-        } else {
-            Err(PolicyErrors(problems))
-        }
-    });
+    let result = bundle
+        .and_then(|b| policy.compile_checked(b))
+        .and_then(|snap| {
+            let problems = opts
+                .tests_dir
+                .as_deref()
+                .map(|d| {
+                    let builtins = crate::config::builtin_profiles();
+                    run_tests(&snap, d, opts.profiles.as_ref().unwrap_or(&builtins))
+                })
+                .unwrap_or_default();
+            if problems.is_empty() {
+                Ok(snap)
+            } else {
+                Err(PolicyErrors(problems))
+            }
+        });
     let outcome = match result {
         Ok(snap) => {
             policy.install(snap);
@@ -170,8 +188,11 @@ pub fn reload_with(
             "policy reload rejected; the last good set stays in force"
         );
     }
+    // The shadow set is the live files plus `shadow/`: re-read it whatever happened.
+    let shadow = policy.reload_shadow();
     if let Some(store) = store {
         let detail = json!({
+            "shadow": shadow_detail(policy, shadow.as_ref()),
             "accepted": outcome.accepted,
             "trigger": trigger.as_str(),
             "old_sha256": outcome.old_sha256,
@@ -185,6 +206,33 @@ pub fn reload_with(
         }
     }
     outcome
+}
+
+fn shadow_detail(
+    policy: &PolicyStore,
+    change: Option<&Result<String, PolicyErrors>>,
+) -> serde_json::Value {
+    json!({
+        "changed": change.is_some(),
+        "in_force_sha256": policy.shadow().map(|s| s.sha256.clone()),
+        "diagnostics": match change {
+            Some(Err(e)) => e.0.clone(),
+            _ => Vec::new(),
+        },
+    })
+}
+
+/// Re-reads the shadow set alone (the live files did not change) and logs a `shadow_reload`
+/// event when it changed or was refused.
+pub fn reload_shadow_only(policy: &PolicyStore, store: Option<&Store>) {
+    let Some(change) = policy.reload_shadow() else {
+        return;
+    };
+    if let Some(store) = store
+        && let Err(e) = store.insert_event("shadow_reload", &shadow_detail(policy, Some(&change)))
+    {
+        tracing::error!(error = %e, "cannot log the shadow reload event");
+    }
 }
 
 /// Reads the store's source now and reloads it (no debounce).
@@ -369,6 +417,7 @@ fn reload_loop(
             && let Ok(b) = &bundle
             && bundle_hash(b) == policy.snapshot().sha256
         {
+            reload_shadow_only(policy, store);
             continue;
         }
         let outcome = reload_with(policy, store, bundle, opts, trigger);

@@ -25,8 +25,10 @@ impl Session {
     }
 }
 
-/// Facts about the workspace the call targets.
-#[derive(Debug, Clone)]
+/// Facts about the workspace the call targets. Serialized into every audit row's recorded
+/// request (fields added later need a default, so older rows still replay).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct WorkspaceFacts {
     /// Workspace id.
     pub id: String,
@@ -79,8 +81,10 @@ pub struct ProcessFacts {
     pub tty: bool,
 }
 
-/// One Cedar request of a tool call.
-#[derive(Debug, Clone)]
+/// One Cedar request of a tool call. Serialized into its audit row (redacted) so it can be
+/// re-decided later; fields added later need a default.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct SubRequest {
     /// The action id (a tool name or a sandbox capability).
     pub action: String,

@@ -183,8 +183,11 @@ impl Gateway {
 
     /// Audit rows for withheld entries: action `read` (the question asked), tool = the calling
     /// tool.
+    #[allow(clippy::too_many_arguments)]
     fn audit_withheld_entries(
         &self,
+        snap: &PolicySnapshot,
+        ws: &WorkspaceRuntime,
         tool: &str,
         decision: &Decision,
         listing: &Listing,
@@ -205,7 +208,18 @@ impl Gateway {
                     .map(|x| (x.path.to_string(), g as usize))
             })
             .collect();
-        self.audit_withheld(&decision, &rows, session);
+        // The `read` request of each group (one withheld entry stands for its group): the
+        // shadow set is asked the same questions.
+        let groups = rows.iter().map(|(_, g)| *g + 1).max().unwrap_or(0);
+        let mut reqs: Vec<SubRequest> = (0..groups)
+            .map(|_| path_request("read", ".", "", session))
+            .collect();
+        for (path, g) in &rows {
+            if let Some(r) = reqs.get_mut(*g) {
+                *r = path_request("read", path, "", session);
+            }
+        }
+        self.audit_withheld(snap, &decision, &ws.facts, &reqs, &rows, session);
     }
 
     /// `find`: the index → type, depth, exclude, gitignore and glob filters → policy filter →
@@ -323,7 +337,7 @@ impl Gateway {
                 d
             }
         };
-        self.audit_withheld_entries("find", &decision, &listing, &derived.withheld, session);
+        self.audit_withheld_entries(snap, ws, "find", &decision, &listing, &derived.withheld, session);
         let total = derived.visible.len() as u64;
         let start = usize::try_from(offset.min(total)).unwrap_or(usize::MAX);
         let take = usize::try_from(limit).unwrap_or(usize::MAX);
@@ -508,7 +522,7 @@ impl Gateway {
             (withheld, files, outcome, version)
         })
         .await?;
-        self.audit_withheld_entries("grep", &decision, &listing, &withheld, session);
+        self.audit_withheld_entries(snap, ws, "grep", &decision, &listing, &withheld, session);
         let path_of = |file: usize| -> String {
             files
                 .get(file)
@@ -613,7 +627,7 @@ impl Gateway {
             (ranked, withheld)
         })
         .await?;
-        self.audit_withheld_entries("find_files", &decision, &listing, &withheld, session);
+        self.audit_withheld_entries(snap, ws, "find_files", &decision, &listing, &withheld, session);
         let matches = ranked
             .into_iter()
             .filter_map(|r| {

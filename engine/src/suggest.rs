@@ -37,6 +37,13 @@ pub fn closest<'a>(given: &str, valid: &[&'a str]) -> Option<&'a str> {
     best.map(|(_, v)| v)
 }
 
+/// The short form for places that name one wrong word among many known ones (tools, policy
+/// profiles): ` (did you mean `x`?)` when a known name is close, else nothing.
+pub fn hint<'a>(given: &str, known: impl IntoIterator<Item = &'a str>) -> String {
+    let names: Vec<&str> = known.into_iter().collect();
+    closest(given, &names).map_or_else(String::new, |best| format!(" (did you mean `{best}`?)"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

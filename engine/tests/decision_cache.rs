@@ -115,7 +115,7 @@ async fn the_cache_holds_one_policy_set_and_no_per_process_entries() {
     std::fs::write(root.join("a.txt"), "a").unwrap();
     let cfg = Config::from_json(
         &format!(
-            r#"{{"workspaces": {{"w": {{"root": "{}", "profile": "workspace-write", "network": "enabled"}}}}}}"#,
+            r#"{{"workspaces": {{"w": {{"root": "{}", "profile": "workspace-write", "network": "enabled", "sandbox": "off", "secret_masking": "off"}}}}}}"#,
             root.display()
         ),
         Path::new("/"),

@@ -327,7 +327,15 @@ fn coverage_counts_determining_policies_and_reports_the_rest() {
 fn cedar_export_has_one_case_per_sub_request_in_run_tests_shape() {
     let snap = shipped();
     let file = parse_file(PARAM_FILE).unwrap();
-    let out = run_file_with(&snap, "p.yaml", &file, RunOptions { emit_cedar: true });
+    let out = run_file_with(
+        &snap,
+        "p.yaml",
+        &file,
+        RunOptions {
+            emit_cedar: true,
+            ..RunOptions::default()
+        },
+    );
     // 3 reads (1 request each) + 2 exec calls (3 requests each); the broken case emits nothing.
     let cases: Vec<_> = out.iter().flat_map(|o| o.cedar.iter()).collect();
     assert_eq!(cases.len(), 3 + 2 * 3);

@@ -70,6 +70,7 @@ fn opts() -> ReloadOptions {
         quiet: Duration::from_millis(200),
         settle: Duration::from_millis(50),
         tests_dir: None,
+        profiles: None,
     }
 }
 

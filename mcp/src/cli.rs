@@ -93,6 +93,54 @@ enum PolicyCommand {
         #[command(flatten)]
         loc: PolicyLocation,
     },
+    /// Re-decide recorded requests (and, with --tests, the policy test cases) under a
+    /// candidate set and list what flips. Exit 0 no flip, 2 only narrowing, 3 any widening.
+    Diff {
+        #[command(flatten)]
+        args: crate::policy_diff::DiffArgs,
+        #[command(flatten)]
+        loc: PolicyLocation,
+    },
+    /// List every policy: id, effect, file:line, reason.
+    Ls {
+        /// JSON lines.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        loc: PolicyLocation,
+    },
+    /// Policies that determined no logged decision since T (default 1d).
+    Unused {
+        /// RFC 3339, unix ms, or an age like 1d.
+        #[arg(long, value_name = "T", default_value = "1d")]
+        since: String,
+        /// The store (default: the config's `store`, else the one `serve` uses).
+        #[arg(long)]
+        store: Option<PathBuf>,
+        /// One JSON document.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        loc: PolicyLocation,
+    },
+    /// Prove properties with Cedar's symbolic compiler and cvc5 (read-only never mutates; no
+    /// profile writes git hooks/config or server-owned files; no policy errors; --implies OLD).
+    /// Exit 0 proven, 1 a property fails, 4 no solver found.
+    Verify {
+        #[command(flatten)]
+        args: crate::policy_verify::VerifyArgs,
+        #[command(flatten)]
+        loc: PolicyLocation,
+    },
+    /// Format every .cedar file with Cedar's formatter (comments and annotations kept);
+    /// --check lists what would change and exits 1 instead.
+    Fmt {
+        /// Change nothing; exit 1 when a file is not formatted.
+        #[arg(long)]
+        check: bool,
+        #[command(flatten)]
+        loc: PolicyLocation,
+    },
 }
 
 #[derive(clap::Args)]
@@ -109,6 +157,15 @@ struct PolicyLocation {
 }
 
 impl PolicyLocation {
+    /// The operator config named by `--config`, when there is one.
+    fn config(&self) -> Result<Option<Config>> {
+        self.config
+            .as_deref()
+            .map(Config::load)
+            .transpose()
+            .map_err(Into::into)
+    }
+
     fn source(&self) -> Result<PolicySource> {
         let (mut policies, mut schema) = (self.policies.clone(), self.schema.clone());
         if let Some(cfg) = &self.config {
@@ -179,14 +236,41 @@ pub fn main() -> ExitCode {
             PolicyCommand::Validate { loc } => policy_validate(&loc),
             PolicyCommand::Test { args, loc } => loc
                 .source()
-                .and_then(|src| crate::policy_cli::test(&args, &src)),
-            PolicyCommand::Explain { args, loc } => loc
+                .and_then(|src| crate::policy_cli::test(&args, &src, loc.config()?.as_ref())),
+            PolicyCommand::Explain { args, loc } => loc.source().and_then(|src| {
+                crate::policy_cli::explain(&args, loc.config.as_deref(), src, default_store_path)
+            }),
+            PolicyCommand::Diff { args, loc } => loc.source().and_then(|src| {
+                crate::policy_diff::diff(&args, &src, loc.config()?.as_ref(), default_store_path)
+            }),
+            PolicyCommand::Ls { json, loc } => loc
                 .source()
-                .and_then(|src| crate::policy_cli::explain(&args, loc.config.as_deref(), src)),
+                .and_then(|src| crate::policy_admin::ls(&src, json)),
+            PolicyCommand::Unused {
+                since,
+                store,
+                json,
+                loc,
+            } => loc.source().and_then(|src| {
+                let path = crate::policy_admin::store_path(
+                    store,
+                    loc.config()?.as_ref(),
+                    default_store_path,
+                )?;
+                crate::policy_admin::unused(&src, &path, &since, json)
+            }),
+            PolicyCommand::Verify { args, loc } => loc
+                .source()
+                .and_then(|src| crate::policy_verify::verify(&args, &src, loc.config()?.as_ref())),
+            PolicyCommand::Fmt { check, loc } => loc
+                .source()
+                .and_then(|src| crate::policy_admin::fmt(&src, check)),
         },
     };
     match result {
         Ok(code) => code,
+        // The reader went away (`codespace audit --json | head -3`): stop quietly.
+        Err(e) if crate::policy_cli::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("codespace: {e:#}");
             ExitCode::from(1)
@@ -245,8 +329,10 @@ fn serve(
         }
         return Err(e.into());
     }
-    let policy =
-        Arc::new(PolicyStore::load(source).map_err(|e| anyhow!("policies rejected:\n{e}"))?);
+    let policy = Arc::new(
+        PolicyStore::load_for_profiles(source, cfg.profiles.keys().cloned().collect())
+            .map_err(|e| anyhow!("policies rejected:\n{e}"))?,
+    );
     let store = Arc::new(codespace_store::Store::open(&store_path).map_err(|e| {
         anyhow!(crate::setup::store_error(
             "serve",
@@ -260,6 +346,7 @@ fn serve(
         &policy,
         &store,
         cfg.policy_tests_on_reload,
+        &cfg.profiles,
     )?);
     let probe = codespace_runner_sandbox::probe();
     let sandbox = SandboxFacts {
@@ -412,7 +499,20 @@ async fn shutdown_signal() {
 
 fn policy_validate(loc: &PolicyLocation) -> Result<ExitCode> {
     let source = loc.source()?;
-    match source.read().and_then(compile) {
+    let config = loc.config()?;
+    let known = crate::policy_cli::known_profiles(
+        &crate::policy_cli::base_profiles(config.as_ref()),
+        &crate::policy_cli::parsed_default_tests(&source),
+    );
+    let checked = source.read().and_then(compile).and_then(|snap| {
+        let errs = codespace_engine::policy::unknown_profile_errors(&snap, &known);
+        if errs.is_empty() {
+            Ok(snap)
+        } else {
+            Err(codespace_engine::policy::PolicyErrors(errs))
+        }
+    });
+    match checked {
         Ok(snap) => {
             let forbids = snap.meta.values().filter(|m| m.forbid).count();
             println!(
@@ -423,7 +523,7 @@ fn policy_validate(loc: &PolicyLocation) -> Result<ExitCode> {
                 snap.bundle.schema_name,
                 snap.sha256
             );
-            Ok(ExitCode::SUCCESS)
+            crate::policy_cli::validate_shadow(&source, &known)
         }
         Err(e) => {
             for line in &e.0 {

@@ -1,11 +1,15 @@
 //! The CodeSpace MCP server as a library: the CLI, the rmcp server handler and the transports.
 //! The `codespace` binary is a thin `main` over [`cli::main`]; tests drive [`server`] in-process.
 
+pub mod audit_view;
 pub mod cli;
 pub mod doctor;
 pub mod help;
 pub mod http;
+pub mod policy_admin;
 pub mod policy_cli;
+pub mod policy_diff;
+pub mod policy_verify;
 pub mod server;
 pub mod setup;
 pub mod stdio;

@@ -6,13 +6,14 @@ use codespace_engine::config::Profile;
 use codespace_engine::explain::{explain_call, render_text, to_json};
 use codespace_engine::policy::{PolicySnapshot, PolicySource, compile};
 use codespace_engine::policy_test::{
-    CaseResult, Coverage, Fixture, RunOptions, TestProcess, parse_file, profile_tree, report_json,
-    report_junit, run_file_with,
+    CaseResult, Coverage, Fixture, Gates, RunOptions, TestFile, TestProcess, call_error_text,
+    parse_file, profile_tree, report_json, report_junit, run_file_in,
 };
 use codespace_engine::request::ProcessFacts;
 use codespace_engine::{Config, Gateway, PolicyStore, SandboxFacts, Session, ToolCall};
 use codespace_store::{DecisionQuery, Store};
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -48,6 +49,9 @@ pub struct TestArgs {
     /// Write the resolved requests as upstream `cedar run-tests` files into DIR.
     #[arg(long, value_name = "DIR")]
     pub emit_cedar: Option<PathBuf>,
+    /// Run only the cases whose name (or file name) contains NAME.
+    #[arg(long, value_name = "NAME")]
+    pub filter: Option<String>,
 }
 
 fn compile_or_report(source: &PolicySource) -> Result<PolicySnapshot> {
@@ -87,8 +91,37 @@ fn emit_name(file: &Path) -> String {
     format!("{stem}.cedartests.json")
 }
 
-/// `codespace policy test`.
-pub fn test(args: &TestArgs, source: &PolicySource) -> Result<ExitCode> {
+/// The profile tree of a run: the config's (built-ins included) or the built-ins.
+pub fn base_profiles(config: Option<&Config>) -> BTreeMap<String, Profile> {
+    config.map_or_else(codespace_engine::config::builtin_profiles, |c| {
+        c.profiles.clone()
+    })
+}
+
+/// Every profile id a policy may name: the base tree plus those the test files declare.
+pub fn known_profiles<'a>(
+    base: &BTreeMap<String, Profile>,
+    files: impl IntoIterator<Item = &'a TestFile>,
+) -> std::collections::BTreeSet<String> {
+    base.keys()
+        .cloned()
+        .chain(files.into_iter().flat_map(|f| f.profiles.keys().cloned()))
+        .collect()
+}
+
+/// The parsed test files of `<policies>/tests` (files that do not parse are skipped here;
+/// `policy test` reports them).
+pub fn parsed_default_tests(source: &PolicySource) -> Vec<TestFile> {
+    default_test_files(source)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .filter_map(|t| parse_file(&t).ok())
+        .collect()
+}
+
+/// `codespace policy test`. `config` (from `--config`) supplies the profile tree.
+pub fn test(args: &TestArgs, source: &PolicySource, config: Option<&Config>) -> Result<ExitCode> {
     let snap = compile_or_report(source)?;
     let files = if args.files.is_empty() {
         default_test_files(source)?
@@ -97,29 +130,47 @@ pub fn test(args: &TestArgs, source: &PolicySource) -> Result<ExitCode> {
     };
     let opts = RunOptions {
         emit_cedar: args.emit_cedar.is_some(),
+        alternatives: true,
     };
     if let Some(dir) = &args.emit_cedar {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
+    let base = base_profiles(config);
     let mut results: Vec<CaseResult> = Vec::new();
-    let mut emitted = 0usize;
+    let mut parsed_files: Vec<(PathBuf, String, TestFile)> = Vec::new();
     for f in &files {
         let name = f.display().to_string();
         let text = std::fs::read_to_string(f).with_context(|| format!("cannot read {name}"))?;
-        let parsed = match parse_file(&text) {
-            Ok(p) => p,
-            Err(e) => {
-                results.push(CaseResult {
-                    file: name.clone(),
-                    name: "(file)".into(),
-                    passed: false,
-                    failures: vec![format!("cannot parse: {e}")],
-                    decision: None,
-                });
-                continue;
-            }
-        };
-        let outcomes = run_file_with(&snap, &name, &parsed, opts);
+        match parse_file(&text) {
+            Ok(p) => parsed_files.push((f.clone(), name, p)),
+            Err(e) => results.push(CaseResult {
+                file: name.clone(),
+                name: "(file)".into(),
+                passed: false,
+                failures: vec![format!("cannot parse: {e}")],
+                decision: None,
+                alternatives_reached: Default::default(),
+            }),
+        }
+    }
+    // A policy naming a profile that neither the config, the built-ins nor a test file
+    // defines never matches: refuse the set, as `policy validate` does.
+    let known = known_profiles(&base, parsed_files.iter().map(|(_, _, p)| p));
+    let unknown = codespace_engine::policy::unknown_profile_errors(&snap, &known);
+    if !unknown.is_empty() {
+        for line in &unknown {
+            eprintln!("{line}");
+        }
+        return Err(anyhow!("policies rejected; nothing ran"));
+    }
+    let mut emitted = 0usize;
+    for (f, name, parsed) in &parsed_files {
+        let mut outcomes = run_file_in(&snap, &base, name, parsed, opts);
+        if let Some(filter) = &args.filter {
+            outcomes.retain(|o| {
+                o.result.name.contains(filter.as_str()) || name.contains(filter.as_str())
+            });
+        }
         if let Some(dir) = &args.emit_cedar {
             let cases: Vec<serde_json::Value> = outcomes
                 .iter()
@@ -135,61 +186,73 @@ pub fn test(args: &TestArgs, source: &PolicySource) -> Result<ExitCode> {
     let coverage = Coverage::of(&snap, &results);
     let passed = results.iter().filter(|r| r.passed).count();
     let failed = results.len() - passed;
+    let gates = Gates {
+        coverage_min: args.coverage_min,
+        fail_on_empty: args.fail_on_empty,
+    };
 
     let machine = match args.format {
         Format::Text => None,
         Format::Json => Some(serde_json::to_string_pretty(&report_json(
-            &results, &coverage,
+            &results, &coverage, &gates,
         ))?),
-        Format::Junit => Some(report_junit(&results, &coverage)),
+        Format::Junit => Some(report_junit(&results, &coverage, &gates)),
     };
     let text_on_stdout = machine.is_none() || args.output.is_some();
-    if let (Some(doc), Some(out)) = (&machine, &args.output) {
-        std::fs::write(out, doc).with_context(|| format!("cannot write {}", out.display()))?;
+    let mut out = std::io::stdout().lock();
+    if let (Some(doc), Some(path)) = (&machine, &args.output) {
+        std::fs::write(path, doc).with_context(|| format!("cannot write {}", path.display()))?;
     } else if let Some(doc) = &machine {
-        println!("{doc}");
+        writeln!(out, "{doc}")?;
     }
-    let mut verdicts: Vec<String> = Vec::new();
-    if args.fail_on_empty && results.is_empty() {
-        verdicts.push("no test case ran (--fail-on-empty)".into());
-    }
+    let verdicts: Vec<String> = gates
+        .evaluate(&results, &coverage)
+        .into_iter()
+        .filter(|g| !g.passed)
+        .map(|g| g.message)
+        .collect();
     let pct = coverage.percent();
-    if let Some(min) = args.coverage_min
-        && pct + 1e-9 < min
-    {
-        verdicts.push(format!(
-            "policy coverage {pct:.1}% is below --coverage-min {min}"
-        ));
-    }
     if text_on_stdout {
         for r in &results {
             if r.passed {
-                println!("ok     {} :: {}", r.file, r.name);
+                writeln!(out, "ok     {} :: {}", r.file, r.name)?;
             } else {
-                println!("FAILED {} :: {}", r.file, r.name);
+                writeln!(out, "FAILED {} :: {}", r.file, r.name)?;
                 for why in &r.failures {
-                    println!("         {why}");
+                    writeln!(out, "         {why}")?;
                 }
             }
         }
-        println!(
+        writeln!(
+            out,
             "coverage: {}/{} policies determined a decision ({pct:.1}%)",
             coverage.covered.len(),
             coverage.all.len()
-        );
+        )?;
         for id in coverage.uncovered() {
-            println!("  uncovered: {id}");
+            writeln!(out, "  uncovered: {id}")?;
+        }
+        let unreached = coverage.unreached_alternatives();
+        writeln!(
+            out,
+            "alternatives: {}/{} alternatives of `||` conditions reached by some case",
+            coverage.alternatives.len() - unreached.len(),
+            coverage.alternatives.len()
+        )?;
+        for (key, text) in &unreached {
+            writeln!(out, "  unreached: {key}  {text}")?;
         }
         if let Some(dir) = &args.emit_cedar {
-            println!(
+            writeln!(
+                out,
                 "emitted {emitted} cedar run-tests case(s) into {}",
                 dir.display()
-            );
+            )?;
         }
         for v in &verdicts {
-            println!("FAILED {v}");
+            writeln!(out, "FAILED {v}")?;
         }
-        println!("{passed} passed, {failed} failed");
+        writeln!(out, "{passed} passed, {failed} failed")?;
     } else {
         for v in &verdicts {
             eprintln!("FAILED {v}");
@@ -207,8 +270,22 @@ pub fn test(args: &TestArgs, source: &PolicySource) -> Result<ExitCode> {
 #[derive(Debug, clap::Args)]
 pub struct ExplainArgs {
     /// The `params` of an MCP tools/call: `{"name": "read", "arguments": {...}}`.
-    #[arg(long)]
-    pub call: String,
+    #[arg(long, required_unless_present = "decision_id")]
+    pub call: Option<String>,
+    /// Re-decide a logged decision (`dec-…`) under the set in force and say whether the
+    /// answer changed (the store comes from --store or the config).
+    #[arg(long, value_name = "DEC", alias = "decision", conflicts_with = "call")]
+    pub decision_id: Option<String>,
+    /// The store holding --decision-id (default: the config's `store`, else the one `serve`
+    /// uses).
+    #[arg(long, value_name = "FILE")]
+    pub store: Option<PathBuf>,
+    /// The calling client (`context.session.client`) [local].
+    #[arg(long, value_name = "NAME")]
+    pub client: Option<String>,
+    /// The transport (`context.session.transport`): stdio or http [stdio].
+    #[arg(long, value_parser = ["stdio", "http"])]
+    pub transport: Option<String>,
     /// Without a config: the virtual workspace's profile.
     #[arg(long, default_value = "workspace-write")]
     pub workspace_profile: String,
@@ -234,7 +311,7 @@ fn parse_call(text: &str) -> Result<ToolCall> {
         .get("arguments")
         .cloned()
         .unwrap_or(serde_json::Value::Null);
-    ToolCall::parse(name, &args).map_err(|e| anyhow!("--call: {e:?}"))
+    ToolCall::parse(name, &args).map_err(|e| anyhow!("--call: {}", call_error_text(name, &e)))
 }
 
 /// `codespace policy explain`. `config` selects the configured workspace; without it, a virtual
@@ -243,8 +320,12 @@ pub fn explain(
     args: &ExplainArgs,
     config: Option<&Path>,
     source: PolicySource,
+    default_store: impl FnOnce() -> Result<PathBuf>,
 ) -> Result<ExitCode> {
-    let call = parse_call(&args.call)?;
+    if let Some(dec) = &args.decision_id {
+        return explain_logged(args, dec, config, &source, default_store);
+    }
+    let call = parse_call(args.call.as_deref().unwrap_or_default())?;
     let process = match &args.process {
         Some(p) => {
             let tp: TestProcess = serde_json::from_str(p).context("--process")?;
@@ -257,7 +338,7 @@ pub fn explain(
         }
         None => None,
     };
-    let session = Session::stdio();
+    let session = explain_session(args);
     let x = match config {
         Some(path) => {
             let cfg = Config::load(path)?;
@@ -297,7 +378,7 @@ pub fn explain(
                     "--workspace-profile: unknown profile `{}`{}; for an operator profile give \
                      --extends PARENT, or --config",
                     args.workspace_profile,
-                    codespace_engine::suggest::did_you_mean(
+                    codespace_engine::suggest::hint(
                         &args.workspace_profile,
                         profiles.keys().map(String::as_str)
                     )
@@ -313,16 +394,167 @@ pub fn explain(
             )
         }
     };
+    let mut out = std::io::stdout().lock();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&to_json(&x))?);
+        writeln!(out, "{}", serde_json::to_string_pretty(&to_json(&x))?)?;
     } else {
-        print!("{}", render_text(&x));
+        write!(out, "{}", render_text(&x))?;
     }
     Ok(if x.allowed() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(2)
     })
+}
+
+fn explain_session(args: &ExplainArgs) -> Session {
+    let stdio = Session::stdio();
+    Session {
+        client: args.client.clone().unwrap_or(stdio.client),
+        transport: match args.transport.as_deref() {
+            Some("http") => crate::http::TRANSPORT.to_string(),
+            _ => stdio.transport,
+        },
+    }
+}
+
+/// `explain --decision-id`: every recorded sub-request of a logged decision, re-decided and
+/// explained under the set in force, with whether the answer changed.
+fn explain_logged(
+    args: &ExplainArgs,
+    decision_id: &str,
+    config: Option<&Path>,
+    source: &PolicySource,
+    default_store: impl FnOnce() -> Result<PathBuf>,
+) -> Result<ExitCode> {
+    let cfg_store = config.map(Config::load).transpose()?.and_then(|c| c.store);
+    let path = match args.store.clone().or(cfg_store) {
+        Some(p) => p,
+        None => default_store()?,
+    };
+    if !path.exists() {
+        return Err(anyhow!(
+            "no store at {} (pass --store FILE or --config FILE)",
+            path.display()
+        ));
+    }
+    let store = Store::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
+    let rows = store.query_decisions(&DecisionQuery {
+        decision_id: Some(decision_id.to_string()),
+        ..DecisionQuery::default()
+    })?;
+    if rows.is_empty() {
+        return Err(anyhow!("no decision `{decision_id}` in {}", path.display()));
+    }
+    let snap = compile_or_report(source)?;
+    let mut out = std::io::stdout().lock();
+    let mut docs = Vec::new();
+    let mut any_changed = false;
+    let mut all_allowed = true;
+    for r in &rows {
+        let Some(rec) = r
+            .request
+            .as_ref()
+            .map(codespace_engine::replay::RecordedRequest::from_json)
+            .transpose()
+            .map_err(|e| anyhow!(e))?
+        else {
+            return Err(anyhow!(
+                "decision `{decision_id}` #{} has no recorded request (logged before requests were recorded); it cannot be re-decided",
+                r.sub_index
+            ));
+        };
+        let x = codespace_engine::explain::explain_requests(
+            &snap,
+            &rec.profile_tree(),
+            &rec.workspace,
+            &rec.tool,
+            std::slice::from_ref(&rec.request),
+        );
+        let now = x
+            .decision
+            .as_ref()
+            .and_then(|d| d.subs.first())
+            .map(|s| (s.allowed, s.policy_ids.clone()));
+        let now_allowed = now.as_ref().is_some_and(|n| n.0);
+        let changed = verdict_of(now_allowed) != r.decision;
+        any_changed |= changed;
+        if rec.request.gating {
+            all_allowed &= now_allowed;
+        }
+        if args.json {
+            let mut v = to_json(&x);
+            if let serde_json::Value::Object(m) = &mut v {
+                m.insert("sub_index".into(), r.sub_index.into());
+                m.insert("recorded_decision".into(), r.decision.clone().into());
+                m.insert(
+                    "recorded_policy_ids".into(),
+                    serde_json::json!(r.policy_ids),
+                );
+                m.insert(
+                    "recorded_policy_set_sha256".into(),
+                    r.policy_set_sha256.clone().into(),
+                );
+                m.insert("recorded_at".into(), rfc3339(r.at_ms).into());
+                m.insert("changed".into(), changed.into());
+            }
+            docs.push(v);
+        } else {
+            writeln!(
+                out,
+                "{decision_id} #{} at {}: recorded {} by {} under {}",
+                r.sub_index,
+                rfc3339(r.at_ms),
+                r.decision,
+                if r.policy_ids.is_empty() {
+                    "(default deny)".to_string()
+                } else {
+                    r.policy_ids.join(", ")
+                },
+                r.policy_set_sha256
+            )?;
+            writeln!(
+                out,
+                "now {} under {}: {}",
+                verdict_of(now_allowed),
+                snap.sha256,
+                if changed { "CHANGED" } else { "unchanged" }
+            )?;
+            write!(out, "{}", render_text(&x))?;
+            writeln!(out)?;
+        }
+    }
+    if args.json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "decision_id": decision_id,
+                "changed": any_changed,
+                "policy_set_sha256": snap.sha256,
+                "requests": docs,
+            }))?
+        )?;
+    } else {
+        writeln!(
+            out,
+            "{decision_id}: {}",
+            if any_changed {
+                "the answer CHANGED under the set in force"
+            } else {
+                "the answer is unchanged under the set in force"
+            }
+        )?;
+    }
+    Ok(if all_allowed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(2)
+    })
+}
+
+fn verdict_of(allowed: bool) -> &'static str {
+    if allowed { "allow" } else { "deny" }
 }
 
 /// Flags of `audit`.
@@ -358,6 +590,25 @@ pub struct AuditArgs {
     /// JSON lines (one object per row) for a SIEM.
     #[arg(long)]
     pub json: bool,
+    /// Only this client (`local` on stdio; the token's client name over HTTP).
+    #[arg(long)]
+    pub client: Option<String>,
+    /// Only rows this policy id determined (in the live or the shadow set).
+    #[arg(long, value_name = "ID")]
+    pub policy: Option<String>,
+    /// Only the rows of one decision.
+    #[arg(long, value_name = "DEC")]
+    pub decision_id: Option<String>,
+    /// Only calls where the shadow set (policies/shadow/) decided differently.
+    #[arg(long)]
+    pub shadow_flips: bool,
+    /// Keep printing new rows as they are written (stop with Ctrl-C).
+    #[arg(long)]
+    pub follow: bool,
+    /// Show every stored row, default-deny sandbox-capability rows included (by default they
+    /// are collapsed into their call's row).
+    #[arg(long)]
+    pub all_rows: bool,
 }
 
 /// Parses `--since`: RFC 3339, unix ms, or an age (`30s`, `15m`, `2h`, `7d`) before now.
@@ -389,7 +640,7 @@ pub fn parse_since(s: &str, now_ms: i64) -> Result<i64> {
     i64::try_from(t.unix_timestamp_nanos() / 1_000_000).map_err(|_| anyhow!("--since out of range"))
 }
 
-fn rfc3339(ms: i64) -> String {
+pub(crate) fn rfc3339(ms: i64) -> String {
     time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
         .ok()
         .and_then(|t| {
@@ -401,6 +652,8 @@ fn rfc3339(ms: i64) -> String {
 
 /// Rows the audit table shows without `--limit`.
 const TABLE_ROWS: usize = 50;
+/// How often `audit --follow` looks for new rows.
+const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// `codespace audit`. `default_store` is where `serve` keeps the store by default.
 pub fn audit(
@@ -421,6 +674,7 @@ pub fn audit(
             path.display()
         ));
     }
+    let mut out = std::io::stdout().lock();
     let store = Store::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
     let now = codespace_store::now_ms();
     let since = args
@@ -461,78 +715,146 @@ pub fn audit(
                 if let serde_json::Value::Object(m) = &mut v {
                     m.insert("time".into(), rfc3339(e.at_ms).into());
                 }
-                println!("{}", serde_json::to_string(&v)?);
+                writeln!(out, "{}", serde_json::to_string(&v)?)?;
             } else {
-                println!("{:<24}  {:<15}  {}", rfc3339(e.at_ms), e.kind, e.detail);
+                writeln!(out, "{:<24}  {:<15}  {}", rfc3339(e.at_ms), e.kind, e.detail)?;
             }
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let q = DecisionQuery {
+    let mut q = DecisionQuery {
         since_ms: since,
         decision: args.decision.clone(),
         workspace: args.workspace.clone(),
         tool: args.tool.clone(),
         limit,
-        newest_first: !args.oldest,
+        // `--follow` appends new rows below: the table starts oldest first.
+        newest_first: !args.oldest && !args.follow,
+        client: args.client.clone(),
+        policy: args.policy.clone(),
+        decision_id: args.decision_id.clone(),
+        shadow_flips: args.shadow_flips,
+        ..DecisionQuery::default()
     };
     let rows = store.query_decisions(&q)?;
+    let mut last_seq = rows.iter().map(|r| r.seq).max().unwrap_or(0);
+    let shown = crate::audit_view::collapse(rows, args.all_rows);
     if args.json {
-        for r in &rows {
-            let mut v = serde_json::to_value(r)?;
-            if let serde_json::Value::Object(m) = &mut v {
-                m.insert("time".into(), rfc3339(r.at_ms).into());
+        for r in &shown {
+            writeln!(
+                out,
+                "{}",
+                serde_json::to_string(&crate::audit_view::export_json(r))?
+            )?;
+        }
+        out.flush()?;
+        if args.follow {
+            if last_seq == 0 {
+                last_seq = store.max_decision_seq()?;
             }
-            println!("{}", serde_json::to_string(&v)?);
+            q.limit = None;
+            q.since_ms = None;
+            loop {
+                std::thread::sleep(FOLLOW_POLL);
+                q.after_seq = Some(last_seq);
+                let rows = store.query_decisions(&q)?;
+                last_seq = rows.iter().map(|r| r.seq).max().unwrap_or(last_seq);
+                for r in &crate::audit_view::collapse(rows, args.all_rows) {
+                    writeln!(
+                        out,
+                        "{}",
+                        serde_json::to_string(&crate::audit_view::export_json(r))?
+                    )?;
+                }
+                out.flush()?;
+            }
         }
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
-        "{:<24}  {:<8}  {:<12}  {:<15}  {:<16}  {:<30}  {:<40}  decision id",
-        "time", "decision", "workspace", "profile", "action", "subject", "policies / errors"
-    );
+    let rows = shown;
+    writeln!(out, "{}", crate::audit_view::TABLE_HEADER)?;
     for r in &rows {
-        let mut why = r.policy_ids.join(",");
-        if r.default_deny {
-            why = "(default deny)".into();
-        }
-        if !r.errors.is_empty() {
-            why = format!("{why} errors: {}", r.errors.join("; "));
-        }
-        let action = if r.action == r.tool {
-            format!("{}#{}", r.action, r.sub_index)
-        } else {
-            format!("{}/{}#{}", r.tool, r.action, r.sub_index)
-        };
-        let subject: String = r.subject.chars().take(60).collect();
-        println!(
-            "{:<24}  {:<8}  {:<12}  {:<15}  {:<16}  {:<30}  {:<40}  {}",
-            rfc3339(r.at_ms),
-            r.decision,
-            r.workspace,
-            r.profile,
-            action,
-            subject,
-            why,
-            r.decision_id
-        );
+        writeln!(out, "{}", crate::audit_view::table_line(r))?;
     }
-    println!(
+    writeln!(
+        out,
         "{} row(s), {}; {} deny{}",
         rows.len(),
-        if args.oldest {
+        if args.oldest || args.follow {
             "oldest first"
         } else {
             "newest first"
         },
-        rows.iter().filter(|r| r.decision == "deny").count(),
+        rows.iter().filter(|r| r.row.decision == "deny").count(),
         if limit.is_some_and(|n| rows.len() >= n) {
             " (more may exist: --limit N)"
         } else {
             ""
         }
-    );
+    )?;
+    if args.follow {
+        if last_seq == 0 {
+            last_seq = store.max_decision_seq()?;
+        }
+        q.limit = None;
+        q.since_ms = None;
+        loop {
+            out.flush()?;
+            std::thread::sleep(FOLLOW_POLL);
+            q.after_seq = Some(last_seq);
+            let rows = store.query_decisions(&q)?;
+            last_seq = rows.iter().map(|r| r.seq).max().unwrap_or(last_seq);
+            for r in &crate::audit_view::collapse(rows, args.all_rows) {
+                writeln!(out, "{}", crate::audit_view::table_line(r))?;
+            }
+        }
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `policy validate` of the shadow set (`<policies>/shadow/` over the live files), when there
+/// is one: exit 1 when it does not compile.
+pub fn validate_shadow(
+    source: &PolicySource,
+    known: &std::collections::BTreeSet<String>,
+) -> Result<ExitCode> {
+    let checked = match source.read_shadow() {
+        Ok(None) => return Ok(ExitCode::SUCCESS),
+        Ok(Some(bundle)) => compile(bundle).and_then(|snap| {
+            let errs = codespace_engine::policy::unknown_profile_errors(&snap, known);
+            if errs.is_empty() {
+                Ok(snap)
+            } else {
+                Err(codespace_engine::policy::PolicyErrors(errs))
+            }
+        }),
+        Err(e) => Err(e),
+    };
+    match checked {
+        Ok(snap) => {
+            println!(
+                "ok: shadow set (live files + shadow/): {} policies; set {}",
+                snap.meta.len(),
+                snap.sha256
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            for line in &e.0 {
+                eprintln!("shadow/{line}");
+            }
+            eprintln!("shadow policy validation failed: {} problem(s)", e.0.len());
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+/// True when `e` is a write to a reader that went away (a closed pipe).
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// Starts hot reload for `serve`: the policies directory and schema are watched when they come
@@ -541,6 +863,7 @@ pub fn start_reloader(
     policy: &Arc<PolicyStore>,
     store: &Arc<Store>,
     tests_on_reload: bool,
+    profiles: &BTreeMap<String, Profile>,
 ) -> Result<codespace_engine::reload::Reloader> {
     let tests_dir = match (tests_on_reload, policy.source()) {
         (true, PolicySource::Dir { policies, .. }) => Some(policies.join("tests")),
@@ -548,6 +871,7 @@ pub fn start_reloader(
     };
     let opts = codespace_engine::reload::ReloadOptions {
         tests_dir,
+        profiles: Some(profiles.clone()),
         ..Default::default()
     };
     Ok(codespace_engine::reload::Reloader::start(

@@ -131,7 +131,7 @@ fn json_and_junit_reports() {
     assert!(
         x.contains(r#"<testcase classname=""#)
             && x.contains(
-                r#"name="read .env"><failure message="decision: expected allow, got deny""#
+                r#"name="read .env"><failure message="decision: expected allow, got deny: denied by policy: read `.env`: forbidden by base.forbid.secret-files"#
             ),
         "{x}"
     );

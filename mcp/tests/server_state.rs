@@ -596,6 +596,7 @@ fn old_decision(i: usize, at_ms: i64) -> DecisionRow {
         errors: vec![],
         default_deny: false,
         duration_us: 1,
+        ..DecisionRow::default()
     }
 }
 

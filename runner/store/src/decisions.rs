@@ -4,12 +4,12 @@ use rusqlite::types::Value;
 use rusqlite::{Row, TransactionBehavior, params, params_from_iter};
 use serde::{Deserialize, Serialize};
 
-use crate::codec::{json_col, sql_limit};
+use crate::codec::{json_col, opt_json_col, sql_limit};
 use crate::error::StoreError;
 use crate::store::Store;
 
 /// One audited Cedar sub-request. Never holds file contents, patches or stdin.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DecisionRow {
     /// Id of the whole decision (shared by its sub-requests).
     pub decision_id: String,
@@ -43,6 +43,27 @@ pub struct DecisionRow {
     pub default_deny: bool,
     /// Time spent deciding, in microseconds.
     pub duration_us: i64,
+    /// The Cedar request decided (JSON, redacted), so it can be re-decided later.
+    #[serde(default)]
+    pub request: Option<serde_json::Value>,
+    /// Workspace-relative path of the sub-request.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// apply_patch kind (`add`, `update`, `delete`, `move_from`, `move_to`).
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// Why: the determining policies with their reasons, the default deny, or the errors.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// The shadow set's decision (`"allow"` / `"deny"`), when a shadow set is loaded.
+    #[serde(default)]
+    pub shadow_decision: Option<String>,
+    /// The shadow set's determining policy ids.
+    #[serde(default)]
+    pub shadow_policy_ids: Option<Vec<String>>,
+    /// The row's position in the log (increasing; 0 before it is stored).
+    #[serde(default)]
+    pub seq: i64,
 }
 
 /// Filters for [`Store::query_decisions`]; every `None` means "any".
@@ -60,10 +81,23 @@ pub struct DecisionQuery {
     pub limit: Option<usize>,
     /// Newest rows first (and `limit` keeps the newest); default: oldest first.
     pub newest_first: bool,
+    /// Only this client.
+    pub client: Option<String>,
+    /// Only rows this policy id determined (live or shadow).
+    pub policy: Option<String>,
+    /// Only rows of this decision id.
+    pub decision_id: Option<String>,
+    /// Only rows stored after this position ([`DecisionRow::seq`]).
+    pub after_seq: Option<i64>,
+    /// Only rows where the shadow set decided differently from the live set.
+    pub shadow_flips: bool,
+    /// Only rows at or before this time.
+    pub until_ms: Option<i64>,
 }
 
 const COLUMNS: &str = "decision_id, at_ms, policy_set_sha256, profile, workspace, tool, action, \
-     sub_index, subject, client, transport, decision, policy_ids, errors, default_deny, duration_us";
+     sub_index, subject, client, transport, decision, policy_ids, errors, default_deny, duration_us, \
+     request, path, kind, reason, shadow_decision, shadow_policy_ids, id";
 
 fn from_row(row: &Row<'_>) -> rusqlite::Result<DecisionRow> {
     Ok(DecisionRow {
@@ -83,6 +117,13 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<DecisionRow> {
         errors: json_col(row, 13)?,
         default_deny: row.get(14)?,
         duration_us: row.get(15)?,
+        request: opt_json_col(row, 16)?,
+        path: row.get(17)?,
+        kind: row.get(18)?,
+        reason: row.get(19)?,
+        shadow_decision: row.get(20)?,
+        shadow_policy_ids: opt_json_col(row, 21)?,
+        seq: row.get(22)?,
     })
 }
 
@@ -96,7 +137,18 @@ impl Store {
         Ok(())
     }
 
-    /// Audit rows matching `q`, ordered by time, then sub-request index.
+    /// The position of the newest stored row (0 when the log is empty).
+    pub fn max_decision_seq(&self) -> Result<i64, StoreError> {
+        let conn = self.conn();
+        Ok(
+            conn.query_row("SELECT coalesce(max(id), 0) FROM decisions", [], |r| {
+                r.get(0)
+            })?,
+        )
+    }
+
+    /// Audit rows matching `q`, ordered by time, then sub-request index (by position when
+    /// `after_seq` is set).
     pub fn query_decisions(&self, q: &DecisionQuery) -> Result<Vec<DecisionRow>, StoreError> {
         // Rows still queued for the audit writer are part of the log.
         self.flush_decisions();
@@ -106,22 +158,46 @@ impl Store {
             clauses.push("at_ms >= ?");
             args.push(Value::Integer(since));
         }
+        if let Some(until) = q.until_ms {
+            clauses.push("at_ms <= ?");
+            args.push(Value::Integer(until));
+        }
+        if let Some(after) = q.after_seq {
+            clauses.push("id > ?");
+            args.push(Value::Integer(after));
+        }
         for (column, value) in [
             ("decision = ?", &q.decision),
             ("workspace = ?", &q.workspace),
             ("tool = ?", &q.tool),
+            ("client = ?", &q.client),
+            ("decision_id = ?", &q.decision_id),
         ] {
             if let Some(v) = value {
                 clauses.push(column);
                 args.push(Value::Text(v.clone()));
             }
         }
+        if let Some(p) = &q.policy {
+            clauses.push(
+                "(EXISTS (SELECT 1 FROM json_each(decisions.policy_ids) WHERE value = ?) \
+                 OR EXISTS (SELECT 1 FROM json_each(coalesce(decisions.shadow_policy_ids, '[]')) \
+                 WHERE value = ?))",
+            );
+            args.push(Value::Text(p.clone()));
+            args.push(Value::Text(p.clone()));
+        }
+        if q.shadow_flips {
+            clauses.push("shadow_decision IS NOT NULL AND shadow_decision <> decision");
+        }
         let mut sql = format!("SELECT {COLUMNS} FROM decisions");
         if !clauses.is_empty() {
             sql.push_str(" WHERE ");
             sql.push_str(&clauses.join(" AND "));
         }
-        sql.push_str(if q.newest_first {
+        sql.push_str(if q.after_seq.is_some() {
+            " ORDER BY id"
+        } else if q.newest_first {
             " ORDER BY at_ms DESC, sub_index DESC, id DESC"
         } else {
             " ORDER BY at_ms, sub_index, id"
@@ -148,8 +224,10 @@ pub(crate) fn insert_rows(
     let mut st = conn.prepare_cached(
         "INSERT INTO decisions (decision_id, at_ms, policy_set_sha256, profile, workspace, \
          tool, action, sub_index, subject, client, transport, decision, policy_ids, errors, \
-         default_deny, duration_us) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+         default_deny, duration_us, request, path, kind, reason, shadow_decision, \
+         shadow_policy_ids) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, \
+         ?17, ?18, ?19, ?20, ?21, ?22)",
     )?;
     for r in rows {
         st.execute(params![
@@ -169,6 +247,15 @@ pub(crate) fn insert_rows(
             serde_json::to_string(&r.errors)?,
             r.default_deny,
             r.duration_us,
+            r.request.as_ref().map(serde_json::Value::to_string),
+            r.path,
+            r.kind,
+            r.reason,
+            r.shadow_decision,
+            r.shadow_policy_ids
+                .as_ref()
+                .map(serde_json::to_string)
+                .transpose()?,
         ])?;
     }
     Ok(())

@@ -24,10 +24,14 @@ const MIGRATIONS: &[Migration] = &[
         version: 3,
         sql: include_str!("../migrations/0003_scoped_keys_retention.sql"),
     },
+    Migration {
+        version: 4,
+        sql: include_str!("../migrations/0004_request.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.
-pub const LATEST_VERSION: i64 = 3;
+pub const LATEST_VERSION: i64 = 4;
 
 /// Reads `PRAGMA user_version`.
 pub(crate) fn user_version(conn: &Connection) -> rusqlite::Result<i64> {

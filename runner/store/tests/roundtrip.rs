@@ -21,7 +21,60 @@ fn decisions_round_trip_in_time_then_sub_index_order() {
     store.insert_decisions(&rows).unwrap();
 
     let got = store.query_decisions(&DecisionQuery::default()).unwrap();
+    // `seq` is the stored position: increasing in insertion order.
+    assert_eq!(got.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![2, 3, 1]);
+    let got: Vec<_> = got
+        .into_iter()
+        .map(|r| codespace_store::DecisionRow { seq: 0, ..r })
+        .collect();
     assert_eq!(got, vec![rows[1].clone(), rows[2].clone(), rows[0].clone()]);
+}
+
+#[test]
+fn replayable_rows_keep_request_path_kind_reason_and_shadow_and_filter_by_them() {
+    let store = Store::open_in_memory().unwrap();
+    let mut a = decision("d1", 0, 100, "allow");
+    a.request = Some(json!({"v": 1, "request": {"action": "read", "path": "src/lib.rs"}}));
+    a.path = Some("src/lib.rs".into());
+    a.reason = Some("permitted by read-only.permit.fs-read".into());
+    a.policy_ids = vec!["read-only.permit.fs-read".into()];
+    a.shadow_decision = Some("deny".into());
+    a.shadow_policy_ids = Some(vec!["base.forbid.src".into()]);
+    let mut b = decision("d2", 0, 200, "deny");
+    b.client = Some("ci-bot".into());
+    b.kind = Some("add".into());
+    b.shadow_decision = Some("deny".into());
+    b.shadow_policy_ids = Some(vec![]);
+    store.insert_decisions(&[a.clone(), b.clone()]).unwrap();
+
+    let all = store.query_decisions(&DecisionQuery::default()).unwrap();
+    assert_eq!(all[0].request, a.request);
+    assert_eq!(all[0].shadow_policy_ids, a.shadow_policy_ids);
+    assert_eq!(all[1].kind.as_deref(), Some("add"));
+    let q = |f: &dyn Fn(&mut DecisionQuery)| {
+        let mut q = DecisionQuery::default();
+        f(&mut q);
+        store
+            .query_decisions(&q)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.decision_id)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(q(&|q| q.client = Some("ci-bot".into())), vec!["d2"]);
+    assert_eq!(
+        q(&|q| q.policy = Some("read-only.permit.fs-read".into())),
+        vec!["d1"]
+    );
+    // A shadow-only policy id matches too.
+    assert_eq!(
+        q(&|q| q.policy = Some("base.forbid.src".into())),
+        vec!["d1"]
+    );
+    assert_eq!(q(&|q| q.shadow_flips = true), vec!["d1"]);
+    assert_eq!(q(&|q| q.decision_id = Some("d2".into())), vec!["d2"]);
+    assert_eq!(q(&|q| q.after_seq = Some(all[0].seq)), vec!["d2"]);
+    assert_eq!(q(&|q| q.until_ms = Some(150)), vec!["d1"]);
 }
 
 #[test]

@@ -22,6 +22,7 @@ pub fn decision(id: &str, sub_index: i64, at_ms: i64, verdict: &str) -> Decision
         errors: vec![],
         default_deny: verdict == "deny",
         duration_us: 42,
+        ..DecisionRow::default()
     }
 }
 

@@ -1,0 +1,151 @@
+//! How `codespace audit` shows decision rows: the table, the JSON-lines export a SIEM reads
+//! as-is (stable field names, documented in docs/policy.md), and the collapsing of default-deny
+//! sandbox-capability rows into the row of their call (they stay stored, for replay).
+
+use codespace_store::DecisionRow;
+use serde_json::{Value, json};
+
+/// One row as shown, with the capability rows folded into it.
+#[derive(Debug, Clone)]
+pub struct ShownRow {
+    /// The stored row.
+    pub row: DecisionRow,
+    /// Sandbox capabilities of the same call that no policy permitted (collapsed rows).
+    pub collapsed: Vec<String>,
+}
+
+/// The sandbox-capability actions (requests that shape the sandbox instead of gating the call).
+const CAPABILITIES: &[&str] = &["process_write", "process_network"];
+
+/// True for a sandbox-capability sub-request (from its recorded request, else its action).
+pub fn is_capability(r: &DecisionRow) -> bool {
+    match r
+        .request
+        .as_ref()
+        .and_then(|v| v.pointer("/request/gating"))
+        .and_then(Value::as_bool)
+    {
+        Some(gating) => !gating,
+        None => CAPABILITIES.contains(&r.action.as_str()),
+    }
+}
+
+/// Folds every default-deny capability row into the row of its call (same decision id,
+/// a gating sub-request); kept as its own row when its call's row is not among `rows`.
+/// `all_rows` shows every stored row as it is.
+pub fn collapse(rows: Vec<DecisionRow>, all_rows: bool) -> Vec<ShownRow> {
+    let mut out: Vec<ShownRow> = Vec::with_capacity(rows.len());
+    let mut pending: Vec<DecisionRow> = Vec::new();
+    for row in rows {
+        if !all_rows && row.default_deny && is_capability(&row) {
+            pending.push(row);
+        } else {
+            out.push(ShownRow {
+                row,
+                collapsed: Vec::new(),
+            });
+        }
+    }
+    for cap in pending {
+        match out
+            .iter_mut()
+            .find(|s| s.row.decision_id == cap.decision_id && !is_capability(&s.row))
+        {
+            Some(parent) => parent.collapsed.push(cap.action),
+            None => out.push(ShownRow {
+                row: cap,
+                collapsed: Vec::new(),
+            }),
+        }
+    }
+    out
+}
+
+/// The JSON-lines export of one row: every stored field under its stored name, plus `time`
+/// (RFC 3339) and `capabilities_denied` (the collapsed capability rows).
+pub fn export_json(r: &ShownRow) -> Value {
+    let mut v = serde_json::to_value(&r.row).unwrap_or_else(|_| json!({}));
+    if let Value::Object(m) = &mut v {
+        m.insert(
+            "time".into(),
+            crate::policy_cli::rfc3339(r.row.at_ms).into(),
+        );
+        m.insert("capabilities_denied".into(), json!(r.collapsed));
+    }
+    v
+}
+
+/// The table header.
+pub const TABLE_HEADER: &str = "time                      decision  workspace     profile          action            subject                         why                                       decision id";
+
+/// One table line.
+pub fn table_line(shown: &ShownRow) -> String {
+    let r = &shown.row;
+    let mut why = if r.default_deny {
+        "(default deny)".to_string()
+    } else {
+        r.policy_ids.join(",")
+    };
+    if !r.errors.is_empty() {
+        why = format!("{why} errors: {}", r.errors.join("; "));
+    }
+    if !shown.collapsed.is_empty() {
+        why = format!("{why} [sandbox: no {}]", shown.collapsed.join(", no "));
+    }
+    if let Some(sd) = &r.shadow_decision
+        && *sd != r.decision
+    {
+        why = format!("{why} [shadow: {sd}]");
+    }
+    let action = if r.action == r.tool {
+        format!("{}#{}", r.action, r.sub_index)
+    } else {
+        format!("{}/{}#{}", r.tool, r.action, r.sub_index)
+    };
+    let subject: String = r.subject.chars().take(60).collect();
+    format!(
+        "{:<24}  {:<8}  {:<12}  {:<15}  {:<16}  {:<30}  {:<40}  {}",
+        crate::policy_cli::rfc3339(r.at_ms),
+        r.decision,
+        r.workspace,
+        r.profile,
+        action,
+        subject,
+        why,
+        r.decision_id
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: &str, i: i64, action: &str, decision: &str, default_deny: bool) -> DecisionRow {
+        DecisionRow {
+            decision_id: id.into(),
+            tool: "exec_command".into(),
+            action: action.into(),
+            sub_index: i,
+            decision: decision.into(),
+            default_deny,
+            ..DecisionRow::default()
+        }
+    }
+
+    #[test]
+    fn default_deny_capability_rows_fold_into_their_call() {
+        let rows = vec![
+            row("d1", 0, "exec_command", "allow", false),
+            row("d1", 1, "process_write", "allow", false),
+            row("d1", 2, "process_network", "deny", true),
+            // Its call's row is not in the result: it stays.
+            row("d2", 2, "process_network", "deny", true),
+        ];
+        let shown = collapse(rows.clone(), false);
+        assert_eq!(shown.len(), 3);
+        assert_eq!(shown[0].collapsed, vec!["process_network"]);
+        assert_eq!(shown[1].row.action, "process_write");
+        assert_eq!(shown[2].row.decision_id, "d2");
+        assert_eq!(collapse(rows, true).len(), 4);
+    }
+}

@@ -1,0 +1,384 @@
+//! `codespace policy diff`: what would change if a candidate policy set were deployed. Every
+//! recorded request in a window of the audit log (and, with `--tests`, every sub-request of the
+//! policy test cases) is re-decided under the set in force and under the candidate; the answers
+//! that flip are grouped by direction, tool, action and the policies that changed, with counts
+//! and examples. Exit 0: no flip; 2: only narrowing flips; 3: any widening flip; 1: error.
+
+use anyhow::{Context, Result, anyhow};
+use codespace_engine::Config;
+use codespace_engine::decide::SubDecision;
+use codespace_engine::policy::{PolicySnapshot, PolicySource, compile};
+use codespace_engine::policy_test::{case_records, parse_file};
+use codespace_engine::replay::{Flip, RecordedRequest, Replayer};
+use codespace_store::{DecisionQuery, Store};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Flags of `policy diff`.
+#[derive(Debug, clap::Args)]
+pub struct DiffArgs {
+    /// The candidate policies directory (same layout: base/, profiles/).
+    #[arg(long, value_name = "DIR", required_unless_present = "shadow")]
+    pub against: Option<PathBuf>,
+    /// The candidate is the shadow set: the live files with `<policies>/shadow/` over them
+    /// (what deploying the shadow files would give).
+    #[arg(long, conflicts_with = "against")]
+    pub shadow: bool,
+    /// The candidate's schema (default: <DIR>/../schema/codespace.cedarschema when it exists,
+    /// else the schema of the set in force).
+    #[arg(long, value_name = "FILE")]
+    pub against_schema: Option<PathBuf>,
+    /// Replay only decisions at or after T: RFC 3339, unix ms, or an age like 7d [7d].
+    #[arg(long, value_name = "T", default_value = "7d")]
+    pub since: String,
+    /// Also re-decide every policy test case (the candidate's tests/, else the live set's).
+    #[arg(long)]
+    pub tests: bool,
+    /// The store (default: the config's `store`, else the one `serve` uses).
+    #[arg(long)]
+    pub store: Option<PathBuf>,
+    /// Examples shown per group.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub examples: usize,
+    /// One JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One re-decided request and its two answers.
+struct Replayed {
+    source: &'static str,
+    label: String,
+    rec: RecordedRequest,
+    before: SubDecision,
+    after: SubDecision,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct GroupKey {
+    flip: Flip,
+    tool: String,
+    action: String,
+    policies: Vec<String>,
+}
+
+fn verdict(allowed: bool) -> &'static str {
+    if allowed { "allow" } else { "deny" }
+}
+
+/// The policies whose part changed: `+id` now determines, `-id` no longer does.
+fn changed_policies(before: &SubDecision, after: &SubDecision) -> Vec<String> {
+    let mut out: Vec<String> = after
+        .policy_ids
+        .iter()
+        .filter(|id| !before.policy_ids.contains(id))
+        .map(|id| format!("+{id}"))
+        .chain(
+            before
+                .policy_ids
+                .iter()
+                .filter(|id| !after.policy_ids.contains(id))
+                .map(|id| format!("-{id}")),
+        )
+        .collect();
+    if out.is_empty() {
+        out.push(if !after.errors.is_empty() || !before.errors.is_empty() {
+            "(evaluation error)".into()
+        } else {
+            "(default deny)".into()
+        });
+    }
+    out.sort();
+    out
+}
+
+fn candidate_source(against: &Path, args: &DiffArgs, live: &PolicySource) -> PolicySource {
+    let schema = args.against_schema.clone().unwrap_or_else(|| {
+        let guess = against
+            .parent()
+            .unwrap_or(Path::new("."))
+            .join("schema/codespace.cedarschema");
+        match live {
+            PolicySource::Dir { schema, .. } if !guess.is_file() => schema.clone(),
+            _ => guess,
+        }
+    });
+    PolicySource::Dir {
+        policies: against.to_path_buf(),
+        schema,
+    }
+}
+
+fn candidate(args: &DiffArgs, live: &PolicySource) -> Result<PolicySnapshot> {
+    let bundle = match &args.against {
+        Some(dir) => candidate_source(dir, args, live).read(),
+        None => live.read_shadow().and_then(|b| {
+            b.ok_or_else(|| {
+                codespace_engine::policy::PolicyErrors(vec![
+                    "no shadow set: <policies>/shadow/ holds no .cedar file".into(),
+                ])
+            })
+        }),
+    };
+    match bundle.and_then(compile) {
+        Ok(s) => Ok(s),
+        Err(e) => {
+            for line in &e.0 {
+                eprintln!("{line}");
+            }
+            Err(anyhow!("the candidate policy set is rejected"))
+        }
+    }
+}
+
+fn compile_named(what: &str, source: &PolicySource) -> Result<PolicySnapshot> {
+    match source.read().and_then(compile) {
+        Ok(s) => Ok(s),
+        Err(e) => {
+            for line in &e.0 {
+                eprintln!("{line}");
+            }
+            Err(anyhow!("the {what} policy set is rejected"))
+        }
+    }
+}
+
+fn test_dir(args: &DiffArgs, live: &PolicySource) -> Option<PathBuf> {
+    if let Some(cand) = args.against.as_ref().map(|d| d.join("tests"))
+        && cand.is_dir()
+    {
+        return Some(cand);
+    }
+    match live {
+        PolicySource::Dir { policies, .. } => Some(policies.join("tests")).filter(|d| d.is_dir()),
+        PolicySource::Embedded => None,
+    }
+}
+
+/// `codespace policy diff`.
+pub fn diff(
+    args: &DiffArgs,
+    live: &PolicySource,
+    config: Option<&Config>,
+    default_store: impl FnOnce() -> Result<PathBuf>,
+) -> Result<ExitCode> {
+    let before_snap = compile_named("live", live)?;
+    let after_snap = candidate(args, live)?;
+    let now = codespace_store::now_ms();
+    let since = crate::policy_cli::parse_since(&args.since, now)?;
+    let store_path = match args
+        .store
+        .clone()
+        .or_else(|| config.and_then(|c| c.store.clone()))
+    {
+        Some(p) => Some(p),
+        None => default_store().ok(),
+    };
+    let mut samples: Vec<(&'static str, String, RecordedRequest)> = Vec::new();
+    let mut unreplayable = 0usize;
+    let mut recorded = 0usize;
+    match store_path.filter(|p| p.exists()) {
+        Some(path) => {
+            let store =
+                Store::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
+            let rows = store.query_decisions(&DecisionQuery {
+                since_ms: Some(since),
+                ..DecisionQuery::default()
+            })?;
+            recorded = rows.len();
+            for r in rows {
+                match r.request.as_ref().map(RecordedRequest::from_json) {
+                    Some(Ok(rec)) => samples.push((
+                        "audit",
+                        format!("{} #{} `{}`", r.decision_id, r.sub_index, r.subject),
+                        rec,
+                    )),
+                    _ => unreplayable += 1,
+                }
+            }
+        }
+        None if args.tests => {}
+        None => {
+            return Err(anyhow!(
+                "no store to replay (pass --store FILE or --config FILE, or --tests to diff the test cases only)"
+            ));
+        }
+    }
+    let mut test_count = 0usize;
+    if args.tests
+        && let Some(dir) = test_dir(args, live)
+    {
+        let base = crate::policy_cli::base_profiles(config);
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .with_context(|| format!("cannot list {}", dir.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+            .collect();
+        files.sort();
+        for f in files {
+            let name = f
+                .file_name()
+                .map(|n| n.to_string_lossy().to_string())
+                .unwrap_or_default();
+            let text =
+                std::fs::read_to_string(&f).with_context(|| format!("cannot read {name}"))?;
+            let parsed = parse_file(&text).map_err(|e| anyhow!("{name}: {e}"))?;
+            let records =
+                case_records(&base, &name, &parsed).map_err(|e| anyhow!("{name}: {e}"))?;
+            test_count += records.len();
+            samples.extend(records.into_iter().map(|(label, rec)| ("test", label, rec)));
+        }
+    }
+
+    let mut before = Replayer::new(&before_snap);
+    let mut after = Replayer::new(&after_snap);
+    let mut groups: BTreeMap<GroupKey, Vec<Replayed>> = BTreeMap::new();
+    // Logs repeat themselves: each distinct request is decided once per set.
+    let mut seen: std::collections::HashMap<String, (SubDecision, SubDecision)> =
+        std::collections::HashMap::new();
+    for (source, label, rec) in samples {
+        let key = serde_json::to_string(&(&rec.tool, &rec.ancestors, &rec.workspace, &rec.request))
+            .unwrap_or_default();
+        let (b, a) = match seen.get(&key) {
+            Some(pair) => pair.clone(),
+            None => {
+                let pair = (before.decide(&rec), after.decide(&rec));
+                seen.insert(key, pair.clone());
+                pair
+            }
+        };
+        let Some(flip) = Flip::of(&rec.request.action, b.allowed, a.allowed) else {
+            continue;
+        };
+        let key = GroupKey {
+            flip,
+            tool: rec.tool.clone(),
+            action: rec.request.action.clone(),
+            policies: changed_policies(&b, &a),
+        };
+        groups.entry(key).or_default().push(Replayed {
+            source,
+            label,
+            rec,
+            before: b,
+            after: a,
+        });
+    }
+    let widening: usize = groups
+        .iter()
+        .filter(|(k, _)| k.flip == Flip::Widening)
+        .map(|(_, v)| v.len())
+        .sum();
+    let narrowing: usize = groups
+        .iter()
+        .filter(|(k, _)| k.flip == Flip::Narrowing)
+        .map(|(_, v)| v.len())
+        .sum();
+    // Widening first: it is what a reviewer must look at.
+    let mut ordered: Vec<(&GroupKey, &Vec<Replayed>)> = groups.iter().collect();
+    ordered.sort_by(|(a, av), (b, bv)| {
+        b.flip
+            .cmp(&a.flip)
+            .then(bv.len().cmp(&av.len()))
+            .then(a.cmp(b))
+    });
+
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        let doc = json!({
+            "live_sha256": before_snap.sha256,
+            "candidate_sha256": after_snap.sha256,
+            "since": crate::policy_cli::rfc3339(since),
+            "recorded_rows": recorded,
+            "unreplayable_rows": unreplayable,
+            "test_requests": test_count,
+            "widening": widening,
+            "narrowing": narrowing,
+            "groups": ordered.iter().map(|(k, v)| json!({
+                "direction": k.flip.as_str(),
+                "tool": k.tool,
+                "action": k.action,
+                "policies": k.policies,
+                "count": v.len(),
+                "examples": v.iter().take(args.examples).map(example_json).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+        });
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+    } else {
+        writeln!(
+            out,
+            "policy diff: live {} -> candidate {}",
+            before_snap.sha256, after_snap.sha256
+        )?;
+        writeln!(
+            out,
+            "replayed {} recorded request(s) since {}{}{}",
+            recorded - unreplayable,
+            crate::policy_cli::rfc3339(since),
+            if unreplayable > 0 {
+                format!(" ({unreplayable} row(s) without a recorded request skipped)")
+            } else {
+                String::new()
+            },
+            if args.tests {
+                format!(" and {test_count} test sub-request(s)")
+            } else {
+                String::new()
+            }
+        )?;
+        for (k, v) in &ordered {
+            writeln!(
+                out,
+                "\n{:<9} {:>5}  {}{}  {}",
+                k.flip.as_str().to_uppercase(),
+                v.len(),
+                k.tool,
+                if k.action == k.tool {
+                    String::new()
+                } else {
+                    format!("/{}", k.action)
+                },
+                k.policies.join(" ")
+            )?;
+            for r in v.iter().take(args.examples) {
+                writeln!(
+                    out,
+                    "    {} {}  (workspace {}, profile {}): {} -> {}",
+                    r.source,
+                    r.label,
+                    r.rec.workspace.id,
+                    r.rec.workspace.profile,
+                    verdict(r.before.allowed),
+                    verdict(r.after.allowed)
+                )?;
+            }
+        }
+        writeln!(out, "\n{widening} widening, {narrowing} narrowing flip(s)")?;
+    }
+    Ok(if widening > 0 {
+        ExitCode::from(3)
+    } else if narrowing > 0 {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn example_json(r: &Replayed) -> Value {
+    json!({
+        "source": r.source,
+        "label": r.label,
+        "workspace": r.rec.workspace.id,
+        "profile": r.rec.workspace.profile,
+        "subject": r.rec.request.subject,
+        "path": r.rec.request.path,
+        "before": verdict(r.before.allowed),
+        "after": verdict(r.after.allowed),
+        "before_policies": r.before.policy_ids,
+        "after_policies": r.after.policy_ids,
+        "after_errors": r.after.errors,
+    })
+}
