@@ -167,9 +167,26 @@ fn markdown_files() -> Vec<PathBuf> {
 }
 
 /// Rewrites the machine-specific parts of an example so the real loader can check the rest:
-/// each workspace root becomes an existing temp directory, each token file an existing file.
+/// each workspace root becomes an existing temp directory, each token file an existing file,
+/// each read path an existing directory.
 fn localize(example: &Value, tmp: &Path) -> Value {
     let mut v = example.clone();
+    for section in ["environments", "workspaces"] {
+        if let Some(items) = v.get_mut(section).and_then(Value::as_object_mut) {
+            for (id, item) in items.iter_mut() {
+                if let Some(paths) = item.get_mut("read_paths").and_then(Value::as_object_mut) {
+                    for (name, path) in paths.iter_mut() {
+                        let dir = tmp.join("read").join(format!("{section}-{id}-{name}"));
+                        std::fs::create_dir_all(&dir).unwrap();
+                        *path = json!(dir);
+                    }
+                }
+                if let Some(home) = item.get_mut("home") {
+                    *home = json!(tmp.join("homes").join(id));
+                }
+            }
+        }
+    }
     if let Some(ws) = v.get_mut("workspaces").and_then(Value::as_object_mut) {
         for (id, w) in ws.iter_mut() {
             let dir = tmp.join("roots").join(id);
