@@ -521,7 +521,9 @@ impl PathIndex {
                 ranges.push((lo, hi));
             }
             let Ok(rel) = RelPath::parse(p) else { continue };
-            if is_server_temp(self.root.temp_names(), p) || rel.components().count() > self.limits.max_depth {
+            if is_server_temp(self.root.temp_names(), p)
+                || rel.components().count() > self.limits.max_depth
+            {
                 continue;
             }
             // Gone, or no longer reachable without a symlink: not listed.
@@ -790,13 +792,12 @@ mod tests {
         let dir = std::fs::canonicalize(dir).unwrap();
         let root = Arc::new(Root::open(&dir).unwrap());
         let ix = PathIndex::new(root, &dir, 1_000_000);
-        let versions =
-            crate::versions::Versions::with_observer(
-                &dir,
-                codespace_runner_fs::TempNames::unregistered(),
-                ix.observer(),
-                ix.fence_dir(),
-            );
+        let versions = crate::versions::Versions::with_observer(
+            &dir,
+            codespace_runner_fs::TempNames::unregistered(),
+            ix.observer(),
+            ix.fence_dir(),
+        );
         Ix { ix, versions }
     }
 
@@ -936,7 +937,10 @@ mod tests {
         let own = temps.next_name();
         assert!(is_server_temp(&temps, &format!("a/{own}")));
         assert!(!is_server_temp(&temps, "a/.codespace-tmp-notes"));
-        assert!(!is_server_temp(&temps, "a/.codespace-tmp-fedcba9876543210-1"));
+        assert!(!is_server_temp(
+            &temps,
+            "a/.codespace-tmp-fedcba9876543210-1"
+        ));
         assert!(!is_server_temp(&temps, "a/codespace-tmp-1"));
     }
 }

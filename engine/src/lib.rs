@@ -27,11 +27,11 @@ pub mod reload;
 pub mod replay;
 pub mod request;
 pub mod retention;
-pub mod server_files;
 mod search_tools;
+pub mod server_files;
 pub mod signature;
-pub mod temp_files;
 pub mod suggest;
+pub mod temp_files;
 pub mod tools;
 pub mod versions;
 

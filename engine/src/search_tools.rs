@@ -337,7 +337,15 @@ impl Gateway {
                 d
             }
         };
-        self.audit_withheld_entries(snap, ws, "find", &decision, &listing, &derived.withheld, session);
+        self.audit_withheld_entries(
+            snap,
+            ws,
+            "find",
+            &decision,
+            &listing,
+            &derived.withheld,
+            session,
+        );
         let total = derived.visible.len() as u64;
         let start = usize::try_from(offset.min(total)).unwrap_or(usize::MAX);
         let take = usize::try_from(limit).unwrap_or(usize::MAX);
@@ -627,7 +635,15 @@ impl Gateway {
             (ranked, withheld)
         })
         .await?;
-        self.audit_withheld_entries(snap, ws, "find_files", &decision, &listing, &withheld, session);
+        self.audit_withheld_entries(
+            snap,
+            ws,
+            "find_files",
+            &decision,
+            &listing,
+            &withheld,
+            session,
+        );
         let matches = ranked
             .into_iter()
             .filter_map(|r| {

@@ -95,6 +95,7 @@ enum PolicyCommand {
     },
     /// Re-decide recorded requests (and, with --tests, the policy test cases) under a
     /// candidate set and list what flips. Exit 0 no flip, 2 only narrowing, 3 any widening.
+    #[command(after_help = crate::help::POLICY_DIFF)]
     Diff {
         #[command(flatten)]
         args: crate::policy_diff::DiffArgs,
@@ -102,6 +103,7 @@ enum PolicyCommand {
         loc: PolicyLocation,
     },
     /// List every policy: id, effect, file:line, reason.
+    #[command(after_help = crate::help::POLICY_LS)]
     Ls {
         /// JSON lines.
         #[arg(long)]
@@ -110,6 +112,7 @@ enum PolicyCommand {
         loc: PolicyLocation,
     },
     /// Policies that determined no logged decision since T (default 1d).
+    #[command(after_help = crate::help::POLICY_UNUSED)]
     Unused {
         /// RFC 3339, unix ms, or an age like 1d.
         #[arg(long, value_name = "T", default_value = "1d")]
@@ -126,6 +129,7 @@ enum PolicyCommand {
     /// Prove properties with Cedar's symbolic compiler and cvc5 (read-only never mutates; no
     /// profile writes git hooks/config or server-owned files; no policy errors; --implies OLD).
     /// Exit 0 proven, 1 a property fails, 4 no solver found.
+    #[command(after_help = crate::help::POLICY_VERIFY)]
     Verify {
         #[command(flatten)]
         args: crate::policy_verify::VerifyArgs,
@@ -134,6 +138,7 @@ enum PolicyCommand {
     },
     /// Format every .cedar file with Cedar's formatter (comments and annotations kept);
     /// --check lists what would change and exits 1 instead.
+    #[command(after_help = crate::help::POLICY_FMT)]
     Fmt {
         /// Change nothing; exit 1 when a file is not formatted.
         #[arg(long)]

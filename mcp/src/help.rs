@@ -95,3 +95,35 @@ Examples:
     --call '{\"name\":\"exec_command\",\"arguments\":{\"workspace_id\":\"w\",\"command\":[\"make\"]}}'
   codespace policy explain --config codespace.json --json \\
     --call '{\"name\":\"apply_patch\",\"arguments\":{\"workspace_id\":\"app\",\"patch\":\"...\"}}'";
+
+/// `policy diff`.
+pub const POLICY_DIFF: &str = "\
+Examples:
+  codespace policy diff --config codespace.json --against candidate/policies --since 7d
+  codespace policy diff --config codespace.json --shadow --tests --json
+  # CI gate: exit 3 when the candidate would allow anything the live set denied
+  codespace policy diff --policies policies --against pr/policies --tests";
+
+/// `policy ls`.
+pub const POLICY_LS: &str = "\
+Examples:
+  codespace policy ls --config codespace.json
+  codespace policy ls --policies policies --json";
+
+/// `policy unused`.
+pub const POLICY_UNUSED: &str = "\
+Examples:
+  codespace policy unused --config codespace.json --since 7d
+  codespace policy unused --policies policies --store /var/lib/codespace/codespace.db --json";
+
+/// `policy verify`.
+pub const POLICY_VERIFY: &str = "\
+Examples:
+  codespace policy verify --policies policies
+  codespace policy verify --policies candidate/policies --implies policies";
+
+/// `policy fmt`.
+pub const POLICY_FMT: &str = "\
+Examples:
+  codespace policy fmt --policies policies --check
+  codespace policy fmt --policies policies";

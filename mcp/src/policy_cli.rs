@@ -717,7 +717,13 @@ pub fn audit(
                 }
                 writeln!(out, "{}", serde_json::to_string(&v)?)?;
             } else {
-                writeln!(out, "{:<24}  {:<15}  {}", rfc3339(e.at_ms), e.kind, e.detail)?;
+                writeln!(
+                    out,
+                    "{:<24}  {:<15}  {}",
+                    rfc3339(e.at_ms),
+                    e.kind,
+                    e.detail
+                )?;
             }
         }
         return Ok(ExitCode::SUCCESS);

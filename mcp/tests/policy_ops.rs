@@ -154,7 +154,8 @@ fn a_missed_coverage_threshold_is_a_failing_junit_case_and_threshold_met_false()
         "{x}"
     );
     assert!(
-        x.contains(r#"name="policy coverage &gt;= 50% (--coverage-min)"><failure message="policy coverage 7.1% is below --coverage-min 50"#),
+        x.contains(r#"name="policy coverage &gt;= 50% (--coverage-min)"><failure message="policy coverage "#)
+            && x.contains("% is below --coverage-min 50"),
         "{x}"
     );
     let o = run(&[
@@ -215,7 +216,7 @@ fn explain_json_reports_scope_matched_as_a_boolean() {
         json!(null)
     );
     assert_eq!(
-        by_id("base.forbid.git-hooks-write")["scope_matched"],
+        by_id("base.forbid.git-metadata-write")["scope_matched"],
         json!(false)
     );
     // Unknown tool: the contract's words, not Rust debug text.
@@ -545,7 +546,7 @@ fn coverage_reports_the_alternatives_of_or_chains_no_case_reaches() {
     );
     // The shipped tests reach every alternative.
     let out = stdout(&run(&["policy", "test"]));
-    assert!(out.contains("alternatives: 13/13"), "{out}");
+    assert!(out.contains("alternatives: 28/28 alternatives"), "{out}");
 }
 
 #[test]

@@ -141,7 +141,8 @@ fn record_calls(e: &Env) -> String {
         "{msg}"
     );
     s.tool_ok("find", json!({"workspace_id": "w"}));
-    drop(s);
+    // A clean exit drains the audit writer's queue (a kill could lose the last ~50 ms of reads).
+    s.close_and_wait(std::time::Duration::from_secs(30));
     env_err["decision_id"].as_str().unwrap().to_string()
 }
 
@@ -189,10 +190,14 @@ fn audit_rows_are_redacted_replayable_and_filterable() {
     // The read-only curl: one row, its two capability default denies collapsed into it.
     let curl: Vec<&Value> = all.iter().filter(|r| r["workspace"] == "r").collect();
     assert_eq!(curl.len(), 1, "{curl:?}");
-    assert_eq!(
-        curl[0]["capabilities_denied"],
-        json!(["process_write", "process_network"])
-    );
+    let mut denied: Vec<&str> = curl[0]["capabilities_denied"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    denied.sort_unstable();
+    assert_eq!(denied, ["process_network", "process_write"]);
     assert_eq!(
         curl[0]["reason"],
         "no policy permits this for profile read-only"
@@ -235,9 +240,11 @@ fn audit_rows_are_redacted_replayable_and_filterable() {
         2,
         "the read and the find-withheld row: {by_policy:?}"
     );
-    assert_eq!(
-        by_policy[0]["reason"],
-        "forbidden by base.forbid.secret-files: files that usually hold secrets (.env, private keys, .netrc) are withheld from the tools"
+    let reason = by_policy[0]["reason"].as_str().unwrap();
+    assert!(
+        reason
+            .starts_with("forbidden by base.forbid.secret-files: files that usually hold secrets"),
+        "{reason}"
     );
     assert!(
         json_lines(&cli(&[

@@ -361,7 +361,10 @@ async fn without_a_sandbox_exec_fails_closed_unless_the_workspace_says_off() {
     assert_eq!(info["execution"]["permissions"]["exec"], false);
 
     let dir = tempfile::tempdir().unwrap();
-    let (gw, root) = no_sandbox_gateway(dir.path(), json!({"sandbox": "off", "secret_masking": "off"}));
+    let (gw, root) = no_sandbox_gateway(
+        dir.path(),
+        json!({"sandbox": "off", "secret_masking": "off"}),
+    );
     let (code, out) = run_to_end(&gw, &["sh", "-c", "touch ran && echo ran"]).await;
     assert_eq!((code, out.as_str()), (Some(0), "ran\n"));
     assert!(root.join("ran").exists());

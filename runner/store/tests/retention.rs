@@ -223,7 +223,10 @@ fn schema_1_rows_survive_the_migration_to_latest() {
         .unwrap();
     }
     let store = Store::open(&path).unwrap();
-    assert_eq!(store.schema_version().unwrap(), codespace_store::LATEST_VERSION);
+    assert_eq!(
+        store.schema_version().unwrap(),
+        codespace_store::LATEST_VERSION
+    );
     let op = store.operation_by_id("op1").unwrap().unwrap();
     assert_eq!(op.operation_key.as_deref(), Some("k1"));
     assert_eq!(store.operation_events("op1").unwrap().len(), 1);
