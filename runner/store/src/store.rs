@@ -14,6 +14,17 @@ use crate::seal::{JournalKey, key_path};
 
 /// How long a statement waits for another writer before SQLite reports busy.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often, and how far apart, an open refused with SQLITE_BUSY is tried again.
+const OPEN_RETRIES: u32 = 100;
+const OPEN_RETRY_PAUSE: Duration = Duration::from_millis(20);
+
+/// SQLITE_BUSY or SQLITE_LOCKED.
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
 
 /// The current time as unix milliseconds (0 if the clock is before 1970).
 pub fn now_ms() -> i64 {
@@ -65,6 +76,15 @@ impl Store {
         Self::configure(Connection::open_in_memory()?, false, None)
     }
 
+    fn prepare_schema(conn: &mut Connection, wal: bool) -> Result<(), StoreError> {
+        if wal {
+            let _mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+        }
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.pragma_update(None, "foreign_keys", true)?;
+        migrate::migrate(conn)
+    }
+
     fn configure(
         mut conn: Connection,
         wal: bool,
@@ -72,12 +92,19 @@ impl Store {
     ) -> Result<Store, StoreError> {
         // The busy timeout comes first: switching to WAL and migrating may wait for other openers.
         conn.busy_timeout(BUSY_TIMEOUT)?;
-        if wal {
-            let _mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+        // Switching to WAL and migrating while other processes open the same fresh file can be
+        // refused with SQLITE_BUSY without the busy handler being asked (a lock upgrade SQLite
+        // will not wait for): such a refusal is retried, bounded, instead of failing the open.
+        let mut attempts = 0;
+        loop {
+            match Self::prepare_schema(&mut conn, wal) {
+                Err(StoreError::Sqlite(e)) if is_busy(&e) && attempts < OPEN_RETRIES => {
+                    attempts += 1;
+                    std::thread::sleep(OPEN_RETRY_PAUSE);
+                }
+                other => break other?,
+            }
         }
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
-        conn.pragma_update(None, "foreign_keys", true)?;
-        migrate::migrate(&mut conn)?;
         Ok(Store {
             conn: Mutex::new(conn),
             key_file,
