@@ -11,8 +11,8 @@ if [[ ! -d "$scenarios" ]]; then
   echo "skip: external apply_patch conformance scenarios not found at ../shared/conformance/apply-patch"
   exit 0
 fi
-CODESPACE_SHARED="$(cd "$repo/../shared" && pwd)"
-export CODESPACE_SHARED
+CODESPACE_PATCH_SCENARIOS="$(cd "$scenarios" && pwd)"
+export CODESPACE_PATCH_SCENARIOS
 cd "$repo"
 cargo test -p codespace-runner-patch --test conformance
 cargo test -p codespace-engine --test apply_patch conformance_scenarios

@@ -120,33 +120,23 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// The external apply_patch scenarios: `$CODESPACE_SHARED/conformance/apply-patch`, else the
-/// `shared/` folder next to the repo. `None` (after printing a `skip:` line) when CODESPACE_SHARED
-/// is unset and that folder is absent; a missing folder under a set CODESPACE_SHARED fails.
+/// The external apply_patch scenarios: the directory `CODESPACE_PATCH_SCENARIOS` names (set by
+/// `scripts/ci-conformance-patch.sh` when the extra data set is present). Unset: `None`, after a
+/// `skip:` line; set to a missing directory: the test fails. The test never looks beside the repo.
 fn external_scenarios_dir() -> Option<PathBuf> {
-    match std::env::var_os("CODESPACE_SHARED") {
-        Some(p) => {
-            let dir = PathBuf::from(p).join("conformance/apply-patch");
-            assert!(
-                dir.is_dir(),
-                "shared conformance scenarios missing at {} (CODESPACE_SHARED is set)",
-                dir.display()
-            );
-            Some(dir)
-        }
-        None => {
-            let dir =
-                Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance/apply-patch");
-            if dir.is_dir() {
-                Some(dir)
-            } else {
-                println!(
-                    "skip: external apply_patch conformance scenarios not found (set CODESPACE_SHARED)"
-                );
-                None
-            }
-        }
-    }
+    let Some(p) = std::env::var_os("CODESPACE_PATCH_SCENARIOS") else {
+        println!(
+            "skip: external apply_patch scenarios not configured (CODESPACE_PATCH_SCENARIOS unset)"
+        );
+        return None;
+    };
+    let dir = PathBuf::from(p);
+    assert!(
+        dir.is_dir(),
+        "external apply_patch scenarios missing at {} (CODESPACE_PATCH_SCENARIOS is set)",
+        dir.display()
+    );
+    Some(dir)
 }
 
 fn write(root: &Path, rel: &str, data: &str) {

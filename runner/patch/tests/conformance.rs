@@ -1,5 +1,6 @@
-//! Runs the 25 external apply_patch conformance scenarios (`../shared`, or CODESPACE_SHARED)
-//! against parse + plan + in-memory apply; skipped when they are absent (see scripts/ci-conformance-patch.sh).
+//! Runs the 25 external apply_patch conformance scenarios (the directory CODESPACE_PATCH_SCENARIOS
+//! names) against parse + plan + in-memory apply; skipped when it is unset (see
+//! scripts/ci-conformance-patch.sh).
 // Test-only crate: helpers outside #[test] fns may fail loudly, as the tests themselves do.
 #![allow(
     clippy::unwrap_used,
@@ -15,37 +16,22 @@ use std::path::PathBuf;
 
 use common::{MemFs, load_tree};
 
-/// The shared conformance directory: `$CODESPACE_SHARED/conformance/apply-patch`, else the
-/// `shared/` folder next to the workspace. `None` (after printing a `skip:` line) when
-/// CODESPACE_SHARED is unset and the folder next to the workspace is absent; a missing directory
-/// under a set CODESPACE_SHARED fails the test.
+/// The external scenarios: the directory CODESPACE_PATCH_SCENARIOS names. Unset: `None`, after a
+/// `skip:` line; set to a missing directory: the test fails. Never looks beside the repo.
 fn scenarios_dir() -> Option<PathBuf> {
-    match std::env::var_os("CODESPACE_SHARED") {
-        Some(shared) => {
-            let dir = PathBuf::from(shared)
-                .join("conformance")
-                .join("apply-patch");
-            assert!(
-                dir.is_dir(),
-                "conformance scenarios not found at {} (CODESPACE_SHARED is set)",
-                dir.display()
-            );
-            Some(dir)
-        }
-        None => {
-            let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared"))
-                .join("conformance")
-                .join("apply-patch");
-            if dir.is_dir() {
-                Some(dir)
-            } else {
-                println!(
-                    "skip: external apply_patch conformance scenarios not found (set CODESPACE_SHARED)"
-                );
-                None
-            }
-        }
-    }
+    let Some(p) = std::env::var_os("CODESPACE_PATCH_SCENARIOS") else {
+        println!(
+            "skip: external apply_patch scenarios not configured (CODESPACE_PATCH_SCENARIOS unset)"
+        );
+        return None;
+    };
+    let dir = PathBuf::from(p);
+    assert!(
+        dir.is_dir(),
+        "external apply_patch scenarios missing at {} (CODESPACE_PATCH_SCENARIOS is set)",
+        dir.display()
+    );
+    Some(dir)
 }
 
 /// What a scenario must produce under our rules.
