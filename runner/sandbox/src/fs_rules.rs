@@ -172,8 +172,9 @@ pub(crate) fn own_terminal() -> Option<PathBuf> {
     if !rustix::termios::isatty(&stdin) {
         return None;
     }
-    let tty_session = rustix::termios::tcgetsid(&stdin).ok()?;
-    if rustix::process::getsid(None).ok()? != tty_session {
+    // SAFETY: tcgetsid only queries the terminal on fd 0; it touches no memory of ours.
+    let tty_session = unsafe { libc::tcgetsid(libc::STDIN_FILENO) };
+    if tty_session <= 0 || crate::helper::own_session_id()? != tty_session {
         return None;
     }
     let name = rustix::termios::ttyname(&stdin, Vec::new()).ok()?;

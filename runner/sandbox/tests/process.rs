@@ -349,3 +349,50 @@ for path in sys.argv[1:]:
         assert!(line.ends_with("errno 13"), "{line}");
     }
 }
+
+/// CI ran the suite in a PID namespace whose session leader lives outside it: `getsid` reports 0
+/// there, and the helper panicked on it. The helper must start a session of its own instead.
+#[test]
+fn helper_runs_when_its_session_leader_is_outside_its_pid_namespace() {
+    let name = "helper_runs_when_its_session_leader_is_outside_its_pid_namespace";
+    if !sandbox_or_skip(name) {
+        return;
+    }
+    let unshare_works = Command::new("unshare")
+        .args(["--pid", "--fork", "true"])
+        .stdin(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !unshare_works {
+        println!("SKIP: {name}: `unshare --pid --fork` is not available here");
+        return;
+    }
+    let fx = Fixture::new();
+    let inner = common::sandboxed(
+        &fx.plan(false, NetworkMode::Enabled),
+        &["sh", "-c", "cut -d' ' -f6 /proc/self/stat; echo ran"],
+    );
+    // Re-issue the same helper command line under `unshare --pid --fork`: the helper becomes PID 1
+    // of a new namespace while its session stays in ours.
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--pid", "--fork", "--"])
+        .arg(inner.get_program())
+        .args(inner.get_args())
+        .stdin(Stdio::null());
+    for (k, v) in inner.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "helper failed: {}", stderr(&out));
+    let text = stdout(&out);
+    let mut lines = text.lines();
+    let sid: i64 = lines.next().unwrap().parse().unwrap();
+    assert!(
+        sid > 0,
+        "the command leads a session of its own (sid {sid})"
+    );
+    assert_eq!(lines.next(), Some("ran"));
+}
