@@ -2,6 +2,8 @@
 //! decisions that deny on any doubt, and the tool implementations that call the runners.
 //! Only this crate grants: the transport reaches the runners through [`Gateway`] alone.
 
+#![forbid(unsafe_code)]
+
 pub mod alternatives;
 mod audit;
 pub mod config;

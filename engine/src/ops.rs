@@ -193,9 +193,12 @@ impl Gateway {
         let id = p.operation_id.as_deref().filter(|s| !s.is_empty());
         let key = p.operation_key.as_deref().filter(|s| !s.is_empty());
         let row = match (id, key) {
+            // Another client's operation is reported exactly like a missing one: its existence
+            // is not revealed (nor decided on: only the caller's own operations reach Cedar).
             (Some(id), None) => store
                 .operation_by_id(id)
                 .map_err(store_err)?
+                .filter(|row| row.client.as_deref().is_none_or(|c| c == session.client))
                 .ok_or_else(|| not_found("no operation with that operation_id"))?,
             (None, Some(key)) => self
                 .keyed_operations(session, key, None)?

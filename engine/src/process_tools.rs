@@ -82,7 +82,9 @@ impl Processes {
             table,
             entries: Arc::new(Mutex::new(HashMap::new())),
             helper_exe: None,
-            force_no_landlock: std::env::var_os(FORCE_NO_LANDLOCK_ENV).is_some_and(|v| v == "1"),
+            // A test hook: only a binary built with the `test-hooks` feature reads the variable.
+            force_no_landlock: cfg!(feature = "test-hooks")
+                && std::env::var_os(FORCE_NO_LANDLOCK_ENV).is_some_and(|v| v == "1"),
         }
     }
 

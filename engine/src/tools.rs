@@ -457,8 +457,10 @@ pub struct ProcessResizeParams {
     /// The process handle.
     pub process_id: String,
     /// Terminal rows (>= 1).
+    #[schemars(range(min = 1))]
     pub rows: u16,
     /// Terminal columns (>= 1).
+    #[schemars(range(min = 1))]
     pub cols: u16,
 }
 

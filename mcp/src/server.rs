@@ -74,9 +74,40 @@ fn workspace_info_output_schema() -> Arc<rmcp::model::JsonObject> {
     }))
 }
 
-/// A plain object schema for results built as JSON.
-fn object_schema() -> Arc<rmcp::model::JsonObject> {
-    schema_obj(serde_json::json!({"type": "object"}))
+/// What `operation_status` returns (built as JSON by the engine's operations module).
+fn operation_status_output_schema() -> Arc<rmcp::model::JsonObject> {
+    schema_obj(serde_json::json!({
+        "type": "object",
+        "properties": {
+            "operation_id": {"type": "string"},
+            "status": {"type": "string", "description": "running, or the final status (succeeded, failed, unknown, ...)"},
+            "replayed": {"type": "boolean"},
+            "kind": {"type": "string"},
+            "tool": {"type": "string"},
+            "workspace_id": {"type": "string"},
+            "operation_key": {"type": "string"},
+            "created_at": {"type": "integer", "description": "Unix seconds"},
+            "finished_at": {"type": "integer", "description": "Unix seconds"},
+            "files": {"type": "array"},
+            "changes": {"type": "array"},
+            "process_id": {"type": "string"},
+            "error": {"type": "object"},
+            "events": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "at": {"type": "string"},
+                        "name": {"type": "string"},
+                        "status": {"type": "string"},
+                        "reason": {"type": "string"},
+                    },
+                    "required": ["at", "name"],
+                },
+            },
+        },
+        "required": ["operation_id", "status", "kind", "tool", "workspace_id", "created_at", "events"],
+    }))
 }
 
 fn annotations(read_only: bool, destructive: bool) -> ToolAnnotations {
@@ -136,7 +167,7 @@ pub fn tool_list() -> Vec<Tool> {
              exactly one of operation_id or operation_key. Never re-runs anything.",
             schema_for_type::<OperationStatusParams>(),
         )
-        .with_raw_output_schema(object_schema())
+        .with_raw_output_schema(operation_status_output_schema())
         .with_annotations(annotations(true, false)),
         Tool::new(
             "exec_command",
@@ -210,7 +241,163 @@ pub fn tool_list() -> Vec<Tool> {
     ];
     all.into_iter()
         .filter(|t| IMPLEMENTED_TOOLS.contains(&t.name.as_ref()))
+        .map(finish_tool)
         .collect()
+}
+
+/// How a tool presents itself to hosts: a human title and the MCP behaviour hints.
+struct ToolHints {
+    title: &'static str,
+    read_only: bool,
+    destructive: bool,
+    idempotent: bool,
+    /// The tool can reach outside the workspace (a command may use the network).
+    open_world: bool,
+}
+
+/// The title and hints of each tool; `None` for a name this table does not know (the tool keeps
+/// the hints it was built with and its name as title).
+fn tool_hints(name: &str) -> Option<ToolHints> {
+    let h = |title, read_only, destructive, idempotent, open_world| ToolHints {
+        title,
+        read_only,
+        destructive,
+        idempotent,
+        open_world,
+    };
+    Some(match name {
+        "workspace_info" => h("Workspace info", true, false, true, false),
+        "read" => h("Read file", true, false, true, false),
+        "find" => h("Find files", true, false, true, false),
+        "grep" => h("Search file contents", true, false, true, false),
+        "find_files" => h("Fuzzy-find files", true, false, true, false),
+        "apply_patch" => h("Apply patch", false, true, false, false),
+        "operation_status" => h("Operation status", true, false, true, false),
+        // A command runs whatever it likes within the sandbox: it may change any writable file
+        // and, where the workspace's network allows, reach other hosts.
+        "exec_command" => h("Run command", false, true, false, true),
+        "write_stdin" => h("Write to process stdin", false, true, false, true),
+        "read_process" => h("Read process output", true, false, false, false),
+        "process_status" => h("Process status", true, false, true, false),
+        "process_resize" => h("Resize process terminal", false, false, true, false),
+        "terminate_process" => h("Terminate process", false, true, true, false),
+        _ => return None,
+    })
+}
+
+/// Gives a tool its title and hints and makes its schemas plain JSON Schema.
+fn finish_tool(mut tool: Tool) -> Tool {
+    match tool_hints(tool.name.as_ref()) {
+        Some(h) => {
+            tool.title = Some(h.title.to_string());
+            let mut a = ToolAnnotations::default();
+            a.title = Some(h.title.to_string());
+            a.read_only_hint = Some(h.read_only);
+            a.destructive_hint = Some(h.destructive);
+            a.idempotent_hint = Some(h.idempotent);
+            a.open_world_hint = Some(h.open_world);
+            tool.annotations = Some(a);
+        }
+        None => {
+            if tool.title.is_none() {
+                tool.title = Some(tool.name.to_string());
+            }
+        }
+    }
+    tool.input_schema = Arc::new(plain_schema_object(tool.input_schema.as_ref()));
+    if let Some(out) = &tool.output_schema {
+        tool.output_schema = Some(Arc::new(plain_schema_object(out.as_ref())));
+    }
+    tool
+}
+
+fn plain_schema_object(schema: &rmcp::model::JsonObject) -> rmcp::model::JsonObject {
+    let mut v = serde_json::Value::Object(schema.clone());
+    plain_schema(&mut v);
+    match v {
+        serde_json::Value::Object(m) => m,
+        _ => schema.clone(),
+    }
+}
+
+/// Formats schemars emits for Rust integer and float types; they are not JSON Schema formats
+/// (the bounds stay as `minimum`/`maximum`), and strict validators reject unknown formats.
+const RUST_NUMBER_FORMATS: &[&str] = &[
+    "uint", "uint8", "uint16", "uint32", "uint64", "int", "int8", "int16", "int32", "int64",
+    "float", "double",
+];
+
+/// Keywords that belong to the non-null branch when a nullable type array becomes `anyOf`.
+const TYPED_KEYWORDS: &[&str] = &[
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "format",
+    "items",
+    "minItems",
+    "maxItems",
+    "uniqueItems",
+    "properties",
+    "required",
+    "additionalProperties",
+    "enum",
+];
+
+/// Rewrites a schema in place: drops Rust number formats and turns `"type": [T, "null"]` into
+/// `anyOf: [{type: T, …}, {type: "null"}]`, which every client's validator understands.
+fn plain_schema(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(m) => {
+            if m.get("format")
+                .and_then(|f| f.as_str())
+                .is_some_and(|f| RUST_NUMBER_FORMATS.contains(&f))
+            {
+                m.remove("format");
+            }
+            let nullable_pair = match m.get("type") {
+                Some(serde_json::Value::Array(types)) if types.len() == 2 => {
+                    let null = serde_json::Value::from("null");
+                    if types.contains(&null) {
+                        types.iter().find(|t| **t != null).cloned()
+                    } else {
+                        None
+                    }
+                }
+                _ => None,
+            };
+            if let Some(other) = nullable_pair {
+                m.remove("type");
+                let mut branch = serde_json::Map::new();
+                branch.insert("type".into(), other);
+                for key in TYPED_KEYWORDS {
+                    if let Some(val) = m.remove(*key) {
+                        branch.insert((*key).into(), val);
+                    }
+                }
+                if let Some(serde_json::Value::Array(values)) = branch.get_mut("enum") {
+                    values.retain(|x| !x.is_null());
+                }
+                m.insert(
+                    "anyOf".into(),
+                    serde_json::json!([branch, {"type": "null"}]),
+                );
+            }
+            for child in m.values_mut() {
+                plain_schema(child);
+            }
+        }
+        serde_json::Value::Array(items) => {
+            for child in items {
+                plain_schema(child);
+            }
+        }
+        _ => {}
+    }
 }
 
 fn error_result(e: &ToolError) -> CallToolResult {
@@ -220,7 +407,9 @@ fn error_result(e: &ToolError) -> CallToolResult {
 impl ServerHandler for CodeSpaceServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("codespace", env!("CARGO_PKG_VERSION")))
+            .with_server_info(
+                Implementation::new("codespace", env!("CARGO_PKG_VERSION")).with_title("CodeSpace"),
+            )
             .with_instructions(INSTRUCTIONS)
     }
 
@@ -233,7 +422,22 @@ impl ServerHandler for CodeSpaceServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(tool_list()))
+        let mut tools = tool_list();
+        // A command reaches other hosts only where some workspace's network is not restricted.
+        let any_network = self
+            .gateway
+            .config()
+            .workspaces
+            .values()
+            .any(|w| w.network != codespace_engine::config::Network::Restricted);
+        if !any_network {
+            for tool in &mut tools {
+                if let Some(a) = tool.annotations.as_mut() {
+                    a.open_world_hint = Some(false);
+                }
+            }
+        }
+        Ok(ListToolsResult::with_all_items(tools))
     }
 
     async fn call_tool(

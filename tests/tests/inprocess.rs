@@ -774,3 +774,96 @@ async fn no_response_ever_carries_the_workspace_root() {
     h.check_no_absolute_paths().unwrap();
     h.close().await.unwrap();
 }
+
+/// Every schema node, with its JSON pointer, for wire-hygiene checks.
+fn schema_nodes<'a>(v: &'a Value, at: String, out: &mut Vec<(String, &'a Value)>) {
+    match v {
+        Value::Object(m) => {
+            out.push((at.clone(), v));
+            for (k, child) in m {
+                schema_nodes(child, format!("{at}/{k}"), out);
+            }
+        }
+        Value::Array(items) => {
+            for (i, child) in items.iter().enumerate() {
+                schema_nodes(child, format!("{at}/{i}"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_schemas_are_plain_json_schema_with_titles_and_truthful_hints() {
+    let h = Harness::start(basic).await.unwrap();
+    let info = h.client.peer_info().expect("server info");
+    let server = info.server_info.as_ref().expect("serverInfo");
+    assert_eq!(server.title.as_deref(), Some("CodeSpace"));
+    let tools = h.client.list_all_tools().await.unwrap();
+    for t in &tools {
+        let title = t.title.as_deref().unwrap_or_default();
+        assert!(!title.is_empty(), "{}: no title", t.name);
+        let mut schemas = vec![Value::Object((*t.input_schema).clone())];
+        if let Some(out) = &t.output_schema {
+            schemas.push(Value::Object((**out).clone()));
+        }
+        for schema in &schemas {
+            let mut nodes = Vec::new();
+            schema_nodes(schema, String::new(), &mut nodes);
+            for (at, node) in nodes {
+                if let Some(f) = node.get("format").and_then(Value::as_str) {
+                    assert!(
+                        !f.starts_with("uint") && !f.starts_with("int") && f != "double",
+                        "{}{at}: non-standard format {f}",
+                        t.name
+                    );
+                }
+                assert!(
+                    !node.get("type").is_some_and(Value::is_array),
+                    "{}{at}: type array instead of anyOf: {node}",
+                    t.name
+                );
+            }
+        }
+    }
+    let tool = |name: &str| tools.iter().find(|t| t.name == name).unwrap();
+    let resize = Value::Object((*tool("process_resize").input_schema).clone());
+    for field in ["rows", "cols"] {
+        assert_eq!(resize["properties"][field]["minimum"], json!(1), "{field}");
+    }
+    let hints = |name: &str| tool(name).annotations.clone().unwrap();
+    let stdin = hints("write_stdin");
+    assert_eq!(stdin.destructive_hint, Some(true));
+    assert_eq!(hints("read").read_only_hint, Some(true));
+    assert_eq!(hints("read").idempotent_hint, Some(true));
+    assert_eq!(hints("apply_patch").destructive_hint, Some(true));
+    // The harness workspace is network-restricted (the default): commands reach no other host.
+    assert_eq!(hints("exec_command").open_world_hint, Some(false));
+    assert_eq!(stdin.open_world_hint, Some(false));
+    let status = tool("operation_status").output_schema.clone().unwrap();
+    assert!(
+        status
+            .get("required")
+            .and_then(Value::as_array)
+            .is_some_and(|r| r.contains(&json!("operation_id"))),
+        "operation_status has a real output schema: {status:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_tools_are_open_world_when_a_workspace_has_network() {
+    let opts = Options {
+        workspace_extra: json!({"network": "enabled"}),
+        ..Options::default()
+    };
+    let h = Harness::start_with(opts, basic).await.unwrap();
+    let tools = h.client.list_all_tools().await.unwrap();
+    for name in ["exec_command", "write_stdin"] {
+        let t = tools.iter().find(|t| t.name == name).unwrap();
+        assert_eq!(
+            t.annotations.as_ref().unwrap().open_world_hint,
+            Some(true),
+            "{name}"
+        );
+    }
+}
