@@ -11,7 +11,9 @@ use codespace_engine::tools::{
     ReadProcessResult,
 };
 use codespace_engine::tools::{FindFilesParams, FindFilesResult, GrepParams, GrepResult};
-use codespace_engine::{ErrorCode, Gateway, IMPLEMENTED_TOOLS, Session, ToolCall, ToolError};
+use codespace_engine::{
+    ErrorCode, Gateway, Session, TOOLS, ToolCall, ToolError, ToolName, ToolSpec,
+};
 use rmcp::handler::server::common::schema_for_type;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -110,200 +112,137 @@ fn operation_status_output_schema() -> Arc<rmcp::model::JsonObject> {
     }))
 }
 
-fn annotations(read_only: bool, destructive: bool) -> ToolAnnotations {
-    let mut a = ToolAnnotations::default();
-    a.read_only_hint = Some(read_only);
-    a.destructive_hint = Some(destructive);
-    a.open_world_hint = Some(false);
-    a
-}
-
-/// Every implemented tool with its description and schemas.
+/// Every tool of the table with its description and schemas, title and hints.
 pub fn tool_list() -> Vec<Tool> {
-    let all = vec![
-        Tool::new(
-            "workspace_info",
-            "Server identity and, with a workspace_id, that workspace's effective execution contract: \
-             permissions and availability as decided by policy, limits, serialization, isolation, network. \
-             Calls no model and reads no files; workspace ids are not credentials.",
-            schema_for_type::<WorkspaceInfoParams>(),
-        )
-        .with_raw_output_schema(workspace_info_output_schema())
-        .with_annotations(annotations(true, false)),
-        Tool::new(
-            "read",
-            "Read a workspace-relative regular file. Returns a window of its bytes (offset/limit, default and \
-             max 1 MiB) as lossy UTF-8, and the sha256 version of the whole file. Use next_offset to continue. \
-             Symlinks, special files and paths outside the workspace are refused.",
-            schema_for_type::<ReadParams>(),
-        )
-        .with_output_schema::<ReadResult>()
-        .with_annotations(annotations(true, false)),
-        Tool::new(
-            "find",
-            "List workspace-relative file paths (sorted, symlinks listed but never followed), optionally \
-             filtered by a glob, paged by offset/limit (default and max 10000). incomplete means the walk hit \
-             a cap; restart at offset 0 when listing_version changes. Paths policy withholds are counted in \
-             withheld. type (file|dir|any), max_depth, exclude globs, respect_gitignore (also skips hidden \
-             entries) and details (kind, size, mtime per entry) refine the listing.",
-            schema_for_type::<FindParams>(),
-        )
-        .with_output_schema::<FindResult>()
-        .with_annotations(annotations(true, false)),
-        Tool::new(
-            "apply_patch",
-            "Apply a V4A patch (*** Begin Patch / *** Add File / *** Update File / *** Delete File / \
-             *** Move to / @@ chunks / *** End Patch) to workspace files, all or nothing: the whole patch is \
-             parsed, planned and authorized before any write, and any failure restores every touched file. \
-             expected_versions (path -> sha256:<hex> or \"absent\") guards against stale edits \
-             (VERSION_CONFLICT). check_only verifies without writing. operation_key makes retries safe.",
-            schema_for_type::<ApplyPatchParams>(),
-        )
-        .with_output_schema::<ApplyPatchResult>()
-        .with_annotations(annotations(false, true)),
-        Tool::new(
-            "operation_status",
-            "Look up a recorded operation (apply_patch, exec_command, write_stdin, terminate_process) by \
-             exactly one of operation_id or operation_key. Never re-runs anything.",
-            schema_for_type::<OperationStatusParams>(),
-        )
-        .with_raw_output_schema(operation_status_output_schema())
-        .with_annotations(annotations(true, false)),
-        Tool::new(
-            "exec_command",
-            "Start a managed process: exact argv (no shell), cwd = workspace root, cleared environment, \
-             inside the command sandbox that policy shapes. Returns a process_id that outlives this request. \
-             tty gives a 24x80 terminal. yield_ms waits for early output or exit. A live process holds the \
-             workspace's mutation lease (WORKSPACE_BUSY for other commands and patches).",
-            schema_for_type::<ExecCommandParams>(),
-        )
-        .with_output_schema::<ExecCommandResult>()
-        .with_annotations(annotations(false, true)),
-        Tool::new(
-            "write_stdin",
-            "Write text to a managed process's stdin (or terminal).",
-            schema_for_type::<WriteStdinParams>(),
-        )
-        .with_output_schema::<ProcessAckResult>()
-        .with_annotations(annotations(false, false)),
-        Tool::new(
-            "read_process",
-            "Read a process's combined output from a byte cursor; wait_ms long-polls for new output or \
-             exit. eof means output collection finished and the cursor is at the end (not an exit status); \
-             output_lost means bytes before retained_from were dropped from the bounded buffer.",
-            schema_for_type::<ReadProcessParams>(),
-        )
-        .with_output_schema::<ReadProcessResult>()
-        .with_annotations(annotations(true, false)),
-        Tool::new(
-            "process_status",
-            "State of a managed process: running/exited, exit_code, termination \
-             (exited/signaled/timeout/terminated/unknown), output totals.",
-            schema_for_type::<ProcessIdParams>(),
-        )
-        .with_output_schema::<ProcessStatusResult>()
-        .with_annotations(annotations(true, false)),
-        Tool::new(
-            "process_resize",
-            "Resize a managed process's terminal (tty processes only).",
-            schema_for_type::<ProcessResizeParams>(),
-        )
-        .with_output_schema::<ProcessResizeResult>()
-        .with_annotations(annotations(false, false)),
-        Tool::new(
-            "terminate_process",
-            "Terminate a managed process and its whole process group (TERM, then KILL after a grace period).",
-            schema_for_type::<ProcessIdParams>(),
-        )
-        .with_output_schema::<ProcessAckResult>()
-        .with_annotations(annotations(false, true)),
-        Tool::new(
-            "grep",
-            "Search file contents for a literal string (or a regex with regex: true; case_insensitive, \
-             context_lines <= 10). Returns matching lines (path, line_number, line capped at 500 characters, \
-             before/after context) in path then line order, paged by max_matches (default 200, max 10000) \
-             and offset/next_offset; per-file counts; skipped binary, too large and unreadable files. \
-             Respects .gitignore and skips hidden files unless respect_gitignore is false. glob and path \
-             narrow the search. Files policy withholds are never opened and are counted in withheld.",
-            schema_for_type::<GrepParams>(),
-        )
-        .with_output_schema::<GrepResult>()
-        .with_annotations(annotations(true, false)),
-        Tool::new(
-            "find_files",
-            "Fuzzy-find workspace files by path: paths ranked by score (best first) with the matched \
-             character positions (indices). Words separated by spaces must all match. limit defaults to 50 \
-             (max 1000). Files policy withholds are counted in withheld.",
-            schema_for_type::<FindFilesParams>(),
-        )
-        .with_output_schema::<FindFilesResult>()
-        .with_annotations(annotations(true, false)),
-    ];
-    all.into_iter()
-        .filter(|t| IMPLEMENTED_TOOLS.contains(&t.name.as_ref()))
-        .map(finish_tool)
+    TOOLS
+        .iter()
+        .map(|spec| finish_tool(wire_tool(spec.name), spec))
         .collect()
 }
 
-/// How a tool presents itself to hosts: a human title and the MCP behaviour hints.
-struct ToolHints {
-    title: &'static str,
-    read_only: bool,
-    destructive: bool,
-    idempotent: bool,
-    /// The tool can reach outside the workspace (a command may use the network).
-    open_world: bool,
-}
-
-/// The title and hints of each tool; `None` for a name this table does not know (the tool keeps
-/// the hints it was built with and its name as title).
-fn tool_hints(name: &str) -> Option<ToolHints> {
-    let h = |title, read_only, destructive, idempotent, open_world| ToolHints {
-        title,
-        read_only,
-        destructive,
-        idempotent,
-        open_world,
-    };
-    Some(match name {
-        "workspace_info" => h("Workspace info", true, false, true, false),
-        "read" => h("Read file", true, false, true, false),
-        "find" => h("Find files", true, false, true, false),
-        "grep" => h("Search file contents", true, false, true, false),
-        "find_files" => h("Fuzzy-find files", true, false, true, false),
-        "apply_patch" => h("Apply patch", false, true, false, false),
-        "operation_status" => h("Operation status", true, false, true, false),
-        // A command runs whatever it likes within the sandbox: it may change any writable file
-        // and, where the workspace's network allows, reach other hosts.
-        "exec_command" => h("Run command", false, true, false, true),
-        "write_stdin" => h("Write to process stdin", false, true, false, true),
-        "read_process" => h("Read process output", true, false, false, false),
-        "process_status" => h("Process status", true, false, true, false),
-        "process_resize" => h("Resize process terminal", false, false, true, false),
-        "terminate_process" => h("Terminate process", false, true, true, false),
-        _ => return None,
-    })
-}
-
-/// Gives a tool its title and hints and makes its schemas plain JSON Schema.
-fn finish_tool(mut tool: Tool) -> Tool {
-    match tool_hints(tool.name.as_ref()) {
-        Some(h) => {
-            tool.title = Some(h.title.to_string());
-            let mut a = ToolAnnotations::default();
-            a.title = Some(h.title.to_string());
-            a.read_only_hint = Some(h.read_only);
-            a.destructive_hint = Some(h.destructive);
-            a.idempotent_hint = Some(h.idempotent);
-            a.open_world_hint = Some(h.open_world);
-            tool.annotations = Some(a);
-        }
-        None => {
-            if tool.title.is_none() {
-                tool.title = Some(tool.name.to_string());
-            }
-        }
+/// The description and the input/output schemas of a tool (an exhaustive match: a new tool in
+/// the engine's table does not compile until it is described here).
+fn wire_tool(tool: ToolName) -> Tool {
+    let name = tool.as_str();
+    match tool {
+        ToolName::WorkspaceInfo => Tool::new(
+            name,
+                "Server identity and, with a workspace_id, that workspace's effective execution contract: \
+                 permissions and availability as decided by policy, limits, serialization, isolation, network. \
+                 Calls no model and reads no files; workspace ids are not credentials.",
+                schema_for_type::<WorkspaceInfoParams>(),
+            )
+            .with_raw_output_schema(workspace_info_output_schema()),
+        ToolName::Read => Tool::new(
+            name,
+                "Read a workspace-relative regular file. Returns a window of its bytes (offset/limit, default and \
+                 max 1 MiB) as lossy UTF-8, and the sha256 version of the whole file. Use next_offset to continue. \
+                 Symlinks, special files and paths outside the workspace are refused.",
+                schema_for_type::<ReadParams>(),
+            )
+            .with_output_schema::<ReadResult>(),
+        ToolName::Find => Tool::new(
+            name,
+                "List workspace-relative file paths (sorted, symlinks listed but never followed), optionally \
+                 filtered by a glob, paged by offset/limit (default and max 10000). incomplete means the walk hit \
+                 a cap; restart at offset 0 when listing_version changes. Paths policy withholds are counted in \
+                 withheld. type (file|dir|any), max_depth, exclude globs, respect_gitignore (also skips hidden \
+                 entries) and details (kind, size, mtime per entry) refine the listing.",
+                schema_for_type::<FindParams>(),
+            )
+            .with_output_schema::<FindResult>(),
+        ToolName::ApplyPatch => Tool::new(
+            name,
+                "Apply a V4A patch (*** Begin Patch / *** Add File / *** Update File / *** Delete File / \
+                 *** Move to / @@ chunks / *** End Patch) to workspace files, all or nothing: the whole patch is \
+                 parsed, planned and authorized before any write, and any failure restores every touched file. \
+                 expected_versions (path -> sha256:<hex> or \"absent\") guards against stale edits \
+                 (VERSION_CONFLICT). check_only verifies without writing. operation_key makes retries safe.",
+                schema_for_type::<ApplyPatchParams>(),
+            )
+            .with_output_schema::<ApplyPatchResult>(),
+        ToolName::OperationStatus => Tool::new(
+            name,
+                "Look up a recorded operation (apply_patch, exec_command, write_stdin, terminate_process) by \
+                 exactly one of operation_id or operation_key. Never re-runs anything.",
+                schema_for_type::<OperationStatusParams>(),
+            )
+            .with_raw_output_schema(operation_status_output_schema()),
+        ToolName::ExecCommand => Tool::new(
+            name,
+                "Start a managed process: exact argv (no shell), cwd = workspace root, cleared environment, \
+                 inside the command sandbox that policy shapes. Returns a process_id that outlives this request. \
+                 tty gives a 24x80 terminal. yield_ms waits for early output or exit. A live process holds the \
+                 workspace's mutation lease (WORKSPACE_BUSY for other commands and patches).",
+                schema_for_type::<ExecCommandParams>(),
+            )
+            .with_output_schema::<ExecCommandResult>(),
+        ToolName::WriteStdin => Tool::new(
+            name,
+                "Write text to a managed process's stdin (or terminal).",
+                schema_for_type::<WriteStdinParams>(),
+            )
+            .with_output_schema::<ProcessAckResult>(),
+        ToolName::ReadProcess => Tool::new(
+            name,
+                "Read a process's combined output from a byte cursor; wait_ms long-polls for new output or \
+                 exit. eof means output collection finished and the cursor is at the end (not an exit status); \
+                 output_lost means bytes before retained_from were dropped from the bounded buffer.",
+                schema_for_type::<ReadProcessParams>(),
+            )
+            .with_output_schema::<ReadProcessResult>(),
+        ToolName::ProcessStatus => Tool::new(
+            name,
+                "State of a managed process: running/exited, exit_code, termination \
+                 (exited/signaled/timeout/terminated/unknown), output totals.",
+                schema_for_type::<ProcessIdParams>(),
+            )
+            .with_output_schema::<ProcessStatusResult>(),
+        ToolName::ProcessResize => Tool::new(
+            name,
+                "Resize a managed process's terminal (tty processes only).",
+                schema_for_type::<ProcessResizeParams>(),
+            )
+            .with_output_schema::<ProcessResizeResult>(),
+        ToolName::TerminateProcess => Tool::new(
+            name,
+                "Terminate a managed process and its whole process group (TERM, then KILL after a grace period).",
+                schema_for_type::<ProcessIdParams>(),
+            )
+            .with_output_schema::<ProcessAckResult>(),
+        ToolName::Grep => Tool::new(
+            name,
+                "Search file contents for a literal string (or a regex with regex: true; case_insensitive, \
+                 context_lines <= 10). Returns matching lines (path, line_number, line capped at 500 characters, \
+                 before/after context) in path then line order, paged by max_matches (default 200, max 10000) \
+                 and offset/next_offset; per-file counts; skipped binary, too large and unreadable files. \
+                 Respects .gitignore and skips hidden files unless respect_gitignore is false. glob and path \
+                 narrow the search. Files policy withholds are never opened and are counted in withheld.",
+                schema_for_type::<GrepParams>(),
+            )
+            .with_output_schema::<GrepResult>(),
+        ToolName::FindFiles => Tool::new(
+            name,
+                "Fuzzy-find workspace files by path: paths ranked by score (best first) with the matched \
+                 character positions (indices). Words separated by spaces must all match. limit defaults to 50 \
+                 (max 1000). Files policy withholds are counted in withheld.",
+                schema_for_type::<FindFilesParams>(),
+            )
+            .with_output_schema::<FindFilesResult>(),
     }
+}
+
+/// Gives a tool its title and hints from the engine's table and makes its schemas plain JSON
+/// Schema.
+fn finish_tool(mut tool: Tool, spec: &ToolSpec) -> Tool {
+    tool.title = Some(spec.title.to_string());
+    let mut a = ToolAnnotations::default();
+    a.title = Some(spec.title.to_string());
+    a.read_only_hint = Some(spec.read_only);
+    a.destructive_hint = Some(spec.destructive);
+    a.idempotent_hint = Some(spec.idempotent);
+    a.open_world_hint = Some(spec.open_world);
+    tool.annotations = Some(a);
     tool.input_schema = Arc::new(plain_schema_object(tool.input_schema.as_ref()));
     if let Some(out) = &tool.output_schema {
         tool.output_schema = Some(Arc::new(plain_schema_object(out.as_ref())));
@@ -449,12 +388,6 @@ impl ServerHandler for CodeSpaceServer {
         let session =
             crate::http::request_session(&context).unwrap_or_else(|| self.session.clone());
         let name = request.name.as_ref();
-        if !IMPLEMENTED_TOOLS.contains(&name) {
-            return Err(McpError::invalid_params(
-                format!("tool not found: {name}"),
-                None,
-            ));
-        }
         let args = request
             .arguments
             .map(serde_json::Value::Object)

@@ -7,7 +7,7 @@
     clippy::indexing_slicing
 )]
 
-use codespace_engine::IMPLEMENTED_TOOLS;
+use codespace_engine::tool_names;
 use codespace_tests::{Harness, Options, WS, make_fifo, null_pointers, write_file};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
@@ -63,9 +63,9 @@ async fn tools_list_is_the_implemented_tools_each_with_description_and_schemas()
     let h = Harness::start(basic).await.unwrap();
     let tools = h.client.list_all_tools().await.unwrap();
     let names: BTreeSet<String> = tools.iter().map(|t| t.name.to_string()).collect();
-    let want: BTreeSet<String> = IMPLEMENTED_TOOLS.iter().map(|s| s.to_string()).collect();
+    let want: BTreeSet<String> = tool_names().iter().map(|s| s.to_string()).collect();
     assert_eq!(names, want);
-    assert_eq!(tools.len(), IMPLEMENTED_TOOLS.len(), "no duplicates");
+    assert_eq!(tools.len(), tool_names().len(), "no duplicates");
     for t in &tools {
         let d = t.description.as_deref().unwrap_or_default();
         assert!(d.len() > 20, "{}: description {d:?}", t.name);
@@ -546,7 +546,7 @@ async fn read_only_cannot_patch() {
         "workspace_id": WS,
         "patch": "*** Begin Patch\n*** Add File: new.txt\n+x\n*** End Patch\n",
     });
-    if IMPLEMENTED_TOOLS.contains(&"apply_patch") {
+    if tool_names().contains(&"apply_patch") {
         let body = h.err("apply_patch", args).await.unwrap();
         assert_eq!(body["code"], "UNAUTHORIZED", "{body}");
         assert!(body["decision_id"].as_str().is_some_and(|s| !s.is_empty()));
@@ -681,7 +681,7 @@ async fn workspace_info_without_a_workspace_is_server_identity() {
     assert_eq!(info["internal_model_calls"], false);
     assert_eq!(info["workspace_id_is_credential"], false);
     assert_eq!(info["workspace_id"], Value::Null);
-    assert_eq!(info["tools_exposed"], json!(IMPLEMENTED_TOOLS));
+    assert_eq!(info["tools_exposed"], json!(tool_names()));
     assert!(info.get("execution").is_none(), "{info}");
     assert!(info["policy"]["set_sha256"].as_str().is_some());
     h.check_no_absolute_paths().unwrap();
@@ -725,7 +725,7 @@ async fn workspace_info_permissions_follow_the_profile() {
     );
     assert_eq!(
         ex["files"]["patch"]["available"],
-        json!(IMPLEMENTED_TOOLS.contains(&"apply_patch"))
+        json!(tool_names().contains(&"apply_patch"))
     );
     assert_eq!(ex["files"]["capabilities"]["read_max_bytes"], 1_048_576);
     assert_eq!(ex["files"]["capabilities"]["find_max_paths"], 10_000);

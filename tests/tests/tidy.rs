@@ -339,3 +339,79 @@ fn only_cli_modules_print_to_stdout() {
         bad.join("\n")
     );
 }
+
+/// The Cedar actions the schema declares.
+fn schema_actions() -> BTreeSet<String> {
+    let text = std::fs::read_to_string(repo_root().join("schema/codespace.cedarschema")).unwrap();
+    let mut out = BTreeSet::new();
+    for line in text.lines() {
+        let Some(rest) = line.trim().strip_prefix("action ") else {
+            continue;
+        };
+        let end = [" in [", " appliesTo", ";"]
+            .iter()
+            .filter_map(|m| rest.find(m))
+            .min()
+            .unwrap_or(rest.len());
+        for name in rest[..end].split(',') {
+            out.insert(name.trim().trim_matches('"').to_owned());
+        }
+    }
+    out
+}
+
+/// Every tool of the engine's table is a schema action, has a policy test case and a row in the
+/// README's tool table.
+#[test]
+fn every_tool_has_a_schema_action_a_policy_test_and_a_docs_row() {
+    let root = repo_root();
+    let actions = schema_actions();
+    assert!(
+        actions.contains("process_write"),
+        "schema parse: {actions:?}"
+    );
+    let mut tests = String::new();
+    for e in std::fs::read_dir(root.join("policies/tests")).unwrap() {
+        let path = e.unwrap().path();
+        if path.extension().is_some_and(|x| x == "yaml") {
+            tests.push_str(&std::fs::read_to_string(path).unwrap());
+        }
+    }
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let tools_section = readme
+        .split("\n## Tools\n")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("README has a ## Tools section");
+    let mut bad = Vec::new();
+    for spec in codespace_engine::TOOLS {
+        let name = spec.name.as_str();
+        if !actions.contains(name) {
+            bad.push(format!(
+                "{name}: no `action {name}` in schema/codespace.cedarschema"
+            ));
+        }
+        // A case calls a tool as `call: { name: X, … }` or `call:` followed by `name: X`.
+        let inline = format!("call: {{ name: {name},");
+        let block = tests.lines().collect::<Vec<_>>();
+        let called = tests.contains(&inline)
+            || block
+                .windows(2)
+                .any(|w| w[0].trim() == "call:" && w[1].trim() == format!("name: {name}"));
+        if !called {
+            bad.push(format!(
+                "{name}: no policy test case calls it (policies/tests/*.yaml)"
+            ));
+        }
+        let row = tools_section.lines().any(|l| {
+            l.starts_with('|')
+                && l.split('|')
+                    .nth(1)
+                    .is_some_and(|c| c.contains(&format!("`{name}`")))
+        });
+        if !row {
+            bad.push(format!("{name}: no row in the README's tool table"));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
