@@ -170,7 +170,7 @@ fn spawn_error(e: &SpawnError) -> ToolError {
 }
 
 fn proc_error(e: &ProcError) -> ToolError {
-    ToolError::new(ErrorCode::from_code(e.code()), e.to_string())
+    ToolError::new(ErrorCode::from(e), e.to_string())
 }
 
 fn internal(e: impl std::fmt::Display) -> ToolError {
