@@ -261,7 +261,7 @@ mod tests {
         let fs = [
             FsError::PathEscape {
                 path: p(),
-                reason: "r".into(),
+                reason: "r",
             },
             FsError::NotFound { path: p() },
             FsError::NotDirectory { path: p() },
