@@ -76,6 +76,7 @@ example="$work/example-policies"
 mkdir -p "$example"
 cp -r policies/base policies/profiles "$example"/
 cp policies/examples/profiles/*.cedar "$example"/profiles/
+cp policies/examples/base/*.cedar "$example"/base/
 check_set example "$example" policies/tests/*.yaml policies/examples/tests/*.yaml
 
 if [ "$problems" != 0 ]; then

@@ -3,6 +3,7 @@
 //! Only this crate grants: the transport reaches the runners through [`Gateway`] alone.
 
 pub mod alternatives;
+pub mod approvals;
 mod audit;
 pub mod config;
 pub mod decide;

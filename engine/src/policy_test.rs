@@ -128,6 +128,22 @@ fn yes() -> bool {
     true
 }
 
+/// The hold of an approval case.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TestApproval {
+    /// `tool`, `elicitation` or `cli`.
+    #[serde(default = "default_channel")]
+    pub channel: String,
+    /// The client that asked for the hold (default: the file's caller).
+    #[serde(default)]
+    pub requested_by: Option<String>,
+}
+
+fn default_channel() -> String {
+    "tool".into()
+}
+
 /// One case.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -154,6 +170,14 @@ pub struct TestCase {
     /// server reads the real count from disk).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub links: Option<i64>,
+    /// Expected `confirm` outcome of an allowed apply_patch / exec_command: `hold` (a permit on
+    /// `confirm` matched, or evaluation failed) or `run`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirm: Option<String>,
+    /// The hold an `approval_resolve` / `operation_resume` case answers (default: the caller's
+    /// own hold, answered over the tool).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<TestApproval>,
     /// Parameter sets: the case runs once per set, with every `{{name}}` in its strings
     /// replaced by the set's value (a string that is exactly `{{name}}` takes the value's type).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -563,6 +587,24 @@ pub fn run_file_in(
                 });
                 match build_requests(&call, &session, pf.as_ref()) {
                     Ok(mut reqs) => {
+                        if let Some(a) = &case.approval {
+                            let decision = match &call {
+                                ToolCall::ApprovalResolve(p) => p.decision.as_str(),
+                                _ => "grant",
+                            };
+                            crate::request::with_approval(
+                                &mut reqs,
+                                &crate::request::ApprovalFacts {
+                                    channel: a.channel.clone(),
+                                    requested_by: a
+                                        .requested_by
+                                        .clone()
+                                        .unwrap_or_else(|| session.client.clone()),
+                                    resolved_by: session.client.clone(),
+                                    decision: decision.into(),
+                                },
+                            );
+                        }
                         if let Some(links) = case.links {
                             for r in reqs.iter_mut().filter(|r| r.path != ".") {
                                 r.links = links;
@@ -624,7 +666,23 @@ pub fn run_file_in(
                                 }
                             }
                         }
-                        Some(decide(snap, base, &facts, call.tool(), &reqs))
+                        let mut d = decide(snap, base, &facts, call.tool(), &reqs);
+                        // An allowed patch or command is then asked `confirm` (the server
+                        // holds it when a permit matches or evaluation fails).
+                        if d.allowed()
+                            && matches!(call, ToolCall::ApplyPatch(_) | ToolCall::ExecCommand(_))
+                        {
+                            let confirm = crate::request::confirm_requests(&reqs);
+                            let c = decide(snap, base, &facts, call.tool(), &confirm);
+                            let offset = d.subs.len();
+                            d.subs
+                                .extend(c.subs.into_iter().map(|s| crate::decide::SubDecision {
+                                    index: s.index + offset,
+                                    gating: false,
+                                    ..s
+                                }));
+                        }
+                        Some(d)
                     }
                     Err(e) => {
                         // A request-builder refusal counts as a deny.
@@ -973,6 +1031,27 @@ fn check(snap: &PolicySnapshot, case: &TestCase, d: &Decision, failures: &mut Ve
                 } else {
                     ""
                 }
+            ));
+        }
+    }
+    if let Some(want) = &case.confirm {
+        let confirm: Vec<_> = d.subs.iter().filter(|s| s.action == "confirm").collect();
+        let held = confirm.iter().any(|s| s.allowed || !s.errors.is_empty());
+        let got = if held { "hold" } else { "run" };
+        if confirm.is_empty() {
+            failures.push(
+                "confirm: not asked (the call is not an allowed apply_patch or exec_command)"
+                    .into(),
+            );
+        } else if got != want {
+            let ids: Vec<String> = confirm
+                .iter()
+                .flat_map(|s| s.policy_ids.iter())
+                .map(|i| policy_with_reason(snap, i))
+                .collect();
+            failures.push(format!(
+                "confirm: expected {want}, got {got} (permits on confirm that matched: [{}])",
+                ids.join(", ")
             ));
         }
     }

@@ -561,6 +561,98 @@ pub struct ProcessResizeResult {
     pub cols: u16,
 }
 
+/// The tools an approval hold can pause.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum HeldTool {
+    /// `apply_patch`.
+    ApplyPatch,
+    /// `exec_command`.
+    ExecCommand,
+}
+
+impl HeldTool {
+    /// The tool name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HeldTool::ApplyPatch => "apply_patch",
+            HeldTool::ExecCommand => "exec_command",
+        }
+    }
+}
+
+/// Parameters of `approval_create`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ApprovalCreateParams {
+    /// The tool to hold: `apply_patch` or `exec_command`.
+    pub tool: HeldTool,
+    /// The same arguments object the named tool takes.
+    pub arguments: serde_json::Value,
+}
+
+/// A decision on a hold.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ApprovalDecision {
+    /// Let the held call run (once, through `operation_resume`).
+    Grant,
+    /// Refuse it for good; the stored arguments are scrubbed.
+    Deny,
+}
+
+impl ApprovalDecision {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalDecision::Grant => "grant",
+            ApprovalDecision::Deny => "deny",
+        }
+    }
+}
+
+/// Parameters of `approval_resolve`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ApprovalResolveParams {
+    /// The hold (`appr-…`).
+    pub approval_id: String,
+    /// `grant` or `deny`.
+    pub decision: ApprovalDecision,
+}
+
+/// Parameters of `operation_resume`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct OperationResumeParams {
+    /// The granted hold (`appr-…`).
+    pub approval_id: String,
+}
+
+/// Result of `approval_create` and `approval_resolve`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct ApprovalStateResult {
+    /// The hold (`appr-…`).
+    pub approval_id: String,
+    /// pending / granted / denied / consumed / expired.
+    pub state: String,
+}
+
+/// Result of `operation_resume`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct OperationResumeResult {
+    /// The hold (`appr-…`).
+    pub approval_id: String,
+    /// `consumed`.
+    pub state: String,
+    /// True when this is the stored result of an earlier resume (ours).
+    #[serde(default)]
+    pub replayed: bool,
+    /// The result of the held apply_patch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apply_patch: Option<ApplyPatchResult>,
+    /// The result of the held exec_command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec_command: Option<ExecCommandResult>,
+}
+
 /// A parsed tool call: the tool name and its typed parameters. Built from `tools/call` params
 /// by the server and from `call:` cases by the policy test runner, so both take the same path.
 #[derive(Debug, Clone)]
@@ -579,6 +671,9 @@ pub enum ToolCall {
     TerminateProcess(ProcessIdParams),
     Grep(GrepParams),
     FindFiles(FindFilesParams),
+    ApprovalCreate(ApprovalCreateParams),
+    ApprovalResolve(ApprovalResolveParams),
+    OperationResume(OperationResumeParams),
 }
 
 /// Why a `tools/call` could not become a [`ToolCall`].
@@ -623,6 +718,9 @@ impl ToolCall {
             "terminate_process" => ToolCall::TerminateProcess(parse_args(args)?),
             "grep" => ToolCall::Grep(parse_args(args)?),
             "find_files" => ToolCall::FindFiles(parse_args(args)?),
+            "approval_create" => ToolCall::ApprovalCreate(parse_args(args)?),
+            "approval_resolve" => ToolCall::ApprovalResolve(parse_args(args)?),
+            "operation_resume" => ToolCall::OperationResume(parse_args(args)?),
             other => return Err(CallParseError::UnknownTool(other.to_string())),
         })
     }
@@ -643,6 +741,9 @@ impl ToolCall {
             ToolCall::TerminateProcess(_) => "terminate_process",
             ToolCall::Grep(_) => "grep",
             ToolCall::FindFiles(_) => "find_files",
+            ToolCall::ApprovalCreate(_) => "approval_create",
+            ToolCall::ApprovalResolve(_) => "approval_resolve",
+            ToolCall::OperationResume(_) => "operation_resume",
         }
     }
 
@@ -656,6 +757,7 @@ impl ToolCall {
             ToolCall::ExecCommand(p) => Some(&p.workspace_id),
             ToolCall::Grep(p) => Some(&p.workspace_id),
             ToolCall::FindFiles(p) => Some(&p.workspace_id),
+            ToolCall::ApprovalCreate(p) => p.arguments.get("workspace_id").and_then(|w| w.as_str()),
             _ => None,
         }
     }

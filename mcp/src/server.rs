@@ -7,6 +7,10 @@ use codespace_engine::tools::{
     ReadResult, WorkspaceInfoParams, WriteStdinParams,
 };
 use codespace_engine::tools::{
+    ApprovalCreateParams, ApprovalResolveParams, ApprovalStateResult, OperationResumeParams,
+    OperationResumeResult,
+};
+use codespace_engine::tools::{
     ExecCommandResult, ProcessAckResult, ProcessResizeResult, ProcessStatusResult,
     ReadProcessResult,
 };
@@ -185,6 +189,34 @@ pub fn tool_list() -> Vec<Tool> {
             schema_for_type::<ProcessIdParams>(),
         )
         .with_output_schema::<ProcessAckResult>()
+        .with_annotations(annotations(false, true)),
+        Tool::new(
+            "approval_create",
+            "Ask for a confirmation hold on an apply_patch or exec_command call (tool + the same arguments \
+             that tool takes). Policy is checked first (UNAUTHORIZED creates nothing); an active hold for the \
+             same call is reused. A hold is a pause for a human, never a grant. Returns approval_id and state.",
+            schema_for_type::<ApprovalCreateParams>(),
+        )
+        .with_output_schema::<ApprovalStateResult>()
+        .with_annotations(annotations(false, false)),
+        Tool::new(
+            "approval_resolve",
+            "Answer a pending hold: decision grant or deny. Policy decides who may answer over this tool \
+             (an operator may require a human channel such as the codespace approvals CLI). Deny is final \
+             and scrubs the held arguments.",
+            schema_for_type::<ApprovalResolveParams>(),
+        )
+        .with_output_schema::<ApprovalStateResult>()
+        .with_annotations(annotations(false, false)),
+        Tool::new(
+            "operation_resume",
+            "Run a granted hold exactly once: re-decided under the current policies and re-checked against \
+             the files as they were when the hold was asked (VERSION_CONFLICT if they changed). Returns the \
+             apply_patch or exec_command result; a repeat returns the stored result (replayed). An \
+             interrupted command resume is never started again (APPROVAL_AMBIGUOUS).",
+            schema_for_type::<OperationResumeParams>(),
+        )
+        .with_output_schema::<OperationResumeResult>()
         .with_annotations(annotations(false, true)),
         Tool::new(
             "grep",

@@ -277,10 +277,7 @@ impl Store {
                 "SELECT {COLUMNS} FROM approvals WHERE ?1 IS NULL OR state = ?1 \
                  ORDER BY created_ms DESC, approval_id LIMIT ?2"
             ))?
-            .query_map(
-                params![state, crate::codec::sql_limit(limit)],
-                from_row,
-            )?
+            .query_map(params![state, crate::codec::sql_limit(limit)], from_row)?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         tx.commit()?;
         Ok(rows)

@@ -31,9 +31,13 @@ fn hold(id: &str, fp: &str, now: i64) -> ApprovalRow {
 #[test]
 fn an_active_hold_with_the_same_fingerprint_is_reused() {
     let s = Store::open_in_memory().unwrap();
-    let (a, created) = s.create_or_reuse_approval(&hold("appr-1", "fp", 10), 10).unwrap();
+    let (a, created) = s
+        .create_or_reuse_approval(&hold("appr-1", "fp", 10), 10)
+        .unwrap();
     assert!(created);
-    let (b, created) = s.create_or_reuse_approval(&hold("appr-2", "fp", 11), 11).unwrap();
+    let (b, created) = s
+        .create_or_reuse_approval(&hold("appr-2", "fp", 11), 11)
+        .unwrap();
     assert!(!created);
     assert_eq!(b.approval_id, a.approval_id);
     // Once expired, the same fingerprint gets a new hold.
@@ -42,14 +46,21 @@ fn an_active_hold_with_the_same_fingerprint_is_reused() {
         .unwrap();
     assert!(created);
     assert_eq!(c.approval_id, "appr-3");
-    assert_eq!(s.approval("appr-1", 2000).unwrap().unwrap().state, "expired");
+    assert_eq!(
+        s.approval("appr-1", 2000).unwrap().unwrap().state,
+        "expired"
+    );
 }
 
 #[test]
 fn deny_is_final_and_scrubs_the_arguments() {
     let s = Store::open_in_memory().unwrap();
-    s.create_or_reuse_approval(&hold("appr-1", "fp", 10), 10).unwrap();
-    let Resolution::Changed(r) = s.resolve_approval("appr-1", false, "op", "cli", 12).unwrap() else {
+    s.create_or_reuse_approval(&hold("appr-1", "fp", 10), 10)
+        .unwrap();
+    let Resolution::Changed(r) = s
+        .resolve_approval("appr-1", false, "op", "cli", 12)
+        .unwrap()
+    else {
         panic!("not changed")
     };
     assert_eq!(r.state, "denied");
@@ -72,11 +83,16 @@ fn a_granted_hold_resumes_once_and_keeps_its_outcome_across_a_reopen() {
     let path = dir.path().join("s.db");
     {
         let s = Store::open(&path).unwrap();
-        s.create_or_reuse_approval(&hold("appr-1", "fp", 10), 10).unwrap();
-        s.resolve_approval("appr-1", true, "local", "tool", 11).unwrap();
+        s.create_or_reuse_approval(&hold("appr-1", "fp", 10), 10)
+            .unwrap();
+        s.resolve_approval("appr-1", true, "local", "tool", 11)
+            .unwrap();
         let r = s.begin_resume("appr-1", 12).unwrap().unwrap();
         assert_eq!(r.state, "resuming");
-        assert!(s.begin_resume("appr-1", 12).unwrap().is_none(), "only one resume");
+        assert!(
+            s.begin_resume("appr-1", 12).unwrap().is_none(),
+            "only one resume"
+        );
         s.finish_resume("appr-1", true, Some(&json!({"ok": {"x": 1}})), 13)
             .unwrap();
     }
@@ -90,12 +106,17 @@ fn a_granted_hold_resumes_once_and_keeps_its_outcome_across_a_reopen() {
 #[test]
 fn a_resume_where_nothing_ran_returns_the_hold_to_granted() {
     let s = Store::open_in_memory().unwrap();
-    s.create_or_reuse_approval(&hold("appr-1", "fp", 10), 10).unwrap();
-    s.resolve_approval("appr-1", true, "local", "tool", 11).unwrap();
+    s.create_or_reuse_approval(&hold("appr-1", "fp", 10), 10)
+        .unwrap();
+    s.resolve_approval("appr-1", true, "local", "tool", 11)
+        .unwrap();
     s.begin_resume("appr-1", 12).unwrap().unwrap();
     s.finish_resume("appr-1", false, None, 13).unwrap();
     assert_eq!(s.approval("appr-1", 14).unwrap().unwrap().state, "granted");
     // A granted hold past its time expires and cannot be resumed.
     assert!(s.begin_resume("appr-1", 1010).unwrap().is_none());
-    assert_eq!(s.approval("appr-1", 1010).unwrap().unwrap().state, "expired");
+    assert_eq!(
+        s.approval("appr-1", 1010).unwrap().unwrap().state,
+        "expired"
+    );
 }
