@@ -317,7 +317,7 @@ pub fn compile(bundle: PolicyBundle) -> Result<PolicySnapshot, PolicyErrors> {
             }
             // Policies on `confirm` (either effect: a permit there holds a call for a human)
             // are base guardrails.
-            let on_confirm = on_confirm_only(&p);
+            let on_confirm = on_confirm_only(p);
             if on_confirm && !in_base {
                 errs.push(format!(
                     "{}:{line}: lint: policy {id}: policies on confirm belong in base/",
