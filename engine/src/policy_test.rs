@@ -8,7 +8,7 @@ use crate::config::Profile;
 use crate::decide::{Decision, decide, workspace_entities};
 use crate::explain::{build_cedar_request, entities_json, evaluate};
 use crate::policy::PolicySnapshot;
-use crate::request::{ProcessFacts, Session, WorkspaceFacts, build_requests};
+use crate::request::{ProcessFacts, Session, SubRequest, WorkspaceFacts, build_requests};
 use crate::tools::{CallParseError, ToolCall};
 use cedar_policy::Decision as CedarDecision;
 use serde::{Deserialize, Serialize};
@@ -142,6 +142,27 @@ pub struct TestApproval {
 
 fn default_channel() -> String {
     "tool".into()
+}
+
+/// Sets `context.approval` of an approval case's requests from its `approval:` fixture.
+fn case_approval(case: &TestCase, call: &ToolCall, session: &Session, reqs: &mut [SubRequest]) {
+    let Some(a) = &case.approval else { return };
+    let decision = match call {
+        ToolCall::ApprovalResolve(p) => p.decision.as_str(),
+        _ => "grant",
+    };
+    crate::request::with_approval(
+        reqs,
+        &crate::request::ApprovalFacts {
+            channel: a.channel.clone(),
+            requested_by: a
+                .requested_by
+                .clone()
+                .unwrap_or_else(|| session.client.clone()),
+            resolved_by: session.client.clone(),
+            decision: decision.into(),
+        },
+    );
 }
 
 /// One case.
@@ -587,24 +608,7 @@ pub fn run_file_in(
                 });
                 match build_requests(&call, &session, pf.as_ref()) {
                     Ok(mut reqs) => {
-                        if let Some(a) = &case.approval {
-                            let decision = match &call {
-                                ToolCall::ApprovalResolve(p) => p.decision.as_str(),
-                                _ => "grant",
-                            };
-                            crate::request::with_approval(
-                                &mut reqs,
-                                &crate::request::ApprovalFacts {
-                                    channel: a.channel.clone(),
-                                    requested_by: a
-                                        .requested_by
-                                        .clone()
-                                        .unwrap_or_else(|| session.client.clone()),
-                                    resolved_by: session.client.clone(),
-                                    decision: decision.into(),
-                                },
-                            );
-                        }
+                        case_approval(&case, &call, &session, &mut reqs);
                         if let Some(links) = case.links {
                             for r in reqs.iter_mut().filter(|r| r.path != ".") {
                                 r.links = links;
@@ -1133,9 +1137,15 @@ pub fn case_records(
             argv: p.command.clone(),
             tty: p.tty,
         });
-        let Ok(reqs) = build_requests(&call, &session, pf.as_ref()) else {
+        let Ok(mut reqs) = build_requests(&call, &session, pf.as_ref()) else {
             continue;
         };
+        case_approval(&case, &call, &session, &mut reqs);
+        // The `confirm` requests the server asks beside an allowed patch or command.
+        if matches!(call, ToolCall::ApplyPatch(_) | ToolCall::ExecCommand(_)) {
+            let confirm = crate::request::confirm_requests(&reqs);
+            reqs.extend(confirm);
+        }
         for req in &reqs {
             out.push((
                 format!("{file_name} :: {}", case.name),

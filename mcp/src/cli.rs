@@ -60,6 +60,7 @@ enum Command {
         command: ConfigCommand,
     },
     /// Approval holds: list, show, grant or deny them (channel `cli`), also while the server runs.
+    #[command(after_help = crate::help::APPROVALS)]
     Approvals {
         #[command(subcommand)]
         command: crate::approvals_cli::ApprovalsCommand,

@@ -127,3 +127,14 @@ pub const POLICY_FMT: &str = "\
 Examples:
   codespace policy fmt --policies policies --check
   codespace policy fmt --policies policies";
+
+/// `approvals`.
+pub const APPROVALS: &str = "\
+Examples:
+  codespace approvals list --config codespace.json           # holds waiting for an answer
+  codespace approvals show appr-… --config codespace.json    # who asked; the patch or command line
+  codespace approvals grant appr-… --config codespace.json   # decided by policy, channel `cli`
+  codespace approvals deny appr-… --config codespace.json    # final; the held arguments are scrubbed
+
+Works on the store while the server runs: the client's next operation_resume sees the answer.
+See docs/policy.md (\"Approvals: confirm risky commands\") and docs/operations.md.";

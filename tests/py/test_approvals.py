@@ -27,7 +27,9 @@ def add(path: str, line: str) -> str:
     return f"*** Begin Patch\n*** Add File: {path}\n+{line}\n*** End Patch\n"
 
 
-def setup(tmp: Path, *, example_policy: bool = False, ttl_ms: int | None = None) -> tuple[Path, Path]:
+def setup(
+    tmp: Path, *, example_policy: bool = False, ttl_ms: int | None = None, unsandboxed: bool = False
+) -> tuple[Path, Path]:
     """A confirm workspace `ws` under tmp, its config (store inside tmp); with `example_policy`,
     a policies directory of the shipped set plus policies/examples/base/no-self-approval.cedar."""
     root = tmp / "ws"
@@ -36,6 +38,9 @@ def setup(tmp: Path, *, example_policy: bool = False, ttl_ms: int | None = None)
         "store": str(tmp / "store.db"),
         "workspaces": {WS: {"root": str(root), "profile": "workspace-write", "approvals": "confirm"}},
     }
+    if unsandboxed:
+        # The held command never runs; this keeps the hold independent of the host's sandbox.
+        cfg["workspaces"][WS].update({"sandbox": "off", "secret_masking": "off"})
     if example_policy:
         pol = tmp / "policies"
         shutil.copytree(REPO / "policies" / "base", pol / "base")
@@ -117,7 +122,7 @@ def test_a_file_changed_since_the_hold_fails_the_resume(tmp_path: Path) -> None:
 
 
 def test_deny_scrubs_the_held_call(tmp_path: Path) -> None:
-    root, cfg = setup(tmp_path)
+    root, cfg = setup(tmp_path, unsandboxed=True)
 
     async def go() -> None:
         async with serve(tmp_path, ["--config", str(cfg)]) as c:
