@@ -280,7 +280,7 @@ fn the_no_self_approval_example_passes_its_tests() {
         pol.join("base/no-self-approval.cedar"),
     )
     .unwrap();
-    let example = repo().join("policies/examples/tests/no-self-approval.yaml");
+    let example = repo().join("policies/examples/tests/base-no-self-approval.yaml");
     let schema = repo().join("schema/codespace.cedarschema");
     let o = run(&[
         "policy",
