@@ -26,8 +26,9 @@ use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, OnceLock};
 
-/// The channels a hold can be answered on in this build.
-pub const APPROVAL_CHANNELS: &[&str] = &["tool", "cli"];
+/// The channels a hold can be answered on in this build (`elicitation` when the client
+/// declared the capability).
+pub const APPROVAL_CHANNELS: &[&str] = &["tool", "elicitation", "cli"];
 
 /// What a resumed call carries into its tool: the hold and the file versions pinned when it
 /// was requested (a patch whose files changed since then is `VERSION_CONFLICT`).
@@ -495,6 +496,89 @@ impl Gateway {
         self.approval_event("approval_resumed", &row, &session.client, "tool");
         let out = self.run_held(snap, session, &row).await;
         self.finish(store, &row, session, out, guard)
+    }
+
+    /// What an in-band prompt shows of a pending hold `session` asked for (`None` for any other
+    /// hold).
+    pub fn pending_summary(&self, session: &Session, id: &str) -> Option<String> {
+        let (row, _) = self.served_hold(id).ok()?;
+        (row.state == "pending" && row.requested_by == session.client).then_some(row.summary)
+    }
+
+    /// A human's answer in-band (channel `elicitation`, through the asking client): decided by
+    /// policy as `approval_resolve`; a grant resumes the held call at once and returns the held
+    /// tool's own result; a deny is final (`APPROVAL_CONFLICT`, nothing ran).
+    pub async fn answer_in_band(
+        &self,
+        session: &Session,
+        id: &str,
+        decision: ApprovalDecision,
+    ) -> Result<Value, ToolError> {
+        let snap = self.policy.snapshot();
+        let out = self
+            .answer_in_band_under(&snap, session, id, decision)
+            .await;
+        out.map_err(|mut e| {
+            if let std::borrow::Cow::Owned(red) = self.config.redaction.text(&e.message) {
+                e.message = red;
+            }
+            e
+        })
+    }
+
+    async fn answer_in_band_under(
+        &self,
+        snap: &PolicySnapshot,
+        session: &Session,
+        id: &str,
+        decision: ApprovalDecision,
+    ) -> Result<Value, ToolError> {
+        let (row, ws) = self.served_hold(id)?;
+        if row.requested_by != session.client {
+            return Err(not_found(id));
+        }
+        let call = ToolCall::ApprovalResolve(ApprovalResolveParams {
+            approval_id: id.to_string(),
+            decision,
+        });
+        let mut reqs = build_requests(&call, session, None)?;
+        with_approval(
+            &mut reqs,
+            &ApprovalFacts {
+                channel: "elicitation".into(),
+                requested_by: row.requested_by.clone(),
+                resolved_by: session.client.clone(),
+                decision: decision.as_str().into(),
+            },
+        );
+        let d = self.decide_reqs(snap, &ws.facts, call.tool(), &reqs, session, Audit::All);
+        if !d.allowed() {
+            return Err(with_id(d.to_error(snap), id));
+        }
+        let store = self.require_store()?;
+        resolve_in_store(store, &row, decision, &session.client, "elicitation")?;
+        if decision == ApprovalDecision::Deny {
+            return Err(with_id(
+                ToolError::new(
+                    ErrorCode::ApprovalConflict,
+                    format!("approval `{id}` was denied by the user; nothing ran"),
+                ),
+                id,
+            ));
+        }
+        let resumed = self
+            .operation_resume(
+                snap,
+                session,
+                &OperationResumeParams {
+                    approval_id: id.to_string(),
+                },
+            )
+            .await?;
+        resumed
+            .get(row.tool.as_str())
+            .cloned()
+            .ok_or_else(|| ToolError::new(ErrorCode::Internal, "the resume returned no result"))
     }
 
     /// Runs the held call (re-decided and version-checked by the tool itself).

@@ -5,6 +5,7 @@ pub mod approvals_cli;
 pub mod audit_view;
 pub mod cli;
 pub mod doctor;
+pub mod elicit;
 pub mod help;
 pub mod http;
 pub mod policy_admin;

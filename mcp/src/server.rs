@@ -304,7 +304,17 @@ impl ServerHandler for CodeSpaceServer {
             }
         };
         let started = std::time::Instant::now();
-        let out = self.gateway.call(&session, call).await;
+        let out = match self.gateway.call(&session, call).await {
+            // A held call: ask the human in-band when the client can (elicitation).
+            Err(e)
+                if e.code == ErrorCode::ApprovalRequired
+                    && e.approval_id.is_some()
+                    && matches!(name, "apply_patch" | "exec_command") =>
+            {
+                crate::elicit::ask(&self.gateway, &session, &context, e).await
+            }
+            other => other,
+        };
         tracing::debug!(
             tool = name,
             us = started.elapsed().as_micros() as u64,

@@ -201,3 +201,43 @@ def test_the_cli_grants_while_the_example_policy_forbids_self_approval(tmp_path:
             assert again.returncode != 0 and "APPROVAL_CONFLICT" in again.stderr
 
     run(go())
+
+
+def test_an_elicitation_grant_resumes_the_held_call_in_band(tmp_path: Path) -> None:
+    from mcp import ClientSession, StdioServerParameters, types
+    from mcp.client.stdio import stdio_client
+
+    root, cfg = setup(tmp_path)
+    asked: list[str] = []
+    answers = [None, {"decision": "grant"}]  # first decline (hold stays pending), then grant
+
+    async def on_elicit(_ctx: Any, params: Any) -> Any:
+        asked.append(params.message)
+        answer = answers.pop(0)
+        if answer is None:
+            return types.ElicitResult(action="decline")
+        return types.ElicitResult(action="accept", content=answer)
+
+    async def go() -> None:
+        params = StdioServerParameters(
+            command=BIN, args=["serve", "--config", str(cfg)], cwd=str(tmp_path), env={"CODESPACE_LOG": "warn"}
+        )
+        with open(tmp_path / "server-stderr.log", "w") as errlog:
+            async with stdio_client(params, errlog=errlog) as (read, write_stream):
+                async with ClientSession(read, write_stream, elicitation_callback=on_elicit) as session:
+                    await session.initialize()
+                    await session.list_tools()
+                    c = Client(session, tmp_path)
+                    args = {"workspace_id": WS, "patch": add("in-band.txt", "hi")}
+                    declined = await c.err("apply_patch", args)
+                    assert declined["code"] == "APPROVAL_REQUIRED"
+                    assert not (root / "in-band.txt").exists()
+                    done = await c.ok("apply_patch", args)
+                    assert done["status"] == "applied", done
+                    assert (root / "in-band.txt").read_text() == "hi\n"
+                    shown = json.loads(cli(cfg, "show", declined["approval_id"], "--json").stdout)
+                    assert shown["state"] == "consumed" and shown["channel"] == "elicitation"
+
+    run(go())
+    assert len(asked) == 2
+    assert "add in-band.txt (+1 -0)" in asked[0], asked
