@@ -614,8 +614,16 @@ pub fn run_file_in(
                                 r.links = links;
                             }
                         }
+                        // The `confirm` requests the server asks beside an allowed patch or
+                        // command (their alternatives and Cedar export count too).
+                        let confirm_reqs =
+                            if matches!(call, ToolCall::ApplyPatch(_) | ToolCall::ExecCommand(_)) {
+                                crate::request::confirm_requests(&reqs)
+                            } else {
+                                Vec::new()
+                            };
                         if opts.alternatives && !alts.is_empty() {
-                            for (i, req) in reqs.iter().enumerate() {
+                            for (i, req) in reqs.iter().chain(&confirm_reqs).enumerate() {
                                 let op_id = format!("alt/{i}");
                                 if let Ok(built) = build_cedar_request(
                                     snap,
@@ -632,7 +640,7 @@ pub fn run_file_in(
                             }
                         }
                         if opts.emit_cedar {
-                            for (i, req) in reqs.iter().enumerate() {
+                            for (i, req) in reqs.iter().chain(&confirm_reqs).enumerate() {
                                 let op_id = format!("test/{i}");
                                 match build_cedar_request(
                                     snap,
@@ -673,11 +681,8 @@ pub fn run_file_in(
                         let mut d = decide(snap, base, &facts, call.tool(), &reqs);
                         // An allowed patch or command is then asked `confirm` (the server
                         // holds it when a permit matches or evaluation fails).
-                        if d.allowed()
-                            && matches!(call, ToolCall::ApplyPatch(_) | ToolCall::ExecCommand(_))
-                        {
-                            let confirm = crate::request::confirm_requests(&reqs);
-                            let c = decide(snap, base, &facts, call.tool(), &confirm);
+                        if d.allowed() && !confirm_reqs.is_empty() {
+                            let c = decide(snap, base, &facts, call.tool(), &confirm_reqs);
                             let offset = d.subs.len();
                             d.subs
                                 .extend(c.subs.into_iter().map(|s| crate::decide::SubDecision {

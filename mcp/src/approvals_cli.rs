@@ -27,6 +27,7 @@ pub struct Location {
 #[derive(clap::Subcommand)]
 pub enum ApprovalsCommand {
     /// List holds, newest first (default: pending and granted ones).
+    #[command(after_help = crate::help::APPROVALS_LIST)]
     List {
         /// Every state (consumed, denied, expired included).
         #[arg(long)]
@@ -38,6 +39,7 @@ pub enum ApprovalsCommand {
         loc: Location,
     },
     /// Show one hold: who asked, what it runs or changes, its state.
+    #[command(after_help = crate::help::APPROVALS_SHOW)]
     Show {
         /// The hold (`appr-…`).
         id: String,
@@ -48,6 +50,7 @@ pub enum ApprovalsCommand {
         loc: Location,
     },
     /// Grant a pending hold (decided by policy as `approval_resolve` over channel `cli`).
+    #[command(after_help = crate::help::APPROVALS_GRANT)]
     Grant {
         /// The hold (`appr-…`).
         id: String,
@@ -58,6 +61,7 @@ pub enum ApprovalsCommand {
         loc: Location,
     },
     /// Deny a pending hold; final, and its stored arguments are scrubbed.
+    #[command(after_help = crate::help::APPROVALS_DENY)]
     Deny {
         /// The hold (`appr-…`).
         id: String,
