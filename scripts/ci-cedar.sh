@@ -3,8 +3,9 @@
 #   1. strictly validate schema/ + the policy files (base + profiles, concatenated), and
 #   2. agree with our engine on every resolved request of our policy tests
 #      (`codespace policy test --emit-cedar DIR` → `cedar run-tests`).
-# Two sets are checked: the shipped one (policies/{base,profiles}) and the worked example of
-# docs/policy.md (shipped + policies/examples/profiles). Exits non-zero on any disagreement.
+# Three sets are checked: the shipped one (policies/{base,profiles}) and the worked example of
+# docs/policy.md (shipped + policies/examples/profiles), and that plus policies/examples/base.
+# Exits non-zero on any disagreement.
 #
 # Env: CEDAR_VERSION (default 4.14.1); CODESPACE (a built `codespace` binary; default: build it).
 set -euo pipefail
@@ -72,11 +73,28 @@ check_set() { # check_set NAME POLICIES_DIR TEST_FILE...
 
 check_set shipped policies policies/tests/*.yaml
 
+# Example profiles add to the shipped set: its tests must still pass beside theirs. Example base
+# policies (tests named base-*.yaml) change shipped behaviour on purpose (e.g. no self-approval),
+# so their set runs the example tests only.
+profile_tests=(); base_tests=()
+for f in policies/examples/tests/*.yaml; do
+    case "$(basename "$f")" in
+        base-*) base_tests+=("$f") ;;
+        *) profile_tests+=("$f") ;;
+    esac
+done
+
 example="$work/example-policies"
 mkdir -p "$example"
 cp -r policies/base policies/profiles "$example"/
 cp policies/examples/profiles/*.cedar "$example"/profiles/
-check_set example "$example" policies/tests/*.yaml policies/examples/tests/*.yaml
+check_set example "$example" policies/tests/*.yaml "${profile_tests[@]}"
+
+example_base="$work/example-base-policies"
+mkdir -p "$example_base"
+cp -r "$example"/base "$example"/profiles "$example_base"/
+cp policies/examples/base/*.cedar "$example_base"/base/
+check_set example-base "$example_base" "${profile_tests[@]}" "${base_tests[@]}"
 
 if [ "$problems" != 0 ]; then
     echo "ci-cedar: FAILED with $problems problem(s)"

@@ -307,6 +307,9 @@ pub struct Limits {
     pub max_pids_per_process: u32,
     /// Most entries a workspace listing (walk or path index) holds; past it listings say `incomplete`.
     pub max_walk_entries: usize,
+    /// How long an approval hold stays pending or granted, in milliseconds (`APPROVAL_CONFLICT` after).
+    #[schemars(range(min = 1))]
+    pub approval_ttl_ms: u64,
 }
 
 impl Default for Limits {
@@ -323,6 +326,7 @@ impl Default for Limits {
             max_sessions_per_client: DEFAULT_MAX_SESSIONS_PER_CLIENT,
             max_pids_per_process: 512,
             max_walk_entries: 1_000_000,
+            approval_ttl_ms: 3_600_000,
         }
     }
 }
@@ -760,6 +764,11 @@ impl Config {
         if limits.max_walk_entries == 0 {
             return Err(ConfigError(
                 "limits.max_walk_entries: must be at least 1".into(),
+            ));
+        }
+        if limits.approval_ttl_ms == 0 {
+            return Err(ConfigError(
+                "limits.approval_ttl_ms: must be at least 1".into(),
             ));
         }
 

@@ -95,6 +95,76 @@ struct RowContext<'a> {
     at_ms: i64,
 }
 
+/// The audit row of one sub-decision, with its recorded (redacted) request.
+fn row_of(
+    config: &Config,
+    at: &RowContext<'_>,
+    d: &Decision,
+    sub: &crate::decide::SubDecision,
+    req: Option<&SubRequest>,
+) -> DecisionRow {
+    let RowContext {
+        snap,
+        facts,
+        session,
+        at_ms,
+    } = *at;
+    let redact = &config.redaction;
+    let request = req.map(|r| {
+        crate::replay::RecordedRequest::new(&config.profiles, facts, &d.tool, r).to_json(redact)
+    });
+    DecisionRow {
+        decision_id: d.decision_id.clone(),
+        at_ms,
+        policy_set_sha256: d.policy_sha256.clone(),
+        profile: d.profile.clone(),
+        workspace: d.workspace.clone(),
+        tool: d.tool.clone(),
+        action: sub.action.clone(),
+        sub_index: i64::try_from(sub.index).unwrap_or(i64::MAX),
+        subject: redact.text(&sub.subject).into_owned(),
+        client: Some(session.client.clone()),
+        transport: Some(session.transport.clone()),
+        decision: if sub.allowed { "allow" } else { "deny" }.into(),
+        policy_ids: sub.policy_ids.clone(),
+        errors: sub
+            .errors
+            .iter()
+            .map(|e| redact.text(e).into_owned())
+            .collect(),
+        default_deny: sub.default_deny,
+        duration_us: i64::try_from(sub.duration_us).unwrap_or(i64::MAX),
+        request,
+        path: req.map(|r| r.path.clone()),
+        kind: req.map(|r| r.kind.clone()).filter(|k| !k.is_empty()),
+        reason: Some(redact.text(&sub.reason_text(snap, &d.profile)).into_owned()),
+        shadow_decision: None,
+        shadow_policy_ids: None,
+        seq: 0,
+    }
+}
+
+/// The audit rows of a decision made outside a gateway (the operator CLI).
+pub(crate) fn decision_rows(
+    config: &Config,
+    snap: &PolicySnapshot,
+    d: &Decision,
+    facts: &WorkspaceFacts,
+    reqs: &[SubRequest],
+    session: &Session,
+) -> Vec<DecisionRow> {
+    let at = RowContext {
+        snap,
+        facts,
+        session,
+        at_ms: codespace_store::now_ms(),
+    };
+    d.subs
+        .iter()
+        .map(|s| row_of(config, &at, d, s, reqs.get(s.index)))
+        .collect()
+}
+
 /// A cached error-free sub-decision.
 #[derive(Debug, Clone)]
 struct CachedDecision {
@@ -381,46 +451,20 @@ impl Gateway {
         sub: &crate::decide::SubDecision,
         req: Option<&SubRequest>,
     ) -> DecisionRow {
-        let RowContext {
-            snap,
-            facts,
-            session,
-            at_ms,
-        } = *at;
-        let redact = &self.config.redaction;
-        let request = req.map(|r| {
-            crate::replay::RecordedRequest::new(&self.config.profiles, facts, &d.tool, r)
-                .to_json(redact)
-        });
-        DecisionRow {
-            decision_id: d.decision_id.clone(),
-            at_ms,
-            policy_set_sha256: d.policy_sha256.clone(),
-            profile: d.profile.clone(),
-            workspace: d.workspace.clone(),
-            tool: d.tool.clone(),
-            action: sub.action.clone(),
-            sub_index: i64::try_from(sub.index).unwrap_or(i64::MAX),
-            subject: redact.text(&sub.subject).into_owned(),
-            client: Some(session.client.clone()),
-            transport: Some(session.transport.clone()),
-            decision: if sub.allowed { "allow" } else { "deny" }.into(),
-            policy_ids: sub.policy_ids.clone(),
-            errors: sub
-                .errors
-                .iter()
-                .map(|e| redact.text(e).into_owned())
-                .collect(),
-            default_deny: sub.default_deny,
-            duration_us: i64::try_from(sub.duration_us).unwrap_or(i64::MAX),
-            request,
-            path: req.map(|r| r.path.clone()),
-            kind: req.map(|r| r.kind.clone()).filter(|k| !k.is_empty()),
-            reason: Some(redact.text(&sub.reason_text(snap, &d.profile)).into_owned()),
-            shadow_decision: None,
-            shadow_policy_ids: None,
-            seq: 0,
-        }
+        row_of(&self.config, at, d, sub, req)
+    }
+
+    /// Writes the rows of a decision made with [`Audit::None`] (with the shadow set's answer).
+    pub(crate) fn audit_decision(
+        &self,
+        snap: &PolicySnapshot,
+        d: &Decision,
+        facts: &WorkspaceFacts,
+        reqs: &[SubRequest],
+        session: &Session,
+    ) {
+        let shadow = self.shadow_decision(facts, &d.tool, reqs);
+        self.audit(snap, d, shadow.as_ref(), facts, reqs, session);
     }
 
     /// `decide()` behind a cache of error-free sub-decisions. The key holds everything a
@@ -646,19 +690,6 @@ impl Gateway {
         crate::audit::append(store, rows, &d.decision_id, write_ahead);
     }
 
-    /// Mutations of a workspace whose operator set `approvals: confirm` fail closed with
-    /// `APPROVAL_REQUIRED` until the approval tools exist (an allowed mutation is never run
-    /// without the hold the operator asked for).
-    pub(crate) fn require_no_approval(&self, ws: &WorkspaceRuntime) -> Result<(), ToolError> {
-        if ws.facts.approvals == "confirm" {
-            return Err(ToolError::new(
-                ErrorCode::ApprovalRequired,
-                "this workspace requires approval for mutations (approvals: confirm), and approval tools are not available in this build",
-            ));
-        }
-        Ok(())
-    }
-
     /// Builds and decides the requests of a call on a workspace; `Err` is the refusal.
     pub(crate) fn authorize(
         &self,
@@ -716,7 +747,10 @@ impl Gateway {
                 self.find_files(&snap, ws, p, session).await
             }
             ToolCall::OperationStatus(p) => self.operation_status(&snap, session, p),
-            ToolCall::ApplyPatch(p) => self.apply_patch(&snap, session, p).await,
+            ToolCall::ApplyPatch(p) => self.apply_patch_with(&snap, session, p, None).await,
+            ToolCall::ApprovalCreate(p) => self.approval_create(&snap, session, p).await,
+            ToolCall::ApprovalResolve(p) => self.approval_resolve(&snap, session, p),
+            ToolCall::OperationResume(p) => self.operation_resume(&snap, session, p).await,
             ToolCall::ExecCommand(_)
             | ToolCall::WriteStdin(_)
             | ToolCall::ReadProcess(_)

@@ -222,6 +222,7 @@ impl Gateway {
                 "client_may_escalate": false,
             },
             "approvals": ws.facts.approvals,
+            "approval_channels": crate::approvals::APPROVAL_CHANNELS,
         });
         if let Value::Object(m) = &mut out {
             m.insert("workspace_id".into(), json!(id));

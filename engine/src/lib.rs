@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod alternatives;
+pub mod approvals;
 mod audit;
 pub mod config;
 pub mod decide;

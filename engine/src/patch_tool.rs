@@ -80,7 +80,7 @@ fn plan_error(e: PlanError<FsError>) -> ToolError {
     }
 }
 
-fn known_str(k: &Known) -> &str {
+pub(crate) fn known_str(k: &Known) -> &str {
     match k {
         Known::Version(v) => v,
         Known::Absent => "absent",
@@ -189,7 +189,7 @@ enum Applied {
 impl Gateway {
     /// The version of a path the patch does not touch: from the version table when clean,
     /// else read from disk off the async workers (and recorded).
-    async fn current_version(
+    pub(crate) async fn current_version(
         &self,
         ws: &WorkspaceRuntime,
         rel: &RelPath,
@@ -230,18 +230,27 @@ impl Gateway {
         })
     }
 
-    /// Serves `apply_patch`.
-    pub(crate) async fn apply_patch(
+    /// Serves `apply_patch`; `resumed` is the granted hold `operation_resume` runs it under
+    /// (then it is not held again, and the file versions pinned at hold time must still hold).
+    pub(crate) async fn apply_patch_with(
         &self,
         snap: &PolicySnapshot,
         session: &Session,
         p: &ApplyPatchParams,
+        resumed: Option<&crate::approvals::Resumed>,
     ) -> Result<Value, ToolError> {
         let ws = self.workspace(&p.workspace_id)?;
         let call = ToolCall::ApplyPatch(p.clone());
         // One Cedar request per touched path; all must allow.
         self.authorize(snap, ws, &call, session, None)?;
-        self.require_no_approval(ws)?;
+        // Then `confirm`: a call policy holds waits for a human (check_only writes nothing).
+        if resumed.is_none()
+            && !p.check_only.unwrap_or(false)
+            && self.confirm_holds(snap, ws, &call, session)?
+        {
+            return Err(self.hold(ws, &call, session).await);
+        }
+        let pinned = resumed.map(|r| r.pinned.clone()).unwrap_or_default();
         // Normalize expected_versions keys (a malformed key is PATH_ESCAPE, like any path).
         let mut expected: BTreeMap<String, String> = BTreeMap::new();
         for (k, v) in &p.expected_versions {
@@ -275,7 +284,7 @@ impl Gateway {
             Begin::Replay(row) => return replay(&row),
         };
         ws.versions.ensure_watching();
-        let out = self.apply_locked(ws, p, &expected, &op_id).await;
+        let out = self.apply_locked(ws, p, &expected, &pinned, &op_id).await;
         drop(lease);
         match out {
             Ok(result) => {
@@ -303,6 +312,7 @@ impl Gateway {
         ws: &WorkspaceRuntime,
         p: &ApplyPatchParams,
         expected: &BTreeMap<String, String>,
+        pinned: &BTreeMap<String, String>,
         op_id: &str,
     ) -> Result<ApplyPatchResult, (&'static str, ToolError)> {
         let rejected = |e: ToolError| ("rejected", e);
@@ -369,6 +379,18 @@ impl Gateway {
                     format!(
                         "`{path}` is at version {} but the patch expected {want}; read it again",
                         known_str(&have)
+                    ),
+                )));
+            }
+        }
+        // A resumed patch runs only on the files the human approved.
+        for (path, want) in pinned {
+            let have = at_plan.get(path).map_or("absent", known_str);
+            if have != want {
+                return Err(rejected(ToolError::new(
+                    ErrorCode::VersionConflict,
+                    format!(
+                        "`{path}` changed since the approval was requested; nothing was written, ask for a new approval"
                     ),
                 )));
             }

@@ -25,6 +25,10 @@ pub const EMBEDDED_POLICIES: &[(&str, &str)] = &[
         "profiles/workspace-write.cedar",
         include_str!("../../policies/profiles/workspace-write.cedar"),
     ),
+    (
+        "base/approvals.cedar",
+        include_str!("../../policies/base/approvals.cedar"),
+    ),
 ];
 
 /// One source file of a policy bundle.
@@ -231,6 +235,17 @@ fn first_line(s: &str) -> String {
     s.lines().next().unwrap_or("").to_string()
 }
 
+/// True when a policy's action scope is the `confirm` action alone (`action ==
+/// Action::"confirm"` or `action in [Action::"confirm"]`).
+fn on_confirm_only(p: &cedar_policy::Policy) -> bool {
+    let is_confirm = |a: &cedar_policy::EntityUid| a.id().unescaped() == "confirm";
+    match p.action_constraint() {
+        cedar_policy::ActionConstraint::Eq(a) => is_confirm(&a),
+        cedar_policy::ActionConstraint::In(list) => !list.is_empty() && list.iter().all(is_confirm),
+        cedar_policy::ActionConstraint::Any => false,
+    }
+}
+
 /// Compiles a bundle: schema, per-file parse, `@id` re-keying, lint, strict validation.
 pub fn compile(bundle: PolicyBundle) -> Result<PolicySnapshot, PolicyErrors> {
     let mut errs = Vec::new();
@@ -300,13 +315,22 @@ pub fn compile(bundle: PolicyBundle) -> Result<PolicySnapshot, PolicyErrors> {
                     file.name
                 ));
             }
-            if forbid && !in_base {
+            // Policies on `confirm` (either effect: a permit there holds a call for a human)
+            // are base guardrails.
+            let on_confirm = on_confirm_only(p);
+            if on_confirm && !in_base {
+                errs.push(format!(
+                    "{}:{line}: lint: policy {id}: policies on confirm belong in base/",
+                    file.name
+                ));
+            }
+            if forbid && !in_base && !on_confirm {
                 errs.push(format!(
                     "{}:{line}: lint: policy {id}: forbids belong in base/",
                     file.name
                 ));
             }
-            if !forbid && !in_profiles {
+            if !forbid && !in_profiles && !on_confirm {
                 errs.push(format!(
                     "{}:{line}: lint: policy {id}: permits belong in profiles/",
                     file.name
@@ -755,6 +779,26 @@ mod tests {
         );
         assert!(
             err.contains("policy w.permit: permits belong in profiles/"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn policies_on_confirm_belong_in_base_with_either_effect() {
+        let confirm = "permit (principal, action == CodeSpace::Action::\"confirm\", resource);";
+        let ok = compile(bundle(&[(
+            "base/c.cedar",
+            &format!("@id(\"c.confirm\")\n{confirm}"),
+        )]));
+        assert!(ok.is_ok(), "{:?}", ok.err().map(|e| e.to_string()));
+        let err = compile(bundle(&[(
+            "profiles/c.cedar",
+            &format!("@id(\"c.confirm\")\n{confirm}"),
+        )]))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("policy c.confirm: policies on confirm belong in base/"),
             "{err}"
         );
     }

@@ -8,7 +8,7 @@ use crate::config::Profile;
 use crate::decide::{Decision, decide, workspace_entities};
 use crate::explain::{build_cedar_request, entities_json, evaluate};
 use crate::policy::PolicySnapshot;
-use crate::request::{ProcessFacts, Session, WorkspaceFacts, build_requests};
+use crate::request::{ProcessFacts, Session, SubRequest, WorkspaceFacts, build_requests};
 use crate::tools::{CallParseError, ToolCall};
 use cedar_policy::Decision as CedarDecision;
 use serde::{Deserialize, Serialize};
@@ -128,6 +128,43 @@ fn yes() -> bool {
     true
 }
 
+/// The hold of an approval case.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TestApproval {
+    /// `tool`, `elicitation` or `cli`.
+    #[serde(default = "default_channel")]
+    pub channel: String,
+    /// The client that asked for the hold (default: the file's caller).
+    #[serde(default)]
+    pub requested_by: Option<String>,
+}
+
+fn default_channel() -> String {
+    "tool".into()
+}
+
+/// Sets `context.approval` of an approval case's requests from its `approval:` fixture.
+fn case_approval(case: &TestCase, call: &ToolCall, session: &Session, reqs: &mut [SubRequest]) {
+    let Some(a) = &case.approval else { return };
+    let decision = match call {
+        ToolCall::ApprovalResolve(p) => p.decision.as_str(),
+        _ => "grant",
+    };
+    crate::request::with_approval(
+        reqs,
+        &crate::request::ApprovalFacts {
+            channel: a.channel.clone(),
+            requested_by: a
+                .requested_by
+                .clone()
+                .unwrap_or_else(|| session.client.clone()),
+            resolved_by: session.client.clone(),
+            decision: decision.into(),
+        },
+    );
+}
+
 /// One case.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -154,6 +191,14 @@ pub struct TestCase {
     /// server reads the real count from disk).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub links: Option<i64>,
+    /// Expected `confirm` outcome of an allowed apply_patch / exec_command: `hold` (a permit on
+    /// `confirm` matched, or evaluation failed) or `run`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirm: Option<String>,
+    /// The hold an `approval_resolve` / `operation_resume` case answers (default: the caller's
+    /// own hold, answered over the tool).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<TestApproval>,
     /// Parameter sets: the case runs once per set, with every `{{name}}` in its strings
     /// replaced by the set's value (a string that is exactly `{{name}}` takes the value's type).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -563,13 +608,22 @@ pub fn run_file_in(
                 });
                 match build_requests(&call, &session, pf.as_ref()) {
                     Ok(mut reqs) => {
+                        case_approval(&case, &call, &session, &mut reqs);
                         if let Some(links) = case.links {
                             for r in reqs.iter_mut().filter(|r| r.path != ".") {
                                 r.links = links;
                             }
                         }
+                        // The `confirm` requests the server asks beside an allowed patch or
+                        // command (their alternatives and Cedar export count too).
+                        let confirm_reqs =
+                            if matches!(call, ToolCall::ApplyPatch(_) | ToolCall::ExecCommand(_)) {
+                                crate::request::confirm_requests(&reqs)
+                            } else {
+                                Vec::new()
+                            };
                         if opts.alternatives && !alts.is_empty() {
-                            for (i, req) in reqs.iter().enumerate() {
+                            for (i, req) in reqs.iter().chain(&confirm_reqs).enumerate() {
                                 let op_id = format!("alt/{i}");
                                 if let Ok(built) = build_cedar_request(
                                     snap,
@@ -586,7 +640,7 @@ pub fn run_file_in(
                             }
                         }
                         if opts.emit_cedar {
-                            for (i, req) in reqs.iter().enumerate() {
+                            for (i, req) in reqs.iter().chain(&confirm_reqs).enumerate() {
                                 let op_id = format!("test/{i}");
                                 match build_cedar_request(
                                     snap,
@@ -624,7 +678,20 @@ pub fn run_file_in(
                                 }
                             }
                         }
-                        Some(decide(snap, base, &facts, call.tool(), &reqs))
+                        let mut d = decide(snap, base, &facts, call.tool(), &reqs);
+                        // An allowed patch or command is then asked `confirm` (the server
+                        // holds it when a permit matches or evaluation fails).
+                        if d.allowed() && !confirm_reqs.is_empty() {
+                            let c = decide(snap, base, &facts, call.tool(), &confirm_reqs);
+                            let offset = d.subs.len();
+                            d.subs
+                                .extend(c.subs.into_iter().map(|s| crate::decide::SubDecision {
+                                    index: s.index + offset,
+                                    gating: false,
+                                    ..s
+                                }));
+                        }
+                        Some(d)
                     }
                     Err(e) => {
                         // A request-builder refusal counts as a deny.
@@ -976,6 +1043,27 @@ fn check(snap: &PolicySnapshot, case: &TestCase, d: &Decision, failures: &mut Ve
             ));
         }
     }
+    if let Some(want) = &case.confirm {
+        let confirm: Vec<_> = d.subs.iter().filter(|s| s.action == "confirm").collect();
+        let held = confirm.iter().any(|s| s.allowed || !s.errors.is_empty());
+        let got = if held { "hold" } else { "run" };
+        if confirm.is_empty() {
+            failures.push(
+                "confirm: not asked (the call is not an allowed apply_patch or exec_command)"
+                    .into(),
+            );
+        } else if got != want {
+            let ids: Vec<String> = confirm
+                .iter()
+                .flat_map(|s| s.policy_ids.iter())
+                .map(|i| policy_with_reason(snap, i))
+                .collect();
+            failures.push(format!(
+                "confirm: expected {want}, got {got} (permits on confirm that matched: [{}])",
+                ids.join(", ")
+            ));
+        }
+    }
     let has_errors = d.subs.iter().any(|s| !s.errors.is_empty());
     if has_errors != case.errors {
         let errs: Vec<&String> = d.subs.iter().flat_map(|s| s.errors.iter()).collect();
@@ -1054,9 +1142,15 @@ pub fn case_records(
             argv: p.command.clone(),
             tty: p.tty,
         });
-        let Ok(reqs) = build_requests(&call, &session, pf.as_ref()) else {
+        let Ok(mut reqs) = build_requests(&call, &session, pf.as_ref()) else {
             continue;
         };
+        case_approval(&case, &call, &session, &mut reqs);
+        // The `confirm` requests the server asks beside an allowed patch or command.
+        if matches!(call, ToolCall::ApplyPatch(_) | ToolCall::ExecCommand(_)) {
+            let confirm = crate::request::confirm_requests(&reqs);
+            reqs.extend(confirm);
+        }
         for req in &reqs {
             out.push((
                 format!("{file_name} :: {}", case.name),

@@ -318,7 +318,7 @@ impl Gateway {
         call: &ToolCall,
     ) -> Result<Value, ToolError> {
         match call {
-            ToolCall::ExecCommand(p) => self.exec_command(snap, session, call, p).await,
+            ToolCall::ExecCommand(p) => self.exec_command_with(snap, session, call, p, None).await,
             ToolCall::WriteStdin(p) => self.write_stdin(snap, session, call, p).await,
             ToolCall::ReadProcess(p) => self.read_process(snap, session, call, p).await,
             ToolCall::ProcessStatus(p) => self.process_status(snap, session, call, p).await,
@@ -480,16 +480,22 @@ impl Gateway {
         out
     }
 
-    async fn exec_command(
+    /// Serves `exec_command`; `resumed` is the granted hold `operation_resume` runs it under
+    /// (then it is not held again).
+    pub(crate) async fn exec_command_with(
         &self,
         snap: &PolicySnapshot,
         session: &Session,
         call: &ToolCall,
         p: &ExecCommandParams,
+        resumed: Option<&crate::approvals::Resumed>,
     ) -> Result<Value, ToolError> {
         let ws = self.workspace(&p.workspace_id)?;
         let decision = self.authorize(snap, ws, call, session, None)?;
-        self.require_no_approval(ws)?;
+        // Then `confirm`: a command policy holds waits for a human.
+        if resumed.is_none() && self.confirm_holds(snap, ws, call, session)? {
+            return Err(self.hold(ws, call, session).await);
+        }
         if p.timeout_ms == Some(0) {
             return Err(ToolError::new(
                 ErrorCode::InvalidArguments,

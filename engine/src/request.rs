@@ -81,6 +81,33 @@ pub struct ProcessFacts {
     pub tty: bool,
 }
 
+/// Facts about an approval hold, for `approval_resolve` and `operation_resume`
+/// (`context.approval`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalFacts {
+    /// How the answer arrives: `tool`, `elicitation` or `cli`.
+    pub channel: String,
+    /// The client that asked for the hold.
+    pub requested_by: String,
+    /// The client (or operator) answering it.
+    pub resolved_by: String,
+    /// `grant` or `deny`.
+    pub decision: String,
+}
+
+impl ApprovalFacts {
+    /// The `context.approval` record.
+    pub fn to_context(&self) -> Value {
+        json!({
+            "channel": self.channel,
+            "requested_by": self.requested_by,
+            "resolved_by": self.resolved_by,
+            "same_client": self.requested_by == self.resolved_by,
+            "decision": self.decision,
+        })
+    }
+}
+
 /// One Cedar request of a tool call. Serialized into its audit row (redacted) so it can be
 /// re-decided later; fields added later need a default.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
@@ -295,6 +322,54 @@ pub fn build_requests(
             }
             out
         }
+        ToolCall::ApprovalCreate(p) => {
+            // The held call's own requests, then the request to hold it.
+            let inner = ToolCall::parse(p.tool.as_str(), &p.arguments).map_err(|e| {
+                let why = match e {
+                    crate::tools::CallParseError::UnknownTool(t) => format!("unknown tool `{t}`"),
+                    crate::tools::CallParseError::InvalidArguments(m) => m,
+                };
+                ToolError::new(
+                    ErrorCode::InvalidArguments,
+                    format!("arguments for {}: {why}", p.tool.as_str()),
+                )
+            })?;
+            let mut out = build_requests(&inner, session, None)?;
+            out.push(sub(tool, ".", "", base.clone(), p.tool.as_str().into()));
+            out
+        }
+        ToolCall::ApprovalResolve(p) => {
+            // The caller answering its own hold over the tool, unless the gateway says otherwise
+            // ([`with_approval`]).
+            let facts = ApprovalFacts {
+                channel: "tool".into(),
+                requested_by: session.client.clone(),
+                resolved_by: session.client.clone(),
+                decision: p.decision.as_str().into(),
+            };
+            vec![sub(
+                tool,
+                ".",
+                "",
+                with("approval", facts.to_context()),
+                format!("{} {}", p.decision.as_str(), p.approval_id),
+            )]
+        }
+        ToolCall::OperationResume(p) => {
+            let facts = ApprovalFacts {
+                channel: "tool".into(),
+                requested_by: session.client.clone(),
+                resolved_by: session.client.clone(),
+                decision: "grant".into(),
+            };
+            vec![sub(
+                tool,
+                ".",
+                "",
+                with("approval", facts.to_context()),
+                p.approval_id.clone(),
+            )]
+        }
         ToolCall::WriteStdin(_)
         | ToolCall::ReadProcess(_)
         | ToolCall::ProcessStatus(_)
@@ -317,6 +392,36 @@ pub fn build_requests(
             vec![sub(tool, ".", "", ctx, pf.id.clone())]
         }
     })
+}
+
+/// Replaces `context.approval` of every request with `facts`.
+pub fn with_approval(reqs: &mut [SubRequest], facts: &ApprovalFacts) {
+    for r in reqs {
+        if let Value::Object(m) = &mut r.context {
+            m.insert("approval".into(), facts.to_context());
+        }
+    }
+}
+
+/// The `confirm` requests of a call's requests: one per distinct request the tool itself makes
+/// (the version-oracle `read`s are not mutations and get none). A permit on `confirm` holds the
+/// call for a human; `resource.tool` stays the call's tool.
+pub fn confirm_requests(reqs: &[SubRequest]) -> Vec<SubRequest> {
+    let mut out: Vec<SubRequest> = Vec::new();
+    for r in reqs.iter().filter(|r| r.resource_tool.is_none()) {
+        let c = SubRequest {
+            action: "confirm".into(),
+            gating: false,
+            ..r.clone()
+        };
+        let dup = out.iter().any(|o| {
+            o.path == c.path && o.kind == c.kind && o.context == c.context && o.links == c.links
+        });
+        if !dup {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// The Cedar spelling of a patch touch kind.

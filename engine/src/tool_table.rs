@@ -31,6 +31,12 @@ pub enum ToolName {
     Grep,
     /// `find_files`
     FindFiles,
+    /// `approval_create`
+    ApprovalCreate,
+    /// `approval_resolve`
+    ApprovalResolve,
+    /// `operation_resume`
+    OperationResume,
 }
 
 /// One row of the tool table.
@@ -197,6 +203,9 @@ impl ToolName {
             ToolName::TerminateProcess => "terminate_process",
             ToolName::Grep => "grep",
             ToolName::FindFiles => "find_files",
+            ToolName::ApprovalCreate => "approval_create",
+            ToolName::ApprovalResolve => "approval_resolve",
+            ToolName::OperationResume => "operation_resume",
         }
     }
 
@@ -253,7 +262,10 @@ mod tests {
                 | ToolName::ProcessResize
                 | ToolName::TerminateProcess
                 | ToolName::Grep
-                | ToolName::FindFiles => out.push(t),
+                | ToolName::FindFiles
+                | ToolName::ApprovalCreate
+                | ToolName::ApprovalResolve
+                | ToolName::OperationResume => out.push(t),
             }
         }
         out
@@ -263,7 +275,7 @@ mod tests {
     fn every_tool_has_one_row() {
         let names: BTreeSet<_> = all_variants().into_iter().collect();
         assert_eq!(names.len(), TOOLS.len(), "one row per tool, no duplicates");
-        assert_eq!(names.len(), 13);
+        assert_eq!(names.len(), 16);
         for t in names {
             assert_eq!(t.spec().name, t);
             assert_eq!(ToolName::parse(t.as_str()), Some(t));

@@ -59,6 +59,12 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Approval holds: list, show, grant or deny them (channel `cli`), also while the server runs.
+    #[command(after_help = crate::help::APPROVALS)]
+    Approvals {
+        #[command(subcommand)]
+        command: crate::approvals_cli::ApprovalsCommand,
+    },
 }
 
 #[derive(Subcommand)]
@@ -237,6 +243,7 @@ pub fn main() -> ExitCode {
             ConfigCommand::Schema => config_schema(),
         },
         Command::Audit(args) => crate::policy_cli::audit(&args, default_store_path),
+        Command::Approvals { command } => crate::approvals_cli::run(command),
         Command::Policy { command } => match command {
             PolicyCommand::Validate { loc } => policy_validate(&loc),
             PolicyCommand::Test { args, loc } => loc

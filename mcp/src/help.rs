@@ -127,3 +127,37 @@ pub const POLICY_FMT: &str = "\
 Examples:
   codespace policy fmt --policies policies --check
   codespace policy fmt --policies policies";
+
+/// `approvals`.
+pub const APPROVALS: &str = "\
+Examples:
+  codespace approvals list --config codespace.json           # holds waiting for an answer
+  codespace approvals show appr-… --config codespace.json    # who asked; the patch or command line
+  codespace approvals grant appr-… --config codespace.json   # decided by policy, channel `cli`
+  codespace approvals deny appr-… --config codespace.json    # final; the held arguments are scrubbed
+
+Works on the store while the server runs: the client's next operation_resume sees the answer.
+See docs/policy.md (\"Approvals: confirm risky commands\") and docs/operations.md.";
+
+/// `approvals list`.
+pub const APPROVALS_LIST: &str = "\
+Examples:
+  codespace approvals list --config codespace.json          # pending and granted holds, newest first
+  codespace approvals list --all --json --store /var/lib/codespace/codespace.db";
+
+/// `approvals show`.
+pub const APPROVALS_SHOW: &str = "\
+Examples:
+  codespace approvals show appr-… --config codespace.json   # the patch or command line, who asked
+  codespace approvals show appr-… --json                    # never prints environment values";
+
+/// `approvals grant`.
+pub const APPROVALS_GRANT: &str = "\
+Examples:
+  codespace approvals grant appr-… --config codespace.json  # as $USER, channel `cli`
+  codespace approvals grant appr-… --as alice               # decided by policy (approval_resolve)";
+
+/// `approvals deny`.
+pub const APPROVALS_DENY: &str = "\
+Examples:
+  codespace approvals deny appr-… --config codespace.json   # final; the held arguments are scrubbed";

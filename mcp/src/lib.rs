@@ -3,9 +3,11 @@
 
 #![forbid(unsafe_code)]
 
+pub mod approvals_cli;
 pub mod audit_view;
 pub mod cli;
 pub mod doctor;
+pub mod elicit;
 pub mod help;
 pub mod http;
 pub mod policy_admin;

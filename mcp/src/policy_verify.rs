@@ -379,13 +379,30 @@ async fn run(
                     continue;
                 }
             };
-            match cc.check_implies_with_counterexample_opt(&a, &b).await {
+            // On `confirm` a permit means hold: the set is no more permissive when it holds at
+            // least everything OLD held (reversed polarity).
+            let reversed = action_id(env) == "confirm";
+            let (first, second) = if reversed { (&b, &a) } else { (&a, &b) };
+            let (first_name, first_set, second_name, second_set) = if reversed {
+                ("OLD (holds)", &old.set, "the set", &snap.set)
+            } else {
+                ("the set", &snap.set, "OLD", &old.set)
+            };
+            match cc
+                .check_implies_with_counterexample_opt(first, second)
+                .await
+            {
                 Ok(None) => {}
                 Ok(Some(c)) => o.failures.push(format!(
-                    "{}: {}; {}",
+                    "{}: {}; {}{}",
                     action_id(env),
-                    replay("the set", &snap.set, &c.request, &c.entities),
-                    replay("OLD", &old.set, &c.request, &c.entities)
+                    replay(first_name, first_set, &c.request, &c.entities),
+                    if reversed {
+                        "the set no longer holds it: "
+                    } else {
+                        ""
+                    },
+                    replay(second_name, second_set, &c.request, &c.entities)
                         .split("; the authorizer says ")
                         .nth(1)
                         .map(|s| format!("the authorizer says {s}"))

@@ -7,6 +7,10 @@ use codespace_engine::tools::{
     ReadResult, WorkspaceInfoParams, WriteStdinParams,
 };
 use codespace_engine::tools::{
+    ApprovalCreateParams, ApprovalResolveParams, ApprovalStateResult, OperationResumeParams,
+    OperationResumeResult,
+};
+use codespace_engine::tools::{
     ExecCommandResult, ProcessAckResult, ProcessResizeResult, ProcessStatusResult,
     ReadProcessResult,
 };
@@ -210,6 +214,31 @@ fn wire_tool(tool: ToolName) -> Tool {
                 schema_for_type::<ProcessIdParams>(),
             )
             .with_output_schema::<ProcessAckResult>(),
+        ToolName::ApprovalCreate => Tool::new(
+            name,
+            "Ask for a confirmation hold on an apply_patch or exec_command call (tool + the same arguments \
+             that tool takes). Policy is checked first (UNAUTHORIZED creates nothing); an active hold for the \
+             same call is reused. A hold is a pause for a human, never a grant. Returns approval_id and state.",
+            schema_for_type::<ApprovalCreateParams>(),
+        )
+        .with_output_schema::<ApprovalStateResult>(),
+        ToolName::ApprovalResolve => Tool::new(
+            name,
+            "Answer a pending hold: decision grant or deny. Policy decides who may answer over this tool \
+             (an operator may require a human channel such as the codespace approvals CLI). Deny is final \
+             and scrubs the held arguments.",
+            schema_for_type::<ApprovalResolveParams>(),
+        )
+        .with_output_schema::<ApprovalStateResult>(),
+        ToolName::OperationResume => Tool::new(
+            name,
+            "Run a granted hold exactly once: re-decided under the current policies and re-checked against \
+             the files as they were when the hold was asked (VERSION_CONFLICT if they changed). Returns the \
+             apply_patch or exec_command result; a repeat returns the stored result (replayed). An \
+             interrupted command resume is never started again (APPROVAL_AMBIGUOUS).",
+            schema_for_type::<OperationResumeParams>(),
+        )
+        .with_output_schema::<OperationResumeResult>(),
         ToolName::Grep => Tool::new(
             name,
                 "Search file contents for a literal string (or a regex with regex: true; case_insensitive, \
@@ -409,7 +438,17 @@ impl ServerHandler for CodeSpaceServer {
             }
         };
         let started = std::time::Instant::now();
-        let out = self.gateway.call(&session, call).await;
+        let out = match self.gateway.call(&session, call).await {
+            // A held call: ask the human in-band when the client can (elicitation).
+            Err(e)
+                if e.code == ErrorCode::ApprovalRequired
+                    && e.approval_id.is_some()
+                    && matches!(name, "apply_patch" | "exec_command") =>
+            {
+                crate::elicit::ask(&self.gateway, &session, &context, e).await
+            }
+            other => other,
+        };
         tracing::debug!(
             tool = name,
             us = started.elapsed().as_micros() as u64,

@@ -261,3 +261,42 @@ fn audit_since_accepts_rfc3339_unix_ms_and_ages() {
     );
     assert!(parse_since("yesterday", now).is_err());
 }
+
+/// The approvals example of docs/policy.md ("Confirm risky commands"): the no-self-approval base
+/// policy copied into a policies directory passes its tests and is exercised by them.
+#[test]
+fn the_no_self_approval_example_passes_its_tests() {
+    let dir = tempfile::tempdir().unwrap();
+    let pol = dir.path().join("policies");
+    for sub in ["base", "profiles"] {
+        std::fs::create_dir_all(pol.join(sub)).unwrap();
+        for e in std::fs::read_dir(repo().join("policies").join(sub)).unwrap() {
+            let p = e.unwrap().path();
+            std::fs::copy(&p, pol.join(sub).join(p.file_name().unwrap())).unwrap();
+        }
+    }
+    std::fs::copy(
+        repo().join("policies/examples/base/no-self-approval.cedar"),
+        pol.join("base/no-self-approval.cedar"),
+    )
+    .unwrap();
+    let example = repo().join("policies/examples/tests/base-no-self-approval.yaml");
+    let schema = repo().join("schema/codespace.cedarschema");
+    let o = run(&[
+        "policy",
+        "test",
+        "--policies",
+        pol.to_str().unwrap(),
+        "--schema",
+        schema.to_str().unwrap(),
+        "--fail-on-empty",
+        example.to_str().unwrap(),
+    ]);
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        !out.contains("uncovered: base.forbid.self-approval"),
+        "{out}"
+    );
+    assert_eq!(last_line(&out), "3 passed, 0 failed");
+}

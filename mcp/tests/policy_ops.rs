@@ -616,3 +616,51 @@ fn verify_proves_the_shipped_set_and_refutes_a_widening_with_a_replayed_countere
         "{out}"
     );
 }
+
+/// `confirm` has reversed polarity in `policy verify --implies`: dropping the shipped hold
+/// (fewer calls wait for a human) is refused as more permissive; adding a hold is not.
+#[test]
+fn verify_treats_confirm_with_reversed_polarity() {
+    if std::env::var_os("CVC5").is_none()
+        && !std::env::var_os("PATH")
+            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("cvc5").is_file()))
+    {
+        println!("skip: cvc5 is not installed (scripts/ci-policy-verify.sh installs it)");
+        return;
+    }
+    let shipped = repo().join("policies");
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let more_holds = policies_copy(
+        &root,
+        &[(
+            "base/push.cedar",
+            "@id(\"base.confirm.git-push\")\npermit (principal, action == CodeSpace::Action::\"confirm\", resource)\nwhen { context has command && context.command.prefixes.contains(\"git push\") };\n",
+        )],
+    );
+    let o = run(&[
+        "policy",
+        "verify",
+        "--policies",
+        more_holds.to_str().unwrap(),
+        "--implies",
+        shipped.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let fewer_holds = policies_copy(&root, &[]);
+    std::fs::remove_file(fewer_holds.join("base/approvals.cedar")).unwrap();
+    let o = run(&[
+        "policy",
+        "verify",
+        "--policies",
+        fewer_holds.to_str().unwrap(),
+        "--implies",
+        shipped.to_str().unwrap(),
+    ]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}{}", stderr(&o));
+    assert!(out.contains("the set no longer holds it"), "{out}");
+}

@@ -38,4 +38,7 @@ pub enum StoreError {
     /// The audit writer could not commit queued decision rows.
     #[error("audit write failed: {0}")]
     AuditWrite(String),
+    /// No approval hold has this id (or it changed state under the caller).
+    #[error("approval not found: {0}")]
+    ApprovalNotFound(String),
 }

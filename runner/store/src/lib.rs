@@ -1,12 +1,13 @@
 //! The SQLite store of CodeSpace: decisions (audit), events, operations and their scoped keys,
-//! processes, workspace registrations, the sealed patch journal, server instances, retention
-//! pruning.
+//! processes, workspace registrations, the sealed patch journal, server instances, approval
+//! holds, retention pruning.
 //!
 //! One [`Store`] wraps one `rusqlite::Connection` behind a mutex: it is `Send + Sync` and cheap to
 //! share in an `Arc`. Every time is unix milliseconds (see [`now_ms`]).
 
 #![forbid(unsafe_code)]
 
+mod approvals;
 mod audit_queue;
 mod codec;
 mod decisions;
@@ -22,6 +23,7 @@ mod retention;
 mod seal;
 mod store;
 
+pub use approvals::{ApprovalRow, Resolution};
 pub use audit_queue::{
     AuditErrorHook, AuditTicket, AuditWriterConfig, DEFAULT_BATCH_ROWS, DEFAULT_CAPACITY,
     DEFAULT_MAX_DELAY, TryAppendError,

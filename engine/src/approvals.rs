@@ -1,0 +1,833 @@
+//! Approval holds (issue #14): which allowed `apply_patch` / `exec_command` calls wait for a
+//! human (Cedar's `confirm` action), the holds in the store, `approval_create`,
+//! `approval_resolve` (a Cedar request with `context.approval`), `operation_resume` (re-decided
+//! under the current policies, run exactly once, replayed from the stored outcome) and the
+//! operator CLI's resolution. Holds are bound to the client that asked, the workspace identity
+//! (registration) and the canonical arguments.
+
+use crate::config::Config;
+use crate::decide::decide;
+use crate::error::{ErrorCode, ToolError};
+use crate::gateway::{Audit, Gateway, WorkspaceRuntime};
+use crate::ops::fingerprint;
+use crate::policy::PolicySnapshot;
+use crate::request::{
+    ApprovalFacts, Session, SubRequest, WorkspaceFacts, build_requests, command_facts,
+    confirm_requests, with_approval,
+};
+use crate::tools::{
+    ApplyPatchParams, ApplyPatchResult, ApprovalCreateParams, ApprovalDecision,
+    ApprovalResolveParams, ApprovalStateResult, ExecCommandResult, OperationResumeParams,
+    OperationResumeResult, ToolCall,
+};
+use codespace_runner_fs::RelPath;
+use codespace_store::{ApprovalRow, Resolution, Store};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Mutex, OnceLock};
+
+/// The channels a hold can be answered on in this build (`elicitation` when the client
+/// declared the capability).
+pub const APPROVAL_CHANNELS: &[&str] = &["tool", "elicitation", "cli"];
+
+/// What a resumed call carries into its tool: the hold and the file versions pinned when it
+/// was requested (a patch whose files changed since then is `VERSION_CONFLICT`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Resumed {
+    /// path → version (or `absent`) at hold time.
+    pub(crate) pinned: BTreeMap<String, String>,
+}
+
+/// Holds whose resume runs in this process now (a `resuming` hold not listed here was
+/// interrupted by a crash or a restart).
+fn in_flight() -> &'static Mutex<BTreeSet<String>> {
+    static SET: OnceLock<Mutex<BTreeSet<String>>> = OnceLock::new();
+    SET.get_or_init(|| Mutex::new(BTreeSet::new()))
+}
+
+/// Removes its hold from [`in_flight`] when the resume ends, however it ends.
+struct InFlight(String);
+
+impl InFlight {
+    fn enter(id: &str) -> Option<InFlight> {
+        let mut set = in_flight().lock().ok()?;
+        set.insert(id.to_string()).then(|| InFlight(id.to_string()))
+    }
+    fn contains(id: &str) -> bool {
+        in_flight().lock().map(|s| s.contains(id)).unwrap_or(false)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Ok(mut set) = in_flight().lock() {
+            set.remove(&self.0);
+        }
+    }
+}
+
+fn store_err(e: codespace_store::StoreError) -> ToolError {
+    ToolError::new(ErrorCode::Internal, format!("store: {e}"))
+}
+
+fn not_found(id: &str) -> ToolError {
+    let mut e = ToolError::new(
+        ErrorCode::ApprovalNotFound,
+        format!("no approval hold `{id}` for this caller"),
+    );
+    e.approval_id = Some(id.to_string()).filter(|s| s.starts_with("appr-"));
+    e
+}
+
+fn with_id(mut e: ToolError, id: &str) -> ToolError {
+    e.approval_id = Some(id.to_string());
+    e
+}
+
+fn conflict(id: &str, state: &str) -> ToolError {
+    let why = match state {
+        "expired" => "expired before it was resumed; ask again",
+        "denied" => "was denied",
+        "consumed" => "was already resumed",
+        "resuming" => "is being resumed",
+        "granted" => "was already granted",
+        _ => "is in another state",
+    };
+    with_id(
+        ToolError::new(
+            ErrorCode::ApprovalConflict,
+            format!("approval `{id}` {why} (state {state})"),
+        ),
+        id,
+    )
+}
+
+/// The wire state of a stored state (`resuming` is internal).
+fn wire_state(state: &str) -> &str {
+    if state == "resuming" {
+        "granted"
+    } else {
+        state
+    }
+}
+
+/// A short, redacted summary a human decides on: the command line, or the files a patch
+/// touches with their +/- line counts.
+pub fn summary(config: &Config, workspace: &str, args: &ToolCall) -> String {
+    let text = match args {
+        ToolCall::ExecCommand(p) => {
+            let line = command_facts(&p.command, p.tty.unwrap_or(false))
+                .get("line")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .chars()
+                .take(500)
+                .collect::<String>();
+            format!("exec_command in {workspace}: {line}")
+        }
+        ToolCall::ApplyPatch(p) => {
+            format!("apply_patch in {workspace}: {}", patch_summary(&p.patch))
+        }
+        other => format!("{} in {workspace}", other.tool()),
+    };
+    config.redaction.text(&text).into_owned()
+}
+
+/// `update src/a.rs (+3 -1), add b.txt (+2 -0)` from a V4A patch's text.
+fn patch_summary(patch: &str) -> String {
+    let mut files: Vec<(String, String, u64, u64)> = Vec::new();
+    for line in patch.lines() {
+        let header = [
+            ("*** Add File: ", "add"),
+            ("*** Update File: ", "update"),
+            ("*** Delete File: ", "delete"),
+        ]
+        .iter()
+        .find_map(|(p, k)| line.strip_prefix(p).map(|rest| (*k, rest.trim())));
+        if let Some((kind, path)) = header {
+            files.push((kind.to_string(), path.to_string(), 0, 0));
+        } else if let Some(to) = line.strip_prefix("*** Move to: ") {
+            if let Some(last) = files.last_mut() {
+                last.0 = "move".into();
+                last.1 = format!("{} -> {}", last.1, to.trim());
+            }
+        } else if line.starts_with("***") {
+            continue;
+        } else if let Some(last) = files.last_mut() {
+            if line.starts_with('+') {
+                last.2 += 1;
+            } else if line.starts_with('-') {
+                last.3 += 1;
+            }
+        }
+    }
+    if files.is_empty() {
+        return "(no files)".into();
+    }
+    files
+        .iter()
+        .map(|(k, p, a, d)| format!("{k} {p} (+{a} -{d})"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Parses a hold's stored arguments back into the held call.
+fn held_call(tool: &str, args: &Value) -> Result<ToolCall, ToolError> {
+    ToolCall::parse(tool, args).map_err(|_| {
+        ToolError::new(
+            ErrorCode::Internal,
+            "the stored arguments of this hold no longer parse",
+        )
+    })
+}
+
+/// The pinned versions stored in a hold's facts.
+fn pinned_of(row: &ApprovalRow) -> BTreeMap<String, String> {
+    row.facts
+        .as_ref()
+        .and_then(|f| f.get("pinned"))
+        .and_then(|p| serde_json::from_value(p.clone()).ok())
+        .unwrap_or_default()
+}
+
+/// The workspace facts stored in a hold's facts.
+fn facts_of(row: &ApprovalRow) -> Option<WorkspaceFacts> {
+    row.facts
+        .as_ref()
+        .and_then(|f| f.get("workspace"))
+        .and_then(|w| serde_json::from_value(w.clone()).ok())
+}
+
+impl Gateway {
+    /// Whether Cedar holds an (allowed) apply_patch / exec_command call for a human: one
+    /// `confirm` request per distinct sub-request; a matching permit or an evaluation error
+    /// holds. Held decisions are audited.
+    pub(crate) fn confirm_holds(
+        &self,
+        snap: &PolicySnapshot,
+        ws: &WorkspaceRuntime,
+        call: &ToolCall,
+        session: &Session,
+    ) -> Result<bool, ToolError> {
+        let mut reqs = build_requests(call, session, None)?;
+        crate::links::fill_links(&ws.root, &mut reqs);
+        for r in &mut reqs {
+            if let std::borrow::Cow::Owned(red) = self.config.redaction.text(&r.subject) {
+                r.subject = red;
+            }
+        }
+        let confirm = confirm_requests(&reqs);
+        if confirm.is_empty() {
+            return Ok(false);
+        }
+        let d = self.decide_reqs(snap, &ws.facts, call.tool(), &confirm, session, Audit::None);
+        let held = d.subs.iter().any(|s| s.allowed || !s.errors.is_empty());
+        if held {
+            self.audit_decision(snap, &d, &ws.facts, &confirm, session);
+        }
+        Ok(held)
+    }
+
+    /// The versions of the paths a patch touches, now (`absent` for a missing path).
+    async fn pin_versions(
+        &self,
+        ws: &WorkspaceRuntime,
+        p: &ApplyPatchParams,
+    ) -> Result<BTreeMap<String, String>, ToolError> {
+        let patch = codespace_runner_patch::parse(&p.patch)
+            .map_err(|e| ToolError::new(ErrorCode::InvalidPatch, e.to_string()))?;
+        let mut out = BTreeMap::new();
+        for (path, _) in patch.touched_paths() {
+            let rel = RelPath::parse(&path)?;
+            let known = self.current_version(ws, &rel).await?;
+            out.insert(
+                rel.as_str().to_string(),
+                crate::patch_tool::known_str(&known).to_string(),
+            );
+        }
+        Ok(out)
+    }
+
+    /// Creates (or reuses) the hold for `call` on behalf of `session`.
+    async fn hold_row(
+        &self,
+        ws: &WorkspaceRuntime,
+        call: &ToolCall,
+        session: &Session,
+    ) -> Result<ApprovalRow, ToolError> {
+        let store = self.require_store()?;
+        let (tool, arguments, pinned) = match call {
+            ToolCall::ApplyPatch(p) => (
+                "apply_patch",
+                serde_json::to_value(p),
+                self.pin_versions(ws, p).await?,
+            ),
+            ToolCall::ExecCommand(p) => ("exec_command", serde_json::to_value(p), BTreeMap::new()),
+            other => {
+                return Err(ToolError::new(
+                    ErrorCode::InvalidArguments,
+                    format!("`{}` cannot be held", other.tool()),
+                ));
+            }
+        };
+        let arguments =
+            arguments.map_err(|e| ToolError::new(ErrorCode::Internal, e.to_string()))?;
+        let fp = fingerprint(&json!({
+            "client": session.client,
+            "registration": ws.registration,
+            "workspace": ws.facts.id,
+            "tool": tool,
+            "arguments": arguments,
+        }));
+        let now = codespace_store::now_ms();
+        let ttl = i64::try_from(self.config.limits.approval_ttl_ms).unwrap_or(i64::MAX);
+        let row = ApprovalRow {
+            approval_id: format!("appr-{}", uuid::Uuid::new_v4()),
+            fingerprint: fp,
+            tool: tool.into(),
+            workspace: ws.facts.id.clone(),
+            registration: ws.registration.clone(),
+            state: "pending".into(),
+            arguments: Some(arguments),
+            summary: summary(&self.config, &ws.facts.id, call),
+            facts: Some(json!({"workspace": ws.facts, "pinned": pinned})),
+            requested_by: session.client.clone(),
+            transport: session.transport.clone(),
+            channel: None,
+            resolved_by: None,
+            result: None,
+            created_ms: now,
+            expires_ms: now.saturating_add(ttl),
+            resolved_ms: None,
+            resumed_ms: None,
+            finished_ms: None,
+        };
+        let (row, created) = store
+            .create_or_reuse_approval(&row, now)
+            .map_err(store_err)?;
+        if created {
+            self.approval_event("approval_created", &row, &session.client, "tool");
+        }
+        Ok(row)
+    }
+
+    /// Records an approval event (create / resolve / resume) with who and through which
+    /// channel. A store failure is logged.
+    fn approval_event(&self, kind: &str, row: &ApprovalRow, by: &str, channel: &str) {
+        if let Some(store) = &self.store {
+            approval_event(store, kind, row, by, channel);
+        }
+    }
+
+    /// The APPROVAL_REQUIRED error of a held call, with its hold's id.
+    pub(crate) async fn hold(
+        &self,
+        ws: &WorkspaceRuntime,
+        call: &ToolCall,
+        session: &Session,
+    ) -> ToolError {
+        match self.hold_row(ws, call, session).await {
+            Ok(row) => with_id(
+                ToolError::new(
+                    ErrorCode::ApprovalRequired,
+                    format!(
+                        "this {} waits for a human: approval `{}` is {}; once granted \
+                         (approval_resolve, or the operator's `codespace approvals grant`), \
+                         call operation_resume with the approval_id",
+                        row.tool,
+                        row.approval_id,
+                        wire_state(&row.state)
+                    ),
+                ),
+                &row.approval_id,
+            ),
+            Err(e) => e,
+        }
+    }
+
+    /// Serves `approval_create`: the held call's own requests and `approval_create` are
+    /// decided first (a denial creates no row), then the hold is created or reused.
+    pub(crate) async fn approval_create(
+        &self,
+        snap: &PolicySnapshot,
+        session: &Session,
+        p: &ApprovalCreateParams,
+    ) -> Result<Value, ToolError> {
+        let call = ToolCall::ApprovalCreate(p.clone());
+        // Parse first: a malformed held call is INVALID_ARGUMENTS, whatever its workspace.
+        let held = ToolCall::parse(p.tool.as_str(), &p.arguments).map_err(|e| {
+            let why = match e {
+                crate::tools::CallParseError::UnknownTool(t) => format!("unknown tool `{t}`"),
+                crate::tools::CallParseError::InvalidArguments(m) => m,
+            };
+            ToolError::new(
+                ErrorCode::InvalidArguments,
+                format!("arguments for {}: {why}", p.tool.as_str()),
+            )
+        })?;
+        let ws_id = held.workspace_id().unwrap_or("");
+        let ws = self.workspace(ws_id)?;
+        self.authorize(snap, ws, &call, session, None)?;
+        let row = self.hold_row(ws, &held, session).await?;
+        to_value(&ApprovalStateResult {
+            approval_id: row.approval_id,
+            state: wire_state(&row.state).into(),
+        })
+    }
+
+    /// A hold this server serves: same workspace registration; `Err` is APPROVAL_NOT_FOUND.
+    fn served_hold(&self, id: &str) -> Result<(ApprovalRow, &WorkspaceRuntime), ToolError> {
+        let store = self.require_store()?;
+        let row = store
+            .approval(id, codespace_store::now_ms())
+            .map_err(store_err)?
+            .ok_or_else(|| not_found(id))?;
+        let ws = self
+            .workspaces
+            .get(&row.workspace)
+            .filter(|w| w.registration == row.registration)
+            .ok_or_else(|| not_found(id))?;
+        Ok((row, ws))
+    }
+
+    /// Serves `approval_resolve` over the tool channel.
+    pub(crate) fn approval_resolve(
+        &self,
+        snap: &PolicySnapshot,
+        session: &Session,
+        p: &ApprovalResolveParams,
+    ) -> Result<Value, ToolError> {
+        let (row, ws) = self.served_hold(&p.approval_id)?;
+        let call = ToolCall::ApprovalResolve(p.clone());
+        let mut reqs = build_requests(&call, session, None)?;
+        with_approval(
+            &mut reqs,
+            &ApprovalFacts {
+                channel: "tool".into(),
+                requested_by: row.requested_by.clone(),
+                resolved_by: session.client.clone(),
+                decision: p.decision.as_str().into(),
+            },
+        );
+        let d = self.decide_reqs(snap, &ws.facts, call.tool(), &reqs, session, Audit::All);
+        if !d.allowed() {
+            return Err(with_id(d.to_error(snap), &p.approval_id));
+        }
+        let store = self.require_store()?;
+        let out = resolve_in_store(store, &row, p.decision, &session.client, "tool")?;
+        to_value(&out)
+    }
+
+    /// Serves `operation_resume`: re-decides the held call under the current policies, runs
+    /// it exactly once and stores its outcome; a repeat returns the stored outcome.
+    pub(crate) async fn operation_resume(
+        &self,
+        snap: &PolicySnapshot,
+        session: &Session,
+        p: &OperationResumeParams,
+    ) -> Result<Value, ToolError> {
+        let id = p.approval_id.as_str();
+        let (row, ws) = self.served_hold(id)?;
+        // A hold belongs to the client that asked for it.
+        if row.requested_by != session.client {
+            return Err(not_found(id));
+        }
+        let call = ToolCall::OperationResume(p.clone());
+        let mut reqs = build_requests(&call, session, None)?;
+        with_approval(
+            &mut reqs,
+            &ApprovalFacts {
+                channel: row.channel.clone().unwrap_or_else(|| "tool".into()),
+                requested_by: row.requested_by.clone(),
+                resolved_by: row.resolved_by.clone().unwrap_or_default(),
+                decision: "grant".into(),
+            },
+        );
+        let d = self.decide_reqs(snap, &ws.facts, call.tool(), &reqs, session, Audit::All);
+        if !d.allowed() {
+            return Err(with_id(d.to_error(snap), id));
+        }
+        let store = self.require_store()?;
+        match row.state.as_str() {
+            "consumed" => return replay_outcome(&row),
+            "pending" => {
+                return Err(with_id(
+                    ToolError::new(
+                        ErrorCode::ApprovalRequired,
+                        format!("approval `{id}` is still pending: it has not been granted"),
+                    ),
+                    id,
+                ));
+            }
+            "resuming" => {
+                if InFlight::contains(id) || row.tool == "exec_command" {
+                    if !InFlight::contains(id) {
+                        // An interrupted exec resume is never respawned.
+                        return Err(with_id(
+                            ToolError::new(
+                                ErrorCode::ApprovalAmbiguous,
+                                format!(
+                                    "the resume of approval `{id}` was interrupted; the command \
+                                     may have started and is not started again"
+                                ),
+                            ),
+                            id,
+                        ));
+                    }
+                    return Err(conflict(id, "resuming"));
+                }
+                // An interrupted patch resume: its operation key replays what the ledger holds.
+                let guard = InFlight::enter(id).ok_or_else(|| conflict(id, "resuming"))?;
+                let out = self.run_held(snap, session, &row).await;
+                return self.finish(store, &row, session, out, guard);
+            }
+            "granted" => {}
+            other => return Err(conflict(id, other)),
+        }
+        let guard = InFlight::enter(id).ok_or_else(|| conflict(id, "resuming"))?;
+        let now = codespace_store::now_ms();
+        let Some(row) = store.begin_resume(id, now).map_err(store_err)? else {
+            let state = store
+                .approval(id, now)
+                .map_err(store_err)?
+                .map_or_else(|| "gone".to_string(), |r| r.state);
+            return Err(conflict(id, &state));
+        };
+        self.approval_event("approval_resumed", &row, &session.client, "tool");
+        let out = self.run_held(snap, session, &row).await;
+        self.finish(store, &row, session, out, guard)
+    }
+
+    /// What an in-band prompt shows of a pending hold `session` asked for (`None` for any other
+    /// hold).
+    pub fn pending_summary(&self, session: &Session, id: &str) -> Option<String> {
+        let (row, _) = self.served_hold(id).ok()?;
+        (row.state == "pending" && row.requested_by == session.client).then_some(row.summary)
+    }
+
+    /// A human's answer in-band (channel `elicitation`, through the asking client): decided by
+    /// policy as `approval_resolve`; a grant resumes the held call at once and returns the held
+    /// tool's own result; a deny is final (`APPROVAL_CONFLICT`, nothing ran).
+    pub async fn answer_in_band(
+        &self,
+        session: &Session,
+        id: &str,
+        decision: ApprovalDecision,
+    ) -> Result<Value, ToolError> {
+        let snap = self.policy.snapshot();
+        let out = self
+            .answer_in_band_under(&snap, session, id, decision)
+            .await;
+        out.map_err(|mut e| {
+            if let std::borrow::Cow::Owned(red) = self.config.redaction.text(&e.message) {
+                e.message = red;
+            }
+            e
+        })
+    }
+
+    async fn answer_in_band_under(
+        &self,
+        snap: &PolicySnapshot,
+        session: &Session,
+        id: &str,
+        decision: ApprovalDecision,
+    ) -> Result<Value, ToolError> {
+        let (row, ws) = self.served_hold(id)?;
+        if row.requested_by != session.client {
+            return Err(not_found(id));
+        }
+        let call = ToolCall::ApprovalResolve(ApprovalResolveParams {
+            approval_id: id.to_string(),
+            decision,
+        });
+        let mut reqs = build_requests(&call, session, None)?;
+        with_approval(
+            &mut reqs,
+            &ApprovalFacts {
+                channel: "elicitation".into(),
+                requested_by: row.requested_by.clone(),
+                resolved_by: session.client.clone(),
+                decision: decision.as_str().into(),
+            },
+        );
+        let d = self.decide_reqs(snap, &ws.facts, call.tool(), &reqs, session, Audit::All);
+        if !d.allowed() {
+            return Err(with_id(d.to_error(snap), id));
+        }
+        let store = self.require_store()?;
+        resolve_in_store(store, &row, decision, &session.client, "elicitation")?;
+        if decision == ApprovalDecision::Deny {
+            return Err(with_id(
+                ToolError::new(
+                    ErrorCode::ApprovalConflict,
+                    format!("approval `{id}` was denied by the user; nothing ran"),
+                ),
+                id,
+            ));
+        }
+        let resumed = self
+            .operation_resume(
+                snap,
+                session,
+                &OperationResumeParams {
+                    approval_id: id.to_string(),
+                },
+            )
+            .await?;
+        resumed
+            .get(row.tool.as_str())
+            .cloned()
+            .ok_or_else(|| ToolError::new(ErrorCode::Internal, "the resume returned no result"))
+    }
+
+    /// Runs the held call (re-decided and version-checked by the tool itself).
+    async fn run_held(
+        &self,
+        snap: &PolicySnapshot,
+        session: &Session,
+        row: &ApprovalRow,
+    ) -> Result<Value, ToolError> {
+        let args = row
+            .arguments
+            .as_ref()
+            .ok_or_else(|| conflict(&row.approval_id, "denied"))?;
+        let resumed = Resumed {
+            pinned: pinned_of(row),
+        };
+        // The hold's own operation key makes the run idempotent: a repeat after a crash replays
+        // what the ledger holds instead of running again.
+        let key = format!("approval-{}", row.approval_id);
+        match held_call(&row.tool, args)? {
+            ToolCall::ApplyPatch(mut p) => {
+                p.operation_key.get_or_insert(key);
+                self.apply_patch_with(snap, session, &p, Some(&resumed))
+                    .await
+            }
+            ToolCall::ExecCommand(mut p) => {
+                p.operation_key.get_or_insert(key);
+                let call = ToolCall::ExecCommand(p.clone());
+                self.exec_command_with(snap, session, &call, &p, Some(&resumed))
+                    .await
+            }
+            other => Err(ToolError::new(
+                ErrorCode::Internal,
+                format!("`{}` cannot be held", other.tool()),
+            )),
+        }
+    }
+
+    /// Stores the outcome of a resume: consumed, unless nothing ran (the hold is granted
+    /// again and the error returned).
+    fn finish(
+        &self,
+        store: &Store,
+        row: &ApprovalRow,
+        session: &Session,
+        out: Result<Value, ToolError>,
+        guard: InFlight,
+    ) -> Result<Value, ToolError> {
+        let id = row.approval_id.as_str();
+        let now = codespace_store::now_ms();
+        let result = match out {
+            Ok(v) => {
+                let outcome = json!({"ok": v});
+                store
+                    .finish_resume(id, true, Some(&outcome), now)
+                    .map_err(store_err)?;
+                resume_result(&row.tool, id, v, false)
+            }
+            Err(e) => {
+                let nothing_ran = e.operation_id.is_none()
+                    && matches!(
+                        e.code,
+                        ErrorCode::Unauthorized
+                            | ErrorCode::WorkspaceBusy
+                            | ErrorCode::ResourceQueueFull
+                            | ErrorCode::WorkspaceNotFound
+                    );
+                if nothing_ran {
+                    store
+                        .finish_resume(id, false, None, now)
+                        .map_err(store_err)?;
+                } else {
+                    let outcome = json!({"error": e});
+                    store
+                        .finish_resume(id, true, Some(&outcome), now)
+                        .map_err(store_err)?;
+                }
+                Err(with_id(e, id))
+            }
+        };
+        drop(guard);
+        if let Ok(Some(after)) = store.approval(id, now) {
+            self.approval_event("approval_finished", &after, &session.client, "tool");
+        }
+        result
+    }
+}
+
+/// The result of a resume: `{approval_id, state: consumed, <tool>: result}`.
+fn resume_result(tool: &str, id: &str, v: Value, replayed: bool) -> Result<Value, ToolError> {
+    let mut out = OperationResumeResult {
+        approval_id: id.to_string(),
+        state: "consumed".into(),
+        replayed,
+        apply_patch: None,
+        exec_command: None,
+    };
+    let bad = |e: serde_json::Error| ToolError::new(ErrorCode::Internal, e.to_string());
+    match tool {
+        "apply_patch" => {
+            out.apply_patch = Some(serde_json::from_value::<ApplyPatchResult>(v).map_err(bad)?)
+        }
+        _ => out.exec_command = Some(serde_json::from_value::<ExecCommandResult>(v).map_err(bad)?),
+    }
+    to_value(&out)
+}
+
+/// A repeated resume: the stored outcome, never a second run.
+fn replay_outcome(row: &ApprovalRow) -> Result<Value, ToolError> {
+    let id = row.approval_id.as_str();
+    match &row.result {
+        Some(r) if r.get("ok").is_some() => resume_result(
+            &row.tool,
+            id,
+            r.get("ok").cloned().unwrap_or(Value::Null),
+            true,
+        ),
+        Some(r) => {
+            let err = r.get("error").cloned().unwrap_or(Value::Null);
+            let text = |k: &str| err.get(k).and_then(Value::as_str).map(str::to_string);
+            let mut e = ToolError::new(
+                ErrorCode::from_code(&text("code").unwrap_or_default()),
+                format!(
+                    "replayed resume of `{id}`: {}",
+                    text("message").unwrap_or_default()
+                ),
+            );
+            e.operation_id = text("operation_id");
+            e.decision_id = text("decision_id");
+            Err(with_id(e, id))
+        }
+        None => Err(with_id(
+            ToolError::new(
+                ErrorCode::ApprovalAmbiguous,
+                format!("approval `{id}` was consumed but its outcome was not stored"),
+            ),
+            id,
+        )),
+    }
+}
+
+fn to_value<T: serde::Serialize>(v: &T) -> Result<Value, ToolError> {
+    serde_json::to_value(v).map_err(|e| ToolError::new(ErrorCode::Internal, e.to_string()))
+}
+
+fn approval_event(store: &Store, kind: &str, row: &ApprovalRow, by: &str, channel: &str) {
+    let detail = json!({
+        "approval_id": row.approval_id,
+        "tool": row.tool,
+        "workspace": row.workspace,
+        "state": row.state,
+        "requested_by": row.requested_by,
+        "by": by,
+        "channel": channel,
+    });
+    if let Err(e) = store.insert_event(kind, &detail) {
+        tracing::error!(approval_id = %row.approval_id, error = %e, "cannot record approval event");
+    }
+}
+
+/// Moves a pending hold to granted/denied; an answer repeated on a resolved hold is
+/// idempotent; a contrary one is APPROVAL_CONFLICT.
+fn resolve_in_store(
+    store: &Store,
+    row: &ApprovalRow,
+    decision: ApprovalDecision,
+    by: &str,
+    channel: &str,
+) -> Result<ApprovalStateResult, ToolError> {
+    let id = row.approval_id.as_str();
+    let grant = decision == ApprovalDecision::Grant;
+    let now = codespace_store::now_ms();
+    let state = match store
+        .resolve_approval(id, grant, by, channel, now)
+        .map_err(store_err)?
+    {
+        Resolution::NotFound => return Err(not_found(id)),
+        Resolution::Changed(after) => {
+            approval_event(store, "approval_resolved", &after, by, channel);
+            after.state
+        }
+        Resolution::Unchanged(now_row) => {
+            let same = matches!(
+                (now_row.state.as_str(), grant),
+                ("granted" | "resuming" | "consumed", true) | ("denied", false)
+            );
+            if !same {
+                return Err(conflict(id, &now_row.state));
+            }
+            now_row.state
+        }
+    };
+    Ok(ApprovalStateResult {
+        approval_id: id.to_string(),
+        state: wire_state(&state).into(),
+    })
+}
+
+/// The operator's answer from the CLI (channel `cli`), with the server running or not: the
+/// hold's recorded workspace facts, the current policies, one audited `approval_resolve`
+/// decision, then the same state change the tool makes.
+pub fn cli_resolve(
+    config: &Config,
+    snap: &PolicySnapshot,
+    store: &Store,
+    id: &str,
+    decision: ApprovalDecision,
+    operator: &str,
+) -> Result<ApprovalStateResult, ToolError> {
+    let row = store
+        .approval(id, codespace_store::now_ms())
+        .map_err(store_err)?
+        .ok_or_else(|| not_found(id))?;
+    if row.state != "pending" {
+        return resolve_in_store(store, &row, decision, operator, "cli");
+    }
+    let facts = facts_of(&row).ok_or_else(|| {
+        ToolError::new(
+            ErrorCode::Internal,
+            "the hold has no recorded workspace facts",
+        )
+    })?;
+    let session = Session {
+        client: operator.to_string(),
+        transport: "cli".into(),
+    };
+    let call = ToolCall::ApprovalResolve(ApprovalResolveParams {
+        approval_id: id.to_string(),
+        decision,
+    });
+    let mut reqs: Vec<SubRequest> = build_requests(&call, &session, None)?;
+    with_approval(
+        &mut reqs,
+        &ApprovalFacts {
+            channel: "cli".into(),
+            requested_by: row.requested_by.clone(),
+            resolved_by: operator.to_string(),
+            decision: decision.as_str().into(),
+        },
+    );
+    let ents = crate::decide::workspace_entities(snap, &config.profiles, &facts)
+        .map_err(|e| ToolError::new(ErrorCode::Internal, format!("entities: {e}")))?;
+    let d = decide(snap, &ents, &facts, call.tool(), &reqs);
+    let rows = crate::gateway::decision_rows(config, snap, &d, &facts, &reqs, &session);
+    if let Err(e) = store.append_decisions(rows).and_then(|t| t.wait()) {
+        tracing::error!(error = %e, "cannot record the approval decision");
+    }
+    if !d.allowed() {
+        return Err(with_id(d.to_error(snap), id));
+    }
+    resolve_in_store(store, &row, decision, operator, "cli")
+}
