@@ -166,6 +166,35 @@ pub const TOOLS: &[ToolSpec] = &[
         false,
         Some("terminate"),
     ),
+    // A hold is a pause for a human, never a grant: creating or answering one changes no file.
+    row(
+        ToolName::ApprovalCreate,
+        "Ask for approval",
+        false,
+        false,
+        true,
+        false,
+        None,
+    ),
+    row(
+        ToolName::ApprovalResolve,
+        "Resolve approval",
+        false,
+        false,
+        false,
+        false,
+        None,
+    ),
+    // Resuming runs the held apply_patch or exec_command (exactly once; a repeat replays).
+    row(
+        ToolName::OperationResume,
+        "Resume approved operation",
+        false,
+        true,
+        true,
+        true,
+        None,
+    ),
     row(
         ToolName::Grep,
         "Search file contents",
