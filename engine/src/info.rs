@@ -111,6 +111,8 @@ impl Gateway {
             timeout_ms: None,
             yield_ms: None,
             operation_key: None,
+            env: None,
+            cwd: None,
         });
         let mut probes: Vec<SubRequest> = vec![
             path_request("read", ".", "", session),

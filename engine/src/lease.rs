@@ -169,6 +169,20 @@ impl Leases {
         }
     }
 
+    /// Releases the lease a process's exec took, once the process exited: whether the exec
+    /// already turned it into the process's lease (`Process(id)`) or still holds it as request
+    /// `ticket` (the process exited before the exec finished registering it). Runs from the
+    /// process table's exit hook, before anyone can observe the exit.
+    pub fn release_exited(&self, workspace: &str, process_id: &str, ticket: u64) {
+        let mut g = self.lock();
+        if let Some(ws) = g.by_ws.get_mut(workspace)
+            && (ws.holder == Some(Holder::Process(process_id.to_string()))
+                || ws.holder == Some(Holder::Request(ticket)))
+        {
+            Self::hand_over(ws);
+        }
+    }
+
     /// The live process holding the workspace, if any.
     pub fn process_holder(&self, workspace: &str) -> Option<String> {
         let g = self.lock();
@@ -188,6 +202,11 @@ impl Leases {
 }
 
 impl RequestLease {
+    /// The ticket this lease holds (see [`Leases::release_exited`]).
+    pub fn ticket(&self) -> u64 {
+        self.ticket
+    }
+
     /// Turns this request-owned lease into a process-owned one: the process now holds the
     /// workspace until [`Leases::release_process`]; queued requests fail with `WORKSPACE_BUSY`.
     pub fn into_process(mut self, process_id: &str) {

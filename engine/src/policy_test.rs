@@ -122,6 +122,9 @@ pub struct TestProcess {
     /// PTY?
     #[serde(default)]
     pub tty: bool,
+    /// Names of the `env` variables it was started with.
+    #[serde(default)]
+    pub env_names: Vec<String>,
 }
 
 fn yes() -> bool {
@@ -560,6 +563,7 @@ pub fn run_file_in(
                     same_client: p.same_client,
                     argv: p.command.clone(),
                     tty: p.tty,
+                    env_names: p.env_names.clone(),
                 });
                 match build_requests(&call, &session, pf.as_ref()) {
                     Ok(mut reqs) => {
@@ -1053,6 +1057,7 @@ pub fn case_records(
             same_client: p.same_client,
             argv: p.command.clone(),
             tty: p.tty,
+            env_names: p.env_names.clone(),
         });
         let Ok(reqs) = build_requests(&call, &session, pf.as_ref()) else {
             continue;

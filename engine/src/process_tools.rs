@@ -16,8 +16,10 @@ use crate::tools::{
     ProcessResizeResult, ProcessStatusResult, ReadProcessParams, ReadProcessResult, ToolCall,
     WriteStdinParams,
 };
+use codespace_runner_fs::{Kind, RelPath};
 use codespace_runner_process::{
-    Launcher, ProcError, ProcState, ProcessInfo, ProcessTable, SpawnError, SpawnSpec, TableLimits,
+    ExitHook, Launcher, ProcError, ProcState, ProcessInfo, ProcessTable, SpawnError, SpawnSpec,
+    TableLimits,
 };
 use codespace_runner_sandbox::{
     HELPER_STDERR_PREFIX, NetworkMode, SandboxPlan, launcher_parts, scrub_env,
@@ -41,6 +43,9 @@ pub const MAX_WAIT_MS: u64 = 30_000;
 /// command (fail closed). It can only make the server refuse more, never less.
 pub const FORCE_NO_LANDLOCK_ENV: &str = "CODESPACE_TEST_FORCE_NO_LANDLOCK";
 
+/// How long terminate_process waits beyond the kill grace for the process to be reaped.
+const TERMINATE_MARGIN: Duration = Duration::from_secs(1);
+
 /// How long exec_command waits for the sandbox helper to either exec the target or fail.
 const HELPER_SETTLE: Duration = Duration::from_secs(3);
 
@@ -52,6 +57,7 @@ struct Entry {
     argv: Vec<String>,
     tty: bool,
     tmp_dir: Option<PathBuf>,
+    env_names: Vec<String>,
 }
 
 /// The gateway's process state: the runner table and who started what.
@@ -216,6 +222,10 @@ struct CommandPaths {
     read_paths: Vec<PathBuf>,
     /// The home directory (created 0700 on first use), when one is known.
     home: Option<PathBuf>,
+    /// The operator's directories prepended to `PATH`.
+    path: Vec<PathBuf>,
+    /// The operator's fixed variables.
+    env: std::collections::BTreeMap<String, String>,
 }
 
 impl Gateway {
@@ -238,8 +248,41 @@ impl Gateway {
         Ok(CommandPaths {
             read_paths: ws.read_paths.values().cloned().collect(),
             home,
+            path: ws.path.clone(),
+            env: ws.env.clone(),
         })
     }
+}
+
+/// The child's environment: the server's `base` (PATH, HOME, LANG, TERM, TMPDIR), then the
+/// call's `env` on top, then the operator's `env` on top of that (the operator wins), and the
+/// operator's `path` directories prepended to whatever `PATH` results.
+fn child_env(
+    base: Vec<(String, String)>,
+    call: Option<&std::collections::BTreeMap<String, String>>,
+    operator: &std::collections::BTreeMap<String, String>,
+    path: &[PathBuf],
+) -> Vec<(String, String)> {
+    let mut merged: std::collections::BTreeMap<String, String> = base.into_iter().collect();
+    if let Some(call) = call {
+        for (k, v) in call {
+            merged.insert(k.clone(), v.clone());
+        }
+    }
+    for (k, v) in operator {
+        merged.insert(k.clone(), v.clone());
+    }
+    if !path.is_empty() {
+        let mut dirs: Vec<String> = path
+            .iter()
+            .map(|d| d.to_string_lossy().into_owned())
+            .collect();
+        if let Some(rest) = merged.get("PATH").filter(|p| !p.is_empty()) {
+            dirs.push(rest.clone());
+        }
+        merged.insert("PATH".into(), dirs.join(":"));
+    }
+    merged.into_iter().collect()
 }
 
 fn status_result(id: &str, info: &ProcessInfo) -> ProcessStatusResult {
@@ -349,6 +392,7 @@ impl Gateway {
             same_client: entry.client == session.client,
             argv: entry.argv.clone(),
             tty: entry.tty,
+            env_names: entry.env_names.clone(),
         };
         self.authorize(snap, ws, call, session, Some(&facts))?;
         Ok(ws)
@@ -494,13 +538,23 @@ impl Gateway {
                 "timeout_ms must be at least 1",
             ));
         }
+        let cwd = self.exec_cwd(ws, p.cwd.as_deref())?;
         let tty = p.tty.unwrap_or(false);
-        let fp = fingerprint(&json!({
+        let mut fp_args = json!({
             "workspace_id": p.workspace_id,
             "command": p.command,
             "tty": tty,
             "timeout_ms": p.timeout_ms,
-        }));
+        });
+        if let Value::Object(m) = &mut fp_args {
+            if let Some(env) = &p.env {
+                m.insert("env".into(), json!(env));
+            }
+            if !cwd.is_root() {
+                m.insert("cwd".into(), json!(cwd.as_str()));
+            }
+        }
+        let fp = fingerprint(&fp_args);
         let key = p.operation_key.as_deref().filter(|k| !k.is_empty());
         // A retry of a keyed exec replays without taking the lease (its own process may hold it).
         let known_key = match key {
@@ -530,7 +584,17 @@ impl Gateway {
                 }
             },
         };
-        let started = self.start(snap, ws, session, p, &decision, &op_id).await;
+        // Frees the lease before the exit is observable (status, eof, wait): a next exec right
+        // after a caller saw the exit never finds the workspace busy.
+        let on_exit: ExitHook = {
+            let leases = Arc::clone(&self.leases);
+            let workspace = ws.facts.id.clone();
+            let ticket = lease.ticket();
+            Box::new(move |id: &str| leases.release_exited(&workspace, id, ticket))
+        };
+        let started = self
+            .start(snap, ws, session, p, &cwd, &decision, &op_id, on_exit)
+            .await;
         let (id, pid, row) = match started {
             Ok(s) => s,
             Err(e) => {
@@ -596,15 +660,42 @@ impl Gateway {
         to_value(&result)
     }
 
+    /// The working directory of an exec: workspace-relative, an existing directory reached
+    /// without any symlink (the request builder already refused `..` and absolute paths).
+    fn exec_cwd(&self, ws: &WorkspaceRuntime, cwd: Option<&str>) -> Result<RelPath, ToolError> {
+        let rel = match cwd.filter(|c| !c.is_empty()) {
+            Some(c) => RelPath::parse(c).map_err(ToolError::from)?,
+            None => return Ok(RelPath::root()),
+        };
+        match ws.root.stat(&rel).map_err(ToolError::from)? {
+            None => Err(ToolError::new(
+                ErrorCode::FileNotFound,
+                format!("cwd `{}` does not exist", rel.as_str()),
+            )),
+            Some(m) if m.kind == Kind::Symlink => Err(ToolError::new(
+                ErrorCode::SymlinkRejected,
+                format!("cwd `{}` is a symlink", rel.as_str()),
+            )),
+            Some(m) if m.kind != Kind::Dir => Err(ToolError::new(
+                ErrorCode::PathNotDirectory,
+                format!("cwd `{}` is not a directory", rel.as_str()),
+            )),
+            Some(_) => Ok(rel),
+        }
+    }
+
     /// Spawns under the sandbox and registers the process. Nothing is running on error.
+    #[allow(clippy::too_many_arguments)]
     async fn start(
         &self,
         snap: &PolicySnapshot,
         ws: &WorkspaceRuntime,
         session: &Session,
         p: &ExecCommandParams,
+        cwd: &RelPath,
         decision: &crate::decide::Decision,
         op_id: &str,
+        on_exit: ExitHook,
     ) -> Result<(String, u32, ProcessRow), ToolError> {
         let root = self
             .config
@@ -648,28 +739,38 @@ impl Gateway {
             .as_deref()
             .or(tmp_dir.as_deref())
             .unwrap_or(&root);
-        let mut env: Vec<(String, String)> = vec![
+        let mut base: Vec<(String, String)> = vec![
             ("PATH".into(), CHILD_PATH.into()),
             ("HOME".into(), home.to_string_lossy().into_owned()),
             ("LANG".into(), "C.UTF-8".into()),
         ];
         if tty {
-            env.push(("TERM".into(), "xterm".into()));
+            base.push(("TERM".into(), "xterm".into()));
         }
         if let Some(t) = &tmp_dir {
-            env.push(("TMPDIR".into(), t.to_string_lossy().into_owned()));
+            base.push(("TMPDIR".into(), t.to_string_lossy().into_owned()));
         }
+        let mut env = child_env(base, p.env.as_ref(), &paths.env, &paths.path);
         scrub_env(&mut env);
         let spec = SpawnSpec {
             argv: p.command.clone(),
-            cwd: root.clone(),
+            cwd: if cwd.is_root() {
+                root.clone()
+            } else {
+                root.join(cwd.as_str())
+            },
             env,
             tty,
             timeout: p.timeout_ms.map(Duration::from_millis),
             launcher,
             owner: session.client.clone(),
         };
-        let spawned = match self.processes.table.spawn(spec).await {
+        let spawned = match self
+            .processes
+            .table
+            .spawn_with_exit_hook(spec, Some(on_exit))
+            .await
+        {
             Ok(s) => s,
             Err(e) => {
                 remove_tmp(tmp_dir.as_deref());
@@ -692,6 +793,7 @@ impl Gateway {
                 argv: p.command.clone(),
                 tty,
                 tmp_dir,
+                env_names: crate::request::exec_env_names(p.env.as_ref())?,
             },
         );
         let program = p
@@ -770,6 +872,10 @@ impl Gateway {
                     ok: true,
                     process_id: process_id.to_string(),
                     operation_id: Some(op_id.clone()),
+                    state: None,
+                    exit_code: None,
+                    termination: None,
+                    signal: None,
                 })?;
                 self.finish_operation(&op_id, done, &r, None);
                 Ok(r)
@@ -877,17 +983,38 @@ impl Gateway {
     ) -> Result<Value, ToolError> {
         let ws = self.authorize_process(snap, session, call, &p.process_id)?;
         let fp = fingerprint(&json!({"process_id": p.process_id}));
-        let table = &self.processes.table;
-        self.acked_operation(
-            "terminate_process",
-            &ws.facts.id,
-            &p.process_id,
-            &fp,
-            session,
-            "terminated",
-            table.terminate(&p.process_id),
-        )
-        .await
+        let op_id =
+            match self.begin_operation("terminate_process", &ws.facts.id, None, &fp, session)? {
+                Begin::New(id) => id,
+                Begin::Replay(_) => return Err(internal("unexpected replay without a key")),
+            };
+        // Waits for the exit (bounded by the kill grace plus a margin): when this answers
+        // `exited`, the exit hook has already freed the process's lease.
+        let waited = self
+            .processes
+            .table
+            .terminate_and_wait(&p.process_id, TERMINATE_MARGIN)
+            .await;
+        match waited {
+            Ok(info) => {
+                let r = to_value(&ProcessAckResult {
+                    ok: true,
+                    process_id: p.process_id.clone(),
+                    operation_id: Some(op_id.clone()),
+                    state: Some(info.state.as_str().to_string()),
+                    exit_code: info.exit_code,
+                    termination: info.termination.map(|t| t.as_str().to_string()),
+                    signal: info.signal,
+                })?;
+                self.finish_operation(&op_id, "terminated", &r, None);
+                Ok(r)
+            }
+            Err(e) => {
+                let e = proc_error(&e).with_operation(op_id.clone());
+                self.fail_operation(&op_id, &e);
+                Err(e)
+            }
+        }
     }
 
     /// Kills every process group the gateway owns (stdin EOF, SIGTERM): no orphans.

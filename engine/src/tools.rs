@@ -420,6 +420,14 @@ pub struct ExecCommandParams {
     /// Idempotency key: a retry never starts a second process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operation_key: Option<String>,
+    /// Extra environment variables (name → value). Each name is a Cedar fact
+    /// (`context.command.env_names`); the operator's config `env` wins for the same name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<BTreeMap<String, String>>,
+    /// Working directory, workspace-relative (default the workspace root); the resource path
+    /// Cedar sees.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
 }
 
 /// Parameters of `write_stdin`.
@@ -505,6 +513,18 @@ pub struct ProcessAckResult {
     /// The operation id (`op-…`) of this call (ours).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operation_id: Option<String>,
+    /// terminate_process: `exited` once it ended (its lease is then free), else `running`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// terminate_process: the exit code, when it exited on its own before the signal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// terminate_process: exited / signaled / timeout / terminated / unknown, once exited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub termination: Option<String>,
+    /// terminate_process: the killing signal, when `termination` is `signaled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
 }
 
 /// Result of `read_process`.

@@ -18,7 +18,9 @@ use crate::pty::{PtyPlan, read_loop, spawn_pty};
 use crate::resolve::{check_cwd, display_name, resolve_program};
 use crate::signals::signal_group;
 use crate::supervisor::{LiveSlot, Reaper, Supervision, supervise, watch_exit};
-use crate::types::{ProcessInfo, ReadChunk, SpawnSpec, Spawned, TableLimits, Termination};
+use crate::types::{
+    ExitHook, ProcessInfo, ReadChunk, SpawnSpec, Spawned, TableLimits, Termination,
+};
 
 /// How long `shutdown` waits for each killed process to be reaped.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
@@ -143,6 +145,19 @@ impl ProcessTable {
 
     /// Starts a process. On error nothing is running.
     pub async fn spawn(&self, spec: SpawnSpec) -> Result<Spawned, SpawnError> {
+        self.spawn_with_exit_hook(spec, None).await
+    }
+
+    /// Starts a process whose `on_exit` runs once it has exited and been reaped, before its exit
+    /// becomes observable: before [`ProcessTable::status`] says `exited`, before
+    /// [`ProcessTable::wait_exit`] resolves and before a read reports `eof`. A caller that frees a
+    /// resource there (a lease) is sure no observer of the exit still finds it held. Not called
+    /// when the spawn fails.
+    pub async fn spawn_with_exit_hook(
+        &self,
+        spec: SpawnSpec,
+        on_exit: Option<ExitHook>,
+    ) -> Result<Spawned, SpawnError> {
         let first = spec
             .argv
             .first()
@@ -206,7 +221,8 @@ impl ProcessTable {
             Started::Pty(child) => {
                 let proc = Arc::new(Proc::new(
                     ident(child.pid),
-                    Output::new(limits.ring_bytes, 1),
+                    // The terminal reader, and the exit itself: `eof` implies the exit is recorded.
+                    Output::new(limits.ring_bytes, 2),
                     Stdin::Pty(Arc::new(Mutex::new(Some(child.writer)))),
                     Some(child.master),
                     cgroup,
@@ -227,7 +243,8 @@ impl ProcessTable {
                 let child = *child;
                 let proc = Arc::new(Proc::new(
                     ident(child.pid),
-                    Output::new(limits.ring_bytes, 2),
+                    // stdout, stderr, and the exit itself: `eof` implies the exit is recorded.
+                    Output::new(limits.ring_bytes, 3),
                     Stdin::Pipe(tokio::sync::Mutex::new(Some(child.stdin))),
                     None,
                     cgroup,
@@ -266,6 +283,7 @@ impl ProcessTable {
             grace: limits.kill_grace,
             slot,
             table: Arc::downgrade(&self.inner),
+            on_exit,
         }));
         Ok(spawned)
     }
@@ -326,6 +344,21 @@ impl ProcessTable {
         let proc = self.get(id)?;
         proc.begin_kill(Termination::Terminated, self.inner.limits.kill_grace);
         Ok(())
+    }
+
+    /// Like [`ProcessTable::terminate`], then waits (at most the kill grace plus `margin`) for the
+    /// process to exit and returns its status: `exited` unless it outlived even SIGKILL's grace
+    /// (then `running`; the kill goes on). Terminating an exited process returns its final status.
+    pub async fn terminate_and_wait(
+        &self,
+        id: &str,
+        margin: Duration,
+    ) -> Result<ProcessInfo, ProcError> {
+        let proc = self.get(id)?;
+        let grace = self.inner.limits.kill_grace;
+        proc.begin_kill(Termination::Terminated, grace);
+        let _ = tokio::time::timeout(grace.saturating_add(margin), proc.wait_exited()).await;
+        Ok(proc.info())
     }
 
     /// Resolves when the process has exited (and been reaped); returns its final status.

@@ -54,6 +54,9 @@ pub struct Launcher {
     pub env: Vec<(String, String)>,
 }
 
+/// Runs once when a process has exited, before its exit is observable; gets the process id.
+pub type ExitHook = Box<dyn FnOnce(&str) + Send + 'static>;
+
 /// What to start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpawnSpec {

@@ -1,0 +1,265 @@
+//! The dev loop through the real gateway path (in-process, sandbox helper = the built binary):
+//! operator `path`/`env`, the call's `env`/`cwd` and the guardrail on loader hooks; the lease is
+//! free as soon as any observer can see an exit; terminate_process waits for the exit.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod process_common;
+
+use codespace_engine::ErrorCode;
+use process_common::*;
+use serde_json::{Value, json};
+use std::os::unix::fs::PermissionsExt;
+
+/// A tool tree outside the workspace: `<dir>/tools/bin/hello-tool` prints `$GREETING`.
+fn tool_tree(dir: &std::path::Path) -> std::path::PathBuf {
+    let tools = dir.join("tools");
+    let bin = tools.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let tool = bin.join("hello-tool");
+    std::fs::write(&tool, "#!/bin/sh\necho \"tool says $GREETING\"\n").unwrap();
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::canonicalize(tools).unwrap()
+}
+
+async fn exec(gw: &codespace_engine::Gateway, args: Value) -> Value {
+    call(gw, "exec_command", args)
+        .await
+        .unwrap_or_else(|e| panic!("exec failed: {e}"))
+}
+
+/// Output of a finished exec (its yield window covers the whole run).
+async fn finished_output(gw: &codespace_engine::Gateway, r: &Value) -> String {
+    assert_eq!(r["state"], "exited", "did not finish in time: {r}");
+    let mut out = r["chunk"].as_str().unwrap().to_string();
+    if r["eof"] != true {
+        let id = r["process_id"].as_str().unwrap();
+        out.push_str(&read_all(gw, id, r["cursor"].as_u64().unwrap()).await.0);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_path_and_env_and_the_calls_env_and_cwd_reach_the_command() {
+    let scratch = tempfile::tempdir().unwrap();
+    let tools = tool_tree(scratch.path());
+    let mut ws = if sandbox_available() {
+        json!({})
+    } else {
+        json!({"sandbox": "off"})
+    };
+    ws["path"] = json!([tools.join("bin")]);
+    ws["read_paths"] = json!({"tools": tools});
+    ws["env"] = json!({"GREETING": "operator", "PINNED": "operator"});
+    let e = env_with(Opts {
+        workspace: ws,
+        ..Opts::default()
+    });
+    std::fs::create_dir_all(e.root.join("sub/dir")).unwrap();
+
+    // The operator's path finds the tool; the operator's env reaches it.
+    let r = exec(
+        &e.gw,
+        json!({"workspace_id": "w", "command": ["hello-tool"], "yield_ms": 20_000}),
+    )
+    .await;
+    assert_eq!(finished_output(&e.gw, &r).await, "tool says operator\n");
+    assert_eq!(r["exit_code"], 0);
+
+    // The call's env adds variables; the operator's value wins for the same name; cwd is used.
+    let r = exec(
+        &e.gw,
+        json!({"workspace_id": "w", "cwd": "sub/dir",
+               "command": ["sh", "-c", "echo \"$MINE $PINNED\"; pwd; echo \"$PATH\""],
+               "env": {"MINE": "mine", "PINNED": "caller"}, "yield_ms": 20_000}),
+    )
+    .await;
+    let out = finished_output(&e.gw, &r).await;
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "mine operator", "{out}");
+    assert!(lines[1].ends_with("/sub/dir"), "{out}");
+    let path = lines[2];
+    assert!(
+        path.starts_with(&format!("{}:", tools.join("bin").display())),
+        "operator path first: {path}"
+    );
+    assert!(path.contains("/usr/bin"), "{path}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_env_and_cwd_are_refused_and_start_nothing() {
+    let e = env();
+    std::fs::write(e.root.join("file.txt"), "x").unwrap();
+    std::fs::create_dir(e.root.join("real")).unwrap();
+    std::os::unix::fs::symlink(e.root.join("real"), e.root.join("link")).unwrap();
+    let cases: Vec<(Value, ErrorCode)> = vec![
+        (json!({"env": {"A=B": "x"}}), ErrorCode::InvalidArguments),
+        (json!({"env": {"1X": "x"}}), ErrorCode::InvalidArguments),
+        (json!({"env": {"": "x"}}), ErrorCode::InvalidArguments),
+        (
+            json!({"env": {"OK": "a\u{0}b"}}),
+            ErrorCode::InvalidArguments,
+        ),
+        (json!({"cwd": "../outside"}), ErrorCode::PathEscape),
+        (json!({"cwd": "/etc"}), ErrorCode::PathEscape),
+        (json!({"cwd": "a/../../b"}), ErrorCode::PathEscape),
+        (json!({"cwd": "missing"}), ErrorCode::FileNotFound),
+        (json!({"cwd": "file.txt"}), ErrorCode::PathNotDirectory),
+        (json!({"cwd": "link"}), ErrorCode::SymlinkRejected),
+    ];
+    for (extra, code) in cases {
+        let mut args = json!({"workspace_id": "w", "command": ["touch", "started"]});
+        for (k, v) in extra.as_object().unwrap() {
+            args[k] = v.clone();
+        }
+        let err = call(&e.gw, "exec_command", args.clone())
+            .await
+            .expect_err("must be refused");
+        assert_eq!(err.code, code, "{args}: {err}");
+        assert!(!err.message.contains(e.root.to_str().unwrap()), "{err}");
+        assert_eq!(e.gw.live_processes(), 0, "{args}: something started");
+    }
+    assert!(!e.root.join("started").exists());
+    // A good cwd works.
+    let r = exec(
+        &e.gw,
+        json!({"workspace_id": "w", "command": ["pwd"], "cwd": "real", "yield_ms": 20_000}),
+    )
+    .await;
+    assert!(
+        finished_output(&e.gw, &r)
+            .await
+            .trim_end()
+            .ends_with("/real")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loader_or_git_hook_variable_is_denied_naming_the_guardrail() {
+    let e = env();
+    for name in [
+        "LD_PRELOAD",
+        "GIT_SSH_COMMAND",
+        "GIT_CONFIG_GLOBAL",
+        "PYTHONPATH",
+    ] {
+        let err = call(
+            &e.gw,
+            "exec_command",
+            json!({"workspace_id": "w", "command": ["true"], "env": {name: "x", "SAFE": "1"}}),
+        )
+        .await
+        .expect_err("must be denied");
+        assert_eq!(err.code, ErrorCode::Unauthorized, "{name}: {err}");
+        assert_eq!(
+            err.policy_ids.as_deref(),
+            Some(&["base.forbid.exec-env-hooks".to_string()][..]),
+            "{name}: {err:?}"
+        );
+        assert!(err.decision_id.is_some());
+        assert_eq!(e.gw.live_processes(), 0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_right_after_an_observed_exit_never_finds_the_workspace_busy() {
+    let e = env();
+    for round in 0..15 {
+        // Observed through eof of a long poll.
+        let r = exec(
+            &e.gw,
+            json!({"workspace_id": "w", "command": ["echo", "x"]}),
+        )
+        .await;
+        let id = r["process_id"].as_str().unwrap().to_string();
+        read_all(&e.gw, &id, 0).await;
+        // Observed through the yield window of the exec itself.
+        let r = call(
+            &e.gw,
+            "exec_command",
+            json!({"workspace_id": "w", "command": ["true"], "yield_ms": 20_000}),
+        )
+        .await
+        .unwrap_or_else(|err| panic!("round {round}, after eof: {err}"));
+        assert_eq!(r["state"], "exited", "{r}");
+        // Observed through process_status of that one: exited, so the next exec runs at once.
+        let s = call(
+            &e.gw,
+            "process_status",
+            json!({"process_id": r["process_id"]}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(s["state"], "exited");
+        let r = call(
+            &e.gw,
+            "exec_command",
+            json!({"workspace_id": "w", "command": ["true"], "yield_ms": 20_000}),
+        )
+        .await
+        .unwrap_or_else(|err| panic!("round {round}, after yield/status: {err}"));
+        assert_eq!(r["state"], "exited", "{r}");
+        let _ = call(
+            &e.gw,
+            "apply_patch",
+            json!({"workspace_id": "w",
+                   "patch": format!("*** Begin Patch\n*** Add File: f{round}.txt\n+x\n*** End Patch\n")}),
+        )
+        .await
+        .unwrap_or_else(|err| panic!("round {round}, patch after exit: {err}"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminate_process_waits_for_the_exit_and_frees_the_lease() {
+    let e = env();
+    // One that exits on TERM, one that ignores it (SIGKILL after the grace period).
+    for script in [
+        "echo ready; exec sleep 60",
+        "trap '' TERM; echo ready; sleep 60; sleep 60",
+    ] {
+        let r = exec(
+            &e.gw,
+            json!({"workspace_id": "w", "command": ["sh", "-c", script]}),
+        )
+        .await;
+        let id = r["process_id"].as_str().unwrap().to_string();
+        read_until(&e.gw, &id, 0, "ready").await;
+        let t = call(&e.gw, "terminate_process", json!({"process_id": id}))
+            .await
+            .unwrap();
+        assert_eq!(t["ok"], true);
+        assert_eq!(t["state"], "exited", "{script}: {t}");
+        assert_eq!(t["termination"], "terminated", "{t}");
+        assert!(t.get("exit_code").is_none(), "{t}");
+        // The lease is free when terminate_process returns.
+        let r = call(
+            &e.gw,
+            "exec_command",
+            json!({"workspace_id": "w", "command": ["true"], "yield_ms": 20_000}),
+        )
+        .await
+        .unwrap_or_else(|err| panic!("{script}: exec right after terminate: {err}"));
+        assert_eq!(r["exit_code"], 0);
+    }
+    // Terminating an exited process returns its final state at once.
+    let r = exec(
+        &e.gw,
+        json!({"workspace_id": "w", "command": ["sh", "-c", "exit 3"], "yield_ms": 20_000}),
+    )
+    .await;
+    let t = call(
+        &e.gw,
+        "terminate_process",
+        json!({"process_id": r["process_id"]}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(t["state"], "exited");
+    assert_eq!(t["exit_code"], 3);
+    assert_eq!(t["termination"], "exited");
+}
