@@ -150,6 +150,10 @@ struct RawWorkspace {
     /// value wins); the operator's value wins over a tool call's `env` for the same name.
     #[serde(default)]
     env: BTreeMap<String, String>,
+    /// Whose live foreground processes block a mutation: every client's (`workspace`) or only
+    /// the caller's own (`client`). Background processes never hold the lease.
+    #[serde(default)]
+    lease_scope: LeaseScope,
 }
 
 /// An operator-written permission profile.
@@ -293,6 +297,27 @@ impl SecretMasking {
     }
 }
 
+/// Whose live foreground processes block a workspace's mutations (`workspaces.<id>.lease_scope`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum LeaseScope {
+    /// A live foreground process blocks every client's patches and commands in its workspace.
+    #[default]
+    Workspace,
+    /// A live foreground process blocks only its own client's patches and commands.
+    Client,
+}
+
+impl LeaseScope {
+    /// Config and wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaseScope::Workspace => "workspace",
+            LeaseScope::Client => "client",
+        }
+    }
+}
+
 /// Operator limits.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
@@ -385,6 +410,8 @@ pub struct Workspace {
     pub path: Vec<PathBuf>,
     /// Fixed environment variables of its commands: its environment's with its own on top.
     pub env: BTreeMap<String, String>,
+    /// Whose live foreground processes block its mutations.
+    pub lease_scope: LeaseScope,
 }
 
 /// A permission profile (built-in or operator-written).
@@ -627,6 +654,7 @@ impl Config {
                 secret_masking: SecretMasking::Required,
                 path: Vec::new(),
                 env: BTreeMap::new(),
+                lease_scope: LeaseScope::Workspace,
             },
         );
         Ok(Config {
@@ -806,6 +834,7 @@ impl Config {
                     secret_masking: w.secret_masking,
                     path,
                     env: vars,
+                    lease_scope: w.lease_scope,
                 },
             );
         }

@@ -113,6 +113,7 @@ impl Gateway {
             operation_key: None,
             env: None,
             cwd: None,
+            background: None,
         });
         let mut probes: Vec<SubRequest> = vec![
             path_request("read", ".", "", session),
@@ -210,6 +211,15 @@ impl Gateway {
                 "read_while_process_live": true,
                 "find_while_process_live": true,
                 "patch_while_process_live": false,
+                // Whose live foreground processes block a mutation (the operator's switch);
+                // background processes (`exec_command` `background: true`) never do.
+                "lease_scope": self
+                    .config
+                    .workspaces
+                    .get(id)
+                    .map(|w| w.lease_scope.as_str())
+                    .unwrap_or("workspace"),
+                "background_process_holds_mutation_lease": false,
             },
             "isolation": {
                 "file_tools_workspace_scoped": true,

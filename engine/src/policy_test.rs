@@ -125,6 +125,9 @@ pub struct TestProcess {
     /// Names of the `env` variables it was started with.
     #[serde(default)]
     pub env_names: Vec<String>,
+    /// Started as a background service?
+    #[serde(default)]
+    pub background: bool,
 }
 
 fn yes() -> bool {
@@ -564,6 +567,7 @@ pub fn run_file_in(
                     argv: p.command.clone(),
                     tty: p.tty,
                     env_names: p.env_names.clone(),
+                    background: p.background,
                 });
                 match build_requests(&call, &session, pf.as_ref()) {
                     Ok(mut reqs) => {
@@ -1058,6 +1062,7 @@ pub fn case_records(
             argv: p.command.clone(),
             tty: p.tty,
             env_names: p.env_names.clone(),
+            background: p.background,
         });
         let Ok(reqs) = build_requests(&call, &session, pf.as_ref()) else {
             continue;

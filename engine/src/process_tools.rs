@@ -58,6 +58,7 @@ struct Entry {
     tty: bool,
     tmp_dir: Option<PathBuf>,
     env_names: Vec<String>,
+    background: bool,
 }
 
 /// The gateway's process state: the runner table and who started what.
@@ -393,6 +394,7 @@ impl Gateway {
             argv: entry.argv.clone(),
             tty: entry.tty,
             env_names: entry.env_names.clone(),
+            background: entry.background,
         };
         self.authorize(snap, ws, call, session, Some(&facts))?;
         Ok(ws)
@@ -540,6 +542,10 @@ impl Gateway {
         }
         let cwd = self.exec_cwd(ws, p.cwd.as_deref())?;
         let tty = p.tty.unwrap_or(false);
+        // A background process (a service) takes no lease at all: patches and other commands
+        // run beside it.
+        let background = p.background.unwrap_or(false);
+        let scope = self.lease_scope(&ws.facts.id);
         let mut fp_args = json!({
             "workspace_id": p.workspace_id,
             "command": p.command,
@@ -553,6 +559,9 @@ impl Gateway {
             if !cwd.is_root() {
                 m.insert("cwd".into(), json!(cwd.as_str()));
             }
+            if background {
+                m.insert("background".into(), json!(true));
+            }
         }
         let fp = fingerprint(&fp_args);
         let key = p.operation_key.as_deref().filter(|k| !k.is_empty());
@@ -564,19 +573,28 @@ impl Gateway {
                 .any(|r| r.workspace == ws.facts.id),
             None => false,
         };
-        let lease = if known_key {
+        let lease = if known_key || background {
             None
         } else {
-            Some(self.leases.acquire(&ws.facts.id).await?)
+            Some(
+                self.leases
+                    .acquire_as(&ws.facts.id, &session.client, scope)
+                    .await?,
+            )
         };
         let op_id = match self.begin_operation("exec_command", &ws.facts.id, key, &fp, session)? {
             Begin::New(id) => id,
             Begin::Replay(row) => return replay(&row),
         };
         let lease = match lease {
-            Some(l) => l,
-            None => match self.leases.acquire(&ws.facts.id).await {
-                Ok(l) => l,
+            Some(l) => Some(l),
+            None if background => None,
+            None => match self
+                .leases
+                .acquire_as(&ws.facts.id, &session.client, scope)
+                .await
+            {
+                Ok(l) => Some(l),
                 Err(e) => {
                     let e = e.with_operation(op_id.clone());
                     self.fail_operation(&op_id, &e);
@@ -586,12 +604,12 @@ impl Gateway {
         };
         // Frees the lease before the exit is observable (status, eof, wait): a next exec right
         // after a caller saw the exit never finds the workspace busy.
-        let on_exit: ExitHook = {
+        let on_exit: Option<ExitHook> = lease.as_ref().map(|lease| {
             let leases = Arc::clone(&self.leases);
             let workspace = ws.facts.id.clone();
             let ticket = lease.ticket();
-            Box::new(move |id: &str| leases.release_exited(&workspace, id, ticket))
-        };
+            Box::new(move |id: &str| leases.release_exited(&workspace, id, ticket)) as ExitHook
+        });
         let started = self
             .start(snap, ws, session, p, &cwd, &decision, &op_id, on_exit)
             .await;
@@ -603,7 +621,9 @@ impl Gateway {
                 return Err(e);
             }
         };
-        lease.into_process(&id);
+        if let Some(lease) = lease {
+            lease.into_process_of(&id, &session.client);
+        }
         self.processes.prune().await;
         let result = ExecCommandResult {
             process_id: id.clone(),
@@ -660,6 +680,65 @@ impl Gateway {
         to_value(&result)
     }
 
+    /// The lease scope of `workspace` (the operator's `lease_scope`).
+    fn lease_scope(&self, workspace: &str) -> crate::lease::LeaseScope {
+        self.config
+            .workspaces
+            .get(workspace)
+            .map(|w| w.lease_scope)
+            .unwrap_or_default()
+    }
+
+    /// `WORKSPACE_BUSY` for the live-process limit, naming what holds it: the caller's own live
+    /// processes (id, program, workspace, background or not) and how many other clients hold.
+    async fn live_limit_error(&self, session: &Session) -> ToolError {
+        let entries: Vec<(String, Entry)> = lock(&self.processes.entries)
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut own = Vec::new();
+        let mut others = 0usize;
+        for (id, e) in entries {
+            let live = matches!(
+                self.processes.table.status(&id).await,
+                Ok(info) if info.state == ProcState::Running
+            );
+            if !live {
+                continue;
+            }
+            if e.client == session.client {
+                let program = e
+                    .argv
+                    .first()
+                    .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
+                    .unwrap_or_default();
+                let kind = if e.background { ", background" } else { "" };
+                own.push(format!("{id} (`{program}` in `{}`{kind})", e.workspace));
+            } else {
+                others += 1;
+            }
+        }
+        own.sort();
+        let max = self.config.limits.max_live_processes;
+        let mut holders = own.join(", ");
+        if others > 0 {
+            if !holders.is_empty() {
+                holders.push_str("; ");
+            }
+            holders.push_str(&format!("{others} of other clients"));
+        }
+        if holders.is_empty() {
+            holders = "processes that are exiting".into();
+        }
+        ToolError::new(
+            ErrorCode::WorkspaceBusy,
+            format!(
+                "the server already runs its maximum of {max} live processes (limits.\
+                 max_live_processes), held by: {holders}; wait for one to exit or terminate one"
+            ),
+        )
+    }
+
     /// The working directory of an exec: workspace-relative, an existing directory reached
     /// without any symlink (the request builder already refused `..` and absolute paths).
     fn exec_cwd(&self, ws: &WorkspaceRuntime, cwd: Option<&str>) -> Result<RelPath, ToolError> {
@@ -695,7 +774,7 @@ impl Gateway {
         cwd: &RelPath,
         decision: &crate::decide::Decision,
         op_id: &str,
-        on_exit: ExitHook,
+        on_exit: Option<ExitHook>,
     ) -> Result<(String, u32, ProcessRow), ToolError> {
         let root = self
             .config
@@ -768,12 +847,15 @@ impl Gateway {
         let spawned = match self
             .processes
             .table
-            .spawn_with_exit_hook(spec, Some(on_exit))
+            .spawn_with_exit_hook(spec, on_exit)
             .await
         {
             Ok(s) => s,
             Err(e) => {
                 remove_tmp(tmp_dir.as_deref());
+                if e == SpawnError::LimitReached {
+                    return Err(self.live_limit_error(session).await);
+                }
                 return Err(spawn_error(&e));
             }
         };
@@ -794,6 +876,7 @@ impl Gateway {
                 tty,
                 tmp_dir,
                 env_names: crate::request::exec_env_names(p.env.as_ref())?,
+                background: p.background.unwrap_or(false),
             },
         );
         let program = p

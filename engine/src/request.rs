@@ -81,6 +81,8 @@ pub struct ProcessFacts {
     pub tty: bool,
     /// Names of the `env` variables it was started with.
     pub env_names: Vec<String>,
+    /// Whether it was started as a background service.
+    pub background: bool,
 }
 
 /// One Cedar request of a tool call. Serialized into its audit row (redacted) so it can be
@@ -155,6 +157,7 @@ pub fn command_facts(argv: &[String], tty: bool) -> Value {
         "via_shell": via_shell,
         "tty": tty,
         "env_names": [],
+        "background": false,
     })
 }
 
@@ -164,6 +167,7 @@ pub fn upgrade_recorded_context(ctx: &mut Value) {
     for ptr in ["/command", "/process/command"] {
         if let Some(Value::Object(m)) = ctx.pointer_mut(ptr) {
             m.entry("env_names").or_insert_with(|| json!([]));
+            m.entry("background").or_insert_with(|| json!(false));
         }
     }
 }
@@ -195,6 +199,7 @@ fn process_command_facts(pf: &ProcessFacts) -> Value {
     let mut cmd = command_facts(&pf.argv, pf.tty);
     if let Value::Object(m) = &mut cmd {
         m.insert("env_names".into(), json!(pf.env_names));
+        m.insert("background".into(), json!(pf.background));
     }
     cmd
 }
@@ -309,6 +314,7 @@ pub fn build_requests(
             let mut cmd = command_facts(&p.command, p.tty.unwrap_or(false));
             if let Value::Object(m) = &mut cmd {
                 m.insert("env_names".into(), json!(env_names));
+                m.insert("background".into(), json!(p.background.unwrap_or(false)));
             }
             let summary = cmd
                 .get("line")

@@ -428,6 +428,11 @@ pub struct ExecCommandParams {
     /// Cedar sees.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
+    /// A service (dev server, watcher, database): it does not hold the workspace's mutation
+    /// lease, so patches and other commands run beside it (default false; Cedar sees
+    /// `context.command.background`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub background: Option<bool>,
 }
 
 /// Parameters of `write_stdin`.

@@ -335,6 +335,7 @@ pub fn explain(
                 argv: tp.command,
                 tty: tp.tty,
                 env_names: tp.env_names,
+                background: tp.background,
             })
         }
         None => None,

@@ -263,3 +263,169 @@ async fn terminate_process_waits_for_the_exit_and_frees_the_lease() {
     assert_eq!(t["exit_code"], 3);
     assert_eq!(t["termination"], "exited");
 }
+
+fn add_file_patch(path: &str) -> String {
+    format!("*** Begin Patch\n*** Add File: {path}\n+hello\n*** End Patch\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_service_runs_while_patches_and_other_commands_do() {
+    let e = env();
+    let svc = exec(
+        &e.gw,
+        json!({"workspace_id": "w", "background": true,
+               "command": ["sh", "-c", "echo ready; exec sleep 600"]}),
+    )
+    .await;
+    let svc_id = svc["process_id"].as_str().unwrap().to_string();
+    read_until(&e.gw, &svc_id, 0, "ready").await;
+    // A patch and a foreground command run beside it.
+    call(
+        &e.gw,
+        "apply_patch",
+        json!({"workspace_id": "w", "patch": add_file_patch("beside.txt")}),
+    )
+    .await
+    .unwrap_or_else(|err| panic!("patch beside a service: {err}"));
+    let r = exec(
+        &e.gw,
+        json!({"workspace_id": "w", "command": ["cat", "beside.txt"], "yield_ms": 20_000}),
+    )
+    .await;
+    assert_eq!(finished_output(&e.gw, &r).await, "hello\n");
+    // A foreground process still holds the workspace (today's rule), the service does not.
+    let fg = exec(
+        &e.gw,
+        json!({"workspace_id": "w", "command": ["sh", "-c", "echo fg; exec sleep 600"]}),
+    )
+    .await;
+    let fg_id = fg["process_id"].as_str().unwrap().to_string();
+    read_until(&e.gw, &fg_id, 0, "fg").await;
+    let err = call(
+        &e.gw,
+        "apply_patch",
+        json!({"workspace_id": "w", "patch": add_file_patch("blocked.txt")}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.code, ErrorCode::WorkspaceBusy);
+    assert!(err.message.contains(&fg_id), "{err}");
+    assert!(!err.message.contains(&svc_id), "{err}");
+    // A second service starts beside the foreground process.
+    let svc2 = exec(
+        &e.gw,
+        json!({"workspace_id": "w", "background": true, "command": ["sleep", "600"]}),
+    )
+    .await;
+    for id in [
+        fg_id.as_str(),
+        svc_id.as_str(),
+        svc2["process_id"].as_str().unwrap(),
+    ] {
+        let t = call(&e.gw, "terminate_process", json!({"process_id": id}))
+            .await
+            .unwrap();
+        assert_eq!(t["state"], "exited", "{t}");
+    }
+    assert_eq!(e.gw.live_processes(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_live_process_limit_names_the_processes_holding_it() {
+    let e = env_with(Opts {
+        limits: json!({"max_live_processes": 2}),
+        ..Opts::default()
+    });
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let r = exec(
+            &e.gw,
+            json!({"workspace_id": "w", "background": true, "command": ["sleep", "600"]}),
+        )
+        .await;
+        ids.push(r["process_id"].as_str().unwrap().to_string());
+    }
+    let err = call(
+        &e.gw,
+        "exec_command",
+        json!({"workspace_id": "w", "background": true, "command": ["true"]}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.code, ErrorCode::WorkspaceBusy, "{err}");
+    for id in &ids {
+        assert!(err.message.contains(id.as_str()), "{err}");
+    }
+    assert!(err.message.contains("`sleep` in `w`, background"), "{err}");
+    assert!(err.message.contains("max_live_processes"), "{err}");
+    // The limit counts every client's processes, but names only the caller's own.
+    let other = call_as(
+        &e.gw,
+        &other_client(),
+        "exec_command",
+        json!({"workspace_id": "w", "background": true, "command": ["true"]}),
+    )
+    .await
+    .unwrap_err();
+    assert!(other.message.contains("2 of other clients"), "{other}");
+    assert!(!other.message.contains(ids[0].as_str()), "{other}");
+    for id in &ids {
+        call(&e.gw, "terminate_process", json!({"process_id": id}))
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_client_lease_scope_a_process_blocks_only_its_own_client() {
+    let mut ws = Opts::default().workspace;
+    ws["lease_scope"] = json!("client");
+    let e = env_with(Opts {
+        workspace: ws,
+        ..Opts::default()
+    });
+    let info = call(&e.gw, "workspace_info", json!({"workspace_id": "w"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        info["execution"]["serialization"]["lease_scope"], "client",
+        "{info}"
+    );
+    let fg = exec(
+        &e.gw,
+        json!({"workspace_id": "w", "command": ["sh", "-c", "echo fg; exec sleep 600"]}),
+    )
+    .await;
+    let fg_id = fg["process_id"].as_str().unwrap().to_string();
+    read_until(&e.gw, &fg_id, 0, "fg").await;
+    // Its own client is blocked ...
+    let err = call(
+        &e.gw,
+        "apply_patch",
+        json!({"workspace_id": "w", "patch": add_file_patch("mine.txt")}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.code, ErrorCode::WorkspaceBusy);
+    // ... another client patches and runs a command beside it.
+    call_as(
+        &e.gw,
+        &other_client(),
+        "apply_patch",
+        json!({"workspace_id": "w", "patch": add_file_patch("theirs.txt")}),
+    )
+    .await
+    .unwrap_or_else(|err| panic!("other client's patch: {err}"));
+    let r = call_as(
+        &e.gw,
+        &other_client(),
+        "exec_command",
+        json!({"workspace_id": "w", "command": ["cat", "theirs.txt"], "yield_ms": 20_000}),
+    )
+    .await
+    .unwrap_or_else(|err| panic!("other client's exec: {err}"));
+    assert_eq!(r["exit_code"], 0, "{r}");
+    call(&e.gw, "terminate_process", json!({"process_id": fg_id}))
+        .await
+        .unwrap();
+}
