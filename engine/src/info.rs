@@ -114,6 +114,7 @@ impl Gateway {
             env: None,
             cwd: None,
             background: None,
+            stderr: None,
         });
         let mut probes: Vec<SubRequest> = vec![
             path_request("read", ".", "", session),

@@ -13,13 +13,13 @@ use crate::policy::PolicySnapshot;
 use crate::request::{ProcessFacts, Session};
 use crate::tools::{
     ExecCommandParams, ExecCommandResult, ProcessAckResult, ProcessIdParams, ProcessResizeParams,
-    ProcessResizeResult, ProcessStatusResult, ReadProcessParams, ReadProcessResult, ToolCall,
-    WriteStdinParams,
+    ProcessResizeResult, ProcessStatusResult, ReadProcessParams, ReadProcessResult, StderrMode,
+    ToolCall, WriteStdinParams,
 };
 use codespace_runner_fs::{Kind, RelPath};
 use codespace_runner_process::{
-    ExitHook, Launcher, ProcError, ProcState, ProcessInfo, ProcessTable, SpawnError, SpawnSpec,
-    TableLimits,
+    ExitHook, Launcher, ProcError, ProcState, ProcessInfo, ProcessTable, ReadWindow, SpawnError,
+    SpawnOptions, SpawnSpec, TableLimits,
 };
 use codespace_runner_sandbox::{
     HELPER_STDERR_PREFIX, NetworkMode, SandboxPlan, launcher_parts, scrub_env,
@@ -34,6 +34,9 @@ use std::time::{Duration, Instant};
 
 /// The fixed `PATH` of every child.
 pub const CHILD_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// `read_process` `tail: true` without `max_bytes`: the last this many bytes.
+pub const DEFAULT_TAIL_BYTES: usize = 64 * 1024;
 
 /// Longest `read_process.wait_ms` and `exec_command.yield_ms` honoured.
 pub const MAX_WAIT_MS: u64 = 30_000;
@@ -59,6 +62,7 @@ struct Entry {
     tmp_dir: Option<PathBuf>,
     env_names: Vec<String>,
     background: bool,
+    separate_stderr: bool,
 }
 
 /// The gateway's process state: the runner table and who started what.
@@ -457,7 +461,7 @@ impl Gateway {
 
     /// After a sandboxed spawn: waits until the helper has exec'd the target (the process image
     /// is no longer the helper) or has exited. A helper refusal becomes the error message.
-    async fn helper_outcome(&self, id: &str, pid: u32) -> Result<(), String> {
+    async fn helper_outcome(&self, id: &str, pid: u32, separate: bool) -> Result<(), String> {
         let Some(helper) = &self.processes.helper_exe else {
             return Ok(());
         };
@@ -485,18 +489,34 @@ impl Gateway {
         if info.exit_code != Some(codespace_runner_sandbox::HELPER_FAILURE_EXIT) {
             return Ok(());
         }
-        let text = self.drain(id, 0, Duration::from_secs(1)).await.chunk;
+        let read = self
+            .drain(id, 0, separate.then_some(0), Duration::from_secs(1))
+            .await;
+        let text = if separate {
+            read.stderr_chunk.unwrap_or_default()
+        } else {
+            read.chunk
+        };
         match text.strip_prefix(HELPER_STDERR_PREFIX) {
             Some(rest) => Err(rest.lines().next().unwrap_or("").trim().to_string()),
             None => Ok(()),
         }
     }
 
-    /// Reads from `cursor` until output collection ends or `budget` elapses (after an exit).
-    async fn drain(&self, id: &str, cursor: u64, budget: Duration) -> ReadProcessResult {
+    /// Reads from `cursor` (and stderr from `stderr_cursor`, when kept apart) until output
+    /// collection ends or `budget` elapses (after an exit).
+    async fn drain(
+        &self,
+        id: &str,
+        cursor: u64,
+        stderr_cursor: Option<u64>,
+        budget: Duration,
+    ) -> ReadProcessResult {
         let deadline = tokio::time::Instant::now() + budget;
         let mut data: Vec<u8> = Vec::new();
+        let mut err_data: Vec<u8> = Vec::new();
         let mut next = cursor;
+        let mut err_next = stderr_cursor;
         let mut out = ReadProcessResult {
             process_id: id.to_string(),
             cursor,
@@ -504,23 +524,46 @@ impl Gateway {
             eof: false,
             output_lost: false,
             retained_from: 0,
+            stderr_chunk: None,
+            stderr_cursor: None,
+        };
+        let window = |cursor| ReadWindow {
+            cursor,
+            ..ReadWindow::default()
         };
         loop {
             let wait = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let Ok(c) = self.processes.table.read(id, next, Some(wait)).await else {
+            let Ok((c, e)) = self
+                .processes
+                .table
+                .read_windows(id, window(next), err_next.map(window), Some(wait))
+                .await
+            else {
                 break;
             };
             data.extend_from_slice(&c.data);
             next = c.cursor;
-            out.eof = c.eof;
             out.output_lost = c.output_lost;
             out.retained_from = c.retained_from;
-            if c.eof || wait.is_zero() || c.data.is_empty() {
+            let mut got = !c.data.is_empty();
+            let mut eof = c.eof;
+            if let Some(e) = &e {
+                err_data.extend_from_slice(&e.data);
+                err_next = Some(e.cursor);
+                got |= !e.data.is_empty();
+                eof &= e.eof;
+            }
+            out.eof = eof;
+            if eof || wait.is_zero() || !got {
                 break;
             }
         }
         out.cursor = next;
         out.chunk = String::from_utf8_lossy(&data).into_owned();
+        if let Some(n) = err_next.filter(|_| stderr_cursor.is_some()) {
+            out.stderr_cursor = Some(n);
+            out.stderr_chunk = Some(String::from_utf8_lossy(&err_data).into_owned());
+        }
         out
     }
 
@@ -542,6 +585,13 @@ impl Gateway {
         }
         let cwd = self.exec_cwd(ws, p.cwd.as_deref())?;
         let tty = p.tty.unwrap_or(false);
+        let separate = p.stderr == Some(StderrMode::Separate);
+        if tty && separate {
+            return Err(ToolError::new(
+                ErrorCode::InvalidArguments,
+                "stderr: \"separate\" needs pipes: a terminal (tty: true) has one stream",
+            ));
+        }
         // A background process (a service) takes no lease at all: patches and other commands
         // run beside it.
         let background = p.background.unwrap_or(false);
@@ -561,6 +611,9 @@ impl Gateway {
             }
             if background {
                 m.insert("background".into(), json!(true));
+            }
+            if separate {
+                m.insert("stderr".into(), json!("separate"));
             }
         }
         let fp = fingerprint(&fp_args);
@@ -636,6 +689,8 @@ impl Gateway {
             exit_code: None,
             termination: None,
             eof: None,
+            stderr_chunk: None,
+            stderr_cursor: None,
         };
         self.finish_operation(&op_id, "started", &to_value(&result)?, None);
         if let Some(s) = &self.store
@@ -663,10 +718,11 @@ impl Gateway {
         let exited = tokio::time::timeout(budget, table.wait_exit(&id))
             .await
             .is_ok();
+        let err_from = separate.then_some(0);
         let read = if exited {
-            self.drain(&id, 0, Duration::from_secs(1)).await
+            self.drain(&id, 0, err_from, Duration::from_secs(1)).await
         } else {
-            self.drain(&id, 0, Duration::ZERO).await
+            self.drain(&id, 0, err_from, Duration::ZERO).await
         };
         let info = table.status(&id).await.map_err(|e| proc_error(&e))?;
         self.release_if_exited(&ws.facts.id, &id, &info);
@@ -677,6 +733,8 @@ impl Gateway {
         result.exit_code = info.exit_code;
         result.termination = info.termination.map(|t| t.as_str().to_string());
         result.eof = Some(read.eof);
+        result.stderr_chunk = read.stderr_chunk;
+        result.stderr_cursor = read.stderr_cursor;
         to_value(&result)
     }
 
@@ -844,12 +902,12 @@ impl Gateway {
             launcher,
             owner: session.client.clone(),
         };
-        let spawned = match self
-            .processes
-            .table
-            .spawn_with_exit_hook(spec, on_exit)
-            .await
-        {
+        let separate = p.stderr == Some(StderrMode::Separate);
+        let options = SpawnOptions {
+            on_exit,
+            separate_stderr: separate,
+        };
+        let spawned = match self.processes.table.spawn_with(spec, options).await {
             Ok(s) => s,
             Err(e) => {
                 remove_tmp(tmp_dir.as_deref());
@@ -859,7 +917,11 @@ impl Gateway {
                 return Err(spawn_error(&e));
             }
         };
-        if sandboxed && let Err(why) = self.helper_outcome(&spawned.id, spawned.pid).await {
+        if sandboxed
+            && let Err(why) = self
+                .helper_outcome(&spawned.id, spawned.pid, separate)
+                .await
+        {
             remove_tmp(tmp_dir.as_deref());
             return Err(ToolError::new(
                 ErrorCode::ProcessSpawnFailed,
@@ -877,6 +939,7 @@ impl Gateway {
                 tmp_dir,
                 env_names: crate::request::exec_env_names(p.env.as_ref())?,
                 background: p.background.unwrap_or(false),
+                separate_stderr: separate,
             },
         );
         let program = p
@@ -978,20 +1041,50 @@ impl Gateway {
         call: &ToolCall,
         p: &ReadProcessParams,
     ) -> Result<Value, ToolError> {
+        if p.max_bytes == Some(0) {
+            return Err(ToolError::new(
+                ErrorCode::InvalidArguments,
+                "max_bytes must be at least 1",
+            ));
+        }
         self.authorize_process(snap, session, call, &p.process_id)?;
-        let c = self
+        let separate = self
+            .processes
+            .entry(&p.process_id)
+            .map(|e| e.separate_stderr)
+            .unwrap_or(false);
+        let tail = p.tail.unwrap_or(false);
+        let max_bytes = match p.max_bytes {
+            Some(m) => Some(usize::try_from(m).unwrap_or(usize::MAX)),
+            None if tail => Some(DEFAULT_TAIL_BYTES),
+            None => None,
+        };
+        let window = |cursor: u64| ReadWindow {
+            cursor,
+            max_bytes,
+            tail,
+        };
+        let (c, e) = self
             .processes
             .table
-            .read(&p.process_id, p.cursor.unwrap_or(0), p.wait_ms.map(capped))
+            .read_windows(
+                &p.process_id,
+                window(p.cursor.unwrap_or(0)),
+                separate.then(|| window(p.stderr_cursor.unwrap_or(0))),
+                p.wait_ms.map(capped),
+            )
             .await
             .map_err(|e| proc_error(&e))?;
+        let eof = c.eof && e.as_ref().is_none_or(|e| e.eof);
         to_value(&ReadProcessResult {
             process_id: p.process_id.clone(),
             cursor: c.cursor,
             chunk: c.chunk,
-            eof: c.eof,
+            eof,
             output_lost: c.output_lost,
             retained_from: c.retained_from,
+            stderr_cursor: e.as_ref().map(|e| e.cursor),
+            stderr_chunk: e.map(|e| e.chunk),
         })
     }
 

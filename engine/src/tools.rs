@@ -433,6 +433,20 @@ pub struct ExecCommandParams {
     /// `context.command.background`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub background: Option<bool>,
+    /// `merge` (default): stderr interleaved into the one output; `separate`: stderr keeps its
+    /// own cursor and `read_process` returns `stderr_chunk` (pipes only, not with `tty`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<StderrMode>,
+}
+
+/// How `exec_command` collects stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum StderrMode {
+    /// Interleaved with stdout in one output (today's behaviour).
+    Merge,
+    /// Its own output with its own cursor.
+    Separate,
 }
 
 /// Parameters of `write_stdin`.
@@ -455,6 +469,15 @@ pub struct ReadProcessParams {
     /// Long-poll: wait up to this long for new output or exit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_ms: Option<u64>,
+    /// At most this many bytes of each stream per call (default: everything retained).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes: Option<u64>,
+    /// Only the last `max_bytes` (default 65536) before the end, for logs; a later cursor wins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tail: Option<bool>,
+    /// With `stderr: "separate"`: the stderr offset to read from (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_cursor: Option<u64>,
 }
 
 /// Parameters of `process_status` and `terminate_process`.
@@ -506,6 +529,12 @@ pub struct ExecCommandResult {
     /// With `yield_ms`: output collection finished and `cursor` is at the end (ours).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eof: Option<bool>,
+    /// With `yield_ms` and `stderr: "separate"`: stderr produced so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_chunk: Option<String>,
+    /// With `yield_ms` and `stderr: "separate"`: the stderr cursor to pass to read_process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_cursor: Option<u64>,
 }
 
 /// Result of `write_stdin` and `terminate_process`.
@@ -547,6 +576,12 @@ pub struct ReadProcessResult {
     pub output_lost: bool,
     /// The first byte offset still retained.
     pub retained_from: u64,
+    /// With `stderr: "separate"`: stderr from `stderr_cursor` (lossy UTF-8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_chunk: Option<String>,
+    /// With `stderr: "separate"`: the stderr cursor to pass next.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_cursor: Option<u64>,
 }
 
 /// Result of `process_status`.

@@ -429,3 +429,102 @@ async fn under_client_lease_scope_a_process_blocks_only_its_own_client() {
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_process_caps_tails_and_separates_stderr() {
+    let e = env();
+    // 26 letters, then a line (one stream: merged stdout and stderr need not keep their order).
+    let r = exec(
+        &e.gw,
+        json!({"workspace_id": "w", "yield_ms": 20_000,
+               "command": ["sh", "-c", "printf abcdefghijklmnopqrstuvwxyz; echo oops"]}),
+    )
+    .await;
+    let id = r["process_id"].as_str().unwrap().to_string();
+    assert_eq!(r["state"], "exited", "{r}");
+    assert!(r.get("stderr_chunk").is_none(), "merged by default: {r}");
+    // max_bytes caps one read; the cursor walks on.
+    let a = call(
+        &e.gw,
+        "read_process",
+        json!({"process_id": id, "cursor": 0, "max_bytes": 10}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(a["chunk"], "abcdefghij");
+    assert_eq!(a["cursor"], 10);
+    assert_eq!(a["eof"], false);
+    // tail: the last N bytes.
+    let t = call(
+        &e.gw,
+        "read_process",
+        json!({"process_id": id, "max_bytes": 8, "tail": true}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(t["chunk"], "xyzoops\n");
+    assert_eq!(t["eof"], true);
+    let err = call(
+        &e.gw,
+        "read_process",
+        json!({"process_id": id, "max_bytes": 0}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.code, ErrorCode::InvalidArguments);
+
+    // separate: two streams, two cursors.
+    let r = exec(
+        &e.gw,
+        json!({"workspace_id": "w", "yield_ms": 20_000, "stderr": "separate",
+               "command": ["sh", "-c", "echo out1; echo err1 >&2; echo out2"]}),
+    )
+    .await;
+    assert_eq!(r["state"], "exited", "{r}");
+    let id = r["process_id"].as_str().unwrap().to_string();
+    let mut out = r["chunk"].as_str().unwrap().to_string();
+    let mut err = r["stderr_chunk"].as_str().unwrap().to_string();
+    let (mut c, mut ec) = (r["cursor"].clone(), r["stderr_cursor"].clone());
+    let mut eof = r["eof"] == true;
+    while !eof {
+        let x = call(
+            &e.gw,
+            "read_process",
+            json!({"process_id": id, "cursor": c, "stderr_cursor": ec, "wait_ms": 5_000}),
+        )
+        .await
+        .unwrap();
+        out.push_str(x["chunk"].as_str().unwrap());
+        err.push_str(x["stderr_chunk"].as_str().unwrap());
+        (c, ec) = (x["cursor"].clone(), x["stderr_cursor"].clone());
+        eof = x["eof"] == true;
+    }
+    assert_eq!(out, "out1\nout2\n");
+    assert_eq!(err, "err1\n");
+    let x = call(
+        &e.gw,
+        "read_process",
+        json!({"process_id": id, "cursor": 0, "stderr_cursor": 2}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(x["chunk"], "out1\nout2\n");
+    assert_eq!(x["stderr_chunk"], "r1\n");
+    assert_eq!(x["stderr_cursor"], 5);
+    // A terminal has one stream.
+    let bad = call(
+        &e.gw,
+        "exec_command",
+        json!({"workspace_id": "w", "command": ["true"], "tty": true, "stderr": "separate"}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(bad.code, ErrorCode::InvalidArguments);
+    assert!(matches!(
+        codespace_engine::ToolCall::parse(
+            "exec_command",
+            &json!({"workspace_id": "w", "command": ["true"], "stderr": "both"}),
+        ),
+        Err(codespace_engine::tools::CallParseError::InvalidArguments(_))
+    ));
+}

@@ -113,6 +113,9 @@ pub(crate) async fn supervise(s: Supervision) {
     proc.record_exit(kind);
     // The exit is one of the output's writers: `eof` is reported only once it is recorded.
     proc.output.writer_done();
+    if let Some(err) = &proc.stderr {
+        err.writer_done();
+    }
     proc.close_handles().await;
     // Leftovers were killed, so the pipes/terminal close promptly; an escapee that still holds them
     // (e.g. one that called setsid) does not keep the handle open forever.
@@ -122,6 +125,13 @@ pub(crate) async fn supervise(s: Supervision) {
     {
         tracing::debug!(id = %proc.id, "output still open after exit; collection ended");
         proc.output.force_finish();
+    }
+    if let Some(err) = &proc.stderr
+        && tokio::time::timeout(grace, err.wait_finished())
+            .await
+            .is_err()
+    {
+        err.force_finish();
     }
     if let Some(cg) = proc.cgroup() {
         cg.remove_when_empty().await;

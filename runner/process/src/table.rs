@@ -19,7 +19,8 @@ use crate::resolve::{check_cwd, display_name, resolve_program};
 use crate::signals::signal_group;
 use crate::supervisor::{LiveSlot, Reaper, Supervision, supervise, watch_exit};
 use crate::types::{
-    ExitHook, ProcessInfo, ReadChunk, SpawnSpec, Spawned, TableLimits, Termination,
+    ExitHook, ProcessInfo, ReadChunk, ReadWindow, SpawnOptions, SpawnSpec, Spawned, Stream,
+    TableLimits, Termination,
 };
 
 /// How long `shutdown` waits for each killed process to be reaped.
@@ -158,6 +159,27 @@ impl ProcessTable {
         spec: SpawnSpec,
         on_exit: Option<ExitHook>,
     ) -> Result<Spawned, SpawnError> {
+        self.spawn_with(
+            spec,
+            SpawnOptions {
+                on_exit,
+                separate_stderr: false,
+            },
+        )
+        .await
+    }
+
+    /// Starts a process with [`SpawnOptions`]: the exit hook (see
+    /// [`ProcessTable::spawn_with_exit_hook`]) and whether stderr is kept apart.
+    pub async fn spawn_with(
+        &self,
+        spec: SpawnSpec,
+        options: SpawnOptions,
+    ) -> Result<Spawned, SpawnError> {
+        let SpawnOptions {
+            on_exit,
+            separate_stderr,
+        } = options;
         let first = spec
             .argv
             .first()
@@ -241,16 +263,30 @@ impl ProcessTable {
             }
             Started::Pipe(child) => {
                 let child = *child;
-                let proc = Arc::new(Proc::new(
-                    ident(child.pid),
+                let stdin = Stdin::Pipe(tokio::sync::Mutex::new(Some(child.stdin)));
+                let proc = if separate_stderr {
+                    // Each stream: its pump and the exit itself.
+                    Proc::new(
+                        ident(child.pid),
+                        Output::new(limits.ring_bytes, 2),
+                        stdin,
+                        None,
+                        cgroup,
+                    )
+                    .with_stderr(Output::new(limits.ring_bytes, 2))
+                } else {
                     // stdout, stderr, and the exit itself: `eof` implies the exit is recorded.
-                    Output::new(limits.ring_bytes, 3),
-                    Stdin::Pipe(tokio::sync::Mutex::new(Some(child.stdin))),
-                    None,
-                    cgroup,
-                ));
-                tokio::spawn(pump(child.stdout, Arc::clone(&proc)));
-                tokio::spawn(pump(child.stderr, Arc::clone(&proc)));
+                    Proc::new(
+                        ident(child.pid),
+                        Output::new(limits.ring_bytes, 3),
+                        stdin,
+                        None,
+                        cgroup,
+                    )
+                };
+                let proc = Arc::new(proc);
+                tokio::spawn(pump(child.stdout, Arc::clone(&proc), Stream::Stdout));
+                tokio::spawn(pump(child.stderr, Arc::clone(&proc), Stream::Stderr));
                 (proc, Reaper::Pipe(child.child))
             }
         };
@@ -319,6 +355,50 @@ impl ProcessTable {
             match tokio::time::timeout_at(deadline, rx.changed()).await {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) | Err(_) => return Ok(chunk),
+            }
+        }
+    }
+
+    /// Reads a window of stdout (merged output unless stderr was kept apart) and, when stderr
+    /// was kept apart and `stderr` is given, a window of stderr. With `wait`, long-polls until
+    /// either returns bytes, both reach their end, or the wait elapses.
+    pub async fn read_windows(
+        &self,
+        id: &str,
+        out: ReadWindow,
+        stderr: Option<ReadWindow>,
+        wait: Option<Duration>,
+    ) -> Result<(ReadChunk, Option<ReadChunk>), ProcError> {
+        let proc = self.get(id)?;
+        let err_out = proc.stderr.as_ref().zip(stderr);
+        let mut rx = proc.output.subscribe();
+        let mut rx_err = err_out.map(|(o, _)| o.subscribe());
+        let deadline = wait.map(|w| tokio::time::Instant::now() + w);
+        loop {
+            let a = proc.output.read_window(out.cursor, out.max_bytes, out.tail);
+            let b = err_out.map(|(o, w)| o.read_window(w.cursor, w.max_bytes, w.tail));
+            let data = !a.data.is_empty() || b.as_ref().is_some_and(|c| !c.data.is_empty());
+            let done = a.eof && b.as_ref().is_none_or(|c| c.eof);
+            if data || done {
+                return Ok((a, b));
+            }
+            let Some(deadline) = deadline else {
+                return Ok((a, b));
+            };
+            let changed = async {
+                match rx_err.as_mut() {
+                    Some(e) => {
+                        tokio::select! {
+                            r = rx.changed() => r.is_ok(),
+                            r = e.changed() => r.is_ok(),
+                        }
+                    }
+                    None => rx.changed().await.is_ok(),
+                }
+            };
+            match tokio::time::timeout_at(deadline, changed).await {
+                Ok(true) => {}
+                Ok(false) | Err(_) => return Ok((a, b)),
             }
         }
     }
