@@ -6,6 +6,7 @@ pub mod cli;
 pub mod doctor;
 pub mod help;
 pub mod http;
+pub mod long_call;
 pub mod policy_admin;
 pub mod policy_cli;
 pub mod policy_diff;

@@ -140,10 +140,12 @@ pub fn tool_list() -> Vec<Tool> {
         .with_annotations(annotations(true, false)),
         Tool::new(
             "exec_command",
-            "Start a managed process: exact argv (no shell), cwd = workspace root, cleared environment, \
-             inside the command sandbox that policy shapes. Returns a process_id that outlives this request. \
-             tty gives a 24x80 terminal. yield_ms waits for early output or exit. A live process holds the \
-             workspace's mutation lease (WORKSPACE_BUSY for other commands and patches).",
+            "Start a managed process: exact argv (no shell), cwd = workspace root (or cwd, workspace-relative), \
+             cleared environment plus env (each name decided by policy), inside the command sandbox that policy \
+             shapes. Returns a process_id that outlives this request. tty gives a 24x80 terminal. yield_ms waits \
+             for early output or exit. A live foreground process holds the workspace's mutation lease \
+             (WORKSPACE_BUSY for other commands and patches); background: true starts a service that does not. \
+             stderr: \"separate\" keeps stderr apart with its own cursor.",
             schema_for_type::<ExecCommandParams>(),
         )
         .with_output_schema::<ExecCommandResult>()
@@ -272,7 +274,17 @@ impl ServerHandler for CodeSpaceServer {
             }
         };
         let started = std::time::Instant::now();
-        let out = self.gateway.call(&session, call).await;
+        let out = match crate::long_call::wait_of(&call) {
+            // A long poll reports progress and stops waiting when cancelled.
+            Some(wait_ms) => {
+                let gateway = Arc::clone(&self.gateway);
+                match crate::long_call::run(gateway, session, call, wait_ms, &context).await {
+                    Some(out) => out,
+                    None => return Err(McpError::internal_error("request cancelled", None)),
+                }
+            }
+            None => self.gateway.call(&session, call).await,
+        };
         tracing::debug!(
             tool = name,
             us = started.elapsed().as_micros() as u64,

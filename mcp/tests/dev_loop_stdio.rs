@@ -81,3 +81,82 @@ fn a_background_service_runs_beside_patches_and_commands_through_the_binary() {
     let t = s.tool_ok("terminate_process", json!({"process_id": svc_id}));
     assert_eq!(t["state"], "exited", "{t}");
 }
+
+#[test]
+fn a_long_poll_reports_progress_and_a_cancel_ends_the_wait_not_the_process() {
+    let mut s = StdioServer::serve_temp_workspace()
+        .env("CODESPACE_LOG", "warn,codespace_mcp::long_call=debug")
+        .deadline(Duration::from_secs(60))
+        .spawn();
+    s.initialize("dev-loop");
+    let args = if codespace_runner_sandbox::probe().sandbox_available() {
+        json!({"workspace_id": "default", "background": true, "command": ["sleep", "600"]})
+    } else {
+        println!("skip: no command sandbox here: the long poll runs on an exited process");
+        json!({"workspace_id": "default", "command": ["true"]})
+    };
+    let started = s.call("exec_command", args);
+    if started["isError"] == true {
+        println!("skip: exec refused on this host: {started}");
+        return;
+    }
+    let id = started["structuredContent"]["process_id"].clone();
+    let rid = s.send_request(
+        "tools/call",
+        json!({"name": "read_process",
+               "arguments": {"process_id": id, "cursor": 0, "wait_ms": 30_000},
+               "_meta": {"progressToken": "poll-1"}}),
+    );
+    // Progress notifications while it waits (the event: two of them, increasing).
+    let mut seen: Vec<f64> = Vec::new();
+    while seen.len() < 2 {
+        let m = s.next_message();
+        assert_ne!(
+            m["id"],
+            json!(rid),
+            "the poll answered before any progress: {m}"
+        );
+        if m["method"] == "notifications/progress" {
+            assert_eq!(m["params"]["progressToken"], "poll-1", "{m}");
+            assert_eq!(m["params"]["total"], 30_000.0, "{m}");
+            seen.push(m["params"]["progress"].as_f64().unwrap());
+        }
+    }
+    assert!(seen[0] < seen[1], "progress increases: {seen:?}");
+    // Cancel: the wait ends at once (the server logs it), the process lives on.
+    s.send(
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                   "params": {"requestId": rid, "reason": "test"}}),
+    );
+    let sent = Instant::now();
+    let needle = "long call cancelled";
+    while !s.stderr_text().contains(needle) {
+        assert!(
+            sent.elapsed() < Duration::from_secs(5),
+            "the wait did not end: {}",
+            s.stderr_tail()
+        );
+        // Paced by a round trip to the server, not by a sleep.
+        let _ = s.request("ping", json!({}));
+    }
+    let ended_after = sent.elapsed();
+    println!("cancelled wait ended {ended_after:?} after the cancel was sent");
+    assert!(
+        ended_after < Duration::from_millis(500),
+        "the cancelled wait ended {ended_after:?} after the cancel (target 50 ms)"
+    );
+    if codespace_runner_sandbox::probe().sandbox_available() {
+        let st = s.tool_ok("process_status", json!({"process_id": id}));
+        assert_eq!(st["state"], "running", "the process lives on: {st}");
+        s.tool_ok("terminate_process", json!({"process_id": id}));
+    }
+    // The cancelled request is never answered.
+    s.collect_available();
+    assert!(
+        !s.transcript().iter().any(|raw| {
+            serde_json::from_slice::<serde_json::Value>(raw)
+                .is_ok_and(|v| v["id"] == json!(rid) && v.get("method").is_none())
+        }),
+        "a cancelled request got an answer"
+    );
+}
