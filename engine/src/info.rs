@@ -132,7 +132,18 @@ impl Gateway {
             session,
             Audit::None,
         );
-        let allowed = |action: &str| d.allows(action);
+        // Each capability over a documented probe set: allowed / denied / conditional. The
+        // booleans are true when allowed or conditional (a host should try).
+        let caps = self.capabilities(snap, ws, session);
+        let possible = |cap: &str| caps.get(cap).is_some_and(|c| c.possible());
+        let allowed = |action: &str| {
+            d.allows(action)
+                || possible(match action {
+                    "apply_patch" => "write",
+                    "exec_command" => "exec",
+                    other => other,
+                })
+        };
         let (read, find, write, exec) = (
             allowed("read"),
             allowed("find"),
@@ -179,6 +190,7 @@ impl Gateway {
                 "file_write_supported": host && implemented("apply_patch"),
             },
             "permissions": { "read": read, "write": write, "exec": exec },
+            "capabilities": caps,
             "files": {
                 "read": {"available": read},
                 "find": {"available": find},

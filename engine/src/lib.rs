@@ -4,6 +4,7 @@
 
 pub mod alternatives;
 mod audit;
+mod capabilities;
 pub mod config;
 pub mod decide;
 pub mod error;

@@ -528,3 +528,83 @@ async fn read_process_caps_tails_and_separates_stderr() {
         Err(codespace_engine::tools::CallParseError::InvalidArguments(_))
     ));
 }
+
+/// A policies dir (`<dir>/policies`, schema beside it) with the shipped set plus the
+/// cargo-tester example profile.
+fn policies_with_cargo_tester(dir: &std::path::Path) -> std::path::PathBuf {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap();
+    let pol = dir.join("policies");
+    for sub in ["base", "profiles"] {
+        std::fs::create_dir_all(pol.join(sub)).unwrap();
+        for e in std::fs::read_dir(repo.join("policies").join(sub)).unwrap() {
+            let p = e.unwrap().path();
+            std::fs::copy(&p, pol.join(sub).join(p.file_name().unwrap())).unwrap();
+        }
+    }
+    std::fs::copy(
+        repo.join("policies/examples/profiles/cargo-tester.cedar"),
+        pol.join("profiles/cargo-tester.cedar"),
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.join("schema")).unwrap();
+    std::fs::copy(
+        repo.join("schema/codespace.cedarschema"),
+        dir.join("schema/codespace.cedarschema"),
+    )
+    .unwrap();
+    pol
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workspace_info_says_allowed_denied_or_conditional_with_the_policy_ids() {
+    let ids = |c: &Value| -> Vec<String> {
+        c["policy_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect()
+    };
+    // The shipped workspace-write profile: exec is conditional (hook variables are refused).
+    let e = env();
+    let info = call(&e.gw, "workspace_info", json!({"workspace_id": "w"}))
+        .await
+        .unwrap();
+    let caps = &info["execution"]["capabilities"];
+    assert_eq!(caps["exec"]["decision"], "conditional", "{caps}");
+    assert!(ids(&caps["exec"]).contains(&"base.forbid.exec-env-hooks".to_string()));
+    assert!(ids(&caps["exec"]).contains(&"workspace-write.permit.exec".to_string()));
+    assert_eq!(caps["read"]["decision"], "conditional", "{caps}");
+    assert!(ids(&caps["read"]).contains(&"base.forbid.secret-files".to_string()));
+    assert_eq!(caps["find"]["decision"], "allowed", "{caps}");
+    assert_eq!(info["execution"]["permissions"]["exec"], true);
+
+    // cargo-tester may run only `cargo test`: exec is conditional (the old single probe of
+    // `true` said it could not exec at all), write is denied.
+    let tmp = tempfile::tempdir().unwrap();
+    let pol = policies_with_cargo_tester(tmp.path());
+    let e = env_with(Opts {
+        profile: "cargo-tester",
+        policies: Some((pol, json!({"cargo-tester": {"extends": "read-only"}}))),
+        ..Opts::default()
+    });
+    let info = call(&e.gw, "workspace_info", json!({"workspace_id": "w"}))
+        .await
+        .unwrap();
+    let caps = &info["execution"]["capabilities"];
+    assert_eq!(caps["exec"]["decision"], "conditional", "{caps}");
+    assert!(ids(&caps["exec"]).contains(&"cargo-tester.permit.cargo-test".to_string()));
+    assert_eq!(caps["write"]["decision"], "denied", "{caps}");
+    // Only forbids decided its probes (the rest are denied by default): no permit is named.
+    assert!(
+        ids(&caps["write"])
+            .iter()
+            .all(|id| id.starts_with("base.forbid.")),
+        "{caps}"
+    );
+    assert_eq!(info["execution"]["permissions"]["exec"], true, "{info}");
+    assert_eq!(info["execution"]["permissions"]["write"], false, "{info}");
+    assert_eq!(info["execution"]["process"]["available"], true, "{info}");
+}
