@@ -791,8 +791,9 @@ impl Gateway {
         ToolError::new(
             ErrorCode::WorkspaceBusy,
             format!(
-                "the server already runs its maximum of {max} live processes (limits.\
-                 max_live_processes), held by: {holders}; wait for one to exit or terminate one"
+                "the server already runs its maximum number of live processes ({max}, \
+                 limits.max_live_processes), held by: {holders}; wait for one to exit or \
+                 terminate one"
             ),
         )
     }
