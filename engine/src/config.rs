@@ -99,6 +99,13 @@ struct RawEnvironment {
     /// Extra read-only paths commands may read (toolchains), by name; absolute.
     #[serde(default)]
     read_paths: BTreeMap<String, PathBuf>,
+    /// Absolute directories prepended to the commands' `PATH` (toolchain `bin` dirs).
+    #[serde(default)]
+    path: Vec<PathBuf>,
+    /// Fixed environment variables of the commands (name → value); the operator's value wins
+    /// over a tool call's `env` for the same name.
+    #[serde(default)]
+    env: BTreeMap<String, String>,
 }
 
 /// A workspace: a directory the server exposes under an id.
@@ -136,6 +143,17 @@ struct RawWorkspace {
     /// `required` (default): commands never see paths policy withholds from `read`; `off`: opt out.
     #[serde(default)]
     secret_masking: SecretMasking,
+    /// Absolute directories prepended to the commands' `PATH`, before the environment's.
+    #[serde(default)]
+    path: Vec<PathBuf>,
+    /// Fixed environment variables of the commands; added to the environment's (the workspace's
+    /// value wins); the operator's value wins over a tool call's `env` for the same name.
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    /// Whose live foreground processes block a mutation: every client's (`workspace`) or only
+    /// the caller's own (`client`). Background processes never hold the lease.
+    #[serde(default)]
+    lease_scope: LeaseScope,
 }
 
 /// An operator-written permission profile.
@@ -279,6 +297,27 @@ impl SecretMasking {
     }
 }
 
+/// Whose live foreground processes block a workspace's mutations (`workspaces.<id>.lease_scope`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum LeaseScope {
+    /// A live foreground process blocks every client's patches and commands in its workspace.
+    #[default]
+    Workspace,
+    /// A live foreground process blocks only its own client's patches and commands.
+    Client,
+}
+
+impl LeaseScope {
+    /// Config and wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaseScope::Workspace => "workspace",
+            LeaseScope::Client => "client",
+        }
+    }
+}
+
 /// Operator limits.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
@@ -340,6 +379,10 @@ pub struct Environment {
     pub kind: EnvironmentKind,
     /// Operator-declared read-only paths of every workspace in it (name → canonical path).
     pub read_paths: BTreeMap<String, PathBuf>,
+    /// Directories prepended to its commands' `PATH`.
+    pub path: Vec<PathBuf>,
+    /// Fixed environment variables of its commands.
+    pub env: BTreeMap<String, String>,
 }
 
 /// A resolved workspace.
@@ -367,6 +410,12 @@ pub struct Workspace {
     pub sandbox: SandboxMode,
     /// The secret-masking switch.
     pub secret_masking: SecretMasking,
+    /// Directories prepended to its commands' `PATH`: its own, then its environment's.
+    pub path: Vec<PathBuf>,
+    /// Fixed environment variables of its commands: its environment's with its own on top.
+    pub env: BTreeMap<String, String>,
+    /// Whose live foreground processes block its mutations.
+    pub lease_scope: LeaseScope,
 }
 
 /// A permission profile (built-in or operator-written).
@@ -445,6 +494,8 @@ fn local_environments() -> BTreeMap<String, Environment> {
             id: LOCAL_ENVIRONMENT.to_string(),
             kind: EnvironmentKind::Host,
             read_paths: BTreeMap::new(),
+            path: Vec::new(),
+            env: BTreeMap::new(),
         },
     );
     m
@@ -531,6 +582,55 @@ fn read_paths(
     Ok(out)
 }
 
+/// Whether `name` is a valid environment variable name: a letter or `_`, then letters, digits
+/// and `_` (the portable shell rule), at most 256 bytes.
+pub fn is_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    name.len() <= 256
+        && chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Validates operator `path` entries: absolute, no `:` (the `PATH` separator), no NUL.
+fn command_path(field: &str, raw: Vec<PathBuf>) -> Result<Vec<PathBuf>, ConfigError> {
+    for (i, p) in raw.iter().enumerate() {
+        let text = p.to_string_lossy();
+        if !p.is_absolute() {
+            return Err(ConfigError(format!(
+                "{field}[{i}]: must be an absolute path"
+            )));
+        }
+        if text.contains(':') || text.contains('\0') {
+            return Err(ConfigError(format!(
+                "{field}[{i}]: must not contain `:` or NUL"
+            )));
+        }
+    }
+    Ok(raw)
+}
+
+/// Validates operator `env` entries: names per [`is_env_name`], values without NUL.
+fn command_env(
+    field: &str,
+    raw: BTreeMap<String, String>,
+) -> Result<BTreeMap<String, String>, ConfigError> {
+    for (name, value) in &raw {
+        if !is_env_name(name) {
+            return Err(ConfigError(format!(
+                "{field}.{name}: a variable name is a letter or `_` followed by letters, digits and `_`"
+            )));
+        }
+        if value.contains('\0') {
+            return Err(ConfigError(format!(
+                "{field}.{name}: the value must not contain NUL"
+            )));
+        }
+    }
+    Ok(raw)
+}
+
 impl Config {
     /// The embedded default: `dir` as workspace `default`, profile `workspace-write`, local host.
     pub fn embedded_default(dir: &Path) -> Result<Config, ConfigError> {
@@ -556,6 +656,9 @@ impl Config {
                 home: None,
                 sandbox: SandboxMode::Required,
                 secret_masking: SecretMasking::Required,
+                path: Vec::new(),
+                env: BTreeMap::new(),
+                lease_scope: LeaseScope::Workspace,
             },
         );
         Ok(Config {
@@ -611,12 +714,16 @@ impl Config {
         let mut environments = local_environments();
         for (id, env) in raw.environments {
             let read_paths = read_paths(&format!("environments.{id}.read_paths"), env.read_paths)?;
+            let path = command_path(&format!("environments.{id}.path"), env.path)?;
+            let vars = command_env(&format!("environments.{id}.env"), env.env)?;
             environments.insert(
                 id.clone(),
                 Environment {
                     id,
                     kind: env.kind,
                     read_paths,
+                    path,
+                    env: vars,
                 },
             );
         }
@@ -712,6 +819,10 @@ impl Config {
                     "workspaces.{id}.home: must be an absolute path"
                 )));
             }
+            let mut path = command_path(&format!("workspaces.{id}.path"), w.path)?;
+            path.extend(env.path.iter().cloned());
+            let mut vars = env.env.clone();
+            vars.extend(command_env(&format!("workspaces.{id}.env"), w.env)?);
             workspaces.insert(
                 id.clone(),
                 Workspace {
@@ -725,6 +836,9 @@ impl Config {
                     home: w.home,
                     sandbox: w.sandbox,
                     secret_masking: w.secret_masking,
+                    path,
+                    env: vars,
+                    lease_scope: w.lease_scope,
                 },
             );
         }
@@ -1009,5 +1123,73 @@ mod tests {
         );
         let cfg = load(&json).unwrap();
         assert_eq!(cfg.profiles["ci"].extends.as_deref(), Some("read-only"));
+    }
+
+    #[test]
+    fn path_and_env_merge_workspace_over_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let json = format!(
+            r#"{{"environments": {{"local": {{"kind": "host", "path": ["/opt/env/bin"],
+                                             "env": {{"A": "env", "B": "env"}}}}}},
+                "workspaces": {{"w": {{"root": "{d}", "path": ["/opt/ws/bin"], "env": {{"B": "ws", "C": "ws"}}}},
+                               "v": {{"root": "{d}"}}}}}}"#,
+            d = dir.path().display()
+        );
+        let cfg = load(&json).unwrap();
+        let w = &cfg.workspaces["w"];
+        assert_eq!(
+            w.path,
+            vec![PathBuf::from("/opt/ws/bin"), PathBuf::from("/opt/env/bin")]
+        );
+        assert_eq!(w.env["A"], "env");
+        assert_eq!(w.env["B"], "ws");
+        assert_eq!(w.env["C"], "ws");
+        let v = &cfg.workspaces["v"];
+        assert_eq!(v.path, vec![PathBuf::from("/opt/env/bin")]);
+        assert_eq!(v.env.len(), 2);
+    }
+
+    #[test]
+    fn bad_path_and_env_name_the_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        let ws = |extra: &str| format!(r#"{{"workspaces": {{"w": {{"root": "{d}"{extra}}}}}}}"#);
+        let cases = [
+            (
+                ws(r#", "path": ["bin"]"#),
+                "workspaces.w.path[0]: must be an absolute path",
+            ),
+            (
+                ws(r#", "path": ["/a:/b"]"#),
+                "workspaces.w.path[0]: must not contain",
+            ),
+            (
+                ws(r#", "env": {"1X": "v"}"#),
+                "workspaces.w.env.1X: a variable name",
+            ),
+            (
+                ws(r#", "env": {"A=B": "v"}"#),
+                "workspaces.w.env.A=B: a variable name",
+            ),
+            (
+                ws(r#", "env": {"X": "a\u0000b"}"#),
+                "workspaces.w.env.X: the value must not contain NUL",
+            ),
+            (
+                format!(
+                    r#"{{"environments": {{"e": {{"kind": "host", "path": ["rel"]}}}}, "workspaces": {{"w": {{"root": "{d}"}}}}}}"#
+                ),
+                "environments.e.path[0]: must be an absolute path",
+            ),
+        ];
+        for (json, want) in cases {
+            let err = load(&json).unwrap_err().to_string();
+            assert!(
+                err.contains(want),
+                "config {json}: got `{err}`, want `{want}`"
+            );
+        }
+        assert!(is_env_name("CARGO_HOME") && is_env_name("_x1"));
+        assert!(!is_env_name("") && !is_env_name("A-B") && !is_env_name("Ä"));
     }
 }

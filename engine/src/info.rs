@@ -111,6 +111,10 @@ impl Gateway {
             timeout_ms: None,
             yield_ms: None,
             operation_key: None,
+            env: None,
+            cwd: None,
+            background: None,
+            stderr: None,
         });
         let mut probes: Vec<SubRequest> = vec![
             path_request("read", ".", "", session),
@@ -128,7 +132,18 @@ impl Gateway {
             session,
             Audit::None,
         );
-        let allowed = |action: &str| d.allows(action);
+        // Each capability over a documented probe set: allowed / denied / conditional. The
+        // booleans are true when allowed or conditional (a host should try).
+        let caps = self.capabilities(snap, ws, session);
+        let possible = |cap: &str| caps.get(cap).is_some_and(|c| c.possible());
+        let allowed = |action: &str| {
+            d.allows(action)
+                || possible(match action {
+                    "apply_patch" => "write",
+                    "exec_command" => "exec",
+                    other => other,
+                })
+        };
         let (read, find, write, exec) = (
             allowed("read"),
             allowed("find"),
@@ -174,6 +189,7 @@ impl Gateway {
                 "file_write_supported": host,
             },
             "permissions": { "read": read, "write": write, "exec": exec },
+            "capabilities": caps,
             "files": {
                 "read": {"available": read},
                 "find": {"available": find},
@@ -207,6 +223,15 @@ impl Gateway {
                 "read_while_process_live": true,
                 "find_while_process_live": true,
                 "patch_while_process_live": false,
+                // Whose live foreground processes block a mutation (the operator's switch);
+                // background processes (`exec_command` `background: true`) never do.
+                "lease_scope": self
+                    .config
+                    .workspaces
+                    .get(id)
+                    .map(|w| w.lease_scope.as_str())
+                    .unwrap_or("workspace"),
+                "background_process_holds_mutation_lease": false,
             },
             "isolation": {
                 "file_tools_workspace_scoped": true,

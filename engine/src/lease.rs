@@ -1,25 +1,55 @@
 //! The resource serializer for workspace mutations. A request-owned lease (apply_patch) is
-//! exclusive and queues FIFO (bounded); a process-owned lease (a live exec_command) rejects
-//! every other mutation at once with `WORKSPACE_BUSY` until the process exits. `read` and `find`
-//! take no lease.
+//! exclusive and queues FIFO (bounded); a process-owned lease (a live foreground exec_command)
+//! rejects other mutations at once with `WORKSPACE_BUSY` until the process exits: every
+//! client's under the workspace scope (the default), only its own client's under the client
+//! scope. Background processes and `read`/`find` take no lease.
 
 use crate::error::{ErrorCode, ToolError};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::oneshot;
 
+pub use crate::config::LeaseScope;
+
+/// A live foreground process holding a workspace: its id and the client that started it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Holder {
-    Request(u64),
-    Process(String),
+struct ProcessHold {
+    id: String,
+    client: String,
 }
 
-type Waiter = (u64, oneshot::Sender<Result<(), ToolError>>);
+/// A queued request: its ticket, its client, its scope and where to send the verdict.
+struct Waiter {
+    ticket: u64,
+    client: String,
+    scope: LeaseScope,
+    tx: oneshot::Sender<Result<(), ToolError>>,
+}
+
+impl std::fmt::Debug for Waiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waiter")
+            .field("ticket", &self.ticket)
+            .finish_non_exhaustive()
+    }
+}
 
 #[derive(Debug, Default)]
 struct WsLease {
-    holder: Option<Holder>,
+    /// The request holding the lease (FIFO among requests).
+    request: Option<u64>,
+    /// Live foreground processes holding it (several only under [`LeaseScope::Client`]).
+    processes: Vec<ProcessHold>,
     waiters: VecDeque<Waiter>,
+}
+
+impl WsLease {
+    /// The process that blocks a request of `client` under `scope`, if any.
+    fn blocker(&self, client: &str, scope: LeaseScope) -> Option<&ProcessHold> {
+        self.processes
+            .iter()
+            .find(|p| scope == LeaseScope::Workspace || p.client == client)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -44,17 +74,21 @@ pub struct RequestLease {
     released: bool,
 }
 
-fn busy(ws: &str, holder: &Holder) -> ToolError {
-    match holder {
-        Holder::Process(pid) => ToolError::new(
-            ErrorCode::WorkspaceBusy,
-            format!("workspace `{ws}` is busy: live process {pid} holds its mutation lease"),
+fn busy_process(ws: &str, holder: &ProcessHold) -> ToolError {
+    ToolError::new(
+        ErrorCode::WorkspaceBusy,
+        format!(
+            "workspace `{ws}` is busy: live process {} holds its mutation lease",
+            holder.id
         ),
-        Holder::Request(_) => ToolError::new(
-            ErrorCode::WorkspaceBusy,
-            format!("workspace `{ws}` is busy with another mutation"),
-        ),
-    }
+    )
+}
+
+fn busy_request(ws: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::WorkspaceBusy,
+        format!("workspace `{ws}` is busy with another mutation"),
+    )
 }
 
 impl Leases {
@@ -77,30 +111,44 @@ impl Leases {
     /// `WORKSPACE_BUSY` at once when a live process holds it; `RESOURCE_QUEUE_FULL` when the
     /// queue is full.
     pub async fn acquire(self: &Arc<Self>, workspace: &str) -> Result<RequestLease, ToolError> {
+        self.acquire_as(workspace, "", LeaseScope::Workspace).await
+    }
+
+    /// [`Leases::acquire`] for a request of `client`: under [`LeaseScope::Client`] only that
+    /// client's live processes make it `WORKSPACE_BUSY`.
+    pub async fn acquire_as(
+        self: &Arc<Self>,
+        workspace: &str,
+        client: &str,
+        scope: LeaseScope,
+    ) -> Result<RequestLease, ToolError> {
         let (ticket, rx) = {
             let mut g = self.lock();
             g.next_ticket += 1;
             let ticket = g.next_ticket;
             let max = self.max_waiters;
             let ws = g.by_ws.entry(workspace.to_string()).or_default();
-            match &ws.holder {
-                None => {
-                    ws.holder = Some(Holder::Request(ticket));
-                    return Ok(self.guard(workspace, ticket));
-                }
-                Some(h @ Holder::Process(_)) => return Err(busy(workspace, h)),
-                Some(Holder::Request(_)) => {
-                    if ws.waiters.len() >= max {
-                        return Err(ToolError::new(
-                            ErrorCode::ResourceQueueFull,
-                            format!("workspace `{workspace}` already has {max} queued mutations"),
-                        ));
-                    }
-                    let (tx, rx) = oneshot::channel();
-                    ws.waiters.push_back((ticket, tx));
-                    (ticket, rx)
-                }
+            if let Some(p) = ws.blocker(client, scope) {
+                return Err(busy_process(workspace, p));
             }
+            if ws.request.is_none() {
+                ws.request = Some(ticket);
+                return Ok(self.guard(workspace, ticket));
+            }
+            if ws.waiters.len() >= max {
+                return Err(ToolError::new(
+                    ErrorCode::ResourceQueueFull,
+                    format!("workspace `{workspace}` already has {max} queued mutations"),
+                ));
+            }
+            let (tx, rx) = oneshot::channel();
+            ws.waiters.push_back(Waiter {
+                ticket,
+                client: client.to_string(),
+                scope,
+                tx,
+            });
+            (ticket, rx)
         };
         // If this future is dropped while waiting, the sender fails on hand-over and the lease
         // moves on to the next waiter.
@@ -120,13 +168,14 @@ impl Leases {
         g.next_ticket += 1;
         let ticket = g.next_ticket;
         let ws = g.by_ws.entry(workspace.to_string()).or_default();
-        match &ws.holder {
-            None => {
-                ws.holder = Some(Holder::Request(ticket));
-                Ok(self.guard(workspace, ticket))
-            }
-            Some(h) => Err(busy(workspace, h)),
+        if let Some(p) = ws.blocker("", LeaseScope::Workspace) {
+            return Err(busy_process(workspace, p));
         }
+        if ws.request.is_some() {
+            return Err(busy_request(workspace));
+        }
+        ws.request = Some(ticket);
+        Ok(self.guard(workspace, ticket))
     }
 
     fn guard(self: &Arc<Self>, workspace: &str, ticket: u64) -> RequestLease {
@@ -138,44 +187,61 @@ impl Leases {
         }
     }
 
-    /// Hands the lease to the next live waiter, or frees it.
-    fn hand_over(ws: &mut WsLease) {
-        ws.holder = None;
-        while let Some((ticket, tx)) = ws.waiters.pop_front() {
-            ws.holder = Some(Holder::Request(ticket));
-            if tx.send(Ok(())).is_ok() {
+    /// Hands the request lease to the next live waiter no process blocks (a blocked one gets
+    /// `WORKSPACE_BUSY`), or frees it.
+    fn hand_over(workspace: &str, ws: &mut WsLease) {
+        ws.request = None;
+        while let Some(w) = ws.waiters.pop_front() {
+            if let Some(p) = ws.blocker(&w.client, w.scope) {
+                let _ = w.tx.send(Err(busy_process(workspace, p)));
+                continue;
+            }
+            ws.request = Some(w.ticket);
+            if w.tx.send(Ok(())).is_ok() {
                 return;
             }
-            ws.holder = None;
+            ws.request = None;
         }
     }
 
     fn release_request(&self, workspace: &str, ticket: u64) {
         let mut g = self.lock();
         if let Some(ws) = g.by_ws.get_mut(workspace)
-            && ws.holder == Some(Holder::Request(ticket))
+            && ws.request == Some(ticket)
         {
-            Self::hand_over(ws);
+            Self::hand_over(workspace, ws);
         }
     }
 
     /// Releases a process-owned lease (the process exited or was reaped).
     pub fn release_process(&self, workspace: &str, process_id: &str) {
         let mut g = self.lock();
-        if let Some(ws) = g.by_ws.get_mut(workspace)
-            && ws.holder == Some(Holder::Process(process_id.to_string()))
-        {
-            Self::hand_over(ws);
+        if let Some(ws) = g.by_ws.get_mut(workspace) {
+            ws.processes.retain(|p| p.id != process_id);
         }
     }
 
-    /// The live process holding the workspace, if any.
+    /// Releases the lease a process's exec took, once the process exited: whether the exec
+    /// already turned it into the process's lease or still holds it as request `ticket` (the
+    /// process exited before the exec finished registering it). Runs from the process table's
+    /// exit hook, before anyone can observe the exit.
+    pub fn release_exited(&self, workspace: &str, process_id: &str, ticket: u64) {
+        let mut g = self.lock();
+        if let Some(ws) = g.by_ws.get_mut(workspace) {
+            ws.processes.retain(|p| p.id != process_id);
+            if ws.request == Some(ticket) {
+                Self::hand_over(workspace, ws);
+            }
+        }
+    }
+
+    /// The live process holding the workspace, if any (the first when several do).
     pub fn process_holder(&self, workspace: &str) -> Option<String> {
         let g = self.lock();
-        match g.by_ws.get(workspace).and_then(|w| w.holder.clone()) {
-            Some(Holder::Process(p)) => Some(p),
-            _ => None,
-        }
+        g.by_ws
+            .get(workspace)
+            .and_then(|w| w.processes.first())
+            .map(|p| p.id.clone())
     }
 
     /// Number of queued waiters (for tests and workspace_info).
@@ -188,18 +254,30 @@ impl Leases {
 }
 
 impl RequestLease {
+    /// The ticket this lease holds (see [`Leases::release_exited`]).
+    pub fn ticket(&self) -> u64 {
+        self.ticket
+    }
+
     /// Turns this request-owned lease into a process-owned one: the process now holds the
     /// workspace until [`Leases::release_process`]; queued requests fail with `WORKSPACE_BUSY`.
-    pub fn into_process(mut self, process_id: &str) {
+    pub fn into_process(self, process_id: &str) {
+        self.into_process_of(process_id, "");
+    }
+
+    /// [`RequestLease::into_process`] for a process of `client`: queued requests it blocks fail
+    /// with `WORKSPACE_BUSY`, the next one it does not block (another client's, under
+    /// [`LeaseScope::Client`]) gets the request lease.
+    pub fn into_process_of(mut self, process_id: &str, client: &str) {
         let mut g = self.leases.lock();
         if let Some(ws) = g.by_ws.get_mut(&self.workspace)
-            && ws.holder == Some(Holder::Request(self.ticket))
+            && ws.request == Some(self.ticket)
         {
-            let holder = Holder::Process(process_id.to_string());
-            for (_, tx) in ws.waiters.drain(..) {
-                let _ = tx.send(Err(busy(&self.workspace, &holder)));
-            }
-            ws.holder = Some(holder);
+            ws.processes.push(ProcessHold {
+                id: process_id.to_string(),
+                client: client.to_string(),
+            });
+            Leases::hand_over(&self.workspace, ws);
             self.released = true;
         }
     }
@@ -305,5 +383,51 @@ mod tests {
         drop(g);
         let got = tokio::time::timeout(Duration::from_secs(5), l.acquire("w")).await;
         assert!(got.is_ok(), "lease must be free after the cancelled waiter");
+    }
+
+    #[tokio::test]
+    async fn client_scope_blocks_only_the_processs_own_client() {
+        let l = Leases::new(64);
+        let g = l.acquire_as("w", "a", LeaseScope::Client).await.unwrap();
+        g.into_process_of("proc-a", "a");
+        let err = l
+            .acquire_as("w", "a", LeaseScope::Client)
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, ErrorCode::WorkspaceBusy);
+        assert!(err.message.contains("proc-a"), "{}", err.message);
+        // Another client mutates beside it; under the workspace scope it could not.
+        drop(l.acquire_as("w", "b", LeaseScope::Client).await.unwrap());
+        assert_eq!(
+            l.acquire_as("w", "b", LeaseScope::Workspace)
+                .await
+                .unwrap_err()
+                .code,
+            ErrorCode::WorkspaceBusy
+        );
+        // A waiter of another client survives the conversion and gets the lease next.
+        let first = l.acquire_as("w", "b", LeaseScope::Client).await.unwrap();
+        let waiter = tokio::spawn({
+            let l = Arc::clone(&l);
+            async move { l.acquire_as("w", "c", LeaseScope::Client).await.map(|_| ()) }
+        });
+        while l.waiters("w") < 1 {
+            tokio::task::yield_now().await;
+        }
+        first.into_process_of("proc-b", "b");
+        waiter.await.unwrap().unwrap();
+        l.release_process("w", "proc-a");
+        drop(l.acquire_as("w", "a", LeaseScope::Client).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn an_exit_before_the_conversion_frees_the_request_lease() {
+        let l = Leases::new(64);
+        let g = l.acquire("w").await.unwrap();
+        l.release_exited("w", "proc-1", g.ticket());
+        drop(l.acquire("other").await.unwrap());
+        // The exec finishes registering the process after its exit: nothing stays held.
+        g.into_process("proc-1");
+        drop(l.acquire("w").await.unwrap());
     }
 }

@@ -7,6 +7,7 @@
 pub mod alternatives;
 pub mod approvals;
 mod audit;
+mod capabilities;
 pub mod config;
 pub mod decide;
 pub mod error;

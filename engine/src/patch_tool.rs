@@ -272,7 +272,16 @@ impl Gateway {
             "expected_versions": p.expected_versions,
             "check_only": p.check_only.unwrap_or(false),
         }));
-        let lease = self.leases.acquire(&ws.facts.id).await?;
+        let scope = self
+            .config
+            .workspaces
+            .get(&ws.facts.id)
+            .map(|w| w.lease_scope)
+            .unwrap_or_default();
+        let lease = self
+            .leases
+            .acquire_as(&ws.facts.id, &session.client, scope)
+            .await?;
         let op_id = match self.begin_operation(
             "apply_patch",
             &ws.facts.id,

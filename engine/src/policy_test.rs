@@ -122,6 +122,12 @@ pub struct TestProcess {
     /// PTY?
     #[serde(default)]
     pub tty: bool,
+    /// Names of the `env` variables it was started with.
+    #[serde(default)]
+    pub env_names: Vec<String>,
+    /// Started as a background service?
+    #[serde(default)]
+    pub background: bool,
 }
 
 fn yes() -> bool {
@@ -605,6 +611,8 @@ pub fn run_file_in(
                     same_client: p.same_client,
                     argv: p.command.clone(),
                     tty: p.tty,
+                    env_names: p.env_names.clone(),
+                    background: p.background,
                 });
                 match build_requests(&call, &session, pf.as_ref()) {
                     Ok(mut reqs) => {
@@ -1141,6 +1149,8 @@ pub fn case_records(
             same_client: p.same_client,
             argv: p.command.clone(),
             tty: p.tty,
+            env_names: p.env_names.clone(),
+            background: p.background,
         });
         let Ok(mut reqs) = build_requests(&call, &session, pf.as_ref()) else {
             continue;

@@ -13,11 +13,13 @@ use crate::policy::PolicySnapshot;
 use crate::request::{ProcessFacts, Session};
 use crate::tools::{
     ExecCommandParams, ExecCommandResult, ProcessAckResult, ProcessIdParams, ProcessResizeParams,
-    ProcessResizeResult, ProcessStatusResult, ReadProcessParams, ReadProcessResult, ToolCall,
-    WriteStdinParams,
+    ProcessResizeResult, ProcessStatusResult, ReadProcessParams, ReadProcessResult, StderrMode,
+    ToolCall, WriteStdinParams,
 };
+use codespace_runner_fs::{Kind, RelPath};
 use codespace_runner_process::{
-    Launcher, ProcError, ProcState, ProcessInfo, ProcessTable, SpawnError, SpawnSpec, TableLimits,
+    ExitHook, Launcher, ProcError, ProcState, ProcessInfo, ProcessTable, ReadWindow, SpawnError,
+    SpawnOptions, SpawnSpec, TableLimits,
 };
 use codespace_runner_sandbox::{
     HELPER_STDERR_PREFIX, NetworkMode, SandboxPlan, launcher_parts, scrub_env,
@@ -33,6 +35,9 @@ use std::time::{Duration, Instant};
 /// The fixed `PATH` of every child.
 pub const CHILD_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
+/// `read_process` `tail: true` without `max_bytes`: the last this many bytes.
+pub const DEFAULT_TAIL_BYTES: usize = 64 * 1024;
+
 /// Longest `read_process.wait_ms` and `exec_command.yield_ms` honoured.
 pub const MAX_WAIT_MS: u64 = 30_000;
 
@@ -40,6 +45,9 @@ pub const MAX_WAIT_MS: u64 = 30_000;
 /// asks the helper to behave as if the kernel had no Landlock, so the helper refuses to run the
 /// command (fail closed). It can only make the server refuse more, never less.
 pub const FORCE_NO_LANDLOCK_ENV: &str = "CODESPACE_TEST_FORCE_NO_LANDLOCK";
+
+/// How long terminate_process waits beyond the kill grace for the process to be reaped.
+const TERMINATE_MARGIN: Duration = Duration::from_secs(1);
 
 /// How long exec_command waits for the sandbox helper to either exec the target or fail.
 const HELPER_SETTLE: Duration = Duration::from_secs(3);
@@ -52,6 +60,9 @@ struct Entry {
     argv: Vec<String>,
     tty: bool,
     tmp_dir: Option<PathBuf>,
+    env_names: Vec<String>,
+    background: bool,
+    separate_stderr: bool,
 }
 
 /// The gateway's process state: the runner table and who started what.
@@ -218,6 +229,10 @@ struct CommandPaths {
     read_paths: Vec<PathBuf>,
     /// The home directory (created 0700 on first use), when one is known.
     home: Option<PathBuf>,
+    /// The operator's directories prepended to `PATH`.
+    path: Vec<PathBuf>,
+    /// The operator's fixed variables.
+    env: std::collections::BTreeMap<String, String>,
 }
 
 impl Gateway {
@@ -240,8 +255,41 @@ impl Gateway {
         Ok(CommandPaths {
             read_paths: ws.read_paths.values().cloned().collect(),
             home,
+            path: ws.path.clone(),
+            env: ws.env.clone(),
         })
     }
+}
+
+/// The child's environment: the server's `base` (PATH, HOME, LANG, TERM, TMPDIR), then the
+/// call's `env` on top, then the operator's `env` on top of that (the operator wins), and the
+/// operator's `path` directories prepended to whatever `PATH` results.
+fn child_env(
+    base: Vec<(String, String)>,
+    call: Option<&std::collections::BTreeMap<String, String>>,
+    operator: &std::collections::BTreeMap<String, String>,
+    path: &[PathBuf],
+) -> Vec<(String, String)> {
+    let mut merged: std::collections::BTreeMap<String, String> = base.into_iter().collect();
+    if let Some(call) = call {
+        for (k, v) in call {
+            merged.insert(k.clone(), v.clone());
+        }
+    }
+    for (k, v) in operator {
+        merged.insert(k.clone(), v.clone());
+    }
+    if !path.is_empty() {
+        let mut dirs: Vec<String> = path
+            .iter()
+            .map(|d| d.to_string_lossy().into_owned())
+            .collect();
+        if let Some(rest) = merged.get("PATH").filter(|p| !p.is_empty()) {
+            dirs.push(rest.clone());
+        }
+        merged.insert("PATH".into(), dirs.join(":"));
+    }
+    merged.into_iter().collect()
 }
 
 fn status_result(id: &str, info: &ProcessInfo) -> ProcessStatusResult {
@@ -351,6 +399,8 @@ impl Gateway {
             same_client: entry.client == session.client,
             argv: entry.argv.clone(),
             tty: entry.tty,
+            env_names: entry.env_names.clone(),
+            background: entry.background,
         };
         self.authorize(snap, ws, call, session, Some(&facts))?;
         Ok(ws)
@@ -413,7 +463,7 @@ impl Gateway {
 
     /// After a sandboxed spawn: waits until the helper has exec'd the target (the process image
     /// is no longer the helper) or has exited. A helper refusal becomes the error message.
-    async fn helper_outcome(&self, id: &str, pid: u32) -> Result<(), String> {
+    async fn helper_outcome(&self, id: &str, pid: u32, separate: bool) -> Result<(), String> {
         let Some(helper) = &self.processes.helper_exe else {
             return Ok(());
         };
@@ -441,18 +491,34 @@ impl Gateway {
         if info.exit_code != Some(codespace_runner_sandbox::HELPER_FAILURE_EXIT) {
             return Ok(());
         }
-        let text = self.drain(id, 0, Duration::from_secs(1)).await.chunk;
+        let read = self
+            .drain(id, 0, separate.then_some(0), Duration::from_secs(1))
+            .await;
+        let text = if separate {
+            read.stderr_chunk.unwrap_or_default()
+        } else {
+            read.chunk
+        };
         match text.strip_prefix(HELPER_STDERR_PREFIX) {
             Some(rest) => Err(rest.lines().next().unwrap_or("").trim().to_string()),
             None => Ok(()),
         }
     }
 
-    /// Reads from `cursor` until output collection ends or `budget` elapses (after an exit).
-    async fn drain(&self, id: &str, cursor: u64, budget: Duration) -> ReadProcessResult {
+    /// Reads from `cursor` (and stderr from `stderr_cursor`, when kept apart) until output
+    /// collection ends or `budget` elapses (after an exit).
+    async fn drain(
+        &self,
+        id: &str,
+        cursor: u64,
+        stderr_cursor: Option<u64>,
+        budget: Duration,
+    ) -> ReadProcessResult {
         let deadline = tokio::time::Instant::now() + budget;
         let mut data: Vec<u8> = Vec::new();
+        let mut err_data: Vec<u8> = Vec::new();
         let mut next = cursor;
+        let mut err_next = stderr_cursor;
         let mut out = ReadProcessResult {
             process_id: id.to_string(),
             cursor,
@@ -460,23 +526,46 @@ impl Gateway {
             eof: false,
             output_lost: false,
             retained_from: 0,
+            stderr_chunk: None,
+            stderr_cursor: None,
+        };
+        let window = |cursor| ReadWindow {
+            cursor,
+            ..ReadWindow::default()
         };
         loop {
             let wait = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let Ok(c) = self.processes.table.read(id, next, Some(wait)).await else {
+            let Ok((c, e)) = self
+                .processes
+                .table
+                .read_windows(id, window(next), err_next.map(window), Some(wait))
+                .await
+            else {
                 break;
             };
             data.extend_from_slice(&c.data);
             next = c.cursor;
-            out.eof = c.eof;
             out.output_lost = c.output_lost;
             out.retained_from = c.retained_from;
-            if c.eof || wait.is_zero() || c.data.is_empty() {
+            let mut got = !c.data.is_empty();
+            let mut eof = c.eof;
+            if let Some(e) = &e {
+                err_data.extend_from_slice(&e.data);
+                err_next = Some(e.cursor);
+                got |= !e.data.is_empty();
+                eof &= e.eof;
+            }
+            out.eof = eof;
+            if eof || wait.is_zero() || !got {
                 break;
             }
         }
         out.cursor = next;
         out.chunk = String::from_utf8_lossy(&data).into_owned();
+        if let Some(n) = err_next.filter(|_| stderr_cursor.is_some()) {
+            out.stderr_cursor = Some(n);
+            out.stderr_chunk = Some(String::from_utf8_lossy(&err_data).into_owned());
+        }
         out
     }
 
@@ -502,13 +591,40 @@ impl Gateway {
                 "timeout_ms must be at least 1",
             ));
         }
+        let cwd = self.exec_cwd(ws, p.cwd.as_deref())?;
         let tty = p.tty.unwrap_or(false);
-        let fp = fingerprint(&json!({
+        let separate = p.stderr == Some(StderrMode::Separate);
+        if tty && separate {
+            return Err(ToolError::new(
+                ErrorCode::InvalidArguments,
+                "stderr: \"separate\" needs pipes: a terminal (tty: true) has one stream",
+            ));
+        }
+        // A background process (a service) takes no lease at all: patches and other commands
+        // run beside it.
+        let background = p.background.unwrap_or(false);
+        let scope = self.lease_scope(&ws.facts.id);
+        let mut fp_args = json!({
             "workspace_id": p.workspace_id,
             "command": p.command,
             "tty": tty,
             "timeout_ms": p.timeout_ms,
-        }));
+        });
+        if let Value::Object(m) = &mut fp_args {
+            if let Some(env) = &p.env {
+                m.insert("env".into(), json!(env));
+            }
+            if !cwd.is_root() {
+                m.insert("cwd".into(), json!(cwd.as_str()));
+            }
+            if background {
+                m.insert("background".into(), json!(true));
+            }
+            if separate {
+                m.insert("stderr".into(), json!("separate"));
+            }
+        }
+        let fp = fingerprint(&fp_args);
         let key = p.operation_key.as_deref().filter(|k| !k.is_empty());
         // A retry of a keyed exec replays without taking the lease (its own process may hold it).
         let known_key = match key {
@@ -518,19 +634,28 @@ impl Gateway {
                 .any(|r| r.workspace == ws.facts.id),
             None => false,
         };
-        let lease = if known_key {
+        let lease = if known_key || background {
             None
         } else {
-            Some(self.leases.acquire(&ws.facts.id).await?)
+            Some(
+                self.leases
+                    .acquire_as(&ws.facts.id, &session.client, scope)
+                    .await?,
+            )
         };
         let op_id = match self.begin_operation("exec_command", &ws.facts.id, key, &fp, session)? {
             Begin::New(id) => id,
             Begin::Replay(row) => return replay(&row),
         };
         let lease = match lease {
-            Some(l) => l,
-            None => match self.leases.acquire(&ws.facts.id).await {
-                Ok(l) => l,
+            Some(l) => Some(l),
+            None if background => None,
+            None => match self
+                .leases
+                .acquire_as(&ws.facts.id, &session.client, scope)
+                .await
+            {
+                Ok(l) => Some(l),
                 Err(e) => {
                     let e = e.with_operation(op_id.clone());
                     self.fail_operation(&op_id, &e);
@@ -538,7 +663,17 @@ impl Gateway {
                 }
             },
         };
-        let started = self.start(snap, ws, session, p, &decision, &op_id).await;
+        // Frees the lease before the exit is observable (status, eof, wait): a next exec right
+        // after a caller saw the exit never finds the workspace busy.
+        let on_exit: Option<ExitHook> = lease.as_ref().map(|lease| {
+            let leases = Arc::clone(&self.leases);
+            let workspace = ws.facts.id.clone();
+            let ticket = lease.ticket();
+            Box::new(move |id: &str| leases.release_exited(&workspace, id, ticket)) as ExitHook
+        });
+        let started = self
+            .start(snap, ws, session, p, &cwd, &decision, &op_id, on_exit)
+            .await;
         let (id, pid, row) = match started {
             Ok(s) => s,
             Err(e) => {
@@ -547,7 +682,9 @@ impl Gateway {
                 return Err(e);
             }
         };
-        lease.into_process(&id);
+        if let Some(lease) = lease {
+            lease.into_process_of(&id, &session.client);
+        }
         self.processes.prune().await;
         let result = ExecCommandResult {
             process_id: id.clone(),
@@ -560,6 +697,8 @@ impl Gateway {
             exit_code: None,
             termination: None,
             eof: None,
+            stderr_chunk: None,
+            stderr_cursor: None,
         };
         self.finish_operation(&op_id, "started", &to_value(&result)?, None);
         if let Some(s) = &self.store
@@ -587,10 +726,11 @@ impl Gateway {
         let exited = tokio::time::timeout(budget, table.wait_exit(&id))
             .await
             .is_ok();
+        let err_from = separate.then_some(0);
         let read = if exited {
-            self.drain(&id, 0, Duration::from_secs(1)).await
+            self.drain(&id, 0, err_from, Duration::from_secs(1)).await
         } else {
-            self.drain(&id, 0, Duration::ZERO).await
+            self.drain(&id, 0, err_from, Duration::ZERO).await
         };
         let info = table.status(&id).await.map_err(|e| proc_error(&e))?;
         self.release_if_exited(&ws.facts.id, &id, &info);
@@ -601,18 +741,107 @@ impl Gateway {
         result.exit_code = info.exit_code;
         result.termination = info.termination.map(|t| t.as_str().to_string());
         result.eof = Some(read.eof);
+        result.stderr_chunk = read.stderr_chunk;
+        result.stderr_cursor = read.stderr_cursor;
         to_value(&result)
     }
 
+    /// The lease scope of `workspace` (the operator's `lease_scope`).
+    fn lease_scope(&self, workspace: &str) -> crate::lease::LeaseScope {
+        self.config
+            .workspaces
+            .get(workspace)
+            .map(|w| w.lease_scope)
+            .unwrap_or_default()
+    }
+
+    /// `WORKSPACE_BUSY` for the live-process limit, naming what holds it: the caller's own live
+    /// processes (id, program, workspace, background or not) and how many other clients hold.
+    async fn live_limit_error(&self, session: &Session) -> ToolError {
+        let entries: Vec<(String, Entry)> = lock(&self.processes.entries)
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut own = Vec::new();
+        let mut others = 0usize;
+        for (id, e) in entries {
+            let live = matches!(
+                self.processes.table.status(&id).await,
+                Ok(info) if info.state == ProcState::Running
+            );
+            if !live {
+                continue;
+            }
+            if e.client == session.client {
+                let program = e
+                    .argv
+                    .first()
+                    .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
+                    .unwrap_or_default();
+                let kind = if e.background { ", background" } else { "" };
+                own.push(format!("{id} (`{program}` in `{}`{kind})", e.workspace));
+            } else {
+                others += 1;
+            }
+        }
+        own.sort();
+        let max = self.config.limits.max_live_processes;
+        let mut holders = own.join(", ");
+        if others > 0 {
+            if !holders.is_empty() {
+                holders.push_str("; ");
+            }
+            holders.push_str(&format!("{others} of other clients"));
+        }
+        if holders.is_empty() {
+            holders = "processes that are exiting".into();
+        }
+        ToolError::new(
+            ErrorCode::WorkspaceBusy,
+            format!(
+                "the server already runs its maximum number of live processes ({max}, \
+                 limits.max_live_processes), held by: {holders}; wait for one to exit or \
+                 terminate one"
+            ),
+        )
+    }
+
+    /// The working directory of an exec: workspace-relative, an existing directory reached
+    /// without any symlink (the request builder already refused `..` and absolute paths).
+    fn exec_cwd(&self, ws: &WorkspaceRuntime, cwd: Option<&str>) -> Result<RelPath, ToolError> {
+        let rel = match cwd.filter(|c| !c.is_empty()) {
+            Some(c) => RelPath::parse(c).map_err(ToolError::from)?,
+            None => return Ok(RelPath::root()),
+        };
+        match ws.root.stat(&rel).map_err(ToolError::from)? {
+            None => Err(ToolError::new(
+                ErrorCode::FileNotFound,
+                format!("cwd `{}` does not exist", rel.as_str()),
+            )),
+            Some(m) if m.kind == Kind::Symlink => Err(ToolError::new(
+                ErrorCode::SymlinkRejected,
+                format!("cwd `{}` is a symlink", rel.as_str()),
+            )),
+            Some(m) if m.kind != Kind::Dir => Err(ToolError::new(
+                ErrorCode::PathNotDirectory,
+                format!("cwd `{}` is not a directory", rel.as_str()),
+            )),
+            Some(_) => Ok(rel),
+        }
+    }
+
     /// Spawns under the sandbox and registers the process. Nothing is running on error.
+    #[allow(clippy::too_many_arguments)]
     async fn start(
         &self,
         snap: &PolicySnapshot,
         ws: &WorkspaceRuntime,
         session: &Session,
         p: &ExecCommandParams,
+        cwd: &RelPath,
         decision: &crate::decide::Decision,
         op_id: &str,
+        on_exit: Option<ExitHook>,
     ) -> Result<(String, u32, ProcessRow), ToolError> {
         let root = self
             .config
@@ -656,35 +885,52 @@ impl Gateway {
             .as_deref()
             .or(tmp_dir.as_deref())
             .unwrap_or(&root);
-        let mut env: Vec<(String, String)> = vec![
+        let mut base: Vec<(String, String)> = vec![
             ("PATH".into(), CHILD_PATH.into()),
             ("HOME".into(), home.to_string_lossy().into_owned()),
             ("LANG".into(), "C.UTF-8".into()),
         ];
         if tty {
-            env.push(("TERM".into(), "xterm".into()));
+            base.push(("TERM".into(), "xterm".into()));
         }
         if let Some(t) = &tmp_dir {
-            env.push(("TMPDIR".into(), t.to_string_lossy().into_owned()));
+            base.push(("TMPDIR".into(), t.to_string_lossy().into_owned()));
         }
+        let mut env = child_env(base, p.env.as_ref(), &paths.env, &paths.path);
         scrub_env(&mut env);
         let spec = SpawnSpec {
             argv: p.command.clone(),
-            cwd: root.clone(),
+            cwd: if cwd.is_root() {
+                root.clone()
+            } else {
+                root.join(cwd.as_str())
+            },
             env,
             tty,
             timeout: p.timeout_ms.map(Duration::from_millis),
             launcher,
             owner: session.client.clone(),
         };
-        let spawned = match self.processes.table.spawn(spec).await {
+        let separate = p.stderr == Some(StderrMode::Separate);
+        let options = SpawnOptions {
+            on_exit,
+            separate_stderr: separate,
+        };
+        let spawned = match self.processes.table.spawn_with(spec, options).await {
             Ok(s) => s,
             Err(e) => {
                 remove_tmp(tmp_dir.as_deref());
+                if e == SpawnError::LimitReached {
+                    return Err(self.live_limit_error(session).await);
+                }
                 return Err(spawn_error(&e));
             }
         };
-        if sandboxed && let Err(why) = self.helper_outcome(&spawned.id, spawned.pid).await {
+        if sandboxed
+            && let Err(why) = self
+                .helper_outcome(&spawned.id, spawned.pid, separate)
+                .await
+        {
             remove_tmp(tmp_dir.as_deref());
             return Err(ToolError::new(
                 ErrorCode::ProcessSpawnFailed,
@@ -700,6 +946,9 @@ impl Gateway {
                 argv: p.command.clone(),
                 tty,
                 tmp_dir,
+                env_names: crate::request::exec_env_names(p.env.as_ref())?,
+                background: p.background.unwrap_or(false),
+                separate_stderr: separate,
             },
         );
         let program = p
@@ -778,6 +1027,10 @@ impl Gateway {
                     ok: true,
                     process_id: process_id.to_string(),
                     operation_id: Some(op_id.clone()),
+                    state: None,
+                    exit_code: None,
+                    termination: None,
+                    signal: None,
                 })?;
                 self.finish_operation(&op_id, done, &r, None);
                 Ok(r)
@@ -797,20 +1050,50 @@ impl Gateway {
         call: &ToolCall,
         p: &ReadProcessParams,
     ) -> Result<Value, ToolError> {
+        if p.max_bytes == Some(0) {
+            return Err(ToolError::new(
+                ErrorCode::InvalidArguments,
+                "max_bytes must be at least 1",
+            ));
+        }
         self.authorize_process(snap, session, call, &p.process_id)?;
-        let c = self
+        let separate = self
+            .processes
+            .entry(&p.process_id)
+            .map(|e| e.separate_stderr)
+            .unwrap_or(false);
+        let tail = p.tail.unwrap_or(false);
+        let max_bytes = match p.max_bytes {
+            Some(m) => Some(usize::try_from(m).unwrap_or(usize::MAX)),
+            None if tail => Some(DEFAULT_TAIL_BYTES),
+            None => None,
+        };
+        let window = |cursor: u64| ReadWindow {
+            cursor,
+            max_bytes,
+            tail,
+        };
+        let (c, e) = self
             .processes
             .table
-            .read(&p.process_id, p.cursor.unwrap_or(0), p.wait_ms.map(capped))
+            .read_windows(
+                &p.process_id,
+                window(p.cursor.unwrap_or(0)),
+                separate.then(|| window(p.stderr_cursor.unwrap_or(0))),
+                p.wait_ms.map(capped),
+            )
             .await
             .map_err(|e| proc_error(&e))?;
+        let eof = c.eof && e.as_ref().is_none_or(|e| e.eof);
         to_value(&ReadProcessResult {
             process_id: p.process_id.clone(),
             cursor: c.cursor,
             chunk: c.chunk,
-            eof: c.eof,
+            eof,
             output_lost: c.output_lost,
             retained_from: c.retained_from,
+            stderr_cursor: e.as_ref().map(|e| e.cursor),
+            stderr_chunk: e.map(|e| e.chunk),
         })
     }
 
@@ -885,17 +1168,38 @@ impl Gateway {
     ) -> Result<Value, ToolError> {
         let ws = self.authorize_process(snap, session, call, &p.process_id)?;
         let fp = fingerprint(&json!({"process_id": p.process_id}));
-        let table = &self.processes.table;
-        self.acked_operation(
-            "terminate_process",
-            &ws.facts.id,
-            &p.process_id,
-            &fp,
-            session,
-            "terminated",
-            table.terminate(&p.process_id),
-        )
-        .await
+        let op_id =
+            match self.begin_operation("terminate_process", &ws.facts.id, None, &fp, session)? {
+                Begin::New(id) => id,
+                Begin::Replay(_) => return Err(internal("unexpected replay without a key")),
+            };
+        // Waits for the exit (bounded by the kill grace plus a margin): when this answers
+        // `exited`, the exit hook has already freed the process's lease.
+        let waited = self
+            .processes
+            .table
+            .terminate_and_wait(&p.process_id, TERMINATE_MARGIN)
+            .await;
+        match waited {
+            Ok(info) => {
+                let r = to_value(&ProcessAckResult {
+                    ok: true,
+                    process_id: p.process_id.clone(),
+                    operation_id: Some(op_id.clone()),
+                    state: Some(info.state.as_str().to_string()),
+                    exit_code: info.exit_code,
+                    termination: info.termination.map(|t| t.as_str().to_string()),
+                    signal: info.signal,
+                })?;
+                self.finish_operation(&op_id, "terminated", &r, None);
+                Ok(r)
+            }
+            Err(e) => {
+                let e = proc_error(&e).with_operation(op_id.clone());
+                self.fail_operation(&op_id, &e);
+                Err(e)
+            }
+        }
     }
 
     /// Kills every process group the gateway owns (stdin EOF, SIGTERM): no orphans.

@@ -78,8 +78,9 @@ impl RecordedRequest {
 
     /// Reads a stored record.
     pub fn from_json(v: &Value) -> Result<RecordedRequest, String> {
-        let rec: RecordedRequest =
+        let mut rec: RecordedRequest =
             serde_json::from_value(v.clone()).map_err(|e| format!("recorded request: {e}"))?;
+        crate::request::upgrade_recorded_context(&mut rec.request.context);
         if rec.v != RECORD_VERSION {
             return Err(format!(
                 "recorded request: format version {} (this build reads {RECORD_VERSION})",

@@ -79,6 +79,10 @@ pub struct ProcessFacts {
     pub argv: Vec<String>,
     /// Whether it has a PTY.
     pub tty: bool,
+    /// Names of the `env` variables it was started with.
+    pub env_names: Vec<String>,
+    /// Whether it was started as a background service.
+    pub background: bool,
 }
 
 /// Facts about an approval hold, for `approval_resolve` and `operation_resume`
@@ -179,7 +183,20 @@ pub fn command_facts(argv: &[String], tty: bool) -> Value {
         "prefixes": prefixes,
         "via_shell": via_shell,
         "tty": tty,
+        "env_names": [],
+        "background": false,
     })
+}
+
+/// Brings a context recorded by an older build up to the current schema: commands recorded
+/// before `env_names` existed had no variables.
+pub fn upgrade_recorded_context(ctx: &mut Value) {
+    for ptr in ["/command", "/process/command"] {
+        if let Some(Value::Object(m)) = ctx.pointer_mut(ptr) {
+            m.entry("env_names").or_insert_with(|| json!([]));
+            m.entry("background").or_insert_with(|| json!(false));
+        }
+    }
 }
 
 fn session_ctx(session: &Session) -> Value {
@@ -201,6 +218,17 @@ fn sub(action: &str, path: &str, kind: &str, ctx: Value, subject: String) -> Sub
         resource_tool: None,
         links: 1,
     }
+}
+
+/// The `context.process.command` record of a managed process: its argv, terminal and the
+/// names of the `env` it was started with.
+fn process_command_facts(pf: &ProcessFacts) -> Value {
+    let mut cmd = command_facts(&pf.argv, pf.tty);
+    if let Value::Object(m) = &mut cmd {
+        m.insert("env_names".into(), json!(pf.env_names));
+        m.insert("background".into(), json!(pf.background));
+    }
+    cmd
 }
 
 /// Builds the sub-requests of a call. Request-builder failures are errors the caller turns into
@@ -305,7 +333,16 @@ pub fn build_requests(
                     "command words must not contain NUL bytes",
                 ));
             }
-            let cmd = command_facts(&p.command, p.tty.unwrap_or(false));
+            let env_names = exec_env_names(p.env.as_ref())?;
+            let cwd = match p.cwd.as_deref().filter(|s| !s.is_empty()) {
+                Some(c) => RelPath::parse(c).map_err(path_error)?,
+                None => RelPath::root(),
+            };
+            let mut cmd = command_facts(&p.command, p.tty.unwrap_or(false));
+            if let Value::Object(m) = &mut cmd {
+                m.insert("env_names".into(), json!(env_names));
+                m.insert("background".into(), json!(p.background.unwrap_or(false)));
+            }
             let summary = cmd
                 .get("line")
                 .and_then(Value::as_str)
@@ -314,9 +351,19 @@ pub fn build_requests(
                 .take(200)
                 .collect::<String>();
             let ctx = with("command", cmd);
-            let mut out = vec![sub(tool, ".", "", ctx.clone(), summary.clone())];
+            let cwd = cwd.as_str();
+            let mut out = vec![sub(tool, cwd, "", ctx.clone(), summary.clone())];
+            // One more `exec_command` request per variable name: Cedar has no "any element of a
+            // set is like …", so a guardrail on name patterns (`LD_*`) asks each name alone.
+            for name in &env_names {
+                let mut c = ctx.clone();
+                if let Value::Object(m) = &mut c {
+                    m.insert("env_var".into(), json!({ "name": name }));
+                }
+                out.push(sub(tool, cwd, "", c, format!("env {name}")));
+            }
             for cap in ["process_write", "process_network"] {
-                let mut s = sub(cap, ".", "", ctx.clone(), summary.clone());
+                let mut s = sub(cap, cwd, "", ctx.clone(), summary.clone());
                 s.gating = false;
                 out.push(s);
             }
@@ -386,7 +433,7 @@ pub fn build_requests(
                 json!({
                     "id": pf.id,
                     "same_client": pf.same_client,
-                    "command": command_facts(&pf.argv, pf.tty),
+                    "command": process_command_facts(pf),
                 }),
             );
             vec![sub(tool, ".", "", ctx, pf.id.clone())]
@@ -422,6 +469,37 @@ pub fn confirm_requests(reqs: &[SubRequest]) -> Vec<SubRequest> {
         }
     }
     out
+}
+
+/// The variable names of an `exec_command` `env`, checked: a bad name or a value with NUL is
+/// `INVALID_ARGUMENTS` (nothing is decided or started). Sorted, as the map is.
+pub fn exec_env_names(
+    env: Option<&std::collections::BTreeMap<String, String>>,
+) -> Result<Vec<String>, ToolError> {
+    let Some(env) = env else {
+        return Ok(Vec::new());
+    };
+    let mut names = Vec::with_capacity(env.len());
+    for (name, value) in env {
+        if !crate::config::is_env_name(name) {
+            return Err(ToolError::new(
+                ErrorCode::InvalidArguments,
+                format!(
+                    "env: `{}` is not a variable name (a letter or `_`, then letters, digits \
+                     and `_`)",
+                    name.chars().take(64).collect::<String>()
+                ),
+            ));
+        }
+        if value.contains('\0') {
+            return Err(ToolError::new(
+                ErrorCode::InvalidArguments,
+                format!("env: the value of `{name}` contains a NUL byte"),
+            ));
+        }
+        names.push(name.clone());
+    }
+    Ok(names)
 }
 
 /// The Cedar spelling of a patch touch kind.

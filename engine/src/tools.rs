@@ -401,6 +401,33 @@ pub struct ExecCommandParams {
     /// Idempotency key: a retry never starts a second process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operation_key: Option<String>,
+    /// Extra environment variables (name → value). Each name is a Cedar fact
+    /// (`context.command.env_names`); the operator's config `env` wins for the same name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<BTreeMap<String, String>>,
+    /// Working directory, workspace-relative (default the workspace root); the resource path
+    /// Cedar sees.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// A service (dev server, watcher, database): it does not hold the workspace's mutation
+    /// lease, so patches and other commands run beside it (default false; Cedar sees
+    /// `context.command.background`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub background: Option<bool>,
+    /// `merge` (default): stderr interleaved into the one output; `separate`: stderr keeps its
+    /// own cursor and `read_process` returns `stderr_chunk` (pipes only, not with `tty`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<StderrMode>,
+}
+
+/// How `exec_command` collects stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum StderrMode {
+    /// Interleaved with stdout in one output (today's behaviour).
+    Merge,
+    /// Its own output with its own cursor.
+    Separate,
 }
 
 /// Parameters of `write_stdin`.
@@ -423,6 +450,15 @@ pub struct ReadProcessParams {
     /// Long-poll: wait up to this long for new output or exit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_ms: Option<u64>,
+    /// At most this many bytes of each stream per call (default: everything retained).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes: Option<u64>,
+    /// Only the last `max_bytes` (default 65536) before the end, for logs; a later cursor wins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tail: Option<bool>,
+    /// With `stderr: "separate"`: the stderr offset to read from (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_cursor: Option<u64>,
 }
 
 /// Parameters of `process_status` and `terminate_process`.
@@ -476,6 +512,12 @@ pub struct ExecCommandResult {
     /// With `yield_ms`: output collection finished and `cursor` is at the end (ours).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eof: Option<bool>,
+    /// With `yield_ms` and `stderr: "separate"`: stderr produced so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_chunk: Option<String>,
+    /// With `yield_ms` and `stderr: "separate"`: the stderr cursor to pass to read_process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_cursor: Option<u64>,
 }
 
 /// Result of `write_stdin` and `terminate_process`.
@@ -488,6 +530,18 @@ pub struct ProcessAckResult {
     /// The operation id (`op-…`) of this call (ours).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operation_id: Option<String>,
+    /// terminate_process: `exited` once it ended (its lease is then free), else `running`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// terminate_process: the exit code, when it exited on its own before the signal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// terminate_process: exited / signaled / timeout / terminated / unknown, once exited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub termination: Option<String>,
+    /// terminate_process: the killing signal, when `termination` is `signaled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
 }
 
 /// Result of `read_process`.
@@ -505,6 +559,12 @@ pub struct ReadProcessResult {
     pub output_lost: bool,
     /// The first byte offset still retained.
     pub retained_from: u64,
+    /// With `stderr: "separate"`: stderr from `stderr_cursor` (lossy UTF-8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_chunk: Option<String>,
+    /// With `stderr: "separate"`: the stderr cursor to pass next.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_cursor: Option<u64>,
 }
 
 /// Result of `process_status`.

@@ -10,6 +10,7 @@ pub mod doctor;
 pub mod elicit;
 pub mod help;
 pub mod http;
+pub mod long_call;
 pub mod policy_admin;
 pub mod policy_cli;
 pub mod policy_diff;

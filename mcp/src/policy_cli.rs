@@ -334,6 +334,8 @@ pub fn explain(
                 same_client: tp.same_client,
                 argv: tp.command,
                 tty: tp.tty,
+                env_names: tp.env_names,
+                background: tp.background,
             })
         }
         None => None,

@@ -174,10 +174,12 @@ fn wire_tool(tool: ToolName) -> Tool {
             .with_raw_output_schema(operation_status_output_schema()),
         ToolName::ExecCommand => Tool::new(
             name,
-                "Start a managed process: exact argv (no shell), cwd = workspace root, cleared environment, \
-                 inside the command sandbox that policy shapes. Returns a process_id that outlives this request. \
-                 tty gives a 24x80 terminal. yield_ms waits for early output or exit. A live process holds the \
-                 workspace's mutation lease (WORKSPACE_BUSY for other commands and patches).",
+                "Start a managed process: exact argv (no shell), cwd = workspace root (or cwd, workspace-relative), \
+                 cleared environment plus env (each name decided by policy), inside the command sandbox that policy \
+                 shapes. Returns a process_id that outlives this request. tty gives a 24x80 terminal. yield_ms waits \
+                 for early output or exit. A live foreground process holds the workspace's mutation lease \
+                 (WORKSPACE_BUSY for other commands and patches); background: true starts a service that does not. \
+                 stderr: \"separate\" keeps stderr apart with its own cursor.",
                 schema_for_type::<ExecCommandParams>(),
             )
             .with_output_schema::<ExecCommandResult>(),
@@ -438,16 +440,26 @@ impl ServerHandler for CodeSpaceServer {
             }
         };
         let started = std::time::Instant::now();
-        let out = match self.gateway.call(&session, call).await {
-            // A held call: ask the human in-band when the client can (elicitation).
-            Err(e)
-                if e.code == ErrorCode::ApprovalRequired
-                    && e.approval_id.is_some()
-                    && matches!(name, "apply_patch" | "exec_command") =>
-            {
-                crate::elicit::ask(&self.gateway, &session, &context, e).await
+        let out = match crate::long_call::wait_of(&call) {
+            // A long poll reports progress and stops waiting when cancelled.
+            Some(wait_ms) => {
+                let gateway = Arc::clone(&self.gateway);
+                match crate::long_call::run(gateway, session, call, wait_ms, &context).await {
+                    Some(out) => out,
+                    None => return Err(McpError::internal_error("request cancelled", None)),
+                }
             }
-            other => other,
+            None => match self.gateway.call(&session, call).await {
+                // A held call: ask the human in-band when the client can (elicitation).
+                Err(e)
+                    if e.code == ErrorCode::ApprovalRequired
+                        && e.approval_id.is_some()
+                        && matches!(name, "apply_patch" | "exec_command") =>
+                {
+                    crate::elicit::ask(&self.gateway, &session, &context, e).await
+                }
+                other => other,
+            },
         };
         tracing::debug!(
             tool = name,

@@ -112,11 +112,39 @@ impl Output {
 
     /// Reads from `cursor` to the end, never ending inside a UTF-8 sequence while output may continue.
     pub(crate) fn read(&self, cursor: u64) -> ReadChunk {
+        self.read_window(cursor, None, false)
+    }
+
+    /// Reads from `cursor`, at most `max` bytes (never ending inside a UTF-8 sequence unless the
+    /// first character alone is longer than `max`); with `tail`, only the last `max` bytes before
+    /// the end (from `cursor` when that is later), starting on a character boundary.
+    pub(crate) fn read_window(&self, cursor: u64, max: Option<usize>, tail: bool) -> ReadChunk {
         let st = self.lock();
-        let (start, mut data) = st.ring.copy_from(cursor);
-        if !st.finished {
+        let cursor = match (tail, max) {
+            (true, Some(m)) => cursor.max(st.ring.total().saturating_sub(m as u64)),
+            _ => cursor,
+        };
+        let (mut start, mut data) = st.ring.copy_from(cursor);
+        if tail {
+            // Skip continuation bytes: a tail never starts inside a character.
+            let skip = data
+                .iter()
+                .take(3)
+                .take_while(|b| *b & 0xC0 == 0x80)
+                .count();
+            data.drain(..skip);
+            start += skip as u64;
+        }
+        let capped = max.is_some_and(|m| data.len() > m);
+        if let Some(m) = max {
+            data.truncate(m);
+        }
+        if !st.finished || capped {
             let cut = incomplete_tail(&data);
-            data.truncate(data.len() - cut);
+            // A cap smaller than the first character returns its bytes rather than nothing.
+            if !(capped && cut == data.len()) {
+                data.truncate(data.len() - cut);
+            }
         }
         let next = start + data.len() as u64;
         let retained_from = st.ring.retained_from();
@@ -162,5 +190,30 @@ mod tests {
         assert!(!out.push(b"late"));
         assert_eq!(out.stats().total, 0);
         assert!(out.read(0).eof);
+    }
+
+    #[test]
+    fn windows_cap_and_tail_on_character_boundaries() {
+        let out = Output::new(64, 1);
+        assert!(out.push("ab€cd".as_bytes()));
+        // The cap falls inside `€`: the window ends before it.
+        let r = out.read_window(0, Some(3), false);
+        assert_eq!(r.data, b"ab");
+        assert_eq!(r.cursor, 2);
+        assert!(!r.eof);
+        let r = out.read_window(r.cursor, Some(3), false);
+        assert_eq!(r.chunk, "€");
+        // The tail starts after the cut character, never inside it.
+        let r = out.read_window(0, Some(4), true);
+        assert_eq!(r.chunk, "cd");
+        assert_eq!(r.cursor, 7);
+        let r = out.read_window(0, Some(5), true);
+        assert_eq!(r.chunk, "€cd");
+        // A later cursor wins over the tail start.
+        let r = out.read_window(6, Some(5), true);
+        assert_eq!(r.chunk, "d");
+        out.writer_done();
+        assert!(out.read_window(0, Some(2), true).eof);
+        assert!(!out.read_window(0, Some(2), false).eof);
     }
 }

@@ -93,14 +93,18 @@ pub(crate) fn spawn_pipe(plan: &ExecPlan<'_>) -> Result<PipeChild, SpawnError> {
 }
 
 /// Copies one pipe into the process's output until end of stream, then reports the pump done.
-pub(crate) async fn pump<R: AsyncRead + Unpin>(mut reader: R, proc: Arc<Proc>) {
+pub(crate) async fn pump<R: AsyncRead + Unpin>(
+    mut reader: R,
+    proc: Arc<Proc>,
+    stream: crate::types::Stream,
+) {
     let mut buf = vec![0u8; PUMP_CHUNK];
     loop {
         match reader.read(&mut buf).await {
             Ok(0) => break,
             Ok(n) => {
                 let Some(bytes) = buf.get(..n) else { break };
-                if !proc.output.push(bytes) {
+                if !proc.sink(stream).push(bytes) {
                     break;
                 }
             }
@@ -111,5 +115,5 @@ pub(crate) async fn pump<R: AsyncRead + Unpin>(mut reader: R, proc: Arc<Proc>) {
             }
         }
     }
-    proc.output.writer_done();
+    proc.sink(stream).writer_done();
 }

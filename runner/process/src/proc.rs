@@ -55,6 +55,8 @@ pub(crate) struct Proc {
     pub(crate) argv: Vec<String>,
     pub(crate) started_at: SystemTime,
     pub(crate) output: Output,
+    /// stderr, when the spawn asked to keep it apart from stdout (pipe mode only).
+    pub(crate) stderr: Option<Output>,
     life: Mutex<Life>,
     exited: watch::Sender<bool>,
     stdin: Stdin,
@@ -94,6 +96,7 @@ impl Proc {
             argv: ident.argv,
             started_at: SystemTime::now(),
             output,
+            stderr: None,
             life: Mutex::new(Life::default()),
             exited,
             stdin,
@@ -173,6 +176,20 @@ impl Proc {
         let mut life = lock(&self.life);
         self.signal_tree_locked(&life, Signal::KILL);
         life.reaped = true;
+    }
+
+    /// Keeps stderr apart in its own output (before the process is shared).
+    pub(crate) fn with_stderr(mut self, stderr: Output) -> Self {
+        self.stderr = Some(stderr);
+        self
+    }
+
+    /// The output a pump of `stream` feeds.
+    pub(crate) fn sink(&self, stream: crate::types::Stream) -> &Output {
+        match (stream, &self.stderr) {
+            (crate::types::Stream::Stderr, Some(err)) => err,
+            _ => &self.output,
+        }
     }
 
     /// Stores the exit status (after reaping) and wakes everyone waiting for exit.

@@ -70,6 +70,7 @@ pub(crate) struct Supervision {
     pub(crate) grace: Duration,
     pub(crate) slot: LiveSlot,
     pub(crate) table: Weak<Inner>,
+    pub(crate) on_exit: Option<crate::types::ExitHook>,
 }
 
 /// Runs until the process has exited, been reaped and its output collected (or abandoned).
@@ -82,6 +83,7 @@ pub(crate) async fn supervise(s: Supervision) {
         grace,
         slot,
         table,
+        on_exit,
     } = s;
     let deadline = tokio::time::sleep(timeout);
     tokio::pin!(deadline);
@@ -103,7 +105,17 @@ pub(crate) async fn supervise(s: Supervision) {
         Reaper::Pty(pid) => reap_nonblocking(pid),
     }
     drop(slot);
+    // Before the exit is observable (status, wait_exit, eof): whoever frees something here is
+    // sure no observer still finds it held.
+    if let Some(hook) = on_exit {
+        hook(&proc.id);
+    }
     proc.record_exit(kind);
+    // The exit is one of the output's writers: `eof` is reported only once it is recorded.
+    proc.output.writer_done();
+    if let Some(err) = &proc.stderr {
+        err.writer_done();
+    }
     proc.close_handles().await;
     // Leftovers were killed, so the pipes/terminal close promptly; an escapee that still holds them
     // (e.g. one that called setsid) does not keep the handle open forever.
@@ -113,6 +125,13 @@ pub(crate) async fn supervise(s: Supervision) {
     {
         tracing::debug!(id = %proc.id, "output still open after exit; collection ended");
         proc.output.force_finish();
+    }
+    if let Some(err) = &proc.stderr
+        && tokio::time::timeout(grace, err.wait_finished())
+            .await
+            .is_err()
+    {
+        err.force_finish();
     }
     if let Some(cg) = proc.cgroup() {
         cg.remove_when_empty().await;

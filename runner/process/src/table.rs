@@ -18,7 +18,10 @@ use crate::pty::{PtyPlan, read_loop, spawn_pty};
 use crate::resolve::{check_cwd, display_name, resolve_program};
 use crate::signals::signal_group;
 use crate::supervisor::{LiveSlot, Reaper, Supervision, supervise, watch_exit};
-use crate::types::{ProcessInfo, ReadChunk, SpawnSpec, Spawned, TableLimits, Termination};
+use crate::types::{
+    ExitHook, ProcessInfo, ReadChunk, ReadWindow, SpawnOptions, SpawnSpec, Spawned, Stream,
+    TableLimits, Termination,
+};
 
 /// How long `shutdown` waits for each killed process to be reaped.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
@@ -143,6 +146,40 @@ impl ProcessTable {
 
     /// Starts a process. On error nothing is running.
     pub async fn spawn(&self, spec: SpawnSpec) -> Result<Spawned, SpawnError> {
+        self.spawn_with_exit_hook(spec, None).await
+    }
+
+    /// Starts a process whose `on_exit` runs once it has exited and been reaped, before its exit
+    /// becomes observable: before [`ProcessTable::status`] says `exited`, before
+    /// [`ProcessTable::wait_exit`] resolves and before a read reports `eof`. A caller that frees a
+    /// resource there (a lease) is sure no observer of the exit still finds it held. Not called
+    /// when the spawn fails.
+    pub async fn spawn_with_exit_hook(
+        &self,
+        spec: SpawnSpec,
+        on_exit: Option<ExitHook>,
+    ) -> Result<Spawned, SpawnError> {
+        self.spawn_with(
+            spec,
+            SpawnOptions {
+                on_exit,
+                separate_stderr: false,
+            },
+        )
+        .await
+    }
+
+    /// Starts a process with [`SpawnOptions`]: the exit hook (see
+    /// [`ProcessTable::spawn_with_exit_hook`]) and whether stderr is kept apart.
+    pub async fn spawn_with(
+        &self,
+        spec: SpawnSpec,
+        options: SpawnOptions,
+    ) -> Result<Spawned, SpawnError> {
+        let SpawnOptions {
+            on_exit,
+            separate_stderr,
+        } = options;
         let first = spec
             .argv
             .first()
@@ -206,7 +243,8 @@ impl ProcessTable {
             Started::Pty(child) => {
                 let proc = Arc::new(Proc::new(
                     ident(child.pid),
-                    Output::new(limits.ring_bytes, 1),
+                    // The terminal reader, and the exit itself: `eof` implies the exit is recorded.
+                    Output::new(limits.ring_bytes, 2),
                     Stdin::Pty(Arc::new(Mutex::new(Some(child.writer)))),
                     Some(child.master),
                     cgroup,
@@ -225,15 +263,30 @@ impl ProcessTable {
             }
             Started::Pipe(child) => {
                 let child = *child;
-                let proc = Arc::new(Proc::new(
-                    ident(child.pid),
-                    Output::new(limits.ring_bytes, 2),
-                    Stdin::Pipe(tokio::sync::Mutex::new(Some(child.stdin))),
-                    None,
-                    cgroup,
-                ));
-                tokio::spawn(pump(child.stdout, Arc::clone(&proc)));
-                tokio::spawn(pump(child.stderr, Arc::clone(&proc)));
+                let stdin = Stdin::Pipe(tokio::sync::Mutex::new(Some(child.stdin)));
+                let proc = if separate_stderr {
+                    // Each stream: its pump and the exit itself.
+                    Proc::new(
+                        ident(child.pid),
+                        Output::new(limits.ring_bytes, 2),
+                        stdin,
+                        None,
+                        cgroup,
+                    )
+                    .with_stderr(Output::new(limits.ring_bytes, 2))
+                } else {
+                    // stdout, stderr, and the exit itself: `eof` implies the exit is recorded.
+                    Proc::new(
+                        ident(child.pid),
+                        Output::new(limits.ring_bytes, 3),
+                        stdin,
+                        None,
+                        cgroup,
+                    )
+                };
+                let proc = Arc::new(proc);
+                tokio::spawn(pump(child.stdout, Arc::clone(&proc), Stream::Stdout));
+                tokio::spawn(pump(child.stderr, Arc::clone(&proc), Stream::Stderr));
                 (proc, Reaper::Pipe(child.child))
             }
         };
@@ -266,6 +319,7 @@ impl ProcessTable {
             grace: limits.kill_grace,
             slot,
             table: Arc::downgrade(&self.inner),
+            on_exit,
         }));
         Ok(spawned)
     }
@@ -305,6 +359,50 @@ impl ProcessTable {
         }
     }
 
+    /// Reads a window of stdout (merged output unless stderr was kept apart) and, when stderr
+    /// was kept apart and `stderr` is given, a window of stderr. With `wait`, long-polls until
+    /// either returns bytes, both reach their end, or the wait elapses.
+    pub async fn read_windows(
+        &self,
+        id: &str,
+        out: ReadWindow,
+        stderr: Option<ReadWindow>,
+        wait: Option<Duration>,
+    ) -> Result<(ReadChunk, Option<ReadChunk>), ProcError> {
+        let proc = self.get(id)?;
+        let err_out = proc.stderr.as_ref().zip(stderr);
+        let mut rx = proc.output.subscribe();
+        let mut rx_err = err_out.map(|(o, _)| o.subscribe());
+        let deadline = wait.map(|w| tokio::time::Instant::now() + w);
+        loop {
+            let a = proc.output.read_window(out.cursor, out.max_bytes, out.tail);
+            let b = err_out.map(|(o, w)| o.read_window(w.cursor, w.max_bytes, w.tail));
+            let data = !a.data.is_empty() || b.as_ref().is_some_and(|c| !c.data.is_empty());
+            let done = a.eof && b.as_ref().is_none_or(|c| c.eof);
+            if data || done {
+                return Ok((a, b));
+            }
+            let Some(deadline) = deadline else {
+                return Ok((a, b));
+            };
+            let changed = async {
+                match rx_err.as_mut() {
+                    Some(e) => {
+                        tokio::select! {
+                            r = rx.changed() => r.is_ok(),
+                            r = e.changed() => r.is_ok(),
+                        }
+                    }
+                    None => rx.changed().await.is_ok(),
+                }
+            };
+            match tokio::time::timeout_at(deadline, changed).await {
+                Ok(true) => {}
+                Ok(false) | Err(_) => return Ok((a, b)),
+            }
+        }
+    }
+
     /// Writes bytes to the process's stdin (the terminal for a PTY process).
     pub async fn write_stdin(&self, id: &str, data: &[u8]) -> Result<(), ProcError> {
         self.get(id)?.write_stdin(data).await
@@ -326,6 +424,21 @@ impl ProcessTable {
         let proc = self.get(id)?;
         proc.begin_kill(Termination::Terminated, self.inner.limits.kill_grace);
         Ok(())
+    }
+
+    /// Like [`ProcessTable::terminate`], then waits (at most the kill grace plus `margin`) for the
+    /// process to exit and returns its status: `exited` unless it outlived even SIGKILL's grace
+    /// (then `running`; the kill goes on). Terminating an exited process returns its final status.
+    pub async fn terminate_and_wait(
+        &self,
+        id: &str,
+        margin: Duration,
+    ) -> Result<ProcessInfo, ProcError> {
+        let proc = self.get(id)?;
+        let grace = self.inner.limits.kill_grace;
+        proc.begin_kill(Termination::Terminated, grace);
+        let _ = tokio::time::timeout(grace.saturating_add(margin), proc.wait_exited()).await;
+        Ok(proc.info())
     }
 
     /// Resolves when the process has exited (and been reaped); returns its final status.

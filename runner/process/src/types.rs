@@ -54,6 +54,47 @@ pub struct Launcher {
     pub env: Vec<(String, String)>,
 }
 
+/// Runs once when a process has exited, before its exit is observable; gets the process id.
+pub type ExitHook = Box<dyn FnOnce(&str) + Send + 'static>;
+
+/// Spawn options beside the [`SpawnSpec`].
+#[derive(Default)]
+pub struct SpawnOptions {
+    /// See [`crate::ProcessTable::spawn_with`].
+    pub on_exit: Option<ExitHook>,
+    /// Keep stderr in its own output with its own cursor (pipe mode only; a PTY has one stream).
+    pub separate_stderr: bool,
+}
+
+impl std::fmt::Debug for SpawnOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpawnOptions")
+            .field("on_exit", &self.on_exit.is_some())
+            .field("separate_stderr", &self.separate_stderr)
+            .finish()
+    }
+}
+
+/// One output stream of a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// stdout (with stderr merged in, unless the spawn kept stderr apart).
+    Stdout,
+    /// stderr, when the spawn kept it apart.
+    Stderr,
+}
+
+/// What one read asks for: where to start, at most how many bytes, and whether only the end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ReadWindow {
+    /// Absolute byte offset to read from.
+    pub cursor: u64,
+    /// At most this many bytes (none: everything retained from the cursor).
+    pub max_bytes: Option<usize>,
+    /// Only the last `max_bytes` before the end (from the cursor when that is later).
+    pub tail: bool,
+}
+
 /// What to start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpawnSpec {
