@@ -24,5 +24,6 @@ pub use cgroup::{PidsIsolation, PidsMechanism};
 pub use error::{ProcError, SpawnError};
 pub use table::ProcessTable;
 pub use types::{
-    Launcher, ProcState, ProcessInfo, ReadChunk, SpawnSpec, Spawned, TableLimits, Termination,
+    InheritedFd, Launcher, ProcState, ProcessInfo, ReadChunk, SpawnSpec, Spawned, TableLimits,
+    Termination,
 };
