@@ -76,6 +76,7 @@ example="$work/example-policies"
 mkdir -p "$example"
 cp -r policies/base policies/profiles "$example"/
 cp policies/examples/profiles/*.cedar "$example"/profiles/
+for f in policies/examples/base/*.cedar; do [ -e "$f" ] && cp "$f" "$example"/base/; done
 check_set example "$example" policies/tests/*.yaml policies/examples/tests/*.yaml
 
 if [ "$problems" != 0 ]; then

@@ -194,6 +194,9 @@ pub enum Network {
     Restricted,
     /// Commands may use the network.
     Enabled,
+    /// Commands reach the network only through the server's egress proxy, one Cedar decision
+    /// (`network_connect`) per connection (see docs/security.md).
+    Proxy,
 }
 
 impl Network {
@@ -202,6 +205,7 @@ impl Network {
         match self {
             Network::Restricted => "restricted",
             Network::Enabled => "enabled",
+            Network::Proxy => "proxy",
         }
     }
 }
@@ -307,6 +311,13 @@ pub struct Limits {
     pub max_pids_per_process: u32,
     /// Most entries a workspace listing (walk or path index) holds; past it listings say `incomplete`.
     pub max_walk_entries: usize,
+    /// `network: proxy`: connections one process may have open through the egress proxy at
+    /// once (more get `429`).
+    #[schemars(range(min = 1))]
+    pub proxy_max_connections_per_process: usize,
+    /// `network: proxy`: a proxied connection idle in both directions this long is closed.
+    #[schemars(range(min = 1))]
+    pub proxy_idle_timeout_ms: u64,
 }
 
 impl Default for Limits {
@@ -323,6 +334,8 @@ impl Default for Limits {
             max_sessions_per_client: DEFAULT_MAX_SESSIONS_PER_CLIENT,
             max_pids_per_process: 512,
             max_walk_entries: 1_000_000,
+            proxy_max_connections_per_process: 64,
+            proxy_idle_timeout_ms: 60_000,
         }
     }
 }
@@ -760,6 +773,12 @@ impl Config {
         if limits.max_walk_entries == 0 {
             return Err(ConfigError(
                 "limits.max_walk_entries: must be at least 1".into(),
+            ));
+        }
+        if limits.proxy_max_connections_per_process == 0 || limits.proxy_idle_timeout_ms == 0 {
+            return Err(ConfigError(
+                "limits.proxy_max_connections_per_process and limits.proxy_idle_timeout_ms: must be at least 1"
+                    .into(),
             ));
         }
 

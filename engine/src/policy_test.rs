@@ -8,7 +8,7 @@ use crate::config::Profile;
 use crate::decide::{Decision, decide, workspace_entities};
 use crate::explain::{build_cedar_request, entities_json, evaluate};
 use crate::policy::PolicySnapshot;
-use crate::request::{ProcessFacts, Session, WorkspaceFacts, build_requests};
+use crate::request::{ProcessFacts, Session, SubRequest, WorkspaceFacts, build_requests};
 use crate::tools::{CallParseError, ToolCall};
 use cedar_policy::Decision as CedarDecision;
 use serde::{Deserialize, Serialize};
@@ -534,20 +534,38 @@ pub fn run_file_in(
         let mut failures = Vec::new();
         let mut cedar = Vec::new();
         let mut reached = BTreeSet::new();
-        let decision = match (
-            &base,
-            ToolCall::parse(&case.call.name, &case.call.arguments),
-        ) {
+        let pf = case.process.as_ref().map(|p| ProcessFacts {
+            id: "proc-test".into(),
+            same_client: p.same_client,
+            argv: p.command.clone(),
+            tty: p.tty,
+        });
+        // `network_connect` is not a tool: its case names the connection's target directly.
+        let parsed = if case.call.name == "network_connect" {
+            connect_case(&case, &session, pf.as_ref())
+        } else {
+            ToolCall::parse(&case.call.name, &case.call.arguments)
+                .map(|call| {
+                    let reqs = build_requests(&call, &session, pf.as_ref());
+                    (
+                        call.tool().to_string(),
+                        call.workspace_id().map(str::to_string),
+                        reqs,
+                    )
+                })
+                .map_err(|e| call_error_text(&case.call.name, &e))
+        };
+        let decision = match (&base, parsed) {
             (Err(e), _) => {
                 failures.push(format!("fixture entities: {e}"));
                 None
             }
             (_, Err(e)) => {
-                failures.push(format!("call: {}", call_error_text(&case.call.name, &e)));
+                failures.push(format!("call: {e}"));
                 None
             }
-            (Ok(base), Ok(call)) => {
-                if let Some(w) = call.workspace_id()
+            (Ok(base), Ok((tool, workspace, built))) => {
+                if let Some(w) = workspace
                     && w != fx.id
                 {
                     failures.push(format!(
@@ -555,13 +573,7 @@ pub fn run_file_in(
                         fx.id
                     ));
                 }
-                let pf = case.process.as_ref().map(|p| ProcessFacts {
-                    id: "proc-test".into(),
-                    same_client: p.same_client,
-                    argv: p.command.clone(),
-                    tty: p.tty,
-                });
-                match build_requests(&call, &session, pf.as_ref()) {
+                match built {
                     Ok(mut reqs) => {
                         if let Some(links) = case.links {
                             for r in reqs.iter_mut().filter(|r| r.path != ".") {
@@ -571,14 +583,9 @@ pub fn run_file_in(
                         if opts.alternatives && !alts.is_empty() {
                             for (i, req) in reqs.iter().enumerate() {
                                 let op_id = format!("alt/{i}");
-                                if let Ok(built) = build_cedar_request(
-                                    snap,
-                                    base,
-                                    &facts,
-                                    call.tool(),
-                                    req,
-                                    &op_id,
-                                ) {
+                                if let Ok(built) =
+                                    build_cedar_request(snap, base, &facts, &tool, req, &op_id)
+                                {
                                     reached.extend(
                                         alts.iter().filter(|a| a.reached(&built)).map(|a| a.key()),
                                     );
@@ -588,14 +595,7 @@ pub fn run_file_in(
                         if opts.emit_cedar {
                             for (i, req) in reqs.iter().enumerate() {
                                 let op_id = format!("test/{i}");
-                                match build_cedar_request(
-                                    snap,
-                                    base,
-                                    &facts,
-                                    call.tool(),
-                                    req,
-                                    &op_id,
-                                ) {
+                                match build_cedar_request(snap, base, &facts, &tool, req, &op_id) {
                                     Ok(built) => {
                                         let resp = evaluate(snap, &built);
                                         let mut reason: Vec<String> = resp
@@ -624,7 +624,7 @@ pub fn run_file_in(
                                 }
                             }
                         }
-                        Some(decide(snap, base, &facts, call.tool(), &reqs))
+                        Some(decide(snap, base, &facts, &tool, &reqs))
                     }
                     Err(e) => {
                         // A request-builder refusal counts as a deny.
@@ -652,6 +652,67 @@ pub fn run_file_in(
         });
     }
     out
+}
+
+/// The arguments of a `network_connect` case.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConnectArgs {
+    host: String,
+    port: u16,
+    #[serde(default = "default_scheme")]
+    scheme: String,
+    ip_class: String,
+    #[serde(default)]
+    server_owned: bool,
+}
+
+fn default_scheme() -> String {
+    "connect".into()
+}
+
+type ParsedCase = (
+    String,
+    Option<String>,
+    Result<Vec<SubRequest>, crate::error::ToolError>,
+);
+
+/// The request of a `network_connect` case: `arguments: {host, port, scheme [connect],
+/// ip_class, server_owned [false]}`, the process from `process:` (default: no command).
+fn connect_case(
+    case: &TestCase,
+    session: &Session,
+    process: Option<&ProcessFacts>,
+) -> Result<ParsedCase, String> {
+    let args: ConnectArgs = serde_json::from_value(case.call.arguments.clone())
+        .map_err(|e| format!("network_connect arguments: {e}"))?;
+    if !matches!(args.scheme.as_str(), "connect" | "http") {
+        return Err("network_connect arguments: scheme must be `connect` or `http`".into());
+    }
+    if !matches!(
+        args.ip_class.as_str(),
+        "public" | "private" | "loopback" | "link_local"
+    ) {
+        return Err(
+            "network_connect arguments: ip_class must be public, private, loopback or link_local"
+                .into(),
+        );
+    }
+    let fallback = ProcessFacts {
+        id: "proc-test".into(),
+        same_client: true,
+        argv: Vec::new(),
+        tty: false,
+    };
+    let target = crate::request::NetTarget {
+        host: args.host.to_ascii_lowercase(),
+        port: args.port,
+        scheme: args.scheme,
+        ip_class: args.ip_class,
+        server_owned: args.server_owned,
+    };
+    let req = crate::request::connect_request(session, process.unwrap_or(&fallback), &target);
+    Ok(("network_connect".into(), None, Ok(vec![req])))
 }
 
 /// Which policies ever determined a decision.

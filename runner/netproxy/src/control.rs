@@ -12,6 +12,19 @@ use rustix::net::{
 
 use crate::proxy::ProcessProxy;
 
+/// A fresh control socket pair (`SOCK_SEQPACKET`, close-on-exec): `(relay end, server end)`.
+/// The relay end goes to the sandbox helper (inherited by that one child); the server end to
+/// [`ProcessProxy::serve_control`].
+pub fn control_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    rustix::net::socketpair(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(io::Error::from)
+}
+
 /// What one `recvmsg` on the control socket brought.
 enum Received {
     /// The relay closed its end (the process is gone).

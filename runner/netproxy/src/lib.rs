@@ -17,6 +17,7 @@ mod http;
 mod proxy;
 mod target;
 
+pub use control::control_pair;
 pub use http::MAX_HEAD_BYTES;
 pub use proxy::{CounterSnapshot, Decider, ProcessProxy, ProxyLimits, Refusal, Verdict};
 pub use target::{IpClass, Scheme, Target, classify};
