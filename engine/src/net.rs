@@ -246,3 +246,32 @@ impl Decider for ProcessDecider {
         ToolError::new(code, format!("egress proxy: {message}")).to_json()
     }
 }
+
+/// The `ip_class` spelling of an address (`policy explain --connect`).
+pub fn ip_class_of(ip: IpAddr) -> &'static str {
+    codespace_runner_netproxy::classify(ip).as_str()
+}
+
+impl crate::gateway::Gateway {
+    /// Explains the `network_connect` request a process of `workspace` would make for `target`,
+    /// under the policy set in force, with the facts the server would use (the target is this
+    /// server's listener only when `target.server_owned` says so). Writes no audit row.
+    pub fn explain_connect(
+        &self,
+        workspace: &str,
+        session: &Session,
+        process: &ProcessFacts,
+        target: &NetTarget,
+    ) -> Result<crate::explain::Explanation, ToolError> {
+        let ws = self.workspace(workspace)?;
+        let snap = self.policy.snapshot();
+        let req = connect_request(session, process, target);
+        Ok(crate::explain::explain_requests(
+            &snap,
+            &self.config.profiles,
+            &ws.facts,
+            "network_connect",
+            &[req],
+        ))
+    }
+}

@@ -287,3 +287,63 @@ async fn without_proxy_mode_the_command_gets_no_proxy() {
         .unwrap();
     assert!(info["execution"]["network"].get("proxy").is_none());
 }
+
+#[test]
+fn policy_explain_connect_decides_one_connection() {
+    let run = |args: &[&str]| {
+        let home = tempfile::tempdir().unwrap();
+        std::process::Command::new(BIN)
+            .args(args)
+            .env("HOME", home.path())
+            .env("XDG_DATA_HOME", home.path())
+            .output()
+            .unwrap()
+    };
+    let deny = run(&[
+        "policy",
+        "explain",
+        "--connect",
+        "169.254.169.254:80",
+        "--scheme",
+        "http",
+    ]);
+    let out = String::from_utf8_lossy(&deny.stdout);
+    assert_eq!(deny.status.code(), Some(2), "{out}");
+    assert!(
+        out.contains("forbidden by base.forbid.network-link-local"),
+        "{out}"
+    );
+    assert!(out.contains(r#""ip_class":"link_local""#), "{out}");
+    let allow = run(&[
+        "policy",
+        "explain",
+        "--json",
+        "--connect",
+        "pypi.org:443",
+        "--ip-class",
+        "public",
+        "--process",
+        r#"{"command": ["pip", "install", "requests"]}"#,
+    ]);
+    assert_eq!(
+        allow.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&allow.stderr)
+    );
+    let v: Value = serde_json::from_slice(&allow.stdout).unwrap();
+    assert_eq!(v["decision"], "allow", "{v}");
+    let own = run(&[
+        "policy",
+        "explain",
+        "--connect",
+        "127.0.0.1:8080",
+        "--server-owned",
+    ]);
+    let out = String::from_utf8_lossy(&own.stdout);
+    assert_eq!(own.status.code(), Some(2), "{out}");
+    assert!(out.contains("base.forbid.network-to-this-server"), "{out}");
+    let bad = run(&["policy", "explain", "--connect", "no-port"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("HOST:PORT"));
+}
