@@ -62,7 +62,10 @@ pub(crate) async fn read_head<R: AsyncRead + Unpin>(
 }
 
 /// Headers that concern the hop to the proxy, never forwarded.
+/// `Host` is replaced by the decided authority, so an allowed address cannot be asked for
+/// another site it also serves.
 const HOP_HEADERS: &[&str] = &[
+    "host",
     "proxy-connection",
     "proxy-authorization",
     "connection",
@@ -112,7 +115,7 @@ pub(crate) fn parse_request(head: &[u8]) -> Result<ProxyRequest, String> {
         p if p.starts_with('/') => p.to_string(),
         p => format!("/{p}"),
     };
-    let mut out = format!("{method} {path} {version}\r\n");
+    let mut out = format!("{method} {path} {version}\r\nHost: {authority}\r\n");
     for line in lines {
         if line.is_empty() {
             continue;
@@ -155,7 +158,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn connect_and_absolute_form_parse() {
+    fn connect_and_absolute_form_parse_and_host_is_the_decided_authority() {
         let r = parse_request(b"CONNECT crates.io:443 HTTP/1.1\r\nHost: crates.io:443\r\n\r\n")
             .unwrap();
         assert_eq!(
@@ -163,7 +166,7 @@ mod tests {
             ("crates.io", 443, Scheme::Connect)
         );
         let r = parse_request(
-            b"GET http://Example.org:8080/a?b=1 HTTP/1.1\r\nHost: example.org:8080\r\nProxy-Connection: keep-alive\r\nConnection: keep-alive\r\nAccept: */*\r\n\r\n",
+            b"GET http://Example.org:8080/a?b=1 HTTP/1.1\r\nHost: evil.example\r\nProxy-Connection: keep-alive\r\nConnection: keep-alive\r\nAccept: */*\r\n\r\n",
         )
         .unwrap();
         assert_eq!(
@@ -173,7 +176,7 @@ mod tests {
         let head = String::from_utf8(r.forward_head).unwrap();
         assert_eq!(
             head,
-            "GET /a?b=1 HTTP/1.1\r\nHost: example.org:8080\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+            "GET /a?b=1 HTTP/1.1\r\nHost: Example.org:8080\r\nAccept: */*\r\nConnection: close\r\n\r\n"
         );
         let r = parse_request(b"GET http://h HTTP/1.0\r\n\r\n").unwrap();
         assert_eq!(r.port, 80);
