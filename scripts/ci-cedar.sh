@@ -88,6 +88,12 @@ example="$work/example-policies"
 mkdir -p "$example"
 cp -r policies/base policies/profiles "$example"/
 cp policies/examples/profiles/*.cedar "$example"/profiles/
+# Example base policies scoped to an example profile join the example set; one that changes
+# shipped behaviour on purpose (tested by base-<name>.yaml, e.g. no self-approval) does not.
+for f in policies/examples/base/*.cedar; do
+    n="$(basename "$f" .cedar)"
+    [ -e "policies/examples/tests/base-$n.yaml" ] || cp "$f" "$example"/base/
+done
 check_set example "$example" policies/tests/*.yaml "${profile_tests[@]}"
 
 example_base="$work/example-base-policies"

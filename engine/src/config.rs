@@ -212,6 +212,9 @@ pub enum Network {
     Restricted,
     /// Commands may use the network.
     Enabled,
+    /// Commands reach the network only through the server's egress proxy, one Cedar decision
+    /// (`network_connect`) per connection (see docs/security.md).
+    Proxy,
 }
 
 impl Network {
@@ -220,6 +223,7 @@ impl Network {
         match self {
             Network::Restricted => "restricted",
             Network::Enabled => "enabled",
+            Network::Proxy => "proxy",
         }
     }
 }
@@ -349,6 +353,13 @@ pub struct Limits {
     /// How long an approval hold stays pending or granted, in milliseconds (`APPROVAL_CONFLICT` after).
     #[schemars(range(min = 1))]
     pub approval_ttl_ms: u64,
+    /// `network: proxy`: connections one process may have open through the egress proxy at
+    /// once (more get `429`).
+    #[schemars(range(min = 1))]
+    pub proxy_max_connections_per_process: usize,
+    /// `network: proxy`: a proxied connection idle in both directions this long is closed.
+    #[schemars(range(min = 1))]
+    pub proxy_idle_timeout_ms: u64,
 }
 
 impl Default for Limits {
@@ -366,6 +377,8 @@ impl Default for Limits {
             max_pids_per_process: 512,
             max_walk_entries: 1_000_000,
             approval_ttl_ms: 3_600_000,
+            proxy_max_connections_per_process: 64,
+            proxy_idle_timeout_ms: 60_000,
         }
     }
 }
@@ -883,6 +896,12 @@ impl Config {
         if limits.approval_ttl_ms == 0 {
             return Err(ConfigError(
                 "limits.approval_ttl_ms: must be at least 1".into(),
+            ));
+        }
+        if limits.proxy_max_connections_per_process == 0 || limits.proxy_idle_timeout_ms == 0 {
+            return Err(ConfigError(
+                "limits.proxy_max_connections_per_process and limits.proxy_idle_timeout_ms: must be at least 1"
+                    .into(),
             ));
         }
 

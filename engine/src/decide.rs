@@ -224,10 +224,32 @@ pub fn operation_entity(
         "kind".into(),
         RestrictedExpression::new_string(req.kind.clone()),
     );
+    let server_owned = match &req.network {
+        Some(n) => n.server_owned,
+        None => facts.is_server_owned(&req.path),
+    };
     attrs.insert(
         "server_owned".into(),
-        RestrictedExpression::new_bool(facts.is_server_owned(&req.path)),
+        RestrictedExpression::new_bool(server_owned),
     );
+    if let Some(n) = &req.network {
+        attrs.insert(
+            "host".into(),
+            RestrictedExpression::new_string(n.host.clone()),
+        );
+        attrs.insert(
+            "port".into(),
+            RestrictedExpression::new_long(i64::from(n.port)),
+        );
+        attrs.insert(
+            "scheme".into(),
+            RestrictedExpression::new_string(n.scheme.clone()),
+        );
+        attrs.insert(
+            "ip_class".into(),
+            RestrictedExpression::new_string(n.ip_class.clone()),
+        );
+    }
     attrs.insert("links".into(), RestrictedExpression::new_long(req.links));
     Entity::new(uid("Operation", op_id)?, attrs, HashSet::from([ws_uid])).map_err(|e| e.to_string())
 }

@@ -84,6 +84,8 @@ pub struct Gateway {
     pub(crate) store_stats: crate::retention::StatsCell,
     /// File reads off the async workers, versions cached by file identity.
     pub(crate) file_versions: Arc<crate::file_versions::FileVersions>,
+    /// `network: proxy`: what every process's egress-proxy decider shares.
+    pub(crate) net: Arc<crate::net::NetState>,
 }
 
 /// What every audit row of one call shares.
@@ -283,6 +285,13 @@ impl Gateway {
         // by an outside reader of the store: tests/py/test_http.py). Until that is found, every
         // decision is written synchronously, as before the writer existed.
         let _ = crate::audit::start_writer;
+        let net = Arc::new(crate::net::NetState::new(
+            Arc::clone(&policy),
+            config.profiles.clone(),
+            store.clone(),
+            config.redaction.clone(),
+            &config.limits,
+        ));
         Ok(Gateway {
             config,
             policy,
@@ -299,7 +308,14 @@ impl Gateway {
             temps,
             store_stats: crate::retention::StatsCell::default(),
             file_versions: Arc::new(crate::file_versions::FileVersions::new()),
+            net,
         })
+    }
+
+    /// Records an HTTP listener of this server (the transport calls it once bound): egress-proxy
+    /// connections to it are `resource.server_owned`, which a base guardrail forbids.
+    pub fn add_http_listener(&self, addr: std::net::SocketAddr) {
+        self.net.add_listener(addr);
     }
 
     /// The workspace identity (store registration) `workspace` is served under, if registered.

@@ -180,7 +180,7 @@ impl Gateway {
             .get(id)
             .map(|w| w.read_paths.keys().collect())
             .unwrap_or_default();
-        let execution = json!({
+        let mut execution = json!({
             "environment": {
                 "kind": env_kind,
                 "client_selectable": false,
@@ -249,6 +249,13 @@ impl Gateway {
             "approvals": ws.facts.approvals,
             "approval_channels": crate::approvals::APPROVAL_CHANNELS,
         });
+        // `network: proxy` with the sandbox: the proxy's address inside each command's namespace.
+        if ws.facts.network == crate::config::Network::Proxy.as_str()
+            && ws.facts.workspace_sandbox != "off"
+            && let Some(n) = execution.get_mut("network").and_then(Value::as_object_mut)
+        {
+            n.insert("proxy".into(), json!(crate::net::proxy_address()));
+        }
         if let Value::Object(m) = &mut out {
             m.insert("workspace_id".into(), json!(id));
             m.insert("profile".into(), json!(ws.facts.profile));

@@ -21,6 +21,7 @@ mod isolation;
 pub mod lease;
 pub mod links;
 mod masks;
+pub mod net;
 pub mod ops;
 pub mod patch_tool;
 pub mod policy;

@@ -585,20 +585,41 @@ pub fn run_file_in(
         let mut failures = Vec::new();
         let mut cedar = Vec::new();
         let mut reached = BTreeSet::new();
-        let decision = match (
-            &base,
-            ToolCall::parse(&case.call.name, &case.call.arguments),
-        ) {
+        let pf = case.process.as_ref().map(|p| ProcessFacts {
+            id: "proc-test".into(),
+            same_client: p.same_client,
+            argv: p.command.clone(),
+            tty: p.tty,
+            env_names: p.env_names.clone(),
+            background: p.background,
+        });
+        // `network_connect` is not a tool: its case names the connection's target directly.
+        let parsed = if case.call.name == "network_connect" {
+            connect_case(&case, &session, pf.as_ref())
+        } else {
+            ToolCall::parse(&case.call.name, &case.call.arguments)
+                .map(|call| {
+                    let reqs = build_requests(&call, &session, pf.as_ref());
+                    (
+                        call.tool().to_string(),
+                        call.workspace_id().map(str::to_string),
+                        reqs,
+                        Some(call),
+                    )
+                })
+                .map_err(|e| call_error_text(&case.call.name, &e))
+        };
+        let decision = match (&base, parsed) {
             (Err(e), _) => {
                 failures.push(format!("fixture entities: {e}"));
                 None
             }
             (_, Err(e)) => {
-                failures.push(format!("call: {}", call_error_text(&case.call.name, &e)));
+                failures.push(format!("call: {e}"));
                 None
             }
-            (Ok(base), Ok(call)) => {
-                if let Some(w) = call.workspace_id()
+            (Ok(base), Ok((tool, workspace, built, call))) => {
+                if let Some(w) = workspace
                     && w != fx.id
                 {
                     failures.push(format!(
@@ -606,17 +627,11 @@ pub fn run_file_in(
                         fx.id
                     ));
                 }
-                let pf = case.process.as_ref().map(|p| ProcessFacts {
-                    id: "proc-test".into(),
-                    same_client: p.same_client,
-                    argv: p.command.clone(),
-                    tty: p.tty,
-                    env_names: p.env_names.clone(),
-                    background: p.background,
-                });
-                match build_requests(&call, &session, pf.as_ref()) {
+                match built {
                     Ok(mut reqs) => {
-                        case_approval(&case, &call, &session, &mut reqs);
+                        if let Some(call) = &call {
+                            case_approval(&case, call, &session, &mut reqs);
+                        }
                         if let Some(links) = case.links {
                             for r in reqs.iter_mut().filter(|r| r.path != ".") {
                                 r.links = links;
@@ -624,23 +639,20 @@ pub fn run_file_in(
                         }
                         // The `confirm` requests the server asks beside an allowed patch or
                         // command (their alternatives and Cedar export count too).
-                        let confirm_reqs =
-                            if matches!(call, ToolCall::ApplyPatch(_) | ToolCall::ExecCommand(_)) {
-                                crate::request::confirm_requests(&reqs)
-                            } else {
-                                Vec::new()
-                            };
+                        let confirm_reqs = if matches!(
+                            call,
+                            Some(ToolCall::ApplyPatch(_) | ToolCall::ExecCommand(_))
+                        ) {
+                            crate::request::confirm_requests(&reqs)
+                        } else {
+                            Vec::new()
+                        };
                         if opts.alternatives && !alts.is_empty() {
                             for (i, req) in reqs.iter().chain(&confirm_reqs).enumerate() {
                                 let op_id = format!("alt/{i}");
-                                if let Ok(built) = build_cedar_request(
-                                    snap,
-                                    base,
-                                    &facts,
-                                    call.tool(),
-                                    req,
-                                    &op_id,
-                                ) {
+                                if let Ok(built) =
+                                    build_cedar_request(snap, base, &facts, &tool, req, &op_id)
+                                {
                                     reached.extend(
                                         alts.iter().filter(|a| a.reached(&built)).map(|a| a.key()),
                                     );
@@ -650,14 +662,7 @@ pub fn run_file_in(
                         if opts.emit_cedar {
                             for (i, req) in reqs.iter().chain(&confirm_reqs).enumerate() {
                                 let op_id = format!("test/{i}");
-                                match build_cedar_request(
-                                    snap,
-                                    base,
-                                    &facts,
-                                    call.tool(),
-                                    req,
-                                    &op_id,
-                                ) {
+                                match build_cedar_request(snap, base, &facts, &tool, req, &op_id) {
                                     Ok(built) => {
                                         let resp = evaluate(snap, &built);
                                         let mut reason: Vec<String> = resp
@@ -686,11 +691,11 @@ pub fn run_file_in(
                                 }
                             }
                         }
-                        let mut d = decide(snap, base, &facts, call.tool(), &reqs);
+                        let mut d = decide(snap, base, &facts, &tool, &reqs);
                         // An allowed patch or command is then asked `confirm` (the server
                         // holds it when a permit matches or evaluation fails).
                         if d.allowed() && !confirm_reqs.is_empty() {
-                            let c = decide(snap, base, &facts, call.tool(), &confirm_reqs);
+                            let c = decide(snap, base, &facts, &tool, &confirm_reqs);
                             let offset = d.subs.len();
                             d.subs
                                 .extend(c.subs.into_iter().map(|s| crate::decide::SubDecision {
@@ -727,6 +732,72 @@ pub fn run_file_in(
         });
     }
     out
+}
+
+/// The arguments of a `network_connect` case.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConnectArgs {
+    host: String,
+    port: u16,
+    #[serde(default = "default_scheme")]
+    scheme: String,
+    ip_class: String,
+    #[serde(default)]
+    server_owned: bool,
+}
+
+fn default_scheme() -> String {
+    "connect".into()
+}
+
+/// A parsed case: the action, the workspace it names, its requests, and the tool call (none for
+/// a `network_connect` case, which is not a tool).
+type ParsedCase = (
+    String,
+    Option<String>,
+    Result<Vec<SubRequest>, crate::error::ToolError>,
+    Option<ToolCall>,
+);
+
+/// The request of a `network_connect` case: `arguments: {host, port, scheme [connect],
+/// ip_class, server_owned [false]}`, the process from `process:` (default: no command).
+fn connect_case(
+    case: &TestCase,
+    session: &Session,
+    process: Option<&ProcessFacts>,
+) -> Result<ParsedCase, String> {
+    let args: ConnectArgs = serde_json::from_value(case.call.arguments.clone())
+        .map_err(|e| format!("network_connect arguments: {e}"))?;
+    if !matches!(args.scheme.as_str(), "connect" | "http") {
+        return Err("network_connect arguments: scheme must be `connect` or `http`".into());
+    }
+    if !matches!(
+        args.ip_class.as_str(),
+        "public" | "private" | "loopback" | "link_local"
+    ) {
+        return Err(
+            "network_connect arguments: ip_class must be public, private, loopback or link_local"
+                .into(),
+        );
+    }
+    let fallback = ProcessFacts {
+        id: "proc-test".into(),
+        same_client: true,
+        argv: Vec::new(),
+        tty: false,
+        env_names: Vec::new(),
+        background: false,
+    };
+    let target = crate::request::NetTarget {
+        host: args.host.to_ascii_lowercase(),
+        port: args.port,
+        scheme: args.scheme,
+        ip_class: args.ip_class,
+        server_owned: args.server_owned,
+    };
+    let req = crate::request::connect_request(session, process.unwrap_or(&fallback), &target);
+    Ok(("network_connect".into(), None, Ok(vec![req]), None))
 }
 
 /// Which policies ever determined a decision.

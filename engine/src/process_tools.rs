@@ -18,8 +18,8 @@ use crate::tools::{
 };
 use codespace_runner_fs::{Kind, RelPath};
 use codespace_runner_process::{
-    ExitHook, Launcher, ProcError, ProcState, ProcessInfo, ProcessTable, ReadWindow, SpawnError,
-    SpawnOptions, SpawnSpec, TableLimits,
+    ExitHook, InheritedFd, Launcher, ProcError, ProcState, ProcessInfo, ProcessTable, ReadWindow,
+    SpawnError, SpawnOptions, SpawnSpec, TableLimits,
 };
 use codespace_runner_sandbox::{
     HELPER_STDERR_PREFIX, NetworkMode, SandboxPlan, launcher_parts, scrub_env,
@@ -49,6 +49,27 @@ pub const FORCE_NO_LANDLOCK_ENV: &str = "CODESPACE_TEST_FORCE_NO_LANDLOCK";
 /// How long terminate_process waits beyond the kill grace for the process to be reaped.
 const TERMINATE_MARGIN: Duration = Duration::from_secs(1);
 
+/// The proxy variables a `network: proxy` command gets (both spellings: tools read either).
+const PROXY_ENV_NAMES: &[&str] = &[
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+];
+
+/// The egress proxy of one `network: proxy` command, before it is spawned.
+struct ProxySetup {
+    proxy: Arc<codespace_runner_netproxy::ProcessProxy>,
+    decider: Arc<crate::net::ProcessDecider>,
+    /// The helper's end of the control socket (inherited by that one child).
+    relay_end: InheritedFd,
+    /// The server's end.
+    server_end: std::os::fd::OwnedFd,
+    argv: Vec<String>,
+}
+
 /// How long exec_command waits for the sandbox helper to either exec the target or fail.
 const HELPER_SETTLE: Duration = Duration::from_secs(3);
 
@@ -63,6 +84,8 @@ struct Entry {
     env_names: Vec<String>,
     background: bool,
     separate_stderr: bool,
+    /// `network: proxy`: the process's egress proxy (its counters feed `process_status`).
+    proxy: Option<Arc<codespace_runner_netproxy::ProcessProxy>>,
 }
 
 /// The gateway's process state: the runner table and who started what.
@@ -236,6 +259,36 @@ struct CommandPaths {
 }
 
 impl Gateway {
+    /// A fresh egress proxy and control socket pair for a command of `ws` started by `session`.
+    fn proxy_for(&self, ws: &WorkspaceRuntime, session: &Session) -> Result<ProxySetup, ToolError> {
+        let (relay_end, server_end) = codespace_runner_netproxy::control_pair().map_err(|e| {
+            ToolError::new(
+                ErrorCode::ProcessSpawnFailed,
+                format!(
+                    "cannot create the egress proxy's control socket: {}",
+                    e.kind()
+                ),
+            )
+        })?;
+        let decider = Arc::new(crate::net::ProcessDecider {
+            net: Arc::clone(&self.net),
+            facts: ws.facts.clone(),
+            session: session.clone(),
+            process: std::sync::OnceLock::new(),
+        });
+        let proxy = codespace_runner_netproxy::ProcessProxy::new(
+            Arc::clone(&decider) as Arc<dyn codespace_runner_netproxy::Decider>,
+            self.net.limits,
+        );
+        Ok(ProxySetup {
+            proxy,
+            decider,
+            relay_end: InheritedFd(Arc::new(relay_end)),
+            server_end,
+            argv: Vec::new(),
+        })
+    }
+
     /// The read paths and home directory of `workspace`'s commands; creates the home.
     fn command_paths(&self, workspace: &str) -> Result<CommandPaths, ToolError> {
         let ws = self
@@ -294,6 +347,7 @@ fn child_env(
 
 fn status_result(id: &str, info: &ProcessInfo) -> ProcessStatusResult {
     ProcessStatusResult {
+        network: None,
         process_id: id.to_string(),
         state: info.state.as_str().to_string(),
         exit_code: info.exit_code,
@@ -313,12 +367,18 @@ struct ExitWatch {
     store: Option<Arc<Store>>,
     row: ProcessRow,
     tmp_dir: Option<PathBuf>,
+    /// The task serving the relay's control socket: stopped when the process exits, which
+    /// closes the server's end, so the relay exits too.
+    proxy_control: Option<tokio::task::AbortHandle>,
 }
 
 impl ExitWatch {
     async fn run(self) {
         let id = self.row.process_id.clone();
         let info = self.table.wait_exit(&id).await;
+        if let Some(control) = &self.proxy_control {
+            control.abort();
+        }
         self.leases.release_process(&self.row.workspace, &id);
         remove_tmp(self.tmp_dir.as_deref());
         let Some(store) = self.store else { return };
@@ -417,10 +477,11 @@ impl Gateway {
         ws: &WorkspaceRuntime,
         root: &Path,
         write: bool,
-        network: bool,
+        network: NetworkMode,
         tmp_dir: Option<&Path>,
         paths: &CommandPaths,
         masks: &[crate::masks::Mask],
+        proxy_control: Option<&InheritedFd>,
     ) -> Result<Option<Launcher>, ToolError> {
         if !requires_sandbox(ws) {
             return Ok(None);
@@ -441,16 +502,13 @@ impl Gateway {
         let plan = SandboxPlan {
             workspace_root: root.to_path_buf(),
             write_workspace: write,
-            network: if network {
-                NetworkMode::Enabled
-            } else {
-                NetworkMode::Restricted
-            },
+            network,
             tmp_dir: tmp_dir.map(Path::to_path_buf),
             extra_read: paths.read_paths.clone(),
             home_dir: paths.home.clone(),
             force_landlock_unavailable: self.processes.force_no_landlock,
             masks: masks.iter().map(|m| root.join(&m.path)).collect(),
+            proxy_control_fd: proxy_control.map(InheritedFd::raw),
         };
         let (program, args, env) = launcher_parts(&plan, helper).map_err(|e| {
             ToolError::new(
@@ -458,7 +516,12 @@ impl Gateway {
                 format!("command sandbox unavailable: {e}"),
             )
         })?;
-        Ok(Some(Launcher { program, args, env }))
+        Ok(Some(Launcher {
+            program,
+            args,
+            env,
+            inherit_fd: proxy_control.cloned(),
+        }))
     }
 
     /// After a sandboxed spawn: waits until the helper has exec'd the target (the process image
@@ -674,7 +737,7 @@ impl Gateway {
         let started = self
             .start(snap, ws, session, p, &cwd, &decision, &op_id, on_exit)
             .await;
-        let (id, pid, row) = match started {
+        let (id, pid, row, proxy_control) = match started {
             Ok(s) => s,
             Err(e) => {
                 let e = e.with_operation(op_id.clone());
@@ -714,6 +777,7 @@ impl Gateway {
                 store: self.store.clone(),
                 row,
                 tmp_dir,
+                proxy_control,
             }
             .run(),
         );
@@ -842,7 +906,7 @@ impl Gateway {
         decision: &crate::decide::Decision,
         op_id: &str,
         on_exit: Option<ExitHook>,
-    ) -> Result<(String, u32, ProcessRow), ToolError> {
+    ) -> Result<(String, u32, ProcessRow, Option<tokio::task::AbortHandle>), ToolError> {
         let root = self
             .config
             .workspaces
@@ -863,14 +927,38 @@ impl Gateway {
         } else {
             None
         };
+        // The network: the whole network when policy grants `process_network`; else, on a
+        // `network: proxy` workspace, only the egress proxy (one decision per connection);
+        // else none.
+        let network = if decision.allows("process_network") {
+            NetworkMode::Enabled
+        } else if sandboxed && ws.facts.network == crate::config::Network::Proxy.as_str() {
+            NetworkMode::Proxy
+        } else {
+            NetworkMode::Restricted
+        };
+        let proxy = match network {
+            NetworkMode::Proxy => match self.proxy_for(ws, session) {
+                Ok(mut setup) => {
+                    setup.argv.clone_from(&p.command);
+                    Some(setup)
+                }
+                Err(e) => {
+                    remove_tmp(tmp_dir.as_deref());
+                    return Err(e);
+                }
+            },
+            _ => None,
+        };
         let launcher = match self.sandbox_launcher(
             ws,
             &root,
             decision.allows("process_write"),
-            decision.allows("process_network"),
+            network,
             tmp_dir.as_deref(),
             &paths,
             &masks,
+            proxy.as_ref().map(|p| &p.relay_end),
         ) {
             Ok(l) => l,
             Err(e) => {
@@ -897,6 +985,12 @@ impl Gateway {
             base.push(("TMPDIR".into(), t.to_string_lossy().into_owned()));
         }
         let mut env = child_env(base, p.env.as_ref(), &paths.env, &paths.path);
+        if proxy.is_some() {
+            let url = format!("http://{}", crate::net::proxy_address());
+            for name in PROXY_ENV_NAMES {
+                env.push(((*name).into(), url.clone()));
+            }
+        }
         scrub_env(&mut env);
         let spec = SpawnSpec {
             argv: p.command.clone(),
@@ -926,11 +1020,28 @@ impl Gateway {
                 return Err(spawn_error(&e));
             }
         };
+        // The command is registered with its proxy before the first connection is decided
+        // (connections queue on the control socket until then).
+        let proxy = proxy.map(|setup| {
+            let _ = setup.decider.process.set(ProcessFacts {
+                id: spawned.id.clone(),
+                same_client: true,
+                argv: setup.argv.clone(),
+                tty,
+                env_names: crate::request::exec_env_names(p.env.as_ref()).unwrap_or_default(),
+                background: p.background.unwrap_or(false),
+            });
+            let control = tokio::spawn(Arc::clone(&setup.proxy).serve_control(setup.server_end));
+            (setup.proxy, control)
+        });
         if sandboxed
             && let Err(why) = self
                 .helper_outcome(&spawned.id, spawned.pid, separate)
                 .await
         {
+            if let Some((_, control)) = &proxy {
+                control.abort();
+            }
             remove_tmp(tmp_dir.as_deref());
             return Err(ToolError::new(
                 ErrorCode::ProcessSpawnFailed,
@@ -949,6 +1060,7 @@ impl Gateway {
                 env_names: crate::request::exec_env_names(p.env.as_ref())?,
                 background: p.background.unwrap_or(false),
                 separate_stderr: separate,
+                proxy: proxy.as_ref().map(|(p, _)| Arc::clone(p)),
             },
         );
         let program = p
@@ -970,7 +1082,12 @@ impl Gateway {
             started_ms: codespace_store::now_ms(),
             ended_ms: None,
         };
-        Ok((spawned.id, spawned.pid, row))
+        Ok((
+            spawned.id,
+            spawned.pid,
+            row,
+            proxy.map(|(_, control)| control.abort_handle()),
+        ))
     }
 
     fn fail_operation(&self, op_id: &str, e: &ToolError) {
@@ -1112,7 +1229,19 @@ impl Gateway {
             .await
             .map_err(|e| proc_error(&e))?;
         self.release_if_exited(&ws.facts.id, &p.process_id, &info);
-        to_value(&status_result(&p.process_id, &info))
+        let mut result = status_result(&p.process_id, &info);
+        if let Ok(entry) = self.processes.entry(&p.process_id)
+            && let Some(proxy) = &entry.proxy
+        {
+            let n = proxy.counters();
+            result.network = Some(crate::tools::ProcessNetwork {
+                connections: n.connections,
+                bytes_out: n.bytes_out,
+                bytes_in: n.bytes_in,
+                denied: n.denied,
+            });
+        }
+        to_value(&result)
     }
 
     /// Once a caller has been told a process exited, its workspace lease is free (the exit

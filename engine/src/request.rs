@@ -138,6 +138,57 @@ pub struct SubRequest {
     /// file; 0 when the path does not exist). The builder is pure and says 1; the gateway fills
     /// the real count from disk ([`crate::links`]).
     pub links: i64,
+    /// `network_connect` only: the connection's target (`resource.host`, `port`, `scheme`,
+    /// `ip_class`, and `server_owned` for this server's own listener).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetTarget>,
+}
+
+/// The target of one proxied connection, as decided (Operation attributes of `network_connect`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct NetTarget {
+    /// The host as the command named it.
+    pub host: String,
+    /// The port.
+    pub port: u16,
+    /// `http` (absolute-form request) or `connect` (tunnel).
+    pub scheme: String,
+    /// `public` / `private` / `loopback` / `link_local` of the resolved address.
+    pub ip_class: String,
+    /// The target is this server's own HTTP listener.
+    pub server_owned: bool,
+}
+
+/// The `network_connect` request of one connection of process `process`.
+pub fn connect_request(
+    session: &Session,
+    process: &ProcessFacts,
+    target: &NetTarget,
+) -> SubRequest {
+    let ctx = json!({
+        "session": session_ctx(session),
+        "command": command_facts(&process.argv, process.tty),
+        "process": {
+            "id": process.id,
+            "same_client": process.same_client,
+            "command": command_facts(&process.argv, process.tty),
+        },
+    });
+    let authority = if target.host.contains(':') {
+        format!("[{}]:{}", target.host, target.port)
+    } else {
+        format!("{}:{}", target.host, target.port)
+    };
+    let mut r = sub(
+        "network_connect",
+        ".",
+        "",
+        ctx,
+        format!("{} {authority} ({})", target.scheme, process.id),
+    );
+    r.network = Some(target.clone());
+    r
 }
 
 /// The shells whose `-c` makes a command `via_shell`.
@@ -217,6 +268,7 @@ fn sub(action: &str, path: &str, kind: &str, ctx: Value, subject: String) -> Sub
         subject,
         resource_tool: None,
         links: 1,
+        network: None,
     }
 }
 

@@ -154,6 +154,19 @@ impl SignaturePlan {
             self.add_pred(attr, Pred::Like(LikePattern::compile(pattern)));
             return;
         }
+        if let Some(inner) = map.get("has")
+            && inner
+                .get("left")
+                .and_then(|l| l.get("Var"))
+                .and_then(Value::as_str)
+                == Some("resource")
+        {
+            // `resource has X` does not vary between paths: every path request carries every
+            // attribute but the network ones (`host`, `port`, `scheme`, `ip_class`), which only
+            // `network_connect` requests carry, and those are never cached (their context names
+            // the process).
+            return;
+        }
         if let Some(attr) = resource_attr(node) {
             if VARYING.contains(&attr) {
                 self.mark_opaque(attr);
@@ -309,6 +322,17 @@ mod tests {
             r#"permit (principal, action, resource) when { resource == CodeSpace::Operation::"x" };"#,
         );
         assert_eq!(p.key("a", false, 1), None);
+    }
+
+    #[test]
+    fn network_attribute_tests_keep_path_requests_cacheable() {
+        let p = plan(
+            r#"forbid (principal, action, resource) when { resource has ip_class && resource.ip_class == "link_local" && resource.port == 80 };
+permit (principal, action, resource) when { resource.basename == "a" };"#,
+        );
+        assert!(p.key("x/a", false, 1).is_some());
+        assert_eq!(p.key("x/b", false, 1), p.key("y/c", false, 1));
+        assert_ne!(p.key("x/a", false, 1), p.key("x/b", false, 1));
     }
 
     #[test]

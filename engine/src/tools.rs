@@ -591,6 +591,22 @@ pub struct ProcessStatusResult {
     pub eof: bool,
     /// Whether it runs on a terminal (ours).
     pub tty: bool,
+    /// `network: proxy` processes: what went through the egress proxy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<ProcessNetwork>,
+}
+
+/// `process_status.network`: a process's egress-proxy counters.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+pub struct ProcessNetwork {
+    /// Connections the process opened through the proxy (allowed or refused).
+    pub connections: u64,
+    /// Bytes it sent to its targets (forwarded request heads included).
+    pub bytes_out: u64,
+    /// Bytes it received from its targets.
+    pub bytes_in: u64,
+    /// Connections refused (by policy, or by the proxy's connection cap).
+    pub denied: u64,
 }
 
 /// Result of `process_resize`.

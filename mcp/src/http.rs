@@ -687,6 +687,8 @@ impl HttpServer {
         let local_addr = listener
             .local_addr()
             .map_err(|e| HttpError::Bind(opts.addr, e))?;
+        // Egress-proxy connections to this listener are `server_owned` (refused by a guardrail).
+        gateway.add_http_listener(local_addr);
         let (guard, host_entries) =
             HostGuard::new(local_addr, &opts.allowed_hosts, &opts.allowed_origins)?;
 

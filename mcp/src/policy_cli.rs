@@ -270,7 +270,7 @@ pub fn test(args: &TestArgs, source: &PolicySource, config: Option<&Config>) -> 
 #[derive(Debug, clap::Args)]
 pub struct ExplainArgs {
     /// The `params` of an MCP tools/call: `{"name": "read", "arguments": {...}}`.
-    #[arg(long, required_unless_present = "decision_id")]
+    #[arg(long, required_unless_present_any = ["decision_id", "connect"])]
     pub call: Option<String>,
     /// Re-decide a logged decision (`dec-…`) under the set in force and say whether the
     /// answer changed (the store comes from --store or the config).
@@ -298,6 +298,62 @@ pub struct ExplainArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+    /// Explain the `network_connect` request of one egress-proxy connection to HOST:PORT
+    /// (with the process facts of --process) instead of a tool call.
+    #[arg(long, value_name = "HOST:PORT", conflicts_with_all = ["call", "decision_id"])]
+    pub connect: Option<String>,
+    /// With --connect: the target's class (public, private, loopback, link_local) [from the
+    /// address, resolving a name once].
+    #[arg(long, value_name = "CLASS", value_parser = ["public", "private", "loopback", "link_local"])]
+    pub ip_class: Option<String>,
+    /// With --connect: `connect` (a tunnel) or `http` (an absolute-form request) [connect].
+    #[arg(long, value_parser = ["connect", "http"], default_value = "connect")]
+    pub scheme: String,
+    /// With --connect: the target is this server's own HTTP listener.
+    #[arg(long)]
+    pub server_owned: bool,
+    /// With --connect and --config: the workspace [w].
+    #[arg(long, value_name = "ID")]
+    pub workspace: Option<String>,
+}
+
+/// The target of `explain --connect`: the port is required; the class comes from --ip-class,
+/// else from the address (a name is resolved once).
+fn connect_target(args: &ExplainArgs, text: &str) -> Result<codespace_engine::request::NetTarget> {
+    use std::net::ToSocketAddrs;
+    let (host, port) = match text.rsplit_once(':') {
+        Some((h, p)) => (
+            h.trim_start_matches('[').trim_end_matches(']'),
+            p.parse::<u16>()
+                .ok()
+                .filter(|p| *p != 0)
+                .ok_or_else(|| anyhow!("--connect: `{p}` is not a port (1-65535)"))?,
+        ),
+        None => return Err(anyhow!("--connect wants HOST:PORT")),
+    };
+    if host.is_empty() {
+        return Err(anyhow!("--connect wants HOST:PORT"));
+    }
+    let ip_class = match &args.ip_class {
+        Some(c) => c.clone(),
+        None => {
+            let addr = (host, port)
+                .to_socket_addrs()
+                .ok()
+                .and_then(|mut a| a.next())
+                .ok_or_else(|| {
+                    anyhow!("--connect: cannot resolve `{host}`; give its class with --ip-class")
+                })?;
+            codespace_engine::net::ip_class_of(addr.ip()).to_string()
+        }
+    };
+    Ok(codespace_engine::request::NetTarget {
+        host: host.to_ascii_lowercase(),
+        port,
+        scheme: args.scheme.clone(),
+        ip_class,
+        server_owned: args.server_owned,
+    })
 }
 
 fn parse_call(text: &str) -> Result<ToolCall> {
@@ -325,7 +381,6 @@ pub fn explain(
     if let Some(dec) = &args.decision_id {
         return explain_logged(args, dec, config, &source, default_store);
     }
-    let call = parse_call(args.call.as_deref().unwrap_or_default())?;
     let process = match &args.process {
         Some(p) => {
             let tp: TestProcess = serde_json::from_str(p).context("--process")?;
@@ -341,6 +396,10 @@ pub fn explain(
         None => None,
     };
     let session = explain_session(args);
+    if let Some(text) = &args.connect {
+        return explain_connect(args, text, config, &source, &session, process);
+    }
+    let call = parse_call(args.call.as_deref().unwrap_or_default())?;
     let x = match config {
         Some(path) => {
             let cfg = Config::load(path)?;
@@ -396,17 +455,95 @@ pub fn explain(
             )
         }
     };
+    print_explanation(args, &x)
+}
+
+fn print_explanation(
+    args: &ExplainArgs,
+    x: &codespace_engine::explain::Explanation,
+) -> Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     if args.json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&to_json(&x))?)?;
+        writeln!(out, "{}", serde_json::to_string_pretty(&to_json(x))?)?;
     } else {
-        write!(out, "{}", render_text(&x))?;
+        write!(out, "{}", render_text(x))?;
     }
     Ok(if x.allowed() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(2)
     })
+}
+
+/// `explain --connect HOST:PORT`: the `network_connect` request of one proxied connection, on
+/// the configured workspace (`--workspace`) or a virtual `network: proxy` fixture.
+fn explain_connect(
+    args: &ExplainArgs,
+    text: &str,
+    config: Option<&Path>,
+    source: &PolicySource,
+    session: &Session,
+    process: Option<ProcessFacts>,
+) -> Result<ExitCode> {
+    let target = connect_target(args, text)?;
+    let process = process.unwrap_or(ProcessFacts {
+        id: "proc-explain".into(),
+        same_client: true,
+        argv: Vec::new(),
+        tty: false,
+    });
+    let workspace = args.workspace.clone().unwrap_or_else(|| "w".into());
+    let x = match config {
+        Some(path) => {
+            let cfg = Config::load(path)?;
+            let src = match (&cfg.policies_dir, &cfg.schema_file) {
+                (Some(p), s) => PolicySource::Dir {
+                    policies: p.clone(),
+                    schema: s.clone().unwrap_or_else(|| {
+                        p.parent()
+                            .unwrap_or(Path::new("."))
+                            .join("schema/codespace.cedarschema")
+                    }),
+                },
+                (None, _) => PolicySource::Embedded,
+            };
+            let policy = PolicyStore::load(src).map_err(|e| anyhow!("policies rejected:\n{e}"))?;
+            let probe = codespace_runner_sandbox::probe();
+            let sandbox = SandboxFacts {
+                sandbox_enforced: probe.sandbox_available(),
+                network_enforced: probe.network_enforceable(),
+                masking_enforced: probe.masking_available(),
+            };
+            let gw = Gateway::new(cfg, Arc::new(policy), None, sandbox)?;
+            gw.explain_connect(&workspace, session, &process, &target)
+                .map_err(|e| anyhow!("{}: {}", e.code.as_str(), e.message))?
+        }
+        None => {
+            let snap = compile_or_report(source)?;
+            let mut fx = Fixture::new(&workspace, &args.workspace_profile);
+            fx.network = "proxy".into();
+            let mut extra = BTreeMap::new();
+            if let Some(parent) = &args.extends {
+                extra.insert(args.workspace_profile.clone(), Some(parent.clone()));
+            }
+            let profiles: BTreeMap<String, Profile> = profile_tree(&extra);
+            if !profiles.contains_key(&args.workspace_profile) {
+                return Err(anyhow!(
+                    "--workspace-profile: unknown profile `{}`; for an operator profile give --extends PARENT, or --config",
+                    args.workspace_profile
+                ));
+            }
+            let req = codespace_engine::request::connect_request(session, &process, &target);
+            codespace_engine::explain::explain_requests(
+                &snap,
+                &profiles,
+                &fx.facts(),
+                "network_connect",
+                &[req],
+            )
+        }
+    };
+    print_explanation(args, &x)
 }
 
 fn explain_session(args: &ExplainArgs) -> Session {

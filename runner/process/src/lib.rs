@@ -24,6 +24,6 @@ pub use cgroup::{PidsIsolation, PidsMechanism};
 pub use error::{ProcError, SpawnError};
 pub use table::ProcessTable;
 pub use types::{
-    ExitHook, Launcher, ProcState, ProcessInfo, ReadChunk, ReadWindow, SpawnOptions, SpawnSpec,
-    Spawned, Stream, TableLimits, Termination,
+    ExitHook, InheritedFd, Launcher, ProcState, ProcessInfo, ReadChunk, ReadWindow, SpawnOptions,
+    SpawnSpec, Spawned, Stream, TableLimits, Termination,
 };

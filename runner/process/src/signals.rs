@@ -100,6 +100,17 @@ pub(crate) fn reap_nonblocking(pid: u32) {
     }
 }
 
+/// Clears the close-on-exec flag of `fd` in a freshly forked child (async-signal-safe: one
+/// `fcntl`), so the launcher keeps it across `exec`.
+pub(crate) fn keep_across_exec(fd: Option<std::os::fd::RawFd>) -> std::io::Result<()> {
+    let Some(fd) = fd else { return Ok(()) };
+    // SAFETY: fcntl(F_SETFD) on a descriptor number touches no memory; a bad number is EBADF.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } == -1 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -86,6 +86,8 @@ struct Plan {
     arg0: OsString,
     args: Vec<String>,
     env: Vec<(String, String)>,
+    /// The launcher's descriptor the child keeps across `exec`.
+    inherit_fd: Option<std::os::fd::RawFd>,
 }
 
 fn plan_for(spec: &SpawnSpec, first: &str) -> Result<Plan, SpawnError> {
@@ -97,6 +99,7 @@ fn plan_for(spec: &SpawnSpec, first: &str) -> Result<Plan, SpawnError> {
             arg0: OsString::from(first),
             args: rest,
             env: spec.env.clone(),
+            inherit_fd: None,
         });
     };
     let launcher_str = launcher.program.to_string_lossy().into_owned();
@@ -116,6 +119,10 @@ fn plan_for(spec: &SpawnSpec, first: &str) -> Result<Plan, SpawnError> {
         arg0: OsString::from(launcher_str),
         args,
         env,
+        inherit_fd: launcher
+            .inherit_fd
+            .as_ref()
+            .map(crate::types::InheritedFd::raw),
     })
 }
 
@@ -214,6 +221,7 @@ impl ProcessTable {
                 cwd: &spec.cwd,
                 env: &plan.env,
                 join,
+                inherit_fd: plan.inherit_fd,
             })
             .map(Started::Pty)
         } else {
@@ -224,6 +232,7 @@ impl ProcessTable {
                 cwd: &spec.cwd,
                 env: &plan.env,
                 join,
+                inherit_fd: plan.inherit_fd,
             })
             .map(|c| Started::Pipe(Box::new(c)))
         };

@@ -52,6 +52,10 @@ pub struct Launcher {
     pub args: Vec<String>,
     /// Extra environment variables for the launcher (added after the spec's env).
     pub env: Vec<(String, String)>,
+    /// A descriptor the child keeps across `exec`, under the same number (the egress proxy's
+    /// control socket of a `network: proxy` command). Every other descriptor of the server is
+    /// close-on-exec; this one has that flag cleared in the child only, after `fork`.
+    pub inherit_fd: Option<InheritedFd>,
 }
 
 /// Runs once when a process has exited, before its exit is observable; gets the process id.
@@ -94,6 +98,24 @@ pub struct ReadWindow {
     /// Only the last `max_bytes` before the end (from the cursor when that is later).
     pub tail: bool,
 }
+/// A descriptor handed to one child (see [`Launcher::inherit_fd`]). Equal when the numbers are.
+#[derive(Debug, Clone)]
+pub struct InheritedFd(pub std::sync::Arc<std::os::fd::OwnedFd>);
+
+impl InheritedFd {
+    /// The descriptor's number (in the server and, after `fork`, in the child).
+    pub fn raw(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&*self.0)
+    }
+}
+
+impl PartialEq for InheritedFd {
+    fn eq(&self, other: &Self) -> bool {
+        self.raw() == other.raw()
+    }
+}
+
+impl Eq for InheritedFd {}
 
 /// What to start.
 #[derive(Debug, Clone, PartialEq, Eq)]

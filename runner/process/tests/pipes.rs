@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use codespace_runner_process::{
-    Launcher, ProcError, ProcState, ProcessTable, SpawnError, TableLimits, Termination,
+    InheritedFd, Launcher, ProcError, ProcState, ProcessTable, SpawnError, TableLimits, Termination,
 };
 use common::*;
 
@@ -360,6 +360,7 @@ async fn launcher_wraps_argv() {
         program: env_bin.clone(),
         args: vec![],
         env: vec![("LAUNCHED".into(), "yes".into())],
+        inherit_fd: None,
     });
     let p = table.spawn(s.clone()).await.unwrap();
     let out = String::from_utf8(read_all(&table, &p.id).await).unwrap();
@@ -375,6 +376,42 @@ async fn launcher_wraps_argv() {
         table.spawn(s).await.unwrap_err(),
         SpawnError::SpawnFailed(_)
     ));
+}
+
+#[tokio::test]
+async fn a_launcher_descriptor_reaches_only_its_own_child() {
+    use std::io::Read;
+    use std::os::fd::{AsRawFd, OwnedFd};
+    let (_d, cwd) = workdir();
+    let table = ProcessTable::new(fast_limits());
+    let (mut reader, writer) = std::io::pipe().unwrap();
+    let writer = OwnedFd::from(writer);
+    let launcher = |inherit: Option<InheritedFd>, fd: i32| Launcher {
+        program: PathBuf::from("/bin/sh"),
+        args: vec![
+            "-c".into(),
+            "printf kept > /proc/self/fd/$FD && echo wrote".into(),
+        ],
+        env: vec![("FD".into(), fd.to_string())],
+        inherit_fd: inherit,
+    };
+    // Without the descriptor handed over, the child cannot write to it (close-on-exec).
+    let mut s = spec(&cwd, &["true"]);
+    s.launcher = Some(launcher(None, writer.as_raw_fd()));
+    let p = table.spawn(s).await.unwrap();
+    let out = String::from_utf8(read_all(&table, &p.id).await).unwrap();
+    assert!(!out.contains("wrote"), "{out}");
+    let mut s = spec(&cwd, &["true"]);
+    let handed = InheritedFd(std::sync::Arc::new(writer.try_clone().unwrap()));
+    let fd = handed.raw();
+    s.launcher = Some(launcher(Some(handed), fd));
+    let p = table.spawn(s).await.unwrap();
+    let out = String::from_utf8(read_all(&table, &p.id).await).unwrap();
+    assert!(out.contains("wrote"), "{out}");
+    drop(writer);
+    let mut got = String::new();
+    reader.read_to_string(&mut got).unwrap();
+    assert_eq!(got, "kept");
 }
 
 #[tokio::test]

@@ -5,8 +5,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset,
-    RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, make_bitflags,
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath,
+    Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, make_bitflags,
 };
 use rustix::fs::{FileType, Mode, OFlags};
 
@@ -70,8 +70,10 @@ pub(crate) fn restrict_self(plan: &SandboxPlan, kernel_abi: u32) -> Result<(), S
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(handled)
         .map_err(landlock_err)?;
-    if plan.network == NetworkMode::Restricted && abi >= ABI::V4 {
-        // No NetPort rule follows, so every TCP bind/connect is denied (a second layer under seccomp).
+    let net_handled = plan.network != NetworkMode::Enabled && abi >= ABI::V4;
+    if net_handled {
+        // Restricted: no NetPort rule follows, so every TCP bind/connect is denied (a second
+        // layer under seccomp). Proxy: the one rule below allows connecting to the relay's port.
         ruleset = ruleset
             .handle_access(AccessNet::from_all(abi))
             .map_err(landlock_err)?;
@@ -86,12 +88,54 @@ pub(crate) fn restrict_self(plan: &SandboxPlan, kernel_abi: u32) -> Result<(), S
             created = created.add_rule(rule).map_err(landlock_err)?;
         }
     }
+    if net_handled && plan.network == NetworkMode::Proxy {
+        created = created
+            .add_rule(NetPort::new(crate::plan::PROXY_PORT, AccessNet::ConnectTcp))
+            .map_err(landlock_err)?;
+    }
     let status = created.restrict_self().map_err(landlock_err)?;
     if status.ruleset == RulesetStatus::FullyEnforced {
         Ok(())
     } else {
         Err(SandboxError::Unavailable(format!(
             "landlock ruleset was {:?}, not fully enforced (kernel ABI {kernel_abi})",
+            status.ruleset
+        )))
+    }
+}
+
+/// The proxy relay's ruleset: every filesystem right, TCP bind/connect (ABI ≥ 4) and the scopes
+/// (ABI ≥ 6) handled, and no rule: the relay opens no file and makes no connection after it
+/// starts (its listener and control socket are already open). Fails closed unless fully enforced.
+pub(crate) fn restrict_relay(kernel_abi: u32) -> Result<(), SandboxError> {
+    let abi = ABI::from(i32::try_from(kernel_abi).unwrap_or(i32::MAX));
+    if abi == ABI::Unsupported {
+        return Err(SandboxError::Unavailable(
+            "the kernel does not support Landlock".into(),
+        ));
+    }
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(AccessFs::from_all(abi))
+        .map_err(landlock_err)?;
+    if abi >= ABI::V4 {
+        ruleset = ruleset
+            .handle_access(AccessNet::from_all(abi))
+            .map_err(landlock_err)?;
+    }
+    if abi >= ABI::V6 {
+        ruleset = ruleset.scope(Scope::from_all(abi)).map_err(landlock_err)?;
+    }
+    let status = ruleset
+        .create()
+        .map_err(landlock_err)?
+        .restrict_self()
+        .map_err(landlock_err)?;
+    if status.ruleset == RulesetStatus::FullyEnforced {
+        Ok(())
+    } else {
+        Err(SandboxError::Unavailable(format!(
+            "the relay's landlock ruleset was {:?}, not fully enforced",
             status.ruleset
         )))
     }

@@ -12,6 +12,7 @@ use crate::mask;
 use crate::netns;
 use crate::plan::{ARGV_SEPARATOR, NetworkMode, PLAN_ENV, SandboxPlan};
 use crate::probe;
+use crate::relay;
 use crate::seccomp::Filters;
 
 /// Entry for the helper. `args` are what followed [`crate::HELPER_ARG`]: `--` then the target argv.
@@ -19,7 +20,8 @@ use crate::seccomp::Filters;
 /// Steps: read the plan from [`PLAN_ENV`] (and drop it from the target's environment), build the
 /// seccomp filters, set `PR_SET_NO_NEW_PRIVS`, leave the caller's session unless already a session
 /// leader (so a pipe-mode command has no controlling terminal), in `Restricted` mode enter a
-/// private network namespace (best-effort), cover the plan's secret masks in a private mount
+/// private network namespace (best-effort; in `Proxy` mode it is required and the relay is
+/// started in it, see [`crate::relay`]), cover the plan's secret masks in a private mount
 /// namespace (or fail closed), drop every capability, apply Landlock (fully enforced or fail
 /// closed), install seccomp, then `execvp(argv)`.
 ///
@@ -66,8 +68,25 @@ fn prepare(args: &[OsString]) -> Result<Command, SandboxError> {
     rustix::thread::set_no_new_privs(true)
         .map_err(|e| SandboxError::Hardening(format!("prctl(PR_SET_NO_NEW_PRIVS) failed: {e}")))?;
     own_session()?;
-    if plan.network == NetworkMode::Restricted {
-        netns::enter_private_netns()?;
+    match plan.network {
+        NetworkMode::Restricted => {
+            netns::enter_private_netns()?;
+        }
+        NetworkMode::Proxy => {
+            // Inet sockets are allowed in this mode: without a namespace of its own the command
+            // would reach every network the host reaches, so the namespace is required here.
+            if netns::enter_private_netns()? == netns::NetnsOutcome::Unchanged {
+                return Err(SandboxError::Unavailable(
+                    "proxy mode needs a private network namespace, and the kernel refused one"
+                        .into(),
+                ));
+            }
+            let fd = plan.proxy_control_fd.ok_or_else(|| {
+                SandboxError::InvalidPlan("proxy mode without a control descriptor".into())
+            })?;
+            relay::start(fd, kernel_abi, &filters)?;
+        }
+        NetworkMode::Enabled => {}
     }
     mask::apply_masks(&plan.workspace_root, &plan.masks)?;
     caps::drop_all_capabilities()?;

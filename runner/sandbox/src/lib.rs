@@ -36,6 +36,7 @@ mod mask;
 mod netns;
 mod plan;
 mod probe;
+mod relay;
 mod seccomp;
 
 pub use error::{HELPER_FAILURE_EXIT, HELPER_NOT_FOUND_EXIT, HELPER_STDERR_PREFIX, SandboxError};
@@ -47,8 +48,8 @@ pub use harden::{
 pub use helper::{helper_main, run_helper};
 pub use mask::MAX_MASKS;
 pub use plan::{
-    ARGV_SEPARATOR, HELPER_ARG, LauncherParts, MAX_PLAN_BYTES, NetworkMode, PLAN_ENV, SandboxPlan,
-    launcher_parts,
+    ARGV_SEPARATOR, HELPER_ARG, LauncherParts, MAX_PLAN_BYTES, NetworkMode, PLAN_ENV, PROXY_PORT,
+    SandboxPlan, launcher_parts,
 };
 pub use probe::{Probe, probe};
 pub use seccomp::{ALWAYS_DENIED, DENIED_CLONE_FLAGS, DENIED_IOCTLS};

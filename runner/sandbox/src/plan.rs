@@ -29,7 +29,17 @@ pub enum NetworkMode {
     Restricted,
     /// No network restriction.
     Enabled,
+    /// A private network namespace (required, not best-effort) whose only reachable port is
+    /// the relay on `127.0.0.1:`[`PROXY_PORT`], which hands every connection to the server's
+    /// egress proxy over [`SandboxPlan::proxy_control_fd`]. Inet sockets are allowed (the
+    /// namespace has only loopback); Landlock (ABI ≥ 4) allows TCP connect to the relay's port
+    /// only and no bind.
+    Proxy,
 }
+
+/// The port of the relay inside a `Proxy` command's network namespace
+/// (`HTTP_PROXY=http://127.0.0.1:3128`).
+pub const PROXY_PORT: u16 = 3128;
 
 /// What one sandboxed command may do.
 ///
@@ -63,6 +73,11 @@ pub struct SandboxPlan {
     /// not run.
     #[serde(default)]
     pub masks: Vec<PathBuf>,
+    /// `Proxy` mode: the number of the descriptor (inherited across `exec`) of the Unix
+    /// `SOCK_SEQPACKET` socket whose other end is the server's proxy for this process. The
+    /// relay passes each accepted connection over it; the command never holds it.
+    #[serde(default)]
+    pub proxy_control_fd: Option<i32>,
 }
 
 impl SandboxPlan {
@@ -78,6 +93,7 @@ impl SandboxPlan {
             home_dir: None,
             force_landlock_unavailable: false,
             masks: Vec::new(),
+            proxy_control_fd: None,
         }
     }
 
@@ -103,7 +119,16 @@ impl SandboxPlan {
         for (index, path) in self.masks.iter().enumerate() {
             crate::mask::relative_mask(&self.workspace_root, path, index)?;
         }
-        Ok(())
+        match (self.network, self.proxy_control_fd) {
+            (NetworkMode::Proxy, Some(fd)) if fd > 2 => Ok(()),
+            (NetworkMode::Proxy, _) => Err(SandboxError::InvalidPlan(
+                "proxy mode needs the proxy control descriptor (above 2)".into(),
+            )),
+            (_, Some(_)) => Err(SandboxError::InvalidPlan(
+                "a proxy control descriptor is only valid in proxy mode".into(),
+            )),
+            (_, None) => Ok(()),
+        }
     }
 
     /// Serializes the plan to the JSON carried in [`PLAN_ENV`] (validating it first). A plan
@@ -169,6 +194,7 @@ mod tests {
             home_dir: Some("/srv/homes/w".into()),
             force_landlock_unavailable: false,
             masks: vec!["/srv/ws/.env".into(), "/srv/ws/sub/secrets".into()],
+            proxy_control_fd: None,
         }
     }
 
@@ -178,6 +204,21 @@ mod tests {
         let json = plan.to_json().unwrap();
         assert!(json.contains("\"network\":\"enabled\""), "{json}");
         assert_eq!(SandboxPlan::from_json(&json).unwrap(), plan);
+    }
+
+    #[test]
+    fn proxy_mode_and_its_control_descriptor_go_together() {
+        let mut plan = sample();
+        plan.network = NetworkMode::Proxy;
+        assert!(plan.validate().is_err());
+        plan.proxy_control_fd = Some(2);
+        assert!(plan.validate().is_err());
+        plan.proxy_control_fd = Some(9);
+        let json = plan.to_json().unwrap();
+        assert!(json.contains("\"network\":\"proxy\""), "{json}");
+        assert_eq!(SandboxPlan::from_json(&json).unwrap(), plan);
+        plan.network = NetworkMode::Enabled;
+        assert!(plan.validate().is_err());
     }
 
     #[test]

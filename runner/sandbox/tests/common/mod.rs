@@ -57,6 +57,7 @@ impl Fixture {
             home_dir: Some(self.home.clone()),
             force_landlock_unavailable: false,
             masks: Vec::new(),
+            proxy_control_fd: None,
         }
     }
 }

@@ -1,0 +1,277 @@
+//! `network: "proxy"`: the engine side of the egress proxy. Every connection a command opens
+//! through its sandbox relay becomes one Cedar request (action `network_connect`, the target as
+//! Operation attributes, the process in the context), decided under the live policy set and
+//! written to the audit log like every other decision; a deny is a `403` whose body is the
+//! ErrorBody JSON. The proxy itself (`runner/netproxy`) knows nothing of Cedar.
+
+use crate::config::{Limits, Profile};
+use crate::decide::{Decision, SubDecision, decide, workspace_entities};
+use crate::error::{ErrorCode, ToolError};
+use crate::policy::{PolicySnapshot, PolicyStore};
+use crate::redact::Redactor;
+use crate::request::{
+    NetTarget, ProcessFacts, Session, SubRequest, WorkspaceFacts, connect_request,
+};
+use cedar_policy::Entities;
+use codespace_runner_netproxy::{Decider, ProxyLimits, Refusal, Target, Verdict};
+use codespace_store::{DecisionRow, Store};
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+/// The address commands of a `network: proxy` workspace use (inside their own namespace).
+pub fn proxy_address() -> String {
+    format!("127.0.0.1:{}", codespace_runner_sandbox::PROXY_PORT)
+}
+
+/// What every process's decider shares: the policy store, the profile tree, the store, the
+/// redactor, this server's own HTTP listener and the proxy limits.
+#[derive(Debug)]
+pub(crate) struct NetState {
+    policy: Arc<PolicyStore>,
+    profiles: BTreeMap<String, Profile>,
+    store: Option<Arc<Store>>,
+    redaction: Redactor,
+    listeners: Mutex<Vec<SocketAddr>>,
+    entities: Mutex<HashMap<String, (String, Entities)>>,
+    pub(crate) limits: ProxyLimits,
+}
+
+impl NetState {
+    pub(crate) fn new(
+        policy: Arc<PolicyStore>,
+        profiles: BTreeMap<String, Profile>,
+        store: Option<Arc<Store>>,
+        redaction: Redactor,
+        limits: &Limits,
+    ) -> NetState {
+        NetState {
+            policy,
+            profiles,
+            store,
+            redaction,
+            listeners: Mutex::new(Vec::new()),
+            entities: Mutex::new(HashMap::new()),
+            limits: ProxyLimits {
+                max_connections: limits.proxy_max_connections_per_process,
+                idle_timeout: Duration::from_millis(limits.proxy_idle_timeout_ms),
+                ..ProxyLimits::default()
+            },
+        }
+    }
+
+    /// Records an HTTP listener of this server: connections to it are `server_owned`.
+    pub(crate) fn add_listener(&self, addr: SocketAddr) {
+        self.listeners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(addr);
+    }
+
+    /// Whether `addr` may be this server's own HTTP listener: the same port on the listener's
+    /// address, on a loopback or unspecified address, or on any address when the listener is
+    /// bound to all of them (over-approximated: a remote host on that port is refused too).
+    pub(crate) fn is_server_listener(&self, addr: SocketAddr) -> bool {
+        let ip = canonical(addr.ip());
+        self.listeners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .any(|l| {
+                let lip = canonical(l.ip());
+                l.port() == addr.port()
+                    && (lip == ip
+                        || ip.is_loopback()
+                        || ip.is_unspecified()
+                        || lip.is_unspecified())
+            })
+    }
+
+    fn entities(&self, snap: &PolicySnapshot, facts: &WorkspaceFacts) -> Result<Entities, String> {
+        let mut cache = self.entities.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((sha, e)) = cache.get(&facts.id)
+            && *sha == snap.sha256
+        {
+            return Ok(e.clone());
+        }
+        let e = workspace_entities(snap, &self.profiles, facts)?;
+        cache.insert(facts.id.clone(), (snap.sha256.clone(), e.clone()));
+        Ok(e)
+    }
+
+    /// Decides one connection request under the live set (and the shadow set, logged only),
+    /// and writes its audit row.
+    pub(crate) fn decide(
+        &self,
+        facts: &WorkspaceFacts,
+        session: &Session,
+        req: SubRequest,
+    ) -> (Arc<PolicySnapshot>, Decision) {
+        let snap = self.policy.snapshot();
+        let reqs = [req];
+        let decision = match self.entities(&snap, facts) {
+            Ok(base) => decide(&snap, &base, facts, "network_connect", &reqs),
+            Err(e) => {
+                let mut d = decide(&snap, &Entities::empty(), facts, "network_connect", &[]);
+                d.subs = reqs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| SubDecision::refused(i, r, format!("entities: {e}")))
+                    .collect();
+                d
+            }
+        };
+        let shadow = self.policy.shadow().map(|sh| {
+            let base = workspace_entities(&sh, &self.profiles, facts)
+                .unwrap_or_else(|_| Entities::empty());
+            decide(&sh, &base, facts, "network_connect", &reqs)
+        });
+        self.audit(&snap, &decision, shadow.as_ref(), facts, &reqs, session);
+        (snap, decision)
+    }
+
+    fn audit(
+        &self,
+        snap: &PolicySnapshot,
+        d: &Decision,
+        shadow: Option<&Decision>,
+        facts: &WorkspaceFacts,
+        reqs: &[SubRequest],
+        session: &Session,
+    ) {
+        let Some(store) = &self.store else { return };
+        let redact = &self.redaction;
+        let at_ms = codespace_store::now_ms();
+        let rows: Vec<DecisionRow> = d
+            .subs
+            .iter()
+            .map(|s| {
+                let req = reqs.get(s.index);
+                let sh = shadow.and_then(|sh| sh.subs.get(s.index));
+                DecisionRow {
+                    decision_id: d.decision_id.clone(),
+                    at_ms,
+                    policy_set_sha256: d.policy_sha256.clone(),
+                    profile: d.profile.clone(),
+                    workspace: d.workspace.clone(),
+                    tool: d.tool.clone(),
+                    action: s.action.clone(),
+                    sub_index: i64::try_from(s.index).unwrap_or(i64::MAX),
+                    subject: redact.text(&s.subject).into_owned(),
+                    client: Some(session.client.clone()),
+                    transport: Some(session.transport.clone()),
+                    decision: if s.allowed { "allow" } else { "deny" }.into(),
+                    policy_ids: s.policy_ids.clone(),
+                    errors: s
+                        .errors
+                        .iter()
+                        .map(|e| redact.text(e).into_owned())
+                        .collect(),
+                    default_deny: s.default_deny,
+                    duration_us: i64::try_from(s.duration_us).unwrap_or(i64::MAX),
+                    request: req.map(|r| {
+                        crate::replay::RecordedRequest::new(&self.profiles, facts, &d.tool, r)
+                            .to_json(redact)
+                    }),
+                    path: req.map(|r| r.path.clone()),
+                    kind: None,
+                    reason: Some(redact.text(&s.reason_text(snap, &d.profile)).into_owned()),
+                    shadow_decision: sh.map(|x| if x.allowed { "allow" } else { "deny" }.into()),
+                    shadow_policy_ids: sh.map(|x| x.policy_ids.clone()),
+                    seq: 0,
+                }
+            })
+            .collect();
+        crate::audit::append(store, rows, &d.decision_id, false);
+    }
+}
+
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// The decider of one process: its workspace, the client that started it, and (once spawned)
+/// its process facts.
+#[derive(Debug)]
+pub(crate) struct ProcessDecider {
+    pub(crate) net: Arc<NetState>,
+    pub(crate) facts: WorkspaceFacts,
+    pub(crate) session: Session,
+    pub(crate) process: OnceLock<ProcessFacts>,
+}
+
+impl Decider for ProcessDecider {
+    fn decide(&self, target: &Target) -> Verdict {
+        let Some(process) = self.process.get() else {
+            return Verdict::Deny {
+                body: ToolError::new(
+                    ErrorCode::Unauthorized,
+                    "the connection's process is not registered yet",
+                )
+                .to_json(),
+            };
+        };
+        let net = NetTarget {
+            host: target.host.clone(),
+            port: target.port,
+            scheme: target.scheme.as_str().to_string(),
+            ip_class: target.ip_class.as_str().to_string(),
+            server_owned: self.net.is_server_listener(target.addr),
+        };
+        let req = connect_request(&self.session, process, &net);
+        let (snap, decision) = self.net.decide(&self.facts, &self.session, req);
+        if decision.allowed() {
+            Verdict::Allow
+        } else {
+            let mut e = decision.to_error(&snap);
+            if let std::borrow::Cow::Owned(red) = self.net.redaction.text(&e.message) {
+                e.message = red;
+            }
+            Verdict::Deny { body: e.to_json() }
+        }
+    }
+
+    fn refusal_body(&self, refusal: Refusal, message: &str) -> String {
+        let code = match refusal {
+            Refusal::BadRequest | Refusal::HeadTooLarge => ErrorCode::InvalidArguments,
+            Refusal::TooManyConnections => ErrorCode::ResourceQueueFull,
+            Refusal::Unreachable => ErrorCode::Internal,
+            Refusal::DecisionFailed => ErrorCode::Unauthorized,
+        };
+        let message = self.net.redaction.text(message).into_owned();
+        ToolError::new(code, format!("egress proxy: {message}")).to_json()
+    }
+}
+
+/// The `ip_class` spelling of an address (`policy explain --connect`).
+pub fn ip_class_of(ip: IpAddr) -> &'static str {
+    codespace_runner_netproxy::classify(ip).as_str()
+}
+
+impl crate::gateway::Gateway {
+    /// Explains the `network_connect` request a process of `workspace` would make for `target`,
+    /// under the policy set in force, with the facts the server would use (the target is this
+    /// server's listener only when `target.server_owned` says so). Writes no audit row.
+    pub fn explain_connect(
+        &self,
+        workspace: &str,
+        session: &Session,
+        process: &ProcessFacts,
+        target: &NetTarget,
+    ) -> Result<crate::explain::Explanation, ToolError> {
+        let ws = self.workspace(workspace)?;
+        let snap = self.policy.snapshot();
+        let req = connect_request(session, process, target);
+        Ok(crate::explain::explain_requests(
+            &snap,
+            &self.config.profiles,
+            &ws.facts,
+            "network_connect",
+            &[req],
+        ))
+    }
+}

@@ -1,0 +1,23 @@
+//! The egress proxy of `network: "proxy"` workspaces: HTTP `CONNECT` (TLS passes through
+//! untouched) and absolute-form HTTP requests, each connection decided by a caller-supplied
+//! [`Decider`] before anything is sent to the target.
+//!
+//! The crate knows nothing of Cedar, MCP or JSON-RPC. Per connection it parses the request head
+//! (bounded), resolves the host **once**, classifies the resolved address ([`IpClass`]), asks the
+//! decider, and on an allow connects to exactly the address that was decided (no second lookup);
+//! on a deny it answers `403` with the decider's body. Bytes are then copied in both directions
+//! through fixed buffers (bodies are never buffered whole), with an idle timeout. Every process
+//! has its own [`ProcessProxy`] with its counters and connection cap.
+//!
+//! Connections arrive either as accepted TCP streams ([`ProcessProxy::serve`]) or as descriptors
+//! handed over a Unix control socket by the sandbox relay ([`ProcessProxy::serve_control`]).
+
+mod control;
+mod http;
+mod proxy;
+mod target;
+
+pub use control::control_pair;
+pub use http::MAX_HEAD_BYTES;
+pub use proxy::{CounterSnapshot, Decider, ProcessProxy, ProxyLimits, Refusal, Verdict};
+pub use target::{IpClass, Scheme, Target, classify};

@@ -1,0 +1,353 @@
+//! One process's proxy: counters, connection cap, and the life of one connection (head, lookup,
+//! decision, connect, copy with an idle timeout).
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+
+use crate::http::{self, CONNECT_ESTABLISHED, HeadError};
+use crate::target::{Scheme, Target, classify};
+
+/// A decider's answer for one target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Connect to `Target::addr`.
+    Allow,
+    /// Answer `403` with this body (the caller's error document) and close.
+    Deny {
+        /// The response body (JSON).
+        body: String,
+    },
+}
+
+/// A refusal the proxy makes on its own (not a policy decision).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The request head could not be parsed or is not a proxy request (`400`).
+    BadRequest,
+    /// The head exceeds [`crate::MAX_HEAD_BYTES`] (`431`).
+    HeadTooLarge,
+    /// The process already has its maximum number of open connections (`429`).
+    TooManyConnections,
+    /// The host did not resolve or the target did not answer (`502`).
+    Unreachable,
+    /// The decision itself failed (`403`: fail closed).
+    DecisionFailed,
+}
+
+impl Refusal {
+    /// The HTTP status and reason phrase.
+    pub fn status(self) -> (u16, &'static str) {
+        match self {
+            Refusal::BadRequest => (400, "Bad Request"),
+            Refusal::HeadTooLarge => (431, "Request Header Fields Too Large"),
+            Refusal::TooManyConnections => (429, "Too Many Requests"),
+            Refusal::Unreachable => (502, "Bad Gateway"),
+            Refusal::DecisionFailed => (403, "Forbidden"),
+        }
+    }
+}
+
+/// Decides each connection of one process. Implemented by the engine (Cedar + audit).
+pub trait Decider: Send + Sync + 'static {
+    /// Decides `target`. Runs on the blocking pool: it may evaluate policy and write an audit
+    /// row. Anything but [`Verdict::Allow`] refuses the connection.
+    fn decide(&self, target: &Target) -> Verdict;
+    /// The body of a refusal the proxy makes on its own.
+    fn refusal_body(&self, refusal: Refusal, message: &str) -> String;
+}
+
+/// Limits of one process's proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProxyLimits {
+    /// Connections open at once; more get `429`.
+    pub max_connections: usize,
+    /// A connection with no byte in either direction for this long is closed (also bounds how
+    /// long the proxy waits for a request head).
+    pub idle_timeout: Duration,
+    /// How long connecting to the target may take.
+    pub connect_timeout: Duration,
+}
+
+impl Default for ProxyLimits {
+    fn default() -> Self {
+        ProxyLimits {
+            max_connections: 64,
+            idle_timeout: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The counters of one process (`process_status.network`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CounterSnapshot {
+    /// Connections the process opened to the proxy (allowed or not).
+    pub connections: u64,
+    /// Bytes sent by the process to its targets (a forwarded request head included).
+    pub bytes_out: u64,
+    /// Bytes received by the process from its targets.
+    pub bytes_in: u64,
+    /// Connections refused: by the decider, or by the proxy's own limits.
+    pub denied: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    connections: AtomicU64,
+    bytes_out: AtomicU64,
+    bytes_in: AtomicU64,
+    denied: AtomicU64,
+}
+
+/// The egress proxy of one process.
+pub struct ProcessProxy {
+    decider: Arc<dyn Decider>,
+    limits: ProxyLimits,
+    counters: Counters,
+    open: Arc<Semaphore>,
+}
+
+impl std::fmt::Debug for ProcessProxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessProxy")
+            .field("limits", &self.limits)
+            .field("counters", &self.counters())
+            .finish()
+    }
+}
+
+const COPY_CHUNK: usize = 64 * 1024;
+
+fn add(counter: &AtomicU64, n: usize) {
+    counter.fetch_add(u64::try_from(n).unwrap_or(u64::MAX), Ordering::Relaxed);
+}
+
+impl ProcessProxy {
+    /// A proxy for one process.
+    pub fn new(decider: Arc<dyn Decider>, limits: ProxyLimits) -> Arc<ProcessProxy> {
+        Arc::new(ProcessProxy {
+            decider,
+            limits,
+            counters: Counters::default(),
+            open: Arc::new(Semaphore::new(limits.max_connections)),
+        })
+    }
+
+    /// The counters so far.
+    pub fn counters(&self) -> CounterSnapshot {
+        CounterSnapshot {
+            connections: self.counters.connections.load(Ordering::Relaxed),
+            bytes_out: self.counters.bytes_out.load(Ordering::Relaxed),
+            bytes_in: self.counters.bytes_in.load(Ordering::Relaxed),
+            denied: self.counters.denied.load(Ordering::Relaxed),
+        }
+    }
+
+    async fn refuse(&self, client: &mut TcpStream, refusal: Refusal, message: &str) {
+        let (status, reason) = refusal.status();
+        let body = self.decider.refusal_body(refusal, message);
+        let _ = client
+            .write_all(&http::response(status, reason, &body))
+            .await;
+        let _ = client.shutdown().await;
+    }
+
+    /// Serves one client connection to its end.
+    pub async fn serve(self: Arc<Self>, mut client: TcpStream) {
+        self.counters.connections.fetch_add(1, Ordering::Relaxed);
+        let Ok(_permit) = Arc::clone(&self.open).try_acquire_owned() else {
+            self.counters.denied.fetch_add(1, Ordering::Relaxed);
+            let msg = format!(
+                "this process already has {} proxy connections open",
+                self.limits.max_connections
+            );
+            self.refuse(&mut client, Refusal::TooManyConnections, &msg)
+                .await;
+            return;
+        };
+        let mut buf = Vec::new();
+        let head = tokio::time::timeout(
+            self.limits.idle_timeout,
+            http::read_head(&mut client, &mut buf),
+        )
+        .await;
+        let head_len = match head {
+            Ok(Ok(n)) => n,
+            Ok(Err(HeadError::TooLarge)) => {
+                let msg = format!("request head larger than {} bytes", http::MAX_HEAD_BYTES);
+                self.refuse(&mut client, Refusal::HeadTooLarge, &msg).await;
+                return;
+            }
+            Ok(Err(HeadError::Closed)) | Err(_) => return,
+        };
+        let request = match http::parse_request(buf.get(..head_len).unwrap_or_default()) {
+            Ok(r) => r,
+            Err(why) => {
+                self.refuse(&mut client, Refusal::BadRequest, &why).await;
+                return;
+            }
+        };
+        let Some(addr) = resolve(&request.host, request.port).await else {
+            let msg = format!("cannot resolve {}", request.host);
+            self.refuse(&mut client, Refusal::Unreachable, &msg).await;
+            return;
+        };
+        let target = Target {
+            host: request.host.clone(),
+            port: request.port,
+            scheme: request.scheme,
+            addr,
+            ip_class: classify(addr.ip()),
+        };
+        let decider = Arc::clone(&self.decider);
+        let decided = target.clone();
+        let verdict = tokio::task::spawn_blocking(move || decider.decide(&decided)).await;
+        match verdict {
+            Ok(Verdict::Allow) => {}
+            Ok(Verdict::Deny { body }) => {
+                self.counters.denied.fetch_add(1, Ordering::Relaxed);
+                let _ = client
+                    .write_all(&http::response(403, "Forbidden", &body))
+                    .await;
+                let _ = client.shutdown().await;
+                return;
+            }
+            Err(_) => {
+                self.counters.denied.fetch_add(1, Ordering::Relaxed);
+                self.refuse(&mut client, Refusal::DecisionFailed, "the decision failed")
+                    .await;
+                return;
+            }
+        }
+        let connected =
+            tokio::time::timeout(self.limits.connect_timeout, TcpStream::connect(addr)).await;
+        let mut upstream = match connected {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                let msg = format!(
+                    "cannot connect to {}:{}: {}",
+                    target.host,
+                    target.port,
+                    e.kind()
+                );
+                self.refuse(&mut client, Refusal::Unreachable, &msg).await;
+                return;
+            }
+            Err(_) => {
+                let msg = format!("connecting to {}:{} timed out", target.host, target.port);
+                self.refuse(&mut client, Refusal::Unreachable, &msg).await;
+                return;
+            }
+        };
+        let _ = upstream.set_nodelay(true);
+        let _ = client.set_nodelay(true);
+        let rest = buf.get(head_len..).unwrap_or_default();
+        let sent = match target.scheme {
+            Scheme::Connect => {
+                if client.write_all(CONNECT_ESTABLISHED).await.is_err() {
+                    return;
+                }
+                upstream.write_all(rest).await.map(|()| rest.len())
+            }
+            Scheme::Http => {
+                let head = &request.forward_head;
+                match upstream.write_all(head).await {
+                    Ok(()) => upstream
+                        .write_all(rest)
+                        .await
+                        .map(|()| head.len() + rest.len()),
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        match sent {
+            Ok(n) => add(&self.counters.bytes_out, n),
+            Err(_) => return,
+        }
+        drop(buf);
+        self.copy_both(&mut client, &mut upstream).await;
+    }
+
+    /// Copies both directions until both ends closed, or until nothing moved for the idle
+    /// timeout.
+    async fn copy_both(&self, client: &mut TcpStream, upstream: &mut TcpStream) {
+        let base = Instant::now();
+        let last = AtomicU64::new(0);
+        let (mut client_read, mut client_write) = client.split();
+        let (mut up_read, mut up_write) = upstream.split();
+        let out = copy_counted(
+            &mut client_read,
+            &mut up_write,
+            &self.counters.bytes_out,
+            &last,
+            base,
+        );
+        let inn = copy_counted(
+            &mut up_read,
+            &mut client_write,
+            &self.counters.bytes_in,
+            &last,
+            base,
+        );
+        let idle = self.limits.idle_timeout;
+        let watchdog = async {
+            loop {
+                let since = base
+                    .elapsed()
+                    .saturating_sub(Duration::from_millis(last.load(Ordering::Relaxed)));
+                if since >= idle {
+                    return;
+                }
+                tokio::time::sleep(idle.saturating_sub(since)).await;
+            }
+        };
+        tokio::select! {
+            _ = async { tokio::join!(out, inn) } => {}
+            () = watchdog => {}
+        }
+    }
+}
+
+async fn copy_counted<R, W>(
+    reader: &mut R,
+    writer: &mut W,
+    counter: &AtomicU64,
+    last: &AtomicU64,
+    base: Instant,
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buf = vec![0u8; COPY_CHUNK];
+    loop {
+        let n = match reader.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let Some(bytes) = buf.get(..n) else { break };
+        if writer.write_all(bytes).await.is_err() {
+            break;
+        }
+        add(counter, n);
+        last.store(
+            u64::try_from(base.elapsed().as_millis()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+    let _ = writer.shutdown().await;
+}
+
+/// Resolves `host` once: an address literal as is, a name through the system resolver (the
+/// first address it returns).
+async fn resolve(host: &str, port: u16) -> Option<SocketAddr> {
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Some(SocketAddr::new(ip, port));
+    }
+    tokio::net::lookup_host((host, port)).await.ok()?.next()
+}

@@ -1,0 +1,332 @@
+//! The egress proxy against local listeners: tunnels, absolute-form requests, refusals, limits
+// Test helpers outside #[test] fns assert with unwrap/panic like the tests themselves.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+//! and connections handed over a control socket.
+
+use std::io::{ErrorKind, IoSlice};
+use std::mem::MaybeUninit;
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use codespace_runner_netproxy::{
+    Decider, IpClass, ProcessProxy, ProxyLimits, Refusal, Scheme, Target, Verdict,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Allows one port; records every target it was asked about.
+struct OnePort {
+    port: u16,
+    seen: Mutex<Vec<Target>>,
+}
+
+impl Decider for OnePort {
+    fn decide(&self, target: &Target) -> Verdict {
+        self.seen.lock().unwrap().push(target.clone());
+        if target.port == self.port {
+            Verdict::Allow
+        } else {
+            Verdict::Deny {
+                body: r#"{"code":"UNAUTHORIZED","policy_ids":["test.forbid"]}"#.into(),
+            }
+        }
+    }
+    fn refusal_body(&self, refusal: Refusal, message: &str) -> String {
+        format!(r#"{{"refusal":"{refusal:?}","message":"{message}"}}"#)
+    }
+}
+
+/// An echo server: returns its address.
+async fn echo_server() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = l.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    addr
+}
+
+/// A proxy listening on loopback for `decider`.
+async fn proxy(decider: Arc<OnePort>, limits: ProxyLimits) -> (SocketAddr, Arc<ProcessProxy>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let p = ProcessProxy::new(decider, limits);
+    let served = Arc::clone(&p);
+    tokio::spawn(async move {
+        loop {
+            let Ok((s, _)) = l.accept().await else { return };
+            tokio::spawn(Arc::clone(&served).serve(s));
+        }
+    });
+    (addr, p)
+}
+
+async fn read_head(s: &mut TcpStream) -> String {
+    let mut out = Vec::new();
+    let mut b = [0u8; 1];
+    while !out.ends_with(b"\r\n\r\n") {
+        if s.read(&mut b).await.unwrap() == 0 {
+            break;
+        }
+        out.push(b[0]);
+    }
+    String::from_utf8(out).unwrap()
+}
+
+async fn read_all(s: &mut TcpStream) -> String {
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+        .await
+        .unwrap()
+        .unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn decider(port: u16) -> Arc<OnePort> {
+    Arc::new(OnePort {
+        port,
+        seen: Mutex::new(Vec::new()),
+    })
+}
+
+#[tokio::test]
+async fn an_allowed_connect_tunnels_bytes_and_counts_them() {
+    let echo = echo_server().await;
+    let d = decider(echo.port());
+    let (addr, p) = proxy(Arc::clone(&d), ProxyLimits::default()).await;
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    c.write_all(
+        format!(
+            "CONNECT 127.0.0.1:{} HTTP/1.1\r\nHost: x\r\n\r\n",
+            echo.port()
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let head = read_head(&mut c).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    c.write_all(b"ping").await.unwrap();
+    let mut got = [0u8; 4];
+    c.read_exact(&mut got).await.unwrap();
+    assert_eq!(&got, b"ping");
+    c.shutdown().await.unwrap();
+    let rest = read_all(&mut c).await;
+    assert!(rest.is_empty());
+    let seen = d.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].scheme, Scheme::Connect);
+    assert_eq!(seen[0].ip_class, IpClass::Loopback);
+    assert_eq!(seen[0].addr, echo);
+    let n = p.counters();
+    assert_eq!(
+        (n.connections, n.bytes_out, n.bytes_in, n.denied),
+        (1, 4, 4, 0)
+    );
+}
+
+#[tokio::test]
+async fn a_denied_target_gets_403_with_the_decider_body_and_is_never_connected() {
+    let echo = echo_server().await;
+    let unused = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    unused.set_nonblocking(true).unwrap();
+    let port = unused.local_addr().unwrap().port();
+    let d = decider(echo.port());
+    let (addr, p) = proxy(d, ProxyLimits::default()).await;
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    c.write_all(format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let reply = read_all(&mut c).await;
+    assert!(reply.starts_with("HTTP/1.1 403 Forbidden"), "{reply}");
+    assert!(
+        reply.ends_with(r#"{"code":"UNAUTHORIZED","policy_ids":["test.forbid"]}"#),
+        "{reply}"
+    );
+    // The refusal was written before any connect could have been queued on the listener.
+    assert_eq!(unused.accept().unwrap_err().kind(), ErrorKind::WouldBlock);
+    let n = p.counters();
+    assert_eq!((n.connections, n.denied, n.bytes_out), (1, 1, 0));
+}
+
+#[tokio::test]
+async fn an_absolute_form_request_reaches_the_origin_in_origin_form() {
+    let origin = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let oaddr = origin.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let (mut s, _) = origin.accept().await.unwrap();
+        let head = read_head(&mut s).await;
+        s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+            .await
+            .unwrap();
+        s.shutdown().await.unwrap();
+        head
+    });
+    let (addr, p) = proxy(decider(oaddr.port()), ProxyLimits::default()).await;
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    let req = format!(
+        "GET http://127.0.0.1:{}/file?x=1 HTTP/1.1\r\nHost: 127.0.0.1\r\nProxy-Connection: keep-alive\r\n\r\n",
+        oaddr.port()
+    );
+    c.write_all(req.as_bytes()).await.unwrap();
+    let reply = read_all(&mut c).await;
+    assert!(reply.ends_with("hello"), "{reply}");
+    let head = server.await.unwrap();
+    assert!(head.starts_with("GET /file?x=1 HTTP/1.1\r\n"), "{head}");
+    assert!(head.contains("Connection: close\r\n"), "{head}");
+    assert!(
+        !head.to_ascii_lowercase().contains("proxy-connection"),
+        "{head}"
+    );
+    let n = p.counters();
+    assert_eq!(n.bytes_in, reply.len() as u64);
+    assert_eq!(n.bytes_out, head.len() as u64);
+}
+
+#[tokio::test]
+async fn bad_requests_get_400_and_are_not_decided() {
+    let d = decider(1);
+    let (addr, _p) = proxy(Arc::clone(&d), ProxyLimits::default()).await;
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    c.write_all(b"GET /relative HTTP/1.1\r\n\r\n")
+        .await
+        .unwrap();
+    let reply = read_all(&mut c).await;
+    assert!(reply.starts_with("HTTP/1.1 400"), "{reply}");
+    assert!(reply.contains("BadRequest"), "{reply}");
+    assert!(d.seen.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn connections_over_the_cap_get_429() {
+    let echo = echo_server().await;
+    let limits = ProxyLimits {
+        max_connections: 1,
+        ..ProxyLimits::default()
+    };
+    let (addr, p) = proxy(decider(echo.port()), limits).await;
+    let mut first = TcpStream::connect(addr).await.unwrap();
+    first
+        .write_all(format!("CONNECT 127.0.0.1:{} HTTP/1.1\r\n\r\n", echo.port()).as_bytes())
+        .await
+        .unwrap();
+    assert!(read_head(&mut first).await.starts_with("HTTP/1.1 200"));
+    let mut second = TcpStream::connect(addr).await.unwrap();
+    let reply = read_all(&mut second).await;
+    assert!(reply.starts_with("HTTP/1.1 429"), "{reply}");
+    assert_eq!(p.counters().denied, 1);
+}
+
+#[tokio::test]
+async fn an_idle_tunnel_is_closed() {
+    let echo = echo_server().await;
+    let limits = ProxyLimits {
+        idle_timeout: Duration::from_millis(200),
+        ..ProxyLimits::default()
+    };
+    let (addr, _p) = proxy(decider(echo.port()), limits).await;
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    c.write_all(format!("CONNECT 127.0.0.1:{} HTTP/1.1\r\n\r\n", echo.port()).as_bytes())
+        .await
+        .unwrap();
+    assert!(read_head(&mut c).await.starts_with("HTTP/1.1 200"));
+    // Nothing is sent: the proxy closes the tunnel, so the read ends.
+    assert_eq!(read_all(&mut c).await, "");
+}
+
+#[tokio::test]
+async fn a_large_transfer_streams_through_and_is_counted() {
+    let echo = echo_server().await;
+    let (addr, p) = proxy(decider(echo.port()), ProxyLimits::default()).await;
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    c.write_all(format!("CONNECT 127.0.0.1:{} HTTP/1.1\r\n\r\n", echo.port()).as_bytes())
+        .await
+        .unwrap();
+    assert!(read_head(&mut c).await.starts_with("HTTP/1.1 200"));
+    let (mut r, mut w) = c.into_split();
+    const N: usize = 16 << 20;
+    let writer = tokio::spawn(async move {
+        let chunk = vec![7u8; 1 << 16];
+        for _ in 0..N / chunk.len() {
+            w.write_all(&chunk).await.unwrap();
+        }
+        w.shutdown().await.unwrap();
+    });
+    let mut total = 0usize;
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = r.read(&mut buf).await.unwrap();
+        if n == 0 {
+            break;
+        }
+        total += n;
+    }
+    writer.await.unwrap();
+    assert_eq!(total, N);
+    let n = p.counters();
+    assert_eq!((n.bytes_out, n.bytes_in), (N as u64, N as u64));
+}
+
+#[tokio::test]
+async fn connections_handed_over_the_control_socket_are_served_until_it_closes() {
+    use rustix::net::{
+        AddressFamily, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags,
+        SocketType,
+    };
+    let echo = echo_server().await;
+    let d = decider(echo.port());
+    let p = ProcessProxy::new(d, ProxyLimits::default());
+    let (relay_end, server_end) = rustix::net::socketpair(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .unwrap();
+    let served = tokio::spawn(Arc::clone(&p).serve_control(server_end));
+    // The relay's side: a listener whose accepted connections are passed as descriptors.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+    let (accepted, _) = l.accept().unwrap();
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut anc = SendAncillaryBuffer::new(&mut space);
+    let fds = [accepted.as_fd()];
+    assert!(anc.push(SendAncillaryMessage::ScmRights(&fds)));
+    rustix::net::sendmsg(
+        &relay_end,
+        &[IoSlice::new(b"c")],
+        &mut anc,
+        SendFlags::empty(),
+    )
+    .unwrap();
+    drop(accepted);
+    c.write_all(format!("CONNECT 127.0.0.1:{} HTTP/1.1\r\n\r\n", echo.port()).as_bytes())
+        .await
+        .unwrap();
+    assert!(read_head(&mut c).await.starts_with("HTTP/1.1 200"));
+    c.write_all(b"via relay").await.unwrap();
+    let mut got = [0u8; 9];
+    c.read_exact(&mut got).await.unwrap();
+    assert_eq!(&got, b"via relay");
+    drop(relay_end);
+    tokio::time::timeout(Duration::from_secs(10), served)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(p.counters().connections, 1);
+}
