@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CodeSpace test command (what the README and CI run):
 #   1. scripts/check-no-model-deps.sh, and its --self-test
-#   2. cargo build --workspace, cargo test --workspace
+#   2. cargo build --workspace, cargo test --workspace (both with the test-hooks feature)
 #   3. codespace policy validate, codespace policy test (the shipped policies/)
 #   4. python3 -m pytest -q tests/py (official MCP SDK over stdio/HTTP against the built binary)
 # Every step runs and prints its own summary; the script exits non-zero when any step failed.
@@ -78,9 +78,12 @@ pytest_e2e() {
 step "check-no-model-deps" scripts/check-no-model-deps.sh
 step "check-no-model-deps --self-test" scripts/check-no-model-deps.sh --self-test
 before=${#failed[@]}
-step "cargo build --workspace" cargo build --workspace "${LOCKED[@]+"${LOCKED[@]}"}"
+# The tested binary carries the env-driven test hooks (crash and fail-closed tests); release
+# builds never enable this feature.
+HOOKS=(--features codespace-mcp/test-hooks)
+step "cargo build --workspace" cargo build --workspace "${HOOKS[@]}" "${LOCKED[@]+"${LOCKED[@]}"}"
 if [[ ${#failed[@]} -eq $before && -x "$BIN" ]]; then
-  step "cargo test --workspace" cargo test --workspace --no-fail-fast "${LOCKED[@]+"${LOCKED[@]}"}"
+  step "cargo test --workspace" cargo test --workspace --no-fail-fast "${HOOKS[@]}" "${LOCKED[@]+"${LOCKED[@]}"}"
   step "codespace policy validate" "$BIN" policy validate --policies policies
   step "codespace policy test" "$BIN" policy test --policies policies --coverage-min 100 --fail-on-empty
   step "pytest tests/py" pytest_e2e

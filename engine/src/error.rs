@@ -186,6 +186,124 @@ impl std::error::Error for ToolError {}
 
 impl From<codespace_runner_fs::FsError> for ToolError {
     fn from(e: codespace_runner_fs::FsError) -> ToolError {
-        ToolError::new(ErrorCode::from_code(e.code()), e.to_string())
+        ToolError::new(ErrorCode::from(&e), e.to_string())
+    }
+}
+
+// Runner errors map onto codes by variant, exhaustively: a new variant in a runner crate does not
+// compile until it has a code here. (The runners' own `code()` strings must agree; the unit tests
+// below check every variant.)
+
+impl From<&codespace_runner_fs::FsError> for ErrorCode {
+    fn from(e: &codespace_runner_fs::FsError) -> ErrorCode {
+        use codespace_runner_fs::FsError as E;
+        match e {
+            E::PathEscape { .. } => ErrorCode::PathEscape,
+            E::NotFound { .. } => ErrorCode::FileNotFound,
+            E::NotDirectory { .. } => ErrorCode::PathNotDirectory,
+            E::SymlinkRejected { .. } => ErrorCode::SymlinkRejected,
+            E::NotRegularFile { .. } => ErrorCode::SpecialFileRejected,
+            E::AlreadyExists { .. } | E::Io { .. } => ErrorCode::FileOperationFailed,
+            E::TooLarge { .. } => ErrorCode::FileTooLarge,
+        }
+    }
+}
+
+impl<L> From<&codespace_runner_patch::PlanError<L>> for ErrorCode {
+    fn from(e: &codespace_runner_patch::PlanError<L>) -> ErrorCode {
+        use codespace_runner_patch::PlanError as E;
+        match e {
+            E::Parse(_) | E::InvalidPatch(_) => ErrorCode::InvalidPatch,
+            E::FileNotFound(_) => ErrorCode::FileNotFound,
+            E::AddFileExists(_) => ErrorCode::AddFileExists,
+            E::MoveDestinationExists(_) => ErrorCode::MoveDestinationExists,
+            E::SymlinkRejected(_) => ErrorCode::SymlinkRejected,
+            E::SpecialFileRejected(_) => ErrorCode::SpecialFileRejected,
+            E::Lookup(_) => ErrorCode::FileOperationFailed,
+        }
+    }
+}
+
+impl From<&codespace_runner_process::SpawnError> for ErrorCode {
+    fn from(e: &codespace_runner_process::SpawnError) -> ErrorCode {
+        use codespace_runner_process::SpawnError as E;
+        match e {
+            E::InvalidCommand => ErrorCode::InvalidCommand,
+            E::LimitReached | E::SpawnFailed(_) => ErrorCode::ProcessSpawnFailed,
+        }
+    }
+}
+
+impl From<&codespace_runner_process::ProcError> for ErrorCode {
+    fn from(e: &codespace_runner_process::ProcError) -> ErrorCode {
+        use codespace_runner_process::ProcError as E;
+        match e {
+            E::NotFound | E::StdinClosed => ErrorCode::ProcessNotFound,
+            E::NotTty => ErrorCode::ProcessNotTty,
+            E::NotRunning => ErrorCode::ProcessNotRunning,
+            E::Io(_) => ErrorCode::Internal,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use codespace_runner_fs::FsError;
+    use codespace_runner_patch::PlanError;
+    use codespace_runner_process::{ProcError, SpawnError};
+
+    /// The engine's variant mapping and the runners' own code strings agree for every variant, so
+    /// a stored result (which keeps the string) replays with the code the call returned.
+    #[test]
+    fn runner_error_codes_agree_with_the_runners_strings() {
+        let p = || "a.txt".to_string();
+        let fs = [
+            FsError::PathEscape {
+                path: p(),
+                reason: "r",
+            },
+            FsError::NotFound { path: p() },
+            FsError::NotDirectory { path: p() },
+            FsError::SymlinkRejected { path: p() },
+            FsError::NotRegularFile { path: p() },
+            FsError::AlreadyExists { path: p() },
+            FsError::too_large("a.txt", 2, 1),
+            FsError::Io {
+                path: p(),
+                message: "m".into(),
+            },
+        ];
+        for e in &fs {
+            assert_eq!(ErrorCode::from(e).as_str(), e.code(), "{e:?}");
+        }
+        let plans: Vec<PlanError<FsError>> = vec![
+            PlanError::InvalidPatch(p()),
+            PlanError::FileNotFound(p()),
+            PlanError::AddFileExists(p()),
+            PlanError::MoveDestinationExists(p()),
+            PlanError::SymlinkRejected(p()),
+            PlanError::SpecialFileRejected(p()),
+            PlanError::Lookup(FsError::NotFound { path: p() }),
+        ];
+        for e in &plans {
+            assert_eq!(ErrorCode::from(e).as_str(), e.code(), "{e:?}");
+        }
+        for e in [
+            SpawnError::InvalidCommand,
+            SpawnError::LimitReached,
+            SpawnError::SpawnFailed("x".into()),
+        ] {
+            assert_eq!(ErrorCode::from(&e).as_str(), e.code(), "{e:?}");
+        }
+        for e in [
+            ProcError::NotFound,
+            ProcError::NotTty,
+            ProcError::NotRunning,
+            ProcError::StdinClosed,
+            ProcError::Io("x".into()),
+        ] {
+            assert_eq!(ErrorCode::from(&e).as_str(), e.code(), "{e:?}");
+        }
     }
 }

@@ -14,26 +14,6 @@ use codespace_store::{DecisionRow, Store};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
-/// The tools this build serves (and lists in `tools/list`).
-pub const IMPLEMENTED_TOOLS: &[&str] = &[
-    "workspace_info",
-    "read",
-    "find",
-    "apply_patch",
-    "operation_status",
-    "exec_command",
-    "write_stdin",
-    "read_process",
-    "process_status",
-    "process_resize",
-    "terminate_process",
-    "approval_create",
-    "approval_resolve",
-    "operation_resume",
-    "grep",
-    "find_files",
-];
-
 /// What the start-up probe found about the command sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SandboxFacts {

@@ -2,7 +2,7 @@
 //! contract. Permissions and availability are Cedar decisions, not profile names.
 
 use crate::error::ToolError;
-use crate::gateway::{Audit, Gateway, IMPLEMENTED_TOOLS};
+use crate::gateway::{Audit, Gateway};
 use crate::policy::PolicySnapshot;
 use crate::request::{Session, SubRequest, build_requests, path_request};
 use crate::tools::{
@@ -84,7 +84,7 @@ impl Gateway {
             "server": "codespace",
             "version": env!("CARGO_PKG_VERSION"),
             "internal_model_calls": false,
-            "tools_exposed": IMPLEMENTED_TOOLS,
+            "tools_exposed": crate::tool_table::tool_names(),
             "transports": self.transports,
             "workspace_id": Value::Null,
             "workspace_id_is_credential": false,
@@ -137,8 +137,7 @@ impl Gateway {
         );
         let env_kind = ws.facts.environment_kind.as_str();
         let host = env_kind == "host";
-        let implemented = |t: &str| IMPLEMENTED_TOOLS.contains(&t);
-        let process_available = exec && host && implemented("exec_command");
+        let process_available = exec && host;
         let mut process = json!({ "available": process_available });
         if process_available && let Value::Object(m) = &mut process {
             m.insert(
@@ -170,17 +169,17 @@ impl Gateway {
             "environment": {
                 "kind": env_kind,
                 "client_selectable": false,
-                "exec_supported": host && implemented("exec_command"),
+                "exec_supported": host,
                 "file_read_supported": true,
-                "file_write_supported": host && implemented("apply_patch"),
+                "file_write_supported": host,
             },
             "permissions": { "read": read, "write": write, "exec": exec },
             "files": {
                 "read": {"available": read},
                 "find": {"available": find},
-                "patch": {"available": write && host && implemented("apply_patch")},
-                "grep": {"available": allowed("grep") && implemented("grep")},
-                "find_files": {"available": allowed("find_files") && implemented("find_files")},
+                "patch": {"available": write && host},
+                "grep": {"available": allowed("grep")},
+                "find_files": {"available": allowed("find_files")},
                 "capabilities": {
                     "read_range": true,
                     "find_pagination": true,

@@ -2,6 +2,8 @@
 //! decisions that deny on any doubt, and the tool implementations that call the runners.
 //! Only this crate grants: the transport reaches the runners through [`Gateway`] alone.
 
+#![forbid(unsafe_code)]
+
 pub mod alternatives;
 pub mod approvals;
 mod audit;
@@ -33,12 +35,14 @@ pub mod server_files;
 pub mod signature;
 pub mod suggest;
 pub mod temp_files;
+pub mod tool_table;
 pub mod tools;
 pub mod versions;
 
 pub use config::Config;
 pub use error::{ErrorCode, ToolError};
-pub use gateway::{Gateway, IMPLEMENTED_TOOLS, SandboxFacts};
+pub use gateway::{Gateway, SandboxFacts};
 pub use policy::{PolicySource, PolicyStore};
 pub use request::Session;
+pub use tool_table::{TOOLS, ToolName, ToolSpec, tool_names};
 pub use tools::ToolCall;

@@ -31,17 +31,6 @@ pub fn fingerprint(v: &Value) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())))
 }
 
-/// The `kind` an operation shows in operation_status.
-pub fn kind_of(tool: &str) -> &'static str {
-    match tool {
-        "apply_patch" => "patch",
-        "exec_command" => "exec",
-        "write_stdin" => "write_stdin",
-        "terminate_process" => "terminate",
-        _ => "other",
-    }
-}
-
 /// The stored error of a finished operation, replayed with its operation id (None when the
 /// operation did not fail or never finished).
 pub fn replayed_error(row: &OperationRow) -> Option<ToolError> {
@@ -193,9 +182,12 @@ impl Gateway {
         let id = p.operation_id.as_deref().filter(|s| !s.is_empty());
         let key = p.operation_key.as_deref().filter(|s| !s.is_empty());
         let row = match (id, key) {
+            // Another client's operation is reported exactly like a missing one: its existence
+            // is not revealed (nor decided on: only the caller's own operations reach Cedar).
             (Some(id), None) => store
                 .operation_by_id(id)
                 .map_err(store_err)?
+                .filter(|row| row.client.as_deref().is_none_or(|c| c == session.client))
                 .ok_or_else(|| not_found("no operation with that operation_id"))?,
             (None, Some(key)) => self
                 .keyed_operations(session, key, None)?
@@ -244,7 +236,7 @@ impl Gateway {
             "operation_id": row.operation_id,
             "status": status,
             "replayed": false,
-            "kind": kind_of(&row.tool),
+            "kind": crate::tool_table::operation_kind(&row.tool),
             "tool": row.tool,
             "workspace_id": row.workspace,
             "created_at": row.created_ms / 1000,

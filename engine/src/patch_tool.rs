@@ -76,10 +76,7 @@ impl Journal for StoreJournal<'_> {
 fn plan_error(e: PlanError<FsError>) -> ToolError {
     match e {
         PlanError::Lookup(fs) => crate::file_versions::fs_error(fs, "limits.max_patch_file_bytes"),
-        other => {
-            let code = ErrorCode::from_code(other.code());
-            ToolError::new(code, other.to_string())
-        }
+        other => ToolError::new(ErrorCode::from(&other), other.to_string()),
     }
 }
 
@@ -716,7 +713,7 @@ fn commit_checked(
             Applied::Failed {
                 status: "failed_rolled_back",
                 err: ToolError::new(
-                    ErrorCode::from_code(cause.code()),
+                    ErrorCode::from(&cause),
                     format!(
                         "the patch failed and every touched file was restored (failed_rolled_back): {cause}"
                     ),

@@ -1105,7 +1105,7 @@ pub fn call_error_text(name: &str, e: &CallParseError) -> String {
     match e {
         CallParseError::UnknownTool(t) => format!(
             "tool not found: `{t}`{}",
-            crate::suggest::hint(t, crate::gateway::IMPLEMENTED_TOOLS.iter().copied())
+            crate::suggest::hint(t, crate::tool_table::tool_names())
         ),
         CallParseError::InvalidArguments(m) => {
             format!("INVALID_ARGUMENTS: invalid arguments for {name}: {m}")

@@ -82,7 +82,9 @@ impl Processes {
             table,
             entries: Arc::new(Mutex::new(HashMap::new())),
             helper_exe: None,
-            force_no_landlock: std::env::var_os(FORCE_NO_LANDLOCK_ENV).is_some_and(|v| v == "1"),
+            // A test hook: only a binary built with the `test-hooks` feature reads the variable.
+            force_no_landlock: cfg!(feature = "test-hooks")
+                && std::env::var_os(FORCE_NO_LANDLOCK_ENV).is_some_and(|v| v == "1"),
         }
     }
 
@@ -168,7 +170,7 @@ fn spawn_error(e: &SpawnError) -> ToolError {
 }
 
 fn proc_error(e: &ProcError) -> ToolError {
-    ToolError::new(ErrorCode::from_code(e.code()), e.to_string())
+    ToolError::new(ErrorCode::from(e), e.to_string())
 }
 
 fn internal(e: impl std::fmt::Display) -> ToolError {

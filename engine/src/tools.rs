@@ -1,6 +1,7 @@
 //! Wire types of the MCP tools: one `<Tool>Params` and `<Tool>Result` per tool, with the JSON
 //! schemas the server advertises. Optional result fields are omitted rather than sent as null.
 
+pub use crate::tool_table::ToolName;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -17,26 +18,6 @@ pub const GREP_MAX_MATCHES: u64 = 10_000;
 pub const FIND_FILES_DEFAULT_LIMIT: u64 = 50;
 /// Largest `find_files` result count.
 pub const FIND_FILES_MAX_LIMIT: u64 = 1_000;
-
-/// Every tool of the contract, in the order `workspace_info.tools_exposed` lists them.
-pub const ALL_TOOLS: &[&str] = &[
-    "workspace_info",
-    "read",
-    "find",
-    "apply_patch",
-    "operation_status",
-    "exec_command",
-    "write_stdin",
-    "read_process",
-    "process_status",
-    "process_resize",
-    "terminate_process",
-    "approval_create",
-    "approval_resolve",
-    "operation_resume",
-    "find_files",
-    "grep",
-];
 
 /// Parameters of `workspace_info`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
@@ -457,8 +438,10 @@ pub struct ProcessResizeParams {
     /// The process handle.
     pub process_id: String,
     /// Terminal rows (>= 1).
+    #[schemars(range(min = 1))]
     pub rows: u16,
     /// Terminal columns (>= 1).
+    #[schemars(range(min = 1))]
     pub cols: u16,
 }
 
@@ -704,47 +687,54 @@ fn parse_args<T: serde::de::DeserializeOwned>(
 impl ToolCall {
     /// Parses a tool name and its JSON arguments.
     pub fn parse(name: &str, args: &serde_json::Value) -> Result<ToolCall, CallParseError> {
-        Ok(match name {
-            "workspace_info" => ToolCall::WorkspaceInfo(parse_args(args)?),
-            "read" => ToolCall::Read(parse_args(args)?),
-            "find" => ToolCall::Find(parse_args(args)?),
-            "apply_patch" => ToolCall::ApplyPatch(parse_args(args)?),
-            "operation_status" => ToolCall::OperationStatus(parse_args(args)?),
-            "exec_command" => ToolCall::ExecCommand(parse_args(args)?),
-            "write_stdin" => ToolCall::WriteStdin(parse_args(args)?),
-            "read_process" => ToolCall::ReadProcess(parse_args(args)?),
-            "process_status" => ToolCall::ProcessStatus(parse_args(args)?),
-            "process_resize" => ToolCall::ProcessResize(parse_args(args)?),
-            "terminate_process" => ToolCall::TerminateProcess(parse_args(args)?),
-            "grep" => ToolCall::Grep(parse_args(args)?),
-            "find_files" => ToolCall::FindFiles(parse_args(args)?),
-            "approval_create" => ToolCall::ApprovalCreate(parse_args(args)?),
-            "approval_resolve" => ToolCall::ApprovalResolve(parse_args(args)?),
-            "operation_resume" => ToolCall::OperationResume(parse_args(args)?),
-            other => return Err(CallParseError::UnknownTool(other.to_string())),
+        let Some(tool) = ToolName::parse(name) else {
+            return Err(CallParseError::UnknownTool(name.to_string()));
+        };
+        Ok(match tool {
+            ToolName::WorkspaceInfo => ToolCall::WorkspaceInfo(parse_args(args)?),
+            ToolName::Read => ToolCall::Read(parse_args(args)?),
+            ToolName::Find => ToolCall::Find(parse_args(args)?),
+            ToolName::ApplyPatch => ToolCall::ApplyPatch(parse_args(args)?),
+            ToolName::OperationStatus => ToolCall::OperationStatus(parse_args(args)?),
+            ToolName::ExecCommand => ToolCall::ExecCommand(parse_args(args)?),
+            ToolName::WriteStdin => ToolCall::WriteStdin(parse_args(args)?),
+            ToolName::ReadProcess => ToolCall::ReadProcess(parse_args(args)?),
+            ToolName::ProcessStatus => ToolCall::ProcessStatus(parse_args(args)?),
+            ToolName::ProcessResize => ToolCall::ProcessResize(parse_args(args)?),
+            ToolName::TerminateProcess => ToolCall::TerminateProcess(parse_args(args)?),
+            ToolName::Grep => ToolCall::Grep(parse_args(args)?),
+            ToolName::FindFiles => ToolCall::FindFiles(parse_args(args)?),
+            ToolName::ApprovalCreate => ToolCall::ApprovalCreate(parse_args(args)?),
+            ToolName::ApprovalResolve => ToolCall::ApprovalResolve(parse_args(args)?),
+            ToolName::OperationResume => ToolCall::OperationResume(parse_args(args)?),
         })
+    }
+
+    /// The tool this call is for.
+    pub fn name(&self) -> ToolName {
+        match self {
+            ToolCall::WorkspaceInfo(_) => ToolName::WorkspaceInfo,
+            ToolCall::Read(_) => ToolName::Read,
+            ToolCall::Find(_) => ToolName::Find,
+            ToolCall::ApplyPatch(_) => ToolName::ApplyPatch,
+            ToolCall::OperationStatus(_) => ToolName::OperationStatus,
+            ToolCall::ExecCommand(_) => ToolName::ExecCommand,
+            ToolCall::WriteStdin(_) => ToolName::WriteStdin,
+            ToolCall::ReadProcess(_) => ToolName::ReadProcess,
+            ToolCall::ProcessStatus(_) => ToolName::ProcessStatus,
+            ToolCall::ProcessResize(_) => ToolName::ProcessResize,
+            ToolCall::TerminateProcess(_) => ToolName::TerminateProcess,
+            ToolCall::Grep(_) => ToolName::Grep,
+            ToolCall::FindFiles(_) => ToolName::FindFiles,
+            ToolCall::ApprovalCreate(_) => ToolName::ApprovalCreate,
+            ToolCall::ApprovalResolve(_) => ToolName::ApprovalResolve,
+            ToolCall::OperationResume(_) => ToolName::OperationResume,
+        }
     }
 
     /// The tool name (= the Cedar action id).
     pub fn tool(&self) -> &'static str {
-        match self {
-            ToolCall::WorkspaceInfo(_) => "workspace_info",
-            ToolCall::Read(_) => "read",
-            ToolCall::Find(_) => "find",
-            ToolCall::ApplyPatch(_) => "apply_patch",
-            ToolCall::OperationStatus(_) => "operation_status",
-            ToolCall::ExecCommand(_) => "exec_command",
-            ToolCall::WriteStdin(_) => "write_stdin",
-            ToolCall::ReadProcess(_) => "read_process",
-            ToolCall::ProcessStatus(_) => "process_status",
-            ToolCall::ProcessResize(_) => "process_resize",
-            ToolCall::TerminateProcess(_) => "terminate_process",
-            ToolCall::Grep(_) => "grep",
-            ToolCall::FindFiles(_) => "find_files",
-            ToolCall::ApprovalCreate(_) => "approval_create",
-            ToolCall::ApprovalResolve(_) => "approval_resolve",
-            ToolCall::OperationResume(_) => "operation_resume",
-        }
+        self.name().as_str()
     }
 
     /// The workspace the call names, when it names one.

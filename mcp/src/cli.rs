@@ -390,13 +390,14 @@ fn serve(
             "workspaces": workspaces,
         }),
     );
+    #[cfg(feature = "test-hooks")]
+    let gateway = gateway.with_patch_hooks(patch_test_hooks());
     let gateway = Arc::new(
         gateway
             .with_transports(match &http {
                 Some(_) => vec![crate::http::TRANSPORT.to_string()],
                 None => vec!["stdio".to_string()],
             })
-            .with_patch_hooks(patch_test_hooks())
             // The sandbox helper is this binary (`codespace __sandbox-exec`); without it,
             // sandboxed workspaces refuse every command.
             .with_helper_exe(std::env::current_exe().unwrap_or_default()),
@@ -479,7 +480,9 @@ fn serve(
 }
 
 /// Test hook for crash tests: `CODESPACE_TEST_PATCH_STEP_DELAY_MS` makes every apply_patch write
-/// step sleep, so a test can kill the server mid-apply. Unset in normal runs.
+/// step sleep, so a test can kill the server mid-apply. Compiled only with the `test-hooks`
+/// feature (scripts/test.sh enables it; release builds do not).
+#[cfg(feature = "test-hooks")]
 fn patch_test_hooks() -> codespace_engine::patch_tool::PatchHooks {
     let delay = std::env::var("CODESPACE_TEST_PATCH_STEP_DELAY_MS")
         .ok()

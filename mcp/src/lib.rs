@@ -1,6 +1,8 @@
 //! The CodeSpace MCP server as a library: the CLI, the rmcp server handler and the transports.
 //! The `codespace` binary is a thin `main` over [`cli::main`]; tests drive [`server`] in-process.
 
+#![forbid(unsafe_code)]
+
 pub mod approvals_cli;
 pub mod audit_view;
 pub mod cli;

@@ -1,5 +1,7 @@
 //! The `codespace` binary: the sandbox helper entry (before any thread exists), then the CLI.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 fn main() -> ExitCode {

@@ -15,7 +15,9 @@ use codespace_engine::tools::{
     ReadProcessResult,
 };
 use codespace_engine::tools::{FindFilesParams, FindFilesResult, GrepParams, GrepResult};
-use codespace_engine::{ErrorCode, Gateway, IMPLEMENTED_TOOLS, Session, ToolCall, ToolError};
+use codespace_engine::{
+    ErrorCode, Gateway, Session, TOOLS, ToolCall, ToolError, ToolName, ToolSpec,
+};
 use rmcp::handler::server::common::schema_for_type;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -78,171 +80,292 @@ fn workspace_info_output_schema() -> Arc<rmcp::model::JsonObject> {
     }))
 }
 
-/// A plain object schema for results built as JSON.
-fn object_schema() -> Arc<rmcp::model::JsonObject> {
-    schema_obj(serde_json::json!({"type": "object"}))
+/// What `operation_status` returns (built as JSON by the engine's operations module).
+fn operation_status_output_schema() -> Arc<rmcp::model::JsonObject> {
+    schema_obj(serde_json::json!({
+        "type": "object",
+        "properties": {
+            "operation_id": {"type": "string"},
+            "status": {"type": "string", "description": "running, or the final status (succeeded, failed, unknown, ...)"},
+            "replayed": {"type": "boolean"},
+            "kind": {"type": "string"},
+            "tool": {"type": "string"},
+            "workspace_id": {"type": "string"},
+            "operation_key": {"type": "string"},
+            "created_at": {"type": "integer", "description": "Unix seconds"},
+            "finished_at": {"type": "integer", "description": "Unix seconds"},
+            "files": {"type": "array"},
+            "changes": {"type": "array"},
+            "process_id": {"type": "string"},
+            "error": {"type": "object"},
+            "events": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "at": {"type": "string"},
+                        "name": {"type": "string"},
+                        "status": {"type": "string"},
+                        "reason": {"type": "string"},
+                    },
+                    "required": ["at", "name"],
+                },
+            },
+        },
+        "required": ["operation_id", "status", "kind", "tool", "workspace_id", "created_at", "events"],
+    }))
 }
 
-fn annotations(read_only: bool, destructive: bool) -> ToolAnnotations {
-    let mut a = ToolAnnotations::default();
-    a.read_only_hint = Some(read_only);
-    a.destructive_hint = Some(destructive);
-    a.open_world_hint = Some(false);
-    a
-}
-
-/// Every implemented tool with its description and schemas.
+/// Every tool of the table with its description and schemas, title and hints.
 pub fn tool_list() -> Vec<Tool> {
-    let all = vec![
-        Tool::new(
-            "workspace_info",
-            "Server identity and, with a workspace_id, that workspace's effective execution contract: \
-             permissions and availability as decided by policy, limits, serialization, isolation, network. \
-             Calls no model and reads no files; workspace ids are not credentials.",
-            schema_for_type::<WorkspaceInfoParams>(),
-        )
-        .with_raw_output_schema(workspace_info_output_schema())
-        .with_annotations(annotations(true, false)),
-        Tool::new(
-            "read",
-            "Read a workspace-relative regular file. Returns a window of its bytes (offset/limit, default and \
-             max 1 MiB) as lossy UTF-8, and the sha256 version of the whole file. Use next_offset to continue. \
-             Symlinks, special files and paths outside the workspace are refused.",
-            schema_for_type::<ReadParams>(),
-        )
-        .with_output_schema::<ReadResult>()
-        .with_annotations(annotations(true, false)),
-        Tool::new(
-            "find",
-            "List workspace-relative file paths (sorted, symlinks listed but never followed), optionally \
-             filtered by a glob, paged by offset/limit (default and max 10000). incomplete means the walk hit \
-             a cap; restart at offset 0 when listing_version changes. Paths policy withholds are counted in \
-             withheld. type (file|dir|any), max_depth, exclude globs, respect_gitignore (also skips hidden \
-             entries) and details (kind, size, mtime per entry) refine the listing.",
-            schema_for_type::<FindParams>(),
-        )
-        .with_output_schema::<FindResult>()
-        .with_annotations(annotations(true, false)),
-        Tool::new(
-            "apply_patch",
-            "Apply a V4A patch (*** Begin Patch / *** Add File / *** Update File / *** Delete File / \
-             *** Move to / @@ chunks / *** End Patch) to workspace files, all or nothing: the whole patch is \
-             parsed, planned and authorized before any write, and any failure restores every touched file. \
-             expected_versions (path -> sha256:<hex> or \"absent\") guards against stale edits \
-             (VERSION_CONFLICT). check_only verifies without writing. operation_key makes retries safe.",
-            schema_for_type::<ApplyPatchParams>(),
-        )
-        .with_output_schema::<ApplyPatchResult>()
-        .with_annotations(annotations(false, true)),
-        Tool::new(
-            "operation_status",
-            "Look up a recorded operation (apply_patch, exec_command, write_stdin, terminate_process) by \
-             exactly one of operation_id or operation_key. Never re-runs anything.",
-            schema_for_type::<OperationStatusParams>(),
-        )
-        .with_raw_output_schema(object_schema())
-        .with_annotations(annotations(true, false)),
-        Tool::new(
-            "exec_command",
-            "Start a managed process: exact argv (no shell), cwd = workspace root, cleared environment, \
-             inside the command sandbox that policy shapes. Returns a process_id that outlives this request. \
-             tty gives a 24x80 terminal. yield_ms waits for early output or exit. A live process holds the \
-             workspace's mutation lease (WORKSPACE_BUSY for other commands and patches).",
-            schema_for_type::<ExecCommandParams>(),
-        )
-        .with_output_schema::<ExecCommandResult>()
-        .with_annotations(annotations(false, true)),
-        Tool::new(
-            "write_stdin",
-            "Write text to a managed process's stdin (or terminal).",
-            schema_for_type::<WriteStdinParams>(),
-        )
-        .with_output_schema::<ProcessAckResult>()
-        .with_annotations(annotations(false, false)),
-        Tool::new(
-            "read_process",
-            "Read a process's combined output from a byte cursor; wait_ms long-polls for new output or \
-             exit. eof means output collection finished and the cursor is at the end (not an exit status); \
-             output_lost means bytes before retained_from were dropped from the bounded buffer.",
-            schema_for_type::<ReadProcessParams>(),
-        )
-        .with_output_schema::<ReadProcessResult>()
-        .with_annotations(annotations(true, false)),
-        Tool::new(
-            "process_status",
-            "State of a managed process: running/exited, exit_code, termination \
-             (exited/signaled/timeout/terminated/unknown), output totals.",
-            schema_for_type::<ProcessIdParams>(),
-        )
-        .with_output_schema::<ProcessStatusResult>()
-        .with_annotations(annotations(true, false)),
-        Tool::new(
-            "process_resize",
-            "Resize a managed process's terminal (tty processes only).",
-            schema_for_type::<ProcessResizeParams>(),
-        )
-        .with_output_schema::<ProcessResizeResult>()
-        .with_annotations(annotations(false, false)),
-        Tool::new(
-            "terminate_process",
-            "Terminate a managed process and its whole process group (TERM, then KILL after a grace period).",
-            schema_for_type::<ProcessIdParams>(),
-        )
-        .with_output_schema::<ProcessAckResult>()
-        .with_annotations(annotations(false, true)),
-        Tool::new(
-            "approval_create",
-            "Ask for a confirmation hold on an apply_patch or exec_command call (tool + the same arguments \
-             that tool takes). Policy is checked first (UNAUTHORIZED creates nothing); an active hold for the \
-             same call is reused. A hold is a pause for a human, never a grant. Returns approval_id and state.",
-            schema_for_type::<ApprovalCreateParams>(),
-        )
-        .with_output_schema::<ApprovalStateResult>()
-        .with_annotations(annotations(false, false)),
-        Tool::new(
-            "approval_resolve",
-            "Answer a pending hold: decision grant or deny. Policy decides who may answer over this tool \
-             (an operator may require a human channel such as the codespace approvals CLI). Deny is final \
-             and scrubs the held arguments.",
-            schema_for_type::<ApprovalResolveParams>(),
-        )
-        .with_output_schema::<ApprovalStateResult>()
-        .with_annotations(annotations(false, false)),
-        Tool::new(
-            "operation_resume",
-            "Run a granted hold exactly once: re-decided under the current policies and re-checked against \
-             the files as they were when the hold was asked (VERSION_CONFLICT if they changed). Returns the \
-             apply_patch or exec_command result; a repeat returns the stored result (replayed). An \
-             interrupted command resume is never started again (APPROVAL_AMBIGUOUS).",
-            schema_for_type::<OperationResumeParams>(),
-        )
-        .with_output_schema::<OperationResumeResult>()
-        .with_annotations(annotations(false, true)),
-        Tool::new(
-            "grep",
-            "Search file contents for a literal string (or a regex with regex: true; case_insensitive, \
-             context_lines <= 10). Returns matching lines (path, line_number, line capped at 500 characters, \
-             before/after context) in path then line order, paged by max_matches (default 200, max 10000) \
-             and offset/next_offset; per-file counts; skipped binary, too large and unreadable files. \
-             Respects .gitignore and skips hidden files unless respect_gitignore is false. glob and path \
-             narrow the search. Files policy withholds are never opened and are counted in withheld.",
-            schema_for_type::<GrepParams>(),
-        )
-        .with_output_schema::<GrepResult>()
-        .with_annotations(annotations(true, false)),
-        Tool::new(
-            "find_files",
-            "Fuzzy-find workspace files by path: paths ranked by score (best first) with the matched \
-             character positions (indices). Words separated by spaces must all match. limit defaults to 50 \
-             (max 1000). Files policy withholds are counted in withheld.",
-            schema_for_type::<FindFilesParams>(),
-        )
-        .with_output_schema::<FindFilesResult>()
-        .with_annotations(annotations(true, false)),
-    ];
-    all.into_iter()
-        .filter(|t| IMPLEMENTED_TOOLS.contains(&t.name.as_ref()))
+    TOOLS
+        .iter()
+        .map(|spec| finish_tool(wire_tool(spec.name), spec))
         .collect()
+}
+
+/// The description and the input/output schemas of a tool (an exhaustive match: a new tool in
+/// the engine's table does not compile until it is described here).
+fn wire_tool(tool: ToolName) -> Tool {
+    let name = tool.as_str();
+    match tool {
+        ToolName::WorkspaceInfo => Tool::new(
+            name,
+                "Server identity and, with a workspace_id, that workspace's effective execution contract: \
+                 permissions and availability as decided by policy, limits, serialization, isolation, network. \
+                 Calls no model and reads no files; workspace ids are not credentials.",
+                schema_for_type::<WorkspaceInfoParams>(),
+            )
+            .with_raw_output_schema(workspace_info_output_schema()),
+        ToolName::Read => Tool::new(
+            name,
+                "Read a workspace-relative regular file. Returns a window of its bytes (offset/limit, default and \
+                 max 1 MiB) as lossy UTF-8, and the sha256 version of the whole file. Use next_offset to continue. \
+                 Symlinks, special files and paths outside the workspace are refused.",
+                schema_for_type::<ReadParams>(),
+            )
+            .with_output_schema::<ReadResult>(),
+        ToolName::Find => Tool::new(
+            name,
+                "List workspace-relative file paths (sorted, symlinks listed but never followed), optionally \
+                 filtered by a glob, paged by offset/limit (default and max 10000). incomplete means the walk hit \
+                 a cap; restart at offset 0 when listing_version changes. Paths policy withholds are counted in \
+                 withheld. type (file|dir|any), max_depth, exclude globs, respect_gitignore (also skips hidden \
+                 entries) and details (kind, size, mtime per entry) refine the listing.",
+                schema_for_type::<FindParams>(),
+            )
+            .with_output_schema::<FindResult>(),
+        ToolName::ApplyPatch => Tool::new(
+            name,
+                "Apply a V4A patch (*** Begin Patch / *** Add File / *** Update File / *** Delete File / \
+                 *** Move to / @@ chunks / *** End Patch) to workspace files, all or nothing: the whole patch is \
+                 parsed, planned and authorized before any write, and any failure restores every touched file. \
+                 expected_versions (path -> sha256:<hex> or \"absent\") guards against stale edits \
+                 (VERSION_CONFLICT). check_only verifies without writing. operation_key makes retries safe.",
+                schema_for_type::<ApplyPatchParams>(),
+            )
+            .with_output_schema::<ApplyPatchResult>(),
+        ToolName::OperationStatus => Tool::new(
+            name,
+                "Look up a recorded operation (apply_patch, exec_command, write_stdin, terminate_process) by \
+                 exactly one of operation_id or operation_key. Never re-runs anything.",
+                schema_for_type::<OperationStatusParams>(),
+            )
+            .with_raw_output_schema(operation_status_output_schema()),
+        ToolName::ExecCommand => Tool::new(
+            name,
+                "Start a managed process: exact argv (no shell), cwd = workspace root, cleared environment, \
+                 inside the command sandbox that policy shapes. Returns a process_id that outlives this request. \
+                 tty gives a 24x80 terminal. yield_ms waits for early output or exit. A live process holds the \
+                 workspace's mutation lease (WORKSPACE_BUSY for other commands and patches).",
+                schema_for_type::<ExecCommandParams>(),
+            )
+            .with_output_schema::<ExecCommandResult>(),
+        ToolName::WriteStdin => Tool::new(
+            name,
+                "Write text to a managed process's stdin (or terminal).",
+                schema_for_type::<WriteStdinParams>(),
+            )
+            .with_output_schema::<ProcessAckResult>(),
+        ToolName::ReadProcess => Tool::new(
+            name,
+                "Read a process's combined output from a byte cursor; wait_ms long-polls for new output or \
+                 exit. eof means output collection finished and the cursor is at the end (not an exit status); \
+                 output_lost means bytes before retained_from were dropped from the bounded buffer.",
+                schema_for_type::<ReadProcessParams>(),
+            )
+            .with_output_schema::<ReadProcessResult>(),
+        ToolName::ProcessStatus => Tool::new(
+            name,
+                "State of a managed process: running/exited, exit_code, termination \
+                 (exited/signaled/timeout/terminated/unknown), output totals.",
+                schema_for_type::<ProcessIdParams>(),
+            )
+            .with_output_schema::<ProcessStatusResult>(),
+        ToolName::ProcessResize => Tool::new(
+            name,
+                "Resize a managed process's terminal (tty processes only).",
+                schema_for_type::<ProcessResizeParams>(),
+            )
+            .with_output_schema::<ProcessResizeResult>(),
+        ToolName::TerminateProcess => Tool::new(
+            name,
+                "Terminate a managed process and its whole process group (TERM, then KILL after a grace period).",
+                schema_for_type::<ProcessIdParams>(),
+            )
+            .with_output_schema::<ProcessAckResult>(),
+        ToolName::ApprovalCreate => Tool::new(
+            name,
+                "Ask for a confirmation hold on an apply_patch or exec_command call (tool + the same arguments \
+                 that tool takes). Policy is checked first (UNAUTHORIZED creates nothing); an active hold for the \
+                 same call is reused. A hold is a pause for a human, never a grant. Returns approval_id and state.",
+                schema_for_type::<ApprovalCreateParams>(),
+            )
+            .with_output_schema::<ApprovalStateResult>(),
+        ToolName::ApprovalResolve => Tool::new(
+            name,
+                "Answer a pending hold: decision grant or deny. Policy decides who may answer over this tool \
+                 (an operator may require a human channel such as the codespace approvals CLI). Deny is final \
+                 and scrubs the held arguments.",
+                schema_for_type::<ApprovalResolveParams>(),
+            )
+            .with_output_schema::<ApprovalStateResult>(),
+        ToolName::OperationResume => Tool::new(
+            name,
+                "Run a granted hold exactly once: re-decided under the current policies and re-checked against \
+                 the files as they were when the hold was asked (VERSION_CONFLICT if they changed). Returns the \
+                 apply_patch or exec_command result; a repeat returns the stored result (replayed). An \
+                 interrupted command resume is never started again (APPROVAL_AMBIGUOUS).",
+                schema_for_type::<OperationResumeParams>(),
+            )
+            .with_output_schema::<OperationResumeResult>(),
+        ToolName::Grep => Tool::new(
+            name,
+                "Search file contents for a literal string (or a regex with regex: true; case_insensitive, \
+                 context_lines <= 10). Returns matching lines (path, line_number, line capped at 500 characters, \
+                 before/after context) in path then line order, paged by max_matches (default 200, max 10000) \
+                 and offset/next_offset; per-file counts; skipped binary, too large and unreadable files. \
+                 Respects .gitignore and skips hidden files unless respect_gitignore is false. glob and path \
+                 narrow the search. Files policy withholds are never opened and are counted in withheld.",
+                schema_for_type::<GrepParams>(),
+            )
+            .with_output_schema::<GrepResult>(),
+        ToolName::FindFiles => Tool::new(
+            name,
+                "Fuzzy-find workspace files by path: paths ranked by score (best first) with the matched \
+                 character positions (indices). Words separated by spaces must all match. limit defaults to 50 \
+                 (max 1000). Files policy withholds are counted in withheld.",
+                schema_for_type::<FindFilesParams>(),
+            )
+            .with_output_schema::<FindFilesResult>(),
+    }
+}
+
+/// Gives a tool its title and hints from the engine's table and makes its schemas plain JSON
+/// Schema.
+fn finish_tool(mut tool: Tool, spec: &ToolSpec) -> Tool {
+    tool.title = Some(spec.title.to_string());
+    let mut a = ToolAnnotations::default();
+    a.title = Some(spec.title.to_string());
+    a.read_only_hint = Some(spec.read_only);
+    a.destructive_hint = Some(spec.destructive);
+    a.idempotent_hint = Some(spec.idempotent);
+    a.open_world_hint = Some(spec.open_world);
+    tool.annotations = Some(a);
+    tool.input_schema = Arc::new(plain_schema_object(tool.input_schema.as_ref()));
+    if let Some(out) = &tool.output_schema {
+        tool.output_schema = Some(Arc::new(plain_schema_object(out.as_ref())));
+    }
+    tool
+}
+
+fn plain_schema_object(schema: &rmcp::model::JsonObject) -> rmcp::model::JsonObject {
+    let mut v = serde_json::Value::Object(schema.clone());
+    plain_schema(&mut v);
+    match v {
+        serde_json::Value::Object(m) => m,
+        _ => schema.clone(),
+    }
+}
+
+/// Formats schemars emits for Rust integer and float types; they are not JSON Schema formats
+/// (the bounds stay as `minimum`/`maximum`), and strict validators reject unknown formats.
+const RUST_NUMBER_FORMATS: &[&str] = &[
+    "uint", "uint8", "uint16", "uint32", "uint64", "int", "int8", "int16", "int32", "int64",
+    "float", "double",
+];
+
+/// Keywords that belong to the non-null branch when a nullable type array becomes `anyOf`.
+const TYPED_KEYWORDS: &[&str] = &[
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "format",
+    "items",
+    "minItems",
+    "maxItems",
+    "uniqueItems",
+    "properties",
+    "required",
+    "additionalProperties",
+    "enum",
+];
+
+/// Rewrites a schema in place: drops Rust number formats and turns `"type": [T, "null"]` into
+/// `anyOf: [{type: T, …}, {type: "null"}]`, which every client's validator understands.
+fn plain_schema(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(m) => {
+            if m.get("format")
+                .and_then(|f| f.as_str())
+                .is_some_and(|f| RUST_NUMBER_FORMATS.contains(&f))
+            {
+                m.remove("format");
+            }
+            let nullable_pair = match m.get("type") {
+                Some(serde_json::Value::Array(types)) if types.len() == 2 => {
+                    let null = serde_json::Value::from("null");
+                    if types.contains(&null) {
+                        types.iter().find(|t| **t != null).cloned()
+                    } else {
+                        None
+                    }
+                }
+                _ => None,
+            };
+            if let Some(other) = nullable_pair {
+                m.remove("type");
+                let mut branch = serde_json::Map::new();
+                branch.insert("type".into(), other);
+                for key in TYPED_KEYWORDS {
+                    if let Some(val) = m.remove(*key) {
+                        branch.insert((*key).into(), val);
+                    }
+                }
+                if let Some(serde_json::Value::Array(values)) = branch.get_mut("enum") {
+                    values.retain(|x| !x.is_null());
+                }
+                m.insert(
+                    "anyOf".into(),
+                    serde_json::json!([branch, {"type": "null"}]),
+                );
+            }
+            for child in m.values_mut() {
+                plain_schema(child);
+            }
+        }
+        serde_json::Value::Array(items) => {
+            for child in items {
+                plain_schema(child);
+            }
+        }
+        _ => {}
+    }
 }
 
 fn error_result(e: &ToolError) -> CallToolResult {
@@ -252,7 +375,9 @@ fn error_result(e: &ToolError) -> CallToolResult {
 impl ServerHandler for CodeSpaceServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("codespace", env!("CARGO_PKG_VERSION")))
+            .with_server_info(
+                Implementation::new("codespace", env!("CARGO_PKG_VERSION")).with_title("CodeSpace"),
+            )
             .with_instructions(INSTRUCTIONS)
     }
 
@@ -265,7 +390,22 @@ impl ServerHandler for CodeSpaceServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(tool_list()))
+        let mut tools = tool_list();
+        // A command reaches other hosts only where some workspace's network is not restricted.
+        let any_network = self
+            .gateway
+            .config()
+            .workspaces
+            .values()
+            .any(|w| w.network != codespace_engine::config::Network::Restricted);
+        if !any_network {
+            for tool in &mut tools {
+                if let Some(a) = tool.annotations.as_mut() {
+                    a.open_world_hint = Some(false);
+                }
+            }
+        }
+        Ok(ListToolsResult::with_all_items(tools))
     }
 
     async fn call_tool(
@@ -277,12 +417,6 @@ impl ServerHandler for CodeSpaceServer {
         let session =
             crate::http::request_session(&context).unwrap_or_else(|| self.session.clone());
         let name = request.name.as_ref();
-        if !IMPLEMENTED_TOOLS.contains(&name) {
-            return Err(McpError::invalid_params(
-                format!("tool not found: {name}"),
-                None,
-            ));
-        }
         let args = request
             .arguments
             .map(serde_json::Value::Object)

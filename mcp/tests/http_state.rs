@@ -70,6 +70,31 @@ async fn operation_keys_are_scoped_to_the_client() {
         .await,
     );
     assert_eq!(st["code"], "OPERATION_NOT_FOUND", "{st}");
+    // Nor through its id: another client's operation reads exactly like a missing one.
+    let by_id = error_body(
+        &call(
+            s.addr,
+            Some(BOB),
+            &b,
+            21,
+            "operation_status",
+            json!({"operation_id": alice_op["operation_id"]}),
+        )
+        .await,
+    );
+    let missing = error_body(
+        &call(
+            s.addr,
+            Some(BOB),
+            &b,
+            22,
+            "operation_status",
+            json!({"operation_id": "op-does-not-exist"}),
+        )
+        .await,
+    );
+    assert_eq!(by_id["code"], "OPERATION_NOT_FOUND", "{by_id}");
+    assert_eq!(by_id["message"], missing["message"]);
 
     // Bob replaying Alice's key with Alice's patch runs as new: not her stored result (the file
     // exists now, so his add fails on its own merits).

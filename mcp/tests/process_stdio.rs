@@ -119,6 +119,9 @@ fn sigterm_kills_every_process_the_server_started() {
 
 #[test]
 fn the_helper_refuses_when_landlock_is_forced_unavailable() {
+    if !stdio_common::test_hooks_or_skip("the_helper_refuses_when_landlock_is_forced_unavailable") {
+        return;
+    }
     if skip_without_sandbox("the_helper_refuses_when_landlock_is_forced_unavailable") {
         return;
     }

@@ -34,8 +34,8 @@ const HUGE: usize = 200 * 1024;
 /// Nesting depth of the deeply nested values.
 const DEEP: usize = 1_000;
 
-/// The tools the server serves (the engine's list: a new tool gets fuzzed too).
-const TOOLS: &[&str] = codespace_engine::IMPLEMENTED_TOOLS;
+/// The tools the server serves (the engine's table: a new tool gets fuzzed too).
+const TOOLS: &[codespace_engine::ToolSpec] = codespace_engine::TOOLS;
 
 const METHODS: [&str; 14] = [
     "ping",
@@ -209,7 +209,7 @@ fn deep_object() -> String {
 
 /// A well-formed request used as raw material for truncations.
 fn valid_request(rng: &mut Rng, i: usize) -> String {
-    let tool = TOOLS[rng.below(TOOLS.len())];
+    let tool = TOOLS[rng.below(TOOLS.len())].name.as_str();
     json!({
         "jsonrpc": "2.0", "id": 2 + rng.below(100_000), "method": "tools/call",
         "params": {"name": tool, "arguments": template(tool, i)}
@@ -313,7 +313,7 @@ fn generate(rng: &mut Rng, i: usize) -> (Vec<u8>, &'static str, Option<i64>) {
             let name = if rng.one_in(4) {
                 json!(rng.string())
             } else {
-                json!(TOOLS[rng.below(TOOLS.len())])
+                json!(TOOLS[rng.below(TOOLS.len())].name.as_str())
             };
             let tool = name.as_str().unwrap_or("read").to_owned();
             let mut args = match template(&tool, i) {

@@ -2,6 +2,8 @@
 //! store) on a temporary workspace, served by `CodeSpaceServer` to an rmcp client over an
 //! in-memory duplex pipe whose server-to-client bytes are recorded for wire-level checks.
 
+#![forbid(unsafe_code)]
+
 use anyhow::{Context, Result, anyhow, bail};
 use codespace_engine::policy::PolicySource;
 use codespace_engine::{Config, Gateway, PolicyStore, SandboxFacts, Session};

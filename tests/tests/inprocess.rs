@@ -7,7 +7,7 @@
     clippy::indexing_slicing
 )]
 
-use codespace_engine::IMPLEMENTED_TOOLS;
+use codespace_engine::tool_names;
 use codespace_tests::{Harness, Options, WS, make_fifo, null_pointers, write_file};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
@@ -63,9 +63,9 @@ async fn tools_list_is_the_implemented_tools_each_with_description_and_schemas()
     let h = Harness::start(basic).await.unwrap();
     let tools = h.client.list_all_tools().await.unwrap();
     let names: BTreeSet<String> = tools.iter().map(|t| t.name.to_string()).collect();
-    let want: BTreeSet<String> = IMPLEMENTED_TOOLS.iter().map(|s| s.to_string()).collect();
+    let want: BTreeSet<String> = tool_names().iter().map(|s| s.to_string()).collect();
     assert_eq!(names, want);
-    assert_eq!(tools.len(), IMPLEMENTED_TOOLS.len(), "no duplicates");
+    assert_eq!(tools.len(), tool_names().len(), "no duplicates");
     for t in &tools {
         let d = t.description.as_deref().unwrap_or_default();
         assert!(d.len() > 20, "{}: description {d:?}", t.name);
@@ -546,7 +546,7 @@ async fn read_only_cannot_patch() {
         "workspace_id": WS,
         "patch": "*** Begin Patch\n*** Add File: new.txt\n+x\n*** End Patch\n",
     });
-    if IMPLEMENTED_TOOLS.contains(&"apply_patch") {
+    if tool_names().contains(&"apply_patch") {
         let body = h.err("apply_patch", args).await.unwrap();
         assert_eq!(body["code"], "UNAUTHORIZED", "{body}");
         assert!(body["decision_id"].as_str().is_some_and(|s| !s.is_empty()));
@@ -681,7 +681,7 @@ async fn workspace_info_without_a_workspace_is_server_identity() {
     assert_eq!(info["internal_model_calls"], false);
     assert_eq!(info["workspace_id_is_credential"], false);
     assert_eq!(info["workspace_id"], Value::Null);
-    assert_eq!(info["tools_exposed"], json!(IMPLEMENTED_TOOLS));
+    assert_eq!(info["tools_exposed"], json!(tool_names()));
     assert!(info.get("execution").is_none(), "{info}");
     assert!(info["policy"]["set_sha256"].as_str().is_some());
     h.check_no_absolute_paths().unwrap();
@@ -725,7 +725,7 @@ async fn workspace_info_permissions_follow_the_profile() {
     );
     assert_eq!(
         ex["files"]["patch"]["available"],
-        json!(IMPLEMENTED_TOOLS.contains(&"apply_patch"))
+        json!(tool_names().contains(&"apply_patch"))
     );
     assert_eq!(ex["files"]["capabilities"]["read_max_bytes"], 1_048_576);
     assert_eq!(ex["files"]["capabilities"]["find_max_paths"], 10_000);
@@ -773,4 +773,97 @@ async fn no_response_ever_carries_the_workspace_root() {
     assert!(wire.contains("SYMLINK_REJECTED") && wire.contains("UNAUTHORIZED"));
     h.check_no_absolute_paths().unwrap();
     h.close().await.unwrap();
+}
+
+/// Every schema node, with its JSON pointer, for wire-hygiene checks.
+fn schema_nodes<'a>(v: &'a Value, at: String, out: &mut Vec<(String, &'a Value)>) {
+    match v {
+        Value::Object(m) => {
+            out.push((at.clone(), v));
+            for (k, child) in m {
+                schema_nodes(child, format!("{at}/{k}"), out);
+            }
+        }
+        Value::Array(items) => {
+            for (i, child) in items.iter().enumerate() {
+                schema_nodes(child, format!("{at}/{i}"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_schemas_are_plain_json_schema_with_titles_and_truthful_hints() {
+    let h = Harness::start(basic).await.unwrap();
+    let info = h.client.peer_info().expect("server info");
+    let server = info.server_info.as_ref().expect("serverInfo");
+    assert_eq!(server.title.as_deref(), Some("CodeSpace"));
+    let tools = h.client.list_all_tools().await.unwrap();
+    for t in &tools {
+        let title = t.title.as_deref().unwrap_or_default();
+        assert!(!title.is_empty(), "{}: no title", t.name);
+        let mut schemas = vec![Value::Object((*t.input_schema).clone())];
+        if let Some(out) = &t.output_schema {
+            schemas.push(Value::Object((**out).clone()));
+        }
+        for schema in &schemas {
+            let mut nodes = Vec::new();
+            schema_nodes(schema, String::new(), &mut nodes);
+            for (at, node) in nodes {
+                if let Some(f) = node.get("format").and_then(Value::as_str) {
+                    assert!(
+                        !f.starts_with("uint") && !f.starts_with("int") && f != "double",
+                        "{}{at}: non-standard format {f}",
+                        t.name
+                    );
+                }
+                assert!(
+                    !node.get("type").is_some_and(Value::is_array),
+                    "{}{at}: type array instead of anyOf: {node}",
+                    t.name
+                );
+            }
+        }
+    }
+    let tool = |name: &str| tools.iter().find(|t| t.name == name).unwrap();
+    let resize = Value::Object((*tool("process_resize").input_schema).clone());
+    for field in ["rows", "cols"] {
+        assert_eq!(resize["properties"][field]["minimum"], json!(1), "{field}");
+    }
+    let hints = |name: &str| tool(name).annotations.clone().unwrap();
+    let stdin = hints("write_stdin");
+    assert_eq!(stdin.destructive_hint, Some(true));
+    assert_eq!(hints("read").read_only_hint, Some(true));
+    assert_eq!(hints("read").idempotent_hint, Some(true));
+    assert_eq!(hints("apply_patch").destructive_hint, Some(true));
+    // The harness workspace is network-restricted (the default): commands reach no other host.
+    assert_eq!(hints("exec_command").open_world_hint, Some(false));
+    assert_eq!(stdin.open_world_hint, Some(false));
+    let status = tool("operation_status").output_schema.clone().unwrap();
+    assert!(
+        status
+            .get("required")
+            .and_then(Value::as_array)
+            .is_some_and(|r| r.contains(&json!("operation_id"))),
+        "operation_status has a real output schema: {status:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_tools_are_open_world_when_a_workspace_has_network() {
+    let opts = Options {
+        workspace_extra: json!({"network": "enabled"}),
+        ..Options::default()
+    };
+    let h = Harness::start_with(opts, basic).await.unwrap();
+    let tools = h.client.list_all_tools().await.unwrap();
+    for name in ["exec_command", "write_stdin"] {
+        let t = tools.iter().find(|t| t.name == name).unwrap();
+        assert_eq!(
+            t.annotations.as_ref().unwrap().open_world_hint,
+            Some(true),
+            "{name}"
+        );
+    }
 }

@@ -472,3 +472,16 @@ pub fn error_body(result: &Value) -> Value {
         .unwrap_or_else(|| panic!("tool error without text content: {result}"));
     serde_json::from_str(text).unwrap_or_else(|e| panic!("ErrorBody is not JSON ({e}): {text}"))
 }
+
+/// True when the binary under test reads the env-driven test hooks (built with the `test-hooks`
+/// feature, as scripts/test.sh does); otherwise prints an explicit skip line.
+pub fn test_hooks_or_skip(test: &str) -> bool {
+    if cfg!(feature = "test-hooks") {
+        return true;
+    }
+    println!(
+        "skip: {test}: the binary was built without the test-hooks feature \
+         (scripts/test.sh enables it: --features codespace-mcp/test-hooks)"
+    );
+    false
+}

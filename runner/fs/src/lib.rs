@@ -4,6 +4,8 @@
 //! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`, so neither `..` nor a symlink
 //! (leaf or ancestor, planted before or during the call) can lead outside the root. Linux only.
 
+#![forbid(unsafe_code)]
+
 mod error;
 mod glob;
 mod meta;

@@ -15,6 +15,8 @@
 //!
 //! Nothing here knows Cedar, MCP or JSON.
 
+#![forbid(unsafe_code)]
+
 pub mod fuzzy;
 pub mod grep;
 pub mod ignore_rules;

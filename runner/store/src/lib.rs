@@ -5,6 +5,8 @@
 //! One [`Store`] wraps one `rusqlite::Connection` behind a mutex: it is `Send + Sync` and cheap to
 //! share in an `Arc`. Every time is unix milliseconds (see [`now_ms`]).
 
+#![forbid(unsafe_code)]
+
 mod approvals;
 mod audit_queue;
 mod codec;
