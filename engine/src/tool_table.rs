@@ -27,16 +27,16 @@ pub enum ToolName {
     ProcessResize,
     /// `terminate_process`
     TerminateProcess,
-    /// `grep`
-    Grep,
-    /// `find_files`
-    FindFiles,
     /// `approval_create`
     ApprovalCreate,
     /// `approval_resolve`
     ApprovalResolve,
     /// `operation_resume`
     OperationResume,
+    /// `grep`
+    Grep,
+    /// `find_files`
+    FindFiles,
 }
 
 /// One row of the tool table.
@@ -166,7 +166,8 @@ pub const TOOLS: &[ToolSpec] = &[
         false,
         Some("terminate"),
     ),
-    // A hold is a pause for a human, never a grant: creating or answering one changes no file.
+    // Approval holds: creating and answering one changes only the hold (a repeat returns the
+    // same hold); a resume runs the held patch or command once (a repeat returns its result).
     row(
         ToolName::ApprovalCreate,
         "Ask for approval",
@@ -178,17 +179,16 @@ pub const TOOLS: &[ToolSpec] = &[
     ),
     row(
         ToolName::ApprovalResolve,
-        "Resolve approval",
+        "Answer an approval",
         false,
         false,
-        false,
+        true,
         false,
         None,
     ),
-    // Resuming runs the held apply_patch or exec_command (exactly once; a repeat replays).
     row(
         ToolName::OperationResume,
-        "Resume approved operation",
+        "Resume an approved call",
         false,
         true,
         true,
@@ -230,11 +230,11 @@ impl ToolName {
             ToolName::ProcessStatus => "process_status",
             ToolName::ProcessResize => "process_resize",
             ToolName::TerminateProcess => "terminate_process",
-            ToolName::Grep => "grep",
-            ToolName::FindFiles => "find_files",
             ToolName::ApprovalCreate => "approval_create",
             ToolName::ApprovalResolve => "approval_resolve",
             ToolName::OperationResume => "operation_resume",
+            ToolName::Grep => "grep",
+            ToolName::FindFiles => "find_files",
         }
     }
 
@@ -290,11 +290,11 @@ mod tests {
                 | ToolName::ProcessStatus
                 | ToolName::ProcessResize
                 | ToolName::TerminateProcess
-                | ToolName::Grep
-                | ToolName::FindFiles
                 | ToolName::ApprovalCreate
                 | ToolName::ApprovalResolve
-                | ToolName::OperationResume => out.push(t),
+                | ToolName::OperationResume
+                | ToolName::Grep
+                | ToolName::FindFiles => out.push(t),
             }
         }
         out

@@ -336,9 +336,17 @@ fn cedar_export_has_one_case_per_sub_request_in_run_tests_shape() {
             ..RunOptions::default()
         },
     );
-    // 3 reads (1 request each) + 2 exec calls (3 requests each); the broken case emits nothing.
+    // 3 reads (1 request each) + 2 exec calls (3 requests each, plus the `confirm` request the
+    // server asks beside them); the broken case emits nothing.
     let cases: Vec<_> = out.iter().flat_map(|o| o.cedar.iter()).collect();
-    assert_eq!(cases.len(), 3 + 2 * 3);
+    assert_eq!(cases.len(), 3 + 2 * 4);
+    assert_eq!(
+        cases
+            .iter()
+            .filter(|c| c["request"]["action"] == r#"CodeSpace::Action::"confirm""#)
+            .count(),
+        2
+    );
     let env = cases[1];
     assert_eq!(env["decision"], "deny");
     assert_eq!(env["reason"], json!(["base.forbid.secret-files"]));

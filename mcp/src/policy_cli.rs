@@ -491,6 +491,8 @@ fn explain_connect(
         same_client: true,
         argv: Vec::new(),
         tty: false,
+        env_names: Vec::new(),
+        background: false,
     });
     let workspace = args.workspace.clone().unwrap_or_else(|| "w".into());
     let x = match config {
