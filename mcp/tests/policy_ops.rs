@@ -172,13 +172,13 @@ fn a_missed_coverage_threshold_is_a_failing_junit_case_and_threshold_met_false()
     assert_eq!(v["coverage"]["threshold"], json!(50.0), "{v}");
     assert_eq!(v["gates_passed"], json!(false), "{v}");
     assert_eq!(v["failed"], json!(0), "{v}");
-    // Met: the gate passes.
+    // Met: the gate passes (one read case determines a couple of the ~25 shipped policies).
     let o = run(&[
         "policy",
         "test",
         &f,
         "--coverage-min",
-        "5",
+        "1",
         "--format",
         "json",
     ]);

@@ -12,6 +12,8 @@
 //! Connections arrive either as accepted TCP streams ([`ProcessProxy::serve`]) or as descriptors
 //! handed over a Unix control socket by the sandbox relay ([`ProcessProxy::serve_control`]).
 
+#![forbid(unsafe_code)]
+
 mod control;
 mod http;
 mod proxy;
