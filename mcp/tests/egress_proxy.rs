@@ -347,3 +347,46 @@ fn policy_explain_connect_decides_one_connection() {
     assert_eq!(bad.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("HOST:PORT"));
 }
+
+/// The relay holds neither the command's pipes nor its terminal: a proxy-mode command's output
+/// ends when the command does, in pipe and PTY mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_mode_command_ends_with_its_output_in_both_modes() {
+    let name = "a_proxy_mode_command_ends_with_its_output_in_both_modes";
+    if skip_without_sandbox(name) {
+        return;
+    }
+    if !codespace_runner_sandbox::probe().net_namespaces {
+        println!("SKIP: {name}: network namespaces unavailable (proxy mode needs one)");
+        return;
+    }
+    let e = env_with(Opts {
+        network: "proxy",
+        ..Opts::default()
+    });
+    for tty in [false, true] {
+        let r = call(
+            &e.gw,
+            "exec_command",
+            json!({"workspace_id": "w", "command": ["sh", "-c", "echo proxy=$ALL_PROXY"],
+                   "tty": tty, "yield_ms": 20000}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r["state"], "exited", "tty={tty}: {r}");
+        let id = r["process_id"].as_str().unwrap();
+        let mut out = r["chunk"].as_str().unwrap().to_string();
+        if r["eof"] != true {
+            out.push_str(&read_all(&e.gw, id, r["cursor"].as_u64().unwrap()).await.0);
+        }
+        assert!(
+            out.contains("proxy=http://127.0.0.1:3128"),
+            "tty={tty}: {out}"
+        );
+        let status = call(&e.gw, "process_status", json!({"process_id": id}))
+            .await
+            .unwrap();
+        assert_eq!(status["eof"], true, "tty={tty}: {status}");
+        assert_eq!(status["network"]["connections"], 0, "{status}");
+    }
+}

@@ -122,7 +122,7 @@ impl std::fmt::Debug for ProcessProxy {
     }
 }
 
-const COPY_CHUNK: usize = 64 * 1024;
+const COPY_CHUNK: usize = 256 * 1024;
 
 fn add(counter: &AtomicU64, n: usize) {
     counter.fetch_add(u64::try_from(n).unwrap_or(u64::MAX), Ordering::Relaxed);
