@@ -225,11 +225,11 @@ impl Gateway {
                 },
             );
         }
-        // The batching audit writer (runner/store/src/audit_queue.rs) is not started: after this
-        // wave's merges, rows appended after its first batch stayed queued until shutdown (seen
-        // by an outside reader of the store: tests/py/test_http.py). Until that is found, every
-        // decision is written synchronously, as before the writer existed.
-        let _ = crate::audit::start_writer;
+        // Decision rows leave the request path through the store's batching writer (read-only
+        // rows group-committed, mutations written ahead); see `crate::audit`.
+        if let Some(store) = &store {
+            crate::audit::start_writer(store);
+        }
         Ok(Gateway {
             config,
             policy,
