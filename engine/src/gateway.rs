@@ -159,6 +159,8 @@ impl Gateway {
         let temps = crate::temp_files::start_instance(store.as_ref())?;
         let owned_files = crate::server_files::server_files(&config, policy.source());
         let mut workspaces = BTreeMap::new();
+        // The path indexes' fence directories, beside the store (dead servers' ones swept now).
+        let fences = crate::fence_dirs::prepare(config.store.as_deref());
         for (id, ws) in &config.workspaces {
             let root = Root::open(&ws.root)
                 .map_err(|e| StartError::Root(id.clone(), e.to_string()))?
@@ -204,10 +206,11 @@ impl Gateway {
                 secret_masking: crate::masks::masking_fact(ws.secret_masking, sandbox).into(),
             };
             let root = Arc::new(root);
-            let index = Arc::new(crate::index::PathIndex::new(
+            let index = Arc::new(crate::index::PathIndex::new_in(
                 Arc::clone(&root),
                 &ws.root,
                 config.limits.max_walk_entries,
+                fences.as_deref(),
             ));
             workspaces.insert(
                 id.clone(),

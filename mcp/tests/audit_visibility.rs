@@ -138,10 +138,7 @@ fn a_reader_in_another_process_keeps_seeing_new_rows_while_the_server_runs() {
             "a read's row never reached the store while the server ran: {rows:?}"
         );
     }
-    assert!(
-        s.try_status().is_none(),
-        "the server must still be running"
-    );
+    assert!(s.try_status().is_none(), "the server must still be running");
 
     // Shutdown (stdin EOF) drains the queue: a last read is on disk after the exit.
     read_a(&mut s);
