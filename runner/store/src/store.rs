@@ -75,7 +75,16 @@ impl Store {
             .open(path)
         {
             Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                // stat, not open: no descriptor of the file is opened (and closed) here.
+                if fs::metadata(path)?.is_dir() {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::IsADirectory,
+                        "the store path is a directory",
+                    )
+                    .into());
+                }
+            }
             Err(e) => return Err(e.into()),
         }
         let conn = Connection::open(path)?;
