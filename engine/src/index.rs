@@ -647,16 +647,40 @@ impl PathIndex {
         // When the policy set reads `resource.links`, an entry is listed iff a `read` of it (with
         // its real link count) is allowed: one no-follow stat per file.
         let uses_links = plan.uses_links();
+        // One no-follow stat per file, each directory opened once for its files (not once per
+        // file): 0 when a file is gone or cannot be examined, 1 for directories.
+        let link_counts: Vec<i64> = if uses_links {
+            let rels: Vec<Option<RelPath>> = listing
+                .entries
+                .iter()
+                .map(|e| {
+                    if e.kind == Kind::Dir {
+                        None
+                    } else {
+                        RelPath::parse(&e.path).ok()
+                    }
+                })
+                .collect();
+            let mut metas = self.root.stat_many(rels.iter().flatten()).into_iter();
+            listing
+                .entries
+                .iter()
+                .zip(&rels)
+                .map(|(e, rel)| match (e.kind, rel) {
+                    (Kind::Dir, _) => 1,
+                    (_, None) => 0,
+                    (_, Some(_)) => metas
+                        .next()
+                        .and_then(|m| m.ok().flatten())
+                        .map_or(0, |m| crate::links::links_value(m.kind, m.links)),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         for (i, e) in listing.entries.iter().enumerate() {
+            let links = link_counts.get(i).copied().unwrap_or(1);
             let i = u32::try_from(i).unwrap_or(u32::MAX);
-            let links = if uses_links && e.kind != Kind::Dir {
-                RelPath::parse(&e.path)
-                    .ok()
-                    .and_then(|rel| self.root.stat(&rel).ok().flatten())
-                    .map_or(0, |m| crate::links::links_value(m.kind, m.links))
-            } else {
-                1
-            };
             let group = match plan.key(&e.path, facts.is_server_owned(&e.path), links) {
                 Some(key) => *by_key.entry(key).or_insert_with(|| {
                     reps.push(i);
