@@ -13,3 +13,4 @@ pub mod policy_verify;
 pub mod server;
 pub mod setup;
 pub mod stdio;
+mod stdio_pipes;
