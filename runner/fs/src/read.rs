@@ -178,11 +178,13 @@ impl Root {
                 out.push(self.stat(p));
                 continue;
             };
-            out.push(match rustix::fs::statat(dir, leaf, AtFlags::SYMLINK_NOFOLLOW) {
-                Ok(st) => Ok(Some(Meta::from_stat(&st))),
-                Err(Errno::NOENT) => Ok(None),
-                Err(e) => Err(FsError::from_errno(p.as_str(), e)),
-            });
+            out.push(
+                match rustix::fs::statat(dir, leaf, AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(st) => Ok(Some(Meta::from_stat(&st))),
+                    Err(Errno::NOENT) => Ok(None),
+                    Err(e) => Err(FsError::from_errno(p.as_str(), e)),
+                },
+            );
         }
         out
     }

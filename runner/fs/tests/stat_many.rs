@@ -21,8 +21,18 @@ fn stat_many_matches_stat_for_every_path() {
     std::os::unix::fs::symlink("/etc", r.join("a/link")).unwrap();
     let root = Root::open(r).unwrap();
     let names = [
-        ".", "top.txt", "a", "a/one", "a/b", "a/b/alias", "a/b/two", "a/link", "a/missing",
-        "nope/x", "a/link/passwd", "a/one",
+        ".",
+        "top.txt",
+        "a",
+        "a/one",
+        "a/b",
+        "a/b/alias",
+        "a/b/two",
+        "a/link",
+        "a/missing",
+        "nope/x",
+        "a/link/passwd",
+        "a/one",
     ];
     let paths: Vec<RelPath> = names.iter().map(|n| RelPath::parse(n).unwrap()).collect();
     let many = root.stat_many(paths.iter());
@@ -35,6 +45,9 @@ fn stat_many_matches_stat_for_every_path() {
             _ => panic!("{}: {got:?} vs {want:?}", p.as_str()),
         }
     }
-    let alias = root.stat(&RelPath::parse("a/b/alias").unwrap()).unwrap().unwrap();
+    let alias = root
+        .stat(&RelPath::parse("a/b/alias").unwrap())
+        .unwrap()
+        .unwrap();
     assert_eq!(alias.links, 2);
 }
