@@ -4,7 +4,9 @@
 Runs mcp/tests/masks_bench.rs in release: the median round trip of exec_command ["true"] with
 yield_ms on a workspace of --files files holding 10 withheld ones, with secret masking on against
 the same exec with masking off, measured in the same run, plus the raw ProcessTable spawn of
-`true` and the bare no-follow walk of the tree.
+`true`, a plain fork+exec of `true` (std::process::Command; the floor the 8x target of
+wave2-decisions is measured against: masked_vs_fork_exec) and the bare no-follow walk of the
+tree.
 
 Usage: scripts/bench-masks.py [--files N] [--iters N]
 Honours CARGO_TARGET_DIR.

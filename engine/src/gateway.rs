@@ -214,6 +214,8 @@ impl Gateway {
         let temps = crate::temp_files::start_instance(store.as_ref())?;
         let owned_files = crate::server_files::server_files(&config, policy.source());
         let mut workspaces = BTreeMap::new();
+        // The path indexes' fence directories, beside the store (dead servers' ones swept now).
+        let fences = crate::fence_dirs::prepare(config.store.as_deref());
         for (id, ws) in &config.workspaces {
             let root = Root::open(&ws.root)
                 .map_err(|e| StartError::Root(id.clone(), e.to_string()))?
@@ -259,10 +261,11 @@ impl Gateway {
                 secret_masking: crate::masks::masking_fact(ws.secret_masking, sandbox).into(),
             };
             let root = Arc::new(root);
-            let index = Arc::new(crate::index::PathIndex::new(
+            let index = Arc::new(crate::index::PathIndex::new_in(
                 Arc::clone(&root),
                 &ws.root,
                 config.limits.max_walk_entries,
+                fences.as_deref(),
             ));
             workspaces.insert(
                 id.clone(),
@@ -280,11 +283,11 @@ impl Gateway {
                 },
             );
         }
-        // The batching audit writer (runner/store/src/audit_queue.rs) is not started: after this
-        // wave's merges, rows appended after its first batch stayed queued until shutdown (seen
-        // by an outside reader of the store: tests/py/test_http.py). Until that is found, every
-        // decision is written synchronously, as before the writer existed.
-        let _ = crate::audit::start_writer;
+        // Decision rows leave the request path through the store's batching writer (read-only
+        // rows group-committed, mutations written ahead); see `crate::audit`.
+        if let Some(store) = &store {
+            crate::audit::start_writer(store);
+        }
         let net = Arc::new(crate::net::NetState::new(
             Arc::clone(&policy),
             config.profiles.clone(),

@@ -70,6 +70,8 @@ pub(crate) struct Entry {
     pub(crate) path: Box<str>,
     /// What it is (symlinks are never followed).
     pub(crate) kind: Kind,
+    /// Inode number (names of one inode share it: hard-link aliases).
+    pub(crate) ino: u64,
 }
 
 /// A listing of the whole workspace, sorted by path.
@@ -80,6 +82,8 @@ pub(crate) struct Listing {
     pub(crate) incomplete: bool,
     /// Changes whenever the listing changes.
     pub(crate) generation: u64,
+    /// Entries left out because their name is not UTF-8 (policy cannot decide them).
+    pub(crate) non_utf8: usize,
 }
 
 /// Entries grouped by decision signature: entries of a group get the same decision.
@@ -160,11 +164,25 @@ pub(crate) struct PathIndex {
     warmed: Condvar,
     reaper: AtomicBool,
     fence: Option<Arc<Fence>>,
+    /// The decided secret masks of this workspace's listings (see [`crate::masks`]).
+    pub(crate) masks: crate::masks::MaskCache,
 }
 
 impl PathIndex {
     /// An empty index over `root` (opened) at `root_abs` (as given to the watcher).
+    #[cfg(test)]
     pub(crate) fn new(root: Arc<Root>, root_abs: &Path, max_entries: usize) -> PathIndex {
+        PathIndex::new_in(root, root_abs, max_entries, None)
+    }
+
+    /// [`PathIndex::new`] with its fence directory in `fence_parent` (the server's fences
+    /// directory, swept at start-up: see [`crate::fence_dirs`]), else in the system temp dir.
+    pub(crate) fn new_in(
+        root: Arc<Root>,
+        root_abs: &Path,
+        max_entries: usize,
+        fence_parent: Option<&Path>,
+    ) -> PathIndex {
         PathIndex {
             root,
             root_abs: root_abs.to_path_buf(),
@@ -177,19 +195,16 @@ impl PathIndex {
             caches: Mutex::new(Caches::default()),
             warmed: Condvar::new(),
             reaper: AtomicBool::new(false),
-            fence: tempfile::Builder::new()
-                .prefix("codespace-fence-")
-                .tempdir()
-                .ok()
-                .map(|dir| {
-                    Arc::new(Fence {
-                        dir,
-                        seen: Mutex::new(0),
-                        cv: Condvar::new(),
-                        next: AtomicU64::new(0),
-                        broken: AtomicBool::new(false),
-                    })
-                }),
+            masks: crate::masks::MaskCache::default(),
+            fence: crate::fence_dirs::create(fence_parent).map(|dir| {
+                Arc::new(Fence {
+                    dir,
+                    seen: Mutex::new(0),
+                    cv: Condvar::new(),
+                    next: AtomicU64::new(0),
+                    broken: AtomicBool::new(false),
+                })
+            }),
         }
     }
 
@@ -270,7 +285,12 @@ impl PathIndex {
                 let Ok(rel) = p.strip_prefix(&root) else {
                     continue;
                 };
-                let Some(rel) = rel.to_str() else { continue };
+                let Some(rel) = rel.to_str() else {
+                    // A name the listing cannot hold: walk again, which counts it.
+                    ev.overflow = true;
+                    ev.dirty.clear();
+                    return;
+                };
                 if !listing_change {
                     if IgnoreFileKind::classify(rel).is_some() {
                         ev.ignore_changed = true;
@@ -304,6 +324,7 @@ impl PathIndex {
             ..self.limits
         };
         let top = self.root.walk(&top_limits)?;
+        let mut non_utf8 = top.non_utf8_skipped;
         let deeper = self.limits.max_depth > 2;
         let mut incomplete =
             top.entries.len() >= self.limits.max_entries || (top.incomplete && !deeper);
@@ -325,6 +346,7 @@ impl PathIndex {
         let walk_some = || {
             let mut out: Vec<codespace_runner_fs::WalkEntry> = Vec::new();
             let mut inc = false;
+            let mut odd = 0;
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(dir) = work.get(i) else { break };
@@ -335,28 +357,30 @@ impl PathIndex {
                 match RelPath::parse(dir).map(|rel| self.root.walk_under(&rel, &self.limits)) {
                     Ok(Ok(w)) => {
                         inc |= w.incomplete;
+                        odd += w.non_utf8_skipped;
                         out.extend(w.entries);
                     }
                     Ok(Err(FsError::NotFound { .. })) => {}
                     _ => inc = true,
                 }
             }
-            (out, inc)
+            (out, inc, odd)
         };
-        let parts: Vec<(Vec<codespace_runner_fs::WalkEntry>, bool)> = if threads > 1 {
+        let parts: Vec<(Vec<codespace_runner_fs::WalkEntry>, bool, usize)> = if threads > 1 {
             std::thread::scope(|s| {
                 let handles: Vec<_> = (0..threads).map(|_| s.spawn(walk_some)).collect();
                 handles
                     .into_iter()
-                    .map(|h| h.join().unwrap_or((Vec::new(), true)))
+                    .map(|h| h.join().unwrap_or((Vec::new(), true, 0)))
                     .collect()
             })
         } else {
             vec![walk_some()]
         };
         let mut all = top.entries;
-        for (entries, inc) in parts {
+        for (entries, inc, odd) in parts {
             incomplete |= inc;
+            non_utf8 += odd;
             all.extend(entries);
         }
         all.sort_unstable_by(|a, b| a.path.cmp(&b.path));
@@ -370,12 +394,14 @@ impl PathIndex {
             .map(|e| Entry {
                 path: e.path.into_boxed_str(),
                 kind: e.kind,
+                ino: e.ino,
             })
             .collect();
         Ok(Listing {
             entries,
             incomplete,
             generation: next_generation(),
+            non_utf8,
         })
     }
 
@@ -510,6 +536,7 @@ impl PathIndex {
         let mut ranges: Vec<(usize, usize)> = Vec::new();
         let mut additions: Vec<Entry> = Vec::new();
         let mut incomplete = current.incomplete;
+        let mut non_utf8 = current.non_utf8;
         for p in &dirty {
             let at = find(p);
             if entries.get(at).is_some_and(|e| &*e.path == p.as_str()) {
@@ -531,11 +558,13 @@ impl PathIndex {
                 additions.push(Entry {
                     path: p.clone().into_boxed_str(),
                     kind: meta.kind,
+                    ino: meta.ino,
                 });
                 if meta.kind == Kind::Dir {
                     match self.root.walk_under(&rel, &self.limits) {
                         Ok(w) => {
                             incomplete |= w.incomplete;
+                            non_utf8 += w.non_utf8_skipped;
                             additions.extend(
                                 w.entries
                                     .into_iter()
@@ -543,6 +572,7 @@ impl PathIndex {
                                     .map(|e| Entry {
                                         path: e.path.into_boxed_str(),
                                         kind: e.kind,
+                                        ino: e.ino,
                                     }),
                             );
                         }
@@ -589,6 +619,7 @@ impl PathIndex {
             entries: merged,
             incomplete,
             generation: next_generation(),
+            non_utf8,
         })
     }
 
@@ -616,16 +647,40 @@ impl PathIndex {
         // When the policy set reads `resource.links`, an entry is listed iff a `read` of it (with
         // its real link count) is allowed: one no-follow stat per file.
         let uses_links = plan.uses_links();
+        // One no-follow stat per file, each directory opened once for its files (not once per
+        // file): 0 when a file is gone or cannot be examined, 1 for directories.
+        let link_counts: Vec<i64> = if uses_links {
+            let rels: Vec<Option<RelPath>> = listing
+                .entries
+                .iter()
+                .map(|e| {
+                    if e.kind == Kind::Dir {
+                        None
+                    } else {
+                        RelPath::parse(&e.path).ok()
+                    }
+                })
+                .collect();
+            let mut metas = self.root.stat_many(rels.iter().flatten()).into_iter();
+            listing
+                .entries
+                .iter()
+                .zip(&rels)
+                .map(|(e, rel)| match (e.kind, rel) {
+                    (Kind::Dir, _) => 1,
+                    (_, None) => 0,
+                    (_, Some(_)) => metas
+                        .next()
+                        .and_then(|m| m.ok().flatten())
+                        .map_or(0, |m| crate::links::links_value(m.kind, m.links)),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         for (i, e) in listing.entries.iter().enumerate() {
+            let links = link_counts.get(i).copied().unwrap_or(1);
             let i = u32::try_from(i).unwrap_or(u32::MAX);
-            let links = if uses_links && e.kind != Kind::Dir {
-                RelPath::parse(&e.path)
-                    .ok()
-                    .and_then(|rel| self.root.stat(&rel).ok().flatten())
-                    .map_or(0, |m| crate::links::links_value(m.kind, m.links))
-            } else {
-                1
-            };
             let group = match plan.key(&e.path, facts.is_server_owned(&e.path), links) {
                 Some(key) => *by_key.entry(key).or_insert_with(|| {
                     reps.push(i);

@@ -12,6 +12,7 @@ pub mod config;
 pub mod decide;
 pub mod error;
 pub mod explain;
+mod fence_dirs;
 mod file_versions;
 mod fs_tools;
 pub mod gateway;

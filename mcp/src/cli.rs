@@ -433,16 +433,10 @@ fn serve(
             }
             let max_message_bytes = gateway.config().limits.max_message_bytes;
             let server = CodeSpaceServer::new(gateway, Session::stdio());
-            let guarded =
-                crate::stdio::guarded(tokio::io::stdin(), tokio::io::stdout(), max_message_bytes);
-            let flushed = guarded.flushed;
-            // The guard refuses longer lines itself; rmcp's own cap must not be tighter.
-            let (from_guard, to_guard) = guarded.transport;
-            let transport =
-                rmcp::transport::async_rw::AsyncRwTransport::<rmcp::RoleServer, _, _>::new(
-                    from_guard, to_guard,
-                )
-                .with_max_line_length(max_message_bytes.saturating_add(2));
+            // The guard refuses longer lines itself; rmcp drains its replies and closes the
+            // transport (flushing stdout) before `waiting` returns.
+            let transport = crate::stdio::StdioTransport::process_stdio(max_message_bytes);
+            let stdout = transport.output();
             let running = match server.serve(transport).await {
                 Ok(r) => r,
                 // stdin closed before a client initialized: nothing to serve, a clean exit.
@@ -460,7 +454,7 @@ fn serve(
                 }
             };
             // Let the last replies reach stdout before the process exits.
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), flushed).await;
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), stdout.flush()).await;
             served
         }
         .await;

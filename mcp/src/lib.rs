@@ -18,3 +18,4 @@ pub mod policy_verify;
 pub mod server;
 pub mod setup;
 pub mod stdio;
+mod stdio_pipes;

@@ -1,24 +1,32 @@
-//! The stdio transport with a JSON-RPC guard in front of rmcp. rmcp answers a request whose
-//! envelope parses but whose params do not (e.g. `"params": "x"`) with an error that has no `id`,
-//! and drops lines that are not JSON at all; a client waiting on that id would hang. The guard
-//! reads stdin line by line, forwards every line rmcp can parse, and answers the rest itself:
-//! `-32600 Invalid Request` with the request's id (or `null`), `-32700 Parse error` for non-JSON.
-//! One writer task owns stdout, so replies never interleave.
+//! The stdio transport with a JSON-RPC guard, handed to rmcp as its [`Transport`]. rmcp answers
+//! a request whose envelope parses but whose params do not (e.g. `"params": "x"`) with an error
+//! that has no `id`, and drops lines that are not JSON at all; a client waiting on that id would
+//! hang. The guard reads stdin line by line, parses each line once into the message rmcp serves,
+//! and answers the rest itself: `-32600 Invalid Request` with the request's id (or `null`),
+//! `-32700 Parse error` for non-JSON.
+//!
+//! The common path has no hand-off of its own: rmcp's service loop reads the next message
+//! straight from stdin through [`StdioTransport::receive`], and each reply is serialized and
+//! written to stdout with one `write` and a flush by the send future rmcp spawns (replies never
+//! interleave: the writer is behind a lock). When stdin or stdout is a pipe it is driven by the
+//! runtime's reactor (non-blocking), not through tokio's blocking-pool `Stdin`/`Stdout`.
 //!
 //! A line longer than the message limit (`limits.max_message_bytes`) is never buffered past the
 //! limit: the rest of it is skipped up to its newline, and the request is answered with
 //! `-32600` carrying its id when the id can be read from the part kept (a top-level `"id"` in
 //! the first `limit` bytes), `null` otherwise; `-32700` when that part is not a JSON object.
 
+use rmcp::RoleServer;
 use rmcp::model::ClientJsonRpcMessage;
+use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
 use serde_json::{Value, json};
-use tokio::io::{
-    AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, DuplexStream,
-};
-use tokio::sync::mpsc;
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 
-/// Buffer between the guard and rmcp in each direction.
-const PIPE_BYTES: usize = 1 << 20;
+/// Read buffer of stdin.
+const READ_BUF_BYTES: usize = 64 * 1024;
 
 /// The reply to a line rmcp cannot parse, or None when no reply is due (a notification or a
 /// client response: JSON-RPC never answers those).
@@ -180,42 +188,59 @@ enum Line {
     Oversized,
 }
 
-/// Reads one line into `buf` (cleared first) without ever holding more than `limit` bytes of
-/// it. A final line without a newline counts as a line.
+/// A line being read: what is kept of it so far. It lives across calls, so a read that is
+/// cancelled (rmcp polls `receive` in a `select!`) resumes where it stopped.
+#[derive(Debug, Default)]
+struct LineState {
+    buf: Vec<u8>,
+    oversized: bool,
+    seen_any: bool,
+}
+
+impl LineState {
+    /// Forgets the line returned last (keeps the buffer's capacity).
+    fn reset(&mut self) {
+        self.buf.clear();
+        self.oversized = false;
+        self.seen_any = false;
+    }
+}
+
+/// Reads one line into `st.buf` without ever holding more than `limit` bytes of it. A final
+/// line without a newline counts as a line. Cancel-safe: bytes are consumed from `r` only
+/// together with their effect on `st`; call [`LineState::reset`] after using a line.
 async fn read_line_bounded<R: AsyncBufRead + Unpin>(
     r: &mut R,
-    buf: &mut Vec<u8>,
+    st: &mut LineState,
     limit: usize,
 ) -> std::io::Result<Line> {
-    buf.clear();
-    let mut oversized = false;
-    let mut seen_any = false;
     loop {
         let avail = r.fill_buf().await?;
         if avail.is_empty() {
-            return Ok(match (seen_any, oversized) {
+            return Ok(match (st.seen_any, st.oversized) {
                 (false, _) => Line::Eof,
                 (true, false) => Line::Whole,
                 (true, true) => Line::Oversized,
             });
         }
-        seen_any = true;
+        st.seen_any = true;
         let (chunk, used, done) = match avail.iter().position(|&c| c == b'\n') {
             Some(pos) => (avail.get(..pos).unwrap_or_default(), pos + 1, true),
             None => (avail, avail.len(), false),
         };
-        if !oversized {
-            let room = limit.saturating_sub(buf.len());
+        if !st.oversized {
+            let room = limit.saturating_sub(st.buf.len());
             if chunk.len() > room {
-                buf.extend_from_slice(chunk.get(..room).unwrap_or_default());
-                oversized = true;
+                st.buf
+                    .extend_from_slice(chunk.get(..room).unwrap_or_default());
+                st.oversized = true;
             } else {
-                buf.extend_from_slice(chunk);
+                st.buf.extend_from_slice(chunk);
             }
         }
         r.consume(used);
         if done {
-            return Ok(if oversized {
+            return Ok(if st.oversized {
                 Line::Oversized
             } else {
                 Line::Whole
@@ -225,102 +250,170 @@ async fn read_line_bounded<R: AsyncBufRead + Unpin>(
 }
 
 /// True when rmcp will accept the line as a message.
+#[cfg(test)]
 fn parses(line: &[u8]) -> bool {
     serde_json::from_slice::<ClientJsonRpcMessage>(line).is_ok()
 }
 
-/// The guarded transport: hand `transport` to rmcp; await `flushed` after the service ends so
-/// its last replies reach stdout before the process exits.
-#[derive(Debug)]
-pub struct Guarded {
-    /// `(reader, writer)` for rmcp.
-    pub transport: (DuplexStream, DuplexStream),
-    /// Ends when everything rmcp wrote has been written to stdout.
-    pub flushed: tokio::task::JoinHandle<()>,
+/// Where replies go: one writer, one message per write, flushed.
+type Out = Arc<tokio::sync::Mutex<Pin<Box<dyn AsyncWrite + Send>>>>;
+
+/// Writes `bytes` (one whole message and its newline) and flushes.
+async fn write_message(out: &Out, bytes: &[u8]) -> std::io::Result<()> {
+    let mut w = out.lock().await;
+    w.write_all(bytes).await?;
+    w.flush().await
 }
 
-/// Wires the guard between `input`/`output` (the process's stdin/stdout); lines longer than
-/// `max_line_bytes` are answered, never forwarded.
-pub fn guarded<R, W>(input: R, output: W, max_line_bytes: usize) -> Guarded
-where
-    R: AsyncRead + Unpin + Send + 'static,
-    W: AsyncWrite + Unpin + Send + 'static,
-{
-    let (mut to_rmcp, rmcp_in) = tokio::io::duplex(PIPE_BYTES);
-    let (rmcp_out, from_rmcp) = tokio::io::duplex(PIPE_BYTES);
-    // `None` marks the end of rmcp's output: the writer stops there.
-    let (tx, mut rx) = mpsc::channel::<Option<Vec<u8>>>(256);
+/// The transport's output, shared with its send futures.
+#[derive(Clone)]
+pub struct StdioOutput(Out);
 
-    // The only writer of stdout.
-    let flushed = tokio::spawn(async move {
-        let mut output = output;
-        while let Some(Some(mut line)) = rx.recv().await {
-            if !line.ends_with(b"\n") {
-                line.push(b'\n');
-            }
-            if output.write_all(&line).await.is_err() || output.flush().await.is_err() {
-                break;
-            }
+impl std::fmt::Debug for StdioOutput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StdioOutput").finish_non_exhaustive()
+    }
+}
+
+impl StdioOutput {
+    /// Waits for a write in progress (the lock), then flushes.
+    pub async fn flush(&self) -> std::io::Result<()> {
+        self.0.lock().await.flush().await
+    }
+}
+
+/// The guarded stdio transport rmcp serves (see the module docs).
+pub struct StdioTransport {
+    input: BufReader<Pin<Box<dyn AsyncRead + Send>>>,
+    line: LineState,
+    limit: usize,
+    out: Out,
+    /// A guard reply being written; the next message waits for it, so replies keep the order of
+    /// the lines they answer relative to later messages.
+    replying: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for StdioTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StdioTransport")
+            .field("limit", &self.limit)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StdioTransport {
+    /// The guard over `input`/`output`; lines longer than `max_line_bytes` are answered, never
+    /// handed to rmcp.
+    pub fn new<R, W>(input: R, output: W, max_line_bytes: usize) -> StdioTransport
+    where
+        R: AsyncRead + Send + 'static,
+        W: AsyncWrite + Send + 'static,
+    {
+        let input: Pin<Box<dyn AsyncRead + Send>> = Box::pin(input);
+        let output: Pin<Box<dyn AsyncWrite + Send>> = Box::pin(output);
+        StdioTransport {
+            input: BufReader::with_capacity(READ_BUF_BYTES, input),
+            line: LineState::default(),
+            limit: max_line_bytes,
+            out: Arc::new(tokio::sync::Mutex::new(output)),
+            replying: None,
         }
-    });
+    }
 
-    // rmcp's output, line by line, to the writer.
-    let tx_out = tx.clone();
-    tokio::spawn(async move {
-        let mut lines = BufReader::new(from_rmcp);
-        loop {
-            let mut buf = Vec::new();
-            match lines.read_until(b'\n', &mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {
-                    if tx_out.send(Some(buf)).await.is_err() {
-                        break;
-                    }
-                }
-            }
+    /// The process's stdin and stdout: pipes through the reactor, anything else (a terminal, a
+    /// file) through tokio's blocking-pool handles.
+    pub fn process_stdio(max_line_bytes: usize) -> StdioTransport {
+        let input: Pin<Box<dyn AsyncRead + Send>> = match crate::stdio_pipes::stdin_pipe() {
+            Some(p) => Box::pin(p),
+            None => Box::pin(tokio::io::stdin()),
+        };
+        let output: Pin<Box<dyn AsyncWrite + Send>> = match crate::stdio_pipes::stdout_pipe() {
+            Some(p) => Box::pin(p),
+            None => Box::pin(tokio::io::stdout()),
+        };
+        StdioTransport::new(input, output, max_line_bytes)
+    }
+
+    /// A handle on the output, to flush it after the service ended.
+    pub fn output(&self) -> StdioOutput {
+        StdioOutput(Arc::clone(&self.out))
+    }
+
+    /// Answers a line itself (the guard), in a task of its own so that a cancelled `receive`
+    /// never leaves half a reply on stdout.
+    fn reply(&mut self, reply: &Value) {
+        let mut bytes = reply.to_string().into_bytes();
+        bytes.push(b'\n');
+        let out = Arc::clone(&self.out);
+        self.replying = Some(tokio::spawn(async move {
+            let _ = write_message(&out, &bytes).await;
+        }));
+    }
+}
+
+impl Transport<RoleServer> for StdioTransport {
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleServer>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let out = Arc::clone(&self.out);
+        let bytes = serde_json::to_vec(&item).map(|mut b| {
+            b.push(b'\n');
+            b
+        });
+        async move {
+            let bytes = bytes.map_err(std::io::Error::other)?;
+            write_message(&out, &bytes).await
         }
-        let _ = tx_out.send(None).await;
-    });
+    }
 
-    // stdin, line by line: forward what rmcp can parse, answer the rest.
-    tokio::spawn(async move {
-        let mut lines = BufReader::new(input);
-        let mut buf = Vec::new();
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
         loop {
-            match read_line_bounded(&mut lines, &mut buf, max_line_bytes).await {
-                Ok(Line::Eof) | Err(_) => break,
+            if let Some(h) = self.replying.as_mut() {
+                let _ = h.await;
+                self.replying = None;
+            }
+            let got = read_line_bounded(&mut self.input, &mut self.line, self.limit).await;
+            let line = std::mem::take(&mut self.line.buf);
+            self.line.reset();
+            match got {
+                Ok(Line::Eof) | Err(_) => return None,
                 Ok(Line::Oversized) => {
                     tracing::warn!(
-                        limit = max_line_bytes,
+                        limit = self.limit,
                         "stdio message over the size limit refused"
                     );
-                    let reply = oversized_reply(&buf, max_line_bytes);
-                    if tx.send(Some(reply.to_string().into_bytes())).await.is_err() {
-                        break;
+                    self.reply(&oversized_reply(&line, self.limit));
+                }
+                Ok(Line::Whole) => {
+                    let body = line.strip_suffix(b"\r").unwrap_or(&line);
+                    match serde_json::from_slice::<ClientJsonRpcMessage>(body) {
+                        Ok(m) => {
+                            self.line.buf = line;
+                            self.line.buf.clear();
+                            return Some(m);
+                        }
+                        Err(_) => {
+                            if let Some(reply) = reject_reply(body) {
+                                self.reply(&reply);
+                            }
+                        }
                     }
-                    continue;
                 }
-                Ok(Line::Whole) => {}
             }
-            let body = buf.strip_suffix(b"\r").unwrap_or(&buf);
-            if parses(body) {
-                if to_rmcp.write_all(body).await.is_err() || to_rmcp.write_all(b"\n").await.is_err()
-                {
-                    break;
-                }
-            } else if let Some(reply) = reject_reply(body)
-                && tx.send(Some(reply.to_string().into_bytes())).await.is_err()
-            {
-                break;
-            }
+            // Keep the buffer's capacity for the next line.
+            self.line.buf = line;
+            self.line.buf.clear();
         }
-        // EOF on stdin: rmcp sees EOF and ends the session.
-        let _ = to_rmcp.shutdown().await;
-    });
+    }
 
-    Guarded {
-        transport: (rmcp_in, rmcp_out),
-        flushed,
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        if let Some(h) = self.replying.take() {
+            let _ = h.await;
+        }
+        self.out.lock().await.flush().await
     }
 }
 
@@ -387,32 +480,161 @@ mod tests {
     async fn lines_are_read_within_the_limit() {
         let input: &[u8] = b"short\n0123456789abcdef\ntail-without-newline";
         let mut r = tokio::io::BufReader::with_capacity(4, input);
-        let mut buf = Vec::new();
+        let mut st = LineState::default();
+        let mut next = async |r: &mut tokio::io::BufReader<&[u8]>, limit| {
+            st.reset();
+            let line = read_line_bounded(r, &mut st, limit).await.unwrap();
+            (line, st.buf.clone())
+        };
+        assert_eq!(next(&mut r, 8).await, (Line::Whole, b"short".to_vec()));
         assert_eq!(
-            read_line_bounded(&mut r, &mut buf, 8).await.unwrap(),
-            Line::Whole
+            next(&mut r, 8).await,
+            (Line::Oversized, b"01234567".to_vec())
         );
-        assert_eq!(buf, b"short");
         assert_eq!(
-            read_line_bounded(&mut r, &mut buf, 8).await.unwrap(),
-            Line::Oversized
+            next(&mut r, 64).await,
+            (Line::Whole, b"tail-without-newline".to_vec())
         );
-        assert_eq!(buf, b"01234567");
-        assert_eq!(
-            read_line_bounded(&mut r, &mut buf, 64).await.unwrap(),
-            Line::Whole
-        );
-        assert_eq!(buf, b"tail-without-newline");
-        assert_eq!(
-            read_line_bounded(&mut r, &mut buf, 64).await.unwrap(),
-            Line::Eof
-        );
+        assert_eq!(next(&mut r, 64).await.0, Line::Eof);
         // Exactly the limit fits.
         let mut r = tokio::io::BufReader::new(&b"12345678\n"[..]);
+        assert_eq!(next(&mut r, 8).await.0, Line::Whole);
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_read_resumes_the_same_line() {
+        let (mut tx, rx) = tokio::io::duplex(64);
+        let mut r = tokio::io::BufReader::new(rx);
+        let mut st = LineState::default();
+        tx.write_all(b"{\"half\":").await.unwrap();
+        // The read stops waiting for the rest (as rmcp's select! drops it)...
+        let waited = tokio::time::timeout(
+            std::time::Duration::from_millis(20),
+            read_line_bounded(&mut r, &mut st, 64),
+        )
+        .await;
+        assert!(waited.is_err(), "no newline yet");
+        // ...and the next read finishes the same line.
+        tx.write_all(b"1}\n").await.unwrap();
         assert_eq!(
-            read_line_bounded(&mut r, &mut buf, 8).await.unwrap(),
+            read_line_bounded(&mut r, &mut st, 64).await.unwrap(),
             Line::Whole
         );
+        assert_eq!(st.buf, b"{\"half\":1}");
+    }
+
+    /// Lines written to a transport over in-memory pipes, and every reply line it wrote.
+    async fn exchange(input: &[u8], limit: usize) -> (Vec<String>, Vec<Value>) {
+        let (mut client_w, server_r) = tokio::io::duplex(1 << 16);
+        let (server_w, client_r) = tokio::io::duplex(1 << 16);
+        let mut t = StdioTransport::new(server_r, server_w, limit);
+        client_w.write_all(input).await.unwrap();
+        drop(client_w);
+        let mut methods = Vec::new();
+        while let Some(m) = Transport::<RoleServer>::receive(&mut t).await {
+            methods.push(serde_json::to_value(&m).unwrap()["method"].to_string());
+        }
+        Transport::<RoleServer>::close(&mut t).await.unwrap();
+        drop(t);
+        let mut out = String::new();
+        let mut client_r = client_r;
+        tokio::io::AsyncReadExt::read_to_string(&mut client_r, &mut out)
+            .await
+            .unwrap();
+        let replies = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        (methods, replies)
+    }
+
+    #[tokio::test]
+    async fn good_lines_reach_rmcp_and_the_guard_answers_the_rest() {
+        let input = concat!(
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+            "\n",
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":"x"}"#,
+            "\r\n",
+            "garbage\n",
+            "\n",
+            r#"{"jsonrpc":"2.0","id":"big","method":"ping","params":{"pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}}"#,
+            "\n",
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            "\r\n",
+            // The client's answer to a server->client request (elicitation, roots) goes to rmcp.
+            r#"{"jsonrpc":"2.0","id":9,"result":{"action":"accept"}}"#,
+            "\n",
+        );
+        let (methods, replies) = exchange(input.as_bytes(), 80).await;
+        assert_eq!(
+            methods,
+            [r#""ping""#, r#""notifications/initialized""#, "null"]
+        );
+        let got: Vec<(Value, Value)> = replies
+            .iter()
+            .map(|r| (r["id"].clone(), r["error"]["code"].clone()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (json!(2), json!(-32600)),
+                (Value::Null, json!(-32700)),
+                (json!("big"), json!(-32600)),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn server_requests_and_notifications_go_out_as_lines() {
+        let (_client_w, server_r) = tokio::io::duplex(64);
+        let (server_w, mut client_r) = tokio::io::duplex(1 << 16);
+        let mut t = StdioTransport::new(server_r, server_w, 1024);
+        for v in [
+            json!({"jsonrpc":"2.0","id":3,"method":"elicitation/create",
+                   "params":{"message":"ok?","requestedSchema":{"type":"object","properties":{}}}}),
+            json!({"jsonrpc":"2.0","method":"notifications/progress",
+                   "params":{"progressToken":"t","progress":1.0}}),
+        ] {
+            let msg: TxJsonRpcMessage<RoleServer> = serde_json::from_value(v).unwrap();
+            Transport::<RoleServer>::send(&mut t, msg).await.unwrap();
+        }
+        drop(t);
+        let mut out = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut client_r, &mut out)
+            .await
+            .unwrap();
+        let methods: Vec<Value> = out
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap()["method"].clone())
+            .collect();
+        assert_eq!(
+            methods,
+            [json!("elicitation/create"), json!("notifications/progress")]
+        );
+    }
+
+    #[tokio::test]
+    async fn replies_are_whole_lines() {
+        let (_client_w, server_r) = tokio::io::duplex(64);
+        let (server_w, mut client_r) = tokio::io::duplex(1 << 16);
+        let mut t = StdioTransport::new(server_r, server_w, 1024);
+        let msg: TxJsonRpcMessage<RoleServer> =
+            serde_json::from_value(json!({"jsonrpc":"2.0","id":7,"result":{}})).unwrap();
+        let sends: Vec<_> = (0..3)
+            .map(|_| tokio::spawn(Transport::<RoleServer>::send(&mut t, msg.clone())))
+            .collect();
+        for s in sends {
+            s.await.unwrap().unwrap();
+        }
+        drop(t);
+        let mut out = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut client_r, &mut out)
+            .await
+            .unwrap();
+        assert_eq!(out.lines().count(), 3, "{out}");
+        for l in out.lines() {
+            assert_eq!(serde_json::from_str::<Value>(l).unwrap()["id"], 7);
+        }
     }
 
     #[test]

@@ -109,6 +109,7 @@ async fn exec_round_trip_with_and_without_masks() {
     exec_true(&masked).await;
     exec_true(&unmasked).await;
     let (mut on, mut off, mut walks, mut raw) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut fork_exec = Vec::new();
     let mut walks_links = Vec::new();
     let root = Root::open(&masked.root).unwrap();
     let table = ProcessTable::new(TableLimits::default());
@@ -128,6 +129,17 @@ async fn exec_round_trip_with_and_without_masks() {
             .unwrap();
         assert_eq!(table.wait_exit(&s.id).await.unwrap().exit_code, Some(0));
         raw.push(t.elapsed());
+        // The floor: a plain fork+exec of `true` and its wait, nothing else.
+        fork_exec.push(
+            tokio::task::spawn_blocking(|| {
+                let t = Instant::now();
+                let st = std::process::Command::new("true").status().unwrap();
+                assert!(st.success());
+                t.elapsed()
+            })
+            .await
+            .unwrap(),
+        );
         on.push(exec_true(&masked).await);
         off.push(exec_true(&unmasked).await);
         let t = Instant::now();
@@ -164,10 +176,12 @@ async fn exec_round_trip_with_and_without_masks() {
     assert_eq!(masks, 10 * execs, "10 masks per exec");
     let (on_m, off_m, walk_m, raw_m) = (median(on), median(off), median(walks), median(raw));
     let walk_links_m = median(walks_links);
+    let fork_m = median(fork_exec);
     println!(
         "BENCH exec_masks files={files} withheld=10 iters={n} masked_median_ms={:.2} \
          unmasked_median_ms={:.2} ratio={:.2} added_ms={:.2} bare_walk_median_ms={:.2} \
-         raw_spawn_true_median_ms={:.2} masked_vs_raw={:.1} walk_with_link_counts_median_ms={:.2}",
+         raw_spawn_true_median_ms={:.2} masked_vs_raw={:.1} walk_with_link_counts_median_ms={:.2} \
+         fork_exec_true_median_ms={:.2} masked_vs_fork_exec={:.1}",
         ms(on_m),
         ms(off_m),
         on_m.as_secs_f64() / off_m.as_secs_f64(),
@@ -175,6 +189,8 @@ async fn exec_round_trip_with_and_without_masks() {
         ms(walk_m),
         ms(raw_m),
         on_m.as_secs_f64() / raw_m.as_secs_f64(),
-        ms(walk_links_m)
+        ms(walk_links_m),
+        ms(fork_m),
+        on_m.as_secs_f64() / fork_m.as_secs_f64()
     );
 }

@@ -280,6 +280,8 @@ impl Harness {
 
     /// All audit rows of this harness's store.
     pub fn decisions(&self) -> Result<Vec<DecisionRow>> {
+        // Read-only calls' rows are group-committed by the audit writer: flush them first.
+        self.store.flush_decisions();
         Ok(self.store.query_decisions(&DecisionQuery::default())?)
     }
 

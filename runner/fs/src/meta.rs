@@ -55,6 +55,8 @@ pub struct Meta {
     /// Number of hard links (`st_nlink`): names the inode has. For a directory this counts its
     /// subdirectories' `..` entries, not aliases.
     pub links: u64,
+    /// Inode number (`st_ino`): names of one inode share it.
+    pub ino: u64,
 }
 
 impl Meta {
@@ -69,6 +71,7 @@ impl Meta {
                 .saturating_mul(1000)
                 .saturating_add(i64::try_from(st.st_mtime_nsec).unwrap_or(0) / 1_000_000),
             links: nlink(st),
+            ino: st.st_ino,
         }
     }
 }

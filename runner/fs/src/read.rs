@@ -1,6 +1,7 @@
 //! Reading beneath a [`Root`]: windowed reads, whole-file reads, lstat and versions.
 
 use std::io::Read;
+use std::os::fd::OwnedFd;
 
 use rustix::fs::{AtFlags, FileType, OFlags};
 use rustix::io::Errno;
@@ -134,6 +135,58 @@ impl Root {
             Err(Errno::NOENT) => Ok(None),
             Err(e) => Err(FsError::from_errno(p.as_str(), e)),
         }
+    }
+
+    /// [`Root::stat`] of many paths, opening each parent directory once while its entries come
+    /// in a row (as in a sorted listing; any order is correct, only slower). One result per path,
+    /// in order.
+    pub fn stat_many<'a>(
+        &self,
+        paths: impl IntoIterator<Item = &'a RelPath>,
+    ) -> Vec<Result<Option<Meta>, FsError>> {
+        /// Parent directories kept open (a sorted listing returns to a parent after its
+        /// subdirectories).
+        const KEPT: usize = 64;
+        let mut open: Vec<(String, OwnedFd)> = Vec::new();
+        let mut out = Vec::new();
+        for p in paths {
+            let Some(parent) = p.parent().filter(|_| !p.is_root()) else {
+                out.push(self.stat(p));
+                continue;
+            };
+            let at = match open.iter().position(|(d, _)| *d == parent.as_str()) {
+                Some(i) => i,
+                None => match self.open_parent(p) {
+                    Ok((fd, _)) => {
+                        if open.len() >= KEPT {
+                            open.remove(0);
+                        }
+                        open.push((parent.as_str().to_string(), fd));
+                        open.len() - 1
+                    }
+                    Err(FsError::NotFound { .. }) => {
+                        out.push(Ok(None));
+                        continue;
+                    }
+                    Err(e) => {
+                        out.push(Err(e));
+                        continue;
+                    }
+                },
+            };
+            let (Some((_, dir)), Some(leaf)) = (open.get(at), p.file_name()) else {
+                out.push(self.stat(p));
+                continue;
+            };
+            out.push(
+                match rustix::fs::statat(dir, leaf, AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(st) => Ok(Some(Meta::from_stat(&st))),
+                    Err(Errno::NOENT) => Ok(None),
+                    Err(e) => Err(FsError::from_errno(p.as_str(), e)),
+                },
+            );
+        }
+        out
     }
 
     /// The version of the regular file `p`, or `None` when it does not exist. A symlink or special file is

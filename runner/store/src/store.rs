@@ -60,12 +60,33 @@ impl Store {
         }
         // Create the file ourselves so the audit log is not world-readable; SQLite's -wal and
         // -shm files copy the database file's permissions.
-        OpenOptions::new()
+        //
+        // Only when it does not exist yet (O_EXCL): closing a descriptor of a file drops every
+        // POSIX lock this process holds on it, including those of SQLite connections already
+        // open on the same store in this process (the server opens it several times: the
+        // gateway's store, the audit writer, the retention pruner). Without its shared lock, the
+        // next outside reader to close its connection thinks it is the last one, checkpoints and
+        // deletes the `-wal` and `-shm` files under our connections, and rows written after that
+        // go to an unlinked WAL no other process sees until this one exits.
+        match OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(false)
+            .create_new(true)
             .mode(0o600)
-            .open(path)?;
+            .open(path)
+        {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                // stat, not open: no descriptor of the file is opened (and closed) here.
+                if fs::metadata(path)?.is_dir() {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::IsADirectory,
+                        "the store path is a directory",
+                    )
+                    .into());
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
         let conn = Connection::open(path)?;
         Self::configure(conn, true, Some(key_path(path)))
     }
