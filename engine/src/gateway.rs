@@ -90,16 +90,18 @@ pub struct Gateway {
 
 /// What every audit row of one call shares.
 #[derive(Clone, Copy)]
-struct RowContext<'a> {
-    snap: &'a PolicySnapshot,
-    facts: &'a WorkspaceFacts,
-    session: &'a Session,
-    at_ms: i64,
+pub(crate) struct RowContext<'a> {
+    pub(crate) snap: &'a PolicySnapshot,
+    pub(crate) facts: &'a WorkspaceFacts,
+    pub(crate) session: &'a Session,
+    pub(crate) at_ms: i64,
 }
 
-/// The audit row of one sub-decision, with its recorded (redacted) request.
-fn row_of(
-    config: &Config,
+/// The audit row of one sub-decision, with its recorded (redacted) request. The profiles and the
+/// redactor are the operator's (the gateway's config, or the copies the egress proxy holds).
+pub(crate) fn row_of(
+    profiles: &BTreeMap<String, crate::config::Profile>,
+    redact: &crate::redact::Redactor,
     at: &RowContext<'_>,
     d: &Decision,
     sub: &crate::decide::SubDecision,
@@ -111,10 +113,8 @@ fn row_of(
         session,
         at_ms,
     } = *at;
-    let redact = &config.redaction;
-    let request = req.map(|r| {
-        crate::replay::RecordedRequest::new(&config.profiles, facts, &d.tool, r).to_json(redact)
-    });
+    let request = req
+        .map(|r| crate::replay::RecordedRequest::new(profiles, facts, &d.tool, r).to_json(redact));
     DecisionRow {
         decision_id: d.decision_id.clone(),
         at_ms,
@@ -163,7 +163,16 @@ pub(crate) fn decision_rows(
     };
     d.subs
         .iter()
-        .map(|s| row_of(config, &at, d, s, reqs.get(s.index)))
+        .map(|s| {
+            row_of(
+                &config.profiles,
+                &config.redaction,
+                &at,
+                d,
+                s,
+                reqs.get(s.index),
+            )
+        })
         .collect()
 }
 
@@ -470,7 +479,14 @@ impl Gateway {
         sub: &crate::decide::SubDecision,
         req: Option<&SubRequest>,
     ) -> DecisionRow {
-        row_of(&self.config, at, d, sub, req)
+        row_of(
+            &self.config.profiles,
+            &self.config.redaction,
+            at,
+            d,
+            sub,
+            req,
+        )
     }
 
     /// Writes the rows of a decision made with [`Audit::None`] (with the shadow set's answer).

@@ -141,46 +141,29 @@ impl NetState {
         session: &Session,
     ) {
         let Some(store) = &self.store else { return };
-        let redact = &self.redaction;
-        let at_ms = codespace_store::now_ms();
+        let at = crate::gateway::RowContext {
+            snap,
+            facts,
+            session,
+            at_ms: codespace_store::now_ms(),
+        };
         let rows: Vec<DecisionRow> = d
             .subs
             .iter()
             .map(|s| {
-                let req = reqs.get(s.index);
-                let sh = shadow.and_then(|sh| sh.subs.get(s.index));
-                DecisionRow {
-                    decision_id: d.decision_id.clone(),
-                    at_ms,
-                    policy_set_sha256: d.policy_sha256.clone(),
-                    profile: d.profile.clone(),
-                    workspace: d.workspace.clone(),
-                    tool: d.tool.clone(),
-                    action: s.action.clone(),
-                    sub_index: i64::try_from(s.index).unwrap_or(i64::MAX),
-                    subject: redact.text(&s.subject).into_owned(),
-                    client: Some(session.client.clone()),
-                    transport: Some(session.transport.clone()),
-                    decision: if s.allowed { "allow" } else { "deny" }.into(),
-                    policy_ids: s.policy_ids.clone(),
-                    errors: s
-                        .errors
-                        .iter()
-                        .map(|e| redact.text(e).into_owned())
-                        .collect(),
-                    default_deny: s.default_deny,
-                    duration_us: i64::try_from(s.duration_us).unwrap_or(i64::MAX),
-                    request: req.map(|r| {
-                        crate::replay::RecordedRequest::new(&self.profiles, facts, &d.tool, r)
-                            .to_json(redact)
-                    }),
-                    path: req.map(|r| r.path.clone()),
-                    kind: None,
-                    reason: Some(redact.text(&s.reason_text(snap, &d.profile)).into_owned()),
-                    shadow_decision: sh.map(|x| if x.allowed { "allow" } else { "deny" }.into()),
-                    shadow_policy_ids: sh.map(|x| x.policy_ids.clone()),
-                    seq: 0,
+                let mut row = crate::gateway::row_of(
+                    &self.profiles,
+                    &self.redaction,
+                    &at,
+                    d,
+                    s,
+                    reqs.get(s.index),
+                );
+                if let Some(sh) = shadow.and_then(|sh| sh.subs.get(s.index)) {
+                    row.shadow_decision = Some(if sh.allowed { "allow" } else { "deny" }.into());
+                    row.shadow_policy_ids = Some(sh.policy_ids.clone());
                 }
+                row
             })
             .collect();
         crate::audit::append(store, rows, &d.decision_id, false);
