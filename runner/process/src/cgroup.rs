@@ -75,6 +75,9 @@ struct Hierarchy {
     has_kill: bool,
     /// The per-process children get `pids.max`.
     pids: bool,
+    /// The table directory, open and `flock`ed for as long as this server lives: the lock says
+    /// "alive" to a sweeper that cannot see our pid (another PID namespace).
+    _lock: Option<OwnedFd>,
 }
 
 /// The cgroups of one process table.
@@ -229,6 +232,11 @@ fn sweep_stale(parent: &Path) {
             continue;
         }
         let dir = entry.path();
+        // A server in another PID namespace has a pid we cannot see: its lock on the directory
+        // is what shows it alive (the kernel drops the lock when that server dies).
+        if held_by_a_live_server(&dir) {
+            continue;
+        }
         if let Ok(children) = fs::read_dir(&dir) {
             for child in children.flatten().filter(|c| c.path().is_dir()) {
                 kill_members(&child.path(), child.path().join("cgroup.kill").exists());
@@ -239,8 +247,35 @@ fn sweep_stale(parent: &Path) {
     }
 }
 
-/// Creates this table's cgroup beneath `base`.
-fn make_table_dir(base: &Path) -> io::Result<PathBuf> {
+/// Opens `dir` and takes its exclusive `flock` without waiting; `None` when either fails.
+fn lock_dir(dir: &Path) -> Option<OwnedFd> {
+    let fd = rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive).ok()?;
+    Some(fd)
+}
+
+/// True when another process holds the table directory's lock (its server is alive).
+fn held_by_a_live_server(dir: &Path) -> bool {
+    let Ok(fd) = rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return false;
+    };
+    matches!(
+        rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive),
+        Err(rustix::io::Errno::WOULDBLOCK)
+    )
+}
+
+/// Creates this table's cgroup beneath `base`, locked for the life of this server.
+fn make_table_dir(base: &Path) -> io::Result<(PathBuf, Option<OwnedFd>)> {
     sweep_stale(base);
     let dir = base.join(format!(
         "{TABLE_PREFIX}{}-{}",
@@ -248,7 +283,8 @@ fn make_table_dir(base: &Path) -> io::Result<PathBuf> {
         random_suffix()
     ));
     fs::create_dir(&dir)?;
-    Ok(dir)
+    let lock = lock_dir(&dir);
+    Ok((dir, lock))
 }
 
 /// cgroup v2: a table cgroup beneath our own; `pids` enabled for its children when possible.
@@ -256,7 +292,7 @@ fn setup_v2(mounts: &[Mount], own: &[(String, String)]) -> Option<Hierarchy> {
     let mount = mounts.iter().find(|m| m.fstype == "cgroup2")?;
     let (_, path) = own.iter().find(|(c, _)| c.is_empty())?;
     let base = own_dir(mount, path)?;
-    let dir = make_table_dir(&base).ok()?;
+    let (dir, lock) = make_table_dir(&base).ok()?;
     let has_kill = dir.join("cgroup.kill").exists();
     let offered = fs::read_to_string(base.join("cgroup.controllers"))
         .map(|c| c.split_whitespace().any(|x| x == "pids"))
@@ -272,6 +308,7 @@ fn setup_v2(mounts: &[Mount], own: &[(String, String)]) -> Option<Hierarchy> {
         join_file: "cgroup.procs",
         has_kill,
         pids,
+        _lock: lock,
     })
 }
 
@@ -284,12 +321,13 @@ fn setup_v1_pids(mounts: &[Mount], own: &[(String, String)]) -> Option<Hierarchy
         .iter()
         .find(|(c, _)| c.split(',').any(|x| x == "pids"))?;
     let base = own_dir(mount, path)?;
-    let dir = make_table_dir(&base).ok()?;
+    let (dir, lock) = make_table_dir(&base).ok()?;
     Some(Hierarchy {
         dir,
         join_file: "tasks",
         has_kill: false,
         pids: true,
+        _lock: lock,
     })
 }
 
@@ -518,5 +556,43 @@ mod tests {
         assert_eq!(iso.limit, 32);
         assert!(cg.for_process().unwrap().is_none());
         assert_eq!(PidsMechanism::CgroupV1.as_str(), "cgroup-v1");
+    }
+
+    /// A table whose server pid is invisible here (another PID namespace) but whose lock is held
+    /// is alive: the sweep leaves it. Once the lock is gone, the sweep removes it.
+    #[test]
+    fn the_sweep_spares_a_locked_table_whose_pid_it_cannot_see() {
+        let mounts = fs::read_to_string("/proc/self/mountinfo")
+            .map(|t| parse_mountinfo(&t))
+            .unwrap_or_default();
+        let own = fs::read_to_string("/proc/self/cgroup")
+            .map(|t| parse_self_cgroup(&t))
+            .unwrap_or_default();
+        let base = mounts
+            .iter()
+            .find(|m| m.fstype == "cgroup2")
+            .zip(own.iter().find(|(c, _)| c.is_empty()))
+            .and_then(|(m, (_, path))| own_dir(m, path));
+        // A pid above the kernel's maximum (2^22) can exist in no namespace we can see.
+        let name = format!("{TABLE_PREFIX}4194399-{}", random_suffix());
+        let Some(dir) = base
+            .map(|b| b.join(&name))
+            .filter(|d| fs::create_dir(d).is_ok())
+        else {
+            println!(
+                "skip: the_sweep_spares_a_locked_table_whose_pid_it_cannot_see: no writable cgroup v2 here"
+            );
+            return;
+        };
+        let parent = dir.parent().unwrap().to_path_buf();
+        let lock = lock_dir(&dir).expect("flock on a cgroup directory");
+        sweep_stale(&parent);
+        let spared = dir.exists();
+        drop(lock);
+        sweep_stale(&parent);
+        let swept = !dir.exists();
+        let _ = fs::remove_dir(&dir);
+        assert!(spared, "a locked table was swept");
+        assert!(swept, "an unlocked table of a dead pid was left");
     }
 }
