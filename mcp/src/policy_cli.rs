@@ -402,26 +402,7 @@ pub fn explain(
     let call = parse_call(args.call.as_deref().unwrap_or_default())?;
     let x = match config {
         Some(path) => {
-            let cfg = Config::load(path)?;
-            let src = match (&cfg.policies_dir, &cfg.schema_file) {
-                (Some(p), s) => PolicySource::Dir {
-                    policies: p.clone(),
-                    schema: s.clone().unwrap_or_else(|| {
-                        p.parent()
-                            .unwrap_or(Path::new("."))
-                            .join("schema/codespace.cedarschema")
-                    }),
-                },
-                (None, _) => PolicySource::Embedded,
-            };
-            let policy = PolicyStore::load(src).map_err(|e| anyhow!("policies rejected:\n{e}"))?;
-            let probe = codespace_runner_sandbox::probe();
-            let sandbox = SandboxFacts {
-                sandbox_enforced: probe.sandbox_available(),
-                network_enforced: probe.network_enforceable(),
-                masking_enforced: probe.masking_available(),
-            };
-            let gw = Gateway::new(cfg, Arc::new(policy), None, sandbox)?;
+            let gw = explain_gateway(path)?;
             gw.explain(&session, &call, process.as_ref())
                 .map_err(|e| anyhow!("{}: {}", e.code.as_str(), e.message))?
         }
@@ -475,6 +456,31 @@ fn print_explanation(
     })
 }
 
+/// The gateway `policy explain --config` decides with: the operator's config, its policies (or
+/// the embedded set) and this machine's sandbox facts, with no store.
+fn explain_gateway(path: &Path) -> Result<Gateway> {
+    let cfg = Config::load(path)?;
+    let src = match (&cfg.policies_dir, &cfg.schema_file) {
+        (Some(p), s) => PolicySource::Dir {
+            policies: p.clone(),
+            schema: s.clone().unwrap_or_else(|| {
+                p.parent()
+                    .unwrap_or(Path::new("."))
+                    .join("schema/codespace.cedarschema")
+            }),
+        },
+        (None, _) => PolicySource::Embedded,
+    };
+    let policy = PolicyStore::load(src).map_err(|e| anyhow!("policies rejected:\n{e}"))?;
+    let probe = codespace_runner_sandbox::probe();
+    let sandbox = SandboxFacts {
+        sandbox_enforced: probe.sandbox_available(),
+        network_enforced: probe.network_enforceable(),
+        masking_enforced: probe.masking_available(),
+    };
+    Ok(Gateway::new(cfg, Arc::new(policy), None, sandbox)?)
+}
+
 /// `explain --connect HOST:PORT`: the `network_connect` request of one proxied connection, on
 /// the configured workspace (`--workspace`) or a virtual `network: proxy` fixture.
 fn explain_connect(
@@ -497,26 +503,7 @@ fn explain_connect(
     let workspace = args.workspace.clone().unwrap_or_else(|| "w".into());
     let x = match config {
         Some(path) => {
-            let cfg = Config::load(path)?;
-            let src = match (&cfg.policies_dir, &cfg.schema_file) {
-                (Some(p), s) => PolicySource::Dir {
-                    policies: p.clone(),
-                    schema: s.clone().unwrap_or_else(|| {
-                        p.parent()
-                            .unwrap_or(Path::new("."))
-                            .join("schema/codespace.cedarschema")
-                    }),
-                },
-                (None, _) => PolicySource::Embedded,
-            };
-            let policy = PolicyStore::load(src).map_err(|e| anyhow!("policies rejected:\n{e}"))?;
-            let probe = codespace_runner_sandbox::probe();
-            let sandbox = SandboxFacts {
-                sandbox_enforced: probe.sandbox_available(),
-                network_enforced: probe.network_enforceable(),
-                masking_enforced: probe.masking_available(),
-            };
-            let gw = Gateway::new(cfg, Arc::new(policy), None, sandbox)?;
+            let gw = explain_gateway(path)?;
             gw.explain_connect(&workspace, session, &process, &target)
                 .map_err(|e| anyhow!("{}: {}", e.code.as_str(), e.message))?
         }
