@@ -89,8 +89,11 @@ fn hot_reload_reloads_the_shadow_set_too() {
     std::fs::write(policies.join("shadow/base/extra.cedar"), NO_TXT).unwrap();
     wait_for("the shadow set", || policy.shadow().is_some());
     assert_eq!(policy.snapshot().sha256, live, "the live set never changes");
-    let events = db.events(Some("shadow_reload"), 10).unwrap();
-    assert!(!events.is_empty());
+    // The event is written just after the new set is installed (it names the set in force):
+    // wait for it rather than expecting it the moment the set is visible.
+    wait_for("the shadow_reload event", || {
+        !db.events(Some("shadow_reload"), 10).unwrap().is_empty()
+    });
     let good = policy.shadow().unwrap().sha256.clone();
     // A broken shadow edit: the last good shadow set stays, the refusal is recorded.
     std::fs::write(policies.join("shadow/base/extra.cedar"), "forbid (").unwrap();
