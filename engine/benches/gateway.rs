@@ -9,7 +9,7 @@
     clippy::indexing_slicing
 )]
 
-use codespace_engine::decide::{decide, workspace_entities};
+use codespace_engine::policy::decide::{decide, workspace_entities};
 use codespace_engine::request::{Session, WorkspaceFacts, path_request};
 use codespace_engine::{Config, Gateway, PolicySource, PolicyStore, SandboxFacts, ToolCall};
 use serde_json::json;

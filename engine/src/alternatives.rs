@@ -3,8 +3,8 @@
 //! the `when` replaced by that alternative alone, other conditions kept) that is evaluated alone
 //! against every request the test cases build; an alternative is reached when its variant holds.
 
-use crate::explain::BuiltRequest;
 use crate::policy::PolicySnapshot;
+use crate::policy::explain::BuiltRequest;
 use cedar_policy::{Authorizer, Policy, PolicyId, PolicySet};
 use serde_json::Value;
 

@@ -6,11 +6,11 @@
 //! (registration) and the canonical arguments.
 
 use crate::config::Config;
-use crate::decide::decide;
 use crate::error::{ErrorCode, ToolError};
 use crate::gateway::{Audit, Gateway, WorkspaceRuntime};
 use crate::ops::fingerprint;
 use crate::policy::PolicySnapshot;
+use crate::policy::decide::decide;
 use crate::request::{
     ApprovalFacts, Session, SubRequest, WorkspaceFacts, build_requests, command_facts,
     confirm_requests, with_approval,
@@ -819,7 +819,7 @@ pub fn cli_resolve(
             decision: decision.as_str().into(),
         },
     );
-    let ents = crate::decide::workspace_entities(snap, &config.profiles, &facts)
+    let ents = crate::policy::decide::workspace_entities(snap, &config.profiles, &facts)
         .map_err(|e| ToolError::new(ErrorCode::Internal, format!("entities: {e}")))?;
     let d = decide(snap, &ents, &facts, call.tool(), &reqs);
     let rows = crate::gateway::decision_rows(config, snap, &d, &facts, &reqs, &session);

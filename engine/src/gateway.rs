@@ -2,9 +2,9 @@
 //! the Cedar request(s) → decide → audit → run the runner → reply.
 
 use crate::config::Config;
-use crate::decide::{Decision, decide, workspace_entities};
 use crate::error::{ErrorCode, ToolError};
 use crate::lease::Leases;
+use crate::policy::decide::{Decision, decide, workspace_entities};
 use crate::policy::{PolicySnapshot, PolicyStore};
 use crate::request::{ProcessFacts, Session, SubRequest, WorkspaceFacts, build_requests};
 use crate::tools::ToolCall;
@@ -77,7 +77,7 @@ pub struct Gateway {
     pub(crate) leases: Arc<Leases>,
     pub(crate) patch_hooks: Arc<crate::patch_tool::PatchHooks>,
     pub(crate) processes: crate::process_tools::Processes,
-    signatures: Mutex<Option<(String, Arc<crate::signature::SignaturePlan>)>>,
+    signatures: Mutex<Option<(String, Arc<crate::policy::signature::SignaturePlan>)>>,
     decision_cache: Mutex<DecisionCache>,
     pub(crate) temps: Arc<codespace_runner_fs::TempNames>,
     /// The store statistics the retention pruner last computed.
@@ -104,7 +104,7 @@ pub(crate) fn row_of(
     redact: &crate::redact::Redactor,
     at: &RowContext<'_>,
     d: &Decision,
-    sub: &crate::decide::SubDecision,
+    sub: &crate::policy::decide::SubDecision,
     req: Option<&SubRequest>,
 ) -> DecisionRow {
     let RowContext {
@@ -113,8 +113,9 @@ pub(crate) fn row_of(
         session,
         at_ms,
     } = *at;
-    let request = req
-        .map(|r| crate::replay::RecordedRequest::new(profiles, facts, &d.tool, r).to_json(redact));
+    let request = req.map(|r| {
+        crate::policy::replay::RecordedRequest::new(profiles, facts, &d.tool, r).to_json(redact)
+    });
     DecisionRow {
         decision_id: d.decision_id.clone(),
         at_ms,
@@ -476,7 +477,7 @@ impl Gateway {
         &self,
         at: &RowContext<'_>,
         d: &Decision,
-        sub: &crate::decide::SubDecision,
+        sub: &crate::policy::decide::SubDecision,
         req: Option<&SubRequest>,
     ) -> DecisionRow {
         row_of(
@@ -505,7 +506,7 @@ impl Gateway {
     /// `decide()` behind a cache of error-free sub-decisions. The key holds everything a
     /// decision can depend on: the policy-set hash, the workspace (its entities are fixed for
     /// the gateway's life), the tool, the action, the patch kind, the whole context, and the
-    /// path's decision signature (see [`crate::signature`]); a set whose signature is
+    /// path's decision signature (see [`crate::policy::signature`]); a set whose signature is
     /// uncacheable is never cached. Decisions with evaluation errors are never cached, and neither
     /// are those about a process (their context names the process, so no other call can share
     /// them). The cache holds one policy set's entries.
@@ -558,7 +559,11 @@ impl Gateway {
                         .iter()
                         .enumerate()
                         .map(|(i, r)| {
-                            crate::decide::SubDecision::refused(i, r, format!("entities: {e}"))
+                            crate::policy::decide::SubDecision::refused(
+                                i,
+                                r,
+                                format!("entities: {e}"),
+                            )
                         })
                         .collect();
                     d
@@ -570,7 +575,7 @@ impl Gateway {
         let mut to_cache: Vec<(String, CachedDecision)> = Vec::new();
         for (index, ((r, key), hit)) in reqs.iter().zip(&keys).zip(hits).enumerate() {
             let sub = match hit {
-                Some(h) => crate::decide::SubDecision {
+                Some(h) => crate::policy::decide::SubDecision {
                     index,
                     action: r.action.clone(),
                     subject: r.subject.clone(),
@@ -595,11 +600,13 @@ impl Gateway {
                                 },
                             ));
                         }
-                        crate::decide::SubDecision { index, ..sub }
+                        crate::policy::decide::SubDecision { index, ..sub }
                     }
-                    None => {
-                        crate::decide::SubDecision::refused(index, r, "no decision was made".into())
-                    }
+                    None => crate::policy::decide::SubDecision::refused(
+                        index,
+                        r,
+                        "no decision was made".into(),
+                    ),
                 },
             };
             subs.push(sub);
@@ -630,14 +637,14 @@ impl Gateway {
     pub(crate) fn signature_plan(
         &self,
         snap: &PolicySnapshot,
-    ) -> Arc<crate::signature::SignaturePlan> {
+    ) -> Arc<crate::policy::signature::SignaturePlan> {
         if let Ok(g) = self.signatures.lock()
             && let Some((sha, plan)) = g.as_ref()
             && *sha == snap.sha256
         {
             return Arc::clone(plan);
         }
-        let plan = Arc::new(crate::signature::SignaturePlan::analyse(&snap.set));
+        let plan = Arc::new(crate::policy::signature::SignaturePlan::analyse(&snap.set));
         if let Ok(mut g) = self.signatures.lock() {
             *g = Some((snap.sha256.clone(), Arc::clone(&plan)));
         }
@@ -672,7 +679,7 @@ impl Gateway {
             .filter_map(|(i, (p, slot))| d.subs.get(*slot).map(|sub| (i, p, slot, sub)))
             .map(|(i, p, slot, sub)| {
                 let req = crate::request::path_request("read", p, "", session);
-                let sub = crate::decide::SubDecision {
+                let sub = crate::policy::decide::SubDecision {
                     index: i,
                     action: "read".into(),
                     subject: p.clone(),

@@ -22,8 +22,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::policy::signature::SignaturePlan;
 use crate::request::WorkspaceFacts;
-use crate::signature::SignaturePlan;
 use crate::tools::WalkReason;
 use crate::versions::WatchObserver;
 

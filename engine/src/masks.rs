@@ -20,13 +20,13 @@
 //! set `secret_masking: off`.
 
 use crate::config::SecretMasking;
-use crate::decide::{Decision, decide};
 use crate::error::{ErrorCode, ToolError};
 use crate::gateway::{Audit, Gateway, SandboxFacts, WorkspaceRuntime};
 use crate::index::Listing;
 use crate::policy::PolicySnapshot;
+use crate::policy::decide::{Decision, decide};
+use crate::policy::signature::SignaturePlan;
 use crate::request::{Session, SubRequest, path_request};
-use crate::signature::SignaturePlan;
 use codespace_runner_fs::Kind;
 use codespace_store::DecisionRow;
 use std::collections::{HashMap, HashSet, VecDeque};

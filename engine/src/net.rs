@@ -5,8 +5,8 @@
 //! ErrorBody JSON. The proxy itself (`runner/netproxy`) knows nothing of Cedar.
 
 use crate::config::{Limits, Profile};
-use crate::decide::{Decision, SubDecision, decide, workspace_entities};
 use crate::error::{ErrorCode, ToolError};
+use crate::policy::decide::{Decision, SubDecision, decide, workspace_entities};
 use crate::policy::{PolicySnapshot, PolicyStore};
 use crate::redact::Redactor;
 use crate::request::{
@@ -245,11 +245,11 @@ impl crate::gateway::Gateway {
         session: &Session,
         process: &ProcessFacts,
         target: &NetTarget,
-    ) -> Result<crate::explain::Explanation, ToolError> {
+    ) -> Result<crate::policy::explain::Explanation, ToolError> {
         let ws = self.workspace(workspace)?;
         let snap = self.policy.snapshot();
         let req = connect_request(session, process, target);
-        Ok(crate::explain::explain_requests(
+        Ok(crate::policy::explain::explain_requests(
             &snap,
             &self.config.profiles,
             &ws.facts,

@@ -903,7 +903,7 @@ impl Gateway {
         session: &Session,
         p: &ExecCommandParams,
         cwd: &RelPath,
-        decision: &crate::decide::Decision,
+        decision: &crate::policy::decide::Decision,
         op_id: &str,
         on_exit: Option<ExitHook>,
     ) -> Result<(String, u32, ProcessRow, Option<tokio::task::AbortHandle>), ToolError> {

@@ -3,14 +3,14 @@
 //! All three read the workspace's path index ([`crate::index`]) and withhold every entry a `read`
 //! of it would not be allowed: the question asked per entry is exactly the request `read` would
 //! make (action `read`, `resource.tool == "read"`), decided once per decision signature (paths the
-//! policy set cannot tell apart share one evaluation, [`crate::signature`]). A withheld file is
+//! policy set cannot tell apart share one evaluation, [`crate::policy::signature`]). A withheld file is
 //! never opened. Listing, filtering and searching run on the blocking pool.
 
-use crate::decide::{Decision, decide};
 use crate::error::{ErrorCode, ToolError};
 use crate::gateway::{Audit, Gateway, WorkspaceRuntime};
 use crate::index::{Derived, Groups, Listing};
 use crate::policy::PolicySnapshot;
+use crate::policy::decide::{Decision, decide};
 use crate::request::{Session, SubRequest, path_request};
 use crate::tools::{
     EntryType, FIND_FILES_DEFAULT_LIMIT, FIND_FILES_MAX_LIMIT, FIND_MAX_PATHS, FindEntry,

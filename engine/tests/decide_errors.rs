@@ -7,7 +7,7 @@
     clippy::indexing_slicing
 )]
 
-use codespace_engine::decide::{decide, workspace_entities};
+use codespace_engine::policy::decide::{decide, workspace_entities};
 use codespace_engine::policy::{
     EMBEDDED_POLICIES, EMBEDDED_SCHEMA, PolicyBundle, SourceFile, compile,
 };

@@ -7,11 +7,11 @@
     clippy::indexing_slicing
 )]
 
-use codespace_engine::explain::{Tri, explain_call, render_text, to_json};
-use codespace_engine::policy::{PolicySource, compile};
-use codespace_engine::policy_test::{
+use codespace_engine::policy::explain::{Tri, explain_call, render_text, to_json};
+use codespace_engine::policy::suite::{
     Coverage, Fixture, RunOptions, parse_file, profile_tree, run_file, run_file_with,
 };
+use codespace_engine::policy::{PolicySource, compile};
 use codespace_engine::{Config, ErrorCode, Gateway, PolicyStore, SandboxFacts, Session, ToolCall};
 use codespace_store::{DecisionQuery, Store};
 use serde_json::json;

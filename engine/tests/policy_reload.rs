@@ -9,8 +9,8 @@
     clippy::indexing_slicing
 )]
 
+use codespace_engine::policy::reload::{ReloadOptions, Reloader};
 use codespace_engine::policy::{EMBEDDED_POLICIES, EMBEDDED_SCHEMA, PolicyBundle, bundle_hash};
-use codespace_engine::reload::{ReloadOptions, Reloader};
 use codespace_engine::{
     Config, ErrorCode, Gateway, PolicySource, PolicyStore, SandboxFacts, Session, ToolCall,
 };

@@ -8,8 +8,8 @@
     clippy::indexing_slicing
 )]
 
+use codespace_engine::policy::reload::{ReloadOptions, Reloader};
 use codespace_engine::policy::{EMBEDDED_POLICIES, EMBEDDED_SCHEMA};
-use codespace_engine::reload::{ReloadOptions, Reloader};
 use codespace_engine::{PolicySource, PolicyStore};
 use codespace_store::Store;
 use std::path::PathBuf;

@@ -3,12 +3,13 @@
 
 use anyhow::{Context, Result, anyhow};
 use codespace_engine::config::Profile;
-use codespace_engine::explain::{explain_call, render_text, to_json};
-use codespace_engine::policy::{PolicySnapshot, PolicySource, compile};
-use codespace_engine::policy_test::{
+use codespace_engine::policy::explain::{explain_call, render_text, to_json};
+use codespace_engine::policy::junit::report_junit;
+use codespace_engine::policy::suite::{
     CaseResult, Coverage, Fixture, Gates, RunOptions, TestFile, TestProcess, call_error_text,
-    parse_file, profile_tree, report_json, report_junit, run_file_in,
+    parse_file, profile_tree, report_json, run_file_in,
 };
+use codespace_engine::policy::{PolicySnapshot, PolicySource, compile};
 use codespace_engine::request::ProcessFacts;
 use codespace_engine::{Config, Gateway, PolicyStore, SandboxFacts, Session, ToolCall};
 use codespace_store::{DecisionQuery, Store};
@@ -441,7 +442,7 @@ pub fn explain(
 
 fn print_explanation(
     args: &ExplainArgs,
-    x: &codespace_engine::explain::Explanation,
+    x: &codespace_engine::policy::explain::Explanation,
 ) -> Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     if args.json {
@@ -523,7 +524,7 @@ fn explain_connect(
                 ));
             }
             let req = codespace_engine::request::connect_request(session, &process, &target);
-            codespace_engine::explain::explain_requests(
+            codespace_engine::policy::explain::explain_requests(
                 &snap,
                 &profiles,
                 &fx.facts(),
@@ -583,7 +584,7 @@ fn explain_logged(
         let Some(rec) = r
             .request
             .as_ref()
-            .map(codespace_engine::replay::RecordedRequest::from_json)
+            .map(codespace_engine::policy::replay::RecordedRequest::from_json)
             .transpose()
             .map_err(|e| anyhow!(e))?
         else {
@@ -592,7 +593,7 @@ fn explain_logged(
                 r.sub_index
             ));
         };
-        let x = codespace_engine::explain::explain_requests(
+        let x = codespace_engine::policy::explain::explain_requests(
             &snap,
             &rec.profile_tree(),
             &rec.workspace,
@@ -998,17 +999,17 @@ pub fn start_reloader(
     store: &Arc<Store>,
     tests_on_reload: bool,
     profiles: &BTreeMap<String, Profile>,
-) -> Result<codespace_engine::reload::Reloader> {
+) -> Result<codespace_engine::policy::reload::Reloader> {
     let tests_dir = match (tests_on_reload, policy.source()) {
         (true, PolicySource::Dir { policies, .. }) => Some(policies.join("tests")),
         _ => None,
     };
-    let opts = codespace_engine::reload::ReloadOptions {
+    let opts = codespace_engine::policy::reload::ReloadOptions {
         tests_dir,
         profiles: Some(profiles.clone()),
         ..Default::default()
     };
-    Ok(codespace_engine::reload::Reloader::start(
+    Ok(codespace_engine::policy::reload::Reloader::start(
         Arc::clone(policy),
         Some(Arc::clone(store)),
         opts,
@@ -1016,7 +1017,7 @@ pub fn start_reloader(
 }
 
 /// Forwards every SIGHUP to the reloader until the runtime ends.
-pub async fn reload_on_sighup(reloader: Arc<codespace_engine::reload::Reloader>) {
+pub async fn reload_on_sighup(reloader: Arc<codespace_engine::policy::reload::Reloader>) {
     use tokio::signal::unix::{SignalKind, signal};
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
         tracing::warn!("cannot install the SIGHUP handler; policy reload is by file watching only");

@@ -6,10 +6,10 @@
 
 use anyhow::{Context, Result, anyhow};
 use codespace_engine::Config;
-use codespace_engine::decide::SubDecision;
+use codespace_engine::policy::decide::SubDecision;
+use codespace_engine::policy::replay::{Flip, RecordedRequest, Replayer};
+use codespace_engine::policy::suite::{case_records, parse_file};
 use codespace_engine::policy::{PolicySnapshot, PolicySource, compile};
-use codespace_engine::policy_test::{case_records, parse_file};
-use codespace_engine::replay::{Flip, RecordedRequest, Replayer};
 use codespace_store::{DecisionQuery, Store};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;

@@ -129,13 +129,19 @@ fn json_and_junit_reports() {
     let x = std::fs::read_to_string(&xml).unwrap();
     assert!(x.starts_with("<?xml"), "{x}");
     assert!(
-        x.contains(r#"<testcase classname=""#)
+        x.contains(r#"<testcase name="read a.rs" classname=""#)
+            && x.contains(r#"<testcase name="read .env" classname=""#)
             && x.contains(
-                r#"name="read .env"><failure message="decision: expected allow, got deny: denied by policy: read `.env`: forbidden by base.forbid.secret-files"#
+                r#"<failure message="decision: expected allow, got deny: denied by policy: read `.env`: forbidden by base.forbid.secret-files"#
             ),
         "{x}"
     );
-    assert!(x.contains(r#"tests="2" failures="1""#), "{x}");
+    assert!(
+        x.contains(
+            r#"<testsuites name="codespace policy test" tests="2" skipped="0" failures="1""#
+        ),
+        "{x}"
+    );
 }
 
 #[test]

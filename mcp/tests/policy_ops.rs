@@ -150,11 +150,14 @@ fn a_missed_coverage_threshold_is_a_failing_junit_case_and_threshold_met_false()
     assert_eq!(o.status.code(), Some(1));
     let x = stdout(&o);
     assert!(
-        x.contains(r#"<testsuites name="codespace policy test" tests="2" failures="1">"#),
+        x.contains(
+            r#"<testsuites name="codespace policy test" tests="2" skipped="0" failures="1""#
+        ),
         "{x}"
     );
     assert!(
-        x.contains(r#"name="policy coverage &gt;= 50% (--coverage-min)"><failure message="policy coverage "#)
+        x.contains(r#"<testcase name="policy coverage &gt;= 50% (--coverage-min)" classname="policy test gates">"#)
+            && x.contains(r#"<failure message="policy coverage "#)
             && x.contains("% is below --coverage-min 50"),
         "{x}"
     );

@@ -10,24 +10,24 @@ use std::str::FromStr;
 use std::sync::{Arc, RwLock};
 
 /// The shipped schema, embedded for the no-config default.
-pub const EMBEDDED_SCHEMA: &str = include_str!("../../schema/codespace.cedarschema");
+pub const EMBEDDED_SCHEMA: &str = include_str!("../../../schema/codespace.cedarschema");
 /// The shipped policy files, embedded for the no-config default.
 pub const EMBEDDED_POLICIES: &[(&str, &str)] = &[
     (
         "base/guardrails.cedar",
-        include_str!("../../policies/base/guardrails.cedar"),
+        include_str!("../../../policies/base/guardrails.cedar"),
     ),
     (
         "profiles/read-only.cedar",
-        include_str!("../../policies/profiles/read-only.cedar"),
+        include_str!("../../../policies/profiles/read-only.cedar"),
     ),
     (
         "profiles/workspace-write.cedar",
-        include_str!("../../policies/profiles/workspace-write.cedar"),
+        include_str!("../../../policies/profiles/workspace-write.cedar"),
     ),
     (
         "base/approvals.cedar",
-        include_str!("../../policies/base/approvals.cedar"),
+        include_str!("../../../policies/base/approvals.cedar"),
     ),
 ];
 
@@ -235,17 +235,6 @@ fn first_line(s: &str) -> String {
     s.lines().next().unwrap_or("").to_string()
 }
 
-/// True when a policy's action scope is the `confirm` action alone (`action ==
-/// Action::"confirm"` or `action in [Action::"confirm"]`).
-fn on_confirm_only(p: &cedar_policy::Policy) -> bool {
-    let is_confirm = |a: &cedar_policy::EntityUid| a.id().unescaped() == "confirm";
-    match p.action_constraint() {
-        cedar_policy::ActionConstraint::Eq(a) => is_confirm(&a),
-        cedar_policy::ActionConstraint::In(list) => !list.is_empty() && list.iter().all(is_confirm),
-        cedar_policy::ActionConstraint::Any => false,
-    }
-}
-
 /// Compiles a bundle: schema, per-file parse, `@id` re-keying, lint, strict validation.
 pub fn compile(bundle: PolicyBundle) -> Result<PolicySnapshot, PolicyErrors> {
     let mut errs = Vec::new();
@@ -279,8 +268,6 @@ pub fn compile(bundle: PolicyBundle) -> Result<PolicySnapshot, PolicyErrors> {
                 continue;
             }
         };
-        let in_base = file.name.starts_with("base/");
-        let in_profiles = file.name.starts_with("profiles/");
         if parsed.templates().next().is_some() {
             errs.push(format!(
                 "{}: templates are not supported; write static policies",
@@ -300,42 +287,11 @@ pub fn compile(bundle: PolicyBundle) -> Result<PolicySnapshot, PolicyErrors> {
             let line = find_policy_line(&file.text, p.annotation("id"))
                 .or_else(|| nth_policy_line(&file.text, index))
                 .unwrap_or(1);
-            let Some(id) = p.annotation("id").map(str::to_string) else {
-                errs.push(format!(
-                    "{}:{line}: lint: policy has no @id(\"…\") annotation",
-                    file.name
-                ));
-                continue;
-            };
+            let (id, lint_errors) = super::lint::lint_policy(&file.name, line, p);
+            errs.extend(lint_errors);
+            let Some(id) = id else { continue };
             let forbid = p.effect() == cedar_policy::Effect::Forbid;
             let reason = p.annotation("reason").map(str::to_string);
-            if forbid && reason.is_none() {
-                errs.push(format!(
-                    "{}:{line}: lint: policy {id}: forbid has no @reason(\"…\")",
-                    file.name
-                ));
-            }
-            // Policies on `confirm` (either effect: a permit there holds a call for a human)
-            // are base guardrails.
-            let on_confirm = on_confirm_only(p);
-            if on_confirm && !in_base {
-                errs.push(format!(
-                    "{}:{line}: lint: policy {id}: policies on confirm belong in base/",
-                    file.name
-                ));
-            }
-            if forbid && !in_base && !on_confirm {
-                errs.push(format!(
-                    "{}:{line}: lint: policy {id}: forbids belong in base/",
-                    file.name
-                ));
-            }
-            if !forbid && !in_profiles && !on_confirm {
-                errs.push(format!(
-                    "{}:{line}: lint: policy {id}: permits belong in profiles/",
-                    file.name
-                ));
-            }
             if let Some(prev) = meta.get(&id) {
                 errs.push(format!(
                     "{}:{line}: policy {id}: duplicate @id (first in {}:{})",
@@ -433,64 +389,6 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// The profile ids a policy names (`PermissionProfile::"…"` in its scope or conditions).
-pub fn profiles_named(policy: &cedar_policy::Policy) -> BTreeSet<String> {
-    fn walk(v: &serde_json::Value, out: &mut BTreeSet<String>) {
-        match v {
-            serde_json::Value::Object(m) => {
-                if let (Some(serde_json::Value::String(ty)), Some(serde_json::Value::String(id))) =
-                    (m.get("type"), m.get("id"))
-                    && (ty == "CodeSpace::PermissionProfile" || ty == "PermissionProfile")
-                {
-                    out.insert(id.clone());
-                }
-                for x in m.values() {
-                    walk(x, out);
-                }
-            }
-            serde_json::Value::Array(items) => {
-                for x in items {
-                    walk(x, out);
-                }
-            }
-            _ => {}
-        }
-    }
-    let mut out = BTreeSet::new();
-    if let Ok(est) = policy.to_json() {
-        walk(&est, &mut out);
-    }
-    out
-}
-
-/// One line per policy that names a profile outside `known` (the config's profiles, the
-/// built-ins and any a test file declares): such a permit never matches and such a forbid never
-/// applies, so it is a validation error, with the closest known name.
-pub fn unknown_profile_errors(snap: &PolicySnapshot, known: &BTreeSet<String>) -> Vec<String> {
-    let mut errs = Vec::new();
-    for (id, meta) in &snap.meta {
-        let Some(policy) = snap.set.policy(&PolicyId::new(id)) else {
-            continue;
-        };
-        for name in profiles_named(policy) {
-            if !known.contains(&name) {
-                errs.push(format!(
-                    "{}:{}: policy {id}: unknown profile `{name}`{}; profiles come from the config's `profiles`, the built-ins ({}) or a test file's `profiles:`",
-                    meta.file,
-                    meta.line,
-                    crate::suggest::hint(&name, known.iter().map(String::as_str)),
-                    crate::config::BUILTIN_PROFILES
-                        .iter()
-                        .map(|(b, _)| *b)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ));
-            }
-        }
-    }
-    errs
-}
-
 /// The live policy set: readers take an `Arc` snapshot at the start of a call and finish under it.
 #[derive(Debug)]
 pub struct PolicyStore {
@@ -544,7 +442,7 @@ impl PolicyStore {
             shadow: RwLock::new(None),
             shadow_error: RwLock::new(None),
         };
-        let errs = unknown_profile_errors(
+        let errs = super::lint::unknown_profile_errors(
             &store.snapshot(),
             store
                 .known_profiles
@@ -628,7 +526,7 @@ impl PolicyStore {
     pub fn compile_checked(&self, bundle: PolicyBundle) -> Result<PolicySnapshot, PolicyErrors> {
         let snap = compile(bundle)?;
         if let Some(known) = &self.known_profiles {
-            let errs = unknown_profile_errors(&snap, known);
+            let errs = super::lint::unknown_profile_errors(&snap, known);
             if !errs.is_empty() {
                 return Err(PolicyErrors(errs));
             }

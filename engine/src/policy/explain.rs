@@ -4,10 +4,10 @@
 //! builder and `decide()` the server uses; nothing here touches the store or the disk.
 
 use crate::config::Profile;
-use crate::decide::{Decision, decide, operation_entity, uid, workspace_entities};
 use crate::error::{ErrorCode, ToolError};
 use crate::gateway::Gateway;
 use crate::policy::PolicySnapshot;
+use crate::policy::decide::{Decision, decide, operation_entity, uid, workspace_entities};
 use crate::request::{ProcessFacts, Session, SubRequest, WorkspaceFacts, build_requests};
 use crate::tools::ToolCall;
 use cedar_policy::{

@@ -5,9 +5,9 @@
 //! Cedar request in the upstream `cedar run-tests` format.
 
 use crate::config::Profile;
-use crate::decide::{Decision, decide, workspace_entities};
-use crate::explain::{build_cedar_request, entities_json, evaluate};
 use crate::policy::PolicySnapshot;
+use crate::policy::decide::{Decision, decide, workspace_entities};
+use crate::policy::explain::{build_cedar_request, entities_json, evaluate};
 use crate::request::{ProcessFacts, Session, SubRequest, WorkspaceFacts, build_requests};
 use crate::tools::{CallParseError, ToolCall};
 use cedar_policy::Decision as CedarDecision;
@@ -697,12 +697,13 @@ pub fn run_file_in(
                         if d.allowed() && !confirm_reqs.is_empty() {
                             let c = decide(snap, base, &facts, &tool, &confirm_reqs);
                             let offset = d.subs.len();
-                            d.subs
-                                .extend(c.subs.into_iter().map(|s| crate::decide::SubDecision {
+                            d.subs.extend(c.subs.into_iter().map(|s| {
+                                crate::policy::decide::SubDecision {
                                     index: s.index + offset,
                                     gating: false,
                                     ..s
-                                }));
+                                }
+                            }));
                         }
                         Some(d)
                     }
@@ -978,95 +979,6 @@ pub fn report_json(results: &[CaseResult], coverage: &Coverage, gates: &Gates) -
     })
 }
 
-fn xml_escape(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&apos;"),
-            c if (c as u32) < 0x20 && c != '\n' && c != '\t' && c != '\r' => {}
-            c => o.push(c),
-        }
-    }
-    o
-}
-
-/// The JUnit XML report: one testsuite per file, coverage as properties, and the gates
-/// (coverage threshold, --fail-on-empty) as test cases of a `policy test gates` suite, so a
-/// missed threshold is a failing test case.
-pub fn report_junit(results: &[CaseResult], coverage: &Coverage, gates: &Gates) -> String {
-    let mut by_file: BTreeMap<&str, Vec<&CaseResult>> = BTreeMap::new();
-    for r in results {
-        by_file.entry(r.file.as_str()).or_default().push(r);
-    }
-    let verdicts = gates.evaluate(results, coverage);
-    let gate_failures = verdicts.iter().filter(|g| !g.passed).count();
-    let failed = results.iter().filter(|r| !r.passed).count() + gate_failures;
-    let mut x = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    x.push_str(&format!(
-        "<testsuites name=\"codespace policy test\" tests=\"{}\" failures=\"{failed}\">\n",
-        results.len() + verdicts.len()
-    ));
-    if !verdicts.is_empty() {
-        x.push_str(&format!(
-            "  <testsuite name=\"policy test gates\" tests=\"{}\" failures=\"{gate_failures}\">\n",
-            verdicts.len()
-        ));
-        for g in &verdicts {
-            x.push_str(&format!(
-                "    <testcase classname=\"policy test gates\" name=\"{}\"",
-                xml_escape(&g.name)
-            ));
-            if g.passed {
-                x.push_str("/>\n");
-            } else {
-                x.push_str(&format!(
-                    "><failure message=\"{}\">{}</failure></testcase>\n",
-                    xml_escape(&g.message),
-                    xml_escape(&g.message)
-                ));
-            }
-        }
-        x.push_str("  </testsuite>\n");
-    }
-    for (file, cases) in by_file {
-        let f = cases.iter().filter(|r| !r.passed).count();
-        x.push_str(&format!(
-            "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{f}\">\n",
-            xml_escape(file),
-            cases.len()
-        ));
-        x.push_str(&format!(
-            "    <properties><property name=\"policy_coverage_percent\" value=\"{:.1}\"/><property name=\"uncovered_policies\" value=\"{}\"/></properties>\n",
-            coverage.percent(),
-            xml_escape(&coverage.uncovered().join(" "))
-        ));
-        for r in cases {
-            x.push_str(&format!(
-                "    <testcase classname=\"{}\" name=\"{}\"",
-                xml_escape(file),
-                xml_escape(&r.name)
-            ));
-            if r.passed {
-                x.push_str("/>\n");
-            } else {
-                let msg = r.failures.join("\n");
-                x.push_str(&format!(
-                    "><failure message=\"{}\">{}</failure></testcase>\n",
-                    xml_escape(r.failures.first().map(String::as_str).unwrap_or("failed")),
-                    xml_escape(&msg)
-                ));
-            }
-        }
-        x.push_str("  </testsuite>\n");
-    }
-    x.push_str("</testsuites>\n");
-    x
-}
-
 /// Why the call got the decision it got: the denial text (determining policies and their
 /// reasons, or the default deny), or the permits that allowed it.
 pub fn decision_summary(snap: &PolicySnapshot, d: &Decision) -> String {
@@ -1199,7 +1111,7 @@ pub fn case_records(
     base_profiles: &BTreeMap<String, Profile>,
     file_name: &str,
     file: &TestFile,
-) -> Result<Vec<(String, crate::replay::RecordedRequest)>, String> {
+) -> Result<Vec<(String, crate::policy::replay::RecordedRequest)>, String> {
     let profiles = file_profiles(base_profiles, file)?;
     let facts = file.workspace.facts();
     let session = file
@@ -1235,7 +1147,7 @@ pub fn case_records(
         for req in &reqs {
             out.push((
                 format!("{file_name} :: {}", case.name),
-                crate::replay::RecordedRequest::new(&profiles, &facts, call.tool(), req),
+                crate::policy::replay::RecordedRequest::new(&profiles, &facts, call.tool(), req),
             ));
         }
     }

@@ -5,8 +5,8 @@
 //! `explain --decision-id` are built on it.
 
 use crate::config::Profile;
-use crate::decide::{SubDecision, decide, workspace_entities};
 use crate::policy::PolicySnapshot;
+use crate::policy::decide::{SubDecision, decide, workspace_entities};
 use crate::redact::Redactor;
 use crate::request::{SubRequest, WorkspaceFacts};
 use cedar_policy::Entities;

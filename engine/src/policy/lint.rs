@@ -1,0 +1,119 @@
+//! The lint rules every policy file passes before validation: each policy has an `@id`, each
+//! forbid a `@reason`, forbids and `confirm` policies live in `base/`, permits in `profiles/`;
+//! and the check that policies name only known profiles.
+
+use super::load::PolicySnapshot;
+use cedar_policy::PolicyId;
+use std::collections::BTreeSet;
+
+/// True when a policy's action scope is the `confirm` action alone (`action ==
+/// Action::"confirm"` or `action in [Action::"confirm"]`).
+fn on_confirm_only(p: &cedar_policy::Policy) -> bool {
+    let is_confirm = |a: &cedar_policy::EntityUid| a.id().unescaped() == "confirm";
+    match p.action_constraint() {
+        cedar_policy::ActionConstraint::Eq(a) => is_confirm(&a),
+        cedar_policy::ActionConstraint::In(list) => !list.is_empty() && list.iter().all(is_confirm),
+        cedar_policy::ActionConstraint::Any => false,
+    }
+}
+
+/// Lints one policy of the file `file` (a name relative to the policy root) at `line`: its `@id`
+/// (None when it has none) and every lint error, one line each.
+pub fn lint_policy(
+    file: &str,
+    line: usize,
+    p: &cedar_policy::Policy,
+) -> (Option<String>, Vec<String>) {
+    let mut errs = Vec::new();
+    let Some(id) = p.annotation("id").map(str::to_string) else {
+        errs.push(format!(
+            "{file}:{line}: lint: policy has no @id(\"…\") annotation"
+        ));
+        return (None, errs);
+    };
+    let in_base = file.starts_with("base/");
+    let in_profiles = file.starts_with("profiles/");
+    let forbid = p.effect() == cedar_policy::Effect::Forbid;
+    if forbid && p.annotation("reason").is_none() {
+        errs.push(format!(
+            "{file}:{line}: lint: policy {id}: forbid has no @reason(\"…\")"
+        ));
+    }
+    // Policies on `confirm` (either effect: a permit there holds a call for a human) are base
+    // guardrails.
+    let on_confirm = on_confirm_only(p);
+    if on_confirm && !in_base {
+        errs.push(format!(
+            "{file}:{line}: lint: policy {id}: policies on confirm belong in base/"
+        ));
+    }
+    if forbid && !in_base && !on_confirm {
+        errs.push(format!(
+            "{file}:{line}: lint: policy {id}: forbids belong in base/"
+        ));
+    }
+    if !forbid && !in_profiles && !on_confirm {
+        errs.push(format!(
+            "{file}:{line}: lint: policy {id}: permits belong in profiles/"
+        ));
+    }
+    (Some(id), errs)
+}
+
+/// The profile ids a policy names (`PermissionProfile::"…"` in its scope or conditions).
+pub fn profiles_named(policy: &cedar_policy::Policy) -> BTreeSet<String> {
+    fn walk(v: &serde_json::Value, out: &mut BTreeSet<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                if let (Some(serde_json::Value::String(ty)), Some(serde_json::Value::String(id))) =
+                    (m.get("type"), m.get("id"))
+                    && (ty == "CodeSpace::PermissionProfile" || ty == "PermissionProfile")
+                {
+                    out.insert(id.clone());
+                }
+                for x in m.values() {
+                    walk(x, out);
+                }
+            }
+            serde_json::Value::Array(items) => {
+                for x in items {
+                    walk(x, out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = BTreeSet::new();
+    if let Ok(est) = policy.to_json() {
+        walk(&est, &mut out);
+    }
+    out
+}
+
+/// One line per policy that names a profile outside `known` (the config's profiles, the
+/// built-ins and any a test file declares): such a permit never matches and such a forbid never
+/// applies, so it is a validation error, with the closest known name.
+pub fn unknown_profile_errors(snap: &PolicySnapshot, known: &BTreeSet<String>) -> Vec<String> {
+    let mut errs = Vec::new();
+    for (id, meta) in &snap.meta {
+        let Some(policy) = snap.set.policy(&PolicyId::new(id)) else {
+            continue;
+        };
+        for name in profiles_named(policy) {
+            if !known.contains(&name) {
+                errs.push(format!(
+                    "{}:{}: policy {id}: unknown profile `{name}`{}; profiles come from the config's `profiles`, the built-ins ({}) or a test file's `profiles:`",
+                    meta.file,
+                    meta.line,
+                    crate::suggest::hint(&name, known.iter().map(String::as_str)),
+                    crate::config::BUILTIN_PROFILES
+                        .iter()
+                        .map(|(b, _)| *b)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+        }
+    }
+    errs
+}
