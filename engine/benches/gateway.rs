@@ -62,14 +62,14 @@ fn main() {
         id: "w".into(),
         profile: "workspace-write".into(),
         environment: "local".into(),
-        environment_kind: "host".into(),
-        sandbox: "enforced".into(),
-        network_enforcement: "enforced".into(),
-        network: "restricted".into(),
-        approvals: "off".into(),
+        environment_kind: codespace_engine::config::EnvironmentKind::Host,
+        sandbox: codespace_engine::facts::SandboxFact::Enforced,
+        network_enforcement: codespace_engine::facts::NetworkEnforcement::Enforced,
+        network: codespace_engine::config::Network::Restricted,
+        approvals: codespace_engine::config::Approvals::Off,
         server_owned: vec![],
-        workspace_sandbox: "required".into(),
-        secret_masking: "enforced".into(),
+        workspace_sandbox: codespace_engine::config::SandboxMode::Required,
+        secret_masking: codespace_engine::facts::MaskingFact::Enforced,
     };
     let base = workspace_entities(&snap, &gw.config().profiles, &facts).unwrap();
     let req = [path_request("read", "src/main.rs", "", &session)];

@@ -184,10 +184,11 @@ struct RawClient {
 }
 
 /// Environment kinds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum EnvironmentKind {
     /// The local host.
+    #[default]
     Host,
     /// Loads, but exec and patch fail closed.
     LinuxContainer,
@@ -258,7 +259,7 @@ pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 << 20;
 /// Default `limits.max_sessions_per_client`.
 pub const DEFAULT_MAX_SESSIONS_PER_CLIENT: usize = 64;
 /// The operator's sandbox switch for a workspace.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum SandboxMode {
     /// Commands run only inside the command sandbox; where it is unavailable they are refused.

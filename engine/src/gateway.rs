@@ -242,33 +242,31 @@ impl Gateway {
             let env_kind = config
                 .environments
                 .get(&ws.environment)
-                .map(|e| e.kind.as_str())
-                .unwrap_or("host");
+                .map(|e| e.kind)
+                .unwrap_or_default();
             let facts = WorkspaceFacts {
                 id: id.clone(),
                 profile: ws.profile.clone(),
                 environment: ws.environment.clone(),
-                environment_kind: env_kind.to_string(),
+                environment_kind: env_kind,
                 sandbox: if sandbox.sandbox_enforced {
-                    "enforced"
+                    crate::facts::SandboxFact::Enforced
                 } else {
-                    "unavailable"
-                }
-                .into(),
+                    crate::facts::SandboxFact::Unavailable
+                },
                 // A workspace whose operator turned the sandbox off has no network enforcement.
                 network_enforcement: if sandbox.network_enforced
                     && ws.sandbox == crate::config::SandboxMode::Required
                 {
-                    "enforced"
+                    crate::facts::NetworkEnforcement::Enforced
                 } else {
-                    "none"
-                }
-                .into(),
-                network: ws.network.as_str().into(),
-                approvals: ws.approvals.as_str().into(),
+                    crate::facts::NetworkEnforcement::None
+                },
+                network: ws.network,
+                approvals: ws.approvals,
                 server_owned: crate::server_files::server_owned_in(&ws.root, &owned_files),
-                workspace_sandbox: ws.sandbox.as_str().into(),
-                secret_masking: crate::masks::masking_fact(ws.secret_masking, sandbox).into(),
+                workspace_sandbox: ws.sandbox,
+                secret_masking: crate::masks::masking_fact(ws.secret_masking, sandbox),
             };
             let root = Arc::new(root);
             let index = Arc::new(crate::index::PathIndex::new_in(

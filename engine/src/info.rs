@@ -151,7 +151,7 @@ impl Gateway {
             allowed("exec_command"),
         );
         let env_kind = ws.facts.environment_kind.as_str();
-        let host = env_kind == "host";
+        let host = ws.facts.environment_kind == crate::config::EnvironmentKind::Host;
         let process_available = exec && host;
         let mut process = json!({ "available": process_available });
         if process_available && let Value::Object(m) = &mut process {
@@ -171,7 +171,8 @@ impl Gateway {
                 }),
             );
         }
-        let sandbox_on = ws.facts.sandbox == "enforced" && ws.facts.workspace_sandbox != "off";
+        let sandbox_on = ws.facts.sandbox == crate::facts::SandboxFact::Enforced
+            && ws.facts.workspace_sandbox != crate::config::SandboxMode::Off;
         let pids = self.pids_isolation();
         // Names only: the absolute paths behind them are the server's business.
         let read_path_names: Vec<&String> = self
@@ -236,22 +237,22 @@ impl Gateway {
             "isolation": {
                 "file_tools_workspace_scoped": true,
                 "command_sandbox": if sandbox_on { "linux-sandbox" } else { "none" },
-                "sandbox": ws.facts.workspace_sandbox,
+                "sandbox": ws.facts.workspace_sandbox.as_str(),
                 "read_paths": read_path_names,
                 "pids": {"limit": pids.limit, "mechanism": pids.mechanism.as_str()},
-                "secret_masking": ws.facts.secret_masking,
+                "secret_masking": ws.facts.secret_masking.as_str(),
             },
             "network": {
-                "policy": ws.facts.network,
-                "enforcement": ws.facts.network_enforcement,
+                "policy": ws.facts.network.as_str(),
+                "enforcement": ws.facts.network_enforcement.as_str(),
                 "client_may_escalate": false,
             },
-            "approvals": ws.facts.approvals,
+            "approvals": ws.facts.approvals.as_str(),
             "approval_channels": crate::approvals::APPROVAL_CHANNELS,
         });
         // `network: proxy` with the sandbox: the proxy's address inside each command's namespace.
-        if ws.facts.network == crate::config::Network::Proxy.as_str()
-            && ws.facts.workspace_sandbox != "off"
+        if ws.facts.network == crate::config::Network::Proxy
+            && ws.facts.workspace_sandbox != crate::config::SandboxMode::Off
             && let Some(n) = execution.get_mut("network").and_then(Value::as_object_mut)
         {
             n.insert("proxy".into(), json!(crate::net::proxy_address()));

@@ -10,6 +10,7 @@ mod audit;
 mod capabilities;
 pub mod config;
 pub mod error;
+pub mod facts;
 mod fence_dirs;
 mod file_versions;
 mod fs_tools;

@@ -44,11 +44,14 @@ const MASK_SETS_KEPT: usize = 8;
 
 /// The Cedar fact `resource.workspace.environment.secret_masking` of a workspace: `off` when the
 /// operator opted out, else `enforced` when the probe says masks work, else `unavailable`.
-pub(crate) fn masking_fact(switch: SecretMasking, sandbox: SandboxFacts) -> &'static str {
+pub(crate) fn masking_fact(
+    switch: SecretMasking,
+    sandbox: SandboxFacts,
+) -> crate::facts::MaskingFact {
     match switch {
-        SecretMasking::Off => "off",
-        SecretMasking::Required if sandbox.masking_enforced => "enforced",
-        SecretMasking::Required => "unavailable",
+        SecretMasking::Off => crate::facts::MaskingFact::Off,
+        SecretMasking::Required if sandbox.masking_enforced => crate::facts::MaskingFact::Enforced,
+        SecretMasking::Required => crate::facts::MaskingFact::Unavailable,
     }
 }
 
@@ -267,7 +270,7 @@ impl Gateway {
         ws: &WorkspaceRuntime,
         session: &Session,
     ) -> Result<Vec<Mask>, ToolError> {
-        if ws.facts.secret_masking != "enforced" {
+        if ws.facts.secret_masking != crate::facts::MaskingFact::Enforced {
             return Ok(Vec::new());
         }
         crate::index::ensure_reaper(&ws.index);
@@ -380,6 +383,7 @@ mod tests {
     use super::*;
 
     use crate::config::Config;
+    use crate::facts::MaskingFact;
     use crate::policy::{PolicySource, PolicyStore};
     use std::path::Path;
 
@@ -504,10 +508,16 @@ mod tests {
             masking_enforced: false,
             ..on
         };
-        assert_eq!(masking_fact(SecretMasking::Required, on), "enforced");
-        assert_eq!(masking_fact(SecretMasking::Required, off), "unavailable");
-        assert_eq!(masking_fact(SecretMasking::Off, on), "off");
-        assert_eq!(masking_fact(SecretMasking::Off, off), "off");
+        assert_eq!(
+            masking_fact(SecretMasking::Required, on),
+            MaskingFact::Enforced
+        );
+        assert_eq!(
+            masking_fact(SecretMasking::Required, off),
+            MaskingFact::Unavailable
+        );
+        assert_eq!(masking_fact(SecretMasking::Off, on), MaskingFact::Off);
+        assert_eq!(masking_fact(SecretMasking::Off, off), MaskingFact::Off);
     }
 
     #[test]

@@ -86,7 +86,7 @@ impl Gateway {
             tool: tool.to_string(),
             workspace: workspace.to_string(),
             client: Some(session.client.clone()),
-            status: "running".into(),
+            status: crate::facts::OperationStatus::Running.as_str().into(),
             created_ms: codespace_store::now_ms(),
             finished_ms: None,
             result: None,
@@ -157,15 +157,15 @@ impl Gateway {
     pub(crate) fn finish_operation(
         &self,
         id: &str,
-        status: &str,
+        status: crate::facts::OperationStatus,
         result: &Value,
         reason: Option<&str>,
     ) {
         let Some(store) = &self.store else { return };
-        if let Err(e) = store.finish_operation(id, status, Some(result)) {
+        if let Err(e) = store.finish_operation(id, status.as_str(), Some(result)) {
             tracing::error!(operation_id = id, error = %e, "cannot finish operation");
         }
-        if let Err(e) = store.add_operation_event(id, "finished", Some(status), reason) {
+        if let Err(e) = store.add_operation_event(id, "finished", Some(status.as_str()), reason) {
             tracing::error!(operation_id = id, error = %e, "cannot add operation event");
         }
     }
@@ -228,7 +228,7 @@ impl Gateway {
             })
             .collect();
         let status = if row.finished_ms.is_none() {
-            "running".to_string()
+            crate::facts::OperationStatus::Running.as_str().to_string()
         } else {
             row.status.clone()
         };

@@ -181,7 +181,7 @@ enum Applied {
     Done,
     Stale(Vec<String>),
     Failed {
-        status: &'static str,
+        status: crate::facts::OperationStatus,
         err: ToolError,
     },
 }
@@ -299,7 +299,7 @@ impl Gateway {
             Ok(result) => {
                 let v = serde_json::to_value(&result)
                     .map_err(|e| ToolError::new(ErrorCode::Internal, e.to_string()))?;
-                self.finish_operation(&op_id, &result.status, &v, None);
+                self.finish_operation(&op_id, result.status, &v, None);
                 Ok(v)
             }
             Err((status, err)) => {
@@ -323,8 +323,8 @@ impl Gateway {
         expected: &BTreeMap<String, String>,
         pinned: &BTreeMap<String, String>,
         op_id: &str,
-    ) -> Result<ApplyPatchResult, (&'static str, ToolError)> {
-        let rejected = |e: ToolError| ("rejected", e);
+    ) -> Result<ApplyPatchResult, (crate::facts::OperationStatus, ToolError)> {
+        let rejected = |e: ToolError| (crate::facts::OperationStatus::Rejected, e);
         let patch = codespace_runner_patch::parse(&p.patch)
             .map_err(|e| rejected(ToolError::new(ErrorCode::InvalidPatch, e.to_string())))?;
         let root = Arc::clone(&ws.root);
@@ -406,7 +406,7 @@ impl Gateway {
         }
         if p.check_only.unwrap_or(false) {
             return Ok(ApplyPatchResult {
-                status: "checked".into(),
+                status: crate::facts::OperationStatus::Checked,
                 operation_id: op_id.into(),
                 replayed: false,
                 files,
@@ -440,7 +440,7 @@ impl Gateway {
         .await
         .map_err(|e| {
             (
-                "unknown",
+                crate::facts::OperationStatus::Unknown,
                 ToolError::new(ErrorCode::Internal, e.to_string()),
             )
         })?;
@@ -457,7 +457,7 @@ impl Gateway {
                     ws.versions.record(&fc.path, k);
                 }
                 Ok(ApplyPatchResult {
-                    status: "applied".into(),
+                    status: crate::facts::OperationStatus::Applied,
                     operation_id: op_id.into(),
                     replayed: false,
                     files,
@@ -465,7 +465,7 @@ impl Gateway {
                 })
             }
             Applied::Stale(paths) => Err((
-                "rejected",
+                crate::facts::OperationStatus::Rejected,
                 ToolError::new(
                     ErrorCode::StaleRead,
                     format!(
@@ -552,7 +552,7 @@ impl Gateway {
                             let _ = store.journal_clear(&op);
                             self.finish_operation(
                                 &op,
-                                "unknown",
+                                crate::facts::OperationStatus::Unknown,
                                 &json!({"recovered": "rolled back at start-up"}),
                                 Some("unknown"),
                             );
@@ -570,7 +570,7 @@ impl Gateway {
             for row in rows {
                 self.finish_operation(
                     &row.operation_id,
-                    "unknown",
+                    crate::facts::OperationStatus::Unknown,
                     &json!({"recovered": "unfinished at start-up"}),
                     Some("unknown"),
                 );
@@ -681,7 +681,7 @@ fn commit_checked(
                 Ok(()) => {
                     clear(store);
                     Applied::Failed {
-                        status: "failed_rolled_back",
+                        status: crate::facts::OperationStatus::FailedRolledBack,
                         err: ToolError::new(
                             ErrorCode::StaleRead,
                             format!(
@@ -692,7 +692,7 @@ fn commit_checked(
                     }
                 }
                 Err(files) => Applied::Failed {
-                    status: "failed_partial",
+                    status: crate::facts::OperationStatus::FailedPartial,
                     err: ToolError::new(
                         ErrorCode::StaleRead,
                         format!(
@@ -706,12 +706,12 @@ fn commit_checked(
         Err(CommitError::Refused { cause }) => {
             clear(store);
             Applied::Failed {
-                status: "rejected",
+                status: crate::facts::OperationStatus::Rejected,
                 err: ToolError::from(cause),
             }
         }
         Err(CommitError::Journal { message }) => Applied::Failed {
-            status: "rejected",
+            status: crate::facts::OperationStatus::Rejected,
             err: ToolError::new(
                 ErrorCode::Internal,
                 format!("cannot write the rollback journal; nothing was written ({message})"),
@@ -720,7 +720,7 @@ fn commit_checked(
         Err(CommitError::RolledBack { cause }) => {
             clear(store);
             Applied::Failed {
-                status: "failed_rolled_back",
+                status: crate::facts::OperationStatus::FailedRolledBack,
                 err: ToolError::new(
                     ErrorCode::from(&cause),
                     format!(
@@ -730,7 +730,7 @@ fn commit_checked(
             }
         }
         Err(CommitError::Partial { cause, files }) => Applied::Failed {
-            status: "failed_partial",
+            status: crate::facts::OperationStatus::FailedPartial,
             err: ToolError::new(
                 ErrorCode::FileOperationFailed,
                 format!(
@@ -740,7 +740,7 @@ fn commit_checked(
             ),
         },
         Err(CommitError::JournalFinish { message, .. }) => Applied::Failed {
-            status: "unknown",
+            status: crate::facts::OperationStatus::Unknown,
             err: ToolError::new(ErrorCode::Internal, format!("journal: {message}")),
         },
     }

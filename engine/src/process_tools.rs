@@ -243,7 +243,7 @@ fn make_tmp_dir() -> Result<PathBuf, ToolError> {
 /// Whether `ws`'s commands run in the sandbox (every workspace but one whose operator set
 /// `"sandbox": "off"`).
 fn requires_sandbox(ws: &WorkspaceRuntime) -> bool {
-    ws.facts.workspace_sandbox != "off"
+    ws.facts.workspace_sandbox != crate::config::SandboxMode::Off
 }
 
 /// Paths a workspace's commands get besides the workspace and their temp dir.
@@ -486,7 +486,7 @@ impl Gateway {
         if !requires_sandbox(ws) {
             return Ok(None);
         }
-        if ws.facts.sandbox != "enforced" {
+        if ws.facts.sandbox != crate::facts::SandboxFact::Enforced {
             return Err(ToolError::new(
                 ErrorCode::ProcessSpawnFailed,
                 "command sandbox unavailable on this host, and this workspace requires it \
@@ -763,7 +763,12 @@ impl Gateway {
             stderr_chunk: None,
             stderr_cursor: None,
         };
-        self.finish_operation(&op_id, "started", &to_value(&result)?, None);
+        self.finish_operation(
+            &op_id,
+            crate::facts::OperationStatus::Started,
+            &to_value(&result)?,
+            None,
+        );
         if let Some(s) = &self.store
             && let Err(e) = s.upsert_process(&row)
         {
@@ -932,7 +937,7 @@ impl Gateway {
         // else none.
         let network = if decision.allows("process_network") {
             NetworkMode::Enabled
-        } else if sandboxed && ws.facts.network == crate::config::Network::Proxy.as_str() {
+        } else if sandboxed && ws.facts.network == crate::config::Network::Proxy {
             NetworkMode::Proxy
         } else {
             NetworkMode::Restricted
@@ -1093,7 +1098,7 @@ impl Gateway {
     fn fail_operation(&self, op_id: &str, e: &ToolError) {
         self.finish_operation(
             op_id,
-            "failed",
+            crate::facts::OperationStatus::Failed,
             &json!({"error": {"code": e.code, "message": e.message}}),
             Some(e.code.as_str()),
         );
@@ -1115,7 +1120,7 @@ impl Gateway {
             &p.process_id,
             &fp,
             session,
-            "written",
+            crate::facts::OperationStatus::Written,
             table.write_stdin(&p.process_id, p.data.as_bytes()),
         )
         .await
@@ -1131,7 +1136,7 @@ impl Gateway {
         process_id: &str,
         fp: &str,
         session: &Session,
-        done: &str,
+        done: crate::facts::OperationStatus,
         action: impl std::future::Future<Output = Result<(), ProcError>>,
     ) -> Result<Value, ToolError> {
         let op_id = match self.begin_operation(tool, workspace, None, fp, session)? {
@@ -1320,7 +1325,7 @@ impl Gateway {
                     termination: info.termination.map(|t| t.as_str().to_string()),
                     signal: info.signal,
                 })?;
-                self.finish_operation(&op_id, "terminated", &r, None);
+                self.finish_operation(&op_id, crate::facts::OperationStatus::Terminated, &r, None);
                 Ok(r)
             }
             Err(e) => {

@@ -36,24 +36,22 @@ pub struct WorkspaceFacts {
     pub profile: String,
     /// Environment id.
     pub environment: String,
-    /// Environment kind (`host` / `linux-container`).
-    pub environment_kind: String,
-    /// `enforced` / `unavailable`.
-    pub sandbox: String,
-    /// `enforced` / `none`.
-    pub network_enforcement: String,
-    /// `restricted` / `enabled`.
-    pub network: String,
-    /// `off` / `confirm`.
-    pub approvals: String,
+    /// Environment kind.
+    pub environment_kind: crate::config::EnvironmentKind,
+    /// Can the command sandbox be enforced here.
+    pub sandbox: crate::facts::SandboxFact,
+    /// Can a command's network be cut off.
+    pub network_enforcement: crate::facts::NetworkEnforcement,
+    /// The operator's network switch.
+    pub network: crate::config::Network,
+    /// The operator's approvals switch.
+    pub approvals: crate::config::Approvals,
     /// Workspace-relative paths (files or directories) owned by the server itself.
     pub server_owned: Vec<String>,
-    /// The operator's sandbox switch of the workspace (`resource.workspace.sandbox`):
-    /// `required` / `off`.
-    pub workspace_sandbox: String,
-    /// `enforced` / `unavailable` / `off`: whether commands get secret masks
-    /// (`resource.workspace.environment.secret_masking`).
-    pub secret_masking: String,
+    /// The operator's sandbox switch of the workspace (`resource.workspace.sandbox`).
+    pub workspace_sandbox: crate::config::SandboxMode,
+    /// Whether commands get secret masks (`resource.workspace.environment.secret_masking`).
+    pub secret_masking: crate::facts::MaskingFact,
 }
 
 impl WorkspaceFacts {
@@ -606,14 +604,14 @@ mod tests {
             id: "w".into(),
             profile: "read-only".into(),
             environment: "local".into(),
-            environment_kind: "host".into(),
-            sandbox: "enforced".into(),
-            network_enforcement: "enforced".into(),
-            network: "restricted".into(),
-            approvals: "off".into(),
+            environment_kind: crate::config::EnvironmentKind::Host,
+            sandbox: crate::facts::SandboxFact::Enforced,
+            network_enforcement: crate::facts::NetworkEnforcement::Enforced,
+            network: crate::config::Network::Restricted,
+            approvals: crate::config::Approvals::Off,
             server_owned: vec!["policies".into(), "codespace.json".into()],
-            workspace_sandbox: "required".into(),
-            secret_masking: "enforced".into(),
+            workspace_sandbox: crate::config::SandboxMode::Required,
+            secret_masking: crate::facts::MaskingFact::Enforced,
         };
         assert!(f.is_server_owned("policies"));
         assert!(f.is_server_owned("policies/base/x.cedar"));

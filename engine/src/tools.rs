@@ -360,7 +360,7 @@ pub struct FileChange {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
 pub struct ApplyPatchResult {
     /// applied / checked / rejected / failed_rolled_back / failed_partial / unknown.
-    pub status: String,
+    pub status: crate::facts::OperationStatus,
     /// The operation id (`op-…`).
     pub operation_id: String,
     /// True when this is the stored result of an earlier call with the same operation_key.

@@ -511,7 +511,7 @@ fn explain_connect(
         None => {
             let snap = compile_or_report(source)?;
             let mut fx = Fixture::new(&workspace, &args.workspace_profile);
-            fx.network = "proxy".into();
+            fx.network = codespace_engine::config::Network::Proxy;
             let mut extra = BTreeMap::new();
             if let Some(parent) = &args.extends {
                 extra.insert(args.workspace_profile.clone(), Some(parent.clone()));

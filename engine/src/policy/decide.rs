@@ -64,15 +64,15 @@ pub fn workspace_entities(
     );
     ws_attrs.insert(
         "network".into(),
-        RestrictedExpression::new_string(facts.network.clone()),
+        RestrictedExpression::new_string(facts.network.as_str().to_string()),
     );
     ws_attrs.insert(
         "approvals".into(),
-        RestrictedExpression::new_string(facts.approvals.clone()),
+        RestrictedExpression::new_string(facts.approvals.as_str().to_string()),
     );
     ws_attrs.insert(
         "sandbox".into(),
-        RestrictedExpression::new_string(facts.workspace_sandbox.clone()),
+        RestrictedExpression::new_string(facts.workspace_sandbox.as_str().to_string()),
     );
     ents.push(Entity::new(ws_uid, ws_attrs, HashSet::from([env_uid])).map_err(|e| e.to_string())?);
     let actions = snap.schema.action_entities().map_err(|e| e.to_string())?;

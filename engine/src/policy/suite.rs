@@ -52,46 +52,40 @@ pub struct Fixture {
     /// Profile.
     pub profile: String,
     /// Environment kind.
-    #[serde(default = "default_env_kind")]
-    pub environment_kind: String,
-    /// `enforced` / `unavailable`.
-    #[serde(default = "default_enforced")]
-    pub sandbox: String,
-    /// `enforced` / `none`.
-    #[serde(default = "default_enforced")]
-    pub network_enforcement: String,
-    /// `restricted` / `enabled`.
-    #[serde(default = "default_network")]
-    pub network: String,
-    /// `off` / `confirm`.
-    #[serde(default = "default_approvals")]
-    pub approvals: String,
+    #[serde(default)]
+    pub environment_kind: crate::config::EnvironmentKind,
+    /// Can the command sandbox be enforced (default `enforced`).
+    #[serde(default = "enforced_sandbox")]
+    pub sandbox: crate::facts::SandboxFact,
+    /// Can a command's network be cut off (default `enforced`).
+    #[serde(default = "enforced_network")]
+    pub network_enforcement: crate::facts::NetworkEnforcement,
+    /// The operator's network switch (default `restricted`).
+    #[serde(default)]
+    pub network: crate::config::Network,
+    /// The operator's approvals switch (default `off`).
+    #[serde(default)]
+    pub approvals: crate::config::Approvals,
     /// Server-owned workspace-relative paths.
     #[serde(default)]
     pub server_owned: Vec<String>,
-    /// The workspace's own sandbox switch, `resource.workspace.sandbox`: `required` / `off`
-    /// (`sandbox` above is the environment's probe result).
-    #[serde(default = "default_workspace_sandbox")]
-    pub workspace_sandbox: String,
-    /// `enforced` / `unavailable` / `off` (`resource.workspace.environment.secret_masking`).
-    #[serde(default = "default_enforced")]
-    pub secret_masking: String,
+    /// The workspace's own sandbox switch, `resource.workspace.sandbox` (default `required`;
+    /// `sandbox` above is the environment's probe result).
+    #[serde(default)]
+    pub workspace_sandbox: crate::config::SandboxMode,
+    /// `resource.workspace.environment.secret_masking` (default `enforced`).
+    #[serde(default = "enforced_masking")]
+    pub secret_masking: crate::facts::MaskingFact,
 }
 
-fn default_env_kind() -> String {
-    "host".into()
+fn enforced_sandbox() -> crate::facts::SandboxFact {
+    crate::facts::SandboxFact::Enforced
 }
-fn default_enforced() -> String {
-    "enforced".into()
+fn enforced_network() -> crate::facts::NetworkEnforcement {
+    crate::facts::NetworkEnforcement::Enforced
 }
-fn default_network() -> String {
-    "restricted".into()
-}
-fn default_approvals() -> String {
-    "off".into()
-}
-fn default_workspace_sandbox() -> String {
-    "required".into()
+fn enforced_masking() -> crate::facts::MaskingFact {
+    crate::facts::MaskingFact::Enforced
 }
 
 /// The caller of a test file.
@@ -261,14 +255,14 @@ impl Fixture {
         Fixture {
             id: id.to_string(),
             profile: profile.to_string(),
-            environment_kind: default_env_kind(),
-            sandbox: default_enforced(),
-            network_enforcement: default_enforced(),
-            network: default_network(),
-            approvals: default_approvals(),
+            environment_kind: crate::config::EnvironmentKind::Host,
+            sandbox: enforced_sandbox(),
+            network_enforcement: enforced_network(),
+            network: crate::config::Network::Restricted,
+            approvals: crate::config::Approvals::Off,
             server_owned: Vec::new(),
-            workspace_sandbox: default_workspace_sandbox(),
-            secret_masking: default_enforced(),
+            workspace_sandbox: crate::config::SandboxMode::Required,
+            secret_masking: enforced_masking(),
         }
     }
 
@@ -278,14 +272,14 @@ impl Fixture {
             id: self.id.clone(),
             profile: self.profile.clone(),
             environment: "env".into(),
-            environment_kind: self.environment_kind.clone(),
-            sandbox: self.sandbox.clone(),
-            network_enforcement: self.network_enforcement.clone(),
-            network: self.network.clone(),
-            approvals: self.approvals.clone(),
+            environment_kind: self.environment_kind,
+            sandbox: self.sandbox,
+            network_enforcement: self.network_enforcement,
+            network: self.network,
+            approvals: self.approvals,
             server_owned: self.server_owned.clone(),
-            workspace_sandbox: self.workspace_sandbox.clone(),
-            secret_masking: self.secret_masking.clone(),
+            workspace_sandbox: self.workspace_sandbox,
+            secret_masking: self.secret_masking,
         }
     }
 }
