@@ -2,16 +2,15 @@
 //! call idempotent (same key + same fingerprint replays, a different fingerprint conflicts)
 //! within its scope — the calling client, the workspace identity (its registration: the id bound
 //! to this root) and the tool — until the key expires (`retention.operation_keys`); outside that
-//! scope the key is unknown and the call runs as new. `operation_status` reads the rows back.
+//! scope the key is unknown and the call runs as new. `operation_status` (`tools/ops.rs`) reads
+//! the rows back; the gateway resolves which row (`Gateway::operation_target`).
 
 use crate::error::{ErrorCode, ToolError};
-use crate::gateway::Gateway;
-use crate::info::rfc3339_ms;
-use crate::policy::PolicySnapshot;
+use crate::gateway::{Gateway, Services, WorkspaceRuntime};
 use crate::request::Session;
-use crate::tools::{OperationStatusParams, ToolCall};
+use crate::tools::OperationStatusParams;
 use codespace_store::{KeyClaim, KeyScope, OperationRow, Store};
-use serde_json::{Value, json};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 
@@ -60,13 +59,6 @@ fn store_err(e: codespace_store::StoreError) -> ToolError {
 }
 
 impl Gateway {
-    /// The store, required by mutating tools.
-    pub(crate) fn require_store(&self) -> Result<&Arc<Store>, ToolError> {
-        self.store
-            .as_ref()
-            .ok_or_else(|| ToolError::new(ErrorCode::Internal, "no store is configured"))
-    }
-
     /// Mints an operation (or finds the replay) for a mutating call.
     pub(crate) fn begin_operation(
         &self,
@@ -153,37 +145,20 @@ impl Gateway {
             .collect())
     }
 
-    /// Finishes an operation with a status and its result (or error body).
-    pub(crate) fn finish_operation(
+    /// The operation `operation_status` asks about: by exactly one of id and key, only among
+    /// the caller's own operations (another client's reads exactly like a missing one, and is
+    /// never decided on), with the workspace it ran in. Nothing is decided here: the gateway
+    /// decides the call on that workspace next.
+    pub(crate) fn operation_target(
         &self,
-        id: &str,
-        status: crate::facts::OperationStatus,
-        result: &Value,
-        reason: Option<&str>,
-    ) {
-        let Some(store) = &self.store else { return };
-        if let Err(e) = store.finish_operation(id, status.as_str(), Some(result)) {
-            tracing::error!(operation_id = id, error = %e, "cannot finish operation");
-        }
-        if let Err(e) = store.add_operation_event(id, "finished", Some(status.as_str()), reason) {
-            tracing::error!(operation_id = id, error = %e, "cannot add operation event");
-        }
-    }
-
-    /// `operation_status`: by exactly one of id and key.
-    pub(crate) fn operation_status(
-        &self,
-        snap: &PolicySnapshot,
         session: &Session,
         p: &OperationStatusParams,
-    ) -> Result<Value, ToolError> {
+    ) -> Result<(OperationRow, &WorkspaceRuntime), ToolError> {
         let store = self.require_store()?;
         let not_found = |m: &str| ToolError::new(ErrorCode::OperationNotFound, m.to_string());
         let id = p.operation_id.as_deref().filter(|s| !s.is_empty());
         let key = p.operation_key.as_deref().filter(|s| !s.is_empty());
         let row = match (id, key) {
-            // Another client's operation is reported exactly like a missing one: its existence
-            // is not revealed (nor decided on: only the caller's own operations reach Cedar).
             (Some(id), None) => store
                 .operation_by_id(id)
                 .map_err(store_err)?
@@ -203,66 +178,33 @@ impl Gateway {
         let ws = self
             .workspace(&row.workspace)
             .map_err(|_| not_found("the operation's workspace is no longer registered"))?;
-        self.authorize(
-            snap,
-            ws,
-            &ToolCall::OperationStatus(p.clone()),
-            session,
-            None,
-        )?;
-        let events: Vec<Value> = store
-            .operation_events(&row.operation_id)
-            .map_err(store_err)?
-            .into_iter()
-            .map(|e| {
-                let mut v = json!({"at": rfc3339_ms(e.at_ms), "name": e.name});
-                if let Value::Object(m) = &mut v {
-                    if let Some(s) = e.status {
-                        m.insert("status".into(), json!(s));
-                    }
-                    if let Some(r) = e.reason {
-                        m.insert("reason".into(), json!(r));
-                    }
-                }
-                v
-            })
-            .collect();
-        let status = if row.finished_ms.is_none() {
-            crate::facts::OperationStatus::Running.as_str().to_string()
-        } else {
-            row.status.clone()
-        };
-        let mut out = json!({
-            "operation_id": row.operation_id,
-            "status": status,
-            "replayed": false,
-            "kind": crate::tool_table::operation_kind(&row.tool),
-            "tool": row.tool,
-            "workspace_id": row.workspace,
-            "created_at": row.created_ms / 1000,
-            "events": events,
-        });
-        if let Value::Object(m) = &mut out {
-            if let Some(f) = row.finished_ms {
-                m.insert("finished_at".into(), json!(f / 1000));
-            }
-            if let Some(k) = &row.operation_key {
-                m.insert("operation_key".into(), json!(k));
-            }
-            if let Some(Value::Object(res)) = &row.result {
-                for field in ["files", "changes", "process_id"] {
-                    if let Some(v) = res.get(field) {
-                        let empty = v.as_array().is_some_and(Vec::is_empty);
-                        if !empty {
-                            m.insert(field.into(), v.clone());
-                        }
-                    }
-                }
-                if let Some(err) = res.get("error") {
-                    m.insert("error".into(), err.clone());
-                }
-            }
-        }
-        Ok(out)
+        Ok((row, ws))
     }
+}
+
+impl Services {
+    /// The store, required by mutating tools.
+    pub(crate) fn require_store(&self) -> Result<&Arc<Store>, ToolError> {
+        self.store
+            .as_ref()
+            .ok_or_else(|| ToolError::new(ErrorCode::Internal, "no store is configured"))
+    }
+
+    /// Finishes an operation with a status and its result (or error body).
+    pub(crate) fn finish_operation(
+        &self,
+        id: &str,
+        status: crate::facts::OperationStatus,
+        result: &Value,
+        reason: Option<&str>,
+    ) {
+        let Some(store) = &self.store else { return };
+        if let Err(e) = store.finish_operation(id, status.as_str(), Some(result)) {
+            tracing::error!(operation_id = id, error = %e, "cannot finish operation");
+        }
+        if let Err(e) = store.add_operation_event(id, "finished", Some(status.as_str()), reason) {
+            tracing::error!(operation_id = id, error = %e, "cannot add operation event");
+        }
+    }
+
 }

@@ -404,7 +404,7 @@ impl Gateway {
     /// Sets the executable that acts as the sandbox helper (`codespace __sandbox-exec`). Without
     /// it, a workspace whose sandbox is enforced refuses every command (fail closed).
     pub fn with_helper_exe(mut self, exe: PathBuf) -> Gateway {
-        self.processes.set_helper_exe(exe);
+        self.services_mut().processes.set_helper_exe(exe);
         self
     }
 

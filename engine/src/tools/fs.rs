@@ -1,10 +1,9 @@
-//! `read`: the file tool, after the gateway has authorized the call (`find` lives in
-//! `search_tools.rs` with the other listing tools).
+//! `read`: the file tool, a handler of an [`Authorized`] call (`find` lives in `search.rs` with
+//! the other listing tools).
 
 use crate::error::{ErrorCode, ToolError};
-use crate::gateway::{Audit, Gateway, WorkspaceRuntime};
-use crate::policy::PolicySnapshot;
-use crate::request::{Session, path_request};
+use crate::gateway::Authorized;
+use crate::request::path_request;
 use crate::tools::{READ_MAX_BYTES, ReadParams, ReadResult};
 use codespace_runner_fs::{Kind, RelPath};
 
@@ -12,18 +11,13 @@ fn to_json<T: serde::Serialize>(v: &T) -> Result<serde_json::Value, ToolError> {
     serde_json::to_value(v).map_err(|e| ToolError::new(ErrorCode::Internal, e.to_string()))
 }
 
-impl Gateway {
+impl Authorized<'_> {
     /// `read`: a window of a regular file and the version of the whole file (read on the
     /// blocking pool; a file above `limits.max_hash_bytes` is `FILE_TOO_LARGE`). The call was
     /// authorized with the file's link count from a stat; if the file that was actually opened
     /// has another count (a hardlink made in between), the read is decided again with that count.
-    pub(crate) async fn read(
-        &self,
-        snap: &PolicySnapshot,
-        ws: &WorkspaceRuntime,
-        p: &ReadParams,
-        session: &Session,
-    ) -> Result<serde_json::Value, ToolError> {
+    pub(crate) async fn read(&self, p: &ReadParams) -> Result<serde_json::Value, ToolError> {
+        let ws = self.ws();
         let limit = p.limit.unwrap_or(READ_MAX_BYTES);
         if limit == 0 || limit > READ_MAX_BYTES {
             return Err(ToolError::new(
@@ -45,12 +39,9 @@ impl Gateway {
             .await?;
         let opened_links = crate::links::links_value(Kind::File, out.links);
         if opened_links != 1 {
-            let mut req = path_request("read", rel.as_str(), "", session);
+            let mut req = path_request("read", rel.as_str(), "", self.session());
             req.links = opened_links;
-            let d = self.decide_reqs(snap, &ws.facts, "read", &[req], session, Audit::All);
-            if !d.allowed() {
-                return Err(d.to_error(snap));
-            }
+            self.decide_more("read", &[req])?;
         }
         let byte_count = out.data.len() as u64;
         let end = offset.saturating_add(byte_count);

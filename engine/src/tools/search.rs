@@ -1,4 +1,4 @@
-//! `find`, `grep` and `find_files`: the listing tools, after the gateway has authorized the call.
+//! `find`, `grep` and `find_files`: the listing tools, handlers of an [`Authorized`] call.
 //!
 //! All three read the workspace's path index ([`crate::index`]) and withhold every entry a `read`
 //! of it would not be allowed: the question asked per entry is exactly the request `read` would
@@ -7,11 +7,10 @@
 //! never opened. Listing, filtering and searching run on the blocking pool.
 
 use crate::error::{ErrorCode, ToolError};
-use crate::gateway::{Audit, Gateway, WorkspaceRuntime};
+use crate::gateway::Authorized;
 use crate::index::{Derived, Groups, Listing};
-use crate::policy::PolicySnapshot;
-use crate::policy::decide::{Decision, decide};
-use crate::request::{Session, SubRequest, path_request};
+use crate::policy::decide::Decision;
+use crate::request::{SubRequest, path_request};
 use crate::tools::{
     EntryType, FIND_FILES_DEFAULT_LIMIT, FIND_FILES_MAX_LIMIT, FIND_MAX_PATHS, FindEntry,
     FindFilesMatch, FindFilesParams, FindFilesResult, FindParams, FindResult, GREP_DEFAULT_MATCHES,
@@ -130,12 +129,10 @@ impl Excluder<'_> {
     }
 }
 
-impl Gateway {
+impl Authorized<'_> {
     /// The workspace listing from its index (or a walk), on the blocking pool.
-    async fn workspace_listing(
-        &self,
-        ws: &WorkspaceRuntime,
-    ) -> Result<(Arc<Listing>, Option<WalkReason>), ToolError> {
+    async fn workspace_listing(&self) -> Result<(Arc<Listing>, Option<WalkReason>), ToolError> {
+        let ws = self.ws();
         crate::index::ensure_reaper(&ws.index);
         let index = Arc::clone(&ws.index);
         let versions = Arc::clone(&ws.versions);
@@ -145,12 +142,10 @@ impl Gateway {
     /// Groups the listing by decision signature and decides one `read` per group.
     async fn read_decisions(
         &self,
-        snap: &Arc<PolicySnapshot>,
-        ws: &WorkspaceRuntime,
         listing: &Arc<Listing>,
-        session: &Session,
     ) -> Result<(Arc<Groups>, Decision), ToolError> {
-        let plan = self.signature_plan(snap);
+        let (snap, ws, session) = (self.snap(), self.ws(), self.session());
+        let plan = self.signature_plan();
         let index = Arc::clone(&ws.index);
         let facts = ws.facts.clone();
         let sha = snap.sha256.clone();
@@ -168,32 +163,24 @@ impl Gateway {
             })
             .collect();
         let decision = if reqs.len() <= INLINE_DECISIONS {
-            self.decide_reqs(snap, &ws.facts, "read", &reqs, session, Audit::None)
+            self.decide_quietly("read", &reqs)
         } else {
             // Paths the policy set tells apart one by one: evaluate them off the async workers.
-            let base = self
-                .entities(snap, &ws.facts)
-                .unwrap_or_else(|_| cedar_policy::Entities::empty());
-            let snap = Arc::clone(snap);
-            let facts = ws.facts.clone();
-            blocking(move || decide(&snap, &base, &facts, "read", &reqs)).await?
+            self.decide_on_blocking_pool("read", reqs).await?
         };
         Ok((groups, decision))
     }
 
     /// Audit rows for withheld entries: action `read` (the question asked), tool = the calling
     /// tool.
-    #[allow(clippy::too_many_arguments)]
     fn audit_withheld_entries(
         &self,
-        snap: &PolicySnapshot,
-        ws: &WorkspaceRuntime,
         tool: &str,
         decision: &Decision,
         listing: &Listing,
         withheld: &[(u32, u32)],
-        session: &Session,
     ) {
+        let session = self.session();
         if withheld.is_empty() || self.store.is_none() {
             return;
         }
@@ -219,18 +206,13 @@ impl Gateway {
                 *r = path_request("read", path, "", session);
             }
         }
-        self.audit_withheld(snap, &decision, &ws.facts, &reqs, &rows, session);
+        self.audit_withheld(&decision, &reqs, &rows);
     }
 
     /// `find`: the index → type, depth, exclude, gitignore and glob filters → policy filter →
     /// page (cached per listing generation and decisions, so paging reads a cached list).
-    pub(crate) async fn find(
-        &self,
-        snap: &Arc<PolicySnapshot>,
-        ws: &WorkspaceRuntime,
-        p: &FindParams,
-        session: &Session,
-    ) -> Result<serde_json::Value, ToolError> {
+    pub(crate) async fn find(&self, p: &FindParams) -> Result<serde_json::Value, ToolError> {
+        let (snap, ws) = (self.snap(), self.ws());
         let limit = p.limit.unwrap_or(FIND_MAX_PATHS);
         if limit == 0 || limit > FIND_MAX_PATHS {
             return Err(ToolError::new(
@@ -260,8 +242,8 @@ impl Gateway {
             .filter(|g| !g.is_empty())
             .map(|g| compile_glob("exclude", g))
             .collect::<Result<_, _>>()?;
-        let (listing, why) = self.workspace_listing(ws).await?;
-        let (groups, decision) = self.read_decisions(snap, ws, &listing, session).await?;
+        let (listing, why) = self.workspace_listing().await?;
+        let (groups, decision) = self.read_decisions(&listing).await?;
         let mut allowed_bits = Sha256::new();
         for s in &decision.subs {
             allowed_bits.update([u8::from(s.allowed)]);
@@ -337,15 +319,7 @@ impl Gateway {
                 d
             }
         };
-        self.audit_withheld_entries(
-            snap,
-            ws,
-            "find",
-            &decision,
-            &listing,
-            &derived.withheld,
-            session,
-        );
+        self.audit_withheld_entries("find", &decision, &listing, &derived.withheld);
         let total = derived.visible.len() as u64;
         let start = usize::try_from(offset.min(total)).unwrap_or(usize::MAX);
         let take = usize::try_from(limit).unwrap_or(usize::MAX);
@@ -373,7 +347,7 @@ impl Gateway {
                             FindEntry {
                                 kind: meta.map_or("missing", |m| kind_name(m.kind)).to_string(),
                                 size: meta.map(|m| m.size),
-                                mtime: meta.map(|m| crate::info::rfc3339_ms(m.mtime_ms)),
+                                mtime: meta.map(|m| crate::tools::info::rfc3339_ms(m.mtime_ms)),
                                 path,
                             }
                         })
@@ -400,13 +374,8 @@ impl Gateway {
 
     /// `grep`: the index → files under `path` matching `glob`, minus ignored ones → policy filter
     /// (withheld files are never opened) → a parallel, deterministic search → one page.
-    pub(crate) async fn grep(
-        &self,
-        snap: &Arc<PolicySnapshot>,
-        ws: &WorkspaceRuntime,
-        p: &GrepParams,
-        session: &Session,
-    ) -> Result<serde_json::Value, ToolError> {
+    pub(crate) async fn grep(&self, p: &GrepParams) -> Result<serde_json::Value, ToolError> {
+        let ws = self.ws();
         let max_matches = p.max_matches.unwrap_or(GREP_DEFAULT_MATCHES);
         if max_matches == 0 || max_matches > GREP_MAX_MATCHES {
             return Err(ToolError::new(
@@ -455,8 +424,8 @@ impl Gateway {
                 Some(_) => {}
             }
         }
-        let (listing, why) = self.workspace_listing(ws).await?;
-        let (groups, decision) = self.read_decisions(snap, ws, &listing, session).await?;
+        let (listing, why) = self.workspace_listing().await?;
+        let (groups, decision) = self.read_decisions(&listing).await?;
         let allowed: Vec<bool> = decision.subs.iter().map(|s| s.allowed).collect();
         let index = Arc::clone(&ws.index);
         let root = Arc::clone(&ws.root);
@@ -530,7 +499,7 @@ impl Gateway {
             (withheld, files, outcome, version)
         })
         .await?;
-        self.audit_withheld_entries(snap, ws, "grep", &decision, &listing, &withheld, session);
+        self.audit_withheld_entries("grep", &decision, &listing, &withheld);
         let path_of = |file: usize| -> String {
             files
                 .get(file)
@@ -578,13 +547,7 @@ impl Gateway {
     }
 
     /// `find_files`: fuzzy-rank the readable files of the index.
-    pub(crate) async fn find_files(
-        &self,
-        snap: &Arc<PolicySnapshot>,
-        ws: &WorkspaceRuntime,
-        p: &FindFilesParams,
-        session: &Session,
-    ) -> Result<serde_json::Value, ToolError> {
+    pub(crate) async fn find_files(&self, p: &FindFilesParams) -> Result<serde_json::Value, ToolError> {
         let limit = p.limit.unwrap_or(FIND_FILES_DEFAULT_LIMIT);
         if limit == 0 || limit > FIND_FILES_MAX_LIMIT {
             return Err(ToolError::new(
@@ -598,8 +561,8 @@ impl Gateway {
         if p.query.len() > 1024 {
             return Err(invalid("query: at most 1024 bytes"));
         }
-        let (listing, why) = self.workspace_listing(ws).await?;
-        let (groups, decision) = self.read_decisions(snap, ws, &listing, session).await?;
+        let (listing, why) = self.workspace_listing().await?;
+        let (groups, decision) = self.read_decisions(&listing).await?;
         let allowed: Vec<bool> = decision.subs.iter().map(|s| s.allowed).collect();
         let query = p.query.clone();
         let l = Arc::clone(&listing);
@@ -635,15 +598,7 @@ impl Gateway {
             (ranked, withheld)
         })
         .await?;
-        self.audit_withheld_entries(
-            snap,
-            ws,
-            "find_files",
-            &decision,
-            &listing,
-            &withheld,
-            session,
-        );
+        self.audit_withheld_entries("find_files", &decision, &listing, &withheld);
         let matches = ranked
             .into_iter()
             .filter_map(|r| {

@@ -2,12 +2,10 @@
 //! contract. Permissions and availability are Cedar decisions, not profile names.
 
 use crate::error::ToolError;
-use crate::gateway::{Audit, Gateway};
-use crate::policy::PolicySnapshot;
-use crate::request::{Session, SubRequest, build_requests, path_request};
-use crate::tools::{
-    ExecCommandParams, FIND_MAX_PATHS, READ_MAX_BYTES, ToolCall, WorkspaceInfoParams,
-};
+use crate::gateway::{Authorized, Services};
+use crate::policy::{PolicySnapshot, RejectedReload};
+use crate::request::{SubRequest, build_requests, path_request};
+use crate::tools::{ExecCommandParams, FIND_MAX_PATHS, READ_MAX_BYTES, ToolCall};
 use serde_json::{Value, json};
 
 /// Milliseconds to an RFC 3339 UTC timestamp.
@@ -22,87 +20,88 @@ pub fn rfc3339_ms(ms: i64) -> String {
         .unwrap_or_else(|| ms.to_string())
 }
 
-impl Gateway {
-    /// The `policy` block of workspace_info: hash, load time, and a rejected reload if any.
-    fn policy_block(&self, snap: &PolicySnapshot) -> Value {
-        let mut block = json!({
-            "set_sha256": snap.sha256,
-            "loaded_at": rfc3339_ms(snap.loaded_at_ms),
-        });
-        if let Some(rej) = self.policy.last_rejected()
-            && let Value::Object(m) = &mut block
-        {
-            m.insert(
-                "last_reload_rejected".into(),
-                json!({"at": rfc3339_ms(rej.at_ms), "errors": rej.errors}),
-            );
-        }
-        block
+/// The `policy` block of workspace_info: hash, load time, and a rejected reload if any.
+fn policy_block(snap: &PolicySnapshot, rejected: Option<RejectedReload>) -> Value {
+    let mut block = json!({
+        "set_sha256": snap.sha256,
+        "loaded_at": rfc3339_ms(snap.loaded_at_ms),
+    });
+    if let Some(rej) = rejected
+        && let Value::Object(m) = &mut block
+    {
+        m.insert(
+            "last_reload_rejected".into(),
+            json!({"at": rfc3339_ms(rej.at_ms), "errors": rej.errors}),
+        );
     }
+    block
+}
 
-    /// The `store` block of workspace_info: retention settings and the row counts the
-    /// background pruner last took (never counted on the request path).
-    fn store_block(&self) -> Option<Value> {
-        self.store.as_ref()?;
-        let r = &self.config.retention;
-        let mut block = json!({
-            "retention": {
-                "audit": crate::retention::format_duration(r.audit),
-                "operations": crate::retention::format_duration(r.operations),
-                "operation_keys": crate::retention::format_duration(r.operation_keys),
-            },
-        });
-        if let Some((at, st)) = self.store_stats.get()
-            && let Value::Object(m) = &mut block
-        {
-            let at_opt = |ms: Option<i64>| ms.map(rfc3339_ms);
-            m.insert(
-                "rows".into(),
-                json!({
-                    "counted_at": rfc3339_ms(at),
-                    "audit": st.audit_rows,
-                    "oldest_audit_at": at_opt(st.oldest_audit_ms),
-                    "operations": st.operations,
-                    "oldest_operation_at": at_opt(st.oldest_operation_ms),
-                    "processes": st.processes,
-                    "events": st.events,
-                    "operation_keys": st.operation_keys,
-                }),
-            );
-        }
-        Some(block)
+/// The `store` block of workspace_info: retention settings and the row counts the
+/// background pruner last took (never counted on the request path).
+fn store_block(svc: &Services) -> Option<Value> {
+    svc.store.as_ref()?;
+    let r = &svc.config.retention;
+    let mut block = json!({
+        "retention": {
+            "audit": crate::retention::format_duration(r.audit),
+            "operations": crate::retention::format_duration(r.operations),
+            "operation_keys": crate::retention::format_duration(r.operation_keys),
+        },
+    });
+    if let Some((at, st)) = svc.store_stats.get()
+        && let Value::Object(m) = &mut block
+    {
+        let at_opt = |ms: Option<i64>| ms.map(rfc3339_ms);
+        m.insert(
+            "rows".into(),
+            json!({
+                "counted_at": rfc3339_ms(at),
+                "audit": st.audit_rows,
+                "oldest_audit_at": at_opt(st.oldest_audit_ms),
+                "operations": st.operations,
+                "oldest_operation_at": at_opt(st.oldest_operation_ms),
+                "processes": st.processes,
+                "events": st.events,
+                "operation_keys": st.operation_keys,
+            }),
+        );
     }
+    Some(block)
+}
 
-    /// `workspace_info`.
-    pub(crate) fn workspace_info(
-        &self,
-        snap: &PolicySnapshot,
-        session: &Session,
-        p: &WorkspaceInfoParams,
-    ) -> Result<Value, ToolError> {
-        let mut out = json!({
-            "server": "codespace",
-            "version": env!("CARGO_PKG_VERSION"),
-            "internal_model_calls": false,
-            "tools_exposed": crate::tool_table::tool_names(),
-            "transports": self.transports,
-            "workspace_id": Value::Null,
-            "workspace_id_is_credential": false,
-            "note": "Execution-only server: no model calls. Every call is authorized by Cedar policy.",
-            "policy": self.policy_block(snap),
-        });
-        if let Some(block) = self.store_block()
-            && let Value::Object(m) = &mut out
-        {
-            m.insert("store".into(), block);
-        }
-        let Some(id) = p.workspace_id.as_deref().filter(|s| !s.is_empty()) else {
-            return Ok(out);
-        };
-        let ws = self.workspace(id)?;
-        let call = ToolCall::WorkspaceInfo(p.clone());
-        self.authorize(snap, ws, &call, session, None)?;
+/// `workspace_info` without a workspace: the server's identity, its policy set and its store.
+/// Nothing here is decided: it names no workspace.
+pub(crate) fn server_info(
+    svc: &Services,
+    snap: &PolicySnapshot,
+    rejected: Option<RejectedReload>,
+) -> Value {
+    let mut out = json!({
+        "server": "codespace",
+        "version": env!("CARGO_PKG_VERSION"),
+        "internal_model_calls": false,
+        "tools_exposed": crate::tool_table::tool_names(),
+        "transports": svc.transports,
+        "workspace_id": Value::Null,
+        "workspace_id_is_credential": false,
+        "note": "Execution-only server: no model calls. Every call is authorized by Cedar policy.",
+        "policy": policy_block(snap, rejected),
+    });
+    if let Some(block) = store_block(svc)
+        && let Value::Object(m) = &mut out
+    {
+        m.insert("store".into(), block);
+    }
+    out
+}
 
+impl Authorized<'_> {
+    /// `workspace_info` on a workspace: the server block (`server`, from [`server_info`]) with
+    /// the workspace's effective execution contract.
+    pub(crate) fn workspace_info(&self, mut out: Value) -> Result<Value, ToolError> {
+        let (ws, session) = (self.ws(), self.session());
+        let id = ws.facts.id.as_str();
         // "May this profile ever do it here": one probe request per capability.
         let exec_probe = ToolCall::ExecCommand(ExecCommandParams {
             workspace_id: id.to_string(),
@@ -124,17 +123,10 @@ impl Gateway {
             path_request("find_files", ".", "", session),
         ];
         probes.extend(build_requests(&exec_probe, session, None)?);
-        let d = self.decide_reqs(
-            snap,
-            &ws.facts,
-            "workspace_info",
-            &probes,
-            session,
-            Audit::None,
-        );
+        let d = self.decide_quietly("workspace_info", &probes);
         // Each capability over a documented probe set: allowed / denied / conditional. The
         // booleans are true when allowed or conditional (a host should try).
-        let caps = self.capabilities(snap, ws, session);
+        let caps = self.capabilities();
         let possible = |cap: &str| caps.get(cap).is_some_and(|c| c.possible());
         let allowed = |action: &str| {
             d.allows(action)
@@ -173,7 +165,7 @@ impl Gateway {
         }
         let sandbox_on = ws.facts.sandbox == crate::facts::SandboxFact::Enforced
             && ws.facts.workspace_sandbox != crate::config::SandboxMode::Off;
-        let pids = self.pids_isolation();
+        let pids = self.processes.pids_isolation();
         // Names only: the absolute paths behind them are the server's business.
         let read_path_names: Vec<&String> = self
             .config
@@ -206,8 +198,8 @@ impl Gateway {
                     "max_hash_bytes": self.config.limits.max_hash_bytes,
                     "max_patch_file_bytes": self.config.limits.max_patch_file_bytes,
                     "grep_max_matches": crate::tools::GREP_MAX_MATCHES,
-                    "grep_max_file_bytes": crate::search_tools::GREP_MAX_FILE_BYTES,
-                    "grep_max_line_chars": crate::search_tools::GREP_MAX_LINE_CHARS,
+                    "grep_max_file_bytes": crate::tools::search::GREP_MAX_FILE_BYTES,
+                    "grep_max_line_chars": crate::tools::search::GREP_MAX_LINE_CHARS,
                     "max_walk_entries": self.config.limits.max_walk_entries,
                 },
             },

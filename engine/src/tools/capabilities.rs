@@ -4,9 +4,8 @@
 //! of typical requests per capability (docs/policy.md, "What workspace_info reports"); they
 //! are decided like real calls (same request builder, same policy set) but not audited.
 
-use crate::gateway::{Audit, Gateway, WorkspaceRuntime};
-use crate::policy::PolicySnapshot;
-use crate::request::{Session, SubRequest, build_requests, path_request};
+use crate::gateway::Authorized;
+use crate::request::{SubRequest, build_requests, path_request};
 use crate::tools::{ExecCommandParams, ToolCall};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -64,14 +63,10 @@ impl Capability {
     }
 }
 
-impl Gateway {
+impl Authorized<'_> {
     /// Decides every probe of every capability for `ws`.
-    pub(crate) fn capabilities(
-        &self,
-        snap: &PolicySnapshot,
-        ws: &WorkspaceRuntime,
-        session: &Session,
-    ) -> BTreeMap<&'static str, Capability> {
+    pub(crate) fn capabilities(&self) -> BTreeMap<&'static str, Capability> {
+        let (ws, session) = (self.ws(), self.session());
         let mut probes: Vec<(&'static str, Vec<SubRequest>)> = Vec::new();
         for path in READ_PROBES {
             probes.push(("read", vec![path_request("read", path, "", session)]));
@@ -106,14 +101,7 @@ impl Gateway {
         }
         let mut seen: BTreeMap<&'static str, (usize, usize, BTreeSet<String>)> = BTreeMap::new();
         for (cap, reqs) in probes {
-            let d = self.decide_reqs(
-                snap,
-                &ws.facts,
-                "workspace_info",
-                &reqs,
-                session,
-                Audit::None,
-            );
+            let d = self.decide_quietly("workspace_info", &reqs);
             let entry = seen.entry(cap).or_default();
             let allowed = d.allowed();
             if allowed {

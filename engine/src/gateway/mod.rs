@@ -8,6 +8,9 @@ use crate::policy::decide::{Decision, decide, workspace_entities};
 use crate::policy::{PolicySnapshot, PolicyStore};
 use crate::request::{ProcessFacts, Session, SubRequest, WorkspaceFacts, build_requests};
 use crate::tools::ToolCall;
+
+mod authorized;
+pub(crate) use authorized::Authorized;
 use cedar_policy::Entities;
 use codespace_runner_fs::Root;
 use codespace_store::{DecisionRow, Store};
@@ -64,21 +67,18 @@ pub(crate) struct WorkspaceRuntime {
     pub(crate) registration: String,
 }
 
-/// The gateway.
+/// What tool handlers may use besides their decision: the operator's config, the store, the
+/// runners' shared state. Nothing here decides: the policy store, the decision caches and the
+/// workspaces' runtimes stay private to the gateway.
 #[derive(Debug)]
-pub struct Gateway {
+pub struct Services {
     pub(crate) config: Config,
-    pub(crate) policy: Arc<PolicyStore>,
     pub(crate) store: Option<Arc<Store>>,
-    pub(crate) workspaces: BTreeMap<String, WorkspaceRuntime>,
-    entity_cache: Mutex<HashMap<String, (String, Entities)>>,
     pub(crate) sandbox: SandboxFacts,
     pub(crate) transports: Vec<String>,
     pub(crate) leases: Arc<Leases>,
     pub(crate) patch_hooks: Arc<crate::patch_tool::PatchHooks>,
     pub(crate) processes: crate::process_tools::Processes,
-    signatures: Mutex<Option<(String, Arc<crate::policy::signature::SignaturePlan>)>>,
-    decision_cache: Mutex<DecisionCache>,
     pub(crate) temps: Arc<codespace_runner_fs::TempNames>,
     /// The store statistics the retention pruner last computed.
     pub(crate) store_stats: crate::retention::StatsCell,
@@ -86,6 +86,25 @@ pub struct Gateway {
     pub(crate) file_versions: Arc<crate::file_versions::FileVersions>,
     /// `network: proxy`: what every process's egress-proxy decider shares.
     pub(crate) net: Arc<crate::net::NetState>,
+}
+
+/// The gateway: the one place that resolves a call's target, decides it and audits it. Tool
+/// handlers get an [`Authorized`] value from it and never the gateway itself.
+#[derive(Debug)]
+pub struct Gateway {
+    svc: Services,
+    pub(crate) policy: Arc<PolicyStore>,
+    pub(crate) workspaces: BTreeMap<String, WorkspaceRuntime>,
+    entity_cache: Mutex<HashMap<String, (String, Entities)>>,
+    signatures: Mutex<Option<(String, Arc<crate::policy::signature::SignaturePlan>)>>,
+    decision_cache: Mutex<DecisionCache>,
+}
+
+impl std::ops::Deref for Gateway {
+    type Target = Services;
+    fn deref(&self) -> &Services {
+        &self.svc
+    }
 }
 
 /// What every audit row of one call shares.
@@ -304,22 +323,24 @@ impl Gateway {
             &config.limits,
         ));
         Ok(Gateway {
-            config,
+            svc: Services {
+                config,
+                store,
+                sandbox,
+                transports: vec!["stdio".to_string()],
+                leases: Leases::new(config_max_waiters),
+                patch_hooks: Arc::new(crate::patch_tool::PatchHooks::default()),
+                processes,
+                temps,
+                store_stats: crate::retention::StatsCell::default(),
+                file_versions: Arc::new(crate::file_versions::FileVersions::new()),
+                net,
+            },
             policy,
-            store,
             workspaces,
             entity_cache: Mutex::new(HashMap::new()),
-            sandbox,
-            transports: vec!["stdio".to_string()],
-            leases: Leases::new(config_max_waiters),
-            patch_hooks: Arc::new(crate::patch_tool::PatchHooks::default()),
             signatures: Mutex::new(None),
             decision_cache: Mutex::new(DecisionCache::default()),
-            processes,
-            temps,
-            store_stats: crate::retention::StatsCell::default(),
-            file_versions: Arc::new(crate::file_versions::FileVersions::new()),
-            net,
         })
     }
 
@@ -355,7 +376,7 @@ impl Gateway {
 
     /// Sets the transports this server serves (`workspace_info.transports`).
     pub fn with_transports(mut self, transports: Vec<String>) -> Gateway {
-        self.transports = transports;
+        self.svc.transports = transports;
         self
     }
 
@@ -363,8 +384,13 @@ impl Gateway {
     /// from the wire; tests only.
     #[doc(hidden)]
     pub fn with_patch_hooks(mut self, hooks: crate::patch_tool::PatchHooks) -> Gateway {
-        self.patch_hooks = Arc::new(hooks);
+        self.svc.patch_hooks = Arc::new(hooks);
         self
+    }
+
+    /// The services, to configure them before the gateway serves.
+    pub(crate) fn services_mut(&mut self) -> &mut Services {
+        &mut self.svc
     }
 
     /// What the start-up probe found about the command sandbox.
@@ -756,6 +782,20 @@ impl Gateway {
         }
     }
 
+    /// Resolves the workspace of `call` and decides the call on it (audited): the handler's
+    /// [`Authorized`] value, or the refusal.
+    fn authorize_on<'a>(
+        &'a self,
+        snap: &'a Arc<PolicySnapshot>,
+        workspace_id: &str,
+        call: &ToolCall,
+        session: &'a Session,
+    ) -> Result<Authorized<'a>, ToolError> {
+        let ws = self.workspace(workspace_id)?;
+        let decision = self.authorize(snap, ws, call, session, None)?;
+        Ok(Authorized::new(self, snap, ws, session, decision))
+    }
+
     /// Serves one tool call. The result is the tool's result object.
     pub async fn call(
         &self,
@@ -765,28 +805,41 @@ impl Gateway {
         // Calls in flight finish under the snapshot they started with.
         let snap = self.policy.snapshot();
         let result = match &call {
-            ToolCall::WorkspaceInfo(p) => self.workspace_info(&snap, session, p),
+            ToolCall::WorkspaceInfo(p) => {
+                let server =
+                    crate::tools::info::server_info(&self.svc, &snap, self.policy.last_rejected());
+                match p.workspace_id.as_deref().filter(|s| !s.is_empty()) {
+                    None => Ok(server),
+                    Some(id) => self
+                        .authorize_on(&snap, id, &call, session)?
+                        .workspace_info(server),
+                }
+            }
             ToolCall::Read(p) => {
-                let ws = self.workspace(&p.workspace_id)?;
-                self.authorize(&snap, ws, &call, session, None)?;
-                self.read(&snap, ws, p, session).await
+                self.authorize_on(&snap, &p.workspace_id, &call, session)?
+                    .read(p)
+                    .await
             }
             ToolCall::Find(p) => {
-                let ws = self.workspace(&p.workspace_id)?;
-                self.authorize(&snap, ws, &call, session, None)?;
-                self.find(&snap, ws, p, session).await
+                self.authorize_on(&snap, &p.workspace_id, &call, session)?
+                    .find(p)
+                    .await
             }
             ToolCall::Grep(p) => {
-                let ws = self.workspace(&p.workspace_id)?;
-                self.authorize(&snap, ws, &call, session, None)?;
-                self.grep(&snap, ws, p, session).await
+                self.authorize_on(&snap, &p.workspace_id, &call, session)?
+                    .grep(p)
+                    .await
             }
             ToolCall::FindFiles(p) => {
-                let ws = self.workspace(&p.workspace_id)?;
-                self.authorize(&snap, ws, &call, session, None)?;
-                self.find_files(&snap, ws, p, session).await
+                self.authorize_on(&snap, &p.workspace_id, &call, session)?
+                    .find_files(p)
+                    .await
             }
-            ToolCall::OperationStatus(p) => self.operation_status(&snap, session, p),
+            ToolCall::OperationStatus(p) => {
+                let (row, ws) = self.operation_target(session, p)?;
+                let decision = self.authorize(&snap, ws, &call, session, None)?;
+                Authorized::new(self, &snap, ws, session, decision).operation_status(&row)
+            }
             ToolCall::ApplyPatch(p) => self.apply_patch_with(&snap, session, p, None).await,
             ToolCall::ApprovalCreate(p) => self.approval_create(&snap, session, p).await,
             ToolCall::ApprovalResolve(p) => self.approval_resolve(&snap, session, p),

@@ -1,0 +1,151 @@
+//! [`Authorized`]: what a tool handler gets once the gateway has resolved the call's workspace
+//! and decided it. It can only be built here, in the gateway module, so a handler that runs a
+//! runner has a decision behind it by construction; further decisions a handler needs (a read
+//! re-decided with the opened file's link count, the per-entry filter of a listing) are asked
+//! through it and audited by the gateway like the first.
+
+use super::{Audit, Gateway, Services, WorkspaceRuntime};
+use crate::policy::PolicySnapshot;
+use crate::policy::decide::Decision;
+use crate::request::{Session, SubRequest};
+use std::sync::Arc;
+
+/// A decided call on one workspace. Handlers are its methods (in `crate::tools`); through it
+/// they reach the [`Services`] (by `Deref`), the workspace and the decision, never the gateway.
+pub(crate) struct Authorized<'a> {
+    gateway: &'a Gateway,
+    snap: &'a Arc<PolicySnapshot>,
+    ws: &'a WorkspaceRuntime,
+    session: &'a Session,
+    decision: Decision,
+}
+
+impl std::ops::Deref for Authorized<'_> {
+    type Target = Services;
+    fn deref(&self) -> &Services {
+        &self.gateway.svc
+    }
+}
+
+impl<'a> Authorized<'a> {
+    /// Only the gateway builds one, after an allowing decision.
+    pub(super) fn new(
+        gateway: &'a Gateway,
+        snap: &'a Arc<PolicySnapshot>,
+        ws: &'a WorkspaceRuntime,
+        session: &'a Session,
+        decision: Decision,
+    ) -> Authorized<'a> {
+        Authorized {
+            gateway,
+            snap,
+            ws,
+            session,
+            decision,
+        }
+    }
+
+    /// The workspace the call was decided on.
+    pub(crate) fn ws(&self) -> &'a WorkspaceRuntime {
+        self.ws
+    }
+
+    /// The policy snapshot the call was decided under (for denial texts and signatures).
+    pub(crate) fn snap(&self) -> &'a Arc<PolicySnapshot> {
+        self.snap
+    }
+
+    /// The caller.
+    pub(crate) fn session(&self) -> &'a Session {
+        self.session
+    }
+
+    /// The allowing decision.
+    pub(crate) fn decision(&self) -> &Decision {
+        &self.decision
+    }
+
+    /// A further decision of this call on its workspace, audited: `Err` is the refusal.
+    pub(crate) fn decide_more(&self, tool: &str, reqs: &[SubRequest]) -> Result<Decision, crate::ToolError> {
+        let d = self.gateway.decide_reqs(
+            self.snap,
+            &self.ws.facts,
+            tool,
+            reqs,
+            self.session,
+            Audit::All,
+        );
+        if d.allowed() {
+            Ok(d)
+        } else {
+            Err(d.to_error(self.snap))
+        }
+    }
+
+    /// Further decisions of this call whose rows are written by [`Self::audit_decision`] (or not
+    /// at all: probes whose answers are reported, not acted on).
+    pub(crate) fn decide_quietly(&self, tool: &str, reqs: &[SubRequest]) -> Decision {
+        self.gateway
+            .decide_reqs(self.snap, &self.ws.facts, tool, reqs, self.session, Audit::None)
+    }
+
+    /// Writes the rows of a decision made with [`Self::decide_quietly`].
+    pub(crate) fn audit_decision(&self, d: &Decision, reqs: &[SubRequest]) {
+        self.gateway
+            .audit_decision(self.snap, d, &self.ws.facts, reqs, self.session);
+    }
+
+    /// The decision-signature plan of the call's policy snapshot.
+    pub(crate) fn signature_plan(&self) -> Arc<crate::policy::signature::SignaturePlan> {
+        self.gateway.signature_plan(self.snap)
+    }
+
+    /// The workspace's Cedar entities under the call's snapshot (for batches decided on the
+    /// blocking pool).
+    pub(crate) fn entities(&self) -> Result<cedar_policy::Entities, String> {
+        self.gateway.entities(self.snap, &self.ws.facts)
+    }
+
+    /// Audit rows for entries a listing withheld (see [`Gateway::audit_withheld`]).
+    pub(crate) fn audit_withheld(
+        &self,
+        d: &Decision,
+        reqs: &[SubRequest],
+        paths: &[(String, usize)],
+    ) {
+        self.gateway
+            .audit_withheld(self.snap, d, &self.ws.facts, reqs, paths, self.session);
+    }
+
+    /// The policy block of `workspace_info` (hash, load time, a rejected reload).
+    pub(crate) fn last_rejected_reload(&self) -> Option<crate::policy::RejectedReload> {
+        self.gateway.policy.last_rejected()
+    }
+}
+
+impl Authorized<'_> {
+    /// Decides a large batch of this call's sub-requests on the blocking pool (no cache, no
+    /// audit rows: the listing tools audit what they withhold).
+    pub(crate) async fn decide_on_blocking_pool(
+        &self,
+        tool: &'static str,
+        reqs: Vec<SubRequest>,
+    ) -> Result<Decision, crate::ToolError> {
+        let base = self
+            .gateway
+            .entities(self.snap, &self.ws.facts)
+            .unwrap_or_else(|_| cedar_policy::Entities::empty());
+        let snap = Arc::clone(self.snap);
+        let facts = self.ws.facts.clone();
+        tokio::task::spawn_blocking(move || {
+            crate::policy::decide::decide(&snap, &base, &facts, tool, &reqs)
+        })
+        .await
+        .map_err(|e| {
+            crate::ToolError::new(
+                crate::ErrorCode::Internal,
+                format!("blocking task: {e}"),
+            )
+        })
+    }
+}
