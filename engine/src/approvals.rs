@@ -242,7 +242,7 @@ impl Gateway {
             let known = self.current_version(ws, &rel).await?;
             out.insert(
                 rel.as_str().to_string(),
-                crate::patch_tool::known_str(&known).to_string(),
+                crate::patches::known_str(&known).to_string(),
             );
         }
         Ok(out)
@@ -422,7 +422,7 @@ impl Gateway {
     /// it exactly once and stores its outcome; a repeat returns the stored outcome.
     pub(crate) async fn operation_resume(
         &self,
-        snap: &PolicySnapshot,
+        snap: &std::sync::Arc<PolicySnapshot>,
         session: &Session,
         p: &OperationResumeParams,
     ) -> Result<Value, ToolError> {
@@ -528,7 +528,7 @@ impl Gateway {
 
     async fn answer_in_band_under(
         &self,
-        snap: &PolicySnapshot,
+        snap: &std::sync::Arc<PolicySnapshot>,
         session: &Session,
         id: &str,
         decision: ApprovalDecision,
@@ -584,7 +584,7 @@ impl Gateway {
     /// Runs the held call (re-decided and version-checked by the tool itself).
     async fn run_held(
         &self,
-        snap: &PolicySnapshot,
+        snap: &std::sync::Arc<PolicySnapshot>,
         session: &Session,
         row: &ApprovalRow,
     ) -> Result<Value, ToolError> {
@@ -601,7 +601,10 @@ impl Gateway {
         match held_call(&row.tool, args)? {
             ToolCall::ApplyPatch(mut p) => {
                 p.operation_key.get_or_insert(key);
-                self.apply_patch_with(snap, session, &p, Some(&resumed))
+                let call = ToolCall::ApplyPatch(p.clone());
+                self.authorize_held(snap, &p.workspace_id, &call, session, false)
+                    .await?
+                    .apply_patch(&p, Some(&resumed))
                     .await
             }
             ToolCall::ExecCommand(mut p) => {

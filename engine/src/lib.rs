@@ -20,7 +20,7 @@ pub mod links;
 mod masks;
 pub mod net;
 pub mod ops;
-pub mod patch_tool;
+pub mod patches;
 pub mod policy;
 mod process_tools;
 pub mod redact;

@@ -206,5 +206,4 @@ impl Services {
             tracing::error!(operation_id = id, error = %e, "cannot add operation event");
         }
     }
-
 }

@@ -8,7 +8,7 @@
     clippy::indexing_slicing
 )]
 
-use codespace_engine::patch_tool::PatchHooks;
+use codespace_engine::patches::PatchHooks;
 use codespace_engine::{
     Config, ErrorCode, Gateway, PolicySource, PolicyStore, SandboxFacts, Session, ToolCall,
     ToolError,

@@ -66,7 +66,11 @@ impl<'a> Authorized<'a> {
     }
 
     /// A further decision of this call on its workspace, audited: `Err` is the refusal.
-    pub(crate) fn decide_more(&self, tool: &str, reqs: &[SubRequest]) -> Result<Decision, crate::ToolError> {
+    pub(crate) fn decide_more(
+        &self,
+        tool: &str,
+        reqs: &[SubRequest],
+    ) -> Result<Decision, crate::ToolError> {
         let d = self.gateway.decide_reqs(
             self.snap,
             &self.ws.facts,
@@ -85,8 +89,14 @@ impl<'a> Authorized<'a> {
     /// Further decisions of this call whose rows are written by [`Self::audit_decision`] (or not
     /// at all: probes whose answers are reported, not acted on).
     pub(crate) fn decide_quietly(&self, tool: &str, reqs: &[SubRequest]) -> Decision {
-        self.gateway
-            .decide_reqs(self.snap, &self.ws.facts, tool, reqs, self.session, Audit::None)
+        self.gateway.decide_reqs(
+            self.snap,
+            &self.ws.facts,
+            tool,
+            reqs,
+            self.session,
+            Audit::None,
+        )
     }
 
     /// Writes the rows of a decision made with [`Self::decide_quietly`].
@@ -124,6 +134,17 @@ impl<'a> Authorized<'a> {
 }
 
 impl Authorized<'_> {
+    /// Mints the call's operation on its workspace (or finds the replay of its key).
+    pub(crate) fn begin_operation(
+        &self,
+        tool: &str,
+        key: Option<&str>,
+        fingerprint: &str,
+    ) -> Result<crate::ops::Begin, crate::ToolError> {
+        self.gateway
+            .begin_operation(tool, &self.ws.facts.id, key, fingerprint, self.session)
+    }
+
     /// Decides a large batch of this call's sub-requests on the blocking pool (no cache, no
     /// audit rows: the listing tools audit what they withhold).
     pub(crate) async fn decide_on_blocking_pool(
@@ -142,10 +163,7 @@ impl Authorized<'_> {
         })
         .await
         .map_err(|e| {
-            crate::ToolError::new(
-                crate::ErrorCode::Internal,
-                format!("blocking task: {e}"),
-            )
+            crate::ToolError::new(crate::ErrorCode::Internal, format!("blocking task: {e}"))
         })
     }
 }

@@ -77,7 +77,7 @@ pub struct Services {
     pub(crate) sandbox: SandboxFacts,
     pub(crate) transports: Vec<String>,
     pub(crate) leases: Arc<Leases>,
-    pub(crate) patch_hooks: Arc<crate::patch_tool::PatchHooks>,
+    pub(crate) patch_hooks: Arc<crate::patches::PatchHooks>,
     pub(crate) processes: crate::process_tools::Processes,
     pub(crate) temps: Arc<codespace_runner_fs::TempNames>,
     /// The store statistics the retention pruner last computed.
@@ -329,7 +329,7 @@ impl Gateway {
                 sandbox,
                 transports: vec!["stdio".to_string()],
                 leases: Leases::new(config_max_waiters),
-                patch_hooks: Arc::new(crate::patch_tool::PatchHooks::default()),
+                patch_hooks: Arc::new(crate::patches::PatchHooks::default()),
                 processes,
                 temps,
                 store_stats: crate::retention::StatsCell::default(),
@@ -383,7 +383,7 @@ impl Gateway {
     /// Installs apply_patch test hooks (failure injection, apply-window edits). Not reachable
     /// from the wire; tests only.
     #[doc(hidden)]
-    pub fn with_patch_hooks(mut self, hooks: crate::patch_tool::PatchHooks) -> Gateway {
+    pub fn with_patch_hooks(mut self, hooks: crate::patches::PatchHooks) -> Gateway {
         self.svc.patch_hooks = Arc::new(hooks);
         self
     }
@@ -796,6 +796,26 @@ impl Gateway {
         Ok(Authorized::new(self, snap, ws, session, decision))
     }
 
+    /// Decides a call a human may have to confirm (`apply_patch`, `exec_command`): its own
+    /// requests, then, when `confirm`, one `confirm` request per distinct sub-request; a held
+    /// call is refused with its hold's `APPROVAL_REQUIRED`. A granted hold being resumed is not
+    /// asked again (`confirm` false).
+    pub(crate) async fn authorize_held<'a>(
+        &'a self,
+        snap: &'a Arc<PolicySnapshot>,
+        workspace_id: &str,
+        call: &ToolCall,
+        session: &'a Session,
+        confirm: bool,
+    ) -> Result<Authorized<'a>, ToolError> {
+        let ws = self.workspace(workspace_id)?;
+        let decision = self.authorize(snap, ws, call, session, None)?;
+        if confirm && self.confirm_holds(snap, ws, call, session)? {
+            return Err(self.hold(ws, call, session).await);
+        }
+        Ok(Authorized::new(self, snap, ws, session, decision))
+    }
+
     /// Serves one tool call. The result is the tool's result object.
     pub async fn call(
         &self,
@@ -840,7 +860,14 @@ impl Gateway {
                 let decision = self.authorize(&snap, ws, &call, session, None)?;
                 Authorized::new(self, &snap, ws, session, decision).operation_status(&row)
             }
-            ToolCall::ApplyPatch(p) => self.apply_patch_with(&snap, session, p, None).await,
+            ToolCall::ApplyPatch(p) => {
+                // A check writes nothing, so it is never held.
+                let confirm = !p.check_only.unwrap_or(false);
+                self.authorize_held(&snap, &p.workspace_id, &call, session, confirm)
+                    .await?
+                    .apply_patch(p, None)
+                    .await
+            }
             ToolCall::ApprovalCreate(p) => self.approval_create(&snap, session, p).await,
             ToolCall::ApprovalResolve(p) => self.approval_resolve(&snap, session, p),
             ToolCall::OperationResume(p) => self.operation_resume(&snap, session, p).await,

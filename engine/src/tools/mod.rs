@@ -7,6 +7,7 @@ pub mod capabilities;
 pub mod fs;
 pub mod info;
 pub mod ops;
+pub mod patch;
 pub mod search;
 pub mod wire;
 

@@ -547,7 +547,10 @@ impl Authorized<'_> {
     }
 
     /// `find_files`: fuzzy-rank the readable files of the index.
-    pub(crate) async fn find_files(&self, p: &FindFilesParams) -> Result<serde_json::Value, ToolError> {
+    pub(crate) async fn find_files(
+        &self,
+        p: &FindFilesParams,
+    ) -> Result<serde_json::Value, ToolError> {
         let limit = p.limit.unwrap_or(FIND_FILES_DEFAULT_LIMIT);
         if limit == 0 || limit > FIND_FILES_MAX_LIMIT {
             return Err(ToolError::new(

@@ -1,38 +1,19 @@
-//! `apply_patch`: parse and plan the whole patch, authorize every touched path, check versions,
-//! then commit all or nothing under the workspace lease with a rollback journal in the store.
+//! `apply_patch`, a handler of an [`Authorized`] call: parse and plan the whole patch (the gateway
+//! has decided every touched path), check versions, then commit all or nothing under the
+//! workspace lease with a rollback journal in the store.
 
 use crate::error::{ErrorCode, ToolError};
-use crate::gateway::{Gateway, WorkspaceRuntime};
+use crate::gateway::Authorized;
 use crate::ops::{Begin, fingerprint};
-use crate::policy::PolicySnapshot;
-use crate::request::Session;
-use crate::tools::{ApplyPatchParams, ApplyPatchResult, FileChange, ToolCall};
+use crate::tools::{ApplyPatchParams, ApplyPatchResult, FileChange};
 use crate::versions::Known;
 use codespace_runner_fs::txn::{Backup, Change, CommitError, Journal, commit, restore};
 use codespace_runner_fs::{FsError, Kind, RelPath, Root, Version};
 use codespace_runner_patch::{FileState, PlanError, PlannedChange, plan};
-use codespace_store::{JournalEntry, JournalSeal, Store};
+use codespace_store::{JournalEntry, Store};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-
-/// A write-step fault injector: called with the step index before each write step.
-pub type FaultHook = Box<dyn Fn(usize) -> Result<(), FsError> + Send + Sync>;
-
-/// Test hooks of the apply window (not reachable from the wire).
-#[derive(Default)]
-pub struct PatchHooks {
-    /// Runs after the plan and before the commit (e.g. an outside edit).
-    pub before_commit: Option<Box<dyn Fn() + Send + Sync>>,
-    /// Runs before each write step; an error fails that step.
-    pub fault: Option<FaultHook>,
-}
-
-impl std::fmt::Debug for PatchHooks {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PatchHooks").finish_non_exhaustive()
-    }
-}
 
 /// The rollback journal: backups go to the store before the first write. `finish` leaves the
 /// journal open; the caller clears it once the outcome is final (so a crash in between is
@@ -77,13 +58,6 @@ fn plan_error(e: PlanError<FsError>) -> ToolError {
     match e {
         PlanError::Lookup(fs) => crate::file_versions::fs_error(fs, "limits.max_patch_file_bytes"),
         other => ToolError::new(ErrorCode::from(&other), other.to_string()),
-    }
-}
-
-pub(crate) fn known_str(k: &Known) -> &str {
-    match k {
-        Known::Version(v) => v,
-        Known::Absent => "absent",
     }
 }
 
@@ -186,70 +160,37 @@ enum Applied {
     },
 }
 
-impl Gateway {
-    /// The version of a path the patch does not touch: from the version table when clean,
-    /// else read from disk off the async workers (and recorded).
-    pub(crate) async fn current_version(
-        &self,
-        ws: &WorkspaceRuntime,
-        rel: &RelPath,
-    ) -> Result<Known, ToolError> {
-        if let Some(k) = ws.versions.known(rel.as_str()) {
-            return Ok(k);
-        }
-        let k = match self
-            .file_versions
-            .version(&ws.root, rel, self.config.limits.max_hash_bytes)
-            .await?
-        {
-            Some(v) => Known::Version(v.as_str().to_string()),
-            None => Known::Absent,
-        };
-        ws.versions.record(rel.as_str(), k.clone());
-        Ok(k)
-    }
-
-    /// Reads one path for the planner, no-follow; a file above `max_bytes`
-    /// (`limits.max_patch_file_bytes`) is `FILE_TOO_LARGE` and is never read whole.
-    fn lookup(root: &Root, path: &str, max_bytes: u64) -> Result<FileState, FsError> {
-        let rel = RelPath::parse(path)?;
-        Ok(match root.stat(&rel)? {
-            None => FileState::Absent,
-            Some(m) => match m.kind {
-                Kind::Dir => FileState::Directory,
-                Kind::Symlink => FileState::Symlink,
-                Kind::Other => FileState::Special,
-                Kind::File => {
-                    let f = root.open_for_read(&rel)?;
-                    FileState::File {
-                        data: f.read_all_bounded(max_bytes)?,
-                        mode: f.mode,
-                    }
+/// Reads one path for the planner, no-follow; a file above `max_bytes`
+/// (`limits.max_patch_file_bytes`) is `FILE_TOO_LARGE` and is never read whole.
+fn lookup(root: &Root, path: &str, max_bytes: u64) -> Result<FileState, FsError> {
+    let rel = RelPath::parse(path)?;
+    Ok(match root.stat(&rel)? {
+        None => FileState::Absent,
+        Some(m) => match m.kind {
+            Kind::Dir => FileState::Directory,
+            Kind::Symlink => FileState::Symlink,
+            Kind::Other => FileState::Special,
+            Kind::File => {
+                let f = root.open_for_read(&rel)?;
+                FileState::File {
+                    data: f.read_all_bounded(max_bytes)?,
+                    mode: f.mode,
                 }
-            },
-        })
-    }
+            }
+        },
+    })
+}
 
-    /// Serves `apply_patch`; `resumed` is the granted hold `operation_resume` runs it under
-    /// (then it is not held again, and the file versions pinned at hold time must still hold).
-    pub(crate) async fn apply_patch_with(
+impl Authorized<'_> {
+    /// Serves `apply_patch` (the gateway has decided every touched path and, unless this runs a
+    /// granted hold (`resumed`), asked `confirm`); `resumed`'s file versions pinned at hold time
+    /// must still hold.
+    pub(crate) async fn apply_patch(
         &self,
-        snap: &PolicySnapshot,
-        session: &Session,
         p: &ApplyPatchParams,
         resumed: Option<&crate::approvals::Resumed>,
     ) -> Result<Value, ToolError> {
-        let ws = self.workspace(&p.workspace_id)?;
-        let call = ToolCall::ApplyPatch(p.clone());
-        // One Cedar request per touched path; all must allow.
-        self.authorize(snap, ws, &call, session, None)?;
-        // Then `confirm`: a call policy holds waits for a human (check_only writes nothing).
-        if resumed.is_none()
-            && !p.check_only.unwrap_or(false)
-            && self.confirm_holds(snap, ws, &call, session)?
-        {
-            return Err(self.hold(ws, &call, session).await);
-        }
+        let (ws, session) = (self.ws(), self.session());
         let pinned = resumed.map(|r| r.pinned.clone()).unwrap_or_default();
         // Normalize expected_versions keys (a malformed key is PATH_ESCAPE, like any path).
         let mut expected: BTreeMap<String, String> = BTreeMap::new();
@@ -282,18 +223,12 @@ impl Gateway {
             .leases
             .acquire_as(&ws.facts.id, &session.client, scope)
             .await?;
-        let op_id = match self.begin_operation(
-            "apply_patch",
-            &ws.facts.id,
-            p.operation_key.as_deref(),
-            &fp,
-            session,
-        )? {
+        let op_id = match self.begin_operation("apply_patch", p.operation_key.as_deref(), &fp)? {
             Begin::New(id) => id,
             Begin::Replay(row) => return replay(&row),
         };
         ws.versions.ensure_watching();
-        let out = self.apply_locked(ws, p, &expected, &pinned, &op_id).await;
+        let out = self.apply_locked(p, &expected, &pinned, &op_id).await;
         drop(lease);
         match out {
             Ok(result) => {
@@ -318,12 +253,12 @@ impl Gateway {
     /// Plan, check and commit under the lease. Errors carry the operation status to record.
     async fn apply_locked(
         &self,
-        ws: &WorkspaceRuntime,
         p: &ApplyPatchParams,
         expected: &BTreeMap<String, String>,
         pinned: &BTreeMap<String, String>,
         op_id: &str,
     ) -> Result<ApplyPatchResult, (crate::facts::OperationStatus, ToolError)> {
+        let ws = self.ws();
         let rejected = |e: ToolError| (crate::facts::OperationStatus::Rejected, e);
         let patch = codespace_runner_patch::parse(&p.patch)
             .map_err(|e| rejected(ToolError::new(ErrorCode::InvalidPatch, e.to_string())))?;
@@ -332,12 +267,10 @@ impl Gateway {
         let planned = {
             let root = Arc::clone(&root);
             let max = self.config.limits.max_patch_file_bytes;
-            tokio::task::spawn_blocking(move || {
-                plan(&patch, |path| Gateway::lookup(&root, path, max))
-            })
-            .await
-            .map_err(|e| rejected(ToolError::new(ErrorCode::Internal, e.to_string())))?
-            .map_err(|e| rejected(plan_error(e)))?
+            tokio::task::spawn_blocking(move || plan(&patch, |path| lookup(&root, path, max)))
+                .await
+                .map_err(|e| rejected(ToolError::new(ErrorCode::Internal, e.to_string())))?
+                .map_err(|e| rejected(plan_error(e)))?
         };
         let mut changes = Vec::new();
         let mut wire = Vec::new();
@@ -382,19 +315,21 @@ impl Gateway {
                     self.current_version(ws, &rel).await.map_err(rejected)?
                 }
             };
-            if known_str(&have) != want {
+            if crate::patches::known_str(&have) != want {
                 return Err(rejected(ToolError::new(
                     ErrorCode::VersionConflict,
                     format!(
                         "`{path}` is at version {} but the patch expected {want}; read it again",
-                        known_str(&have)
+                        crate::patches::known_str(&have)
                     ),
                 )));
             }
         }
         // A resumed patch runs only on the files the human approved.
         for (path, want) in pinned {
-            let have = at_plan.get(path).map_or("absent", known_str);
+            let have = at_plan
+                .get(path)
+                .map_or("absent", crate::patches::known_str);
             if have != want {
                 return Err(rejected(ToolError::new(
                     ErrorCode::VersionConflict,
@@ -477,109 +412,6 @@ impl Gateway {
             Applied::Failed { status, err } => Err((status, err)),
         }
     }
-
-    /// Start-up recovery: every open journal this server's store wrote for a workspace it
-    /// serves under the same registration is rolled back and its operation marked `unknown`;
-    /// operations that never finished are marked `unknown` too. A journal whose seal does not
-    /// verify (written around the store API, changed, or from before sealing) or whose paths do
-    /// not parse as workspace paths is never applied: it is recorded as a `journal_refused`
-    /// event and dropped. A sealed journal of another root bound to the same workspace id is
-    /// kept for that root. Then the temporary files crashed server instances left behind are
-    /// swept ([`Gateway::sweep_temp_files`]).
-    pub fn recover(&self) -> Vec<String> {
-        let Some(store) = &self.store else {
-            return Vec::new();
-        };
-        let mut recovered = Vec::new();
-        let refuse = |j: &codespace_store::OpenJournal, reason: &str| {
-            tracing::error!(operation_id = %j.operation_id, workspace = %j.workspace, reason, "patch journal refused at start-up; not applied");
-            let paths: Vec<&str> = j.entries.iter().map(|e| e.path.as_str()).collect();
-            let _ = store.insert_event(
-                "journal_refused",
-                &json!({
-                    "operation_id": j.operation_id,
-                    "workspace": j.workspace,
-                    "reason": reason,
-                    "paths": paths,
-                }),
-            );
-            if let Err(e) = store.journal_clear(&j.operation_id) {
-                tracing::error!(operation_id = %j.operation_id, error = %e, "cannot drop a refused journal");
-            }
-        };
-        match store.open_journals() {
-            Ok(journals) => {
-                for j in journals {
-                    match j.seal {
-                        JournalSeal::Valid => {}
-                        JournalSeal::Missing => {
-                            refuse(&j, "the journal carries no seal of this store");
-                            continue;
-                        }
-                        JournalSeal::Invalid => {
-                            refuse(&j, "the journal's seal does not verify");
-                            continue;
-                        }
-                    }
-                    let Some(ws) = self.workspaces.get(&j.workspace) else {
-                        tracing::error!(operation_id = %j.operation_id, "journal for an unknown workspace kept");
-                        continue;
-                    };
-                    if j.registration.as_deref() != Some(ws.registration.as_str()) {
-                        tracing::warn!(operation_id = %j.operation_id, workspace = %j.workspace, "journal of another root bound to this workspace id kept for that root");
-                        continue;
-                    }
-                    let parsed: Result<Vec<Backup>, _> = j
-                        .entries
-                        .iter()
-                        .map(|e| {
-                            e.created_dirs
-                                .iter()
-                                .try_for_each(|d| RelPath::parse(d).map(drop))?;
-                            RelPath::parse(&e.path).map(|path| Backup {
-                                path,
-                                before: e.before.clone().map(|d| (d, e.mode.unwrap_or(0o644))),
-                            })
-                        })
-                        .collect();
-                    let Ok(backups) = parsed else {
-                        refuse(&j, "a journal path lies outside its workspace");
-                        continue;
-                    };
-                    let op = j.operation_id;
-                    match restore(&ws.root, &backups) {
-                        Ok(()) => {
-                            let _ = store.journal_clear(&op);
-                            self.finish_operation(
-                                &op,
-                                crate::facts::OperationStatus::Unknown,
-                                &json!({"recovered": "rolled back at start-up"}),
-                                Some("unknown"),
-                            );
-                            recovered.push(op);
-                        }
-                        Err(files) => {
-                            tracing::error!(operation_id = %op, ?files, "start-up rollback incomplete; journal kept");
-                        }
-                    }
-                }
-            }
-            Err(e) => tracing::error!(error = %e, "cannot read open journals"),
-        }
-        if let Ok(rows) = store.unfinished_operations() {
-            for row in rows {
-                self.finish_operation(
-                    &row.operation_id,
-                    crate::facts::OperationStatus::Unknown,
-                    &json!({"recovered": "unfinished at start-up"}),
-                    Some("unknown"),
-                );
-            }
-        }
-        let _ = store.mark_running_processes_unknown();
-        self.sweep_temp_files();
-        recovered
-    }
 }
 
 fn rel_str(p: &str) -> String {
@@ -620,7 +452,7 @@ fn commit_checked(
     changes: &[Change],
     at_plan: &BTreeMap<String, Known>,
     watcher_changed: &[String],
-    hooks: &PatchHooks,
+    hooks: &crate::patches::PatchHooks,
 ) -> Applied {
     // Changes the watcher saw in the window, confirmed on disk before anything is written.
     let mut stale: Vec<String> = Vec::new();

@@ -1,0 +1,165 @@
+//! The server side of `apply_patch` outside any call: the start-up recovery of interrupted
+//! patches (journals rolled back, unfinished operations marked `unknown`), the versions of paths
+//! a patch does not touch, and the test hooks of the apply window.
+
+use crate::error::ToolError;
+use crate::gateway::{Gateway, Services, WorkspaceRuntime};
+use crate::versions::Known;
+use codespace_runner_fs::txn::{Backup, restore};
+use codespace_runner_fs::{FsError, RelPath};
+use codespace_store::JournalSeal;
+use serde_json::json;
+
+/// A write-step fault injector: called with the step index before each write step.
+pub type FaultHook = Box<dyn Fn(usize) -> Result<(), FsError> + Send + Sync>;
+
+/// Test hooks of the apply window (not reachable from the wire).
+#[derive(Default)]
+pub struct PatchHooks {
+    /// Runs after the plan and before the commit (e.g. an outside edit).
+    pub before_commit: Option<Box<dyn Fn() + Send + Sync>>,
+    /// Runs before each write step; an error fails that step.
+    pub fault: Option<FaultHook>,
+}
+
+impl std::fmt::Debug for PatchHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PatchHooks").finish_non_exhaustive()
+    }
+}
+
+pub(crate) fn known_str(k: &Known) -> &str {
+    match k {
+        Known::Version(v) => v,
+        Known::Absent => "absent",
+    }
+}
+
+impl Services {
+    /// The version of a path the patch does not touch: from the version table when clean,
+    /// else read from disk off the async workers (and recorded).
+    pub(crate) async fn current_version(
+        &self,
+        ws: &WorkspaceRuntime,
+        rel: &RelPath,
+    ) -> Result<Known, ToolError> {
+        if let Some(k) = ws.versions.known(rel.as_str()) {
+            return Ok(k);
+        }
+        let k = match self
+            .file_versions
+            .version(&ws.root, rel, self.config.limits.max_hash_bytes)
+            .await?
+        {
+            Some(v) => Known::Version(v.as_str().to_string()),
+            None => Known::Absent,
+        };
+        ws.versions.record(rel.as_str(), k.clone());
+        Ok(k)
+    }
+}
+
+impl Gateway {
+    /// Start-up recovery: every open journal this server's store wrote for a workspace it
+    /// serves under the same registration is rolled back and its operation marked `unknown`;
+    /// operations that never finished are marked `unknown` too. A journal whose seal does not
+    /// verify (written around the store API, changed, or from before sealing) or whose paths do
+    /// not parse as workspace paths is never applied: it is recorded as a `journal_refused`
+    /// event and dropped. A sealed journal of another root bound to the same workspace id is
+    /// kept for that root. Then the temporary files crashed server instances left behind are
+    /// swept ([`Gateway::sweep_temp_files`]).
+    pub fn recover(&self) -> Vec<String> {
+        let Some(store) = &self.store else {
+            return Vec::new();
+        };
+        let mut recovered = Vec::new();
+        let refuse = |j: &codespace_store::OpenJournal, reason: &str| {
+            tracing::error!(operation_id = %j.operation_id, workspace = %j.workspace, reason, "patch journal refused at start-up; not applied");
+            let paths: Vec<&str> = j.entries.iter().map(|e| e.path.as_str()).collect();
+            let _ = store.insert_event(
+                "journal_refused",
+                &json!({
+                    "operation_id": j.operation_id,
+                    "workspace": j.workspace,
+                    "reason": reason,
+                    "paths": paths,
+                }),
+            );
+            if let Err(e) = store.journal_clear(&j.operation_id) {
+                tracing::error!(operation_id = %j.operation_id, error = %e, "cannot drop a refused journal");
+            }
+        };
+        match store.open_journals() {
+            Ok(journals) => {
+                for j in journals {
+                    match j.seal {
+                        JournalSeal::Valid => {}
+                        JournalSeal::Missing => {
+                            refuse(&j, "the journal carries no seal of this store");
+                            continue;
+                        }
+                        JournalSeal::Invalid => {
+                            refuse(&j, "the journal's seal does not verify");
+                            continue;
+                        }
+                    }
+                    let Some(ws) = self.workspaces.get(&j.workspace) else {
+                        tracing::error!(operation_id = %j.operation_id, "journal for an unknown workspace kept");
+                        continue;
+                    };
+                    if j.registration.as_deref() != Some(ws.registration.as_str()) {
+                        tracing::warn!(operation_id = %j.operation_id, workspace = %j.workspace, "journal of another root bound to this workspace id kept for that root");
+                        continue;
+                    }
+                    let parsed: Result<Vec<Backup>, _> = j
+                        .entries
+                        .iter()
+                        .map(|e| {
+                            e.created_dirs
+                                .iter()
+                                .try_for_each(|d| RelPath::parse(d).map(drop))?;
+                            RelPath::parse(&e.path).map(|path| Backup {
+                                path,
+                                before: e.before.clone().map(|d| (d, e.mode.unwrap_or(0o644))),
+                            })
+                        })
+                        .collect();
+                    let Ok(backups) = parsed else {
+                        refuse(&j, "a journal path lies outside its workspace");
+                        continue;
+                    };
+                    let op = j.operation_id;
+                    match restore(&ws.root, &backups) {
+                        Ok(()) => {
+                            let _ = store.journal_clear(&op);
+                            self.finish_operation(
+                                &op,
+                                crate::facts::OperationStatus::Unknown,
+                                &json!({"recovered": "rolled back at start-up"}),
+                                Some("unknown"),
+                            );
+                            recovered.push(op);
+                        }
+                        Err(files) => {
+                            tracing::error!(operation_id = %op, ?files, "start-up rollback incomplete; journal kept");
+                        }
+                    }
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "cannot read open journals"),
+        }
+        if let Ok(rows) = store.unfinished_operations() {
+            for row in rows {
+                self.finish_operation(
+                    &row.operation_id,
+                    crate::facts::OperationStatus::Unknown,
+                    &json!({"recovered": "unfinished at start-up"}),
+                    Some("unknown"),
+                );
+            }
+        }
+        let _ = store.mark_running_processes_unknown();
+        self.sweep_temp_files();
+        recovered
+    }
+}
