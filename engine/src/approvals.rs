@@ -7,7 +7,7 @@
 
 use crate::config::Config;
 use crate::error::{ErrorCode, ToolError};
-use crate::gateway::{Audit, Gateway, WorkspaceRuntime};
+use crate::gateway::{Audit, Gateway, Services, WorkspaceRuntime};
 use crate::ops::fingerprint;
 use crate::policy::PolicySnapshot;
 use crate::policy::decide::decide;
@@ -25,6 +25,21 @@ use codespace_store::{ApprovalRow, Resolution, Store};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, OnceLock};
+
+/// The call `approval_create` asks a hold for, parsed: a malformed one is INVALID_ARGUMENTS,
+/// whatever its workspace.
+pub(crate) fn held_of(p: &ApprovalCreateParams) -> Result<ToolCall, ToolError> {
+    ToolCall::parse(p.tool.as_str(), &p.arguments).map_err(|e| {
+        let why = match e {
+            crate::tools::CallParseError::UnknownTool(t) => format!("unknown tool `{t}`"),
+            crate::tools::CallParseError::InvalidArguments(m) => m,
+        };
+        ToolError::new(
+            ErrorCode::InvalidArguments,
+            format!("arguments for {}: {why}", p.tool.as_str()),
+        )
+    })
+}
 
 /// The channels a hold can be answered on in this build (`elicitation` when the client
 /// declared the capability).
@@ -66,7 +81,7 @@ impl Drop for InFlight {
     }
 }
 
-fn store_err(e: codespace_store::StoreError) -> ToolError {
+pub(crate) fn store_err(e: codespace_store::StoreError) -> ToolError {
     ToolError::new(ErrorCode::Internal, format!("store: {e}"))
 }
 
@@ -79,7 +94,7 @@ fn not_found(id: &str) -> ToolError {
     e
 }
 
-fn with_id(mut e: ToolError, id: &str) -> ToolError {
+pub(crate) fn with_id(mut e: ToolError, id: &str) -> ToolError {
     e.approval_id = Some(id.to_string());
     e
 }
@@ -103,7 +118,7 @@ fn conflict(id: &str, state: &str) -> ToolError {
 }
 
 /// The wire state of a stored state (`resuming` is internal).
-fn wire_state(state: &str) -> &str {
+pub(crate) fn wire_state(state: &str) -> &str {
     if state == "resuming" {
         "granted"
     } else {
@@ -198,36 +213,7 @@ fn facts_of(row: &ApprovalRow) -> Option<WorkspaceFacts> {
         .and_then(|w| serde_json::from_value(w.clone()).ok())
 }
 
-impl Gateway {
-    /// Whether Cedar holds an (allowed) apply_patch / exec_command call for a human: one
-    /// `confirm` request per distinct sub-request; a matching permit or an evaluation error
-    /// holds. Held decisions are audited.
-    pub(crate) fn confirm_holds(
-        &self,
-        snap: &PolicySnapshot,
-        ws: &WorkspaceRuntime,
-        call: &ToolCall,
-        session: &Session,
-    ) -> Result<bool, ToolError> {
-        let mut reqs = build_requests(call, session, None)?;
-        crate::links::fill_links(&ws.root, &mut reqs);
-        for r in &mut reqs {
-            if let std::borrow::Cow::Owned(red) = self.config.redaction.text(&r.subject) {
-                r.subject = red;
-            }
-        }
-        let confirm = confirm_requests(&reqs);
-        if confirm.is_empty() {
-            return Ok(false);
-        }
-        let d = self.decide_reqs(snap, &ws.facts, call.tool(), &confirm, session, Audit::None);
-        let held = d.subs.iter().any(|s| s.allowed || !s.errors.is_empty());
-        if held {
-            self.audit_decision(snap, &d, &ws.facts, &confirm, session);
-        }
-        Ok(held)
-    }
-
+impl Services {
     /// The versions of the paths a patch touches, now (`absent` for a missing path).
     async fn pin_versions(
         &self,
@@ -249,7 +235,7 @@ impl Gateway {
     }
 
     /// Creates (or reuses) the hold for `call` on behalf of `session`.
-    async fn hold_row(
+    pub(crate) async fn hold_row(
         &self,
         ws: &WorkspaceRuntime,
         call: &ToolCall,
@@ -318,6 +304,37 @@ impl Gateway {
             approval_event(store, kind, row, by, channel);
         }
     }
+}
+
+impl Gateway {
+    /// Whether Cedar holds an (allowed) apply_patch / exec_command call for a human: one
+    /// `confirm` request per distinct sub-request; a matching permit or an evaluation error
+    /// holds. Held decisions are audited.
+    pub(crate) fn confirm_holds(
+        &self,
+        snap: &PolicySnapshot,
+        ws: &WorkspaceRuntime,
+        call: &ToolCall,
+        session: &Session,
+    ) -> Result<bool, ToolError> {
+        let mut reqs = build_requests(call, session, None)?;
+        crate::links::fill_links(&ws.root, &mut reqs);
+        for r in &mut reqs {
+            if let std::borrow::Cow::Owned(red) = self.config.redaction.text(&r.subject) {
+                r.subject = red;
+            }
+        }
+        let confirm = confirm_requests(&reqs);
+        if confirm.is_empty() {
+            return Ok(false);
+        }
+        let d = self.decide_reqs(snap, &ws.facts, call.tool(), &confirm, session, Audit::None);
+        let held = d.subs.iter().any(|s| s.allowed || !s.errors.is_empty());
+        if held {
+            self.audit_decision(snap, &d, &ws.facts, &confirm, session);
+        }
+        Ok(held)
+    }
 
     /// The APPROVAL_REQUIRED error of a held call, with its hold's id.
     pub(crate) async fn hold(
@@ -345,38 +362,11 @@ impl Gateway {
         }
     }
 
-    /// Serves `approval_create`: the held call's own requests and `approval_create` are
-    /// decided first (a denial creates no row), then the hold is created or reused.
-    pub(crate) async fn approval_create(
-        &self,
-        snap: &PolicySnapshot,
-        session: &Session,
-        p: &ApprovalCreateParams,
-    ) -> Result<Value, ToolError> {
-        let call = ToolCall::ApprovalCreate(p.clone());
-        // Parse first: a malformed held call is INVALID_ARGUMENTS, whatever its workspace.
-        let held = ToolCall::parse(p.tool.as_str(), &p.arguments).map_err(|e| {
-            let why = match e {
-                crate::tools::CallParseError::UnknownTool(t) => format!("unknown tool `{t}`"),
-                crate::tools::CallParseError::InvalidArguments(m) => m,
-            };
-            ToolError::new(
-                ErrorCode::InvalidArguments,
-                format!("arguments for {}: {why}", p.tool.as_str()),
-            )
-        })?;
-        let ws_id = held.workspace_id().unwrap_or("");
-        let ws = self.workspace(ws_id)?;
-        self.authorize(snap, ws, &call, session, None)?;
-        let row = self.hold_row(ws, &held, session).await?;
-        to_value(&ApprovalStateResult {
-            approval_id: row.approval_id,
-            state: wire_state(&row.state).into(),
-        })
-    }
-
     /// A hold this server serves: same workspace registration; `Err` is APPROVAL_NOT_FOUND.
-    fn served_hold(&self, id: &str) -> Result<(ApprovalRow, &WorkspaceRuntime), ToolError> {
+    pub(crate) fn served_hold(
+        &self,
+        id: &str,
+    ) -> Result<(ApprovalRow, &WorkspaceRuntime), ToolError> {
         let store = self.require_store()?;
         let row = store
             .approval(id, codespace_store::now_ms())
@@ -390,16 +380,19 @@ impl Gateway {
         Ok((row, ws))
     }
 
-    /// Serves `approval_resolve` over the tool channel.
-    pub(crate) fn approval_resolve(
+    /// Decides `approval_resolve` over the tool channel on the hold's workspace: one Cedar
+    /// request with `context.approval` (who asked, who answers, the answer); `Err` is the
+    /// refusal, with the hold's id.
+    pub(crate) fn decide_resolve(
         &self,
         snap: &PolicySnapshot,
         session: &Session,
+        call: &ToolCall,
         p: &ApprovalResolveParams,
-    ) -> Result<Value, ToolError> {
-        let (row, ws) = self.served_hold(&p.approval_id)?;
-        let call = ToolCall::ApprovalResolve(p.clone());
-        let mut reqs = build_requests(&call, session, None)?;
+        row: &ApprovalRow,
+        ws: &WorkspaceRuntime,
+    ) -> Result<crate::policy::decide::Decision, ToolError> {
+        let mut reqs = build_requests(call, session, None)?;
         with_approval(
             &mut reqs,
             &ApprovalFacts {
@@ -410,12 +403,11 @@ impl Gateway {
             },
         );
         let d = self.decide_reqs(snap, &ws.facts, call.tool(), &reqs, session, Audit::All);
-        if !d.allowed() {
-            return Err(with_id(d.to_error(snap), &p.approval_id));
+        if d.allowed() {
+            Ok(d)
+        } else {
+            Err(with_id(d.to_error(snap), &p.approval_id))
         }
-        let store = self.require_store()?;
-        let out = resolve_in_store(store, &row, p.decision, &session.client, "tool")?;
-        to_value(&out)
     }
 
     /// Serves `operation_resume`: re-decides the held call under the current policies, runs
@@ -723,7 +715,7 @@ fn replay_outcome(row: &ApprovalRow) -> Result<Value, ToolError> {
     }
 }
 
-fn to_value<T: serde::Serialize>(v: &T) -> Result<Value, ToolError> {
+pub(crate) fn to_value<T: serde::Serialize>(v: &T) -> Result<Value, ToolError> {
     serde_json::to_value(v).map_err(|e| ToolError::new(ErrorCode::Internal, e.to_string()))
 }
 
@@ -744,7 +736,7 @@ fn approval_event(store: &Store, kind: &str, row: &ApprovalRow, by: &str, channe
 
 /// Moves a pending hold to granted/denied; an answer repeated on a resolved hold is
 /// idempotent; a contrary one is APPROVAL_CONFLICT.
-fn resolve_in_store(
+pub(crate) fn resolve_in_store(
     store: &Store,
     row: &ApprovalRow,
     decision: ApprovalDecision,

@@ -415,3 +415,45 @@ fn every_tool_has_a_schema_action_a_policy_test_and_a_docs_row() {
     }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
+
+/// The choke point by construction: a tool handler (every file under `engine/src/tools/`) is a
+/// method of `Authorized`, which only the gateway builds; so no handler may name the gateway,
+/// decide, or authorize on its own. Further decisions go through `Authorized`, whose methods
+/// live in `engine/src/gateway/` and audit like the first.
+#[test]
+fn tool_handlers_never_see_the_gateway_nor_decide() {
+    let root = repo_root();
+    let tools = root.join("engine/src/tools");
+    let mut offences = Vec::new();
+    let mut checked = 0;
+    for file in source_files(&root.join("engine")) {
+        if !file.starts_with("tools/") {
+            continue;
+        }
+        checked += 1;
+        let text = std::fs::read_to_string(tools.join(file.trim_start_matches("tools/"))).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for needle in [
+                "Gateway",
+                "decide(",
+                "decide_reqs(",
+                "decide_cached(",
+                ".authorize(",
+                "policy::decide::decide",
+                "Authorized::new",
+                "Authorized {",
+            ] {
+                if code.contains(needle) {
+                    offences.push(format!("engine/src/{file}:{}: `{needle}`", n + 1));
+                }
+            }
+        }
+    }
+    assert!(checked >= 5, "only {checked} handler files found");
+    assert!(
+        offences.is_empty(),
+        "tool handlers must reach policy only through Authorized:\n{}",
+        offences.join("\n")
+    );
+}

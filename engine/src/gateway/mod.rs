@@ -868,8 +868,17 @@ impl Gateway {
                     .apply_patch(p, None)
                     .await
             }
-            ToolCall::ApprovalCreate(p) => self.approval_create(&snap, session, p).await,
-            ToolCall::ApprovalResolve(p) => self.approval_resolve(&snap, session, p),
+            ToolCall::ApprovalCreate(p) => {
+                let held = crate::approvals::held_of(p)?;
+                self.authorize_on(&snap, held.workspace_id().unwrap_or(""), &call, session)?
+                    .approval_create(&held)
+                    .await
+            }
+            ToolCall::ApprovalResolve(p) => {
+                let (row, ws) = self.served_hold(&p.approval_id)?;
+                let decision = self.decide_resolve(&snap, session, &call, p, &row, ws)?;
+                Authorized::new(self, &snap, ws, session, decision).approval_resolve(p, &row)
+            }
             ToolCall::OperationResume(p) => self.operation_resume(&snap, session, p).await,
             ToolCall::ExecCommand(_)
             | ToolCall::WriteStdin(_)

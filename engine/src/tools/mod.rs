@@ -3,6 +3,7 @@
 //! resolved the target and decided the call; handlers never see the gateway itself, so none
 //! can run a runner without a decision.
 
+pub mod approvals;
 pub mod capabilities;
 pub mod fs;
 pub mod info;
