@@ -4,7 +4,6 @@
 
 #![forbid(unsafe_code)]
 
-pub mod alternatives;
 pub mod approvals;
 mod audit;
 pub mod config;

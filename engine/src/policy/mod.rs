@@ -2,6 +2,7 @@
 //! decision, hot reload, replaying recorded requests, decision signatures, and the policy test
 //! suite runner with its JUnit report.
 
+pub mod alternatives;
 pub mod decide;
 pub mod explain;
 pub mod junit;

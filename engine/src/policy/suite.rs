@@ -553,7 +553,7 @@ pub fn run_file_in(
     };
     let base = workspace_entities(snap, &profiles, &facts);
     let alts = if opts.alternatives {
-        crate::alternatives::alternatives(snap)
+        crate::policy::alternatives::alternatives(snap)
     } else {
         Vec::new()
     };
@@ -824,7 +824,7 @@ impl Coverage {
             .iter()
             .flat_map(|r| r.alternatives_reached.iter().cloned())
             .collect();
-        let alternatives = crate::alternatives::alternatives(snap)
+        let alternatives = crate::policy::alternatives::alternatives(snap)
             .into_iter()
             .map(|a| (a.key(), a.text))
             .collect();
