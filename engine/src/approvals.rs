@@ -15,7 +15,7 @@ use crate::request::{
     ApprovalFacts, Session, SubRequest, WorkspaceFacts, build_requests, command_facts,
     confirm_requests, with_approval,
 };
-use crate::tools::{
+use crate::wire::{
     ApplyPatchParams, ApplyPatchResult, ApprovalCreateParams, ApprovalDecision,
     ApprovalResolveParams, ApprovalStateResult, ExecCommandResult, OperationResumeParams,
     OperationResumeResult, ToolCall,
@@ -31,8 +31,8 @@ use std::sync::{Mutex, OnceLock};
 pub(crate) fn held_of(p: &ApprovalCreateParams) -> Result<ToolCall, ToolError> {
     ToolCall::parse(p.tool.as_str(), &p.arguments).map_err(|e| {
         let why = match e {
-            crate::tools::CallParseError::UnknownTool(t) => format!("unknown tool `{t}`"),
-            crate::tools::CallParseError::InvalidArguments(m) => m,
+            crate::wire::CallParseError::UnknownTool(t) => format!("unknown tool `{t}`"),
+            crate::wire::CallParseError::InvalidArguments(m) => m,
         };
         ToolError::new(
             ErrorCode::InvalidArguments,

@@ -5,6 +5,17 @@
 
 use serde::{Deserialize, Serialize};
 
+/// What the start-up probe found about the command sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SandboxFacts {
+    /// Landlock + seccomp can be enforced.
+    pub sandbox_enforced: bool,
+    /// Network restrictions can be enforced.
+    pub network_enforced: bool,
+    /// Secret masks can be enforced (the sandbox helper runs and mount namespaces work).
+    pub masking_enforced: bool,
+}
+
 /// `resource.workspace.environment.sandbox`: can the command sandbox (Landlock + seccomp) be
 /// enforced on this host?
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use crate::policy::signature::SignaturePlan;
 use crate::request::WorkspaceFacts;
-use crate::tools::WalkReason;
+use crate::wire::WalkReason;
 use crate::versions::WatchObserver;
 
 /// Dirty paths one refresh re-checks one by one; more than this and the tree is walked again.
@@ -165,7 +165,7 @@ pub(crate) struct PathIndex {
     reaper: AtomicBool,
     fence: Option<Arc<Fence>>,
     /// The decided secret masks of this workspace's listings (see [`crate::masks`]).
-    pub(crate) masks: crate::masks::MaskCache,
+    pub(crate) masks: crate::mask_cache::MaskCache,
 }
 
 impl PathIndex {
@@ -195,7 +195,7 @@ impl PathIndex {
             caches: Mutex::new(Caches::default()),
             warmed: Condvar::new(),
             reaper: AtomicBool::new(false),
-            masks: crate::masks::MaskCache::default(),
+            masks: crate::mask_cache::MaskCache::default(),
             fence: crate::fence_dirs::create(fence_parent).map(|dir| {
                 Arc::new(Fence {
                     dir,

@@ -8,7 +8,7 @@
 use crate::error::{ErrorCode, ToolError};
 use crate::gateway::{Gateway, Services, WorkspaceRuntime};
 use crate::request::Session;
-use crate::tools::OperationStatusParams;
+use crate::wire::OperationStatusParams;
 use codespace_store::{KeyClaim, KeyScope, OperationRow, Store};
 use serde_json::Value;
 use sha2::{Digest, Sha256};

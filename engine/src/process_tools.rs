@@ -11,7 +11,7 @@ use crate::lease::Leases;
 use crate::ops::{Begin, fingerprint};
 use crate::policy::PolicySnapshot;
 use crate::request::{ProcessFacts, Session};
-use crate::tools::{
+use crate::wire::{
     ExecCommandParams, ExecCommandResult, ProcessAckResult, ProcessIdParams, ProcessResizeParams,
     ProcessResizeResult, ProcessStatusResult, ReadProcessParams, ReadProcessResult, StderrMode,
     ToolCall, WriteStdinParams,
@@ -480,7 +480,7 @@ impl Gateway {
         network: NetworkMode,
         tmp_dir: Option<&Path>,
         paths: &CommandPaths,
-        masks: &[crate::masks::Mask],
+        masks: &[crate::mask_cache::Mask],
         proxy_control: Option<&InheritedFd>,
     ) -> Result<Option<Launcher>, ToolError> {
         if !requires_sandbox(ws) {
@@ -1239,7 +1239,7 @@ impl Gateway {
             && let Some(proxy) = &entry.proxy
         {
             let n = proxy.counters();
-            result.network = Some(crate::tools::ProcessNetwork {
+            result.network = Some(crate::wire::ProcessNetwork {
                 connections: n.connections,
                 bytes_out: n.bytes_out,
                 bytes_in: n.bytes_in,

@@ -2,7 +2,7 @@
 //! alone (no disk, no clock), so the server and the policy test runner build identical requests.
 
 use crate::error::{ErrorCode, ToolError};
-use crate::tools::ToolCall;
+use crate::wire::ToolCall;
 use codespace_runner_fs::RelPath;
 use serde_json::{Value, json};
 
@@ -423,8 +423,8 @@ pub fn build_requests(
             // The held call's own requests, then the request to hold it.
             let inner = ToolCall::parse(p.tool.as_str(), &p.arguments).map_err(|e| {
                 let why = match e {
-                    crate::tools::CallParseError::UnknownTool(t) => format!("unknown tool `{t}`"),
-                    crate::tools::CallParseError::InvalidArguments(m) => m,
+                    crate::wire::CallParseError::UnknownTool(t) => format!("unknown tool `{t}`"),
+                    crate::wire::CallParseError::InvalidArguments(m) => m,
                 };
                 ToolError::new(
                     ErrorCode::InvalidArguments,

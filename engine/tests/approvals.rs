@@ -9,7 +9,7 @@
     clippy::indexing_slicing
 )]
 
-use codespace_engine::tools::ApprovalDecision;
+use codespace_engine::wire::ApprovalDecision;
 use codespace_engine::{
     Config, ErrorCode, Gateway, PolicySource, PolicyStore, SandboxFacts, Session, ToolCall,
     ToolError,

@@ -4,7 +4,7 @@
 
 use anyhow::{Context, Result, anyhow};
 use codespace_engine::policy::PolicySource;
-use codespace_engine::tools::ApprovalDecision;
+use codespace_engine::wire::ApprovalDecision;
 use codespace_engine::{Config, PolicyStore};
 use codespace_store::{ApprovalRow, Store};
 use serde_json::{Value, json};

@@ -4,7 +4,7 @@
 //! same request and returns its own result; decline, cancel, a client error or no answer leave
 //! the hold pending and return `APPROVAL_REQUIRED` as usual.
 
-use codespace_engine::tools::ApprovalDecision;
+use codespace_engine::wire::ApprovalDecision;
 use codespace_engine::{Gateway, Session, ToolError};
 use rmcp::RoleServer;
 use rmcp::model::{

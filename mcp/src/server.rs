@@ -1,20 +1,20 @@
 //! The rmcp server: tools/list from the wire types, and one `call_tool` that parses the
 //! arguments, hands the call to the gateway and encodes the result or the ErrorBody.
 
-use codespace_engine::tools::{
+use codespace_engine::wire::{
     ApplyPatchParams, ApplyPatchResult, CallParseError, ExecCommandParams, FindParams, FindResult,
     OperationStatusParams, ProcessIdParams, ProcessResizeParams, ReadParams, ReadProcessParams,
     ReadResult, WorkspaceInfoParams, WriteStdinParams,
 };
-use codespace_engine::tools::{
+use codespace_engine::wire::{
     ApprovalCreateParams, ApprovalResolveParams, ApprovalStateResult, OperationResumeParams,
     OperationResumeResult,
 };
-use codespace_engine::tools::{
+use codespace_engine::wire::{
     ExecCommandResult, ProcessAckResult, ProcessResizeResult, ProcessStatusResult,
     ReadProcessResult,
 };
-use codespace_engine::tools::{FindFilesParams, FindFilesResult, GrepParams, GrepResult};
+use codespace_engine::wire::{FindFilesParams, FindFilesResult, GrepParams, GrepResult};
 use codespace_engine::{
     ErrorCode, Gateway, Session, TOOLS, ToolCall, ToolError, ToolName, ToolSpec,
 };

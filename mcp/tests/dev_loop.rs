@@ -525,7 +525,7 @@ async fn read_process_caps_tails_and_separates_stderr() {
             "exec_command",
             &json!({"workspace_id": "w", "command": ["true"], "stderr": "both"}),
         ),
-        Err(codespace_engine::tools::CallParseError::InvalidArguments(_))
+        Err(codespace_engine::wire::CallParseError::InvalidArguments(_))
     ));
 }
 

@@ -2,31 +2,23 @@
 //! the Cedar request(s) → decide → audit → run the runner → reply.
 
 use crate::config::Config;
+use crate::facts::SandboxFacts;
 use crate::error::{ErrorCode, ToolError};
 use crate::lease::Leases;
 use crate::policy::decide::{Decision, decide, workspace_entities};
 use crate::policy::{PolicySnapshot, PolicyStore};
 use crate::request::{ProcessFacts, Session, SubRequest, WorkspaceFacts, build_requests};
-use crate::tools::ToolCall;
+use crate::wire::ToolCall;
 
 mod authorized;
+mod info;
+mod masks;
 pub(crate) use authorized::Authorized;
 use cedar_policy::Entities;
 use codespace_runner_fs::Root;
 use codespace_store::{DecisionRow, Store};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-
-/// What the start-up probe found about the command sandbox.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SandboxFacts {
-    /// Landlock + seccomp can be enforced.
-    pub sandbox_enforced: bool,
-    /// Network restrictions can be enforced.
-    pub network_enforced: bool,
-    /// Secret masks can be enforced (the sandbox helper runs and mount namespaces work).
-    pub masking_enforced: bool,
-}
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -827,7 +819,7 @@ impl Gateway {
         let result = match &call {
             ToolCall::WorkspaceInfo(p) => {
                 let server =
-                    crate::tools::info::server_info(&self.svc, &snap, self.policy.last_rejected());
+                    info::server_info(&self.svc, &snap, self.policy.last_rejected());
                 match p.workspace_id.as_deref().filter(|s| !s.is_empty()) {
                     None => Ok(server),
                     Some(id) => self

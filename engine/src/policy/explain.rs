@@ -9,7 +9,7 @@ use crate::gateway::Gateway;
 use crate::policy::PolicySnapshot;
 use crate::policy::decide::{Decision, decide, operation_entity, uid, workspace_entities};
 use crate::request::{ProcessFacts, Session, SubRequest, WorkspaceFacts, build_requests};
-use crate::tools::ToolCall;
+use crate::wire::ToolCall;
 use cedar_policy::{
     Authorizer, Context, Decision as CedarDecision, Entities, EntityUid, Policy, PolicySet,
     Request, Response,

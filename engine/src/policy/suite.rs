@@ -9,7 +9,7 @@ use crate::policy::PolicySnapshot;
 use crate::policy::decide::{Decision, decide, workspace_entities};
 use crate::policy::explain::{build_cedar_request, entities_json, evaluate};
 use crate::request::{ProcessFacts, Session, SubRequest, WorkspaceFacts, build_requests};
-use crate::tools::{CallParseError, ToolCall};
+use crate::wire::{CallParseError, ToolCall};
 use cedar_policy::Decision as CedarDecision;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};

@@ -6,7 +6,7 @@
 use crate::approvals::{resolve_in_store, to_value, wire_state};
 use crate::error::ToolError;
 use crate::gateway::Authorized;
-use crate::tools::{ApprovalResolveParams, ApprovalStateResult, ToolCall};
+use crate::wire::{ApprovalResolveParams, ApprovalStateResult, ToolCall};
 use codespace_store::ApprovalRow;
 use serde_json::Value;
 

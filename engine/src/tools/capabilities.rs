@@ -6,7 +6,7 @@
 
 use crate::gateway::Authorized;
 use crate::request::{SubRequest, build_requests, path_request};
-use crate::tools::{ExecCommandParams, ToolCall};
+use crate::wire::{ExecCommandParams, ToolCall};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 

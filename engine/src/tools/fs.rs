@@ -4,7 +4,7 @@
 use crate::error::{ErrorCode, ToolError};
 use crate::gateway::Authorized;
 use crate::request::path_request;
-use crate::tools::{READ_MAX_BYTES, ReadParams, ReadResult};
+use crate::wire::{READ_MAX_BYTES, ReadParams, ReadResult};
 use codespace_runner_fs::{Kind, RelPath};
 
 fn to_json<T: serde::Serialize>(v: &T) -> Result<serde_json::Value, ToolError> {

@@ -2,102 +2,13 @@
 //! contract. Permissions and availability are Cedar decisions, not profile names.
 
 use crate::error::ToolError;
-use crate::gateway::{Authorized, Services};
-use crate::policy::{PolicySnapshot, RejectedReload};
+use crate::gateway::Authorized;
 use crate::request::{SubRequest, build_requests, path_request};
-use crate::tools::{ExecCommandParams, FIND_MAX_PATHS, READ_MAX_BYTES, ToolCall};
+use crate::wire::{ExecCommandParams, FIND_MAX_PATHS, READ_MAX_BYTES, ToolCall};
 use serde_json::{Value, json};
 
-/// Milliseconds to an RFC 3339 UTC timestamp.
-pub fn rfc3339_ms(ms: i64) -> String {
-    let nanos = i128::from(ms) * 1_000_000;
-    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_else(|| ms.to_string())
-}
-
-/// The `policy` block of workspace_info: hash, load time, and a rejected reload if any.
-fn policy_block(snap: &PolicySnapshot, rejected: Option<RejectedReload>) -> Value {
-    let mut block = json!({
-        "set_sha256": snap.sha256,
-        "loaded_at": rfc3339_ms(snap.loaded_at_ms),
-    });
-    if let Some(rej) = rejected
-        && let Value::Object(m) = &mut block
-    {
-        m.insert(
-            "last_reload_rejected".into(),
-            json!({"at": rfc3339_ms(rej.at_ms), "errors": rej.errors}),
-        );
-    }
-    block
-}
-
-/// The `store` block of workspace_info: retention settings and the row counts the
-/// background pruner last took (never counted on the request path).
-fn store_block(svc: &Services) -> Option<Value> {
-    svc.store.as_ref()?;
-    let r = &svc.config.retention;
-    let mut block = json!({
-        "retention": {
-            "audit": crate::retention::format_duration(r.audit),
-            "operations": crate::retention::format_duration(r.operations),
-            "operation_keys": crate::retention::format_duration(r.operation_keys),
-        },
-    });
-    if let Some((at, st)) = svc.store_stats.get()
-        && let Value::Object(m) = &mut block
-    {
-        let at_opt = |ms: Option<i64>| ms.map(rfc3339_ms);
-        m.insert(
-            "rows".into(),
-            json!({
-                "counted_at": rfc3339_ms(at),
-                "audit": st.audit_rows,
-                "oldest_audit_at": at_opt(st.oldest_audit_ms),
-                "operations": st.operations,
-                "oldest_operation_at": at_opt(st.oldest_operation_ms),
-                "processes": st.processes,
-                "events": st.events,
-                "operation_keys": st.operation_keys,
-            }),
-        );
-    }
-    Some(block)
-}
-
-/// `workspace_info` without a workspace: the server's identity, its policy set and its store.
-/// Nothing here is decided: it names no workspace.
-pub(crate) fn server_info(
-    svc: &Services,
-    snap: &PolicySnapshot,
-    rejected: Option<RejectedReload>,
-) -> Value {
-    let mut out = json!({
-        "server": "codespace",
-        "version": env!("CARGO_PKG_VERSION"),
-        "internal_model_calls": false,
-        "tools_exposed": crate::tool_table::tool_names(),
-        "transports": svc.transports,
-        "workspace_id": Value::Null,
-        "workspace_id_is_credential": false,
-        "note": "Execution-only server: no model calls. Every call is authorized by Cedar policy.",
-        "policy": policy_block(snap, rejected),
-    });
-    if let Some(block) = store_block(svc)
-        && let Value::Object(m) = &mut out
-    {
-        m.insert("store".into(), block);
-    }
-    out
-}
-
 impl Authorized<'_> {
-    /// `workspace_info` on a workspace: the server block (`server`, from [`server_info`]) with
+    /// `workspace_info` on a workspace: the server block (`server`, from the gateway) with
     /// the workspace's effective execution contract.
     pub(crate) fn workspace_info(&self, mut out: Value) -> Result<Value, ToolError> {
         let (ws, session) = (self.ws(), self.session());
@@ -197,9 +108,9 @@ impl Authorized<'_> {
                     // Larger files are FILE_TOO_LARGE for read / apply_patch.
                     "max_hash_bytes": self.config.limits.max_hash_bytes,
                     "max_patch_file_bytes": self.config.limits.max_patch_file_bytes,
-                    "grep_max_matches": crate::tools::GREP_MAX_MATCHES,
-                    "grep_max_file_bytes": crate::tools::search::GREP_MAX_FILE_BYTES,
-                    "grep_max_line_chars": crate::tools::search::GREP_MAX_LINE_CHARS,
+                    "grep_max_matches": crate::wire::GREP_MAX_MATCHES,
+                    "grep_max_file_bytes": crate::wire::GREP_MAX_FILE_BYTES,
+                    "grep_max_line_chars": crate::wire::GREP_MAX_LINE_CHARS,
                     "max_walk_entries": self.config.limits.max_walk_entries,
                 },
             },

@@ -3,7 +3,7 @@
 
 use crate::error::{ErrorCode, ToolError};
 use crate::gateway::Authorized;
-use crate::tools::info::rfc3339_ms;
+use crate::wire::rfc3339_ms;
 use codespace_store::OperationRow;
 use serde_json::{Value, json};
 

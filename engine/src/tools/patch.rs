@@ -5,7 +5,7 @@
 use crate::error::{ErrorCode, ToolError};
 use crate::gateway::Authorized;
 use crate::ops::{Begin, fingerprint};
-use crate::tools::{ApplyPatchParams, ApplyPatchResult, FileChange};
+use crate::wire::{ApplyPatchParams, ApplyPatchResult, FileChange};
 use crate::versions::Known;
 use codespace_runner_fs::txn::{Backup, Change, CommitError, Journal, commit, restore};
 use codespace_runner_fs::{FsError, Kind, RelPath, Root, Version};

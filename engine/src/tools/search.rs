@@ -11,7 +11,7 @@ use crate::gateway::Authorized;
 use crate::index::{Derived, Groups, Listing};
 use crate::policy::decide::Decision;
 use crate::request::{SubRequest, path_request};
-use crate::tools::{
+use crate::wire::{GREP_MAX_FILE_BYTES, GREP_MAX_LINE_CHARS, GREP_MAX_OUTPUT_BYTES, 
     EntryType, FIND_FILES_DEFAULT_LIMIT, FIND_FILES_MAX_LIMIT, FIND_MAX_PATHS, FindEntry,
     FindFilesMatch, FindFilesParams, FindFilesResult, FindParams, FindResult, GREP_DEFAULT_MATCHES,
     GREP_MAX_MATCHES, GrepFileCount, GrepMatch, GrepParams, GrepResult, GrepSkipped, ListingSource,
@@ -30,12 +30,6 @@ use std::sync::Arc;
 const INLINE_DECISIONS: usize = 256;
 /// Most `exclude` globs.
 const MAX_EXCLUDES: usize = 64;
-/// Largest file `grep` searches.
-pub const GREP_MAX_FILE_BYTES: u64 = 32 * 1024 * 1024;
-/// Longest line `grep` returns, in characters.
-pub const GREP_MAX_LINE_CHARS: usize = 500;
-/// Most bytes of line text one `grep` page carries.
-pub const GREP_MAX_OUTPUT_BYTES: usize = 4 * 1024 * 1024;
 /// Deepest `max_depth`.
 const MAX_DEPTH: u64 = 64;
 
@@ -347,7 +341,7 @@ impl Authorized<'_> {
                             FindEntry {
                                 kind: meta.map_or("missing", |m| kind_name(m.kind)).to_string(),
                                 size: meta.map(|m| m.size),
-                                mtime: meta.map(|m| crate::tools::info::rfc3339_ms(m.mtime_ms)),
+                                mtime: meta.map(|m| crate::wire::rfc3339_ms(m.mtime_ms)),
                                 path,
                             }
                         })

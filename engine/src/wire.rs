@@ -14,6 +14,12 @@ pub const FIND_MAX_PATHS: u64 = 10_000;
 pub const GREP_DEFAULT_MATCHES: u64 = 200;
 /// Largest `grep` page, in matches.
 pub const GREP_MAX_MATCHES: u64 = 10_000;
+/// Largest file `grep` searches.
+pub const GREP_MAX_FILE_BYTES: u64 = 32 * 1024 * 1024;
+/// Longest line `grep` returns, in characters.
+pub const GREP_MAX_LINE_CHARS: usize = 500;
+/// Most bytes of line text one `grep` page carries.
+pub const GREP_MAX_OUTPUT_BYTES: usize = 4 * 1024 * 1024;
 /// Default `find_files` result count.
 pub const FIND_FILES_DEFAULT_LIMIT: u64 = 50;
 /// Largest `find_files` result count.
@@ -827,4 +833,16 @@ impl ToolCall {
             _ => None,
         }
     }
+}
+
+/// Milliseconds to an RFC 3339 UTC timestamp.
+pub fn rfc3339_ms(ms: i64) -> String {
+    let nanos = i128::from(ms) * 1_000_000;
+    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| ms.to_string())
 }

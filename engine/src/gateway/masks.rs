@@ -1,0 +1,251 @@
+//! The gateway's side of secret masks: deciding, for a command about to start, which paths of its
+//! workspace policy withholds from `read` (one evaluation per decision signature, cached per
+//! policy set, listing generation and caller), and the audit rows of the masks a command got.
+
+use super::{Audit, Gateway, WorkspaceRuntime};
+use crate::error::ToolError;
+use crate::mask_cache::Mask;
+use crate::masks::{INLINE_DECISIONS, MAX_MASKS, check_complete, group, refuse, select};
+use crate::policy::PolicySnapshot;
+use crate::policy::decide::{Decision, decide};
+use crate::request::{Session, SubRequest, path_request};
+use codespace_store::DecisionRow;
+use std::sync::Arc;
+
+impl Gateway {
+    /// The masks a command started by `session` in `ws` needs (empty unless the workspace's
+    /// masking is `enforced`). `Err` refuses the command: the listing was incomplete or there
+    /// are more masks than one command can carry.
+    pub(crate) async fn secret_masks(
+        &self,
+        snap: &PolicySnapshot,
+        ws: &WorkspaceRuntime,
+        session: &Session,
+    ) -> Result<Vec<Mask>, ToolError> {
+        if ws.facts.secret_masking != crate::facts::MaskingFact::Enforced {
+            return Ok(Vec::new());
+        }
+        crate::index::ensure_reaper(&ws.index);
+        let index = Arc::clone(&ws.index);
+        let versions = Arc::clone(&ws.versions);
+        let (listing, _) = tokio::task::spawn_blocking(move || index.listing(&versions))
+            .await
+            .map_err(|e| refuse(format!("listing task: {e}")))?
+            .map_err(|e| refuse(format!("the workspace could not be listed: {e}")))?;
+        check_complete(&listing, self.config().limits.max_walk_entries)?;
+        let cache = &ws.index.masks;
+        let key = format!(
+            "{}\0{}\0{}\0{}",
+            snap.sha256, listing.generation, session.client, session.transport
+        );
+        if let Some(masks) = cache.set(&key) {
+            return Ok(masks.to_vec());
+        }
+        let grouped = match cache.grouped(&snap.sha256, listing.generation) {
+            Some(g) => g,
+            None => {
+                let plan = self.signature_plan(snap);
+                let facts = ws.facts.clone();
+                let l = Arc::clone(&listing);
+                let g = tokio::task::spawn_blocking(move || {
+                    Arc::new(group(&l, &plan, &|p| facts.is_server_owned(p)))
+                })
+                .await
+                .map_err(|e| refuse(format!("grouping task: {e}")))?;
+                cache.put_grouped(&snap.sha256, listing.generation, Arc::clone(&g));
+                g
+            }
+        };
+        let reqs: Vec<SubRequest> = grouped
+            .reps
+            .iter()
+            .filter_map(|&i| listing.entries.get(i as usize))
+            .map(|e| path_request("read", &e.path, "", session))
+            .collect();
+        let live = self.policy().snapshot();
+        let decision = if reqs.len() <= INLINE_DECISIONS || live.sha256 != snap.sha256 {
+            self.decide_reqs(snap, &ws.facts, "read", &reqs, session, Audit::None)
+        } else {
+            // Paths the policy set tells apart one by one: evaluate them off the async workers.
+            let base = self
+                .entities(snap, &ws.facts)
+                .unwrap_or_else(|_| cedar_policy::Entities::empty());
+            let facts = ws.facts.clone();
+            tokio::task::spawn_blocking(move || decide(&live, &base, &facts, "read", &reqs))
+                .await
+                .map_err(|e| refuse(format!("decision task: {e}")))?
+        };
+        let masks = select(&listing, &grouped, &decision);
+        if masks.len() > MAX_MASKS {
+            return Err(refuse(format!(
+                "policy withholds {} paths of this workspace from reading, more than the {MAX_MASKS} \
+                 one command can have masked; the command was not started (withhold a directory \
+                 instead of its files, or an operator can set secret_masking: off)",
+                masks.len()
+            )));
+        }
+        // Only an error-free decision is reused: an evaluation error denies (masks) this time,
+        // and is asked again next time.
+        if decision.subs.iter().all(|s| s.errors.is_empty()) {
+            cache.put_set(key, Arc::new(masks.clone()));
+        }
+        Ok(masks)
+    }
+
+    /// Audit rows for the masks of a started command: one `read` deny row per masked path, under
+    /// the command's own decision id (paths and policy ids only, never contents).
+    pub(crate) fn audit_masks(&self, exec: &Decision, masks: &[Mask], session: &Session) {
+        let Some(store) = &self.store else { return };
+        if masks.is_empty() {
+            return;
+        }
+        let at_ms = codespace_store::now_ms();
+        let first = exec.subs.len();
+        let rows: Vec<DecisionRow> = masks
+            .iter()
+            .enumerate()
+            .map(|(i, m)| DecisionRow {
+                decision_id: exec.decision_id.clone(),
+                at_ms,
+                policy_set_sha256: exec.policy_sha256.clone(),
+                profile: exec.profile.clone(),
+                workspace: exec.workspace.clone(),
+                tool: exec.tool.clone(),
+                action: "read".into(),
+                sub_index: i64::try_from(first + i).unwrap_or(i64::MAX),
+                subject: m.path.clone(),
+                client: Some(session.client.clone()),
+                transport: Some(session.transport.clone()),
+                decision: "deny".into(),
+                policy_ids: m.policy_ids.clone(),
+                errors: Vec::new(),
+                default_deny: m.policy_ids.is_empty(),
+                duration_us: 0,
+                path: Some(m.path.clone()),
+                ..DecisionRow::default()
+            })
+            .collect();
+        // Written ahead like the command's own decision (it runs right after).
+        crate::audit::append(store, rows, &exec.decision_id, true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorCode;
+    use crate::facts::SandboxFacts;
+
+    use crate::config::Config;
+    use crate::policy::{PolicySource, PolicyStore};
+    use std::path::Path;
+
+    fn gateway(root: &Path, extra: &str) -> Gateway {
+        let json = format!(
+            r#"{{"workspaces": {{"w": {{"root": "{}", "profile": "workspace-write"}}}}{extra}}}"#,
+            root.display()
+        );
+        Gateway::new(
+            Config::from_json(&json, Path::new("/")).unwrap(),
+            Arc::new(PolicyStore::load(PolicySource::Embedded).unwrap()),
+            None,
+            SandboxFacts {
+                sandbox_enforced: true,
+                network_enforced: true,
+                masking_enforced: true,
+            },
+        )
+        .unwrap()
+    }
+
+    async fn masks_of(gw: &Gateway) -> Result<Vec<String>, ToolError> {
+        let snap = gw.policy().snapshot();
+        let ws = gw.workspace("w").unwrap();
+        let masks = gw.secret_masks(&snap, ws, &Session::stdio()).await?;
+        Ok(masks.into_iter().map(|m| m.path).collect())
+    }
+
+    fn tree() -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap().join("ws");
+        std::fs::create_dir_all(root.join("src")).unwrap();
+        std::fs::write(root.join(".env"), "SECRET=1").unwrap();
+        std::fs::write(root.join("src/main.rs"), "fn main() {}").unwrap();
+        (dir, root)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_repeated_command_reuses_the_decided_masks() {
+        let (_dir, root) = tree();
+        let gw = gateway(&root, "");
+        assert_eq!(masks_of(&gw).await.unwrap(), [".env"]);
+        // The second ask may build the index (the first answered from its own walk): after it,
+        // the set is cached under the index's listing.
+        assert_eq!(masks_of(&gw).await.unwrap(), [".env"]);
+        let cached = |gw: &Gateway| {
+            gw.workspace("w").unwrap().index.masks.newest_set()
+        };
+        let (key, set) = cached(&gw).expect("a decided set is cached");
+        assert_eq!(masks_of(&gw).await.unwrap(), [".env"]);
+        let (key2, set2) = cached(&gw).unwrap();
+        if key2 != key {
+            // The index was rebuilt in between (no watcher here): nothing to reuse.
+            println!("skip: the listing changed between two asks (no file watcher?)");
+            return;
+        }
+        assert!(
+            Arc::ptr_eq(&set, &set2),
+            "an unchanged listing and policy set decide nothing again"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_withheld_file_or_alias_created_between_commands_is_masked_by_the_next() {
+        let (_dir, root) = tree();
+        let gw = gateway(&root, "");
+        assert_eq!(masks_of(&gw).await.unwrap(), [".env"]);
+        assert_eq!(masks_of(&gw).await.unwrap(), [".env"]);
+        std::fs::write(root.join("src/.env"), "SECRET=2").unwrap();
+        assert_eq!(masks_of(&gw).await.unwrap(), [".env", "src/.env"]);
+        std::fs::hard_link(root.join(".env"), root.join("src/notes.txt")).unwrap();
+        assert_eq!(
+            masks_of(&gw).await.unwrap(),
+            [".env", "src/.env", "src/notes.txt"]
+        );
+        std::fs::remove_file(root.join("src/.env")).unwrap();
+        assert_eq!(masks_of(&gw).await.unwrap(), [".env", "src/notes.txt"]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_incomplete_listing_refuses_the_command() {
+        let (_dir, root) = tree();
+        for i in 0..10 {
+            std::fs::write(root.join(format!("f{i}")), "x").unwrap();
+        }
+        let gw = gateway(&root, r#", "limits": {"max_walk_entries": 5}"#);
+        let err = masks_of(&gw).await.unwrap_err();
+        assert_eq!(err.code, ErrorCode::ProcessSpawnFailed);
+        assert!(
+            err.message.contains("could not be listed completely"),
+            "{}",
+            err.message
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_name_that_is_not_utf8_refuses_the_command_even_when_created_later() {
+        use std::os::unix::ffi::OsStrExt;
+        let (_dir, root) = tree();
+        let gw = gateway(&root, "");
+        assert_eq!(masks_of(&gw).await.unwrap(), [".env"]);
+        assert_eq!(masks_of(&gw).await.unwrap(), [".env"]);
+        let odd = root
+            .join("src")
+            .join(std::ffi::OsStr::from_bytes(b"bad\xff.env"));
+        std::fs::write(&odd, "SECRET=3").unwrap();
+        let err = masks_of(&gw).await.unwrap_err();
+        assert!(err.message.contains("not UTF-8"), "{}", err.message);
+        std::fs::remove_file(&odd).unwrap();
+        assert_eq!(masks_of(&gw).await.unwrap(), [".env"]);
+    }
+}
