@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use crate::policy::signature::SignaturePlan;
 use crate::request::WorkspaceFacts;
-use crate::wire::WalkReason;
 use crate::versions::WatchObserver;
+use crate::wire::WalkReason;
 
 /// Dirty paths one refresh re-checks one by one; more than this and the tree is walked again.
 const MAX_INCREMENTAL: usize = 2_000;

@@ -4,7 +4,6 @@
 
 #![forbid(unsafe_code)]
 
-pub mod approvals;
 mod audit;
 pub mod config;
 pub mod error;
@@ -18,9 +17,6 @@ pub mod lease;
 pub mod links;
 mod mask_cache;
 mod masks;
-pub mod net;
-pub mod ops;
-pub mod patches;
 pub mod policy;
 mod process_tools;
 pub mod redact;
@@ -28,7 +24,6 @@ pub mod request;
 pub mod retention;
 pub mod server_files;
 pub mod suggest;
-pub mod temp_files;
 pub mod tool_table;
 pub mod tools;
 pub mod versions;

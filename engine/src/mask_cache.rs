@@ -87,4 +87,3 @@ impl MaskCache {
         c.sets.truncate(MASK_SETS_KEPT);
     }
 }
-

@@ -22,8 +22,8 @@
 use crate::config::SecretMasking;
 use crate::error::{ErrorCode, ToolError};
 use crate::facts::SandboxFacts;
-use crate::mask_cache::{Grouped, Mask};
 use crate::index::Listing;
+use crate::mask_cache::{Grouped, Mask};
 use crate::policy::decide::Decision;
 use crate::policy::signature::SignaturePlan;
 use codespace_runner_fs::Kind;
@@ -80,7 +80,11 @@ pub(crate) fn check_complete(listing: &Listing, max_entries: usize) -> Result<()
 
 /// Groups a listing's entries by decision signature (`links = 1`: the answer for the name) and
 /// finds its hard-link alias groups by inode number. CPU only; run it off the async workers.
-pub(crate) fn group(listing: &Listing, plan: &SignaturePlan, server_owned: &dyn Fn(&str) -> bool) -> Grouped {
+pub(crate) fn group(
+    listing: &Listing,
+    plan: &SignaturePlan,
+    server_owned: &dyn Fn(&str) -> bool,
+) -> Grouped {
     let mut slot_of_key: HashMap<String, u32> = HashMap::new();
     let mut reps: Vec<u32> = Vec::new();
     let mut slots = Vec::with_capacity(listing.entries.len());

@@ -6,9 +6,9 @@
 
 use crate::config::Limits;
 use crate::error::{ErrorCode, ToolError};
+use crate::gateway::ops::{Begin, fingerprint};
 use crate::gateway::{Gateway, WorkspaceRuntime};
 use crate::lease::Leases;
-use crate::ops::{Begin, fingerprint};
 use crate::policy::PolicySnapshot;
 use crate::request::{ProcessFacts, Session};
 use crate::wire::{
@@ -62,7 +62,7 @@ const PROXY_ENV_NAMES: &[&str] = &[
 /// The egress proxy of one `network: proxy` command, before it is spawned.
 struct ProxySetup {
     proxy: Arc<codespace_runner_netproxy::ProcessProxy>,
-    decider: Arc<crate::net::ProcessDecider>,
+    decider: Arc<crate::gateway::net::ProcessDecider>,
     /// The helper's end of the control socket (inherited by that one child).
     relay_end: InheritedFd,
     /// The server's end.
@@ -270,7 +270,7 @@ impl Gateway {
                 ),
             )
         })?;
-        let decider = Arc::new(crate::net::ProcessDecider {
+        let decider = Arc::new(crate::gateway::net::ProcessDecider {
             net: Arc::clone(&self.net),
             facts: ws.facts.clone(),
             session: session.clone(),
@@ -640,7 +640,7 @@ impl Gateway {
         session: &Session,
         call: &ToolCall,
         p: &ExecCommandParams,
-        resumed: Option<&crate::approvals::Resumed>,
+        resumed: Option<&crate::gateway::approvals::Resumed>,
     ) -> Result<Value, ToolError> {
         let ws = self.workspace(&p.workspace_id)?;
         let decision = self.authorize(snap, ws, call, session, None)?;
@@ -991,7 +991,7 @@ impl Gateway {
         }
         let mut env = child_env(base, p.env.as_ref(), &paths.env, &paths.path);
         if proxy.is_some() {
-            let url = format!("http://{}", crate::net::proxy_address());
+            let url = format!("http://{}", crate::gateway::net::proxy_address());
             for name in PROXY_ENV_NAMES {
                 env.push(((*name).into(), url.clone()));
             }
@@ -1347,7 +1347,7 @@ impl Gateway {
 /// The replayed result of a stored exec: the stored result, the stored error, or
 /// `dispatch_status: unknown` when the call never finished (do not start a duplicate).
 fn replay(row: &codespace_store::OperationRow) -> Result<Value, ToolError> {
-    if let Some(err) = crate::ops::replayed_error(row) {
+    if let Some(err) = crate::gateway::ops::replayed_error(row) {
         return Err(err);
     }
     let finished = row.finished_ms.is_some();

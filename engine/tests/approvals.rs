@@ -490,7 +490,7 @@ async fn self_approval_is_forbidden_by_the_example_while_the_cli_grants() {
         Some(vec!["base.forbid.self-approval".to_string()])
     );
     let snap = PolicyStore::load(source).unwrap().snapshot();
-    let granted = codespace_engine::approvals::cli_resolve(
+    let granted = codespace_engine::gateway::approvals::cli_resolve(
         &cfg,
         &snap,
         &store,

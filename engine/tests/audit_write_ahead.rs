@@ -7,7 +7,7 @@
     clippy::indexing_slicing
 )]
 
-use codespace_engine::patches::PatchHooks;
+use codespace_engine::gateway::patches::PatchHooks;
 use codespace_engine::{
     Config, Gateway, PolicySource, PolicyStore, SandboxFacts, Session, ToolCall,
 };

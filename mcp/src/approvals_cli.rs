@@ -264,7 +264,7 @@ fn resolve(
         .or_else(|| std::env::var("USER").ok())
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "operator".into());
-    match codespace_engine::approvals::cli_resolve(
+    match codespace_engine::gateway::approvals::cli_resolve(
         &cfg,
         &policies.snapshot(),
         &store,

@@ -477,11 +477,11 @@ fn serve(
 /// step sleep, so a test can kill the server mid-apply. Compiled only with the `test-hooks`
 /// feature (scripts/test.sh enables it; release builds do not).
 #[cfg(feature = "test-hooks")]
-fn patch_test_hooks() -> codespace_engine::patches::PatchHooks {
+fn patch_test_hooks() -> codespace_engine::gateway::patches::PatchHooks {
     let delay = std::env::var("CODESPACE_TEST_PATCH_STEP_DELAY_MS")
         .ok()
         .and_then(|v| v.parse::<u64>().ok());
-    codespace_engine::patches::PatchHooks {
+    codespace_engine::gateway::patches::PatchHooks {
         before_commit: None,
         fault: delay.map(|ms| {
             Box::new(move |_step: usize| {

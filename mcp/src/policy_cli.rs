@@ -345,7 +345,7 @@ fn connect_target(args: &ExplainArgs, text: &str) -> Result<codespace_engine::re
                 .ok_or_else(|| {
                     anyhow!("--connect: cannot resolve `{host}`; give its class with --ip-class")
                 })?;
-            codespace_engine::net::ip_class_of(addr.ip()).to_string()
+            codespace_engine::gateway::net::ip_class_of(addr.ip()).to_string()
         }
     };
     Ok(codespace_engine::request::NetTarget {

@@ -140,7 +140,7 @@ impl Authorized<'_> {
         tool: &str,
         key: Option<&str>,
         fingerprint: &str,
-    ) -> Result<crate::ops::Begin, crate::ToolError> {
+    ) -> Result<crate::gateway::ops::Begin, crate::ToolError> {
         self.gateway
             .begin_operation(tool, &self.ws.facts.id, key, fingerprint, self.session)
     }

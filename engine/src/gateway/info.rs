@@ -82,4 +82,3 @@ pub(super) fn server_info(
     }
     out
 }
-

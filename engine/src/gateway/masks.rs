@@ -182,9 +182,7 @@ mod tests {
         // The second ask may build the index (the first answered from its own walk): after it,
         // the set is cached under the index's listing.
         assert_eq!(masks_of(&gw).await.unwrap(), [".env"]);
-        let cached = |gw: &Gateway| {
-            gw.workspace("w").unwrap().index.masks.newest_set()
-        };
+        let cached = |gw: &Gateway| gw.workspace("w").unwrap().index.masks.newest_set();
         let (key, set) = cached(&gw).expect("a decided set is cached");
         assert_eq!(masks_of(&gw).await.unwrap(), [".env"]);
         let (key2, set2) = cached(&gw).unwrap();

@@ -2,17 +2,23 @@
 //! the Cedar request(s) → decide → audit → run the runner → reply.
 
 use crate::config::Config;
-use crate::facts::SandboxFacts;
 use crate::error::{ErrorCode, ToolError};
+use crate::facts::SandboxFacts;
 use crate::lease::Leases;
 use crate::policy::decide::{Decision, decide, workspace_entities};
 use crate::policy::{PolicySnapshot, PolicyStore};
 use crate::request::{ProcessFacts, Session, SubRequest, WorkspaceFacts, build_requests};
 use crate::wire::ToolCall;
 
+pub mod approvals;
 mod authorized;
+mod explain;
 mod info;
 mod masks;
+pub mod net;
+pub mod ops;
+pub mod patches;
+pub mod temp_files;
 pub(crate) use authorized::Authorized;
 use cedar_policy::Entities;
 use codespace_runner_fs::Root;
@@ -69,7 +75,7 @@ pub struct Services {
     pub(crate) sandbox: SandboxFacts,
     pub(crate) transports: Vec<String>,
     pub(crate) leases: Arc<Leases>,
-    pub(crate) patch_hooks: Arc<crate::patches::PatchHooks>,
+    pub(crate) patch_hooks: Arc<crate::gateway::patches::PatchHooks>,
     pub(crate) processes: crate::process_tools::Processes,
     pub(crate) temps: Arc<codespace_runner_fs::TempNames>,
     /// The store statistics the retention pruner last computed.
@@ -77,7 +83,7 @@ pub struct Services {
     /// File reads off the async workers, versions cached by file identity.
     pub(crate) file_versions: Arc<crate::file_versions::FileVersions>,
     /// `network: proxy`: what every process's egress-proxy decider shares.
-    pub(crate) net: Arc<crate::net::NetState>,
+    pub(crate) net: Arc<crate::gateway::net::NetState>,
 }
 
 /// The gateway: the one place that resolves a call's target, decides it and audits it. Tool
@@ -232,7 +238,7 @@ impl Gateway {
         crate::isolation::check_store_unreachable(&config).map_err(StartError::StoreReachable)?;
         let config_max_waiters = config.limits.max_waiters;
         let processes = crate::process_tools::Processes::new(&config.limits);
-        let temps = crate::temp_files::start_instance(store.as_ref())?;
+        let temps = crate::gateway::temp_files::start_instance(store.as_ref())?;
         let owned_files = crate::server_files::server_files(&config, policy.source());
         let mut workspaces = BTreeMap::new();
         // The path indexes' fence directories, beside the store (dead servers' ones swept now).
@@ -307,7 +313,7 @@ impl Gateway {
         if let Some(store) = &store {
             crate::audit::start_writer(store);
         }
-        let net = Arc::new(crate::net::NetState::new(
+        let net = Arc::new(crate::gateway::net::NetState::new(
             Arc::clone(&policy),
             config.profiles.clone(),
             store.clone(),
@@ -321,7 +327,7 @@ impl Gateway {
                 sandbox,
                 transports: vec!["stdio".to_string()],
                 leases: Leases::new(config_max_waiters),
-                patch_hooks: Arc::new(crate::patches::PatchHooks::default()),
+                patch_hooks: Arc::new(crate::gateway::patches::PatchHooks::default()),
                 processes,
                 temps,
                 store_stats: crate::retention::StatsCell::default(),
@@ -375,7 +381,7 @@ impl Gateway {
     /// Installs apply_patch test hooks (failure injection, apply-window edits). Not reachable
     /// from the wire; tests only.
     #[doc(hidden)]
-    pub fn with_patch_hooks(mut self, hooks: crate::patches::PatchHooks) -> Gateway {
+    pub fn with_patch_hooks(mut self, hooks: crate::gateway::patches::PatchHooks) -> Gateway {
         self.svc.patch_hooks = Arc::new(hooks);
         self
     }
@@ -818,8 +824,7 @@ impl Gateway {
         let snap = self.policy.snapshot();
         let result = match &call {
             ToolCall::WorkspaceInfo(p) => {
-                let server =
-                    info::server_info(&self.svc, &snap, self.policy.last_rejected());
+                let server = info::server_info(&self.svc, &snap, self.policy.last_rejected());
                 match p.workspace_id.as_deref().filter(|s| !s.is_empty()) {
                     None => Ok(server),
                     Some(id) => self
@@ -861,7 +866,7 @@ impl Gateway {
                     .await
             }
             ToolCall::ApprovalCreate(p) => {
-                let held = crate::approvals::held_of(p)?;
+                let held = crate::gateway::approvals::held_of(p)?;
                 self.authorize_on(&snap, held.workspace_id().unwrap_or(""), &call, session)?
                     .approval_create(&held)
                     .await

@@ -4,8 +4,6 @@
 //! builder and `decide()` the server uses; nothing here touches the store or the disk.
 
 use crate::config::Profile;
-use crate::error::{ErrorCode, ToolError};
-use crate::gateway::Gateway;
 use crate::policy::PolicySnapshot;
 use crate::policy::decide::{Decision, decide, operation_entity, uid, workspace_entities};
 use crate::request::{ProcessFacts, Session, SubRequest, WorkspaceFacts, build_requests};
@@ -403,35 +401,6 @@ fn explain_built(
     }
     out.decision = Some(decision);
     out
-}
-
-impl Gateway {
-    /// Explains `call` against a configured workspace under the policy set in force, with the
-    /// facts the server would use. Writes no audit row.
-    #[allow(clippy::result_large_err)] // ToolError is the gateway's error type throughout
-    pub fn explain(
-        &self,
-        session: &Session,
-        call: &ToolCall,
-        process: Option<&ProcessFacts>,
-    ) -> Result<Explanation, ToolError> {
-        let id = call.workspace_id().ok_or_else(|| {
-            ToolError::new(
-                ErrorCode::InvalidArguments,
-                "the call names no workspace_id; pass --workspace or a workspace_id argument",
-            )
-        })?;
-        let ws = self.workspace(id)?;
-        let snap = self.policy.snapshot();
-        Ok(explain_call(
-            &snap,
-            &self.config.profiles,
-            &ws.facts,
-            session,
-            call,
-            process,
-        ))
-    }
 }
 
 /// The machine form of an explanation.

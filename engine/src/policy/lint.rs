@@ -2,8 +2,6 @@
 //! forbid a `@reason`, forbids and `confirm` policies live in `base/`, permits in `profiles/`;
 //! and the check that policies name only known profiles.
 
-use super::load::PolicySnapshot;
-use cedar_policy::PolicyId;
 use std::collections::BTreeSet;
 
 /// True when a policy's action scope is the `confirm` action alone (`action ==
@@ -88,32 +86,4 @@ pub fn profiles_named(policy: &cedar_policy::Policy) -> BTreeSet<String> {
         walk(&est, &mut out);
     }
     out
-}
-
-/// One line per policy that names a profile outside `known` (the config's profiles, the
-/// built-ins and any a test file declares): such a permit never matches and such a forbid never
-/// applies, so it is a validation error, with the closest known name.
-pub fn unknown_profile_errors(snap: &PolicySnapshot, known: &BTreeSet<String>) -> Vec<String> {
-    let mut errs = Vec::new();
-    for (id, meta) in &snap.meta {
-        let Some(policy) = snap.set.policy(&PolicyId::new(id)) else {
-            continue;
-        };
-        for name in profiles_named(policy) {
-            if !known.contains(&name) {
-                errs.push(format!(
-                    "{}:{}: policy {id}: unknown profile `{name}`{}; profiles come from the config's `profiles`, the built-ins ({}) or a test file's `profiles:`",
-                    meta.file,
-                    meta.line,
-                    crate::suggest::hint(&name, known.iter().map(String::as_str)),
-                    crate::config::BUILTIN_PROFILES
-                        .iter()
-                        .map(|(b, _)| *b)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ));
-            }
-        }
-    }
-    errs
 }

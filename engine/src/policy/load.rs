@@ -389,6 +389,34 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// One line per policy that names a profile outside `known` (the config's profiles, the
+/// built-ins and any a test file declares): such a permit never matches and such a forbid never
+/// applies, so it is a validation error, with the closest known name.
+pub fn unknown_profile_errors(snap: &PolicySnapshot, known: &BTreeSet<String>) -> Vec<String> {
+    let mut errs = Vec::new();
+    for (id, meta) in &snap.meta {
+        let Some(policy) = snap.set.policy(&PolicyId::new(id)) else {
+            continue;
+        };
+        for name in super::lint::profiles_named(policy) {
+            if !known.contains(&name) {
+                errs.push(format!(
+                    "{}:{}: policy {id}: unknown profile `{name}`{}; profiles come from the config's `profiles`, the built-ins ({}) or a test file's `profiles:`",
+                    meta.file,
+                    meta.line,
+                    crate::suggest::hint(&name, known.iter().map(String::as_str)),
+                    crate::config::BUILTIN_PROFILES
+                        .iter()
+                        .map(|(b, _)| *b)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+        }
+    }
+    errs
+}
+
 /// The live policy set: readers take an `Arc` snapshot at the start of a call and finish under it.
 #[derive(Debug)]
 pub struct PolicyStore {
@@ -442,7 +470,7 @@ impl PolicyStore {
             shadow: RwLock::new(None),
             shadow_error: RwLock::new(None),
         };
-        let errs = super::lint::unknown_profile_errors(
+        let errs = unknown_profile_errors(
             &store.snapshot(),
             store
                 .known_profiles
@@ -526,7 +554,7 @@ impl PolicyStore {
     pub fn compile_checked(&self, bundle: PolicyBundle) -> Result<PolicySnapshot, PolicyErrors> {
         let snap = compile(bundle)?;
         if let Some(known) = &self.known_profiles {
-            let errs = super::lint::unknown_profile_errors(&snap, known);
+            let errs = unknown_profile_errors(&snap, known);
             if !errs.is_empty() {
                 return Err(PolicyErrors(errs));
             }

@@ -13,5 +13,5 @@ pub mod replay;
 pub mod signature;
 pub mod suite;
 
-pub use lint::{profiles_named, unknown_profile_errors};
+pub use lint::profiles_named;
 pub use load::*;

@@ -3,9 +3,9 @@
 //! workspace; here the hold is created or resolved in the store. `operation_resume` is the
 //! gateway's own (it re-decides and runs the held call through its handler).
 
-use crate::approvals::{resolve_in_store, to_value, wire_state};
 use crate::error::ToolError;
 use crate::gateway::Authorized;
+use crate::gateway::approvals::{resolve_in_store, to_value, wire_state};
 use crate::wire::{ApprovalResolveParams, ApprovalStateResult, ToolCall};
 use codespace_store::ApprovalRow;
 use serde_json::Value;

@@ -151,14 +151,14 @@ impl Authorized<'_> {
                 "client_may_escalate": false,
             },
             "approvals": ws.facts.approvals.as_str(),
-            "approval_channels": crate::approvals::APPROVAL_CHANNELS,
+            "approval_channels": crate::gateway::approvals::APPROVAL_CHANNELS,
         });
         // `network: proxy` with the sandbox: the proxy's address inside each command's namespace.
         if ws.facts.network == crate::config::Network::Proxy
             && ws.facts.workspace_sandbox != crate::config::SandboxMode::Off
             && let Some(n) = execution.get_mut("network").and_then(Value::as_object_mut)
         {
-            n.insert("proxy".into(), json!(crate::net::proxy_address()));
+            n.insert("proxy".into(), json!(crate::gateway::net::proxy_address()));
         }
         if let Value::Object(m) = &mut out {
             m.insert("workspace_id".into(), json!(id));

@@ -4,9 +4,9 @@
 
 use crate::error::{ErrorCode, ToolError};
 use crate::gateway::Authorized;
-use crate::ops::{Begin, fingerprint};
-use crate::wire::{ApplyPatchParams, ApplyPatchResult, FileChange};
+use crate::gateway::ops::{Begin, fingerprint};
 use crate::versions::Known;
+use crate::wire::{ApplyPatchParams, ApplyPatchResult, FileChange};
 use codespace_runner_fs::txn::{Backup, Change, CommitError, Journal, commit, restore};
 use codespace_runner_fs::{FsError, Kind, RelPath, Root, Version};
 use codespace_runner_patch::{FileState, PlanError, PlannedChange, plan};
@@ -188,7 +188,7 @@ impl Authorized<'_> {
     pub(crate) async fn apply_patch(
         &self,
         p: &ApplyPatchParams,
-        resumed: Option<&crate::approvals::Resumed>,
+        resumed: Option<&crate::gateway::approvals::Resumed>,
     ) -> Result<Value, ToolError> {
         let (ws, session) = (self.ws(), self.session());
         let pinned = resumed.map(|r| r.pinned.clone()).unwrap_or_default();
@@ -315,12 +315,12 @@ impl Authorized<'_> {
                     self.current_version(ws, &rel).await.map_err(rejected)?
                 }
             };
-            if crate::patches::known_str(&have) != want {
+            if crate::gateway::patches::known_str(&have) != want {
                 return Err(rejected(ToolError::new(
                     ErrorCode::VersionConflict,
                     format!(
                         "`{path}` is at version {} but the patch expected {want}; read it again",
-                        crate::patches::known_str(&have)
+                        crate::gateway::patches::known_str(&have)
                     ),
                 )));
             }
@@ -329,7 +329,7 @@ impl Authorized<'_> {
         for (path, want) in pinned {
             let have = at_plan
                 .get(path)
-                .map_or("absent", crate::patches::known_str);
+                .map_or("absent", crate::gateway::patches::known_str);
             if have != want {
                 return Err(rejected(ToolError::new(
                     ErrorCode::VersionConflict,
@@ -421,7 +421,7 @@ fn rel_str(p: &str) -> String {
 /// The replayed result of a stored operation: the stored result, the stored error (with the
 /// operation id), or `unknown` when it never finished. Nothing is applied again.
 fn replay(row: &codespace_store::OperationRow) -> Result<Value, ToolError> {
-    if let Some(err) = crate::ops::replayed_error(row) {
+    if let Some(err) = crate::gateway::ops::replayed_error(row) {
         return Err(err);
     }
     let mut v = match (&row.result, row.finished_ms) {
@@ -452,7 +452,7 @@ fn commit_checked(
     changes: &[Change],
     at_plan: &BTreeMap<String, Known>,
     watcher_changed: &[String],
-    hooks: &crate::patches::PatchHooks,
+    hooks: &crate::gateway::patches::PatchHooks,
 ) -> Applied {
     // Changes the watcher saw in the window, confirmed on disk before anything is written.
     let mut stale: Vec<String> = Vec::new();

@@ -11,11 +11,11 @@ use crate::gateway::Authorized;
 use crate::index::{Derived, Groups, Listing};
 use crate::policy::decide::Decision;
 use crate::request::{SubRequest, path_request};
-use crate::wire::{GREP_MAX_FILE_BYTES, GREP_MAX_LINE_CHARS, GREP_MAX_OUTPUT_BYTES, 
+use crate::wire::{
     EntryType, FIND_FILES_DEFAULT_LIMIT, FIND_FILES_MAX_LIMIT, FIND_MAX_PATHS, FindEntry,
     FindFilesMatch, FindFilesParams, FindFilesResult, FindParams, FindResult, GREP_DEFAULT_MATCHES,
-    GREP_MAX_MATCHES, GrepFileCount, GrepMatch, GrepParams, GrepResult, GrepSkipped, ListingSource,
-    WalkReason,
+    GREP_MAX_FILE_BYTES, GREP_MAX_LINE_CHARS, GREP_MAX_MATCHES, GREP_MAX_OUTPUT_BYTES,
+    GrepFileCount, GrepMatch, GrepParams, GrepResult, GrepSkipped, ListingSource, WalkReason,
 };
 use codespace_runner_fs::{GlobFilter, Kind, RelPath};
 use codespace_runner_search::{

@@ -7,8 +7,8 @@
 
 use crate::config::Config;
 use crate::error::{ErrorCode, ToolError};
+use crate::gateway::ops::fingerprint;
 use crate::gateway::{Audit, Gateway, Services, WorkspaceRuntime};
-use crate::ops::fingerprint;
 use crate::policy::PolicySnapshot;
 use crate::policy::decide::decide;
 use crate::request::{
@@ -228,7 +228,7 @@ impl Services {
             let known = self.current_version(ws, &rel).await?;
             out.insert(
                 rel.as_str().to_string(),
-                crate::patches::known_str(&known).to_string(),
+                crate::gateway::patches::known_str(&known).to_string(),
             );
         }
         Ok(out)
