@@ -75,9 +75,12 @@ impl Handshake {
         tokio::pin!(helper_exited);
         loop {
             let step = if exited {
-                match rx.try_read(&mut buf) {
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                    r => r,
+                // A plain non-blocking read(2): tokio's `try_read` answers "would block" until
+                // the reactor has seen the pipe readable, and bytes written just before the
+                // exit would be missed.
+                match rustix::io::read(std::os::fd::AsFd::as_fd(&rx), &mut buf) {
+                    Err(rustix::io::Errno::AGAIN) => break,
+                    r => r.map_err(std::io::Error::from),
                 }
             } else {
                 tokio::select! {
@@ -155,5 +158,67 @@ impl HelperEnd {
         }
         let mut file = std::fs::File::from(self.write);
         let _ = file.write_all(text.get(..end).unwrap_or_default().as_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn helper_end(write: OwnedFd) -> HelperEnd {
+        HelperEnd { write }
+    }
+
+    #[tokio::test]
+    async fn end_of_file_with_nothing_written_is_an_exec() {
+        let (handshake, write) = handshake_pipe().unwrap();
+        drop(write);
+        assert_eq!(
+            handshake.outcome(std::future::pending()).await,
+            HelperOutcome::Executed
+        );
+    }
+
+    #[tokio::test]
+    async fn a_message_is_a_refusal_and_only_its_first_line_counts() {
+        let (handshake, write) = handshake_pipe().unwrap();
+        helper_end(write).refuse(&SandboxError::Unavailable("no Landlock\nsecond".into()));
+        assert_eq!(
+            handshake.outcome(std::future::pending()).await,
+            HelperOutcome::Refused("sandbox unavailable: no Landlock".into())
+        );
+    }
+
+    #[tokio::test]
+    async fn the_helpers_exit_ends_the_wait_even_if_the_write_end_leaked() {
+        // Something still holds the write end (a leaked copy): without the exit, no end of
+        // file would ever come. The exit ends the wait, with what was written so far.
+        let (handshake, write) = handshake_pipe().unwrap();
+        assert_eq!(
+            handshake.outcome(std::future::ready(())).await,
+            HelperOutcome::Executed
+        );
+        let (handshake, other) = handshake_pipe().unwrap();
+        let mut file = std::fs::File::from(other);
+        file.write_all(b"refused: x").unwrap();
+        assert_eq!(
+            handshake.outcome(std::future::ready(())).await,
+            HelperOutcome::Refused("refused: x".into())
+        );
+        drop((write, file));
+    }
+
+    #[tokio::test]
+    async fn a_long_message_is_cut_at_the_cap_on_a_character_boundary() {
+        let (handshake, write) = handshake_pipe().unwrap();
+        helper_end(write).refuse(&SandboxError::Usage("é".repeat(MAX_REFUSAL_BYTES)));
+        match handshake.outcome(std::future::pending()).await {
+            HelperOutcome::Refused(m) => {
+                assert!(m.len() <= MAX_REFUSAL_BYTES, "{}", m.len());
+                assert!(m.starts_with("bad helper invocation: é"), "{m}");
+                assert!(!m.contains('\u{fffd}'), "cut inside a character");
+            }
+            HelperOutcome::Executed => panic!("a refusal read as an exec"),
+        }
     }
 }
