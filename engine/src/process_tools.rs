@@ -19,18 +19,17 @@ use crate::wire::{
 use codespace_runner_fs::{Kind, RelPath};
 use codespace_runner_process::{
     ExitHook, InheritedFd, Launcher, ProcError, ProcState, ProcessInfo, ProcessTable, ReadWindow,
-    SpawnError, SpawnOptions, SpawnSpec, TableLimits,
+    Registration, SpawnError, SpawnOptions, SpawnSpec, TableLimits,
 };
 use codespace_runner_sandbox::{
-    HELPER_STDERR_PREFIX, NetworkMode, SandboxPlan, launcher_parts, scrub_env,
+    Handshake, HelperOutcome, NetworkMode, SandboxCommand, SandboxPlan, scrub_env,
 };
 use codespace_store::{ProcessRow, Store};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// The fixed `PATH` of every child.
 pub const CHILD_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -70,10 +69,8 @@ struct ProxySetup {
     argv: Vec<String>,
 }
 
-/// How long exec_command waits for the sandbox helper to either exec the target or fail.
-const HELPER_SETTLE: Duration = Duration::from_secs(3);
-
-/// One process the gateway started.
+/// One process the gateway started, as the process tools see it: the runner table's
+/// registration (its status snapshot and the gateway's [`Owner`]) flattened.
 #[derive(Debug, Clone)]
 struct Entry {
     workspace: String,
@@ -88,23 +85,64 @@ struct Entry {
     proxy: Option<Arc<codespace_runner_netproxy::ProcessProxy>>,
 }
 
-/// The gateway's process state: the runner table and who started what.
+/// What the gateway keeps about each process, in the runner's table beside the process (so it
+/// is looked up and evicted with it). The client is the table's owner label; argv, tty and the
+/// stderr mode are the table's own.
 #[derive(Debug)]
-pub(crate) struct Processes {
-    table: ProcessTable,
-    entries: Arc<Mutex<HashMap<String, Entry>>>,
-    helper_exe: Option<PathBuf>,
-    force_no_landlock: bool,
+pub(crate) struct Owner {
+    workspace: String,
+    env_names: Vec<String>,
+    background: bool,
+    proxy: Option<Arc<codespace_runner_netproxy::ProcessProxy>>,
+    /// The command's private temp dir: removed when the process exits (the exit watcher) and,
+    /// at the latest, when the table evicts the process.
+    tmp: Option<TmpDir>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
+impl Entry {
+    fn of(r: &Registration<Owner>) -> Entry {
+        Entry {
+            workspace: r.meta.workspace.clone(),
+            client: r.info.owner.clone(),
+            argv: r.info.argv.clone(),
+            tty: r.info.tty,
+            tmp_dir: r.meta.tmp.as_ref().map(|t| t.0.clone()),
+            env_names: r.meta.env_names.clone(),
+            background: r.meta.background,
+            separate_stderr: r.info.separate_stderr,
+            proxy: r.meta.proxy.clone(),
+        }
+    }
+}
+
+/// A process's private temp dir; removed on drop.
+#[derive(Debug)]
+struct TmpDir(PathBuf);
+
+impl TmpDir {
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TmpDir {
+    fn drop(&mut self) {
+        remove_tmp(Some(&self.0));
+    }
+}
+
+/// The gateway's process state: the runner table, the one registry of who started what.
+#[derive(Debug)]
+pub(crate) struct Processes {
+    table: ProcessTable<Owner>,
+    helper_exe: Option<PathBuf>,
+    force_no_landlock: bool,
 }
 
 impl Processes {
     /// An empty registry with the operator's limits.
     pub(crate) fn new(limits: &Limits) -> Processes {
-        let table = ProcessTable::new(TableLimits {
+        let table = ProcessTable::with_metadata(TableLimits {
             max_live: limits.max_live_processes,
             max_exited_kept: limits.max_exited_processes,
             ring_bytes: limits.output_ring_bytes,
@@ -114,7 +152,6 @@ impl Processes {
         });
         Processes {
             table,
-            entries: Arc::new(Mutex::new(HashMap::new())),
             helper_exe: None,
             // A test hook: only a binary built with the `test-hooks` feature reads the variable.
             force_no_landlock: cfg!(feature = "test-hooks")
@@ -133,33 +170,37 @@ impl Processes {
     }
 
     fn entry(&self, id: &str) -> Result<Entry, ToolError> {
-        lock(&self.entries).get(id).cloned().ok_or_else(|| {
-            ToolError::new(
-                ErrorCode::ProcessNotFound,
-                "no process with this process_id",
-            )
-        })
+        self.table
+            .registration(id)
+            .map(|r| Entry::of(&r))
+            .map_err(|_| {
+                ToolError::new(
+                    ErrorCode::ProcessNotFound,
+                    "no process with this process_id",
+                )
+            })
     }
 
-    /// Drops registry entries whose handle the table has evicted.
-    async fn prune(&self) {
-        let ids: Vec<String> = lock(&self.entries).keys().cloned().collect();
-        for id in ids {
-            if matches!(self.table.status(&id).await, Err(ProcError::NotFound))
-                && let Some(e) = lock(&self.entries).remove(&id)
-            {
-                remove_tmp(e.tmp_dir.as_deref());
-            }
+    /// Every process the table still holds, by id.
+    fn entries(&self) -> Vec<(String, Entry)> {
+        self.table
+            .registrations()
+            .iter()
+            .map(|r| (r.info.id.clone(), Entry::of(r)))
+            .collect()
+    }
+
+    /// Removes every process's temp dir now (their entries may outlive this call).
+    fn remove_tmp_dirs(&self) {
+        for r in self.table.registrations() {
+            remove_tmp(r.meta.tmp.as_ref().map(TmpDir::path));
         }
     }
 
     /// Kills every process group the table owns and removes their temp dirs.
     pub(crate) async fn shutdown(&self) {
         self.table.shutdown().await;
-        let entries: Vec<Entry> = lock(&self.entries).values().cloned().collect();
-        for e in entries {
-            remove_tmp(e.tmp_dir.as_deref());
-        }
+        self.remove_tmp_dirs();
     }
 
     /// Number of processes still running (tests, workspace_info).
@@ -174,11 +215,10 @@ impl Processes {
 }
 
 impl Drop for Processes {
-    /// Exit watchers die with their runtime; the temp dirs must not outlive the gateway.
+    /// Exit watchers die with their runtime (and may hold the table); the temp dirs must not
+    /// outlive the gateway.
     fn drop(&mut self) {
-        for e in lock(&self.entries).values() {
-            remove_tmp(e.tmp_dir.as_deref());
-        }
+        self.remove_tmp_dirs();
     }
 }
 
@@ -224,8 +264,9 @@ fn capped(ms: u64) -> Duration {
     Duration::from_millis(ms.min(MAX_WAIT_MS))
 }
 
-/// A private temp dir for one process (mode 0700), under the system temp dir.
-fn make_tmp_dir() -> Result<PathBuf, ToolError> {
+/// A private temp dir for one process (mode 0700), under the system temp dir; removed when the
+/// returned guard is dropped.
+fn make_tmp_dir() -> Result<TmpDir, ToolError> {
     use std::os::unix::fs::DirBuilderExt;
     let dir = std::env::temp_dir().join(format!("codespace-proc-{}", uuid::Uuid::new_v4()));
     std::fs::DirBuilder::new()
@@ -237,7 +278,7 @@ fn make_tmp_dir() -> Result<PathBuf, ToolError> {
                 format!("cannot create the process temp dir: {}", e.kind()),
             )
         })?;
-    Ok(dir)
+    Ok(TmpDir(dir))
 }
 
 /// Whether `ws`'s commands run in the sandbox (every workspace but one whose operator set
@@ -362,7 +403,7 @@ fn status_result(id: &str, info: &ProcessInfo) -> ProcessStatusResult {
 
 /// Everything needed to keep the store and the lease in step with a process after it exits.
 struct ExitWatch {
-    table: ProcessTable,
+    table: ProcessTable<Owner>,
     leases: Arc<Leases>,
     store: Option<Arc<Store>>,
     row: ProcessRow,
@@ -466,23 +507,16 @@ impl Gateway {
         Ok(ws)
     }
 
-    /// Builds the sandbox plan and the launcher, or none for a workspace whose operator set
-    /// `"sandbox": "off"`. A workspace that requires the sandbox on a host without one fails
-    /// closed here even if an operator policy let the call through.
-    // Plan assembly moves into runner/sandbox with the engine reshape (issue #11); until then the
-    // plan's inputs arrive one by one.
-    #[allow(clippy::too_many_arguments)]
+    /// The launcher of a command of `ws` under `plan` and the server's end of its exec
+    /// handshake, or none for a workspace whose operator set `"sandbox": "off"`. A workspace
+    /// that requires the sandbox on a host without one fails closed here even if an operator
+    /// policy let the call through.
     fn sandbox_launcher(
         &self,
         ws: &WorkspaceRuntime,
-        root: &Path,
-        write: bool,
-        network: NetworkMode,
-        tmp_dir: Option<&Path>,
-        paths: &CommandPaths,
-        masks: &[crate::mask_cache::Mask],
+        plan: SandboxPlan,
         proxy_control: Option<&InheritedFd>,
-    ) -> Result<Option<Launcher>, ToolError> {
+    ) -> Result<Option<(Launcher, Handshake)>, ToolError> {
         if !requires_sandbox(ws) {
             return Ok(None);
         }
@@ -499,72 +533,41 @@ impl Gateway {
                 "command sandbox unavailable: this server has no sandbox helper configured",
             ));
         };
-        let plan = SandboxPlan {
-            workspace_root: root.to_path_buf(),
-            write_workspace: write,
-            network,
-            tmp_dir: tmp_dir.map(Path::to_path_buf),
-            extra_read: paths.read_paths.clone(),
-            home_dir: paths.home.clone(),
-            force_landlock_unavailable: self.processes.force_no_landlock,
-            masks: masks.iter().map(|m| root.join(&m.path)).collect(),
-            proxy_control_fd: proxy_control.map(InheritedFd::raw),
-        };
-        let (program, args, env) = launcher_parts(&plan, helper).map_err(|e| {
+        let launch = SandboxCommand {
+            helper: helper.clone(),
+            plan,
+            proxy_control: proxy_control.map(|fd| Arc::clone(&fd.0)),
+        }
+        .launch()
+        .map_err(|e| {
             ToolError::new(
                 ErrorCode::ProcessSpawnFailed,
                 format!("command sandbox unavailable: {e}"),
             )
         })?;
-        Ok(Some(Launcher {
-            program,
-            args,
-            env,
-            inherit_fd: proxy_control.cloned(),
-        }))
+        let launcher = Launcher {
+            program: launch.program,
+            args: launch.args,
+            env: launch.env,
+            inherit_fds: launch.inherit_fds.into_iter().map(InheritedFd).collect(),
+        };
+        Ok(Some((launcher, launch.handshake)))
     }
 
-    /// After a sandboxed spawn: waits until the helper has exec'd the target (the process image
-    /// is no longer the helper) or has exited. A helper refusal becomes the error message.
-    async fn helper_outcome(&self, id: &str, pid: u32, separate: bool) -> Result<(), String> {
-        let Some(helper) = &self.processes.helper_exe else {
-            return Ok(());
-        };
+    /// After a sandboxed spawn: waits (no polling) until the helper has exec'd the target or
+    /// refused, or the process has exited. A refusal becomes the error message, and whatever is
+    /// left of the process is terminated.
+    async fn helper_outcome(&self, id: &str, handshake: Handshake) -> Result<(), String> {
         let table = &self.processes.table;
-        let deadline = Instant::now() + HELPER_SETTLE;
-        let exe_link = PathBuf::from(format!("/proc/{pid}/exe"));
-        let exited = table.wait_exit(id);
-        tokio::pin!(exited);
-        let info = loop {
-            if let Ok(exe) = std::fs::read_link(&exe_link)
-                && exe != *helper
-            {
-                return Ok(());
-            }
-            tokio::select! {
-                r = &mut exited => break r,
-                () = tokio::time::sleep(Duration::from_millis(1)) => {}
-            }
-            if Instant::now() >= deadline {
-                // A slow helper is not a failure; its refusal (if any) stays in the output.
-                return Ok(());
-            }
+        let exited = async {
+            let _ = table.wait_exit(id).await;
         };
-        let Ok(info) = info else { return Ok(()) };
-        if info.exit_code != Some(codespace_runner_sandbox::HELPER_FAILURE_EXIT) {
-            return Ok(());
-        }
-        let read = self
-            .drain(id, 0, separate.then_some(0), Duration::from_secs(1))
-            .await;
-        let text = if separate {
-            read.stderr_chunk.unwrap_or_default()
-        } else {
-            read.chunk
-        };
-        match text.strip_prefix(HELPER_STDERR_PREFIX) {
-            Some(rest) => Err(rest.lines().next().unwrap_or("").trim().to_string()),
-            None => Ok(()),
+        match handshake.outcome(exited).await {
+            HelperOutcome::Executed => Ok(()),
+            HelperOutcome::Refused(why) => {
+                let _ = table.terminate(id).await;
+                Err(why)
+            }
         }
     }
 
@@ -748,7 +751,6 @@ impl Gateway {
         if let Some(lease) = lease {
             lease.into_process_of(&id, &session.client);
         }
-        self.processes.prune().await;
         let result = ExecCommandResult {
             process_id: id.clone(),
             dispatch_status: "confirmed".into(),
@@ -827,10 +829,7 @@ impl Gateway {
     /// `WORKSPACE_BUSY` for the live-process limit, naming what holds it: the caller's own live
     /// processes (id, program, workspace, background or not) and how many other clients hold.
     async fn live_limit_error(&self, session: &Session) -> ToolError {
-        let entries: Vec<(String, Entry)> = lock(&self.processes.entries)
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let entries: Vec<(String, Entry)> = self.processes.entries();
         let mut own = Vec::new();
         let mut others = 0usize;
         for (id, e) in entries {
@@ -943,40 +942,36 @@ impl Gateway {
             NetworkMode::Restricted
         };
         let proxy = match network {
-            NetworkMode::Proxy => match self.proxy_for(ws, session) {
-                Ok(mut setup) => {
-                    setup.argv.clone_from(&p.command);
-                    Some(setup)
-                }
-                Err(e) => {
-                    remove_tmp(tmp_dir.as_deref());
-                    return Err(e);
-                }
-            },
+            NetworkMode::Proxy => {
+                let mut setup = self.proxy_for(ws, session)?;
+                setup.argv.clone_from(&p.command);
+                Some(setup)
+            }
             _ => None,
         };
-        let launcher = match self.sandbox_launcher(
-            ws,
-            &root,
-            decision.allows("process_write"),
+        let plan = SandboxPlan {
+            workspace_root: root.clone(),
+            write_workspace: decision.allows("process_write"),
             network,
-            tmp_dir.as_deref(),
-            &paths,
-            &masks,
-            proxy.as_ref().map(|p| &p.relay_end),
-        ) {
-            Ok(l) => l,
-            Err(e) => {
-                remove_tmp(tmp_dir.as_deref());
-                return Err(e);
-            }
+            tmp_dir: tmp_dir.as_ref().map(|t| t.path().to_path_buf()),
+            extra_read: paths.read_paths.clone(),
+            home_dir: paths.home.clone(),
+            force_landlock_unavailable: self.processes.force_no_landlock,
+            masks: masks.iter().map(|m| root.join(&m.path)).collect(),
+            proxy_control_fd: None,
         };
+        // On any error from here on, `tmp_dir` is dropped and so removed.
+        let (launcher, handshake) =
+            match self.sandbox_launcher(ws, plan, proxy.as_ref().map(|p| &p.relay_end))? {
+                Some((launcher, handshake)) => (Some(launcher), Some(handshake)),
+                None => (None, None),
+            };
         // HOME: the workspace's home dir; without one (no store location known), the private
         // temp dir, else (unsandboxed) the workspace root.
         let home = paths
             .home
             .as_deref()
-            .or(tmp_dir.as_deref())
+            .or(tmp_dir.as_ref().map(TmpDir::path))
             .unwrap_or(&root);
         let mut base: Vec<(String, String)> = vec![
             ("PATH".into(), CHILD_PATH.into()),
@@ -987,7 +982,7 @@ impl Gateway {
             base.push(("TERM".into(), "xterm".into()));
         }
         if let Some(t) = &tmp_dir {
-            base.push(("TMPDIR".into(), t.to_string_lossy().into_owned()));
+            base.push(("TMPDIR".into(), t.path().to_string_lossy().into_owned()));
         }
         let mut env = child_env(base, p.env.as_ref(), &paths.env, &paths.path);
         if proxy.is_some() {
@@ -1015,10 +1010,20 @@ impl Gateway {
             on_exit,
             separate_stderr: separate,
         };
-        let spawned = match self.processes.table.spawn_with(spec, options).await {
+        let tmp_path = tmp_dir.as_ref().map(|t| t.path().to_path_buf());
+        // Registered with the process: dropped (the temp dir removed) if the spawn fails.
+        let owner = Owner {
+            workspace: ws.facts.id.clone(),
+            env_names: crate::request::exec_env_names(p.env.as_ref())?,
+            background: p.background.unwrap_or(false),
+            proxy: proxy.as_ref().map(|s| Arc::clone(&s.proxy)),
+            tmp: tmp_dir,
+        };
+        // The spec (and with it the server's copy of the handshake's write end) is consumed
+        // here: from now on only the helper holds that end.
+        let spawned = match self.processes.table.spawn_owned(spec, options, owner).await {
             Ok(s) => s,
             Err(e) => {
-                remove_tmp(tmp_dir.as_deref());
                 if e == SpawnError::LimitReached {
                     return Err(self.live_limit_error(session).await);
                 }
@@ -1039,35 +1044,19 @@ impl Gateway {
             let control = tokio::spawn(Arc::clone(&setup.proxy).serve_control(setup.server_end));
             (setup.proxy, control)
         });
-        if sandboxed
-            && let Err(why) = self
-                .helper_outcome(&spawned.id, spawned.pid, separate)
-                .await
+        if let Some(handshake) = handshake
+            && let Err(why) = self.helper_outcome(&spawned.id, handshake).await
         {
             if let Some((_, control)) = &proxy {
                 control.abort();
             }
-            remove_tmp(tmp_dir.as_deref());
+            remove_tmp(tmp_path.as_deref());
             return Err(ToolError::new(
                 ErrorCode::ProcessSpawnFailed,
                 format!("command sandbox refused to start the command: {why}"),
             ));
         }
         self.audit_masks(decision, &masks, session);
-        lock(&self.processes.entries).insert(
-            spawned.id.clone(),
-            Entry {
-                workspace: ws.facts.id.clone(),
-                client: session.client.clone(),
-                argv: p.command.clone(),
-                tty,
-                tmp_dir,
-                env_names: crate::request::exec_env_names(p.env.as_ref())?,
-                background: p.background.unwrap_or(false),
-                separate_stderr: separate,
-                proxy: proxy.as_ref().map(|(p, _)| Arc::clone(p)),
-            },
-        );
         let program = p
             .command
             .first()

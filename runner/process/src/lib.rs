@@ -4,7 +4,9 @@
 //! pseudo-terminal, each child in its own session and (where the host allows) its own cgroup,
 //! collects stdout+stderr into one bounded ring read by byte cursors, enforces a timeout and a
 //! task limit, and kills whole process trees (group, session and cgroup, so `setsid` escapees
-//! too). Nothing here knows about policy or MCP.
+//! too). It is the one registry of processes: beside each handle it keeps its starter's
+//! metadata (the table's type parameter), evicted with the handle. Nothing here knows about
+//! policy or MCP.
 
 mod cgroup;
 mod error;
@@ -24,6 +26,6 @@ pub use cgroup::{PidsIsolation, PidsMechanism};
 pub use error::{ProcError, SpawnError};
 pub use table::ProcessTable;
 pub use types::{
-    ExitHook, InheritedFd, Launcher, ProcState, ProcessInfo, ReadChunk, ReadWindow, SpawnOptions,
-    SpawnSpec, Spawned, Stream, TableLimits, Termination,
+    ExitHook, InheritedFd, Launcher, ProcState, ProcessInfo, ReadChunk, ReadWindow, Registration,
+    SpawnOptions, SpawnSpec, Spawned, Stream, TableLimits, Termination,
 };

@@ -34,8 +34,8 @@ pub(crate) struct ExecPlan<'a> {
     pub(crate) env: &'a [(String, String)],
     /// The cgroup(s) the child joins before `exec` (none when the table has no cgroups).
     pub(crate) join: JoinFds,
-    /// A descriptor the child keeps across `exec` (its close-on-exec flag is cleared after fork).
-    pub(crate) inherit_fd: Option<std::os::fd::RawFd>,
+    /// Descriptors the child keeps across `exec` (their close-on-exec flag is cleared after fork).
+    pub(crate) inherit_fds: &'a [std::os::fd::RawFd],
 }
 
 /// Starts the child. Before `exec` it joins its cgroup(s), becomes the leader of a new session
@@ -57,13 +57,13 @@ pub(crate) fn spawn_pipe(plan: &ExecPlan<'_>) -> Result<PipeChild, SpawnError> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let join = plan.join;
-    let inherit_fd = plan.inherit_fd;
+    let inherit_fds = plan.inherit_fds.to_vec();
     // SAFETY: the closure only makes async-signal-safe syscalls (write, setsid, prctl, getppid)
     // and allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
             join.join()?;
-            crate::signals::keep_across_exec(inherit_fd)?;
+            crate::signals::keep_across_exec(&inherit_fds)?;
             setsid()?;
             set_parent_process_death_signal(Some(Signal::KILL))?;
             if getppid() != Some(parent) {

@@ -236,6 +236,7 @@ impl Proc {
             id: self.id.clone(),
             pid: self.pid,
             tty: self.tty,
+            separate_stderr: self.stderr.is_some(),
             owner: self.owner.clone(),
             state: if exit.is_some() {
                 ProcState::Exited

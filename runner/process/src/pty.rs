@@ -58,8 +58,8 @@ pub(crate) struct PtyPlan<'a> {
     pub(crate) cwd: &'a Path,
     pub(crate) env: &'a [(String, String)],
     pub(crate) join: JoinFds,
-    /// A descriptor the child keeps across `exec` (its close-on-exec flag is cleared after fork).
-    pub(crate) inherit_fd: Option<std::os::fd::RawFd>,
+    /// Descriptors the child keeps across `exec` (their close-on-exec flag is cleared after fork).
+    pub(crate) inherit_fds: &'a [std::os::fd::RawFd],
 }
 
 fn failed(what: &str, err: &dyn std::fmt::Display) -> SpawnError {
@@ -104,13 +104,13 @@ pub(crate) fn spawn_pty(plan: &PtyPlan<'_>) -> Result<PtyChild, SpawnError> {
         .stderr(stdio()?);
     let parent = getpid();
     let join = plan.join;
-    let inherit_fd = plan.inherit_fd;
+    let inherit_fds = plan.inherit_fds.to_vec();
     // SAFETY: the closure only makes async-signal-safe calls (write, signal, setsid, ioctl,
     // prctl, getppid) and allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
             join.join()?;
-            crate::signals::keep_across_exec(inherit_fd)?;
+            crate::signals::keep_across_exec(&inherit_fds)?;
             for sig in RESET_SIGNALS {
                 libc::signal(*sig, libc::SIG_DFL);
             }

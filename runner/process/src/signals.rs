@@ -100,13 +100,14 @@ pub(crate) fn reap_nonblocking(pid: u32) {
     }
 }
 
-/// Clears the close-on-exec flag of `fd` in a freshly forked child (async-signal-safe: one
-/// `fcntl`), so the launcher keeps it across `exec`.
-pub(crate) fn keep_across_exec(fd: Option<std::os::fd::RawFd>) -> std::io::Result<()> {
-    let Some(fd) = fd else { return Ok(()) };
-    // SAFETY: fcntl(F_SETFD) on a descriptor number touches no memory; a bad number is EBADF.
-    if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } == -1 {
-        return Err(std::io::Error::last_os_error());
+/// Clears the close-on-exec flag of each of `fds` in a freshly forked child (async-signal-safe:
+/// one `fcntl` each, no allocation), so the launcher keeps them across `exec`.
+pub(crate) fn keep_across_exec(fds: &[std::os::fd::RawFd]) -> std::io::Result<()> {
+    for &fd in fds {
+        // SAFETY: fcntl(F_SETFD) on a descriptor number touches no memory; a bad number is EBADF.
+        if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } == -1 {
+            return Err(std::io::Error::last_os_error());
+        }
     }
     Ok(())
 }

@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 
 use crate::proc::Proc;
 use crate::signals::{ExitKind, reap_nonblocking, wait_exit_no_reap};
-use crate::table::Inner;
+use crate::table::Prune;
 use crate::types::Termination;
 
 /// One reserved "live process" slot; released on drop.
@@ -69,7 +69,7 @@ pub(crate) struct Supervision {
     pub(crate) timeout: Duration,
     pub(crate) grace: Duration,
     pub(crate) slot: LiveSlot,
-    pub(crate) table: Weak<Inner>,
+    pub(crate) table: Weak<dyn Prune>,
     pub(crate) on_exit: Option<crate::types::ExitHook>,
 }
 

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
@@ -19,57 +19,85 @@ use crate::resolve::{check_cwd, display_name, resolve_program};
 use crate::signals::signal_group;
 use crate::supervisor::{LiveSlot, Reaper, Supervision, supervise, watch_exit};
 use crate::types::{
-    ExitHook, ProcessInfo, ReadChunk, ReadWindow, SpawnOptions, SpawnSpec, Spawned, Stream,
-    TableLimits, Termination,
+    ExitHook, ProcessInfo, ReadChunk, ReadWindow, Registration, SpawnOptions, SpawnSpec, Spawned,
+    Stream, TableLimits, Termination,
 };
 
 /// How long `shutdown` waits for each killed process to be reaped.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
 
+/// One handle of the table and its starter's metadata (evicted together).
+struct Slot<M> {
+    proc: Arc<Proc>,
+    meta: Arc<M>,
+}
+
 /// Shared state behind a [`ProcessTable`].
-pub(crate) struct Inner {
+pub(crate) struct Inner<M> {
     limits: TableLimits,
-    procs: Mutex<HashMap<String, Arc<Proc>>>,
+    procs: Mutex<HashMap<String, Slot<M>>>,
     live: Arc<AtomicUsize>,
     cgroups: Cgroups,
 }
 
-impl Inner {
-    fn procs(&self) -> MutexGuard<'_, HashMap<String, Arc<Proc>>> {
+/// What a supervisor asks of its table once its process is done: evict what has expired.
+pub(crate) trait Prune: Send + Sync {
+    /// Evicts exited handles older than the TTL, then the oldest beyond `max_exited_kept`.
+    fn prune(&self);
+}
+
+impl<M> Inner<M> {
+    fn procs(&self) -> MutexGuard<'_, HashMap<String, Slot<M>>> {
         self.procs.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
 
-    /// Evicts exited handles older than the TTL, then the oldest beyond `max_exited_kept`.
-    pub(crate) fn prune(&self) {
+impl<M: Send + Sync> Prune for Inner<M> {
+    fn prune(&self) {
         let now = Instant::now();
-        let mut procs = self.procs();
-        let mut exited: Vec<(Instant, String)> = procs
-            .iter()
-            .filter_map(|(id, p)| p.exited_at().map(|at| (at, id.clone())))
-            .collect();
-        exited.sort();
-        let expired = exited
-            .iter()
-            .take_while(|(at, _)| now.duration_since(*at) >= self.limits.exited_ttl)
-            .count();
-        let excess = exited.len().saturating_sub(self.limits.max_exited_kept);
-        for (_, id) in exited.iter().take(expired.max(excess)) {
-            procs.remove(id);
+        let mut evicted = Vec::new();
+        {
+            let mut procs = self.procs();
+            let mut exited: Vec<(Instant, String)> = procs
+                .iter()
+                .filter_map(|(id, s)| s.proc.exited_at().map(|at| (at, id.clone())))
+                .collect();
+            exited.sort();
+            let expired = exited
+                .iter()
+                .take_while(|(at, _)| now.duration_since(*at) >= self.limits.exited_ttl)
+                .count();
+            let excess = exited.len().saturating_sub(self.limits.max_exited_kept);
+            for (_, id) in exited.iter().take(expired.max(excess)) {
+                evicted.extend(procs.remove(id));
+            }
+        }
+        // The metadata is dropped outside the lock: its drop may do work (remove a temp dir).
+        drop(evicted);
+    }
+}
+
+/// Table of managed child processes: the one registry of the processes it started. `M` is what
+/// the starter keeps about each process (who started it, for what); it lives exactly as long as
+/// the process's handle (see [`ProcessTable::spawn_owned`]). Cheap to clone (shared state
+/// inside).
+pub struct ProcessTable<M = ()> {
+    inner: Arc<Inner<M>>,
+}
+
+impl<M> Clone for ProcessTable<M> {
+    fn clone(&self) -> Self {
+        ProcessTable {
+            inner: Arc::clone(&self.inner),
         }
     }
 }
 
-/// Table of managed child processes. Cheap to clone (shared state inside).
-#[derive(Clone)]
-pub struct ProcessTable {
-    inner: Arc<Inner>,
-}
-
-impl std::fmt::Debug for ProcessTable {
+impl<M> std::fmt::Debug for ProcessTable<M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProcessTable")
             .field("limits", &self.inner.limits)
-            .field("live", &self.live_count())
+            .field("live", &self.inner.live.load(Ordering::Acquire))
             .finish_non_exhaustive()
     }
 }
@@ -86,8 +114,8 @@ struct Plan {
     arg0: OsString,
     args: Vec<String>,
     env: Vec<(String, String)>,
-    /// The launcher's descriptor the child keeps across `exec`.
-    inherit_fd: Option<std::os::fd::RawFd>,
+    /// The launcher's descriptors the child keeps across `exec`.
+    inherit_fds: Vec<std::os::fd::RawFd>,
 }
 
 fn plan_for(spec: &SpawnSpec, first: &str) -> Result<Plan, SpawnError> {
@@ -99,7 +127,7 @@ fn plan_for(spec: &SpawnSpec, first: &str) -> Result<Plan, SpawnError> {
             arg0: OsString::from(first),
             args: rest,
             env: spec.env.clone(),
-            inherit_fd: None,
+            inherit_fds: Vec::new(),
         });
     };
     let launcher_str = launcher.program.to_string_lossy().into_owned();
@@ -119,39 +147,25 @@ fn plan_for(spec: &SpawnSpec, first: &str) -> Result<Plan, SpawnError> {
         arg0: OsString::from(launcher_str),
         args,
         env,
-        inherit_fd: launcher
-            .inherit_fd
-            .as_ref()
-            .map(crate::types::InheritedFd::raw),
+        inherit_fds: launcher
+            .inherit_fds
+            .iter()
+            .map(crate::types::InheritedFd::raw)
+            .collect(),
     })
 }
 
 impl ProcessTable {
-    /// An empty table with these limits. With `limits.cgroups`, it sets up its cgroups here
+    /// An empty table with these limits that keeps no metadata of its own per process (see
+    /// [`ProcessTable::with_metadata`]). With `limits.cgroups`, it sets up its cgroups here
     /// (a few writes under `/sys/fs/cgroup`; blocking, call it at start-up).
     pub fn new(limits: TableLimits) -> ProcessTable {
-        let cgroups = Cgroups::setup(limits.max_pids, limits.cgroups);
-        ProcessTable {
-            inner: Arc::new(Inner {
-                limits,
-                procs: Mutex::new(HashMap::new()),
-                live: Arc::new(AtomicUsize::new(0)),
-                cgroups,
-            }),
-        }
+        ProcessTable::with_metadata(limits)
     }
+}
 
-    /// The per-process task limit and how this host enforces it.
-    pub fn pids_isolation(&self) -> PidsIsolation {
-        self.inner.cgroups.isolation()
-    }
-
-    /// The limits this table enforces.
-    pub fn limits(&self) -> &TableLimits {
-        &self.inner.limits
-    }
-
-    /// Starts a process. On error nothing is running.
+impl<M: Default + Send + Sync + 'static> ProcessTable<M> {
+    /// Starts a process with default metadata. On error nothing is running.
     pub async fn spawn(&self, spec: SpawnSpec) -> Result<Spawned, SpawnError> {
         self.spawn_with_exit_hook(spec, None).await
     }
@@ -176,12 +190,52 @@ impl ProcessTable {
         .await
     }
 
-    /// Starts a process with [`SpawnOptions`]: the exit hook (see
-    /// [`ProcessTable::spawn_with_exit_hook`]) and whether stderr is kept apart.
+    /// Starts a process with [`SpawnOptions`] (the exit hook, see
+    /// [`ProcessTable::spawn_with_exit_hook`], and whether stderr is kept apart) and default
+    /// metadata.
     pub async fn spawn_with(
         &self,
         spec: SpawnSpec,
         options: SpawnOptions,
+    ) -> Result<Spawned, SpawnError> {
+        self.spawn_owned(spec, options, M::default()).await
+    }
+}
+
+impl<M: Send + Sync + 'static> ProcessTable<M> {
+    /// An empty table with these limits whose processes each carry an `M` (see
+    /// [`ProcessTable::spawn_owned`]). With `limits.cgroups`, it sets up its cgroups here
+    /// (a few writes under `/sys/fs/cgroup`; blocking, call it at start-up).
+    pub fn with_metadata(limits: TableLimits) -> ProcessTable<M> {
+        let cgroups = Cgroups::setup(limits.max_pids, limits.cgroups);
+        ProcessTable {
+            inner: Arc::new(Inner {
+                limits,
+                procs: Mutex::new(HashMap::new()),
+                live: Arc::new(AtomicUsize::new(0)),
+                cgroups,
+            }),
+        }
+    }
+
+    /// The per-process task limit and how this host enforces it.
+    pub fn pids_isolation(&self) -> PidsIsolation {
+        self.inner.cgroups.isolation()
+    }
+
+    /// The limits this table enforces.
+    pub fn limits(&self) -> &TableLimits {
+        &self.inner.limits
+    }
+
+    /// Starts a process with [`SpawnOptions`] and registers `meta` beside it: who started it
+    /// and why, returned by [`ProcessTable::registration`] and dropped when the handle is
+    /// evicted (or right away when the spawn fails). On error nothing is running.
+    pub async fn spawn_owned(
+        &self,
+        spec: SpawnSpec,
+        options: SpawnOptions,
+        meta: M,
     ) -> Result<Spawned, SpawnError> {
         let SpawnOptions {
             on_exit,
@@ -221,7 +275,7 @@ impl ProcessTable {
                 cwd: &spec.cwd,
                 env: &plan.env,
                 join,
-                inherit_fd: plan.inherit_fd,
+                inherit_fds: &plan.inherit_fds,
             })
             .map(Started::Pty)
         } else {
@@ -232,7 +286,7 @@ impl ProcessTable {
                 cwd: &spec.cwd,
                 env: &plan.env,
                 join,
-                inherit_fd: plan.inherit_fd,
+                inherit_fds: &plan.inherit_fds,
             })
             .map(|c| Started::Pipe(Box::new(c)))
         };
@@ -317,9 +371,13 @@ impl ProcessTable {
             id: proc.id.clone(),
             pid: proc.pid,
         };
-        self.inner
-            .procs()
-            .insert(spawned.id.clone(), Arc::clone(&proc));
+        self.inner.procs().insert(
+            spawned.id.clone(),
+            Slot {
+                proc: Arc::clone(&proc),
+                meta: Arc::new(meta),
+            },
+        );
         tokio::spawn(supervise(Supervision {
             proc,
             reaper,
@@ -327,7 +385,10 @@ impl ProcessTable {
             timeout,
             grace: limits.kill_grace,
             slot,
-            table: Arc::downgrade(&self.inner),
+            table: {
+                let weak: Weak<Inner<M>> = Arc::downgrade(&self.inner);
+                weak as Weak<dyn Prune>
+            },
             on_exit,
         }));
         Ok(spawned)
@@ -338,8 +399,43 @@ impl ProcessTable {
         self.inner
             .procs()
             .get(id)
-            .cloned()
+            .map(|s| Arc::clone(&s.proc))
             .ok_or(ProcError::NotFound)
+    }
+
+    /// The process `id` with its starter's metadata (a snapshot of its status beside it).
+    /// [`ProcError::NotFound`] once the handle was evicted.
+    pub fn registration(&self, id: &str) -> Result<Registration<M>, ProcError> {
+        self.inner.prune();
+        let slot = self
+            .inner
+            .procs()
+            .get(id)
+            .map(|s| (Arc::clone(&s.proc), Arc::clone(&s.meta)));
+        let (proc, meta) = slot.ok_or(ProcError::NotFound)?;
+        Ok(Registration {
+            info: proc.info(),
+            meta,
+        })
+    }
+
+    /// Every process the table still holds (running or exited, not yet evicted), with its
+    /// metadata, in no particular order.
+    pub fn registrations(&self) -> Vec<Registration<M>> {
+        self.inner.prune();
+        let slots: Vec<(Arc<Proc>, Arc<M>)> = self
+            .inner
+            .procs()
+            .values()
+            .map(|s| (Arc::clone(&s.proc), Arc::clone(&s.meta)))
+            .collect();
+        slots
+            .into_iter()
+            .map(|(proc, meta)| Registration {
+                info: proc.info(),
+                meta,
+            })
+            .collect()
     }
 
     /// Reads combined output from `cursor`. With `wait`, long-polls until bytes past the cursor
@@ -464,7 +560,12 @@ impl ProcessTable {
 
     /// SIGKILLs every process group (and PTY session) the table owns and waits for them to be reaped.
     pub async fn shutdown(&self) {
-        let procs: Vec<Arc<Proc>> = self.inner.procs().values().cloned().collect();
+        let procs: Vec<Arc<Proc>> = self
+            .inner
+            .procs()
+            .values()
+            .map(|s| Arc::clone(&s.proc))
+            .collect();
         for proc in &procs {
             proc.kill_for(Termination::Terminated, Signal::KILL);
         }

@@ -52,10 +52,11 @@ pub struct Launcher {
     pub args: Vec<String>,
     /// Extra environment variables for the launcher (added after the spec's env).
     pub env: Vec<(String, String)>,
-    /// A descriptor the child keeps across `exec`, under the same number (the egress proxy's
-    /// control socket of a `network: proxy` command). Every other descriptor of the server is
-    /// close-on-exec; this one has that flag cleared in the child only, after `fork`.
-    pub inherit_fd: Option<InheritedFd>,
+    /// Descriptors the child keeps across `exec`, under the same numbers (the sandbox helper's
+    /// exec handshake pipe; the egress proxy's control socket of a `network: proxy` command).
+    /// Every other descriptor of the server is close-on-exec; these have that flag cleared in
+    /// the child only, after `fork`.
+    pub inherit_fds: Vec<InheritedFd>,
 }
 
 /// Runs once when a process has exited, before its exit is observable; gets the process id.
@@ -98,7 +99,7 @@ pub struct ReadWindow {
     /// Only the last `max_bytes` before the end (from the cursor when that is later).
     pub tail: bool,
 }
-/// A descriptor handed to one child (see [`Launcher::inherit_fd`]). Equal when the numbers are.
+/// A descriptor handed to one child (see [`Launcher::inherit_fds`]). Equal when the numbers are.
 #[derive(Debug, Clone)]
 pub struct InheritedFd(pub std::sync::Arc<std::os::fd::OwnedFd>);
 
@@ -218,6 +219,8 @@ pub struct ProcessInfo {
     pub pid: u32,
     /// Started in a pseudo-terminal.
     pub tty: bool,
+    /// stderr is kept apart from stdout (its own output and cursor).
+    pub separate_stderr: bool,
     /// Owner label from the spawn.
     pub owner: String,
     /// Running or exited.
@@ -238,4 +241,24 @@ pub struct ProcessInfo {
     pub started_at: SystemTime,
     /// The argv as requested (without any launcher).
     pub argv: Vec<String>,
+}
+
+/// One process of a [`crate::ProcessTable`] with what its starter keeps about it (the table's
+/// `M`): who started it and why. The metadata lives exactly as long as the table's handle:
+/// it is dropped when the handle is evicted.
+#[derive(Debug)]
+pub struct Registration<M> {
+    /// The table's status snapshot (id, owner label, argv, tty, state, …).
+    pub info: ProcessInfo,
+    /// The starter's metadata, as given to [`crate::ProcessTable::spawn_owned`].
+    pub meta: std::sync::Arc<M>,
+}
+
+impl<M> Clone for Registration<M> {
+    fn clone(&self) -> Self {
+        Registration {
+            info: self.info.clone(),
+            meta: std::sync::Arc::clone(&self.meta),
+        }
+    }
 }

@@ -360,7 +360,7 @@ async fn launcher_wraps_argv() {
         program: env_bin.clone(),
         args: vec![],
         env: vec![("LAUNCHED".into(), "yes".into())],
-        inherit_fd: None,
+        inherit_fds: Vec::new(),
     });
     let p = table.spawn(s.clone()).await.unwrap();
     let out = String::from_utf8(read_all(&table, &p.id).await).unwrap();
@@ -393,7 +393,7 @@ async fn a_launcher_descriptor_reaches_only_its_own_child() {
             "printf kept > /proc/self/fd/$FD && echo wrote".into(),
         ],
         env: vec![("FD".into(), fd.to_string())],
-        inherit_fd: inherit,
+        inherit_fds: inherit.into_iter().collect(),
     };
     // Without the descriptor handed over, the child cannot write to it (close-on-exec).
     let mut s = spec(&cwd, &["true"]);

@@ -139,7 +139,7 @@ async fn launcher_wraps_argv_on_a_pty() {
         program: env_bin,
         args: vec![],
         env: vec![("LAUNCHED".into(), "pty".into())],
-        inherit_fd: None,
+        inherit_fds: Vec::new(),
     });
     let p = table.spawn(s).await.unwrap();
     let out = String::from_utf8_lossy(&read_all(&table, &p.id).await).into_owned();

@@ -8,6 +8,7 @@ use std::process::Command;
 use crate::caps;
 use crate::error::SandboxError;
 use crate::fs_rules;
+use crate::handshake::{HANDSHAKE_ARG, HelperEnd};
 use crate::mask;
 use crate::netns;
 use crate::plan::{ARGV_SEPARATOR, NetworkMode, PLAN_ENV, SandboxPlan};
@@ -15,21 +16,29 @@ use crate::probe;
 use crate::relay;
 use crate::seccomp::Filters;
 
-/// Entry for the helper. `args` are what followed [`crate::HELPER_ARG`]: `--` then the target argv.
+/// Entry for the helper. `args` are what followed [`crate::HELPER_ARG`]: optionally
+/// [`crate::HANDSHAKE_ARG`] and a descriptor number, then `--` and the target argv.
 ///
-/// Steps: read the plan from [`PLAN_ENV`] (and drop it from the target's environment), build the
+/// Steps: take the handshake descriptor (see [`crate::handshake`]) and mark it close-on-exec,
+/// read the plan from [`PLAN_ENV`] (and drop it from the target's environment), build the
 /// seccomp filters, set `PR_SET_NO_NEW_PRIVS`, leave the caller's session unless already a session
 /// leader (so a pipe-mode command has no controlling terminal), in `Restricted` mode enter a
 /// private network namespace (best-effort; in `Proxy` mode it is required and the relay is
 /// started in it, see [`crate::relay`]), cover the plan's secret masks in a private mount
 /// namespace (or fail closed), drop every capability, apply Landlock (fully enforced or fail
-/// closed), install seccomp, then `execvp(argv)`.
+/// closed), install seccomp, then `execvp(argv)` (which closes the handshake descriptor: the
+/// server sees end of file).
 ///
-/// Returns only on failure; the caller prints [`SandboxError::stderr_line`] to stderr and exits
-/// with [`SandboxError::exit_code`] (126, or 127 when the program does not exist), as
+/// Returns only on failure, after writing the error message to the handshake descriptor when
+/// there is one; the caller prints [`SandboxError::stderr_line`] to stderr and exits with
+/// [`SandboxError::exit_code`] (126, or 127 when the program does not exist), as
 /// [`run_helper`] does. Call it while the process is still single-threaded.
 pub fn helper_main(args: &[OsString]) -> SandboxError {
-    match prepare(args) {
+    let (handshake, args) = match split_handshake(args) {
+        Ok(split) => split,
+        Err(e) => return e,
+    };
+    let err = match prepare(args, handshake.as_ref()) {
         Ok(mut command) => {
             let program = args
                 .get(1)
@@ -39,7 +48,11 @@ pub fn helper_main(args: &[OsString]) -> SandboxError {
             SandboxError::Exec { program, source }
         }
         Err(e) => e,
+    };
+    if let Some(end) = handshake {
+        end.refuse(&err);
     }
+    err
 }
 
 /// Runs [`helper_main`], writes the `codespace-sandbox: …` line to stderr and exits with the
@@ -50,8 +63,22 @@ pub fn run_helper(args: &[OsString]) -> ! {
     std::process::exit(err.exit_code())
 }
 
+/// Takes the handshake descriptor when `args` start with [`HANDSHAKE_ARG`] and its number;
+/// returns the rest (`--` and the target argv).
+fn split_handshake(args: &[OsString]) -> Result<(Option<HelperEnd>, &[OsString]), SandboxError> {
+    match args {
+        [flag, number, rest @ ..] if flag == HANDSHAKE_ARG => {
+            Ok((Some(HelperEnd::take(number)?), rest))
+        }
+        [flag, ..] if flag == HANDSHAKE_ARG => Err(SandboxError::Usage(format!(
+            "{HANDSHAKE_ARG} needs a descriptor number"
+        ))),
+        _ => Ok((None, args)),
+    }
+}
+
 /// Everything up to (not including) the exec: returns the command to exec.
-fn prepare(args: &[OsString]) -> Result<Command, SandboxError> {
+fn prepare(args: &[OsString], handshake: Option<&HelperEnd>) -> Result<Command, SandboxError> {
     let (program, rest) = split_argv(args)?;
     let plan = read_plan()?;
     // Build everything that can fail for a non-security reason before restricting anything.
@@ -84,7 +111,7 @@ fn prepare(args: &[OsString]) -> Result<Command, SandboxError> {
             let fd = plan.proxy_control_fd.ok_or_else(|| {
                 SandboxError::InvalidPlan("proxy mode without a control descriptor".into())
             })?;
-            relay::start(fd, kernel_abi, &filters)?;
+            relay::start(fd, kernel_abi, &filters, handshake.map(HelperEnd::raw))?;
         }
         NetworkMode::Enabled => {}
     }

@@ -3,9 +3,11 @@
 //! The `codespace` binary re-executes itself as `codespace __sandbox-exec -- argv…` with the
 //! [`SandboxPlan`] as JSON in [`PLAN_ENV`] (see [`launcher_parts`]). Its `main` hands the
 //! arguments after [`HELPER_ARG`] to [`run_helper`] (or [`helper_main`]), which restricts the
-//! process and `execvp`s the target. On failure the helper prints one stderr line starting
-//! `codespace-sandbox:` and exits with code 126 (127 if the program does not exist); the target
-//! never runs.
+//! process and `execvp`s the target. The server builds that launch with [`SandboxCommand`] and
+//! learns the outcome from the exec handshake ([`Handshake`]: a pipe the target's `execve`
+//! closes, or the helper's refusal message). On failure the helper writes its message there,
+//! prints one stderr line starting `codespace-sandbox:` and exits with code 126 (127 if the
+//! program does not exist); the target never runs.
 //!
 //! What a sandboxed command gets:
 //! - **Landlock** (every filesystem right of the kernel's ABI handled; the ruleset must be fully
@@ -30,8 +32,10 @@
 mod caps;
 mod error;
 mod fs_rules;
+mod handshake;
 mod harden;
 mod helper;
+mod launch;
 mod mask;
 mod netns;
 mod plan;
@@ -41,11 +45,13 @@ mod seccomp;
 
 pub use error::{HELPER_FAILURE_EXIT, HELPER_NOT_FOUND_EXIT, HELPER_STDERR_PREFIX, SandboxError};
 pub use fs_rules::{DEVICE_PATHS, SYSTEM_READ_FILES, SYSTEM_READ_PATHS, TTY_ALIAS};
+pub use handshake::{HANDSHAKE_ARG, Handshake, HelperOutcome, MAX_REFUSAL_BYTES, handshake_pipe};
 pub use harden::{
     SCRUBBED_ENV_NAMES, SCRUBBED_ENV_PREFIXES, harden_current_process, is_scrubbed_env_name,
     scrub_env,
 };
 pub use helper::{helper_main, run_helper};
+pub use launch::{SandboxCommand, SandboxLaunch};
 pub use mask::MAX_MASKS;
 pub use plan::{
     ARGV_SEPARATOR, HELPER_ARG, LauncherParts, MAX_PLAN_BYTES, NetworkMode, PLAN_ENV, PROXY_PORT,

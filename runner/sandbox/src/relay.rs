@@ -82,11 +82,14 @@ fn loopback_up() -> Result<(), SandboxError> {
 
 /// Starts the relay; returns once it runs sandboxed and listens (or fails closed). The
 /// helper's copies of the listener and the control socket are closed before it returns, so the
-/// command holds neither.
+/// command holds neither. `handshake_fd` (the helper's end of the exec handshake) is closed in
+/// the forked children at once: a relay holding it would keep the server from ever seeing its
+/// end of file.
 pub(crate) fn start(
     control_fd: i32,
     kernel_abi: u32,
     filters: &Filters,
+    handshake_fd: Option<i32>,
 ) -> Result<(), SandboxError> {
     let control = control_socket(control_fd)?;
     loopback_up()?;
@@ -102,7 +105,13 @@ pub(crate) fn start(
         -1 => return Err(hardening("fork", std::io::Error::last_os_error())),
         0 => {
             // The intermediate child: fork the relay and exit, so the relay is not the
-            // command's child.
+            // command's child. Neither keeps the handshake descriptor.
+            if let Some(fd) = handshake_fd {
+                // SAFETY: closes this child's copy of a descriptor the helper owns; the child
+                // never touches it again (its `OwnedFd` lives in the parent's code path only,
+                // and this child leaves through `_exit`).
+                unsafe { libc::close(fd) };
+            }
             drop(ready_rx);
             // SAFETY: still single-threaded.
             let second = unsafe { libc::fork() };

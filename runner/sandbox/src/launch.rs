@@ -1,0 +1,118 @@
+//! How the server starts one command under the sandbox helper: the launcher (program, arguments,
+//! environment, inherited descriptors) for the process runner, and the server's end of the exec
+//! handshake.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::error::SandboxError;
+use crate::handshake::{HANDSHAKE_ARG, Handshake, handshake_pipe};
+use crate::plan::{SandboxPlan, launcher_parts};
+
+/// One sandboxed command to launch: what the caller fills, field by field.
+#[derive(Debug)]
+pub struct SandboxCommand {
+    /// The sandbox helper executable (the `codespace` binary).
+    pub helper: PathBuf,
+    /// What the command may do. Its `proxy_control_fd` is set here from `proxy_control`; leave
+    /// it `None`.
+    pub plan: SandboxPlan,
+    /// `network: proxy`: the helper's end of the egress proxy's control socket (close-on-exec
+    /// in the server; only this command's helper inherits it).
+    pub proxy_control: Option<Arc<OwnedFd>>,
+}
+
+/// What the process runner needs to start the helper (its `Launcher`, field for field), and
+/// the server's end of the exec handshake to wait on once the process is spawned.
+#[derive(Debug)]
+pub struct SandboxLaunch {
+    /// The helper executable.
+    pub program: PathBuf,
+    /// The helper's arguments before `--` and the target argv.
+    pub args: Vec<String>,
+    /// Environment added for the helper (the plan, in [`crate::PLAN_ENV`]).
+    pub env: Vec<(String, String)>,
+    /// Descriptors the helper inherits, under the same numbers: the handshake's write end, and
+    /// the proxy control socket in proxy mode. Drop every other copy of them once the process
+    /// is spawned, or the handshake never sees its end of file.
+    pub inherit_fds: Vec<Arc<OwnedFd>>,
+    /// Wait on it after the spawn ([`Handshake::outcome`]).
+    pub handshake: Handshake,
+}
+
+impl SandboxCommand {
+    /// Validates and encodes the plan, creates the handshake pipe, and assembles the launch.
+    pub fn launch(self) -> Result<SandboxLaunch, SandboxError> {
+        let SandboxCommand {
+            helper,
+            mut plan,
+            proxy_control,
+        } = self;
+        plan.proxy_control_fd = proxy_control.as_ref().map(|fd| fd.as_raw_fd());
+        let (program, mut args, env) = launcher_parts(&plan, &helper)?;
+        let (handshake, helper_end) = handshake_pipe()?;
+        args.push(HANDSHAKE_ARG.to_owned());
+        args.push(helper_end.as_raw_fd().to_string());
+        let mut inherit_fds = vec![Arc::new(helper_end)];
+        inherit_fds.extend(proxy_control);
+        Ok(SandboxLaunch {
+            program,
+            args,
+            env,
+            inherit_fds,
+            handshake,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{HELPER_ARG, NetworkMode};
+
+    #[test]
+    fn the_launch_names_the_handshake_descriptor_it_hands_over() {
+        let launch = SandboxCommand {
+            helper: "/usr/bin/codespace".into(),
+            plan: SandboxPlan::new("/srv/ws"),
+            proxy_control: None,
+        }
+        .launch()
+        .unwrap();
+        assert_eq!(launch.program, PathBuf::from("/usr/bin/codespace"));
+        assert_eq!(launch.inherit_fds.len(), 1);
+        let fd = launch.inherit_fds[0].as_raw_fd();
+        assert_eq!(
+            launch.args,
+            vec![
+                HELPER_ARG.to_owned(),
+                HANDSHAKE_ARG.to_owned(),
+                fd.to_string()
+            ]
+        );
+        // Close-on-exec in the server: no other child inherits it.
+        let flags = rustix::io::fcntl_getfd(&*launch.inherit_fds[0]).unwrap();
+        assert!(flags.contains(rustix::io::FdFlags::CLOEXEC));
+    }
+
+    #[test]
+    fn the_proxy_control_socket_is_named_in_the_plan_and_inherited() {
+        let (a, _b) = std::io::pipe().unwrap();
+        let control = Arc::new(OwnedFd::from(a));
+        let mut plan = SandboxPlan::new("/srv/ws");
+        plan.network = NetworkMode::Proxy;
+        let launch = SandboxCommand {
+            helper: "/usr/bin/codespace".into(),
+            plan,
+            proxy_control: Some(Arc::clone(&control)),
+        }
+        .launch()
+        .unwrap();
+        assert_eq!(launch.inherit_fds.len(), 2);
+        assert_eq!(launch.inherit_fds[1].as_raw_fd(), control.as_raw_fd());
+        let json = &launch.env[0].1;
+        let decoded = SandboxPlan::from_json(json).unwrap();
+        assert_eq!(decoded.proxy_control_fd, Some(control.as_raw_fd()));
+    }
+}
