@@ -18,7 +18,7 @@ pub mod links;
 mod mask_cache;
 mod masks;
 pub mod policy;
-mod process_tools;
+mod processes;
 pub mod redact;
 pub mod request;
 pub mod retention;

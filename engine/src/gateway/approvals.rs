@@ -602,7 +602,9 @@ impl Gateway {
             ToolCall::ExecCommand(mut p) => {
                 p.operation_key.get_or_insert(key);
                 let call = ToolCall::ExecCommand(p.clone());
-                self.exec_command_with(snap, session, &call, &p, Some(&resumed))
+                self.authorize_held(snap, &p.workspace_id, &call, session, false)
+                    .await?
+                    .exec_command(&p)
                     .await
             }
             other => Err(ToolError::new(

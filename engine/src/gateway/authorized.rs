@@ -86,8 +86,8 @@ impl<'a> Authorized<'a> {
         }
     }
 
-    /// Further decisions of this call whose rows are written by [`Self::audit_decision`] (or not
-    /// at all: probes whose answers are reported, not acted on).
+    /// Further decisions of this call that write no audit row: probes whose answers are
+    /// reported, not acted on, and listings that audit only what they withhold.
     pub(crate) fn decide_quietly(&self, tool: &str, reqs: &[SubRequest]) -> Decision {
         self.gateway.decide_reqs(
             self.snap,
@@ -99,21 +99,9 @@ impl<'a> Authorized<'a> {
         )
     }
 
-    /// Writes the rows of a decision made with [`Self::decide_quietly`].
-    pub(crate) fn audit_decision(&self, d: &Decision, reqs: &[SubRequest]) {
-        self.gateway
-            .audit_decision(self.snap, d, &self.ws.facts, reqs, self.session);
-    }
-
     /// The decision-signature plan of the call's policy snapshot.
     pub(crate) fn signature_plan(&self) -> Arc<crate::policy::signature::SignaturePlan> {
         self.gateway.signature_plan(self.snap)
-    }
-
-    /// The workspace's Cedar entities under the call's snapshot (for batches decided on the
-    /// blocking pool).
-    pub(crate) fn entities(&self) -> Result<cedar_policy::Entities, String> {
-        self.gateway.entities(self.snap, &self.ws.facts)
     }
 
     /// Audit rows for entries a listing withheld (see [`Gateway::audit_withheld`]).
@@ -125,11 +113,6 @@ impl<'a> Authorized<'a> {
     ) {
         self.gateway
             .audit_withheld(self.snap, d, &self.ws.facts, reqs, paths, self.session);
-    }
-
-    /// The policy block of `workspace_info` (hash, load time, a rejected reload).
-    pub(crate) fn last_rejected_reload(&self) -> Option<crate::policy::RejectedReload> {
-        self.gateway.policy.last_rejected()
     }
 }
 
@@ -143,6 +126,24 @@ impl Authorized<'_> {
     ) -> Result<crate::gateway::ops::Begin, crate::ToolError> {
         self.gateway
             .begin_operation(tool, &self.ws.facts.id, key, fingerprint, self.session)
+    }
+
+    /// The unexpired operations the caller keyed with `key` (see [`Gateway::keyed_operations`]).
+    pub(crate) fn keyed_operations(
+        &self,
+        key: &str,
+        tool: Option<&str>,
+    ) -> Result<Vec<codespace_store::OperationRow>, crate::ToolError> {
+        self.gateway.keyed_operations(self.session, key, tool)
+    }
+
+    /// The secret masks a command of this call needs (decided here, see `gateway/masks.rs`).
+    pub(crate) async fn secret_masks(
+        &self,
+    ) -> Result<Vec<crate::mask_cache::Mask>, crate::ToolError> {
+        self.gateway
+            .secret_masks(self.snap, self.ws, self.session)
+            .await
     }
 
     /// Decides a large batch of this call's sub-requests on the blocking pool (no cache, no

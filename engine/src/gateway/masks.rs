@@ -2,7 +2,7 @@
 //! workspace policy withholds from `read` (one evaluation per decision signature, cached per
 //! policy set, listing generation and caller), and the audit rows of the masks a command got.
 
-use super::{Audit, Gateway, WorkspaceRuntime};
+use super::{Audit, Gateway, Services, WorkspaceRuntime};
 use crate::error::ToolError;
 use crate::mask_cache::Mask;
 use crate::masks::{INLINE_DECISIONS, MAX_MASKS, check_complete, group, refuse, select};
@@ -91,7 +91,9 @@ impl Gateway {
         }
         Ok(masks)
     }
+}
 
+impl Services {
     /// Audit rows for the masks of a started command: one `read` deny row per masked path, under
     /// the command's own decision id (paths and policy ids only, never contents).
     pub(crate) fn audit_masks(&self, exec: &Decision, masks: &[Mask], session: &Session) {

@@ -18,6 +18,7 @@ mod masks;
 pub mod net;
 pub mod ops;
 pub mod patches;
+mod processes;
 pub mod temp_files;
 pub(crate) use authorized::Authorized;
 use cedar_policy::Entities;
@@ -76,7 +77,7 @@ pub struct Services {
     pub(crate) transports: Vec<String>,
     pub(crate) leases: Arc<Leases>,
     pub(crate) patch_hooks: Arc<crate::gateway::patches::PatchHooks>,
-    pub(crate) processes: crate::process_tools::Processes,
+    pub(crate) processes: crate::processes::Processes,
     pub(crate) temps: Arc<codespace_runner_fs::TempNames>,
     /// The store statistics the retention pruner last computed.
     pub(crate) store_stats: crate::retention::StatsCell,
@@ -237,7 +238,7 @@ impl Gateway {
     ) -> Result<Gateway, StartError> {
         crate::isolation::check_store_unreachable(&config).map_err(StartError::StoreReachable)?;
         let config_max_waiters = config.limits.max_waiters;
-        let processes = crate::process_tools::Processes::new(&config.limits);
+        let processes = crate::processes::Processes::new(&config.limits);
         let temps = crate::gateway::temp_files::start_instance(store.as_ref())?;
         let owned_files = crate::server_files::server_files(&config, policy.source());
         let mut workspaces = BTreeMap::new();
@@ -877,12 +878,37 @@ impl Gateway {
                 Authorized::new(self, &snap, ws, session, decision).approval_resolve(p, &row)
             }
             ToolCall::OperationResume(p) => self.operation_resume(&snap, session, p).await,
-            ToolCall::ExecCommand(_)
-            | ToolCall::WriteStdin(_)
-            | ToolCall::ReadProcess(_)
-            | ToolCall::ProcessStatus(_)
-            | ToolCall::ProcessResize(_)
-            | ToolCall::TerminateProcess(_) => self.process_call(&snap, session, &call).await,
+            ToolCall::ExecCommand(p) => {
+                self.authorize_held(&snap, &p.workspace_id, &call, session, true)
+                    .await?
+                    .exec_command(p)
+                    .await
+            }
+            ToolCall::WriteStdin(p) => {
+                self.authorize_process(&snap, session, &call, &p.process_id)?
+                    .write_stdin(p)
+                    .await
+            }
+            ToolCall::ReadProcess(p) => {
+                self.authorize_process(&snap, session, &call, &p.process_id)?
+                    .read_process(p)
+                    .await
+            }
+            ToolCall::ProcessStatus(p) => {
+                self.authorize_process(&snap, session, &call, &p.process_id)?
+                    .process_status(p)
+                    .await
+            }
+            ToolCall::ProcessResize(p) => {
+                self.authorize_process(&snap, session, &call, &p.process_id)?
+                    .process_resize(p)
+                    .await
+            }
+            ToolCall::TerminateProcess(p) => {
+                self.authorize_process(&snap, session, &call, &p.process_id)?
+                    .terminate_process(p)
+                    .await
+            }
         }
         .map_err(|mut e| {
             // Every error text the caller gets passes the redactor (a spawn error may quote

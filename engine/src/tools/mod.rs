@@ -9,4 +9,5 @@ pub mod fs;
 pub mod info;
 pub mod ops;
 pub mod patch;
+pub mod process;
 pub mod search;

@@ -1,285 +1,32 @@
-//! The process tools: exec_command, write_stdin, read_process, process_status, process_resize,
-//! terminate_process. Every process is started through the runner's [`ProcessTable`], inside the
-//! command sandbox (the `codespace __sandbox-exec` helper) whose shape comes from the Cedar
-//! decisions `process_write` and `process_network`; the gateway keeps a registry of who started
-//! which process so that the process tools can ask Cedar about the caller (`same_client`).
+//! The process tools, handlers of an [`Authorized`] call: `exec_command` (the gateway has decided
+//! the command, its sandbox capabilities `process_write` / `process_network` and its `confirm`
+//! hold), and `write_stdin`, `read_process`, `process_status`, `process_resize`,
+//! `terminate_process` (the gateway has found the process and decided the call with its facts).
+//! Every process starts through the runner's process table inside the command sandbox (the
+//! `codespace __sandbox-exec` helper), the shape of which comes from those decisions.
 
-use crate::config::Limits;
 use crate::error::{ErrorCode, ToolError};
 use crate::gateway::ops::{Begin, fingerprint};
-use crate::gateway::{Gateway, WorkspaceRuntime};
-use crate::lease::Leases;
-use crate::policy::PolicySnapshot;
+use crate::gateway::{Authorized, WorkspaceRuntime};
 use crate::request::{ProcessFacts, Session};
 use crate::wire::{
     ExecCommandParams, ExecCommandResult, ProcessAckResult, ProcessIdParams, ProcessResizeParams,
-    ProcessResizeResult, ProcessStatusResult, ReadProcessParams, ReadProcessResult, StderrMode,
-    ToolCall, WriteStdinParams,
+    ProcessResizeResult, ReadProcessParams, ReadProcessResult, StderrMode, WriteStdinParams,
 };
 use codespace_runner_fs::{Kind, RelPath};
 use codespace_runner_process::{
-    ExitHook, InheritedFd, Launcher, ProcError, ProcState, ProcessInfo, ProcessTable, ReadWindow,
-    Registration, SpawnError, SpawnOptions, SpawnSpec, TableLimits,
+    ExitHook, InheritedFd, Launcher, ProcError, ProcState, ProcessInfo, ReadWindow, SpawnError,
+    SpawnOptions, SpawnSpec,
 };
 use codespace_runner_sandbox::{
     Handshake, HelperOutcome, NetworkMode, SandboxCommand, SandboxPlan, scrub_env,
 };
-use codespace_store::{ProcessRow, Store};
+use codespace_store::ProcessRow;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The fixed `PATH` of every child.
-pub const CHILD_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-
-/// `read_process` `tail: true` without `max_bytes`: the last this many bytes.
-pub const DEFAULT_TAIL_BYTES: usize = 64 * 1024;
-
-/// Longest `read_process.wait_ms` and `exec_command.yield_ms` honoured.
-pub const MAX_WAIT_MS: u64 = 30_000;
-
-/// Test hook: when this environment variable is `1` at gateway construction, every sandbox plan
-/// asks the helper to behave as if the kernel had no Landlock, so the helper refuses to run the
-/// command (fail closed). It can only make the server refuse more, never less.
-pub const FORCE_NO_LANDLOCK_ENV: &str = "CODESPACE_TEST_FORCE_NO_LANDLOCK";
-
-/// How long terminate_process waits beyond the kill grace for the process to be reaped.
-const TERMINATE_MARGIN: Duration = Duration::from_secs(1);
-
-/// The proxy variables a `network: proxy` command gets (both spellings: tools read either).
-const PROXY_ENV_NAMES: &[&str] = &[
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "ALL_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "all_proxy",
-];
-
-/// The egress proxy of one `network: proxy` command, before it is spawned.
-struct ProxySetup {
-    proxy: Arc<codespace_runner_netproxy::ProcessProxy>,
-    decider: Arc<crate::gateway::net::ProcessDecider>,
-    /// The helper's end of the control socket (inherited by that one child).
-    relay_end: InheritedFd,
-    /// The server's end.
-    server_end: std::os::fd::OwnedFd,
-    argv: Vec<String>,
-}
-
-/// One process the gateway started, as the process tools see it: the runner table's
-/// registration (its status snapshot and the gateway's [`Owner`]) flattened.
-#[derive(Debug, Clone)]
-struct Entry {
-    workspace: String,
-    client: String,
-    argv: Vec<String>,
-    tty: bool,
-    tmp_dir: Option<PathBuf>,
-    env_names: Vec<String>,
-    background: bool,
-    separate_stderr: bool,
-    /// `network: proxy`: the process's egress proxy (its counters feed `process_status`).
-    proxy: Option<Arc<codespace_runner_netproxy::ProcessProxy>>,
-}
-
-/// What the gateway keeps about each process, in the runner's table beside the process (so it
-/// is looked up and evicted with it). The client is the table's owner label; argv, tty and the
-/// stderr mode are the table's own.
-#[derive(Debug)]
-pub(crate) struct Owner {
-    workspace: String,
-    env_names: Vec<String>,
-    background: bool,
-    proxy: Option<Arc<codespace_runner_netproxy::ProcessProxy>>,
-    /// The command's private temp dir: removed when the process exits (the exit watcher) and,
-    /// at the latest, when the table evicts the process.
-    tmp: Option<TmpDir>,
-}
-
-impl Entry {
-    fn of(r: &Registration<Owner>) -> Entry {
-        Entry {
-            workspace: r.meta.workspace.clone(),
-            client: r.info.owner.clone(),
-            argv: r.info.argv.clone(),
-            tty: r.info.tty,
-            tmp_dir: r.meta.tmp.as_ref().map(|t| t.0.clone()),
-            env_names: r.meta.env_names.clone(),
-            background: r.meta.background,
-            separate_stderr: r.info.separate_stderr,
-            proxy: r.meta.proxy.clone(),
-        }
-    }
-}
-
-/// A process's private temp dir; removed on drop.
-#[derive(Debug)]
-struct TmpDir(PathBuf);
-
-impl TmpDir {
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TmpDir {
-    fn drop(&mut self) {
-        remove_tmp(Some(&self.0));
-    }
-}
-
-/// The gateway's process state: the runner table, the one registry of who started what.
-#[derive(Debug)]
-pub(crate) struct Processes {
-    table: ProcessTable<Owner>,
-    helper_exe: Option<PathBuf>,
-    force_no_landlock: bool,
-}
-
-impl Processes {
-    /// An empty registry with the operator's limits.
-    pub(crate) fn new(limits: &Limits) -> Processes {
-        let table = ProcessTable::with_metadata(TableLimits {
-            max_live: limits.max_live_processes,
-            max_exited_kept: limits.max_exited_processes,
-            ring_bytes: limits.output_ring_bytes,
-            default_timeout: Duration::from_millis(limits.process_timeout_ms),
-            max_pids: limits.max_pids_per_process,
-            ..TableLimits::default()
-        });
-        Processes {
-            table,
-            helper_exe: None,
-            // A test hook: only a binary built with the `test-hooks` feature reads the variable.
-            force_no_landlock: cfg!(feature = "test-hooks")
-                && std::env::var_os(FORCE_NO_LANDLOCK_ENV).is_some_and(|v| v == "1"),
-        }
-    }
-
-    /// Sets the sandbox helper executable (the `codespace` binary).
-    /// An empty path clears it (fail closed).
-    pub(crate) fn set_helper_exe(&mut self, exe: PathBuf) {
-        self.helper_exe = if exe.as_os_str().is_empty() {
-            None
-        } else {
-            Some(std::fs::canonicalize(&exe).unwrap_or(exe))
-        };
-    }
-
-    fn entry(&self, id: &str) -> Result<Entry, ToolError> {
-        self.table
-            .registration(id)
-            .map(|r| Entry::of(&r))
-            .map_err(|_| {
-                ToolError::new(
-                    ErrorCode::ProcessNotFound,
-                    "no process with this process_id",
-                )
-            })
-    }
-
-    /// Every process the table still holds, by id.
-    fn entries(&self) -> Vec<(String, Entry)> {
-        self.table
-            .registrations()
-            .iter()
-            .map(|r| (r.info.id.clone(), Entry::of(r)))
-            .collect()
-    }
-
-    /// Removes every process's temp dir now (their entries may outlive this call).
-    fn remove_tmp_dirs(&self) {
-        for r in self.table.registrations() {
-            remove_tmp(r.meta.tmp.as_ref().map(TmpDir::path));
-        }
-    }
-
-    /// Kills every process group the table owns and removes their temp dirs.
-    pub(crate) async fn shutdown(&self) {
-        self.table.shutdown().await;
-        self.remove_tmp_dirs();
-    }
-
-    /// Number of processes still running (tests, workspace_info).
-    pub(crate) fn live_count(&self) -> usize {
-        self.table.live_count()
-    }
-
-    /// The per-process task limit and how the host enforces it (workspace_info, start-up).
-    pub(crate) fn pids_isolation(&self) -> codespace_runner_process::PidsIsolation {
-        self.table.pids_isolation()
-    }
-}
-
-impl Drop for Processes {
-    /// Exit watchers die with their runtime (and may hold the table); the temp dirs must not
-    /// outlive the gateway.
-    fn drop(&mut self) {
-        self.remove_tmp_dirs();
-    }
-}
-
-fn remove_tmp(dir: Option<&Path>) {
-    if let Some(d) = dir
-        && let Err(e) = std::fs::remove_dir_all(d)
-        && e.kind() != std::io::ErrorKind::NotFound
-    {
-        tracing::warn!(error = %e.kind(), "cannot remove a process temp dir");
-    }
-}
-
-fn spawn_error(e: &SpawnError) -> ToolError {
-    match e {
-        SpawnError::InvalidCommand => ToolError::new(ErrorCode::InvalidCommand, e.to_string()),
-        SpawnError::LimitReached => ToolError::new(
-            ErrorCode::WorkspaceBusy,
-            "the server already runs its maximum number of live processes; wait for one to exit \
-             or terminate one",
-        ),
-        SpawnError::SpawnFailed(_) => ToolError::new(ErrorCode::ProcessSpawnFailed, e.to_string()),
-    }
-}
-
-fn proc_error(e: &ProcError) -> ToolError {
-    ToolError::new(ErrorCode::from(e), e.to_string())
-}
-
-fn internal(e: impl std::fmt::Display) -> ToolError {
-    ToolError::new(ErrorCode::Internal, e.to_string())
-}
-
-fn to_value<T: serde::Serialize>(v: &T) -> Result<Value, ToolError> {
-    serde_json::to_value(v).map_err(internal)
-}
-
-fn argv_sha256(argv: &[String]) -> String {
-    let text = serde_json::to_string(argv).unwrap_or_default();
-    format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())))
-}
-
-fn capped(ms: u64) -> Duration {
-    Duration::from_millis(ms.min(MAX_WAIT_MS))
-}
-
-/// A private temp dir for one process (mode 0700), under the system temp dir; removed when the
-/// returned guard is dropped.
-fn make_tmp_dir() -> Result<TmpDir, ToolError> {
-    use std::os::unix::fs::DirBuilderExt;
-    let dir = std::env::temp_dir().join(format!("codespace-proc-{}", uuid::Uuid::new_v4()));
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&dir)
-        .map_err(|e| {
-            ToolError::new(
-                ErrorCode::ProcessSpawnFailed,
-                format!("cannot create the process temp dir: {}", e.kind()),
-            )
-        })?;
-    Ok(TmpDir(dir))
-}
+use crate::processes::*;
 
 /// Whether `ws`'s commands run in the sandbox (every workspace but one whose operator set
 /// `"sandbox": "off"`).
@@ -287,19 +34,7 @@ fn requires_sandbox(ws: &WorkspaceRuntime) -> bool {
     ws.facts.workspace_sandbox != crate::config::SandboxMode::Off
 }
 
-/// Paths a workspace's commands get besides the workspace and their temp dir.
-struct CommandPaths {
-    /// The operator's read paths (environment's and workspace's).
-    read_paths: Vec<PathBuf>,
-    /// The home directory (created 0700 on first use), when one is known.
-    home: Option<PathBuf>,
-    /// The operator's directories prepended to `PATH`.
-    path: Vec<PathBuf>,
-    /// The operator's fixed variables.
-    env: std::collections::BTreeMap<String, String>,
-}
-
-impl Gateway {
+impl Authorized<'_> {
     /// A fresh egress proxy and control socket pair for a command of `ws` started by `session`.
     fn proxy_for(&self, ws: &WorkspaceRuntime, session: &Session) -> Result<ProxySetup, ToolError> {
         let (relay_end, server_end) = codespace_runner_netproxy::control_pair().map_err(|e| {
@@ -355,158 +90,7 @@ impl Gateway {
     }
 }
 
-/// The child's environment: the server's `base` (PATH, HOME, LANG, TERM, TMPDIR), then the
-/// call's `env` on top, then the operator's `env` on top of that (the operator wins), and the
-/// operator's `path` directories prepended to whatever `PATH` results.
-fn child_env(
-    base: Vec<(String, String)>,
-    call: Option<&std::collections::BTreeMap<String, String>>,
-    operator: &std::collections::BTreeMap<String, String>,
-    path: &[PathBuf],
-) -> Vec<(String, String)> {
-    let mut merged: std::collections::BTreeMap<String, String> = base.into_iter().collect();
-    if let Some(call) = call {
-        for (k, v) in call {
-            merged.insert(k.clone(), v.clone());
-        }
-    }
-    for (k, v) in operator {
-        merged.insert(k.clone(), v.clone());
-    }
-    if !path.is_empty() {
-        let mut dirs: Vec<String> = path
-            .iter()
-            .map(|d| d.to_string_lossy().into_owned())
-            .collect();
-        if let Some(rest) = merged.get("PATH").filter(|p| !p.is_empty()) {
-            dirs.push(rest.clone());
-        }
-        merged.insert("PATH".into(), dirs.join(":"));
-    }
-    merged.into_iter().collect()
-}
-
-fn status_result(id: &str, info: &ProcessInfo) -> ProcessStatusResult {
-    ProcessStatusResult {
-        network: None,
-        process_id: id.to_string(),
-        state: info.state.as_str().to_string(),
-        exit_code: info.exit_code,
-        termination: info.termination.map(|t| t.as_str().to_string()),
-        signal: info.signal,
-        output_total: info.output_total,
-        output_retained_from: info.output_retained_from,
-        eof: info.eof,
-        tty: info.tty,
-    }
-}
-
-/// Everything needed to keep the store and the lease in step with a process after it exits.
-struct ExitWatch {
-    table: ProcessTable<Owner>,
-    leases: Arc<Leases>,
-    store: Option<Arc<Store>>,
-    row: ProcessRow,
-    tmp_dir: Option<PathBuf>,
-    /// The task serving the relay's control socket: stopped when the process exits, which
-    /// closes the server's end, so the relay exits too.
-    proxy_control: Option<tokio::task::AbortHandle>,
-}
-
-impl ExitWatch {
-    async fn run(self) {
-        let id = self.row.process_id.clone();
-        let info = self.table.wait_exit(&id).await;
-        if let Some(control) = &self.proxy_control {
-            control.abort();
-        }
-        self.leases.release_process(&self.row.workspace, &id);
-        remove_tmp(self.tmp_dir.as_deref());
-        let Some(store) = self.store else { return };
-        let mut row = self.row;
-        row.ended_ms = Some(codespace_store::now_ms());
-        match info {
-            Ok(info) => {
-                row.state = info.state.as_str().to_string();
-                row.exit_code = info.exit_code.map(i64::from);
-                row.termination = info.termination.map(|t| t.as_str().to_string());
-            }
-            Err(_) => {
-                row.state = "unknown".into();
-            }
-        }
-        if let Err(e) = store.upsert_process(&row) {
-            tracing::error!(process_id = %id, error = %e, "cannot record process exit");
-        }
-    }
-}
-
-impl Gateway {
-    /// Sets the executable that acts as the sandbox helper (`codespace __sandbox-exec`). Without
-    /// it, a workspace whose sandbox is enforced refuses every command (fail closed).
-    pub fn with_helper_exe(mut self, exe: PathBuf) -> Gateway {
-        self.services_mut().processes.set_helper_exe(exe);
-        self
-    }
-
-    /// Number of managed processes still running.
-    pub fn live_processes(&self) -> usize {
-        self.processes.live_count()
-    }
-
-    /// The per-process task limit and how this host enforces it.
-    pub fn pids_isolation(&self) -> codespace_runner_process::PidsIsolation {
-        self.processes.pids_isolation()
-    }
-
-    /// Serves a process tool call.
-    pub(crate) async fn process_call(
-        &self,
-        snap: &PolicySnapshot,
-        session: &Session,
-        call: &ToolCall,
-    ) -> Result<Value, ToolError> {
-        match call {
-            ToolCall::ExecCommand(p) => self.exec_command_with(snap, session, call, p, None).await,
-            ToolCall::WriteStdin(p) => self.write_stdin(snap, session, call, p).await,
-            ToolCall::ReadProcess(p) => self.read_process(snap, session, call, p).await,
-            ToolCall::ProcessStatus(p) => self.process_status(snap, session, call, p).await,
-            ToolCall::ProcessResize(p) => self.process_resize(snap, session, call, p).await,
-            ToolCall::TerminateProcess(p) => self.terminate_process(snap, session, call, p).await,
-            _ => Err(ToolError::new(
-                ErrorCode::Internal,
-                format!("`{}` is not a process tool", call.tool()),
-            )),
-        }
-    }
-
-    /// Looks up a process, authorizes the call against it, and returns its workspace.
-    fn authorize_process(
-        &self,
-        snap: &PolicySnapshot,
-        session: &Session,
-        call: &ToolCall,
-        id: &str,
-    ) -> Result<&WorkspaceRuntime, ToolError> {
-        let entry = self.processes.entry(id)?;
-        let ws = self.workspace(&entry.workspace).map_err(|_| {
-            ToolError::new(
-                ErrorCode::ProcessNotFound,
-                "the process's workspace is gone",
-            )
-        })?;
-        let facts = ProcessFacts {
-            id: id.to_string(),
-            same_client: entry.client == session.client,
-            argv: entry.argv.clone(),
-            tty: entry.tty,
-            env_names: entry.env_names.clone(),
-            background: entry.background,
-        };
-        self.authorize(snap, ws, call, session, Some(&facts))?;
-        Ok(ws)
-    }
-
+impl Authorized<'_> {
     /// The launcher of a command of `ws` under `plan` and the server's end of its exec
     /// handshake, or none for a workspace whose operator set `"sandbox": "off"`. A workspace
     /// that requires the sandbox on a host without one fails closed here even if an operator
@@ -637,20 +221,8 @@ impl Gateway {
 
     /// Serves `exec_command`; `resumed` is the granted hold `operation_resume` runs it under
     /// (then it is not held again).
-    pub(crate) async fn exec_command_with(
-        &self,
-        snap: &PolicySnapshot,
-        session: &Session,
-        call: &ToolCall,
-        p: &ExecCommandParams,
-        resumed: Option<&crate::gateway::approvals::Resumed>,
-    ) -> Result<Value, ToolError> {
-        let ws = self.workspace(&p.workspace_id)?;
-        let decision = self.authorize(snap, ws, call, session, None)?;
-        // Then `confirm`: a command policy holds waits for a human.
-        if resumed.is_none() && self.confirm_holds(snap, ws, call, session)? {
-            return Err(self.hold(ws, call, session).await);
-        }
+    pub(crate) async fn exec_command(&self, p: &ExecCommandParams) -> Result<Value, ToolError> {
+        let (ws, session) = (self.ws(), self.session());
         if p.timeout_ms == Some(0) {
             return Err(ToolError::new(
                 ErrorCode::InvalidArguments,
@@ -695,7 +267,7 @@ impl Gateway {
         // A retry of a keyed exec replays without taking the lease (its own process may hold it).
         let known_key = match key {
             Some(k) => self
-                .keyed_operations(session, k, Some("exec_command"))?
+                .keyed_operations(k, Some("exec_command"))?
                 .iter()
                 .any(|r| r.workspace == ws.facts.id),
             None => false,
@@ -709,7 +281,7 @@ impl Gateway {
                     .await?,
             )
         };
-        let op_id = match self.begin_operation("exec_command", &ws.facts.id, key, &fp, session)? {
+        let op_id = match self.begin_operation("exec_command", key, &fp)? {
             Begin::New(id) => id,
             Begin::Replay(row) => return replay(&row),
         };
@@ -737,9 +309,7 @@ impl Gateway {
             let ticket = lease.ticket();
             Box::new(move |id: &str| leases.release_exited(&workspace, id, ticket)) as ExitHook
         });
-        let started = self
-            .start(snap, ws, session, p, &cwd, &decision, &op_id, on_exit)
-            .await;
+        let started = self.start(p, &cwd, &op_id, on_exit).await;
         let (id, pid, row, proxy_control) = match started {
             Ok(s) => s,
             Err(e) => {
@@ -899,18 +469,14 @@ impl Gateway {
     }
 
     /// Spawns under the sandbox and registers the process. Nothing is running on error.
-    #[allow(clippy::too_many_arguments)]
     async fn start(
         &self,
-        snap: &PolicySnapshot,
-        ws: &WorkspaceRuntime,
-        session: &Session,
         p: &ExecCommandParams,
         cwd: &RelPath,
-        decision: &crate::policy::decide::Decision,
         op_id: &str,
         on_exit: Option<ExitHook>,
     ) -> Result<(String, u32, ProcessRow, Option<tokio::task::AbortHandle>), ToolError> {
+        let (ws, session, decision) = (self.ws(), self.session(), self.decision());
         let root = self
             .config
             .workspaces
@@ -922,7 +488,7 @@ impl Gateway {
         let paths = self.command_paths(&ws.facts.id)?;
         // Paths policy withholds from `read` are masked from the command too (fail closed).
         let masks = if sandboxed {
-            self.secret_masks(snap, ws, session).await?
+            self.secret_masks().await?
         } else {
             Vec::new()
         };
@@ -1093,22 +659,13 @@ impl Gateway {
         );
     }
 
-    async fn write_stdin(
-        &self,
-        snap: &PolicySnapshot,
-        session: &Session,
-        call: &ToolCall,
-        p: &WriteStdinParams,
-    ) -> Result<Value, ToolError> {
-        let ws = self.authorize_process(snap, session, call, &p.process_id)?;
+    pub(crate) async fn write_stdin(&self, p: &WriteStdinParams) -> Result<Value, ToolError> {
         let fp = fingerprint(&json!({"process_id": p.process_id, "bytes": p.data.len()}));
         let table = &self.processes.table;
         self.acked_operation(
             "write_stdin",
-            &ws.facts.id,
             &p.process_id,
             &fp,
-            session,
             crate::facts::OperationStatus::Written,
             table.write_stdin(&p.process_id, p.data.as_bytes()),
         )
@@ -1117,18 +674,15 @@ impl Gateway {
 
     /// A keyless process operation (write_stdin, terminate_process): mint it, run `action`,
     /// finish it with `done` or with the error, and answer `{ok, process_id, operation_id}`.
-    #[allow(clippy::too_many_arguments)]
     async fn acked_operation(
         &self,
         tool: &str,
-        workspace: &str,
         process_id: &str,
         fp: &str,
-        session: &Session,
         done: crate::facts::OperationStatus,
         action: impl std::future::Future<Output = Result<(), ProcError>>,
     ) -> Result<Value, ToolError> {
-        let op_id = match self.begin_operation(tool, workspace, None, fp, session)? {
+        let op_id = match self.begin_operation(tool, None, fp)? {
             Begin::New(id) => id,
             Begin::Replay(_) => return Err(internal("unexpected replay without a key")),
         };
@@ -1154,20 +708,13 @@ impl Gateway {
         }
     }
 
-    async fn read_process(
-        &self,
-        snap: &PolicySnapshot,
-        session: &Session,
-        call: &ToolCall,
-        p: &ReadProcessParams,
-    ) -> Result<Value, ToolError> {
+    pub(crate) async fn read_process(&self, p: &ReadProcessParams) -> Result<Value, ToolError> {
         if p.max_bytes == Some(0) {
             return Err(ToolError::new(
                 ErrorCode::InvalidArguments,
                 "max_bytes must be at least 1",
             ));
         }
-        self.authorize_process(snap, session, call, &p.process_id)?;
         let separate = self
             .processes
             .entry(&p.process_id)
@@ -1208,14 +755,8 @@ impl Gateway {
         })
     }
 
-    async fn process_status(
-        &self,
-        snap: &PolicySnapshot,
-        session: &Session,
-        call: &ToolCall,
-        p: &ProcessIdParams,
-    ) -> Result<Value, ToolError> {
-        let ws = self.authorize_process(snap, session, call, &p.process_id)?;
+    pub(crate) async fn process_status(&self, p: &ProcessIdParams) -> Result<Value, ToolError> {
+        let ws = self.ws();
         let info = self
             .processes
             .table
@@ -1246,20 +787,13 @@ impl Gateway {
         }
     }
 
-    async fn process_resize(
-        &self,
-        snap: &PolicySnapshot,
-        session: &Session,
-        call: &ToolCall,
-        p: &ProcessResizeParams,
-    ) -> Result<Value, ToolError> {
+    pub(crate) async fn process_resize(&self, p: &ProcessResizeParams) -> Result<Value, ToolError> {
         if p.rows == 0 || p.cols == 0 {
             return Err(ToolError::new(
                 ErrorCode::InvalidArguments,
                 "rows and cols must be at least 1",
             ));
         }
-        self.authorize_process(snap, session, call, &p.process_id)?;
         let table = &self.processes.table;
         let info = table
             .status(&p.process_id)
@@ -1282,20 +816,12 @@ impl Gateway {
         })
     }
 
-    async fn terminate_process(
-        &self,
-        snap: &PolicySnapshot,
-        session: &Session,
-        call: &ToolCall,
-        p: &ProcessIdParams,
-    ) -> Result<Value, ToolError> {
-        let ws = self.authorize_process(snap, session, call, &p.process_id)?;
+    pub(crate) async fn terminate_process(&self, p: &ProcessIdParams) -> Result<Value, ToolError> {
         let fp = fingerprint(&json!({"process_id": p.process_id}));
-        let op_id =
-            match self.begin_operation("terminate_process", &ws.facts.id, None, &fp, session)? {
-                Begin::New(id) => id,
-                Begin::Replay(_) => return Err(internal("unexpected replay without a key")),
-            };
+        let op_id = match self.begin_operation("terminate_process", None, &fp)? {
+            Begin::New(id) => id,
+            Begin::Replay(_) => return Err(internal("unexpected replay without a key")),
+        };
         // Waits for the exit (bounded by the kill grace plus a margin): when this answers
         // `exited`, the exit hook has already freed the process's lease.
         let waited = self
@@ -1323,13 +849,6 @@ impl Gateway {
                 Err(e)
             }
         }
-    }
-
-    /// Kills every process group the gateway owns (stdin EOF, SIGTERM): no orphans.
-    pub async fn shutdown(&self) {
-        self.processes.shutdown().await;
-        // The queued audit rows reach the store before the process exits.
-        self.stop_audit();
     }
 }
 
