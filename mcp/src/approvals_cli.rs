@@ -83,7 +83,7 @@ fn config_of(loc: &Location) -> Result<Config> {
 fn open_store(loc: &Location, cfg: &Config) -> Result<Store> {
     let path = match loc.store.clone().or_else(|| cfg.store.clone()) {
         Some(p) => p,
-        None => crate::cli::default_store_path()?,
+        None => crate::setup::default_store_path()?,
     };
     if !path.exists() {
         return Err(anyhow!(
@@ -139,8 +139,8 @@ fn row_json(cfg: &Config, row: &ApprovalRow) -> Value {
         "transport": row.transport,
         "resolved_by": row.resolved_by,
         "channel": row.channel,
-        "created": crate::policy_cli::rfc3339(row.created_ms),
-        "expires": crate::policy_cli::rfc3339(row.expires_ms),
+        "created": codespace_engine::wire::rfc3339_ms(row.created_ms),
+        "expires": codespace_engine::wire::rfc3339_ms(row.expires_ms),
         "held": held_view(cfg, row),
     })
 }

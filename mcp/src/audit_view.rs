@@ -68,7 +68,7 @@ pub fn export_json(r: &ShownRow) -> Value {
     if let Value::Object(m) = &mut v {
         m.insert(
             "time".into(),
-            crate::policy_cli::rfc3339(r.row.at_ms).into(),
+            codespace_engine::wire::rfc3339_ms(r.row.at_ms).into(),
         );
         m.insert("capabilities_denied".into(), json!(r.collapsed));
     }
@@ -105,7 +105,7 @@ pub fn table_line(shown: &ShownRow) -> String {
     let subject: String = r.subject.chars().take(60).collect();
     format!(
         "{:<24}  {:<8}  {:<12}  {:<15}  {:<16}  {:<30}  {:<40}  {}",
-        crate::policy_cli::rfc3339(r.at_ms),
+        codespace_engine::wire::rfc3339_ms(r.at_ms),
         r.decision,
         r.workspace,
         r.profile,

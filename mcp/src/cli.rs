@@ -242,7 +242,7 @@ pub fn main() -> ExitCode {
         Command::Config { command } => match command {
             ConfigCommand::Schema => config_schema(),
         },
-        Command::Audit(args) => crate::policy_cli::audit(&args, default_store_path),
+        Command::Audit(args) => crate::policy_cli::audit(&args, crate::setup::default_store_path),
         Command::Approvals { command } => crate::approvals_cli::run(command),
         Command::Policy { command } => match command {
             PolicyCommand::Validate { loc } => policy_validate(&loc),
@@ -250,10 +250,20 @@ pub fn main() -> ExitCode {
                 .source()
                 .and_then(|src| crate::policy_cli::test(&args, &src, loc.config()?.as_ref())),
             PolicyCommand::Explain { args, loc } => loc.source().and_then(|src| {
-                crate::policy_cli::explain(&args, loc.config.as_deref(), src, default_store_path)
+                crate::policy_cli::explain(
+                    &args,
+                    loc.config.as_deref(),
+                    src,
+                    crate::setup::default_store_path,
+                )
             }),
             PolicyCommand::Diff { args, loc } => loc.source().and_then(|src| {
-                crate::policy_diff::diff(&args, &src, loc.config()?.as_ref(), default_store_path)
+                crate::policy_diff::diff(
+                    &args,
+                    &src,
+                    loc.config()?.as_ref(),
+                    crate::setup::default_store_path,
+                )
             }),
             PolicyCommand::Ls { json, loc } => loc
                 .source()
@@ -267,7 +277,7 @@ pub fn main() -> ExitCode {
                 let path = crate::policy_admin::store_path(
                     store,
                     loc.config()?.as_ref(),
-                    default_store_path,
+                    crate::setup::default_store_path,
                 )?;
                 crate::policy_admin::unused(&src, &path, &since, json)
             }),
@@ -288,14 +298,6 @@ pub fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
-}
-
-/// Where `serve` keeps the store when neither `--store` nor the config names one.
-pub fn default_store_path() -> Result<PathBuf> {
-    let base = dirs::data_dir()
-        .or_else(|| dirs::home_dir().map(|h| h.join(".local/share")))
-        .ok_or_else(|| anyhow!("no user data directory; pass --store FILE"))?;
-    Ok(base.join("codespace").join("codespace.db"))
 }
 
 fn config_schema() -> Result<ExitCode> {

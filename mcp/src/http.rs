@@ -13,8 +13,6 @@ use axum::middleware::Next;
 use axum::response::Response;
 use axum::serve::ListenerExt;
 use codespace_engine::{Gateway, Session};
-use rmcp::RoleServer;
-use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use sha2::{Digest, Sha256};
@@ -27,8 +25,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// The transport name in `Session.transport`, decision rows and `workspace_info.transports`.
-pub const TRANSPORT: &str = "streamable-http";
+pub use crate::server::{HTTP_TRANSPORT as TRANSPORT, HttpClient};
 /// The default listen address of `serve --http`.
 pub const DEFAULT_ADDR: &str = "127.0.0.1:8787";
 /// The MCP endpoint path.
@@ -180,21 +177,6 @@ pub async fn serve_until(
     server.run(shutdown).await?;
     eprintln!("codespace: HTTP server stopped");
     Ok(())
-}
-
-/// The authenticated caller of one HTTP request, set by the gate in the request extensions.
-#[derive(Debug, Clone)]
-pub struct HttpClient(pub Arc<str>);
-
-/// The session of an HTTP tool call: the client the gate authenticated, when the request came
-/// over HTTP; `None` on other transports.
-pub fn request_session(ctx: &RequestContext<RoleServer>) -> Option<Session> {
-    let parts = ctx.extensions.get::<axum::http::request::Parts>()?;
-    let client = parts.extensions.get::<HttpClient>()?;
-    Some(Session {
-        client: client.0.to_string(),
-        transport: TRANSPORT.to_string(),
-    })
 }
 
 /// `host` lower-cased without IPv6 brackets, and its port when given.

@@ -110,7 +110,7 @@ pub fn unused(
             out,
             "{}",
             serde_json::to_string_pretty(&json!({
-                "since": crate::policy_cli::rfc3339(since_ms),
+                "since": codespace_engine::wire::rfc3339_ms(since_ms),
                 "decisions": rows.len(),
                 "policies": snap.meta.len(),
                 "unused": idle.iter().map(|m| json!({
@@ -129,7 +129,7 @@ pub fn unused(
         "{} of {} policies determined no decision since {} ({} decision row(s) in the window):",
         idle.len(),
         snap.meta.len(),
-        crate::policy_cli::rfc3339(since_ms),
+        codespace_engine::wire::rfc3339_ms(since_ms),
         rows.len()
     )?;
     for m in idle {

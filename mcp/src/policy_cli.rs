@@ -624,7 +624,10 @@ fn explain_logged(
                     "recorded_policy_set_sha256".into(),
                     r.policy_set_sha256.clone().into(),
                 );
-                m.insert("recorded_at".into(), rfc3339(r.at_ms).into());
+                m.insert(
+                    "recorded_at".into(),
+                    codespace_engine::wire::rfc3339_ms(r.at_ms).into(),
+                );
                 m.insert("changed".into(), changed.into());
             }
             docs.push(v);
@@ -633,7 +636,7 @@ fn explain_logged(
                 out,
                 "{decision_id} #{} at {}: recorded {} by {} under {}",
                 r.sub_index,
-                rfc3339(r.at_ms),
+                codespace_engine::wire::rfc3339_ms(r.at_ms),
                 r.decision,
                 if r.policy_ids.is_empty() {
                     "(default deny)".to_string()
@@ -769,16 +772,6 @@ pub fn parse_since(s: &str, now_ms: i64) -> Result<i64> {
     i64::try_from(t.unix_timestamp_nanos() / 1_000_000).map_err(|_| anyhow!("--since out of range"))
 }
 
-pub(crate) fn rfc3339(ms: i64) -> String {
-    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_else(|| ms.to_string())
-}
-
 /// Rows the audit table shows without `--limit`.
 const TABLE_ROWS: usize = 50;
 /// How often `audit --follow` looks for new rows.
@@ -842,14 +835,17 @@ pub fn audit(
             if args.json {
                 let mut v = serde_json::to_value(e)?;
                 if let serde_json::Value::Object(m) = &mut v {
-                    m.insert("time".into(), rfc3339(e.at_ms).into());
+                    m.insert(
+                        "time".into(),
+                        codespace_engine::wire::rfc3339_ms(e.at_ms).into(),
+                    );
                 }
                 writeln!(out, "{}", serde_json::to_string(&v)?)?;
             } else {
                 writeln!(
                     out,
                     "{:<24}  {:<15}  {}",
-                    rfc3339(e.at_ms),
+                    codespace_engine::wire::rfc3339_ms(e.at_ms),
                     e.kind,
                     e.detail
                 )?;

@@ -291,7 +291,7 @@ pub fn diff(
         let doc = json!({
             "live_sha256": before_snap.sha256,
             "candidate_sha256": after_snap.sha256,
-            "since": crate::policy_cli::rfc3339(since),
+            "since": codespace_engine::wire::rfc3339_ms(since),
             "recorded_rows": recorded,
             "unreplayable_rows": unreplayable,
             "test_requests": test_count,
@@ -317,7 +317,7 @@ pub fn diff(
             out,
             "replayed {} recorded request(s) since {}{}{}",
             recorded - unreplayable,
-            crate::policy_cli::rfc3339(since),
+            codespace_engine::wire::rfc3339_ms(since),
             if unreplayable > 0 {
                 format!(" ({unreplayable} row(s) without a recorded request skipped)")
             } else {

@@ -29,6 +29,24 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use std::borrow::Cow;
 use std::sync::Arc;
 
+/// The transport name in `Session.transport`, decision rows and `workspace_info.transports`.
+pub const HTTP_TRANSPORT: &str = "streamable-http";
+
+/// The authenticated caller of one HTTP request, set by the gate in the request extensions.
+#[derive(Debug, Clone)]
+pub struct HttpClient(pub Arc<str>);
+
+/// The session of an HTTP tool call: the client the gate authenticated, when the request came
+/// over HTTP; `None` on other transports.
+pub fn request_session(ctx: &RequestContext<RoleServer>) -> Option<Session> {
+    let parts = ctx.extensions.get::<axum::http::request::Parts>()?;
+    let client = parts.extensions.get::<HttpClient>()?;
+    Some(Session {
+        client: client.0.to_string(),
+        transport: HTTP_TRANSPORT.to_string(),
+    })
+}
+
 /// What `initialize.instructions` says: the global invariants.
 pub const INSTRUCTIONS: &str = "CodeSpace is an execution-only server: it never calls a model. \
 Every tool call is authorized by Cedar policy; a denial is UNAUTHORIZED with a reason, decision_id and policy_ids. \
@@ -416,8 +434,7 @@ impl ServerHandler for CodeSpaceServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         // Over HTTP the caller is the client the gate authenticated for this request.
-        let session =
-            crate::http::request_session(&context).unwrap_or_else(|| self.session.clone());
+        let session = request_session(&context).unwrap_or_else(|| self.session.clone());
         let name = request.name.as_ref();
         let args = request
             .arguments

@@ -140,7 +140,7 @@ pub fn effective(
     let (store, store_origin) = match (store, &config.store) {
         (Some(s), _) => (s.to_path_buf(), Origin::Flag("--store")),
         (None, Some(s)) => (s.clone(), Origin::ConfigField("store")),
-        (None, None) => (crate::cli::default_store_path()?, Origin::Default),
+        (None, None) => (default_store_path()?, Origin::Default),
     };
     Ok(Effective {
         config,
@@ -226,4 +226,12 @@ mod tests {
             "serve: workspace directory \"/nonexistent/x\" (the DIR argument) does not exist"
         );
     }
+}
+
+/// Where `serve` keeps the store when neither `--store` nor the config names one.
+pub fn default_store_path() -> Result<PathBuf> {
+    let base = dirs::data_dir()
+        .or_else(|| dirs::home_dir().map(|h| h.join(".local/share")))
+        .ok_or_else(|| anyhow!("no user data directory; pass --store FILE"))?;
+    Ok(base.join("codespace").join("codespace.db"))
 }

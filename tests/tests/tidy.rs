@@ -469,3 +469,166 @@ fn tool_handlers_never_see_the_gateway_nor_decide() {
         offences.join("\n")
     );
 }
+
+/// The modules of a crate's `src/` (`a::b` for `src/a/b.rs` or `src/a/b/mod.rs`), with their
+/// text (test modules cut off).
+fn crate_modules(src: &Path) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for file in source_files(src.parent().unwrap()) {
+        let Some(stem) = file.strip_suffix(".rs") else {
+            continue;
+        };
+        if stem == "lib" || stem == "main" || stem.starts_with("bin/") {
+            continue;
+        }
+        let module = stem.strip_suffix("/mod").unwrap_or(stem).replace('/', "::");
+        let mut text = std::fs::read_to_string(src.join(&file)).unwrap();
+        if let Some(i) = text.find("#[cfg(test)]\nmod tests") {
+            text.truncate(i);
+        }
+        let code: String = text
+            .lines()
+            .map(|l| l.split("//").next().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join("\n");
+        out.insert(module, code);
+    }
+    out
+}
+
+/// The modules `code` (of module `at`) names through `crate::…`, `crate::{…}` and `super::…`
+/// paths: the longest known module of each path, ancestors of `at` left out (a child using its
+/// parent is containment, not a circle).
+fn named_modules(at: &str, code: &str, known: &BTreeSet<String>) -> BTreeSet<String> {
+    let ident = |c: char| c.is_alphanumeric() || c == '_' || c == ':';
+    let mut paths: Vec<String> = Vec::new();
+    for (prefix, base) in [
+        ("crate::", String::new()),
+        ("super::", {
+            let mut parts: Vec<&str> = at.split("::").collect();
+            parts.pop();
+            parts.join("::")
+        }),
+    ] {
+        let mut rest = code;
+        while let Some(i) = rest.find(prefix) {
+            let before = rest[..i].chars().last();
+            rest = &rest[i + prefix.len()..];
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                continue;
+            }
+            let join = |p: &str| {
+                if base.is_empty() {
+                    p.to_string()
+                } else {
+                    format!("{base}::{p}")
+                }
+            };
+            if let Some(group) = rest.strip_prefix('{') {
+                let end = group.find("};").unwrap_or(group.len());
+                for item in group[..end].split(',') {
+                    let item: String = item.trim().chars().take_while(|c| ident(*c)).collect();
+                    paths.push(join(&item));
+                }
+            } else {
+                let item: String = rest.chars().take_while(|c| ident(*c)).collect();
+                paths.push(join(&item));
+            }
+        }
+    }
+    let mut out = BTreeSet::new();
+    for p in paths {
+        let parts: Vec<&str> = p.split("::").filter(|s| !s.is_empty()).collect();
+        let best = (1..=parts.len())
+            .rev()
+            .map(|k| parts[..k].join("::"))
+            .find(|c| known.contains(c));
+        if let Some(best) = best
+            && best != at
+            && !at.starts_with(&format!("{best}::"))
+        {
+            out.insert(best);
+        }
+    }
+    out
+}
+
+/// No import circles among the modules of `engine/` and `mcp/`: imports run one way (in the
+/// engine: tool handlers → gateway → services and facts; the gateway never names a handler).
+#[test]
+fn no_import_circles_among_the_modules_of_engine_and_mcp() {
+    let root = repo_root();
+    let mut circles = Vec::new();
+    for dir in ["engine", "mcp"] {
+        let modules = crate_modules(&root.join(dir).join("src"));
+        let known: BTreeSet<String> = modules.keys().cloned().collect();
+        let edges: BTreeMap<String, BTreeSet<String>> = modules
+            .iter()
+            .map(|(m, code)| (m.clone(), named_modules(m, code, &known)))
+            .collect();
+        assert!(
+            edges.get("gateway").is_some_and(|e| !e.is_empty()) || dir == "mcp",
+            "the import scan found nothing in {dir}/src/gateway"
+        );
+        // Depth-first search for a back edge, reporting the circle it closes.
+        fn visit(
+            m: &str,
+            edges: &BTreeMap<String, BTreeSet<String>>,
+            state: &mut BTreeMap<String, u8>,
+            stack: &mut Vec<String>,
+            found: &mut Vec<String>,
+        ) {
+            state.insert(m.to_string(), 1);
+            stack.push(m.to_string());
+            for n in edges.get(m).into_iter().flatten() {
+                match state.get(n.as_str()) {
+                    Some(1) => {
+                        let from = stack.iter().position(|s| s == n).unwrap_or(0);
+                        let mut circle = stack[from..].to_vec();
+                        circle.push(n.clone());
+                        found.push(circle.join(" → "));
+                    }
+                    Some(_) => {}
+                    None => visit(n, edges, state, stack, found),
+                }
+            }
+            stack.pop();
+            state.insert(m.to_string(), 2);
+        }
+        let mut state = BTreeMap::new();
+        for m in edges.keys() {
+            if !state.contains_key(m.as_str()) {
+                let mut found = Vec::new();
+                visit(m, &edges, &mut state, &mut Vec::new(), &mut found);
+                circles.extend(found.into_iter().map(|c| format!("{dir}: {c}")));
+            }
+        }
+    }
+    assert!(
+        circles.is_empty(),
+        "import circles:\n{}",
+        circles.join("\n")
+    );
+}
+
+/// The scanner itself: a circle made of `crate::` paths, grouped imports and `super::` is found.
+#[test]
+fn the_import_scan_sees_paths_groups_and_super() {
+    let known: BTreeSet<String> = ["a", "b", "c", "c::d"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(
+        named_modules("a", "use crate::{b::X, c::d::Y};", &known),
+        ["b", "c::d"].iter().map(|s| s.to_string()).collect()
+    );
+    assert_eq!(
+        named_modules("c::d", "use super::super::a::Z; use crate::c::W;", &known),
+        BTreeSet::new(),
+        "super::super is not followed, and a parent is containment"
+    );
+    assert_eq!(
+        named_modules("c::d", "fn f() { crate::a::g() }", &known),
+        ["a"].iter().map(|s| s.to_string()).collect()
+    );
+}
