@@ -480,19 +480,11 @@ fn serve(
 /// feature (scripts/test.sh enables it; release builds do not).
 #[cfg(feature = "test-hooks")]
 fn patch_test_hooks() -> codespace_engine::gateway::patches::PatchHooks {
-    let delay = std::env::var("CODESPACE_TEST_PATCH_STEP_DELAY_MS")
+    std::env::var("CODESPACE_TEST_PATCH_STEP_DELAY_MS")
         .ok()
-        .and_then(|v| v.parse::<u64>().ok());
-    codespace_engine::gateway::patches::PatchHooks {
-        before_commit: None,
-        fault: delay.map(|ms| {
-            Box::new(move |_step: usize| {
-                std::thread::sleep(std::time::Duration::from_millis(ms));
-                Ok(())
-            })
-                as Box<dyn Fn(usize) -> Result<(), codespace_runner_fs::FsError> + Send + Sync>
-        }),
-    }
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(codespace_engine::gateway::patches::PatchHooks::step_delay)
+        .unwrap_or_default()
 }
 
 async fn shutdown_signal() {

@@ -22,6 +22,20 @@ pub struct PatchHooks {
     pub fault: Option<FaultHook>,
 }
 
+impl PatchHooks {
+    /// Hooks that make every write step of the apply window sleep `ms` milliseconds (crash tests
+    /// kill the server mid-apply with them).
+    pub fn step_delay(ms: u64) -> PatchHooks {
+        PatchHooks {
+            before_commit: None,
+            fault: Some(Box::new(move |_step: usize| {
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+                Ok(())
+            })),
+        }
+    }
+}
+
 impl std::fmt::Debug for PatchHooks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PatchHooks").finish_non_exhaustive()
