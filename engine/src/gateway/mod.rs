@@ -165,6 +165,29 @@ pub(crate) fn row_of(
     }
 }
 
+/// The audit rows of every sub-decision of `d`, each with the shadow set's answer beside it when
+/// there is one.
+pub(crate) fn rows_with_shadow(
+    profiles: &BTreeMap<String, crate::config::Profile>,
+    redact: &crate::redact::Redactor,
+    at: &RowContext<'_>,
+    d: &Decision,
+    shadow: Option<&Decision>,
+    reqs: &[SubRequest],
+) -> Vec<DecisionRow> {
+    d.subs
+        .iter()
+        .map(|s| {
+            let mut row = row_of(profiles, redact, at, d, s, reqs.get(s.index));
+            if let Some(sh) = shadow.and_then(|sh| sh.subs.get(s.index)) {
+                row.shadow_decision = Some(if sh.allowed { "allow" } else { "deny" }.into());
+                row.shadow_policy_ids = Some(sh.policy_ids.clone());
+            }
+            row
+        })
+        .collect()
+}
+
 /// The audit rows of a decision made outside a gateway (the operator CLI).
 pub(crate) fn decision_rows(
     config: &Config,
@@ -738,18 +761,14 @@ impl Gateway {
             session,
             at_ms: codespace_store::now_ms(),
         };
-        let rows: Vec<DecisionRow> = d
-            .subs
-            .iter()
-            .map(|s| {
-                let mut row = self.audit_row(&at, d, s, reqs.get(s.index));
-                if let Some(sh) = shadow.and_then(|sh| sh.subs.get(s.index)) {
-                    row.shadow_decision = Some(if sh.allowed { "allow" } else { "deny" }.into());
-                    row.shadow_policy_ids = Some(sh.policy_ids.clone());
-                }
-                row
-            })
-            .collect();
+        let rows = rows_with_shadow(
+            &self.config.profiles,
+            &self.config.redaction,
+            &at,
+            d,
+            shadow,
+            reqs,
+        );
         // Allowed mutations are written ahead of the runner; everything else is group-committed.
         let write_ahead = d.allowed() && crate::audit::writes_ahead(&d.tool);
         crate::audit::append(store, rows, &d.decision_id, write_ahead);

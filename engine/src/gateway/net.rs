@@ -14,7 +14,7 @@ use crate::request::{
 };
 use cedar_policy::Entities;
 use codespace_runner_netproxy::{Decider, ProxyLimits, Refusal, Target, Verdict};
-use codespace_store::{DecisionRow, Store};
+use codespace_store::Store;
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -147,25 +147,8 @@ impl NetState {
             session,
             at_ms: codespace_store::now_ms(),
         };
-        let rows: Vec<DecisionRow> = d
-            .subs
-            .iter()
-            .map(|s| {
-                let mut row = crate::gateway::row_of(
-                    &self.profiles,
-                    &self.redaction,
-                    &at,
-                    d,
-                    s,
-                    reqs.get(s.index),
-                );
-                if let Some(sh) = shadow.and_then(|sh| sh.subs.get(s.index)) {
-                    row.shadow_decision = Some(if sh.allowed { "allow" } else { "deny" }.into());
-                    row.shadow_policy_ids = Some(sh.policy_ids.clone());
-                }
-                row
-            })
-            .collect();
+        let rows =
+            crate::gateway::rows_with_shadow(&self.profiles, &self.redaction, &at, d, shadow, reqs);
         crate::audit::append(store, rows, &d.decision_id, false);
     }
 }
