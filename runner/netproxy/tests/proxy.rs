@@ -330,3 +330,114 @@ async fn connections_handed_over_the_control_socket_are_served_until_it_closes()
         .unwrap();
     assert_eq!(p.counters().connections, 1);
 }
+
+/// `len` bytes that differ from offset to offset (a reordered, lost or duplicated block shows).
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i % 251) as u8 ^ seed.wrapping_mul((i / 4096) as u8))
+        .collect()
+}
+
+/// An origin for one connection: reads to the client's end of stream, then answers `reply`
+/// and closes. Returns everything it read.
+async fn read_then_answer(reply: Vec<u8>) -> (SocketAddr, tokio::task::JoinHandle<Vec<u8>>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let served = tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).await.unwrap();
+        s.write_all(&reply).await.unwrap();
+        s.shutdown().await.unwrap();
+        got
+    });
+    (addr, served)
+}
+
+#[tokio::test]
+async fn a_connect_tunnel_relays_mebibytes_exactly_both_ways_across_a_half_close() {
+    const UP: usize = 6 << 20;
+    const DOWN: usize = 9 << 20;
+    let up = pattern(UP, 5);
+    let down = pattern(DOWN, 11);
+    let (origin, received) = read_then_answer(down.clone()).await;
+    let (addr, p) = proxy(decider(origin.port()), ProxyLimits::default()).await;
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    // The first payload bytes ride in the same write as the CONNECT head: the proxy reads them
+    // with the head and must send them first.
+    let mut first = format!("CONNECT 127.0.0.1:{} HTTP/1.1\r\n\r\n", origin.port()).into_bytes();
+    first.extend_from_slice(&up[..1000]);
+    c.write_all(&first).await.unwrap();
+    assert!(read_head(&mut c).await.starts_with("HTTP/1.1 200"));
+    let (mut r, mut w) = c.into_split();
+    let rest = up[1000..].to_vec();
+    let writer = tokio::spawn(async move {
+        w.write_all(&rest).await.unwrap();
+        // Half-close: the origin answers only once it saw this end of stream, so the answer
+        // proves the proxy passed the shutdown on while keeping the other direction open.
+        w.shutdown().await.unwrap();
+        w
+    });
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), r.read_to_end(&mut got))
+        .await
+        .unwrap()
+        .unwrap();
+    let _w = writer.await.unwrap();
+    let seen = received.await.unwrap();
+    assert_eq!(seen.len(), UP);
+    assert!(
+        seen == up,
+        "the origin got other bytes than the client sent"
+    );
+    assert_eq!(got.len(), DOWN);
+    assert!(
+        got == down,
+        "the client got other bytes than the origin sent"
+    );
+    let n = p.counters();
+    assert_eq!(
+        (n.connections, n.bytes_out, n.bytes_in, n.denied),
+        (1, UP as u64, DOWN as u64, 0)
+    );
+}
+
+#[tokio::test]
+async fn an_absolute_form_upload_sends_the_rewritten_head_then_the_body_exactly() {
+    const BODY: usize = 4 << 20;
+    let body = pattern(BODY, 13);
+    let answer = b"HTTP/1.1 204 No Content\r\n\r\n".to_vec();
+    let (origin, received) = read_then_answer(answer.clone()).await;
+    let (addr, p) = proxy(decider(origin.port()), ProxyLimits::default()).await;
+    let c = TcpStream::connect(addr).await.unwrap();
+    let (mut r, mut w) = c.into_split();
+    // Head and the start of the body in one write, the rest after.
+    let mut first = format!(
+        "POST http://127.0.0.1:{}/up HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {BODY}\r\n\r\n",
+        origin.port()
+    )
+    .into_bytes();
+    first.extend_from_slice(&body[..3000]);
+    let rest = body[3000..].to_vec();
+    let writer = tokio::spawn(async move {
+        w.write_all(&first).await.unwrap();
+        w.write_all(&rest).await.unwrap();
+        w.shutdown().await.unwrap();
+        w
+    });
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), r.read_to_end(&mut got))
+        .await
+        .unwrap()
+        .unwrap();
+    let _w = writer.await.unwrap();
+    assert_eq!(got, answer);
+    let seen = received.await.unwrap();
+    let split = seen.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let head = String::from_utf8_lossy(&seen[..split]).into_owned();
+    assert!(head.starts_with("POST /up HTTP/1.1\r\n"), "{head}");
+    assert!(seen[split..] == body[..], "the body arrived altered");
+    let n = p.counters();
+    assert_eq!(n.bytes_out, seen.len() as u64);
+    assert_eq!(n.bytes_in, answer.len() as u64);
+}
