@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use codespace_runner_netproxy::{
-    Decider, IpClass, ProcessProxy, ProxyLimits, Refusal, Scheme, Target, Verdict,
+    Decider, IpClass, ProcessProxy, ProxyLimits, Refusal, Scheme, Target, Verdict, control_pair,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -440,4 +440,105 @@ async fn an_absolute_form_upload_sends_the_rewritten_head_then_the_body_exactly(
     let n = p.counters();
     assert_eq!(n.bytes_out, seen.len() as u64);
     assert_eq!(n.bytes_in, answer.len() as u64);
+}
+
+/// A stand-in for the sandbox relay: a child holding the relay end of a control pair as its
+/// stdin. It introduces itself (one message, no descriptor; the server reads its pid from the
+/// credentials), prints `sent`, then either exits or waits for the server to close its end.
+fn stand_in_relay(relay_end: std::os::fd::OwnedFd, wait: bool) -> std::process::Child {
+    let script = if wait {
+        "printf p >&0; echo sent; read x"
+    } else {
+        "printf p >&0; echo sent"
+    };
+    std::process::Command::new("sh")
+        .args(["-c", script])
+        .stdin(std::process::Stdio::from(relay_end))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Blocks until `child` printed its `sent` line.
+fn wait_sent(child: &mut std::process::Child) {
+    use std::io::BufRead;
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "sent\n");
+}
+
+fn pid_of(child: &std::process::Child) -> rustix::process::Pid {
+    rustix::process::Pid::from_raw(child.id() as i32).unwrap()
+}
+
+#[tokio::test]
+async fn a_relay_that_closes_its_end_is_reaped_before_serving_returns() {
+    let (relay_end, server_end) = control_pair().unwrap();
+    let mut child = stand_in_relay(relay_end, false);
+    let pid = pid_of(&child);
+    let p = ProcessProxy::new(decider(1), ProxyLimits::default());
+    tokio::task::spawn_blocking(move || wait_sent(&mut child))
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(60), p.serve_control(server_end))
+        .await
+        .unwrap();
+    // The serving task reaped its child (this test process stands in for the server): no
+    // zombie is left for anyone to wait for.
+    assert_eq!(
+        rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::NOHANG).unwrap_err(),
+        rustix::io::Errno::CHILD
+    );
+}
+
+/// Waits (up to a minute) for the process of `pidfd` to be reaped: a pidfd reports POLLHUP once
+/// its process is reaped, not merely exited.
+async fn reaped(pidfd: std::os::fd::OwnedFd) -> bool {
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    tokio::task::spawn_blocking(move || {
+        let mut fds = [PollFd::new(&pidfd, PollFlags::empty())];
+        let limit = Timespec {
+            tv_sec: 60,
+            tv_nsec: 0,
+        };
+        rustix::event::poll(&mut fds, Some(&limit)).unwrap();
+        fds[0].revents().contains(PollFlags::HUP)
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_is_reaped_once_its_serving_task_is_dropped() {
+    let (relay_end, server_end) = control_pair().unwrap();
+    let mut child = stand_in_relay(relay_end, true);
+    let pidfd =
+        rustix::process::pidfd_open(pid_of(&child), rustix::process::PidfdFlags::empty()).unwrap();
+    let p = ProcessProxy::new(decider(1), ProxyLimits::default());
+    let served = tokio::spawn(p.serve_control(server_end));
+    tokio::task::spawn_blocking(move || wait_sent(&mut child))
+        .await
+        .unwrap();
+    // What the server does when the process ends: the serving task is aborted. That closes the
+    // control socket (the stand-in's `read` ends) and must leave no zombie behind.
+    served.abort();
+    assert!(served.await.unwrap_err().is_cancelled());
+    assert!(reaped(pidfd).await, "the relay was not reaped");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_is_reaped_when_serving_is_dropped_before_it_ever_ran() {
+    let (relay_end, server_end) = control_pair().unwrap();
+    let mut child = stand_in_relay(relay_end, true);
+    let pidfd =
+        rustix::process::pidfd_open(pid_of(&child), rustix::process::PidfdFlags::empty()).unwrap();
+    tokio::task::spawn_blocking(move || wait_sent(&mut child))
+        .await
+        .unwrap();
+    // The server aborts the task at once when the helper fails: the future may never be polled.
+    let p = ProcessProxy::new(decider(1), ProxyLimits::default());
+    drop(p.serve_control(server_end));
+    assert!(reaped(pidfd).await, "the relay was not reaped");
 }
