@@ -192,6 +192,13 @@ def main() -> int:
         print(f"{a.mib} MiB over loopback, median of {a.runs}: direct curl {d*1e3:.0f} ms ({mb/d:.0f} MB/s); "
               f"through the proxy (absolute-form) {p*1e3:.0f} ms ({mb/p:.0f} MB/s), ratio {p/d:.2f}; "
               f"CONNECT tunnel {t*1e3:.0f} ms ({mb/t:.0f} MB/s), ratio {t/d:.2f}")
+        # Each round runs direct, absolute-form and tunnel back to back, so a round's ratios share
+        # the machine's load of the moment: on a busy machine their median is the steadier figure.
+        pr = [x / y for x, y in zip(proxied, direct)]
+        tr = [x / y for x, y in zip(tunnel, direct)]
+        print(f"per-round ratios (direct ms, absolute-form, CONNECT): "
+              + "; ".join(f"{y*1e3:.0f} {x:.2f} {z:.2f}" for y, x, z in zip(direct, pr, tr))
+              + f"; median absolute-form {statistics.median(pr):.2f}, CONNECT {statistics.median(tr):.2f}")
         setup = s.run(["python3", "-c", SETUP, str(port), str(a.conns)]).split()
         times = []
         for _ in range(a.conns):
