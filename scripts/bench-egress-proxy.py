@@ -10,6 +10,7 @@ A local HTTP origin (a thread of this script) serves --mib MiB. In the same run:
    connect() to the proxy's `200 Connection established` (the decision and the relay hand-over
    included), against a plain TCP connect to the origin from the host. p50 of each and the
    difference.
+3. The server's CPU time per proxied transfer (all its threads), the proxy's own cost.
 
 An operator policy (written into a temporary copy of the shipped policies) permits the origin's
 loopback port. Usage: scripts/bench-egress-proxy.py [--mib N] [--runs N] [--conns N] [--binary B]
@@ -149,6 +150,17 @@ def policies_with_permit(tmp: Path, port: int) -> Path:
     return pol
 
 
+def server_cpu_ms(pid: int) -> float:
+    """CPU time of every thread of `pid` so far, in ms (/proc/PID/task/*/schedstat, ns)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total / 1e6
+
+
 def curl_time(argv: list[str]) -> float:
     out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
     return float(out.strip())
@@ -182,16 +194,33 @@ def main() -> int:
                                    "store": str(tmp / "store.db")}))
         s = Server(binary, cfg)
         direct, proxied, tunnel = [], [], []
+        cpu_p, cpu_t = [], []
         for _ in range(a.runs):
             direct.append(curl_time(curl + ["--noproxy", "*", url]))
+            c0 = server_cpu_ms(s.p.pid)
             proxied.append(float(s.run(curl + [url]).strip()))
+            c1 = server_cpu_ms(s.p.pid)
             tunnel.append(float(s.run(curl + ["--proxytunnel", url]).strip()))
+            cpu_p.append(c1 - c0)
+            cpu_t.append(server_cpu_ms(s.p.pid) - c1)
         d, p, t = statistics.median(direct), statistics.median(proxied), statistics.median(tunnel)
         mb = size / 1e6
         print(f"binary: {binary}")
         print(f"{a.mib} MiB over loopback, median of {a.runs}: direct curl {d*1e3:.0f} ms ({mb/d:.0f} MB/s); "
               f"through the proxy (absolute-form) {p*1e3:.0f} ms ({mb/p:.0f} MB/s), ratio {p/d:.2f}; "
               f"CONNECT tunnel {t*1e3:.0f} ms ({mb/t:.0f} MB/s), ratio {t/d:.2f}")
+        # Each round runs direct, absolute-form and tunnel back to back, so a round's ratios share
+        # the machine's load of the moment: on a busy machine their median is the steadier figure.
+        pr = [x / y for x, y in zip(proxied, direct)]
+        tr = [x / y for x, y in zip(tunnel, direct)]
+        print(f"per-round ratios (direct ms, absolute-form, CONNECT): "
+              + "; ".join(f"{y*1e3:.0f} {x:.2f} {z:.2f}" for y, x, z in zip(direct, pr, tr))
+              + f"; median absolute-form {statistics.median(pr):.2f}, CONNECT {statistics.median(tr):.2f}")
+        # The server's own CPU per transfer (all its threads: the relay, the decision, the
+        # exec_command around it): what the proxy costs the host, which the wall-clock ratio
+        # hides when the origin, the proxy and curl share two cores.
+        print(f"server CPU per transfer, median: absolute-form {statistics.median(cpu_p):.1f} ms, "
+              f"CONNECT {statistics.median(cpu_t):.1f} ms")
         setup = s.run(["python3", "-c", SETUP, str(port), str(a.conns)]).split()
         times = []
         for _ in range(a.conns):

@@ -5,8 +5,9 @@
 //! The crate knows nothing of Cedar, MCP or JSON-RPC. Per connection it parses the request head
 //! (bounded), resolves the host **once**, classifies the resolved address ([`IpClass`]), asks the
 //! decider, and on an allow connects to exactly the address that was decided (no second lookup);
-//! on a deny it answers `403` with the decider's body. Bytes are then copied in both directions
-//! through fixed buffers (bodies are never buffered whole), with an idle timeout. Every process
+//! on a deny it answers `403` with the decider's body. Bytes then move in both directions by
+//! `splice(2)` through a bounded pipe per direction (bodies are never buffered whole, and never
+//! copied through the proxy's memory), with an idle timeout. Every process
 //! has its own [`ProcessProxy`] with its counters and connection cap.
 //!
 //! Connections arrive either as accepted TCP streams ([`ProcessProxy::serve`]) or as descriptors
@@ -17,6 +18,7 @@
 mod control;
 mod http;
 mod proxy;
+mod pump;
 mod target;
 
 pub use control::control_pair;

@@ -1,16 +1,17 @@
 //! One process's proxy: counters, connection cap, and the life of one connection (head, lookup,
-//! decision, connect, copy with an idle timeout).
+//! decision, connect, then the byte relay of [`crate::pump`]).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
 use crate::http::{self, CONNECT_ESTABLISHED, HeadError};
+use crate::pump::{self, Meters, Mode};
 use crate::target::{Scheme, Target, classify};
 
 /// A decider's answer for one target.
@@ -121,8 +122,6 @@ impl std::fmt::Debug for ProcessProxy {
             .finish()
     }
 }
-
-const COPY_CHUNK: usize = 256 * 1024;
 
 fn add(counter: &AtomicU64, n: usize) {
     counter.fetch_add(u64::try_from(n).unwrap_or(u64::MAX), Ordering::Relaxed);
@@ -271,76 +270,23 @@ impl ProcessProxy {
             Err(_) => return,
         }
         drop(buf);
-        self.copy_both(&mut client, &mut upstream).await;
-    }
-
-    /// Copies both directions until both ends closed, or until nothing moved for the idle
-    /// timeout.
-    async fn copy_both(&self, client: &mut TcpStream, upstream: &mut TcpStream) {
-        let base = Instant::now();
-        let last = AtomicU64::new(0);
-        let (mut client_read, mut client_write) = client.split();
-        let (mut up_read, mut up_write) = upstream.split();
-        let out = copy_counted(
-            &mut client_read,
-            &mut up_write,
-            &self.counters.bytes_out,
-            &last,
-            base,
-        );
-        let inn = copy_counted(
-            &mut up_read,
-            &mut client_write,
-            &self.counters.bytes_in,
-            &last,
-            base,
-        );
-        let idle = self.limits.idle_timeout;
-        let watchdog = async {
-            loop {
-                let since = base
-                    .elapsed()
-                    .saturating_sub(Duration::from_millis(last.load(Ordering::Relaxed)));
-                if since >= idle {
-                    return;
-                }
-                tokio::time::sleep(idle.saturating_sub(since)).await;
-            }
+        let meters = Meters {
+            out: &self.counters.bytes_out,
+            inn: &self.counters.bytes_in,
         };
-        tokio::select! {
-            _ = async { tokio::join!(out, inn) } => {}
-            () = watchdog => {}
+        let paths = pump::relay(
+            &client,
+            &upstream,
+            meters,
+            self.limits.idle_timeout,
+            Mode::Splice,
+        )
+        .await;
+        match paths {
+            Some((out, inn)) => tracing::debug!(?out, ?inn, "proxied connection ended"),
+            None => tracing::debug!("proxied connection closed after the idle timeout"),
         }
     }
-}
-
-async fn copy_counted<R, W>(
-    reader: &mut R,
-    writer: &mut W,
-    counter: &AtomicU64,
-    last: &AtomicU64,
-    base: Instant,
-) where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let mut buf = vec![0u8; COPY_CHUNK];
-    loop {
-        let n = match reader.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        let Some(bytes) = buf.get(..n) else { break };
-        if writer.write_all(bytes).await.is_err() {
-            break;
-        }
-        add(counter, n);
-        last.store(
-            u64::try_from(base.elapsed().as_millis()).unwrap_or(u64::MAX),
-            Ordering::Relaxed,
-        );
-    }
-    let _ = writer.shutdown().await;
 }
 
 /// Resolves `host` once: an address literal as is, a name through the system resolver (the

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use codespace_runner_netproxy::{
-    Decider, IpClass, ProcessProxy, ProxyLimits, Refusal, Scheme, Target, Verdict,
+    Decider, IpClass, ProcessProxy, ProxyLimits, Refusal, Scheme, Target, Verdict, control_pair,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -329,4 +329,216 @@ async fn connections_handed_over_the_control_socket_are_served_until_it_closes()
         .unwrap()
         .unwrap();
     assert_eq!(p.counters().connections, 1);
+}
+
+/// `len` bytes that differ from offset to offset (a reordered, lost or duplicated block shows).
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i % 251) as u8 ^ seed.wrapping_mul((i / 4096) as u8))
+        .collect()
+}
+
+/// An origin for one connection: reads to the client's end of stream, then answers `reply`
+/// and closes. Returns everything it read.
+async fn read_then_answer(reply: Vec<u8>) -> (SocketAddr, tokio::task::JoinHandle<Vec<u8>>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let served = tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).await.unwrap();
+        s.write_all(&reply).await.unwrap();
+        s.shutdown().await.unwrap();
+        got
+    });
+    (addr, served)
+}
+
+#[tokio::test]
+async fn a_connect_tunnel_relays_mebibytes_exactly_both_ways_across_a_half_close() {
+    const UP: usize = 6 << 20;
+    const DOWN: usize = 9 << 20;
+    let up = pattern(UP, 5);
+    let down = pattern(DOWN, 11);
+    let (origin, received) = read_then_answer(down.clone()).await;
+    let (addr, p) = proxy(decider(origin.port()), ProxyLimits::default()).await;
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    // The first payload bytes ride in the same write as the CONNECT head: the proxy reads them
+    // with the head and must send them first.
+    let mut first = format!("CONNECT 127.0.0.1:{} HTTP/1.1\r\n\r\n", origin.port()).into_bytes();
+    first.extend_from_slice(&up[..1000]);
+    c.write_all(&first).await.unwrap();
+    assert!(read_head(&mut c).await.starts_with("HTTP/1.1 200"));
+    let (mut r, mut w) = c.into_split();
+    let rest = up[1000..].to_vec();
+    let writer = tokio::spawn(async move {
+        w.write_all(&rest).await.unwrap();
+        // Half-close: the origin answers only once it saw this end of stream, so the answer
+        // proves the proxy passed the shutdown on while keeping the other direction open.
+        w.shutdown().await.unwrap();
+        w
+    });
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), r.read_to_end(&mut got))
+        .await
+        .unwrap()
+        .unwrap();
+    let _w = writer.await.unwrap();
+    let seen = received.await.unwrap();
+    assert_eq!(seen.len(), UP);
+    assert!(
+        seen == up,
+        "the origin got other bytes than the client sent"
+    );
+    assert_eq!(got.len(), DOWN);
+    assert!(
+        got == down,
+        "the client got other bytes than the origin sent"
+    );
+    let n = p.counters();
+    assert_eq!(
+        (n.connections, n.bytes_out, n.bytes_in, n.denied),
+        (1, UP as u64, DOWN as u64, 0)
+    );
+}
+
+#[tokio::test]
+async fn an_absolute_form_upload_sends_the_rewritten_head_then_the_body_exactly() {
+    const BODY: usize = 4 << 20;
+    let body = pattern(BODY, 13);
+    let answer = b"HTTP/1.1 204 No Content\r\n\r\n".to_vec();
+    let (origin, received) = read_then_answer(answer.clone()).await;
+    let (addr, p) = proxy(decider(origin.port()), ProxyLimits::default()).await;
+    let c = TcpStream::connect(addr).await.unwrap();
+    let (mut r, mut w) = c.into_split();
+    // Head and the start of the body in one write, the rest after.
+    let mut first = format!(
+        "POST http://127.0.0.1:{}/up HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {BODY}\r\n\r\n",
+        origin.port()
+    )
+    .into_bytes();
+    first.extend_from_slice(&body[..3000]);
+    let rest = body[3000..].to_vec();
+    let writer = tokio::spawn(async move {
+        w.write_all(&first).await.unwrap();
+        w.write_all(&rest).await.unwrap();
+        w.shutdown().await.unwrap();
+        w
+    });
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), r.read_to_end(&mut got))
+        .await
+        .unwrap()
+        .unwrap();
+    let _w = writer.await.unwrap();
+    assert_eq!(got, answer);
+    let seen = received.await.unwrap();
+    let split = seen.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let head = String::from_utf8_lossy(&seen[..split]).into_owned();
+    assert!(head.starts_with("POST /up HTTP/1.1\r\n"), "{head}");
+    assert!(seen[split..] == body[..], "the body arrived altered");
+    let n = p.counters();
+    assert_eq!(n.bytes_out, seen.len() as u64);
+    assert_eq!(n.bytes_in, answer.len() as u64);
+}
+
+/// A stand-in for the sandbox relay: a child holding the relay end of a control pair as its
+/// stdin. It introduces itself (one message, no descriptor; the server reads its pid from the
+/// credentials), prints `sent`, then either exits or waits for the server to close its end.
+fn stand_in_relay(relay_end: std::os::fd::OwnedFd, wait: bool) -> std::process::Child {
+    let script = if wait {
+        "printf p >&0; echo sent; read x"
+    } else {
+        "printf p >&0; echo sent"
+    };
+    std::process::Command::new("sh")
+        .args(["-c", script])
+        .stdin(std::process::Stdio::from(relay_end))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Blocks until `child` printed its `sent` line.
+fn wait_sent(child: &mut std::process::Child) {
+    use std::io::BufRead;
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "sent\n");
+}
+
+fn pid_of(child: &std::process::Child) -> rustix::process::Pid {
+    rustix::process::Pid::from_raw(child.id() as i32).unwrap()
+}
+
+#[tokio::test]
+async fn a_relay_that_closes_its_end_is_reaped_before_serving_returns() {
+    let (relay_end, server_end) = control_pair().unwrap();
+    let mut child = stand_in_relay(relay_end, false);
+    let pid = pid_of(&child);
+    let p = ProcessProxy::new(decider(1), ProxyLimits::default());
+    tokio::task::spawn_blocking(move || wait_sent(&mut child))
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(60), p.serve_control(server_end))
+        .await
+        .unwrap();
+    // The serving task reaped its child (this test process stands in for the server): no
+    // zombie is left for anyone to wait for.
+    assert_eq!(
+        rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::NOHANG).unwrap_err(),
+        rustix::io::Errno::CHILD
+    );
+}
+
+/// Waits (up to a minute) for the process of `pidfd` to be reaped: a pidfd reports POLLHUP once
+/// its process is reaped, not merely exited.
+async fn reaped(pidfd: std::os::fd::OwnedFd) -> bool {
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    tokio::task::spawn_blocking(move || {
+        let mut fds = [PollFd::new(&pidfd, PollFlags::empty())];
+        let limit = Timespec {
+            tv_sec: 60,
+            tv_nsec: 0,
+        };
+        rustix::event::poll(&mut fds, Some(&limit)).unwrap();
+        fds[0].revents().contains(PollFlags::HUP)
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_is_reaped_once_its_serving_task_is_dropped() {
+    let (relay_end, server_end) = control_pair().unwrap();
+    let mut child = stand_in_relay(relay_end, true);
+    let pidfd =
+        rustix::process::pidfd_open(pid_of(&child), rustix::process::PidfdFlags::empty()).unwrap();
+    let p = ProcessProxy::new(decider(1), ProxyLimits::default());
+    let served = tokio::spawn(p.serve_control(server_end));
+    tokio::task::spawn_blocking(move || wait_sent(&mut child))
+        .await
+        .unwrap();
+    // What the server does when the process ends: the serving task is aborted. That closes the
+    // control socket (the stand-in's `read` ends) and must leave no zombie behind.
+    served.abort();
+    assert!(served.await.unwrap_err().is_cancelled());
+    assert!(reaped(pidfd).await, "the relay was not reaped");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_is_reaped_when_serving_is_dropped_before_it_ever_ran() {
+    let (relay_end, server_end) = control_pair().unwrap();
+    let mut child = stand_in_relay(relay_end, true);
+    let pidfd =
+        rustix::process::pidfd_open(pid_of(&child), rustix::process::PidfdFlags::empty()).unwrap();
+    tokio::task::spawn_blocking(move || wait_sent(&mut child))
+        .await
+        .unwrap();
+    // The server aborts the task at once when the helper fails: the future may never be polled.
+    let p = ProcessProxy::new(decider(1), ProxyLimits::default());
+    drop(p.serve_control(server_end));
+    assert!(reaped(pidfd).await, "the relay was not reaped");
 }

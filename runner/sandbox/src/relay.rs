@@ -4,7 +4,8 @@
 //! process. It copies no byte itself: the server reads and writes the passed socket directly.
 //!
 //! The helper starts it after entering the namespace and before masks, Landlock and seccomp.
-//! The relay is detached (double fork, so the command never sees it as a child to reap), keeps
+//! The relay is the server's child, not the command's (`CLONE_PARENT`: the command never sees
+//! it as a child to reap; the server reaps it, see [`start`]), keeps
 //! the command's session, process group and cgroup (so terminate, timeout and the leader's exit
 //! kill it), points its stdio at `/dev/null` (so it never holds the command's output open), is
 //! not dumpable, drops every capability, restricts itself with a Landlock ruleset that grants
@@ -25,6 +26,10 @@ use crate::error::SandboxError;
 use crate::fs_rules;
 use crate::plan::PROXY_PORT;
 use crate::seccomp::Filters;
+
+/// The relay's first message on the control socket (no descriptor): it carries the relay's
+/// credentials to the server (`SO_PASSCRED`), so the server knows which child to reap.
+const HELLO: &[u8] = b"p";
 
 fn hardening(what: &str, e: impl std::fmt::Display) -> SandboxError {
     SandboxError::Hardening(format!("proxy relay: {what}: {e}"))
@@ -83,8 +88,12 @@ fn loopback_up() -> Result<(), SandboxError> {
 /// Starts the relay; returns once it runs sandboxed and listens (or fails closed). The
 /// helper's copies of the listener and the control socket are closed before it returns, so the
 /// command holds neither. `handshake_fd` (the helper's end of the exec handshake) is closed in
-/// the forked children at once: a relay holding it would keep the server from ever seeing its
-/// end of file.
+/// the relay at once: a relay holding it would keep the server from ever seeing its end of file.
+///
+/// The relay is created with `CLONE_PARENT`: its parent is the helper's parent (the server),
+/// not the helper, so it is never the command's child, and the server, which learns its pid
+/// from the first message on the control socket, reaps it when it exits. (A detached relay
+/// would be reparented to PID 1, which does not reap in every container.)
 pub(crate) fn start(
     control_fd: i32,
     kernel_abi: u32,
@@ -99,13 +108,15 @@ pub(crate) fn start(
         .set_nonblocking(true)
         .map_err(|e| hardening("listener", e))?;
     let (mut ready_rx, ready_tx) = std::io::pipe().map_err(|e| hardening("pipe", e))?;
-    // SAFETY: the helper is single-threaded here, so the child may run arbitrary code.
-    let first = unsafe { libc::fork() };
-    match first {
-        -1 => return Err(hardening("fork", std::io::Error::last_os_error())),
+    let flags = libc::c_ulong::try_from(libc::CLONE_PARENT | libc::SIGCHLD).unwrap_or(0);
+    // SAFETY: a fork-like clone (no new stack: the child runs on a copy of this one, like
+    // fork(2)); the helper is single-threaded here, so the child may run arbitrary code. No
+    // pointer argument is passed.
+    let child = unsafe { libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize) };
+    match child {
+        -1 => return Err(hardening("clone", std::io::Error::last_os_error())),
         0 => {
-            // The intermediate child: fork the relay and exit, so the relay is not the
-            // command's child. Neither keeps the handshake descriptor.
+            // The relay never keeps the handshake descriptor.
             if let Some(fd) = handshake_fd {
                 // SAFETY: closes this child's copy of a descriptor the helper owns; the child
                 // never touches it again (its `OwnedFd` lives in the parent's code path only,
@@ -113,24 +124,14 @@ pub(crate) fn start(
                 unsafe { libc::close(fd) };
             }
             drop(ready_rx);
-            // SAFETY: still single-threaded.
-            let second = unsafe { libc::fork() };
-            if second == 0 {
-                let code = match run(listener, control, ready_tx, kernel_abi, filters) {
-                    Ok(()) => 0,
-                    Err(_) => 126,
-                };
-                // SAFETY: _exit ends the relay without running the helper's exit path.
-                unsafe { libc::_exit(code) };
-            }
-            // SAFETY: as above.
-            unsafe { libc::_exit(if second == -1 { 126 } else { 0 }) };
+            let code = match run(listener, control, ready_tx, kernel_abi, filters) {
+                Ok(()) => 0,
+                Err(_) => 126,
+            };
+            // SAFETY: _exit ends the relay without running the helper's exit path.
+            unsafe { libc::_exit(code) };
         }
-        child => {
-            let mut status = 0;
-            // SAFETY: waits for our own child; `status` is ours.
-            unsafe { libc::waitpid(child, &mut status, 0) };
-        }
+        _ => {}
     }
     drop(ready_tx);
     drop(listener);
@@ -144,8 +145,8 @@ pub(crate) fn start(
     }
 }
 
-/// The relay process: sandbox itself, say ready, then hand connections over until the server
-/// closes the control socket.
+/// The relay process: introduce itself to the server, sandbox itself, say ready, then hand
+/// connections over until the server closes the control socket.
 fn run(
     listener: TcpListener,
     control: OwnedFd,
@@ -153,6 +154,9 @@ fn run(
     kernel_abi: u32,
     filters: &Filters,
 ) -> Result<(), SandboxError> {
+    // First, before anything can fail: the server reads this relay's pid from the message's
+    // credentials (the kernel's, not a claim) and reaps it once it exits.
+    rustix::net::send(&control, HELLO, SendFlags::NOSIGNAL).map_err(|e| hardening("hello", e))?;
     let null = std::fs::OpenOptions::new()
         .read(true)
         .write(true)

@@ -22,22 +22,41 @@ use rustix::net::{
     AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SocketFlags, SocketType,
 };
 
-/// Receives one passed descriptor from the control socket (None on EOF).
-fn receive(server: &OwnedFd) -> Option<OwnedFd> {
+/// One message from the control socket: the descriptor it carried and its sender's pid (the
+/// socket must have `SO_PASSCRED` for the pid). `None` on end of stream.
+fn receive_message(server: &OwnedFd) -> Option<(Option<OwnedFd>, Option<i32>)> {
     let mut byte = [0u8; 1];
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1), ScmCredentials(1))];
     let mut anc = RecvAncillaryBuffer::new(&mut space);
-    rustix::net::recvmsg(
+    let msg = rustix::net::recvmsg(
         server,
         &mut [IoSliceMut::new(&mut byte)],
         &mut anc,
         RecvFlags::CMSG_CLOEXEC,
     )
     .ok()?;
-    anc.drain().find_map(|m| match m {
-        RecvAncillaryMessage::ScmRights(mut fds) => fds.next(),
-        _ => None,
-    })
+    let mut fd = None;
+    let mut pid = None;
+    for m in anc.drain() {
+        match m {
+            RecvAncillaryMessage::ScmRights(mut fds) => fd = fd.or(fds.next()),
+            RecvAncillaryMessage::ScmCredentials(cred) => {
+                pid = Some(cred.pid.as_raw_nonzero().get())
+            }
+            _ => {}
+        }
+    }
+    (msg.bytes > 0 || fd.is_some()).then_some((fd, pid))
+}
+
+/// Receives one passed descriptor from the control socket, skipping the relay's introduction
+/// (a message without one). None on EOF.
+fn receive(server: &OwnedFd) -> Option<OwnedFd> {
+    loop {
+        if let (Some(fd), _) = receive_message(server)? {
+            return Some(fd);
+        }
+    }
 }
 
 const SCRIPT: &str = r#"
@@ -163,4 +182,77 @@ fn proxy_mode_without_a_control_descriptor_is_refused() {
     let out = cmd.output().unwrap();
     assert_eq!(out.status.code(), Some(126), "{}", stderr(&out));
     assert!(stderr(&out).contains("not a socket"), "{}", stderr(&out));
+}
+
+/// The state and parent pid of `pid`, from `/proc/<pid>/stat`.
+fn state_and_parent(pid: i32) -> (char, i32) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let mut fields = after.split(' ');
+    let state = fields.next().unwrap().chars().next().unwrap();
+    (state, fields.next().unwrap().parse().unwrap())
+}
+
+#[test]
+fn the_relay_is_a_child_of_the_helpers_parent_which_reaps_it() {
+    let name = "the_relay_is_a_child_of_the_helpers_parent_which_reaps_it";
+    if !sandbox_or_skip(name) {
+        return;
+    }
+    if !probe().net_namespaces {
+        println!("SKIP: {name}: network namespaces unavailable (proxy mode needs one)");
+        return;
+    }
+    let (relay_end, server_end) = rustix::net::socketpair(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .unwrap();
+    rustix::net::sockopt::set_socket_passcred(&server_end, true).unwrap();
+    // Bounds the wait for the introduction (a relay that never sends one fails the test
+    // instead of hanging it).
+    rustix::net::sockopt::set_socket_timeout(
+        &server_end,
+        rustix::net::sockopt::Timeout::Recv,
+        Some(std::time::Duration::from_secs(60)),
+    )
+    .unwrap();
+    let fx = Fixture::new();
+    let mut plan = fx.plan(false, NetworkMode::Proxy);
+    plan.proxy_control_fd = Some(relay_end.as_raw_fd());
+    let mut cmd = sandboxed(&plan, &["true"]);
+    let raw = relay_end.as_raw_fd();
+    // SAFETY: as in the first test.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::fcntl(raw, libc::F_SETFD, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    // The command (the helper's pid) exits at once; the relay lives on until the control
+    // socket closes.
+    let out = cmd.output().unwrap();
+    drop(relay_end);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (fd, pid) = receive_message(&server_end).expect("the relay introduced itself");
+    assert!(fd.is_none(), "the introduction carries no descriptor");
+    let relay = pid.expect("the introduction carries the relay's credentials");
+    // Not the command's child, nor an orphan under PID 1: this process (the server's role)
+    // is its parent.
+    let (state, parent) = state_and_parent(relay);
+    assert_eq!(parent, std::process::id() as i32, "state {state}");
+    // Closing the control socket ends the relay, and its parent reaps it: waitpid blocks until
+    // it exits and reports a clean exit.
+    drop(server_end);
+    let pid = rustix::process::Pid::from_raw(relay).unwrap();
+    let (reaped, status) =
+        rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty())
+            .unwrap()
+            .unwrap();
+    assert_eq!(reaped, pid);
+    assert_eq!(status.exit_status(), Some(0));
 }
