@@ -430,7 +430,7 @@ fn every_tool_has_a_schema_action_a_policy_test_and_a_docs_row() {
 
 /// The choke point by construction: a tool handler (every file under `engine/src/tools/`) is a
 /// method of `Authorized`, which only the gateway builds; so no handler may name the gateway,
-/// decide, or authorize on its own. Further decisions go through `Authorized`, whose methods
+/// decide, authorize or take a lease on its own. Further decisions go through `Authorized`, whose methods
 /// live in `engine/src/gateway/` and audit like the first.
 #[test]
 fn tool_handlers_never_see_the_gateway_nor_decide() {
@@ -455,6 +455,7 @@ fn tool_handlers_never_see_the_gateway_nor_decide() {
                 "policy::decide::decide",
                 "Authorized::new",
                 "Authorized {",
+                "acquire_as(",
             ] {
                 if code.contains(needle) {
                     offences.push(format!("engine/src/{file}:{}: `{needle}`", n + 1));

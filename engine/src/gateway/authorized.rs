@@ -137,6 +137,21 @@ impl Authorized<'_> {
         self.gateway.keyed_operations(self.session, key, tool)
     }
 
+    /// Waits for the call's workspace lease (FIFO, bounded by `limits.max_waiters`) on behalf
+    /// of the caller, under the operator's `lease_scope`; the handler says when (after its
+    /// operation key showed the call is not a replay).
+    pub(crate) async fn lease(&self) -> Result<crate::lease::RequestLease, crate::ToolError> {
+        let scope = self
+            .config
+            .workspaces
+            .get(&self.ws.facts.id)
+            .map(|w| w.lease_scope)
+            .unwrap_or_default();
+        self.leases
+            .acquire_as(&self.ws.facts.id, &self.session.client, scope)
+            .await
+    }
+
     /// The secret masks a command of this call needs (decided here, see `gateway/masks.rs`).
     pub(crate) async fn secret_masks(
         &self,

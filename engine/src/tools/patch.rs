@@ -190,7 +190,7 @@ impl Authorized<'_> {
         p: &ApplyPatchParams,
         resumed: Option<&crate::gateway::approvals::Resumed>,
     ) -> Result<Value, ToolError> {
-        let (ws, session) = (self.ws(), self.session());
+        let ws = self.ws();
         let pinned = resumed.map(|r| r.pinned.clone()).unwrap_or_default();
         // Normalize expected_versions keys (a malformed key is PATH_ESCAPE, like any path).
         let mut expected: BTreeMap<String, String> = BTreeMap::new();
@@ -213,16 +213,7 @@ impl Authorized<'_> {
             "expected_versions": p.expected_versions,
             "check_only": p.check_only.unwrap_or(false),
         }));
-        let scope = self
-            .config
-            .workspaces
-            .get(&ws.facts.id)
-            .map(|w| w.lease_scope)
-            .unwrap_or_default();
-        let lease = self
-            .leases
-            .acquire_as(&ws.facts.id, &session.client, scope)
-            .await?;
+        let lease = self.lease().await?;
         let op_id = match self.begin_operation("apply_patch", p.operation_key.as_deref(), &fp)? {
             Begin::New(id) => id,
             Begin::Replay(row) => return replay(&row),

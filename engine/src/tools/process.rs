@@ -241,7 +241,6 @@ impl Authorized<'_> {
         // A background process (a service) takes no lease at all: patches and other commands
         // run beside it.
         let background = p.background.unwrap_or(false);
-        let scope = self.lease_scope(&ws.facts.id);
         let mut fp_args = json!({
             "workspace_id": p.workspace_id,
             "command": p.command,
@@ -275,11 +274,7 @@ impl Authorized<'_> {
         let lease = if known_key || background {
             None
         } else {
-            Some(
-                self.leases
-                    .acquire_as(&ws.facts.id, &session.client, scope)
-                    .await?,
-            )
+            Some(self.lease().await?)
         };
         let op_id = match self.begin_operation("exec_command", key, &fp)? {
             Begin::New(id) => id,
@@ -288,11 +283,7 @@ impl Authorized<'_> {
         let lease = match lease {
             Some(l) => Some(l),
             None if background => None,
-            None => match self
-                .leases
-                .acquire_as(&ws.facts.id, &session.client, scope)
-                .await
-            {
+            None => match self.lease().await {
                 Ok(l) => Some(l),
                 Err(e) => {
                     let e = e.with_operation(op_id.clone());
@@ -385,15 +376,6 @@ impl Authorized<'_> {
         result.stderr_chunk = read.stderr_chunk;
         result.stderr_cursor = read.stderr_cursor;
         to_value(&result)
-    }
-
-    /// The lease scope of `workspace` (the operator's `lease_scope`).
-    fn lease_scope(&self, workspace: &str) -> crate::lease::LeaseScope {
-        self.config
-            .workspaces
-            .get(workspace)
-            .map(|w| w.lease_scope)
-            .unwrap_or_default()
     }
 
     /// `WORKSPACE_BUSY` for the live-process limit, naming what holds it: the caller's own live
