@@ -368,30 +368,14 @@ fn serve(
         network_enforced: probe.network_enforceable(),
         masking_enforced: probe.masking_available(),
     };
-    let snap = policy.snapshot();
     let gateway = Gateway::new(cfg, Arc::clone(&policy), Some(Arc::clone(&store)), sandbox)?;
-    let pids = gateway.pids_isolation();
-    let workspaces: Vec<String> = gateway.config().workspaces.keys().cloned().collect();
-    let _ = store.insert_event(
-        "startup",
-        &serde_json::json!({
-            "version": env!("CARGO_PKG_VERSION"),
-            "policy_set_sha256": snap.sha256,
-            "probe": {
-                "landlock_abi": probe.landlock_abi,
-                "seccomp": probe.seccomp,
-                "user_namespaces": probe.user_namespaces,
-                "net_namespaces": probe.net_namespaces,
-                "pids": {
-                    "limit": pids.limit,
-                    "mechanism": pids.mechanism.as_str(),
-                    "escapees_tracked": pids.tracked,
-                },
-                "mount_namespaces": probe.mount_namespaces,
-            },
-            "workspaces": workspaces,
-        }),
-    );
+    gateway.record_startup(serde_json::json!({
+        "landlock_abi": probe.landlock_abi,
+        "seccomp": probe.seccomp,
+        "user_namespaces": probe.user_namespaces,
+        "net_namespaces": probe.net_namespaces,
+        "mount_namespaces": probe.mount_namespaces,
+    }));
     #[cfg(feature = "test-hooks")]
     let gateway = gateway.with_patch_hooks(patch_test_hooks());
     let gateway = Arc::new(

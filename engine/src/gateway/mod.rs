@@ -435,6 +435,33 @@ impl Gateway {
         &self.config
     }
 
+    /// Records this start in the store's events: version, policy set, the host `probe` the
+    /// transport ran (with the per-process task limit added), the workspaces served. A store
+    /// failure is logged.
+    pub fn record_startup(&self, mut probe: serde_json::Value) {
+        let Some(store) = &self.store else { return };
+        let pids = self.processes.pids_isolation();
+        if let serde_json::Value::Object(m) = &mut probe {
+            m.insert(
+                "pids".into(),
+                serde_json::json!({
+                    "limit": pids.limit,
+                    "mechanism": pids.mechanism.as_str(),
+                    "escapees_tracked": pids.tracked,
+                }),
+            );
+        }
+        let detail = serde_json::json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "policy_set_sha256": self.policy.snapshot().sha256,
+            "probe": probe,
+            "workspaces": self.workspaces.keys().collect::<Vec<_>>(),
+        });
+        if let Err(e) = store.insert_event("startup", &detail) {
+            tracing::error!(error = %e, "cannot record the start-up event");
+        }
+    }
+
     /// Commits every audit row queued so far (the barrier of in-process readers and tests).
     pub fn flush_audit(&self) {
         if let Some(store) = &self.store {
