@@ -194,6 +194,14 @@ pub fn on_terminal() -> bool {
     std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
 }
 
+/// Where `serve` keeps the store when neither `--store` nor the config names one.
+pub fn default_store_path() -> Result<PathBuf> {
+    let base = dirs::data_dir()
+        .or_else(|| dirs::home_dir().map(|h| h.join(".local/share")))
+        .ok_or_else(|| anyhow!("no user data directory; pass --store FILE"))?;
+    Ok(base.join("codespace").join("codespace.db"))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -226,12 +234,4 @@ mod tests {
             "serve: workspace directory \"/nonexistent/x\" (the DIR argument) does not exist"
         );
     }
-}
-
-/// Where `serve` keeps the store when neither `--store` nor the config names one.
-pub fn default_store_path() -> Result<PathBuf> {
-    let base = dirs::data_dir()
-        .or_else(|| dirs::home_dir().map(|h| h.join(".local/share")))
-        .ok_or_else(|| anyhow!("no user data directory; pass --store FILE"))?;
-    Ok(base.join("codespace").join("codespace.db"))
 }
