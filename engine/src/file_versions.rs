@@ -1,6 +1,11 @@
 //! File reads off the async workers, with content versions cached by file identity.
 //!
-//! Every open, read and hash runs on tokio's blocking pool. A version is cached under the
+//! Every open, read and hash that may wait on the disk runs on tokio's blocking pool. The one
+//! exception never waits: a small file the kernel can open and read from its caches alone
+//! (`RESOLVE_CACHED`, `RWF_NOWAIT`, on a local file system) is read on the calling worker, which
+//! saves the hand-off to a blocking thread and back, the largest share of a small `read`'s time;
+//! anything the caches cannot serve is refused by the kernel at once and goes to the pool. A
+//! version is cached under the
 //! file's (device, inode, size, mtime, ctime) once the file has been hashed without changing
 //! and its times are older than the hash by [`SETTLE`] (so a write within the file system's
 //! timestamp granularity cannot hide behind an unchanged identity); a cached file is read for
@@ -130,6 +135,57 @@ impl FileVersions {
         })
     }
 
+    /// The read done on the calling (async) thread, when the kernel can serve it from its caches
+    /// without waiting: a small file ([`codespace_runner_fs::NOWAIT_MAX_BYTES`]) on a local file system, opened with
+    /// `RESOLVE_CACHED` and read whole with `RWF_NOWAIT` (see
+    /// [`Root::open_for_read_nowait`]). Its version is the cached one or a hash of those few
+    /// bytes (about what serializing them into the reply costs). `None`: anything else, to be
+    /// done on the blocking pool; `Some(Err)` only for a special file.
+    fn read_nowait(
+        &self,
+        root: &Root,
+        rel: &RelPath,
+        offset: u64,
+        limit: u64,
+        max_hash_bytes: u64,
+    ) -> Option<Result<Window, ToolError>> {
+        let f = match root.open_for_read_nowait(rel)? {
+            Ok(f) => f,
+            Err(e) => return Some(Err(fs_error(e, "limits.max_hash_bytes"))),
+        };
+        if f.id.size > max_hash_bytes {
+            return None;
+        }
+        let started = SystemTime::now();
+        let mut data = f.read_all_nowait()?;
+        // A file that changed while read is left to the blocking path's rules.
+        if !f.unchanged() {
+            return None;
+        }
+        let version = match self.cached(&f.id) {
+            Some(v) => v,
+            None => {
+                let v = Version::from_bytes(&data);
+                self.remember(&f.id, true, &v, started);
+                v
+            }
+        };
+        let size = data.len() as u64;
+        let from = usize::try_from(offset.min(size)).ok()?;
+        let to = usize::try_from(offset.saturating_add(limit).min(size)).ok()?;
+        let window = if from == 0 && to == data.len() {
+            data
+        } else {
+            data.drain(from..to).collect()
+        };
+        Some(Ok(Window {
+            data: window,
+            size,
+            version,
+            links: f.links,
+        }))
+    }
+
     /// Reads the window `[offset, offset + limit)` of `rel` and the version of the whole file.
     pub(crate) async fn read(
         self: &Arc<Self>,
@@ -139,6 +195,9 @@ impl FileVersions {
         limit: u64,
         max_hash_bytes: u64,
     ) -> Result<Window, ToolError> {
+        if let Some(done) = self.read_nowait(root, rel, offset, limit, max_hash_bytes) {
+            return done;
+        }
         let (this, root_c, rel_c) = (Arc::clone(self), Arc::clone(root), rel.clone());
         let first = tokio::task::spawn_blocking(move || -> Result<FirstStep, FsError> {
             let f = root_c.open_for_read(&rel_c)?;
@@ -299,6 +358,41 @@ mod tests {
                 .unwrap(),
             None
         );
+    }
+
+    #[tokio::test]
+    async fn every_window_of_a_small_file_matches_the_blocking_read() {
+        let (dir, root) = root();
+        let body: Vec<u8> = (0..5000u32).map(|i| (i % 97) as u8 + b' ').collect();
+        std::fs::write(dir.path().join("f.txt"), &body).unwrap();
+        let fv = Arc::new(FileVersions::with_settle(Duration::ZERO));
+        let rel = RelPath::parse("f.txt").unwrap();
+        for (offset, limit) in [(0, 1 << 20), (0, 10), (4990, 100), (5000, 5), (7000, 1), (3, 0)] {
+            let w = fv.read(&root, &rel, offset, limit, 1 << 20).await.unwrap();
+            let h = root
+                .open_for_read(&rel)
+                .unwrap()
+                .hash_window(offset, limit, 1 << 20)
+                .unwrap();
+            assert_eq!(w.data, h.data, "window {offset}+{limit}");
+            assert_eq!((w.size, &w.version), (h.size, &h.version));
+            assert_eq!(w.links, 1);
+        }
+        assert_eq!(fv.cached_count(), 1, "hashed once, then from the cache");
+    }
+
+    #[tokio::test]
+    async fn a_fifo_is_refused_at_once() {
+        let (dir, root) = root();
+        let made = std::process::Command::new("mkfifo")
+            .arg(dir.path().join("fifo"))
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let fv = Arc::new(FileVersions::new());
+        let rel = RelPath::parse("fifo").unwrap();
+        let e = fv.read(&root, &rel, 0, 10, 1 << 20).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::SpecialFileRejected, "{e}");
     }
 
     #[test]

@@ -315,6 +315,18 @@ pub fn decide(
     reqs: &[SubRequest],
 ) -> Decision {
     let decision_id = format!("dec-{}", uuid::Uuid::new_v4());
+    if reqs.is_empty() {
+        // Nothing to evaluate (every sub-request came from the decision cache): no entities,
+        // no principal to parse.
+        return Decision {
+            decision_id,
+            tool: tool.to_string(),
+            profile: facts.profile.clone(),
+            workspace: facts.id.clone(),
+            policy_sha256: snap.sha256.clone(),
+            subs: Vec::new(),
+        };
+    }
     let principal = uid("PermissionProfile", &facts.profile);
     // One Operation entity per sub-request, added in one batch.
     let op_ids: Vec<String> = reqs

@@ -46,17 +46,30 @@ impl Authorized<'_> {
         let byte_count = out.data.len() as u64;
         let end = offset.saturating_add(byte_count);
         let more = end < out.size;
-        let content = String::from_utf8_lossy(&out.data);
-        let content_lossy = matches!(content, std::borrow::Cow::Owned(_));
-        to_json(&ReadResult {
+        // Valid UTF-8 (the common case) becomes the content without a copy; only invalid
+        // bytes take the lossy path.
+        let (content, content_lossy) = match String::from_utf8(out.data) {
+            Ok(s) => (s, false),
+            Err(e) => match String::from_utf8_lossy(e.as_bytes()) {
+                std::borrow::Cow::Owned(s) => (s, true),
+                std::borrow::Cow::Borrowed(s) => (s.to_string(), false),
+            },
+        };
+        // Serialized with an empty content, which then moves in: the window is never copied
+        // into the JSON value (the key keeps its place, so the object is the same).
+        let mut v = to_json(&ReadResult {
             path: rel.as_str().to_string(),
-            content: content.into_owned(),
+            content: String::new(),
             content_lossy,
             version: out.version.as_str().to_string(),
             truncated: more,
             offset: (offset > 0).then_some(offset),
             next_offset: more.then_some(end),
             byte_count,
-        })
+        })?;
+        if let Some(slot) = v.get_mut("content") {
+            *slot = serde_json::Value::String(content);
+        }
+        Ok(v)
     }
 }

@@ -24,7 +24,7 @@ mod write;
 pub use error::FsError;
 pub use glob::{GlobError, GlobFilter};
 pub use meta::{Kind, Meta};
-pub use opened::{FileId, HashedWindow, OpenedFile};
+pub use opened::{FileId, HashedWindow, NOWAIT_MAX_BYTES, OpenedFile};
 pub use path::{MAX_COMPONENT_BYTES, MAX_PATH_BYTES, RelPath};
 pub use read::{FileContent, ReadOutcome};
 pub use root::Root;

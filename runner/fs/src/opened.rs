@@ -18,6 +18,9 @@ use crate::read::CHUNK;
 use crate::root::Root;
 use crate::version::{Version, VersionHasher};
 
+/// The smallest read buffer of a hash.
+const SMALL_CHUNK: usize = 4096;
+
 /// The identity of a file's content: equal identities mean equal content (see the module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FileId {
@@ -109,7 +112,78 @@ impl Root {
     }
 }
 
+/// The largest file [`OpenedFile::read_all_nowait`] reads.
+pub const NOWAIT_MAX_BYTES: u64 = 64 * 1024;
+
+impl Root {
+    /// [`Root::open_for_read`] for a caller that must not wait on the disk (an async worker):
+    /// only on a local file system, only when every path component is in the kernel's lookup
+    /// cache (`RESOLVE_CACHED`) and no mount point is crossed (`RESOLVE_NO_XDEV`); symlinks are
+    /// refused as always. `None` when that cannot be done: the caller then uses
+    /// [`Root::open_for_read`] on a thread that may block (which reports the real error, e.g.
+    /// `FILE_NOT_FOUND`). `Some(Err(NotRegularFile))` for a special file (not opened twice).
+    pub fn open_for_read_nowait(&self, p: &RelPath) -> Option<Result<OpenedFile, FsError>> {
+        if !self.nowait_reads() || p.is_root() {
+            return None;
+        }
+        let fd = crate::resolve::open_beneath_cached(
+            self.as_fd(),
+            p.as_str(),
+            OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY,
+        )?;
+        let st = rustix::fs::fstat(&fd).ok()?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Some(Err(FsError::NotRegularFile {
+                path: p.as_str().to_owned(),
+            }));
+        }
+        Some(Ok(OpenedFile {
+            file: std::fs::File::from(fd),
+            path: p.as_str().to_owned(),
+            id: FileId::from_stat(&st),
+            mode: st.st_mode & 0o7777,
+            links: crate::meta::nlink(&st),
+        }))
+    }
+}
+
 impl OpenedFile {
+    /// The whole file, if it is at most [`NOWAIT_MAX_BYTES`] and every byte of it is in the
+    /// page cache: one `RWF_NOWAIT` read, which returns what is cached without waiting on the
+    /// disk. `None` when the file is larger, not wholly cached, changed size since it was
+    /// opened, or the file system cannot read without waiting: read it with
+    /// [`OpenedFile::hash_window`] on a thread that may block instead.
+    pub fn read_all_nowait(&self) -> Option<Vec<u8>> {
+        if self.id.size > NOWAIT_MAX_BYTES {
+            return None;
+        }
+        let want = usize::try_from(self.id.size).ok()?;
+        // One byte more than the size: a file that grew is seen in the same read.
+        let mut buf = vec![0u8; want + 1];
+        let n = loop {
+            match rustix::io::preadv2(
+                &self.file,
+                &mut [std::io::IoSliceMut::new(&mut buf)],
+                0,
+                rustix::io::ReadWriteFlags::NOWAIT,
+            ) {
+                Ok(n) => break n,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(_) => return None,
+            }
+        };
+        if n != want {
+            return None;
+        }
+        buf.truncate(n);
+        Some(buf)
+    }
+
+    /// True when the file's identity (size, times, inode) is still the one it was opened with.
+    pub fn unchanged(&self) -> bool {
+        self.current_id().is_ok_and(|now| now == self.id)
+    }
+
     fn current_id(&self) -> Result<FileId, FsError> {
         let st = rustix::fs::fstat(&self.file).map_err(|e| FsError::from_errno(&self.path, e))?;
         Ok(FileId::from_stat(&st))
@@ -174,9 +248,17 @@ impl OpenedFile {
         }
         let end = offset.saturating_add(limit);
         let mut hasher = VersionHasher::new();
-        let mut data = Vec::new();
+        // The window's size is known from the size at open (a file that changes meanwhile
+        // only grows or shrinks the vector).
+        let want = limit.min(self.id.size.saturating_sub(offset));
+        let mut data = Vec::with_capacity(usize::try_from(want).unwrap_or(0));
         let mut pos: u64 = 0;
-        let mut buf = vec![0u8; CHUNK];
+        // A small file needs no 64 KiB buffer (zeroed on every read): its size and one byte
+        // (to see the end in the same read) is enough.
+        let buf_len = usize::try_from(self.id.size.saturating_add(1))
+            .unwrap_or(CHUNK)
+            .clamp(SMALL_CHUNK, CHUNK);
+        let mut buf = vec![0u8; buf_len];
         loop {
             let n = match self.file.read_at(&mut buf, pos) {
                 Ok(n) => n,

@@ -125,6 +125,14 @@ impl Root {
             let st = rustix::fs::fstat(self.as_fd()).map_err(|e| FsError::from_errno(".", e))?;
             return Ok(Some(Meta::from_stat(&st)));
         }
+        if !p.as_str().contains('/') {
+            // A top-level name: its parent is the root fd itself, no directory to open.
+            return match rustix::fs::statat(self.as_fd(), p.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => Ok(Some(Meta::from_stat(&st))),
+                Err(Errno::NOENT) => Ok(None),
+                Err(e) => Err(FsError::from_errno(p.as_str(), e)),
+            };
+        }
         let (dir, leaf) = match self.open_parent(p) {
             Ok(found) => found,
             Err(FsError::NotFound { .. }) => return Ok(None),

@@ -54,6 +54,36 @@ pub(crate) fn open_beneath(
     walk_components(base, rel, flags, mode)
 }
 
+/// Whether the kernel knows `RESOLVE_CACHED` (Linux 5.12); cleared at the first `EINVAL`/`ENOSYS`.
+static CACHED_RESOLVE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// [`open_beneath`] for a caller that must not wait: `openat2` with `RESOLVE_CACHED` (every
+/// component must already be in the kernel's lookup cache, else `EAGAIN`) and `RESOLVE_NO_XDEV`
+/// (no mount point crossed, so the file lives on the root's file system). `None` when the open
+/// cannot be done that way, whatever the reason: the caller then opens with [`open_beneath`] on
+/// a thread that may block, which also reports the real error.
+pub(crate) fn open_beneath_cached(
+    base: BorrowedFd<'_>,
+    rel: &str,
+    flags: OFlags,
+) -> Option<OwnedFd> {
+    use std::sync::atomic::Ordering;
+    if !CACHED_RESOLVE.load(Ordering::Relaxed) {
+        return None;
+    }
+    let flags = flags | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+    let how = resolve_flags() | ResolveFlags::NO_XDEV | ResolveFlags::CACHED;
+    match rustix::fs::openat2(base, rel, flags, Mode::empty(), how) {
+        Ok(fd) => Some(fd),
+        Err(Errno::INVAL | Errno::NOSYS) => {
+            // A kernel without RESOLVE_CACHED (or openat2): never ask again.
+            CACHED_RESOLVE.store(false, Ordering::Relaxed);
+            None
+        }
+        Err(_) => None,
+    }
+}
+
 /// The ENOSYS fallback: open each component relative to the previous one, refusing symlinks.
 fn walk_components(
     base: BorrowedFd<'_>,

@@ -18,6 +18,29 @@ pub struct Root {
     fd: OwnedFd,
     resolver: Resolver,
     temps: Arc<TempNames>,
+    /// The root lies on a local disk or memory file system, whose opens and cached reads do not
+    /// wait on anything but the disk (see [`Root::open_for_read_nowait`]).
+    local_fs: bool,
+}
+
+/// `f_type`s of file systems whose `open` of a cached path and `RWF_NOWAIT` read of cached pages
+/// complete without waiting: ext2/3/4, XFS, Btrfs, tmpfs, overlayfs, F2FS. Network and FUSE file
+/// systems (whose open asks a server or a daemon) are not in the list.
+const LOCAL_FS_TYPES: &[i64] = &[
+    0xEF53,
+    0x5846_5342,
+    0x9123_683E,
+    0x0102_1994,
+    0x794C_7630,
+    0xF2F5_2010,
+];
+
+/// Whether `fd` lies on a file system of [`LOCAL_FS_TYPES`].
+fn on_local_fs(fd: BorrowedFd<'_>) -> bool {
+    rustix::fs::fstatfs(fd).is_ok_and(|st| {
+        let magic = i64::from(st.f_type) & 0xFFFF_FFFF;
+        LOCAL_FS_TYPES.contains(&magic)
+    })
 }
 
 impl Root {
@@ -42,10 +65,13 @@ impl Root {
             Mode::empty(),
         )
         .map_err(|e| FsError::from_errno(".", e))?;
+        // The component walk stands for a kernel without openat2: no cached opens either.
+        let local_fs = resolver == Resolver::Openat2 && on_local_fs(fd.as_fd());
         Ok(Root {
             fd,
             resolver,
             temps: TempNames::unregistered(),
+            local_fs,
         })
     }
 
@@ -66,6 +92,11 @@ impl Root {
     /// The root directory descriptor (an `O_PATH` fd).
     pub fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+
+    /// Whether reads may try [`Root::open_for_read_nowait`] (a local file system, openat2).
+    pub(crate) fn nowait_reads(&self) -> bool {
+        self.local_fs
     }
 
     /// Opens `rel` beneath `base` with this root's resolver; errors are reported against `shown`.
