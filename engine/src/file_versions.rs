@@ -367,7 +367,14 @@ mod tests {
         std::fs::write(dir.path().join("f.txt"), &body).unwrap();
         let fv = Arc::new(FileVersions::with_settle(Duration::ZERO));
         let rel = RelPath::parse("f.txt").unwrap();
-        for (offset, limit) in [(0, 1 << 20), (0, 10), (4990, 100), (5000, 5), (7000, 1), (3, 0)] {
+        for (offset, limit) in [
+            (0, 1 << 20),
+            (0, 10),
+            (4990, 100),
+            (5000, 5),
+            (7000, 1),
+            (3, 0),
+        ] {
             let w = fv.read(&root, &rel, offset, limit, 1 << 20).await.unwrap();
             let h = root
                 .open_for_read(&rel)

@@ -11,6 +11,7 @@ pub mod facts;
 mod fence_dirs;
 mod file_versions;
 pub mod gateway;
+pub mod heap;
 mod index;
 mod isolation;
 pub mod lease;

@@ -403,6 +403,8 @@ fn serve(
         })?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        // Freed heap pages go back to the kernel (at most once a second), so RSS stays flat.
+        .on_thread_park(codespace_engine::heap::release_free_heap_if_due)
         .build()
         .context("tokio runtime")?;
     rt.spawn(crate::policy_cli::reload_on_sighup(Arc::clone(&reloader)));

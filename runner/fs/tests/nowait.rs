@@ -46,7 +46,9 @@ fn a_cached_small_file_reads_the_same_bytes_and_version_as_the_blocking_read() {
         let slow = root.open_for_read(&rel(p)).unwrap();
         assert_eq!(fast.id, slow.id, "{p}");
         assert_eq!(fast.links, slow.links, "{p}");
-        let data = fast.read_all_nowait().expect("a file just written is cached");
+        let data = fast
+            .read_all_nowait()
+            .expect("a file just written is cached");
         let hashed = slow.hash_window(0, u64::MAX, u64::MAX).unwrap();
         assert_eq!(data, hashed.data, "{p}");
         assert_eq!(Version::from_bytes(&data), hashed.version, "{p}");
@@ -100,7 +102,11 @@ fn refusals_are_the_blocking_opens_refusals_or_none() {
 fn a_large_file_or_a_component_walk_root_takes_the_blocking_path() {
     let dir = tempfile::tempdir().unwrap();
     let big = dir.path().join("big");
-    std::fs::write(&big, vec![b'a'; usize::try_from(NOWAIT_MAX_BYTES).unwrap() + 1]).unwrap();
+    std::fs::write(
+        &big,
+        vec![b'a'; usize::try_from(NOWAIT_MAX_BYTES).unwrap() + 1],
+    )
+    .unwrap();
     std::fs::write(dir.path().join("small"), "s").unwrap();
     let root = Root::open(dir.path()).unwrap();
     root.open_for_read(&rel("big")).unwrap();
