@@ -136,8 +136,8 @@ impl FileVersions {
     }
 
     /// The read done on the calling (async) thread, when the kernel can serve it from its caches
-    /// without waiting: a small file ([`codespace_runner_fs::NOWAIT_MAX_BYTES`]) on a local file system, opened with
-    /// `RESOLVE_CACHED` and read whole with `RWF_NOWAIT` (see
+    /// without waiting: a small file ([`codespace_runner_fs::NOWAIT_MAX_BYTES`]) on a local file
+    /// system, opened with `RESOLVE_CACHED` and read whole with `RWF_NOWAIT` (see
     /// [`Root::open_for_read_nowait`]). Its version is the cached one or a hash of those few
     /// bytes (about what serializing them into the reply costs). `None`: anything else, to be
     /// done on the blocking pool; `Some(Err)` only for a special file.
