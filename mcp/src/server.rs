@@ -500,3 +500,28 @@ impl ServerHandler for CodeSpaceServer {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_success_result_is_byte_for_byte_what_rmcp_structured_makes() {
+        let content: String = (0..400)
+            .map(|i| format!("line {i:05} \"quoted\" \\ tab\t é 🦀\n"))
+            .collect();
+        let v = serde_json::json!({
+            "path": "dir/file.txt",
+            "content": content,
+            "content_lossy": false,
+            "version": "sha256:00ff",
+            "truncated": true,
+            "next_offset": 10240,
+            "byte_count": 10240,
+            "nested": {"list": [1, 2.5, null, "x"]},
+        });
+        let ours = serde_json::to_string(&structured_result(v.clone())).unwrap();
+        let theirs = serde_json::to_string(&CallToolResult::structured(v)).unwrap();
+        assert_eq!(ours, theirs);
+    }
+}
