@@ -38,6 +38,8 @@ const LOCAL_FS_TYPES: &[i64] = &[
 /// Whether `fd` lies on a file system of [`LOCAL_FS_TYPES`].
 fn on_local_fs(fd: BorrowedFd<'_>) -> bool {
     rustix::fs::fstatfs(fd).is_ok_and(|st| {
+        // `f_type` is a `c_long` on most targets and a `u32` on some: widen it either way.
+        #[allow(clippy::useless_conversion)]
         let magic = i64::from(st.f_type) & 0xFFFF_FFFF;
         LOCAL_FS_TYPES.contains(&magic)
     })
