@@ -4,12 +4,12 @@
 //! exception never waits: a small file the kernel can open and read from its caches alone
 //! (`RESOLVE_CACHED`, `RWF_NOWAIT`, on a local file system) is read on the calling worker, which
 //! saves the hand-off to a blocking thread and back, the largest share of a small `read`'s time;
-//! anything the caches cannot serve is refused by the kernel at once and goes to the pool. A
-//! version is cached under the
-//! file's (device, inode, size, mtime, ctime) once the file has been hashed without changing
-//! and its times are older than the hash by [`SETTLE`] (so a write within the file system's
-//! timestamp granularity cannot hide behind an unchanged identity); a cached file is read for
-//! its window only. Files above [`INLINE_HASH_BYTES`] are hashed one identity at a time (a
+//! anything the caches cannot serve is refused by the kernel at once and goes to the pool.
+//!
+//! A version is cached under the file's (device, inode, size, mtime, ctime) once the file has
+//! been hashed without changing and its times are older than the hash by [`SETTLE`] (so a
+//! write within the file system's timestamp granularity cannot hide behind an unchanged
+//! identity); a cached file is read for its window only. Files above [`INLINE_HASH_BYTES`] are hashed one identity at a time (a
 //! second reader of the same file waits for the first hash instead of repeating it) and at
 //! most [`HASH_SLOTS`] at once. A file above `limits.max_hash_bytes` is `FILE_TOO_LARGE`
 //! before any byte is read.
