@@ -310,7 +310,7 @@ impl Gateway {
     /// Whether Cedar holds an (allowed) apply_patch / exec_command call for a human: one
     /// `confirm` request per distinct sub-request; a matching permit or an evaluation error
     /// holds. Held decisions are audited.
-    pub(crate) fn confirm_holds(
+    pub(crate) async fn confirm_holds(
         &self,
         snap: &PolicySnapshot,
         ws: &WorkspaceRuntime,
@@ -318,7 +318,7 @@ impl Gateway {
         session: &Session,
     ) -> Result<bool, ToolError> {
         let mut reqs = build_requests(call, session, None)?;
-        crate::links::fill_links(&ws.root, &mut reqs);
+        crate::links::fill_links_async(&ws.root, &mut reqs).await?;
         for r in &mut reqs {
             if let std::borrow::Cow::Owned(red) = self.config.redaction.text(&r.subject) {
                 r.subject = red;

@@ -802,7 +802,7 @@ impl Gateway {
     }
 
     /// Builds and decides the requests of a call on a workspace; `Err` is the refusal.
-    pub(crate) fn authorize(
+    pub(crate) async fn authorize(
         &self,
         snap: &PolicySnapshot,
         ws: &WorkspaceRuntime,
@@ -811,7 +811,7 @@ impl Gateway {
         process: Option<&ProcessFacts>,
     ) -> Result<Decision, ToolError> {
         let mut reqs = build_requests(call, session, process)?;
-        crate::links::fill_links(&ws.root, &mut reqs);
+        crate::links::fill_links_async(&ws.root, &mut reqs).await?;
         // Secrets in a command line never reach the log or the caller's error text; Cedar
         // still decides on the real context.
         for r in &mut reqs {
@@ -829,7 +829,7 @@ impl Gateway {
 
     /// Resolves the workspace of `call` and decides the call on it (audited): the handler's
     /// [`Authorized`] value, or the refusal.
-    fn authorize_on<'a>(
+    async fn authorize_on<'a>(
         &'a self,
         snap: &'a Arc<PolicySnapshot>,
         workspace_id: &str,
@@ -837,7 +837,7 @@ impl Gateway {
         session: &'a Session,
     ) -> Result<Authorized<'a>, ToolError> {
         let ws = self.workspace(workspace_id)?;
-        let decision = self.authorize(snap, ws, call, session, None)?;
+        let decision = self.authorize(snap, ws, call, session, None).await?;
         Ok(Authorized::new(self, snap, ws, session, decision))
     }
 
@@ -854,8 +854,8 @@ impl Gateway {
         confirm: bool,
     ) -> Result<Authorized<'a>, ToolError> {
         let ws = self.workspace(workspace_id)?;
-        let decision = self.authorize(snap, ws, call, session, None)?;
-        if confirm && self.confirm_holds(snap, ws, call, session)? {
+        let decision = self.authorize(snap, ws, call, session, None).await?;
+        if confirm && self.confirm_holds(snap, ws, call, session).await? {
             return Err(self.hold(ws, call, session).await);
         }
         Ok(Authorized::new(self, snap, ws, session, decision))
@@ -875,33 +875,38 @@ impl Gateway {
                 match p.workspace_id.as_deref().filter(|s| !s.is_empty()) {
                     None => Ok(server),
                     Some(id) => self
-                        .authorize_on(&snap, id, &call, session)?
+                        .authorize_on(&snap, id, &call, session)
+                        .await?
                         .workspace_info(server),
                 }
             }
             ToolCall::Read(p) => {
-                self.authorize_on(&snap, &p.workspace_id, &call, session)?
+                self.authorize_on(&snap, &p.workspace_id, &call, session)
+                    .await?
                     .read(p)
                     .await
             }
             ToolCall::Find(p) => {
-                self.authorize_on(&snap, &p.workspace_id, &call, session)?
+                self.authorize_on(&snap, &p.workspace_id, &call, session)
+                    .await?
                     .find(p)
                     .await
             }
             ToolCall::Grep(p) => {
-                self.authorize_on(&snap, &p.workspace_id, &call, session)?
+                self.authorize_on(&snap, &p.workspace_id, &call, session)
+                    .await?
                     .grep(p)
                     .await
             }
             ToolCall::FindFiles(p) => {
-                self.authorize_on(&snap, &p.workspace_id, &call, session)?
+                self.authorize_on(&snap, &p.workspace_id, &call, session)
+                    .await?
                     .find_files(p)
                     .await
             }
             ToolCall::OperationStatus(p) => {
                 let (row, ws) = self.operation_target(session, p)?;
-                let decision = self.authorize(&snap, ws, &call, session, None)?;
+                let decision = self.authorize(&snap, ws, &call, session, None).await?;
                 Authorized::new(self, &snap, ws, session, decision).operation_status(&row)
             }
             ToolCall::ApplyPatch(p) => {
@@ -914,7 +919,8 @@ impl Gateway {
             }
             ToolCall::ApprovalCreate(p) => {
                 let held = crate::gateway::approvals::held_of(p)?;
-                self.authorize_on(&snap, held.workspace_id().unwrap_or(""), &call, session)?
+                self.authorize_on(&snap, held.workspace_id().unwrap_or(""), &call, session)
+                    .await?
                     .approval_create(&held)
                     .await
             }
@@ -931,27 +937,32 @@ impl Gateway {
                     .await
             }
             ToolCall::WriteStdin(p) => {
-                self.authorize_process(&snap, session, &call, &p.process_id)?
+                self.authorize_process(&snap, session, &call, &p.process_id)
+                    .await?
                     .write_stdin(p)
                     .await
             }
             ToolCall::ReadProcess(p) => {
-                self.authorize_process(&snap, session, &call, &p.process_id)?
+                self.authorize_process(&snap, session, &call, &p.process_id)
+                    .await?
                     .read_process(p)
                     .await
             }
             ToolCall::ProcessStatus(p) => {
-                self.authorize_process(&snap, session, &call, &p.process_id)?
+                self.authorize_process(&snap, session, &call, &p.process_id)
+                    .await?
                     .process_status(p)
                     .await
             }
             ToolCall::ProcessResize(p) => {
-                self.authorize_process(&snap, session, &call, &p.process_id)?
+                self.authorize_process(&snap, session, &call, &p.process_id)
+                    .await?
                     .process_resize(p)
                     .await
             }
             ToolCall::TerminateProcess(p) => {
-                self.authorize_process(&snap, session, &call, &p.process_id)?
+                self.authorize_process(&snap, session, &call, &p.process_id)
+                    .await?
                     .terminate_process(p)
                     .await
             }

@@ -30,7 +30,7 @@ impl Gateway {
 
     /// Finds the process a call is about and decides the call on its workspace with the
     /// process's facts: the handler's [`Authorized`] value, or the refusal.
-    pub(super) fn authorize_process<'a>(
+    pub(super) async fn authorize_process<'a>(
         &'a self,
         snap: &'a Arc<PolicySnapshot>,
         session: &'a Session,
@@ -52,7 +52,9 @@ impl Gateway {
             env_names: entry.env_names.clone(),
             background: entry.background,
         };
-        let decision = self.authorize(snap, ws, call, session, Some(&facts))?;
+        let decision = self
+            .authorize(snap, ws, call, session, Some(&facts))
+            .await?;
         Ok(Authorized::new(self, snap, ws, session, decision))
     }
 

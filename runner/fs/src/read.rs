@@ -145,6 +145,21 @@ impl Root {
         }
     }
 
+    /// [`Root::stat`] for a caller that must not wait: the path resolved from the kernel's lookup
+    /// cache alone (`RESOLVE_CACHED`, no mount crossed, no symlink followed: a symlink leaf is
+    /// itself stat'ed, like `lstat`) and the metadata of the opened inode. `None` when that cannot
+    /// be done, whatever the reason (not cached, missing, another mount, an old kernel): the
+    /// caller then asks [`Root::stat`] on a thread that may block.
+    pub fn stat_nowait(&self, p: &RelPath) -> Option<Meta> {
+        if p.is_root() {
+            return rustix::fs::fstat(self.as_fd())
+                .ok()
+                .map(|st| Meta::from_stat(&st));
+        }
+        let fd = crate::resolve::open_beneath_cached(self.as_fd(), p.as_str(), OFlags::PATH)?;
+        rustix::fs::fstat(&fd).ok().map(|st| Meta::from_stat(&st))
+    }
+
     /// [`Root::stat`] of many paths, opening each parent directory once while its entries come
     /// in a row (as in a sorted listing; any order is correct, only slower). One result per path,
     /// in order.
