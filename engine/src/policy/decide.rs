@@ -138,36 +138,12 @@ impl Decision {
         let mut ids: Vec<String> = Vec::new();
         let mut parts: Vec<String> = Vec::new();
         for s in self.subs.iter().filter(|s| s.gating && !s.allowed) {
-            if !s.errors.is_empty() {
-                parts.push(format!(
-                    "{} `{}`: denied because policy evaluation failed ({})",
-                    s.action,
-                    s.subject,
-                    s.errors.join("; ")
-                ));
-            } else if s.policy_ids.is_empty() {
-                parts.push(format!(
-                    "{} `{}`: no policy permits this for profile {}",
-                    s.action, s.subject, self.profile
-                ));
-            } else {
-                let reasons: Vec<String> = s
-                    .policy_ids
-                    .iter()
-                    .map(
-                        |id| match snap.meta.get(id).and_then(|m| m.reason.clone()) {
-                            Some(r) => format!("{id}: {r}"),
-                            None => id.clone(),
-                        },
-                    )
-                    .collect();
-                parts.push(format!(
-                    "{} `{}`: forbidden by {}",
-                    s.action,
-                    s.subject,
-                    reasons.join("; ")
-                ));
-            }
+            parts.push(format!(
+                "{} `{}`: {}",
+                s.action,
+                s.subject,
+                s.reason_text(snap, &self.profile)
+            ));
             for id in &s.policy_ids {
                 if !ids.contains(id) {
                     ids.push(id.clone());
