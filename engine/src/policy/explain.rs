@@ -286,25 +286,10 @@ pub fn explain_call(
     call: &ToolCall,
     process: Option<&ProcessFacts>,
 ) -> Explanation {
-    let mut out = Explanation {
-        tool: call.tool().to_string(),
-        workspace: facts.id.clone(),
-        profile: facts.profile.clone(),
-        policy_sha256: snap.sha256.clone(),
-        decision: None,
-        builder_error: None,
-        denial: None,
-        entities: Value::Null,
-        requests: Vec::new(),
+    let (mut out, base) = match explanation_start(snap, profiles, facts, call.tool()) {
+        Ok(started) => started,
+        Err(out) => return out,
     };
-    let base = match workspace_entities(snap, profiles, facts) {
-        Ok(b) => b,
-        Err(e) => {
-            out.builder_error = Some(format!("entities: {e}"));
-            return out;
-        }
-    };
-    out.entities = entities_json(&base);
     let reqs = match build_requests(call, session, process) {
         Ok(r) => r,
         Err(e) => {
@@ -324,6 +309,20 @@ pub fn explain_requests(
     tool: &str,
     reqs: &[SubRequest],
 ) -> Explanation {
+    match explanation_start(snap, profiles, facts, tool) {
+        Ok((out, base)) => explain_built(snap, &base, facts, tool, reqs, out),
+        Err(out) => out,
+    }
+}
+
+/// An explanation of `tool` on the workspace of `facts` before any request, with the
+/// workspace's entities; `Err` is the finished explanation when the entities cannot be built.
+fn explanation_start(
+    snap: &PolicySnapshot,
+    profiles: &BTreeMap<String, Profile>,
+    facts: &WorkspaceFacts,
+    tool: &str,
+) -> Result<(Explanation, Entities), Explanation> {
     let mut out = Explanation {
         tool: tool.to_string(),
         workspace: facts.id.clone(),
@@ -335,15 +334,16 @@ pub fn explain_requests(
         entities: Value::Null,
         requests: Vec::new(),
     };
-    let base = match workspace_entities(snap, profiles, facts) {
-        Ok(b) => b,
+    match workspace_entities(snap, profiles, facts) {
+        Ok(base) => {
+            out.entities = entities_json(&base);
+            Ok((out, base))
+        }
         Err(e) => {
             out.builder_error = Some(format!("entities: {e}"));
-            return out;
+            Err(out)
         }
-    };
-    out.entities = entities_json(&base);
-    explain_built(snap, &base, facts, tool, reqs, out)
+    }
 }
 
 fn explain_built(

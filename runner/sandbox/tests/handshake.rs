@@ -17,10 +17,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use codespace_runner_sandbox::{
-    ARGV_SEPARATOR, Handshake, HelperOutcome, NetworkMode, SandboxCommand, SandboxPlan, probe,
+    ARGV_SEPARATOR, Handshake, HelperOutcome, NetworkMode, SandboxCommand, SandboxPlan,
 };
-use common::{Fixture, SYSTEM_PATH, helper_exe, sandbox_or_skip};
-use rustix::net::{AddressFamily, SocketFlags, SocketType};
+use common::{Fixture, SYSTEM_PATH, control_pair, helper_exe, proxy_mode_or_skip, sandbox_or_skip};
 use tokio::io::AsyncWriteExt;
 
 /// Generous bound on a wait that must end on an event (a hang guard, not a timing assertion).
@@ -172,20 +171,10 @@ async fn a_bad_handshake_descriptor_is_refused_before_anything_runs() {
 #[tokio::test]
 async fn the_proxy_relay_keeps_no_copy_of_the_handshake() {
     let name = "the_proxy_relay_keeps_no_copy_of_the_handshake";
-    if !sandbox_or_skip(name) {
+    if !proxy_mode_or_skip(name) {
         return;
     }
-    if !probe().net_namespaces {
-        println!("SKIP: {name}: network namespaces unavailable (proxy mode needs one)");
-        return;
-    }
-    let (relay_end, server_end) = rustix::net::socketpair(
-        AddressFamily::UNIX,
-        SocketType::SEQPACKET,
-        SocketFlags::CLOEXEC,
-        None,
-    )
-    .unwrap();
+    let (relay_end, server_end) = control_pair();
     let fx = Fixture::new();
     let (mut child, handshake, _) = spawn(
         fx.plan(false, NetworkMode::Proxy),

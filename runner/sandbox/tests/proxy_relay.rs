@@ -16,11 +16,12 @@ use std::net::TcpListener;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 
-use codespace_runner_sandbox::{NetworkMode, PROXY_PORT, probe};
-use common::{Fixture, python_or_skip, sandbox_or_skip, sandboxed, stderr, stdout};
-use rustix::net::{
-    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SocketFlags, SocketType,
+use codespace_runner_sandbox::{NetworkMode, PROXY_PORT};
+use common::{
+    Fixture, control_pair, proxy_mode_or_skip, python_or_skip, sandbox_or_skip, sandboxed, stderr,
+    stdout,
 };
+use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
 
 /// One message from the control socket: the descriptor it carried and its sender's pid (the
 /// socket must have `SO_PASSCRED` for the pid). `None` on end of stream.
@@ -87,22 +88,12 @@ print('fds:', ' '.join(fds))
 #[test]
 fn the_relay_hands_connections_to_the_server_and_nothing_else_is_reachable() {
     let name = "the_relay_hands_connections_to_the_server_and_nothing_else_is_reachable";
-    if !sandbox_or_skip(name) || !python_or_skip(name) {
-        return;
-    }
-    if !probe().net_namespaces {
-        println!("SKIP: {name}: network namespaces unavailable (proxy mode needs one)");
+    if !proxy_mode_or_skip(name) || !python_or_skip(name) {
         return;
     }
     let host_listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let host_port = host_listener.local_addr().unwrap().port();
-    let (relay_end, server_end) = rustix::net::socketpair(
-        AddressFamily::UNIX,
-        SocketType::SEQPACKET,
-        SocketFlags::CLOEXEC,
-        None,
-    )
-    .unwrap();
+    let (relay_end, server_end) = control_pair();
     let fx = Fixture::new();
     let mut plan = fx.plan(false, NetworkMode::Proxy);
     plan.proxy_control_fd = Some(relay_end.as_raw_fd());
@@ -196,20 +187,10 @@ fn state_and_parent(pid: i32) -> (char, i32) {
 #[test]
 fn the_relay_is_a_child_of_the_helpers_parent_which_reaps_it() {
     let name = "the_relay_is_a_child_of_the_helpers_parent_which_reaps_it";
-    if !sandbox_or_skip(name) {
+    if !proxy_mode_or_skip(name) {
         return;
     }
-    if !probe().net_namespaces {
-        println!("SKIP: {name}: network namespaces unavailable (proxy mode needs one)");
-        return;
-    }
-    let (relay_end, server_end) = rustix::net::socketpair(
-        AddressFamily::UNIX,
-        SocketType::SEQPACKET,
-        SocketFlags::CLOEXEC,
-        None,
-    )
-    .unwrap();
+    let (relay_end, server_end) = control_pair();
     rustix::net::sockopt::set_socket_passcred(&server_end, true).unwrap();
     // Bounds the wait for the introduction (a relay that never sends one fails the test
     // instead of hanging it).

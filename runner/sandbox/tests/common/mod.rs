@@ -98,6 +98,34 @@ pub fn sandbox_or_skip(test: &str) -> bool {
     }
 }
 
+/// True when the sandbox can run in proxy mode here (it needs a network namespace); otherwise
+/// prints an explicit SKIP line.
+#[allow(dead_code)] // not every test binary runs the proxy relay
+pub fn proxy_mode_or_skip(test: &str) -> bool {
+    if !sandbox_or_skip(test) {
+        return false;
+    }
+    if !probe().net_namespaces {
+        println!("SKIP: {test}: network namespaces unavailable (proxy mode needs one)");
+        return false;
+    }
+    true
+}
+
+/// A control socket pair like the server's (SEQPACKET, close-on-exec): the relay's end, the
+/// server's end.
+#[allow(dead_code)] // not every test binary runs the proxy relay
+pub fn control_pair() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    rustix::net::socketpair(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .unwrap()
+}
+
 /// True when python3 is on PATH; otherwise prints an explicit SKIP line.
 pub fn python_or_skip(test: &str) -> bool {
     let ok = Command::new("python3")
