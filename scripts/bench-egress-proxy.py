@@ -11,6 +11,10 @@ A local HTTP origin (a thread of this script) serves --mib MiB. In the same run:
    included), against a plain TCP connect to the origin from the host. p50 of each and the
    difference.
 3. The server's CPU time per proxied transfer (all its threads), the proxy's own cost.
+4. The floor of any relay on this machine: the same curl on the host through a minimal relay
+   process (no policy, no sandbox; the response moved by splice(2) through a 1 MiB pipe, as the
+   proxy does), in the same rounds. On loopback the origin, curl and a relay share the cores, so
+   this floor is itself well above the direct transfer; the proxy is compared to it too.
 
 An operator policy (written into a temporary copy of the shipped policies) permits the origin's
 loopback port. Usage: scripts/bench-egress-proxy.py [--mib N] [--runs N] [--conns N] [--binary B]
@@ -136,6 +140,42 @@ print('p50', statistics.median(times) * 1e3, 'p90', sorted(times)[int(n * 0.9)] 
 """
 
 
+FLOOR_RELAY = r"""
+import fcntl, os, socket, sys, threading
+origin = int(sys.argv[1])
+ls = socket.socket()
+ls.bind(("127.0.0.1", 0))
+ls.listen(16)
+print(ls.getsockname()[1], flush=True)
+
+def upstream(c, o):
+    while True:
+        b = c.recv(65536)
+        if not b:
+            o.shutdown(socket.SHUT_WR)
+            return
+        o.sendall(b)
+
+while True:
+    c, _ = ls.accept()
+    o = socket.create_connection(("127.0.0.1", origin))
+    threading.Thread(target=upstream, args=(c, o), daemon=True).start()
+    r, w = os.pipe()
+    fcntl.fcntl(w, 1031, 1 << 20)  # F_SETPIPE_SZ
+    while True:
+        n = os.splice(o.fileno(), w, 1 << 20)
+        if n == 0:
+            break
+        while n > 0:
+            n -= os.splice(r, c.fileno(), n)
+    os.close(r)
+    os.close(w)
+    c.shutdown(socket.SHUT_WR)
+    c.close()
+    o.close()
+"""
+
+
 def policies_with_permit(tmp: Path, port: int) -> Path:
     pol = tmp / "policies"
     for sub in ("base", "profiles"):
@@ -193,29 +233,40 @@ def main() -> int:
                                    "policies": str(policies_with_permit(tmp, port)),
                                    "store": str(tmp / "store.db")}))
         s = Server(binary, cfg)
-        direct, proxied, tunnel = [], [], []
+        relay = subprocess.Popen([sys.executable, "-c", FLOOR_RELAY, str(port)], stdout=subprocess.PIPE, text=True)
+        assert relay.stdout is not None
+        floor_url = f"http://127.0.0.1:{int(relay.stdout.readline())}/big"
+        direct, proxied, tunnel, floor = [], [], [], []
         cpu_p, cpu_t = [], []
         for _ in range(a.runs):
             direct.append(curl_time(curl + ["--noproxy", "*", url]))
+            floor.append(curl_time(curl + ["--noproxy", "*", floor_url]))
             c0 = server_cpu_ms(s.p.pid)
             proxied.append(float(s.run(curl + [url]).strip()))
             c1 = server_cpu_ms(s.p.pid)
             tunnel.append(float(s.run(curl + ["--proxytunnel", url]).strip()))
             cpu_p.append(c1 - c0)
             cpu_t.append(server_cpu_ms(s.p.pid) - c1)
+        relay.kill()
         d, p, t = statistics.median(direct), statistics.median(proxied), statistics.median(tunnel)
+        f = statistics.median(floor)
         mb = size / 1e6
         print(f"binary: {binary}")
         print(f"{a.mib} MiB over loopback, median of {a.runs}: direct curl {d*1e3:.0f} ms ({mb/d:.0f} MB/s); "
               f"through the proxy (absolute-form) {p*1e3:.0f} ms ({mb/p:.0f} MB/s), ratio {p/d:.2f}; "
               f"CONNECT tunnel {t*1e3:.0f} ms ({mb/t:.0f} MB/s), ratio {t/d:.2f}")
+        print(f"floor (a minimal splice relay on the host, no policy, no sandbox) {f*1e3:.0f} ms "
+              f"({mb/f:.0f} MB/s), ratio {f/d:.2f} to direct; the proxy to this floor: absolute-form "
+              f"{p/f:.2f}, CONNECT {t/f:.2f}")
         # Each round runs direct, absolute-form and tunnel back to back, so a round's ratios share
         # the machine's load of the moment: on a busy machine their median is the steadier figure.
         pr = [x / y for x, y in zip(proxied, direct)]
         tr = [x / y for x, y in zip(tunnel, direct)]
-        print(f"per-round ratios (direct ms, absolute-form, CONNECT): "
-              + "; ".join(f"{y*1e3:.0f} {x:.2f} {z:.2f}" for y, x, z in zip(direct, pr, tr))
-              + f"; median absolute-form {statistics.median(pr):.2f}, CONNECT {statistics.median(tr):.2f}")
+        fr = [x / y for x, y in zip(floor, direct)]
+        print(f"per-round ratios to direct (direct ms, floor, absolute-form, CONNECT): "
+              + "; ".join(f"{y*1e3:.0f} {w:.2f} {x:.2f} {z:.2f}" for y, w, x, z in zip(direct, fr, pr, tr))
+              + f"; median floor {statistics.median(fr):.2f}, absolute-form {statistics.median(pr):.2f}, "
+              f"CONNECT {statistics.median(tr):.2f}")
         # The server's own CPU per transfer (all its threads: the relay, the decision, the
         # exec_command around it): what the proxy costs the host, which the wall-clock ratio
         # hides when the origin, the proxy and curl share two cores.
