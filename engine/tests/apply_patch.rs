@@ -700,6 +700,139 @@ async fn start_up_recovery_rolls_back_an_open_journal() {
 }
 
 #[tokio::test]
+async fn start_up_recovery_leaves_a_running_servers_apply_alone() {
+    // Server A is in the middle of an apply (its journal is written, the first write step is
+    // held); server B starts on the same store, as a second MCP host's server would.
+    let (reached_tx, reached_rx) = std::sync::mpsc::channel::<()>();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let gate = std::sync::Mutex::new((Some(reached_tx), release_rx));
+    let hooks = PatchHooks {
+        before_commit: None,
+        fault: Some(Box::new(move |step: usize| {
+            if step == 0 {
+                let mut g = gate.lock().unwrap();
+                if let Some(tx) = g.0.take() {
+                    tx.send(()).unwrap();
+                    g.1.recv().unwrap();
+                }
+            }
+            Ok(())
+        })),
+    };
+    let e = env_with("workspace-write", hooks);
+    write(&e.root, "a.txt", "old\n");
+    let a = Arc::new(e.gw);
+    let applying = {
+        let a = Arc::clone(&a);
+        tokio::spawn(async move {
+            patch(
+                &a,
+                "*** Begin Patch\n*** Update File: a.txt\n-old\n+new\n*** Add File: b.txt\n+b\n*** End Patch\n",
+            )
+            .await
+        })
+    };
+    tokio::task::spawn_blocking(move || reached_rx.recv().unwrap())
+        .await
+        .unwrap();
+    let journals = Store::open(&e.store_path).unwrap().open_journals().unwrap();
+    assert_eq!(journals.len(), 1, "A's journal is open while B starts");
+    assert_eq!(
+        journals[0].instance_id.as_deref(),
+        Some(a.temp_names().instance())
+    );
+    let b = gateway_for(
+        &e.root,
+        &e.store_path,
+        "workspace-write",
+        PatchHooks::default(),
+    );
+    assert_eq!(b.recover(), Vec::<String>::new());
+    let store = Store::open(&e.store_path).unwrap();
+    assert_eq!(
+        store.open_journals().unwrap().len(),
+        1,
+        "B kept A's journal"
+    );
+    let unfinished = store.unfinished_operations().unwrap();
+    assert_eq!(unfinished.len(), 1, "B did not finish A's operation");
+    release_tx.send(()).unwrap();
+    let out = applying.await.unwrap().unwrap();
+    assert_eq!(out["status"], "applied");
+    assert_eq!(
+        std::fs::read_to_string(e.root.join("a.txt")).unwrap(),
+        "new\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(e.root.join("b.txt")).unwrap(),
+        "b\n"
+    );
+    assert!(store.open_journals().unwrap().is_empty());
+    let id = unfinished[0].operation_id.clone();
+    let st = call(&a, "operation_status", json!({"operation_id": id}))
+        .await
+        .unwrap();
+    assert_eq!(st["status"], "applied");
+}
+
+#[tokio::test]
+async fn start_up_recovery_rolls_back_a_dead_servers_journal() {
+    let e = env();
+    write(&e.root, "a.txt", "old\n");
+    let registration = e.gw.registration("w").unwrap().to_string();
+    {
+        let store = Store::open(&e.store_path).unwrap();
+        // A server that crashed: recorded, never shut down, its process gone (no such pid).
+        store
+            .insert_instance("00000000deadbeef", i64::from(u32::MAX), "boot:1")
+            .unwrap();
+        store
+            .create_owned_operation(
+                &codespace_store::OperationRow {
+                    operation_id: "op-dead".into(),
+                    operation_key: None,
+                    fingerprint: "f".into(),
+                    tool: "apply_patch".into(),
+                    workspace: "w".into(),
+                    client: None,
+                    status: "running".into(),
+                    created_ms: codespace_store::now_ms(),
+                    finished_ms: None,
+                    result: None,
+                },
+                None,
+                Some("00000000deadbeef"),
+            )
+            .unwrap();
+        store
+            .journal_begin(
+                "op-dead",
+                "w",
+                &registration,
+                &[codespace_store::JournalEntry {
+                    path: "a.txt".into(),
+                    before: Some(b"old\n".to_vec()),
+                    mode: Some(0o644),
+                    created_dirs: vec![],
+                }],
+            )
+            .unwrap();
+    }
+    write(&e.root, "a.txt", "half\n");
+    let gw = gateway_for(
+        &e.root,
+        &e.store_path,
+        "workspace-write",
+        PatchHooks::default(),
+    );
+    assert_eq!(gw.recover(), vec!["op-dead".to_string()]);
+    assert_eq!(
+        std::fs::read_to_string(e.root.join("a.txt")).unwrap(),
+        "old\n"
+    );
+}
+
+#[tokio::test]
 async fn concurrent_patches_serialize() {
     let e = env();
     write(&e.root, "counter.txt", "0\n");

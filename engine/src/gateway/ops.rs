@@ -83,8 +83,10 @@ impl Gateway {
             finished_ms: None,
             result: None,
         };
+        // Owned by this server instance: another server starting on the same store leaves the
+        // operation, its journal and its processes alone while this one runs.
         match store
-            .create_operation(&row, scope.as_ref())
+            .create_owned_operation(&row, scope.as_ref(), Some(self.temps.instance()))
             .map_err(store_err)?
         {
             KeyClaim::Created => {

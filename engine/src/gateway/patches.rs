@@ -76,7 +76,10 @@ impl Services {
 impl Gateway {
     /// Start-up recovery: every open journal this server's store wrote for a workspace it
     /// serves under the same registration is rolled back and its operation marked `unknown`;
-    /// operations that never finished are marked `unknown` too. A journal whose seal does not
+    /// operations that never finished are marked `unknown` too. Work owned by another server
+    /// instance still running on the same store (several MCP hosts may each start a server on
+    /// the default store) is left alone: its journal is that server's live apply, its
+    /// operations and processes are running. A journal whose seal does not
     /// verify (written around the store API, changed, or from before sealing) or whose paths do
     /// not parse as workspace paths is never applied: it is recorded as a `journal_refused`
     /// event and dropped. A sealed journal of another root bound to the same workspace id is
@@ -87,6 +90,7 @@ impl Gateway {
             return Vec::new();
         };
         let mut recovered = Vec::new();
+        let owned_by_live = self.owned_by_live_instance(store);
         let refuse = |j: &codespace_store::OpenJournal, reason: &str| {
             tracing::error!(operation_id = %j.operation_id, workspace = %j.workspace, reason, "patch journal refused at start-up; not applied");
             let paths: Vec<&str> = j.entries.iter().map(|e| e.path.as_str()).collect();
@@ -106,6 +110,10 @@ impl Gateway {
         match store.open_journals() {
             Ok(journals) => {
                 for j in journals {
+                    if owned_by_live(j.instance_id.as_deref()) {
+                        tracing::info!(operation_id = %j.operation_id, "journal of a running server on this store left alone");
+                        continue;
+                    }
                     match j.seal {
                         JournalSeal::Valid => {}
                         JournalSeal::Missing => {
@@ -162,8 +170,11 @@ impl Gateway {
             }
             Err(e) => tracing::error!(error = %e, "cannot read open journals"),
         }
-        if let Ok(rows) = store.unfinished_operations() {
-            for row in rows {
+        if let Ok(rows) = store.unfinished_operations_with_owner() {
+            for (row, owner) in rows {
+                if owned_by_live(owner.as_deref()) {
+                    continue;
+                }
                 self.finish_operation(
                     &row.operation_id,
                     crate::facts::OperationStatus::Unknown,
@@ -172,7 +183,7 @@ impl Gateway {
                 );
             }
         }
-        let _ = store.mark_running_processes_unknown();
+        let _ = store.mark_running_processes_unknown_unless(&owned_by_live);
         self.sweep_temp_files();
         recovered
     }

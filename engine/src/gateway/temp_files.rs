@@ -78,6 +78,34 @@ fn maybe_alive(row: &InstanceRow) -> bool {
     process_start(pid).is_some_and(|now| now == row.process_start)
 }
 
+impl Gateway {
+    /// Whether work owned by `owner` (an operation, its patch journal, its processes) belongs to
+    /// another server still running on this store, and so is never recovered by this start: an
+    /// instance recorded in the store, not shut down, whose process is alive or cannot be told
+    /// dead. When the store cannot list its instances, every owned piece of work counts as live
+    /// (only unowned work, written before owners were recorded, is recovered).
+    pub(crate) fn owned_by_live_instance(&self, store: &Store) -> impl Fn(Option<&str>) -> bool {
+        let own = self.temps.instance().to_string();
+        let live: Option<HashSet<String>> = match store.instances() {
+            Ok(rows) => Some(
+                rows.iter()
+                    .filter(|r| r.instance_id != own && r.ended_ms.is_none() && maybe_alive(r))
+                    .map(|r| r.instance_id.clone())
+                    .collect(),
+            ),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read server instances; owned work counts as live");
+                None
+            }
+        };
+        move |owner: Option<&str>| match (owner, &live) {
+            (None, _) => false,
+            (Some(o), Some(live)) => live.contains(o),
+            (Some(_), None) => true,
+        }
+    }
+}
+
 /// What the start-up sweep did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SweepReport {

@@ -49,6 +49,8 @@ pub struct OpenJournal {
     pub entries: Vec<JournalEntry>,
     /// Whether the seal verifies under this store's key.
     pub seal: JournalSeal,
+    /// The server instance that owns its operation (`None`: written before schema version 6).
+    pub instance_id: Option<String>,
 }
 
 impl Store {
@@ -126,14 +128,21 @@ impl Store {
         let mut conn = self.conn();
         // One read transaction so journals and entries come from the same snapshot.
         let tx = conn.transaction()?;
-        type Head = (String, String, Option<String>, Option<String>);
+        type Head = (
+            String,
+            String,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+        );
         let heads = tx
             .prepare_cached(
-                "SELECT operation_id, workspace, registration, seal FROM patch_journals \
-                 ORDER BY created_ms, operation_id",
+                "SELECT j.operation_id, j.workspace, j.registration, j.seal, o.instance_id \
+                 FROM patch_journals j LEFT JOIN operations o ON o.operation_id = j.operation_id \
+                 ORDER BY j.created_ms, j.operation_id",
             )?
             .query_map([], |r| -> rusqlite::Result<Head> {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         let mut out = Vec::with_capacity(heads.len());
@@ -142,7 +151,7 @@ impl Store {
                 "SELECT path, before, mode, created_dirs FROM patch_journal_entries \
                  WHERE operation_id = ?1 ORDER BY seq",
             )?;
-            for (op, ws, registration, seal) in heads {
+            for (op, ws, registration, seal, instance_id) in heads {
                 let entries = st
                     .query_map(params![op], |r| {
                         Ok(JournalEntry {
@@ -169,6 +178,7 @@ impl Store {
                     registration,
                     entries,
                     seal,
+                    instance_id,
                 });
             }
         }

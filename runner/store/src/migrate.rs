@@ -32,10 +32,14 @@ const MIGRATIONS: &[Migration] = &[
         version: 5,
         sql: include_str!("../migrations/0005_approvals.sql"),
     },
+    Migration {
+        version: 6,
+        sql: include_str!("../migrations/0006_operation_owner.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.
-pub const LATEST_VERSION: i64 = 5;
+pub const LATEST_VERSION: i64 = 6;
 
 /// Reads `PRAGMA user_version`.
 pub(crate) fn user_version(conn: &Connection) -> rusqlite::Result<i64> {

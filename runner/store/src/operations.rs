@@ -110,6 +110,18 @@ impl Store {
         row: &OperationRow,
         scope: Option<&KeyScope>,
     ) -> Result<KeyClaim, StoreError> {
+        self.create_owned_operation(row, scope, None)
+    }
+
+    /// [`Store::create_operation`], recording in the same transaction the server instance
+    /// that owns the operation (and so its journal and its processes): another server starting
+    /// on this store leaves it alone while that instance runs.
+    pub fn create_owned_operation(
+        &self,
+        row: &OperationRow,
+        scope: Option<&KeyScope>,
+        instance_id: Option<&str>,
+    ) -> Result<KeyClaim, StoreError> {
         let result = json_text(row.result.as_ref())?;
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -135,8 +147,8 @@ impl Store {
         }
         tx.prepare_cached(
             "INSERT INTO operations (operation_id, operation_key, fingerprint, tool, \
-             workspace, client, status, created_ms, finished_ms, result) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+             workspace, client, status, created_ms, finished_ms, result, instance_id) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
         )?
         .execute(params![
             row.operation_id,
@@ -149,6 +161,7 @@ impl Store {
             row.created_ms,
             row.finished_ms,
             result,
+            instance_id,
         ])?;
         if let (Some(key), Some(scope)) = (&row.operation_key, scope) {
             tx.prepare_cached(
@@ -268,6 +281,22 @@ impl Store {
                     reason: r.get(3)?,
                 })
             })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    /// [`Store::unfinished_operations`], each with the server instance that owns it (`None`:
+    /// created without an owner, e.g. before schema version 6).
+    pub fn unfinished_operations_with_owner(
+        &self,
+    ) -> Result<Vec<(OperationRow, Option<String>)>, StoreError> {
+        let conn = self.conn();
+        let mut st = conn.prepare_cached(&format!(
+            "SELECT {COLUMNS}, instance_id FROM operations WHERE finished_ms IS NULL \
+             ORDER BY created_ms, operation_id"
+        ))?;
+        let rows = st
+            .query_map([], |r| Ok((from_row(r)?, r.get(10)?)))?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
     }

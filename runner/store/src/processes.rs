@@ -1,6 +1,6 @@
 //! The `processes` table: processes started by exec_command and their last known state.
 
-use rusqlite::{OptionalExtension, params};
+use rusqlite::{OptionalExtension, TransactionBehavior, params};
 use serde::{Deserialize, Serialize};
 
 use crate::error::StoreError;
@@ -99,10 +99,41 @@ impl Store {
     /// At start-up: every process recorded as `"running"` belonged to a previous server, so its
     /// state becomes `"unknown"`. Returns how many rows changed.
     pub fn mark_running_processes_unknown(&self) -> Result<usize, StoreError> {
-        let changed = self.conn().execute(
-            "UPDATE processes SET state = 'unknown' WHERE state = 'running'",
-            [],
-        )?;
+        self.mark_running_processes_unknown_unless(|_| false)
+    }
+
+    /// [`Store::mark_running_processes_unknown`], except the processes for which
+    /// `owned_by_live(owner)` holds, `owner` being the server instance that owns the process's
+    /// operation (another server still running on this store: those processes are its own).
+    pub fn mark_running_processes_unknown_unless(
+        &self,
+        owned_by_live: impl Fn(Option<&str>) -> bool,
+    ) -> Result<usize, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let running = tx
+            .prepare_cached(
+                "SELECT p.process_id, o.instance_id FROM processes p \
+                 LEFT JOIN operations o ON o.operation_id = p.operation_id \
+                 WHERE p.state = 'running'",
+            )?
+            .query_map([], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let mut changed = 0;
+        {
+            let mut st = tx.prepare_cached(
+                "UPDATE processes SET state = 'unknown' WHERE process_id = ?1 AND state = 'running'",
+            )?;
+            for (id, owner) in running {
+                if owned_by_live(owner.as_deref()) {
+                    continue;
+                }
+                changed += st.execute(params![id])?;
+            }
+        }
+        tx.commit()?;
         Ok(changed)
     }
 }

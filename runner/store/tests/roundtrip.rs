@@ -455,6 +455,60 @@ fn processes_round_trip_upsert_and_mark_unknown() {
 }
 
 #[test]
+fn owned_work_reports_its_owner_and_a_live_owners_processes_stay_running() {
+    let store = Store::open_in_memory().unwrap();
+    store
+        .create_owned_operation(
+            &operation("op-a", "default", "exec_command", None),
+            None,
+            Some("aaaaaaaaaaaaaaaa"),
+        )
+        .unwrap();
+    store
+        .create_owned_operation(
+            &operation("op-b", "default", "exec_command", None),
+            None,
+            Some("bbbbbbbbbbbbbbbb"),
+        )
+        .unwrap();
+    store
+        .create_operation(&operation("op-old", "default", "exec_command", None), None)
+        .unwrap();
+    let owners: Vec<(String, Option<String>)> = store
+        .unfinished_operations_with_owner()
+        .unwrap()
+        .into_iter()
+        .map(|(row, owner)| (row.operation_id, owner))
+        .collect();
+    assert_eq!(owners.len(), 3);
+    for (op, owner) in [
+        ("op-a", Some("aaaaaaaaaaaaaaaa")),
+        ("op-b", Some("bbbbbbbbbbbbbbbb")),
+        ("op-old", None),
+    ] {
+        assert!(
+            owners.contains(&(op.to_string(), owner.map(str::to_string))),
+            "{op}: {owners:?}"
+        );
+    }
+    store.journal_begin("op-a", "default", "reg", &[]).unwrap();
+    let journals = store.open_journals().unwrap();
+    assert_eq!(journals[0].instance_id.as_deref(), Some("aaaaaaaaaaaaaaaa"));
+
+    for (p, op) in [("pa", "op-a"), ("pb", "op-b"), ("pold", "op-old")] {
+        store.upsert_process(&process(p, op)).unwrap();
+    }
+    // Instance a still runs: its process is its own; b's and the unowned one are not.
+    let changed = store
+        .mark_running_processes_unknown_unless(|owner| owner == Some("aaaaaaaaaaaaaaaa"))
+        .unwrap();
+    assert_eq!(changed, 2);
+    assert_eq!(store.process("pa").unwrap().unwrap().state, "running");
+    assert_eq!(store.process("pb").unwrap().unwrap().state, "unknown");
+    assert_eq!(store.process("pold").unwrap().unwrap().state, "unknown");
+}
+
+#[test]
 fn process_requires_an_existing_operation() {
     let store = Store::open_in_memory().unwrap();
     assert!(store.upsert_process(&process("p1", "missing-op")).is_err());
