@@ -163,7 +163,7 @@ pub fn prune_round(
     for target in PruneTarget::ALL {
         let cutoff = match target {
             PruneTarget::Decisions | PruneTarget::Events => now.saturating_sub(ms(retention.audit)),
-            PruneTarget::Processes | PruneTarget::Operations => {
+            PruneTarget::Processes | PruneTarget::Operations | PruneTarget::Approvals => {
                 now.saturating_sub(ms(retention.operations))
             }
             PruneTarget::OperationKeys => now,

@@ -22,17 +22,22 @@ pub enum PruneTarget {
     Operations,
     /// Operation keys that expired at or before the cutoff.
     OperationKeys,
+    /// Approval holds created before the cutoff that can no longer run: denied, consumed,
+    /// expired, or pending/granted past their expiry (a `resuming` hold, whose resume was
+    /// interrupted, stays for an operator to look at).
+    Approvals,
 }
 
 impl PruneTarget {
     /// Every target, in the order a prune round runs them (processes before the operations they
     /// refer to).
-    pub const ALL: [PruneTarget; 5] = [
+    pub const ALL: [PruneTarget; 6] = [
         PruneTarget::Decisions,
         PruneTarget::Events,
         PruneTarget::OperationKeys,
         PruneTarget::Processes,
         PruneTarget::Operations,
+        PruneTarget::Approvals,
     ];
 
     /// The name used in events and logs.
@@ -43,6 +48,7 @@ impl PruneTarget {
             PruneTarget::Processes => "processes",
             PruneTarget::Operations => "operations",
             PruneTarget::OperationKeys => "operation_keys",
+            PruneTarget::Approvals => "approvals",
         }
     }
 
@@ -74,6 +80,13 @@ impl PruneTarget {
                 "DELETE FROM operation_keys WHERE rowid IN \
                  (SELECT rowid FROM operation_keys WHERE expires_ms <= ?1 \
                   ORDER BY expires_ms LIMIT ?2)"
+            }
+            PruneTarget::Approvals => {
+                "DELETE FROM approvals WHERE approval_id IN \
+                 (SELECT approval_id FROM approvals WHERE created_ms < ?1 \
+                  AND (state IN ('denied', 'consumed', 'expired') \
+                       OR (state IN ('pending', 'granted') AND expires_ms < ?1)) \
+                  ORDER BY created_ms LIMIT ?2)"
             }
         }
     }

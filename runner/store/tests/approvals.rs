@@ -120,3 +120,50 @@ fn a_resume_where_nothing_ran_returns_the_hold_to_granted() {
         "expired"
     );
 }
+
+#[test]
+fn holds_that_can_no_longer_run_are_pruned_after_the_retention_and_others_stay() {
+    let store = Store::open_in_memory().unwrap();
+    // Old (created at 10, before the cutoff 2 000): denied, pending past its expiry (1 010),
+    // pending with an expiry after the cutoff, granted and resuming (interrupted).
+    store
+        .create_or_reuse_approval(&hold("appr-denied", "fp1", 10), 10)
+        .unwrap();
+    store
+        .resolve_approval("appr-denied", false, "op", "cli", 11)
+        .unwrap();
+    store
+        .create_or_reuse_approval(&hold("appr-lapsed", "fp2", 10), 10)
+        .unwrap();
+    let mut long = hold("appr-long", "fp3", 10);
+    long.expires_ms = 1_000_000;
+    store.create_or_reuse_approval(&long, 10).unwrap();
+    let mut resuming = hold("appr-resuming", "fp4", 10);
+    resuming.expires_ms = 1_000_000;
+    store.create_or_reuse_approval(&resuming, 10).unwrap();
+    store
+        .resolve_approval("appr-resuming", true, "op", "cli", 11)
+        .unwrap();
+    assert!(store.begin_resume("appr-resuming", 12).unwrap().is_some());
+    // Recent (created after the cutoff) and denied: within the retention.
+    store
+        .create_or_reuse_approval(&hold("appr-recent", "fp5", 3_000), 3_000)
+        .unwrap();
+    store
+        .resolve_approval("appr-recent", false, "op", "cli", 3_001)
+        .unwrap();
+
+    let deleted = store
+        .prune_batch(codespace_store::PruneTarget::Approvals, 2_000, 100)
+        .unwrap();
+    assert_eq!(deleted, 2);
+    let now = 3_002;
+    assert!(store.approval("appr-denied", now).unwrap().is_none());
+    assert!(store.approval("appr-lapsed", now).unwrap().is_none());
+    assert!(store.approval("appr-long", now).unwrap().is_some());
+    assert_eq!(
+        store.approval("appr-resuming", now).unwrap().unwrap().state,
+        "resuming"
+    );
+    assert!(store.approval("appr-recent", now).unwrap().is_some());
+}
