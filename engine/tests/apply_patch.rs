@@ -139,6 +139,22 @@ fn external_scenarios_dir() -> Option<PathBuf> {
     Some(dir)
 }
 
+/// An `apply_patch` operation row still running (as a crash leaves it).
+fn running_patch(id: &str) -> codespace_store::OperationRow {
+    codespace_store::OperationRow {
+        operation_id: id.into(),
+        operation_key: None,
+        fingerprint: "f".into(),
+        tool: "apply_patch".into(),
+        workspace: "w".into(),
+        client: None,
+        status: "running".into(),
+        created_ms: codespace_store::now_ms(),
+        finished_ms: None,
+        result: None,
+    }
+}
+
 fn write(root: &Path, rel: &str, data: &str) {
     let p = root.join(rel);
     std::fs::create_dir_all(p.parent().unwrap()).unwrap();
@@ -636,21 +652,7 @@ async fn start_up_recovery_rolls_back_an_open_journal() {
     {
         let store = Store::open(&e.store_path).unwrap();
         store
-            .create_operation(
-                &codespace_store::OperationRow {
-                    operation_id: "op-crashed".into(),
-                    operation_key: None,
-                    fingerprint: "f".into(),
-                    tool: "apply_patch".into(),
-                    workspace: "w".into(),
-                    client: None,
-                    status: "running".into(),
-                    created_ms: codespace_store::now_ms(),
-                    finished_ms: None,
-                    result: None,
-                },
-                None,
-            )
+            .create_operation(&running_patch("op-crashed"), None)
             .unwrap();
         store
             .journal_begin(
@@ -787,22 +789,7 @@ async fn start_up_recovery_rolls_back_a_dead_servers_journal() {
             .insert_instance("00000000deadbeef", i64::from(u32::MAX), "boot:1")
             .unwrap();
         store
-            .create_owned_operation(
-                &codespace_store::OperationRow {
-                    operation_id: "op-dead".into(),
-                    operation_key: None,
-                    fingerprint: "f".into(),
-                    tool: "apply_patch".into(),
-                    workspace: "w".into(),
-                    client: None,
-                    status: "running".into(),
-                    created_ms: codespace_store::now_ms(),
-                    finished_ms: None,
-                    result: None,
-                },
-                None,
-                Some("00000000deadbeef"),
-            )
+            .create_owned_operation(&running_patch("op-dead"), None, Some("00000000deadbeef"))
             .unwrap();
         store
             .journal_begin(
