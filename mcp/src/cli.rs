@@ -461,11 +461,15 @@ fn serve(
     result
 }
 
-/// Test hook for crash tests: `CODESPACE_TEST_PATCH_STEP_DELAY_MS` makes every apply_patch write
-/// step sleep, so a test can kill the server mid-apply. Compiled only with the `test-hooks`
+/// Test hooks for crash tests: `CODESPACE_TEST_PATCH_STEP_DELAY_MS` makes every apply_patch write
+/// step sleep, so a test can kill the server mid-apply; `CODESPACE_TEST_PATCH_GATE=<file>` holds
+/// every write step after the first until the file exists. Compiled only with the `test-hooks`
 /// feature (scripts/test.sh enables it; release builds do not).
 #[cfg(feature = "test-hooks")]
 fn patch_test_hooks() -> codespace_engine::gateway::patches::PatchHooks {
+    if let Some(gate) = std::env::var_os("CODESPACE_TEST_PATCH_GATE") {
+        return codespace_engine::gateway::patches::PatchHooks::gated_after_first_step(gate.into());
+    }
     std::env::var("CODESPACE_TEST_PATCH_STEP_DELAY_MS")
         .ok()
         .and_then(|v| v.parse::<u64>().ok())

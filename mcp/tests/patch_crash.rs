@@ -96,6 +96,62 @@ fn kill_nine_mid_apply_then_restart_rolls_back() {
     let _ = s.close_and_wait(Duration::from_secs(30));
 }
 
+#[test]
+fn a_second_server_on_the_same_store_leaves_a_live_apply_alone() {
+    if !stdio_common::test_hooks_or_skip(
+        "a_second_server_on_the_same_store_leaves_a_live_apply_alone",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("ws");
+    std::fs::create_dir(&root).unwrap();
+    let store = dir.path().join("store.db");
+    for (name, body) in [("a.txt", "a\n"), ("b.txt", "b\n"), ("c.txt", "c\n")] {
+        std::fs::write(root.join(name), body).unwrap();
+    }
+    // Server A holds its apply after the first write step until the gate file exists.
+    let gate = dir.path().join("gate");
+    let mut a = StdioServer::serve()
+        .arg(&root)
+        .arg("--store")
+        .arg(&store)
+        .env("CODESPACE_TEST_PATCH_GATE", &gate)
+        .spawn();
+    a.initialize("server-a");
+    let id = a.send_request(
+        "tools/call",
+        json!({"name": "apply_patch", "arguments": {"workspace_id": "default", "patch": PATCH}}),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::read(root.join("a.txt")).unwrap() != b"A\n" {
+        assert!(Instant::now() < deadline, "the first file never changed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Server B starts on the same store while A's journal is open (A is a live process): its
+    // start-up recovery must not roll A's apply back.
+    let mut b = start(&root, &store, None);
+    assert_eq!(
+        std::fs::read(root.join("a.txt")).unwrap(),
+        b"A\n",
+        "B rolled back A's apply"
+    );
+    assert!(
+        root.join("c.txt").exists() && !root.join("d.txt").exists(),
+        "A is still mid-apply"
+    );
+    std::fs::write(&gate, "").unwrap();
+    let reply = a.response(id);
+    let body = &reply["result"]["structuredContent"];
+    assert_eq!(body["status"], "applied", "{reply}");
+    assert_eq!(std::fs::read(root.join("a.txt")).unwrap(), b"A\n");
+    assert_eq!(std::fs::read(root.join("b.txt")).unwrap(), b"B\n");
+    assert!(!root.join("c.txt").exists());
+    assert_eq!(std::fs::read(root.join("d.txt")).unwrap(), b"d\n");
+    let _ = b.close_and_wait(Duration::from_secs(30));
+    let _ = a.close_and_wait(Duration::from_secs(30));
+}
+
 /// Server temp file names in `dir` (not recursive): `.codespace-tmp-<instance>-<n>` with an instance id
 /// other than `unknown`.
 fn server_temps(dir: &Path, unknown: &str) -> Vec<String> {

@@ -36,6 +36,33 @@ impl PatchHooks {
     }
 }
 
+impl PatchHooks {
+    /// Hooks that hold every write step after the first until the file `gate` exists (checked
+    /// every 10 ms; after two minutes the step fails and the patch rolls back), so a test can act
+    /// while an apply is known to be in the middle of its window.
+    pub fn gated_after_first_step(gate: std::path::PathBuf) -> PatchHooks {
+        PatchHooks {
+            before_commit: None,
+            fault: Some(Box::new(move |step: usize| {
+                if step == 0 {
+                    return Ok(());
+                }
+                let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
+                while !gate.exists() {
+                    if std::time::Instant::now() > until {
+                        return Err(FsError::Io {
+                            path: "test gate".into(),
+                            message: "never opened".into(),
+                        });
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Ok(())
+            })),
+        }
+    }
+}
+
 impl std::fmt::Debug for PatchHooks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PatchHooks").finish_non_exhaustive()
