@@ -21,9 +21,19 @@ use stdio_common::StdioServer;
 const PATCH: &str = "*** Begin Patch\n*** Update File: a.txt\n@@\n-a\n+A\n*** Update File: b.txt\n@@\n-b\n+B\n*** Delete File: c.txt\n*** Add File: d.txt\n+d\n*** End Patch\n";
 
 fn start(root: &Path, store: &Path, delay_ms: Option<u64>) -> StdioServer {
+    let hook = delay_ms.map(|ms| ("CODESPACE_TEST_PATCH_STEP_DELAY_MS", ms.to_string().into()));
+    start_hooked(root, store, hook)
+}
+
+/// A server on `root` and `store`, with one test-hook variable when given, initialized.
+fn start_hooked(
+    root: &Path,
+    store: &Path,
+    hook: Option<(&str, std::ffi::OsString)>,
+) -> StdioServer {
     let mut b = StdioServer::serve().arg(root).arg("--store").arg(store);
-    if let Some(ms) = delay_ms {
-        b = b.env("CODESPACE_TEST_PATCH_STEP_DELAY_MS", ms.to_string());
+    if let Some((key, value)) = hook {
+        b = b.env(key, value);
     }
     let mut s = b.spawn();
     let init = s.initialize("crash-test");
@@ -31,11 +41,9 @@ fn start(root: &Path, store: &Path, delay_ms: Option<u64>) -> StdioServer {
     s
 }
 
-#[test]
-fn kill_nine_mid_apply_then_restart_rolls_back() {
-    if !stdio_common::test_hooks_or_skip("kill_nine_mid_apply_then_restart_rolls_back") {
-        return;
-    }
+/// A temp dir with a workspace `ws` holding a.txt, b.txt and c.txt (what [`PATCH`] touches)
+/// and the store's path beside it.
+fn three_files() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("ws");
     std::fs::create_dir(&root).unwrap();
@@ -43,6 +51,24 @@ fn kill_nine_mid_apply_then_restart_rolls_back() {
     for (name, body) in [("a.txt", "a\n"), ("b.txt", "b\n"), ("c.txt", "c\n")] {
         std::fs::write(root.join(name), body).unwrap();
     }
+    (dir, root, store)
+}
+
+/// Waits until the apply replaced a.txt (its journal is written by then).
+fn wait_first_file_replaced(root: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::read(root.join("a.txt")).unwrap() != b"A\n" {
+        assert!(Instant::now() < deadline, "the first file never changed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn kill_nine_mid_apply_then_restart_rolls_back() {
+    if !stdio_common::test_hooks_or_skip("kill_nine_mid_apply_then_restart_rolls_back") {
+        return;
+    }
+    let (_dir, root, store) = three_files();
     let before: Vec<(String, Vec<u8>)> = ["a.txt", "b.txt", "c.txt"]
         .iter()
         .map(|n| (n.to_string(), std::fs::read(root.join(n)).unwrap()))
@@ -57,14 +83,7 @@ fn kill_nine_mid_apply_then_restart_rolls_back() {
             "operation_key": "crash-1",
             "patch": PATCH}}),
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        assert!(Instant::now() < deadline, "the first file never changed");
-        if std::fs::read(root.join("a.txt")).unwrap() == b"A\n" {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_first_file_replaced(&root);
     s.kill(); // SIGKILL
     assert_eq!(
         std::fs::read(root.join("a.txt")).unwrap(),
@@ -103,31 +122,19 @@ fn a_second_server_on_the_same_store_leaves_a_live_apply_alone() {
     ) {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("ws");
-    std::fs::create_dir(&root).unwrap();
-    let store = dir.path().join("store.db");
-    for (name, body) in [("a.txt", "a\n"), ("b.txt", "b\n"), ("c.txt", "c\n")] {
-        std::fs::write(root.join(name), body).unwrap();
-    }
+    let (dir, root, store) = three_files();
     // Server A holds its apply after the first write step until the gate file exists.
     let gate = dir.path().join("gate");
-    let mut a = StdioServer::serve()
-        .arg(&root)
-        .arg("--store")
-        .arg(&store)
-        .env("CODESPACE_TEST_PATCH_GATE", &gate)
-        .spawn();
-    a.initialize("server-a");
+    let mut a = start_hooked(
+        &root,
+        &store,
+        Some(("CODESPACE_TEST_PATCH_GATE", gate.clone().into_os_string())),
+    );
     let id = a.send_request(
         "tools/call",
         json!({"name": "apply_patch", "arguments": {"workspace_id": "default", "patch": PATCH}}),
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::fs::read(root.join("a.txt")).unwrap() != b"A\n" {
-        assert!(Instant::now() < deadline, "the first file never changed");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_first_file_replaced(&root);
     // Server B starts on the same store while A's journal is open (A is a live process): its
     // start-up recovery must not roll A's apply back.
     let mut b = start(&root, &store, None);
