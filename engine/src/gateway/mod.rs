@@ -115,6 +115,22 @@ pub(crate) struct RowContext<'a> {
     pub(crate) at_ms: i64,
 }
 
+impl<'a> RowContext<'a> {
+    /// The shared part of the rows of a decision made now.
+    pub(crate) fn now(
+        snap: &'a PolicySnapshot,
+        facts: &'a WorkspaceFacts,
+        session: &'a Session,
+    ) -> RowContext<'a> {
+        RowContext {
+            snap,
+            facts,
+            session,
+            at_ms: codespace_store::now_ms(),
+        }
+    }
+}
+
 /// The audit row of one sub-decision, with its recorded (redacted) request. The profiles and the
 /// redactor are the operator's (the gateway's config, or the copies the egress proxy holds).
 pub(crate) fn row_of(
@@ -197,12 +213,7 @@ pub(crate) fn decision_rows(
     reqs: &[SubRequest],
     session: &Session,
 ) -> Vec<DecisionRow> {
-    let at = RowContext {
-        snap,
-        facts,
-        session,
-        at_ms: codespace_store::now_ms(),
-    };
+    let at = RowContext::now(snap, facts, session);
     d.subs
         .iter()
         .map(|s| {
@@ -740,12 +751,7 @@ impl Gateway {
             return;
         }
         let shadow = self.shadow_decision(facts, &d.tool, reqs);
-        let at = RowContext {
-            snap,
-            facts,
-            session,
-            at_ms: codespace_store::now_ms(),
-        };
+        let at = RowContext::now(snap, facts, session);
         let rows: Vec<DecisionRow> = paths
             .iter()
             .enumerate()
@@ -782,12 +788,7 @@ impl Gateway {
         session: &Session,
     ) {
         let Some(store) = &self.store else { return };
-        let at = RowContext {
-            snap,
-            facts,
-            session,
-            at_ms: codespace_store::now_ms(),
-        };
+        let at = RowContext::now(snap, facts, session);
         let rows = rows_with_shadow(
             &self.config.profiles,
             &self.config.redaction,

@@ -141,12 +141,7 @@ impl NetState {
         session: &Session,
     ) {
         let Some(store) = &self.store else { return };
-        let at = crate::gateway::RowContext {
-            snap,
-            facts,
-            session,
-            at_ms: codespace_store::now_ms(),
-        };
+        let at = crate::gateway::RowContext::now(snap, facts, session);
         let rows =
             crate::gateway::rows_with_shadow(&self.profiles, &self.redaction, &at, d, shadow, reqs);
         crate::audit::append(store, rows, &d.decision_id, false);
