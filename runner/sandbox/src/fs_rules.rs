@@ -88,6 +88,9 @@ pub(crate) fn restrict_self(plan: &SandboxPlan, kernel_abi: u32) -> Result<(), S
             created = created.add_rule(rule).map_err(landlock_err)?;
         }
     }
+    for rule in write_path_rules(plan, abi, handled)? {
+        created = created.add_rule(rule).map_err(landlock_err)?;
+    }
     if net_handled && plan.network == NetworkMode::Proxy {
         created = created
             .add_rule(NetPort::new(crate::plan::PROXY_PORT, AccessNet::ConnectTcp))
@@ -251,6 +254,53 @@ fn open_rule(
         return Ok(None);
     }
     Ok(Some(PathBeneath::new(fd, access)))
+}
+
+/// The Landlock write rules of the plan's `write_paths`: each directory opened beneath the
+/// workspace root with no symlink anywhere on the way (a command may have swapped one in since
+/// the gateway looked), so a rule can never land outside the workspace. A missing path, a
+/// symlink or a non-directory gets no rule (it stays read-only).
+fn write_path_rules(
+    plan: &SandboxPlan,
+    abi: ABI,
+    handled: BitFlags<AccessFs>,
+) -> Result<Vec<PathBeneath<OwnedFd>>, SandboxError> {
+    if plan.write_paths.is_empty() {
+        return Ok(Vec::new());
+    }
+    let all = AccessFs::from_all(abi) & !NEVER_GRANTED;
+    let root = rustix::fs::open(
+        &plan.workspace_root,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| SandboxError::InvalidPlan(format!("cannot open the workspace root: {e}")))?;
+    let mut rules = Vec::new();
+    for (index, path) in plan.write_paths.iter().enumerate() {
+        let rel = crate::mask::relative_beneath(&plan.workspace_root, path, "write path", index)?;
+        let fd = match rustix::fs::openat2(
+            &root,
+            rel,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+            rustix::fs::ResolveFlags::BENEATH
+                | rustix::fs::ResolveFlags::NO_SYMLINKS
+                | rustix::fs::ResolveFlags::NO_MAGICLINKS,
+        ) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT | rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => {
+                continue;
+            }
+            Err(e) => {
+                return Err(SandboxError::InvalidPlan(format!(
+                    "cannot open write path #{index}: {e}"
+                )));
+            }
+        };
+        let access = effective_access(all, handled, true);
+        rules.push(PathBeneath::new(fd, access));
+    }
+    Ok(rules)
 }
 
 /// The rights a rule really gets: only handled rights, and only file rights on a non-directory

@@ -115,7 +115,12 @@ fn prepare(args: &[OsString], handshake: Option<&HelperEnd>) -> Result<Command, 
         }
         NetworkMode::Enabled => {}
     }
-    mask::apply_masks(&plan.workspace_root, &plan.masks)?;
+    mask::apply_mounts(
+        &plan.workspace_root,
+        &plan.masks,
+        &plan.read_only,
+        &plan.write_paths,
+    )?;
     caps::drop_all_capabilities()?;
     fs_rules::restrict_self(&plan, kernel_abi)?;
     filters.apply()?;

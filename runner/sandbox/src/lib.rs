@@ -27,7 +27,13 @@
 //!   `Restricted` mode a private network namespace (best-effort).
 //! - **Secret masks** (`SandboxPlan::masks`): a private mount namespace in which each withheld
 //!   path is covered by an empty read-only file or directory; the command cannot undo them
-//!   (seccomp) nor hardlink them (`EXDEV`). Masks that cannot be applied fail closed.
+//!   (seccomp) nor hardlink them (`EXDEV`). Every directory between the workspace root and a
+//!   mask is a mount point of its own, so a secret's parent cannot be renamed away (`EBUSY`).
+//!   Masks that cannot be applied fail closed.
+//! - **Write scope** (`SandboxPlan::write_workspace`, `write_paths`, `read_only`): Landlock
+//!   write rules beneath the root and/or each writable directory, and in the same private mount
+//!   namespace a read-only bind over each denied path beneath a writable one (`.git` by
+//!   default), which cannot be renamed or removed either.
 
 mod caps;
 mod error;
@@ -41,6 +47,7 @@ mod netns;
 mod plan;
 mod probe;
 mod relay;
+mod scope;
 mod seccomp;
 
 pub use error::{HELPER_FAILURE_EXIT, HELPER_NOT_FOUND_EXIT, HELPER_STDERR_PREFIX, SandboxError};
@@ -58,4 +65,5 @@ pub use plan::{
     SandboxPlan, launcher_parts,
 };
 pub use probe::{Probe, probe};
+pub use scope::MAX_SCOPE_PATHS;
 pub use seccomp::{ALWAYS_DENIED, DENIED_CLONE_FLAGS, DENIED_IOCTLS};

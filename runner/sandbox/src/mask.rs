@@ -43,17 +43,29 @@ pub(crate) fn relative_mask<'a>(
     mask: &'a Path,
     index: usize,
 ) -> Result<&'a Path, SandboxError> {
-    let bad = |why: &str| SandboxError::InvalidPlan(format!("mask #{index} {why}"));
-    if !mask.is_absolute() {
+    relative_beneath(root, mask, "mask", index)
+}
+
+/// Checks one path of a plan that must lie strictly beneath `root` (a mask, a write path, a
+/// read-only path): absolute, no `.` or `..`. Returns the part relative to `root`; messages
+/// name the path by its `role` and index, never echo it.
+pub(crate) fn relative_beneath<'a>(
+    root: &Path,
+    path: &'a Path,
+    role: &str,
+    index: usize,
+) -> Result<&'a Path, SandboxError> {
+    let bad = |why: &str| SandboxError::InvalidPlan(format!("{role} #{index} {why}"));
+    if !path.is_absolute() {
         return Err(bad("must be an absolute path"));
     }
-    if mask
+    if path
         .components()
         .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
     {
         return Err(bad("must not contain `.` or `..`"));
     }
-    let rel = mask
+    let rel = path
         .strip_prefix(root)
         .map_err(|_| bad("must lie beneath the workspace root"))?;
     if rel.as_os_str().is_empty() {
@@ -64,17 +76,38 @@ pub(crate) fn relative_mask<'a>(
 
 /// Moves the calling (single-threaded) process into a private mount namespace and covers every
 /// path of `masks` (absolute, beneath `workspace_root`). Does nothing when `masks` is empty.
+/// Returns how many masks were attached (see [`apply_mounts`]).
+#[cfg(test)]
+pub(crate) fn apply_masks(
+    workspace_root: &Path,
+    masks: &[std::path::PathBuf],
+) -> Result<usize, SandboxError> {
+    apply_mounts(workspace_root, masks, &[], &[])
+}
+
+/// Moves the calling (single-threaded) process into a private mount namespace, when the plan
+/// needs one (masks or read-only paths), and in it:
+/// 1. puts the write scope in place ([`crate::scope::attach_write_scope`]): a read-only bind
+///    over every `read_only` path, a writable bind over every `write_paths` entry beneath one;
+/// 2. pins every ancestor directory of a mask (beneath the root) as a mount point of its own,
+///    so `rename(2)` or `rmdir(2)` of a secret's parent fails with `EBUSY` and no rename can
+///    carry a withheld file away from the name its rule matches;
+/// 3. covers every path of `masks` (absolute, beneath `workspace_root`).
+///
 /// Returns how many masks were attached: a path that no longer exists has nothing to hide, and
 /// one that turned into a symlink is skipped (what it points to is decided by its own name).
 ///
 /// Tries `unshare(CLONE_NEWNS)` (root, or already inside a user namespace of our own), then
 /// `unshare(CLONE_NEWUSER | CLONE_NEWNS)` with the caller's uid/gid mapped to themselves. Any
-/// failure is an error: the command must not run with a secret left visible.
-pub(crate) fn apply_masks(
+/// failure is an error: the command must not run with a secret left visible or a read-only
+/// path left writable.
+pub(crate) fn apply_mounts(
     workspace_root: &Path,
     masks: &[std::path::PathBuf],
+    read_only: &[std::path::PathBuf],
+    write_paths: &[std::path::PathBuf],
 ) -> Result<usize, SandboxError> {
-    if masks.is_empty() {
+    if masks.is_empty() && read_only.is_empty() {
         return Ok(0);
     }
     if masks.len() > MAX_MASKS {
@@ -97,6 +130,8 @@ pub(crate) fn apply_masks(
         Mode::empty(),
     )
     .map_err(|e| masking(format!("cannot open the workspace root: {e}")))?;
+    crate::scope::attach_write_scope(root.as_fd(), workspace_root, read_only, write_paths)?;
+    pin_ancestors(root.as_fd(), workspace_root, masks)?;
     let mut masked = 0;
     for (index, mask) in masks.iter().enumerate() {
         let rel = relative_mask(workspace_root, mask, index)?;
@@ -129,6 +164,58 @@ pub(crate) fn apply_masks(
     Ok(masked)
 }
 
+/// The directories strictly between the workspace root and each mask, shallowest first, each
+/// once.
+fn mask_ancestors<'a>(
+    workspace_root: &Path,
+    masks: &'a [std::path::PathBuf],
+) -> Result<Vec<&'a Path>, SandboxError> {
+    let mut out: Vec<&Path> = Vec::new();
+    for (index, mask) in masks.iter().enumerate() {
+        let rel = relative_mask(workspace_root, mask, index)?;
+        out.extend(
+            rel.ancestors()
+                .skip(1)
+                .filter(|a| !a.as_os_str().is_empty()),
+        );
+    }
+    out.sort_by_key(|p| (p.components().count(), *p));
+    out.dedup();
+    Ok(out)
+}
+
+/// Makes every ancestor directory of a mask a mount point of its own (a recursive bind of
+/// itself, keeping the mounts and flags already beneath it), shallowest first. The kernel
+/// refuses to rename or remove a mount point (`EBUSY`), so a command cannot move a secret's
+/// parent (`mv .aws elsewhere`) out from under the rule that withholds the secret by path.
+fn pin_ancestors(
+    root: BorrowedFd<'_>,
+    workspace_root: &Path,
+    masks: &[std::path::PathBuf],
+) -> Result<(), SandboxError> {
+    for (index, dir) in mask_ancestors(workspace_root, masks)?
+        .into_iter()
+        .enumerate()
+    {
+        let target = match open_target(root, dir) {
+            Ok(fd) => fd,
+            // Gone, or a symlink on the way: the mask beneath it is skipped or refused below.
+            Err(Errno::NOENT | Errno::LOOP | Errno::NOTDIR) => continue,
+            Err(e) => return Err(masking(format!("cannot open mask ancestor #{index}: {e}"))),
+        };
+        let st = rustix::fs::fstat(&target)
+            .map_err(|e| masking(format!("cannot stat mask ancestor #{index}: {e}")))?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
+            continue;
+        }
+        let tree = crate::scope::clone_tree(target.as_fd())
+            .map_err(|e| masking(format!("cannot pin mask ancestor #{index}: {e}")))?;
+        crate::scope::attach(tree.as_fd(), target.as_fd())
+            .map_err(|e| masking(format!("cannot pin mask ancestor #{index}: {e}")))?;
+    }
+    Ok(())
+}
+
 fn enter_mount_namespace() -> Result<(), SandboxError> {
     // SAFETY: the helper is single-threaded here and CLONE_FILES is not involved, so no other
     // thread can observe the change of namespaces.
@@ -153,7 +240,7 @@ fn enter_mount_namespace() -> Result<(), SandboxError> {
 
 /// Opens `rel` beneath `root` as an `O_PATH` handle, following no symlink anywhere (a symlink
 /// leaf is returned as itself).
-fn open_target(root: BorrowedFd<'_>, rel: &Path) -> Result<OwnedFd, Errno> {
+pub(crate) fn open_target(root: BorrowedFd<'_>, rel: &Path) -> Result<OwnedFd, Errno> {
     rustix::fs::openat2(
         root,
         rel,
@@ -170,7 +257,7 @@ fn empty_file_tree() -> Result<OwnedFd, Errno> {
         FILE_MASK_SOURCE,
         OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC,
     )?;
-    set_read_only(tree.as_fd())?;
+    set_read_only(tree.as_fd(), false)?;
     Ok(tree)
 }
 
@@ -201,16 +288,27 @@ struct MountAttr {
 }
 
 /// Adds read-only, nosuid and noexec to the detached tree `tree` (flags are only added, so
-/// flags a user namespace locked stay as they are).
-fn set_read_only(tree: BorrowedFd<'_>) -> Result<(), Errno> {
+/// flags a user namespace locked stay as they are); with `recursive`, to every mount in it.
+pub(crate) fn set_read_only(tree: BorrowedFd<'_>, recursive: bool) -> Result<(), Errno> {
+    set_attr(
+        tree,
+        MountAttrFlags::MOUNT_ATTR_RDONLY
+            | MountAttrFlags::MOUNT_ATTR_NOSUID
+            | MountAttrFlags::MOUNT_ATTR_NOEXEC,
+        recursive,
+    )
+}
+
+/// Adds `flags` to the detached tree `tree` (`mount_setattr(2)`), to every mount in it with
+/// `recursive`.
+pub(crate) fn set_attr(
+    tree: BorrowedFd<'_>,
+    flags: MountAttrFlags,
+    recursive: bool,
+) -> Result<(), Errno> {
     use rustix::fd::AsRawFd;
     let attr = MountAttr {
-        attr_set: u64::from(
-            (MountAttrFlags::MOUNT_ATTR_RDONLY
-                | MountAttrFlags::MOUNT_ATTR_NOSUID
-                | MountAttrFlags::MOUNT_ATTR_NOEXEC)
-                .bits(),
-        ),
+        attr_set: u64::from(flags.bits()),
         attr_clr: 0,
         propagation: 0,
         userns_fd: 0,
@@ -224,7 +322,11 @@ fn set_read_only(tree: BorrowedFd<'_>) -> Result<(), Errno> {
             libc::SYS_mount_setattr,
             tree.as_raw_fd(),
             empty.as_ptr(),
-            libc::AT_EMPTY_PATH,
+            if recursive {
+                libc::AT_EMPTY_PATH | libc::AT_RECURSIVE
+            } else {
+                libc::AT_EMPTY_PATH
+            },
             &raw const attr,
             std::mem::size_of::<MountAttr>(),
         )

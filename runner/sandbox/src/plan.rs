@@ -51,8 +51,22 @@ pub const PROXY_PORT: u16 = 3128;
 pub struct SandboxPlan {
     /// Absolute path of the workspace root.
     pub workspace_root: PathBuf,
-    /// Whether the workspace may be written (from the `process_write` decision).
+    /// Whether the whole workspace may be written (the `process_write` decision of its root).
     pub write_workspace: bool,
+    /// Directories strictly beneath `workspace_root` (absolute) the command may write besides
+    /// the root: the allowed candidates of its write scope (`process_write` decided per
+    /// candidate). Each becomes a Landlock write rule on the directory opened beneath the root
+    /// with no symlink on the way; a missing one is skipped.
+    #[serde(default)]
+    pub write_paths: Vec<PathBuf>,
+    /// Paths strictly beneath `workspace_root` (absolute) that a read-only bind mount covers in
+    /// the command's own mount namespace: the denied candidates of its write scope that lie
+    /// beneath a writable one (`.git` by default). A write there fails with `EROFS`, and the
+    /// mount point cannot be renamed or removed (`EBUSY`). A writable candidate beneath one of
+    /// them gets a writable bind of its own on top. When they cannot be mounted, the command
+    /// does not run.
+    #[serde(default)]
+    pub read_only: Vec<PathBuf>,
     /// Network access.
     pub network: NetworkMode,
     /// Private writable temp dir (absolute, created by the caller), if any.
@@ -87,6 +101,8 @@ impl SandboxPlan {
         Self {
             workspace_root: workspace_root.into(),
             write_workspace: false,
+            write_paths: Vec::new(),
+            read_only: Vec::new(),
             network: NetworkMode::Restricted,
             tmp_dir: None,
             extra_read: Vec::new(),
@@ -118,6 +134,21 @@ impl SandboxPlan {
         }
         for (index, path) in self.masks.iter().enumerate() {
             crate::mask::relative_mask(&self.workspace_root, path, index)?;
+        }
+        for (role, paths) in [
+            ("write path", &self.write_paths),
+            ("read-only path", &self.read_only),
+        ] {
+            if paths.len() > crate::scope::MAX_SCOPE_PATHS {
+                return Err(SandboxError::InvalidPlan(format!(
+                    "{} {role}s exceed the limit of {}",
+                    paths.len(),
+                    crate::scope::MAX_SCOPE_PATHS
+                )));
+            }
+            for (index, path) in paths.iter().enumerate() {
+                crate::mask::relative_beneath(&self.workspace_root, path, role, index)?;
+            }
         }
         match (self.network, self.proxy_control_fd) {
             (NetworkMode::Proxy, Some(fd)) if fd > 2 => Ok(()),
@@ -188,6 +219,8 @@ mod tests {
         SandboxPlan {
             workspace_root: "/srv/ws".into(),
             write_workspace: true,
+            write_paths: vec!["/srv/ws/target".into()],
+            read_only: vec!["/srv/ws/.git".into()],
             network: NetworkMode::Enabled,
             tmp_dir: Some("/tmp/cs-1".into()),
             extra_read: vec!["/opt/tools".into()],
@@ -248,6 +281,15 @@ mod tests {
         assert!(matches!(plan.validate(), Err(SandboxError::InvalidPlan(_))));
         plan.masks = vec!["/srv/ws".into()];
         assert!(matches!(plan.validate(), Err(SandboxError::InvalidPlan(_))));
+        plan.masks = Vec::new();
+        plan.read_only = vec!["/srv/other/.git".into()];
+        let err = plan.to_json().unwrap_err().to_string();
+        assert!(err.contains("read-only path #0"), "{err}");
+        assert!(!err.contains("/srv"), "{err}");
+        plan.read_only = Vec::new();
+        plan.write_paths = vec!["/srv/ws/../x".into()];
+        let err = plan.to_json().unwrap_err().to_string();
+        assert!(err.contains("write path #0"), "{err}");
         // A plan without the field (an older runner) decodes with no masks.
         let json = r#"{"workspace_root":"/x","write_workspace":false,"network":"restricted","tmp_dir":null}"#;
         assert!(SandboxPlan::from_json(json).unwrap().masks.is_empty());
@@ -278,6 +320,7 @@ mod tests {
         assert_eq!(plan.network, NetworkMode::Restricted);
         assert!(plan.tmp_dir.is_none() && plan.extra_read.is_empty() && plan.home_dir.is_none());
         assert!(plan.masks.is_empty());
+        assert!(plan.write_paths.is_empty() && plan.read_only.is_empty());
         assert!(!plan.force_landlock_unavailable);
     }
 }

@@ -58,8 +58,17 @@ impl Fixture {
             force_landlock_unavailable: false,
             masks: Vec::new(),
             proxy_control_fd: None,
+            write_paths: Vec::new(),
+            read_only: Vec::new(),
         }
     }
+}
+
+/// True when a skipped invariant must fail the run instead (`CI=true` or
+/// `CODESPACE_REQUIRE_ISOLATION=1`): a green CI means the sandbox was tested.
+pub fn skips_fail() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+        || std::env::var("CODESPACE_REQUIRE_ISOLATION").is_ok_and(|v| v == "1")
 }
 
 /// The command that runs `argv` under the sandbox helper with `plan`, as the process runner would.
@@ -94,6 +103,10 @@ pub fn sandbox_or_skip(test: &str) -> bool {
         true
     } else {
         println!("SKIP: {test}: kernel lacks Landlock or seccomp ({p:?})");
+        assert!(
+            !skips_fail(),
+            "{test}: the sandbox must be testable under CI"
+        );
         false
     }
 }
