@@ -106,6 +106,11 @@ struct RawEnvironment {
     /// over a tool call's `env` for the same name.
     #[serde(default)]
     env: BTreeMap<String, String>,
+    /// The candidate directories of a command's write scope (workspace-relative, `.` for the
+    /// root), each decided by Cedar (`process_write`) before a command starts, for every
+    /// workspace of this environment that does not set its own [default `["."]`].
+    #[serde(default)]
+    command_write_paths: Option<Vec<String>>,
 }
 
 /// A workspace: a directory the server exposes under an id.
@@ -154,6 +159,13 @@ struct RawWorkspace {
     /// the caller's own (`client`). Background processes never hold the lease.
     #[serde(default)]
     lease_scope: LeaseScope,
+    /// The candidate directories of a command's write scope (workspace-relative, `.` for the
+    /// root): before a command starts, Cedar decides `process_write` for each of them, for the
+    /// command's `cwd` and for `.git`; the command may write beneath the allowed ones only, and
+    /// a denied one beneath an allowed one is mounted read-only. Default: the environment's,
+    /// else `["."]`.
+    #[serde(default)]
+    command_write_paths: Option<Vec<String>>,
 }
 
 /// An operator-written permission profile.
@@ -397,6 +409,8 @@ pub struct Environment {
     pub path: Vec<PathBuf>,
     /// Fixed environment variables of its commands.
     pub env: BTreeMap<String, String>,
+    /// The candidate directories of its workspaces' command write scopes, when set.
+    pub command_write_paths: Option<Vec<String>>,
 }
 
 /// A resolved workspace.
@@ -430,6 +444,10 @@ pub struct Workspace {
     pub env: BTreeMap<String, String>,
     /// Whose live foreground processes block its mutations.
     pub lease_scope: LeaseScope,
+    /// The candidate directories of its commands' write scopes (normalized workspace-relative
+    /// paths, `.` for the root; each checked at load: no symlink on the way, a directory or not
+    /// yet there).
+    pub command_write_paths: Vec<String>,
 }
 
 /// A permission profile (built-in or operator-written).
@@ -500,6 +518,67 @@ pub fn builtin_profiles() -> BTreeMap<String, Profile> {
         .collect()
 }
 
+/// Most candidates of a command's write scope one workspace may list.
+pub const MAX_COMMAND_WRITE_PATHS: usize = 64;
+
+/// `["."]`: the whole workspace is the one candidate (the behaviour before write scopes).
+pub fn default_command_write_paths() -> Vec<String> {
+    vec![".".to_string()]
+}
+
+/// Checks a `command_write_paths` list: each entry workspace-relative (not absolute, no `..`),
+/// at most [`MAX_COMMAND_WRITE_PATHS`]; with the workspace `root`, no symlink anywhere on the
+/// way and a directory where it exists (a candidate that does not exist yet is kept: it is
+/// decided at every command start, and created for a command whose policy allows it). Returns
+/// the normalized paths, each once, in the given order.
+fn command_write_paths(
+    field: &str,
+    list: &[String],
+    root: Option<&Path>,
+) -> Result<Vec<String>, ConfigError> {
+    if list.len() > MAX_COMMAND_WRITE_PATHS {
+        return Err(ConfigError(format!(
+            "{field}: {} entries, more than the {MAX_COMMAND_WRITE_PATHS} allowed",
+            list.len()
+        )));
+    }
+    let mut out: Vec<String> = Vec::new();
+    for (i, entry) in list.iter().enumerate() {
+        let at = format!("{field}[{i}]");
+        let rel = codespace_runner_fs::RelPath::parse(entry).map_err(|e| {
+            ConfigError(format!(
+                "{at}: `{entry}` must be a workspace-relative directory ({e})"
+            ))
+        })?;
+        if let Some(root) = root {
+            let mut cur = root.to_path_buf();
+            for comp in rel.as_str().split('/').filter(|c| *c != ".") {
+                cur.push(comp);
+                match std::fs::symlink_metadata(&cur) {
+                    Ok(m) if m.file_type().is_symlink() => {
+                        return Err(ConfigError(format!(
+                            "{at}: `{entry}` goes through a symlink; name the real directory"
+                        )));
+                    }
+                    Ok(m) if !m.is_dir() => {
+                        return Err(ConfigError(format!("{at}: `{entry}` is not a directory")));
+                    }
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+                    Err(e) => {
+                        return Err(ConfigError(format!("{at}: `{entry}` cannot be read: {e}")));
+                    }
+                }
+            }
+        }
+        let rel = rel.as_str().to_string();
+        if !out.contains(&rel) {
+            out.push(rel);
+        }
+    }
+    Ok(out)
+}
+
 fn local_environments() -> BTreeMap<String, Environment> {
     let mut m = BTreeMap::new();
     m.insert(
@@ -510,6 +589,7 @@ fn local_environments() -> BTreeMap<String, Environment> {
             read_paths: BTreeMap::new(),
             path: Vec::new(),
             env: BTreeMap::new(),
+            command_write_paths: None,
         },
     );
     m
@@ -673,6 +753,7 @@ impl Config {
                 path: Vec::new(),
                 env: BTreeMap::new(),
                 lease_scope: LeaseScope::Workspace,
+                command_write_paths: default_command_write_paths(),
             },
         );
         Ok(Config {
@@ -730,6 +811,16 @@ impl Config {
             let read_paths = read_paths(&format!("environments.{id}.read_paths"), env.read_paths)?;
             let path = command_path(&format!("environments.{id}.path"), env.path)?;
             let vars = command_env(&format!("environments.{id}.env"), env.env)?;
+            let command_write_paths = env
+                .command_write_paths
+                .map(|list| {
+                    command_write_paths(
+                        &format!("environments.{id}.command_write_paths"),
+                        &list,
+                        None,
+                    )
+                })
+                .transpose()?;
             environments.insert(
                 id.clone(),
                 Environment {
@@ -738,6 +829,7 @@ impl Config {
                     read_paths,
                     path,
                     env: vars,
+                    command_write_paths,
                 },
             );
         }
@@ -837,6 +929,19 @@ impl Config {
             path.extend(env.path.iter().cloned());
             let mut vars = env.env.clone();
             vars.extend(command_env(&format!("workspaces.{id}.env"), w.env)?);
+            let write_paths = match (&w.command_write_paths, &env.command_write_paths) {
+                (Some(list), _) => command_write_paths(
+                    &format!("workspaces.{id}.command_write_paths"),
+                    list,
+                    Some(&root),
+                )?,
+                (None, Some(list)) => command_write_paths(
+                    &format!("environments.{environment}.command_write_paths"),
+                    list,
+                    Some(&root),
+                )?,
+                (None, None) => default_command_write_paths(),
+            };
             workspaces.insert(
                 id.clone(),
                 Workspace {
@@ -853,6 +958,7 @@ impl Config {
                     path,
                     env: vars,
                     lease_scope: w.lease_scope,
+                    command_write_paths: write_paths,
                 },
             );
         }

@@ -371,52 +371,25 @@ pub fn build_requests(
             out
         }
         ToolCall::ExecCommand(p) => {
-            if p.command.first().is_none_or(|a| a.is_empty()) {
-                return Err(ToolError::new(
-                    ErrorCode::InvalidCommand,
-                    "command must be a non-empty argv whose first word is not empty",
-                ));
-            }
-            if p.command.iter().any(|a| a.contains('\0')) {
-                return Err(ToolError::new(
-                    ErrorCode::InvalidCommand,
-                    "command words must not contain NUL bytes",
-                ));
-            }
-            let env_names = exec_env_names(p.env.as_ref())?;
-            let cwd = match p.cwd.as_deref().filter(|s| !s.is_empty()) {
-                Some(c) => RelPath::parse(c).map_err(path_error)?,
-                None => RelPath::root(),
-            };
-            let mut cmd = command_facts(&p.command, p.tty.unwrap_or(false));
-            if let Value::Object(m) = &mut cmd {
-                m.insert("env_names".into(), json!(env_names));
-                m.insert("background".into(), json!(p.background.unwrap_or(false)));
-            }
-            let summary = cmd
-                .get("line")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .chars()
-                .take(200)
-                .collect::<String>();
-            let ctx = with("command", cmd);
-            let cwd = cwd.as_str();
-            let mut out = vec![sub(tool, cwd, "", ctx.clone(), summary.clone())];
+            let exec = exec_facts(p, session)?;
+            let cwd = exec.cwd.as_str();
+            let mut out = vec![sub(tool, cwd, "", exec.ctx.clone(), exec.summary.clone())];
             // One more `exec_command` request per variable name: Cedar has no "any element of a
             // set is like …", so a guardrail on name patterns (`LD_*`) asks each name alone.
-            for name in &env_names {
-                let mut c = ctx.clone();
+            for name in &exec.env_names {
+                let mut c = exec.ctx.clone();
                 if let Value::Object(m) = &mut c {
                     m.insert("env_var".into(), json!({ "name": name }));
                 }
                 out.push(sub(tool, cwd, "", c, format!("env {name}")));
             }
-            for cap in ["process_write", "process_network"] {
-                let mut s = sub(cap, cwd, "", ctx.clone(), summary.clone());
-                s.gating = false;
-                out.push(s);
-            }
+            // The write scope's first candidate is the command's cwd; the others (the
+            // operator's `command_write_paths` and `.git`) are decided when the command starts
+            // ([`write_scope_requests`]).
+            out.extend(write_scope_requests(&exec, std::slice::from_ref(&exec.cwd)));
+            let mut net = sub("process_network", cwd, "", exec.ctx.clone(), exec.summary);
+            net.gating = false;
+            out.push(net);
             out
         }
         ToolCall::ApprovalCreate(p) => {
@@ -489,6 +462,110 @@ pub fn build_requests(
             vec![sub(tool, ".", "", ctx, pf.id.clone())]
         }
     })
+}
+
+/// The facts of an `exec_command` call every one of its requests carries: its checked `cwd`,
+/// `context` (session and `command`), the audit summary and the `env` names.
+#[derive(Debug, Clone)]
+pub struct ExecFacts {
+    /// The working directory (workspace-relative, `.` for the root).
+    pub cwd: RelPath,
+    /// `context` with `session` and `command`.
+    pub ctx: Value,
+    /// What the audit log shows for the command (the first 200 characters of its line).
+    pub summary: String,
+    /// The names of the call's `env` (sorted).
+    pub env_names: Vec<String>,
+}
+
+/// Checks an `exec_command` call's argv, `env` and `cwd` and builds the facts its requests
+/// share. Errors are the refusals the builder makes before Cedar is asked.
+pub fn exec_facts(
+    p: &crate::wire::ExecCommandParams,
+    session: &Session,
+) -> Result<ExecFacts, ToolError> {
+    if p.command.first().is_none_or(|a| a.is_empty()) {
+        return Err(ToolError::new(
+            ErrorCode::InvalidCommand,
+            "command must be a non-empty argv whose first word is not empty",
+        ));
+    }
+    if p.command.iter().any(|a| a.contains('\0')) {
+        return Err(ToolError::new(
+            ErrorCode::InvalidCommand,
+            "command words must not contain NUL bytes",
+        ));
+    }
+    let env_names = exec_env_names(p.env.as_ref())?;
+    let cwd = match p.cwd.as_deref().filter(|s| !s.is_empty()) {
+        Some(c) => RelPath::parse(c).map_err(path_error)?,
+        None => RelPath::root(),
+    };
+    let mut cmd = command_facts(&p.command, p.tty.unwrap_or(false));
+    if let Value::Object(m) = &mut cmd {
+        m.insert("env_names".into(), json!(env_names));
+        m.insert("background".into(), json!(p.background.unwrap_or(false)));
+    }
+    let summary = cmd
+        .get("line")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .chars()
+        .take(200)
+        .collect::<String>();
+    let mut ctx = json!({ "session": session_ctx(session) });
+    if let Value::Object(m) = &mut ctx {
+        m.insert("command".into(), cmd);
+    }
+    Ok(ExecFacts {
+        cwd,
+        ctx,
+        summary,
+        env_names,
+    })
+}
+
+/// The `process_write` requests of a command's write scope: one per candidate directory
+/// (resource path = the candidate, the command's facts in the context), non-gating (a deny
+/// narrows where the command may write). The subject is `write <path>`.
+pub fn write_scope_requests(exec: &ExecFacts, candidates: &[RelPath]) -> Vec<SubRequest> {
+    candidates
+        .iter()
+        .map(|c| {
+            let mut s = sub(
+                "process_write",
+                c.as_str(),
+                "",
+                exec.ctx.clone(),
+                format!("write {}", c.as_str()),
+            );
+            s.gating = false;
+            s
+        })
+        .collect()
+}
+
+/// The candidates of a command's write scope, each once, in order: its `cwd`, the operator's
+/// `command_write_paths`, then `.git` (the git metadata every command gets read-only unless a
+/// policy permits `process_write` there) and any `extra` (nested `.git` the gateway found).
+pub fn write_scope_candidates(
+    cwd: &RelPath,
+    configured: &[String],
+    extra: &[RelPath],
+) -> Vec<RelPath> {
+    let mut out: Vec<RelPath> = vec![cwd.clone()];
+    let git = RelPath::parse(".git").ok();
+    for c in configured
+        .iter()
+        .filter_map(|c| RelPath::parse(c).ok())
+        .chain(git)
+        .chain(extra.iter().cloned())
+    {
+        if !out.contains(&c) {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Replaces `context.approval` of every request with `facts`.

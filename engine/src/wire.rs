@@ -524,6 +524,21 @@ pub struct ExecCommandResult {
     /// With `yield_ms` and `stderr: "separate"`: the stderr cursor to pass to read_process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr_cursor: Option<u64>,
+    /// Where the command may write in its workspace (sandboxed commands; ours): the candidates
+    /// Cedar allowed (`process_write`) and the ones it denied. A write elsewhere in the
+    /// workspace fails in the command with `EACCES` or `EROFS`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_paths: Option<WritePaths>,
+}
+
+/// A command's write scope in its workspace (workspace-relative directories, `.` for the root).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+pub struct WritePaths {
+    /// The command may write beneath each of these (existing directories).
+    pub writable: Vec<String>,
+    /// The command may not write beneath these: candidates policy denied (`.git` by default).
+    /// One that lies beneath a writable one is a read-only mount in the command's sandbox.
+    pub read_only: Vec<String>,
 }
 
 /// Result of `write_stdin` and `terminate_process`.

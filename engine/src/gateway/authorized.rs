@@ -161,6 +161,17 @@ impl Authorized<'_> {
             .await
     }
 
+    /// The write scope of the command this `exec_command` call is about to start (decided and
+    /// audited here, see `gateway/write_scope.rs`).
+    pub(crate) async fn write_scope(
+        &self,
+        exec: &crate::request::ExecFacts,
+    ) -> Result<super::write_scope::WriteScope, crate::ToolError> {
+        self.gateway
+            .write_scope(self.snap, self.ws, self.session, &self.decision, exec)
+            .await
+    }
+
     /// Decides a large batch of this call's sub-requests on the blocking pool (no cache, no
     /// audit rows: the listing tools audit what they withhold).
     pub(crate) async fn decide_on_blocking_pool(

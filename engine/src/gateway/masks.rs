@@ -95,14 +95,21 @@ impl Gateway {
 
 impl Services {
     /// Audit rows for the masks of a started command: one `read` deny row per masked path, under
-    /// the command's own decision id (paths and policy ids only, never contents).
-    pub(crate) fn audit_masks(&self, exec: &Decision, masks: &[Mask], session: &Session) {
+    /// the command's own decision id after its own rows and the `after` rows of its write
+    /// scope (paths and policy ids only, never contents).
+    pub(crate) fn audit_masks(
+        &self,
+        exec: &Decision,
+        after: usize,
+        masks: &[Mask],
+        session: &Session,
+    ) {
         let Some(store) = &self.store else { return };
         if masks.is_empty() {
             return;
         }
         let at_ms = codespace_store::now_ms();
-        let first = exec.subs.len();
+        let first = exec.subs.len() + after;
         let rows: Vec<DecisionRow> = masks
             .iter()
             .enumerate()

@@ -20,6 +20,7 @@ pub mod ops;
 pub mod patches;
 mod processes;
 pub mod temp_files;
+mod write_scope;
 pub(crate) use authorized::Authorized;
 use cedar_policy::Entities;
 use codespace_runner_fs::Root;

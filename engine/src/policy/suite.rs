@@ -181,9 +181,15 @@ pub struct TestCase {
     /// Policy ids that must be among the determining ones.
     #[serde(default)]
     pub reason: Vec<String>,
-    /// Expected sandbox-capability decisions (`process_write: allow`).
+    /// Expected sandbox-capability decisions (`process_write: allow`; `process_write` is the
+    /// command's `cwd`).
     #[serde(default)]
     pub capabilities: BTreeMap<String, String>,
+    /// Expected `process_write` decisions of an `exec_command`'s write scope, per candidate
+    /// directory (`{".git": deny, "target": allow}`): each path is decided as the server decides
+    /// it when the command starts.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub write_paths: BTreeMap<String, String>,
     /// Expect evaluation errors (default: none allowed).
     #[serde(default)]
     pub errors: bool,
@@ -641,6 +647,16 @@ pub fn run_file_in(
                         } else {
                             Vec::new()
                         };
+                        // The other candidates of a command's write scope, decided as the server
+                        // decides them when the command starts.
+                        if let Some(ToolCall::ExecCommand(p)) = &call
+                            && !case.write_paths.is_empty()
+                        {
+                            match write_case_requests(p, &session, &case.write_paths) {
+                                Ok(extra) => reqs.extend(extra),
+                                Err(e) => failures.push(format!("write_paths: {e}")),
+                            }
+                        }
                         if opts.alternatives && !alts.is_empty() {
                             for (i, req) in reqs.iter().chain(&confirm_reqs).enumerate() {
                                 let op_id = format!("alt/{i}");
@@ -1082,6 +1098,54 @@ fn check(snap: &PolicySnapshot, case: &TestCase, d: &Decision, failures: &mut Ve
             None => failures.push(format!("capability {cap}: not requested by this call")),
         }
     }
+    for (path, want) in &case.write_paths {
+        let norm = codespace_runner_fs::RelPath::parse(path)
+            .map(|p| p.as_str().to_string())
+            .unwrap_or_else(|_| path.clone());
+        let subject = format!("write {norm}");
+        let Some(s) = d
+            .subs
+            .iter()
+            .find(|s| s.action == "process_write" && s.subject == subject)
+        else {
+            failures.push(format!(
+                "write_paths `{path}`: not requested (only exec_command has a write scope)"
+            ));
+            continue;
+        };
+        let got = if s.allowed { "allow" } else { "deny" };
+        if got != want {
+            let why = if s.policy_ids.is_empty() {
+                "no policy permits it (default deny)".to_string()
+            } else {
+                format!(
+                    "determined by {}",
+                    s.policy_ids
+                        .iter()
+                        .map(|i| policy_with_reason(snap, i))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            };
+            failures.push(format!(
+                "write_paths `{path}`: expected {want}, got {got}: {why}"
+            ));
+        }
+    }
+}
+
+/// The `process_write` requests of a case's `write_paths` (each path normalized).
+fn write_case_requests(
+    p: &crate::wire::ExecCommandParams,
+    session: &Session,
+    paths: &BTreeMap<String, String>,
+) -> Result<Vec<SubRequest>, String> {
+    let exec = crate::request::exec_facts(p, session).map_err(|e| e.message)?;
+    let candidates = paths
+        .keys()
+        .map(|k| codespace_runner_fs::RelPath::parse(k).map_err(|e| format!("`{k}`: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(crate::request::write_scope_requests(&exec, &candidates))
 }
 
 /// A `tools/call` that cannot be parsed, in the contract's terms: an unknown tool is

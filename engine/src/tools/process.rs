@@ -34,6 +34,17 @@ fn requires_sandbox(ws: &WorkspaceRuntime) -> bool {
     ws.facts.workspace_sandbox != crate::config::SandboxMode::Off
 }
 
+/// A command [`Authorized::start`] started.
+struct Started {
+    id: String,
+    pid: u32,
+    row: ProcessRow,
+    /// The proxy's control task of a `network: proxy` command.
+    proxy_control: Option<tokio::task::AbortHandle>,
+    /// Its write scope (sandboxed commands).
+    write_paths: Option<crate::wire::WritePaths>,
+}
+
 impl Authorized<'_> {
     /// A fresh egress proxy and control socket pair for a command of `ws` started by `session`.
     fn proxy_for(&self, ws: &WorkspaceRuntime, session: &Session) -> Result<ProxySetup, ToolError> {
@@ -301,7 +312,13 @@ impl Authorized<'_> {
             Box::new(move |id: &str| leases.release_exited(&workspace, id, ticket)) as ExitHook
         });
         let started = self.start(p, &cwd, &op_id, on_exit).await;
-        let (id, pid, row, proxy_control) = match started {
+        let Started {
+            id,
+            pid,
+            row,
+            proxy_control,
+            write_paths,
+        } = match started {
             Ok(s) => s,
             Err(e) => {
                 let e = e.with_operation(op_id.clone());
@@ -325,6 +342,7 @@ impl Authorized<'_> {
             eof: None,
             stderr_chunk: None,
             stderr_cursor: None,
+            write_paths,
         };
         self.finish_operation(
             &op_id,
@@ -457,7 +475,7 @@ impl Authorized<'_> {
         cwd: &RelPath,
         op_id: &str,
         on_exit: Option<ExitHook>,
-    ) -> Result<(String, u32, ProcessRow, Option<tokio::task::AbortHandle>), ToolError> {
+    ) -> Result<Started, ToolError> {
         let (ws, session, decision) = (self.ws(), self.session(), self.decision());
         let root = self
             .config
@@ -468,6 +486,13 @@ impl Authorized<'_> {
         let tty = p.tty.unwrap_or(false);
         let sandboxed = requires_sandbox(ws);
         let paths = self.command_paths(&ws.facts.id)?;
+        // Where the command may write: `process_write` decided per candidate directory.
+        let scope = if sandboxed {
+            let exec = crate::request::exec_facts(p, session)?;
+            Some(self.write_scope(&exec).await?)
+        } else {
+            None
+        };
         // Paths policy withholds from `read` are masked from the command too (fail closed).
         let masks = if sandboxed {
             self.secret_masks().await?
@@ -497,9 +522,20 @@ impl Authorized<'_> {
             }
             _ => None,
         };
+        let scope_view = scope.clone().unwrap_or_default();
         let plan = SandboxPlan {
             workspace_root: root.clone(),
-            write_workspace: decision.allows("process_write"),
+            write_workspace: scope_view.root_writable,
+            write_paths: scope_view
+                .writable
+                .iter()
+                .map(|p| root.join(p.as_str()))
+                .collect(),
+            read_only: scope_view
+                .read_only_mounts
+                .iter()
+                .map(|p| root.join(p.as_str()))
+                .collect(),
             network,
             tmp_dir: tmp_dir.as_ref().map(|t| t.path().to_path_buf()),
             extra_read: paths.read_paths.clone(),
@@ -604,7 +640,7 @@ impl Authorized<'_> {
                 format!("command sandbox refused to start the command: {why}"),
             ));
         }
-        self.audit_masks(decision, &masks, session);
+        self.audit_masks(decision, scope_view.audited, &masks, session);
         let program = p
             .command
             .first()
@@ -624,12 +660,13 @@ impl Authorized<'_> {
             started_ms: codespace_store::now_ms(),
             ended_ms: None,
         };
-        Ok((
-            spawned.id,
-            spawned.pid,
+        Ok(Started {
+            id: spawned.id,
+            pid: spawned.pid,
             row,
-            proxy.map(|(_, control)| control.abort_handle()),
-        ))
+            proxy_control: proxy.map(|(_, control)| control.abort_handle()),
+            write_paths: scope.map(|s| s.paths),
+        })
     }
 
     fn fail_operation(&self, op_id: &str, e: &ToolError) {

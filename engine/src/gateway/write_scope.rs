@@ -1,0 +1,299 @@
+//! The gateway's side of a command's write scope: before a command starts, `process_write` is
+//! decided for each candidate directory (the command's `cwd`, the operator's
+//! `command_write_paths`, `.git` and every nested `.git` the path index knows), audited under the
+//! command's own decision id, and the answers become the sandbox's writable directories and
+//! read-only mounts.
+
+use super::{Audit, Gateway, WorkspaceRuntime};
+use crate::error::{ErrorCode, ToolError};
+use crate::policy::PolicySnapshot;
+use crate::policy::decide::Decision;
+use crate::request::{
+    ExecFacts, Session, SubRequest, write_scope_candidates, write_scope_requests,
+};
+use crate::wire::WritePaths;
+use codespace_runner_fs::{Kind, RelPath, Root};
+use std::sync::Arc;
+
+/// Most nested `.git` (beneath subdirectories) one command's scope decides.
+const MAX_NESTED_GIT: usize = 64;
+
+/// A decided write scope, ready for the sandbox plan.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct WriteScope {
+    /// The wire view (`exec_command`'s `write_paths`).
+    pub(crate) paths: WritePaths,
+    /// The workspace root itself is writable.
+    pub(crate) root_writable: bool,
+    /// Writable directories beneath the root.
+    pub(crate) writable: Vec<RelPath>,
+    /// Denied paths beneath a writable directory: read-only mounts.
+    pub(crate) read_only_mounts: Vec<RelPath>,
+    /// How many audit rows the scope wrote after the command's own (the next free sub index).
+    pub(crate) audited: usize,
+}
+
+/// One decided candidate.
+struct Decided {
+    path: RelPath,
+    allowed: bool,
+    /// Created (`mkdir -p`, no symlink followed) when allowed and missing: only the operator's
+    /// own candidates, never `.git`.
+    create: bool,
+}
+
+impl Gateway {
+    /// Decides the write scope of a command about to start in `ws` (see the module doc). The
+    /// cwd's `process_write` was decided with the call (`exec`); the other candidates are
+    /// decided here.
+    pub(crate) async fn write_scope(
+        &self,
+        snap: &PolicySnapshot,
+        ws: &WorkspaceRuntime,
+        session: &Session,
+        exec_decision: &Decision,
+        exec: &ExecFacts,
+    ) -> Result<WriteScope, ToolError> {
+        let configured = self
+            .config()
+            .workspaces
+            .get(&ws.facts.id)
+            .map(|w| w.command_write_paths.clone())
+            .unwrap_or_else(crate::config::default_command_write_paths);
+        let nested = self.nested_git(ws).await;
+        let candidates = write_scope_candidates(&exec.cwd, &configured, &nested);
+        let cwd_allowed = exec_decision
+            .subs
+            .iter()
+            .find(|s| s.action == "process_write")
+            .is_some_and(|s| s.allowed);
+        let rest: Vec<RelPath> = candidates.iter().skip(1).cloned().collect();
+        let reqs = write_scope_requests(exec, &rest);
+        let d = self.decide_reqs(
+            snap,
+            &ws.facts,
+            &exec_decision.tool,
+            &reqs,
+            session,
+            Audit::None,
+        );
+        self.audit_write_scope(snap, exec_decision, &d, ws, &reqs, session);
+        let mut decided = vec![Decided {
+            path: exec.cwd.clone(),
+            allowed: cwd_allowed,
+            create: false,
+        }];
+        for (path, sub) in rest.into_iter().zip(&d.subs) {
+            let create = configured.iter().any(|c| c == path.as_str());
+            decided.push(Decided {
+                path,
+                allowed: sub.allowed,
+                create,
+            });
+        }
+        let root = Arc::clone(&ws.root);
+        let mut scope = tokio::task::spawn_blocking(move || shape(&root, decided))
+            .await
+            .map_err(|e| {
+                ToolError::new(
+                    ErrorCode::ProcessSpawnFailed,
+                    format!("write scope task: {e}"),
+                )
+            })??;
+        scope.audited = d.subs.len();
+        Ok(scope)
+    }
+
+    /// The nested `.git` entries the workspace's path index lists (not the root's own `.git`,
+    /// always a candidate), at most [`MAX_NESTED_GIT`]; none when the index cannot list.
+    async fn nested_git(&self, ws: &WorkspaceRuntime) -> Vec<RelPath> {
+        crate::index::ensure_reaper(&ws.index);
+        let index = Arc::clone(&ws.index);
+        let versions = Arc::clone(&ws.versions);
+        let Ok(Ok((listing, _))) =
+            tokio::task::spawn_blocking(move || index.listing(&versions)).await
+        else {
+            return Vec::new();
+        };
+        listing
+            .entries
+            .iter()
+            .filter(|e| e.path.ends_with("/.git"))
+            .filter_map(|e| RelPath::parse(&e.path).ok())
+            .take(MAX_NESTED_GIT)
+            .collect()
+    }
+
+    /// The audit rows of the scope's decisions, under the command's decision id right after its
+    /// own rows, written ahead like the command's.
+    fn audit_write_scope(
+        &self,
+        snap: &PolicySnapshot,
+        exec_decision: &Decision,
+        d: &Decision,
+        ws: &WorkspaceRuntime,
+        reqs: &[SubRequest],
+        session: &Session,
+    ) {
+        let Some(store) = &self.store else { return };
+        if d.subs.is_empty() {
+            return;
+        }
+        let shadow = self.shadow_decision(&ws.facts, &d.tool, reqs);
+        let at = super::RowContext::now(snap, &ws.facts, session);
+        let first = exec_decision.subs.len();
+        let rows: Vec<codespace_store::DecisionRow> = super::rows_with_shadow(
+            &self.config.profiles,
+            &self.config.redaction,
+            &at,
+            d,
+            shadow.as_ref(),
+            reqs,
+        )
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut row)| {
+            row.decision_id.clone_from(&exec_decision.decision_id);
+            row.sub_index = i64::try_from(first + i).unwrap_or(i64::MAX);
+            row
+        })
+        .collect();
+        crate::audit::append(store, rows, &exec_decision.decision_id, true);
+    }
+}
+
+/// Turns decided candidates into the scope (blocking: it stats and may create directories).
+/// A missing allowed candidate of the operator's is created; a missing `.git` is not (nothing
+/// to protect yet), nor anything behind a symlink (it stays unwritable and is named nowhere).
+fn shape(root: &Root, decided: Vec<Decided>) -> Result<WriteScope, ToolError> {
+    let mut scope = WriteScope::default();
+    let mut denied: Vec<RelPath> = Vec::new();
+    for c in decided {
+        let kind = match root.stat(&c.path) {
+            Ok(Some(m)) => Some(m.kind),
+            Ok(None) => None,
+            // A symlink or a file on the way: nothing there can be granted.
+            Err(_) => continue,
+        };
+        match (c.allowed, kind) {
+            (true, Some(Kind::Dir)) => push(&mut scope.writable, c.path),
+            (true, None) if c.create => {
+                root.create_dirs(&c.path).map_err(|e| {
+                    ToolError::new(
+                        ErrorCode::ProcessSpawnFailed,
+                        format!(
+                            "cannot create the write path `{}` of the command: {e}",
+                            c.path.as_str()
+                        ),
+                    )
+                })?;
+                push(&mut scope.writable, c.path);
+            }
+            (false, Some(Kind::Dir | Kind::File)) => push(&mut denied, c.path),
+            _ => {}
+        }
+    }
+    scope.root_writable = scope.writable.iter().any(RelPath::is_root);
+    let beneath_writable = |p: &RelPath| {
+        scope
+            .writable
+            .iter()
+            .any(|w| w.is_root() || p.as_str().starts_with(&format!("{}/", w.as_str())))
+    };
+    scope.read_only_mounts = denied
+        .iter()
+        .filter(|p| !p.is_root() && beneath_writable(p))
+        .cloned()
+        .collect();
+    scope.paths = WritePaths {
+        writable: scope
+            .writable
+            .iter()
+            .map(|p| p.as_str().to_string())
+            .collect(),
+        read_only: denied.iter().map(|p| p.as_str().to_string()).collect(),
+    };
+    scope.writable.retain(|p| !p.is_root());
+    Ok(scope)
+}
+
+fn push(list: &mut Vec<RelPath>, p: RelPath) {
+    if !list.contains(&p) {
+        list.push(p);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decided(path: &str, allowed: bool, create: bool) -> Decided {
+        Decided {
+            path: RelPath::parse(path).unwrap(),
+            allowed,
+            create,
+        }
+    }
+
+    #[test]
+    fn denied_paths_beneath_a_writable_one_become_read_only_mounts() {
+        let dir = tempfile::tempdir().unwrap();
+        for d in [".git", "src", "target"] {
+            std::fs::create_dir(dir.path().join(d)).unwrap();
+        }
+        let root = Root::open(dir.path()).unwrap();
+        let scope = shape(
+            &root,
+            vec![
+                decided(".", true, false),
+                decided("src", false, true),
+                decided(".git", false, false),
+            ],
+        )
+        .unwrap();
+        assert!(scope.root_writable);
+        assert!(scope.writable.is_empty());
+        assert_eq!(scope.paths.writable, vec!["."]);
+        assert_eq!(scope.paths.read_only, vec!["src", ".git"]);
+        let mounts: Vec<&str> = scope.read_only_mounts.iter().map(RelPath::as_str).collect();
+        assert_eq!(mounts, vec!["src", ".git"]);
+    }
+
+    #[test]
+    fn only_target_is_created_and_writable_and_nothing_is_mounted() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join(".git")).unwrap();
+        let root = Root::open(dir.path()).unwrap();
+        let scope = shape(
+            &root,
+            vec![
+                decided(".", false, false),
+                decided("target", true, true),
+                decided(".git", false, false),
+                decided("missing/.git", true, false),
+            ],
+        )
+        .unwrap();
+        assert!(!scope.root_writable);
+        assert!(
+            dir.path().join("target").is_dir(),
+            "an allowed candidate is created"
+        );
+        assert!(
+            !dir.path().join("missing").exists(),
+            "a .git is never created"
+        );
+        assert_eq!(scope.paths.writable, vec!["target"]);
+        assert_eq!(scope.paths.read_only, vec![".", ".git"]);
+        assert!(scope.read_only_mounts.is_empty());
+    }
+
+    #[test]
+    fn a_symlinked_candidate_is_never_granted() {
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("/tmp", dir.path().join("target")).unwrap();
+        let root = Root::open(dir.path()).unwrap();
+        let scope = shape(&root, vec![decided("target", true, true)]).unwrap();
+        assert!(scope.paths.writable.is_empty(), "{:?}", scope.paths);
+    }
+}
