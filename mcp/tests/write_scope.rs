@@ -99,6 +99,14 @@ async fn the_shipped_profile_writes_the_workspace_but_never_its_git_metadata() {
         json!({"writable": ["."], "read_only": [".git"]}),
         "{r}"
     );
+    let info = call(&e.gw, "workspace_info", json!({"workspace_id": "w"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        info["execution"]["isolation"]["write_paths"],
+        json!({"writable": ["."], "read_only": [".git"]}),
+        "{info}"
+    );
     // The audit log has the `.git` candidate's deny under the command's own decision id.
     let rows =
         e.gw.store()
@@ -237,6 +245,15 @@ async fn a_scope_of_only_target_refuses_every_other_write_in_the_command() {
         r["write_paths"],
         json!({"writable": ["target"], "read_only": [".", ".git"]}),
         "{r}"
+    );
+    // workspace_info tells the same before any command runs.
+    let info = call(&e.gw, "workspace_info", json!({"workspace_id": "w"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        info["execution"]["isolation"]["write_paths"],
+        json!({"writable": ["target"], "read_only": [".", "tmp", ".git"]}),
+        "{info}"
     );
 }
 

@@ -142,6 +142,7 @@ impl Authorized<'_> {
                 "command_sandbox": if sandbox_on { "linux-sandbox" } else { "none" },
                 "sandbox": ws.facts.workspace_sandbox.as_str(),
                 "read_paths": read_path_names,
+                "write_paths": if sandbox_on { json!(self.write_paths_view(id)) } else { Value::Null },
                 "pids": {"limit": pids.limit, "mechanism": pids.mechanism.as_str()},
                 "secret_masking": ws.facts.secret_masking.as_str(),
             },
@@ -166,5 +167,44 @@ impl Authorized<'_> {
             m.insert("execution".into(), execution);
         }
         Ok(out)
+    }
+
+    /// The write scope of a command at the workspace root whose facts no policy names
+    /// (`execution.isolation.write_paths`): the operator's candidates and `.git`, each decided
+    /// (quietly) like a command's. A policy that reads `context.command` may grant a given
+    /// command more or less: `exec_command`'s result shows the scope each command got.
+    fn write_paths_view(&self, id: &str) -> crate::wire::WritePaths {
+        let configured = self
+            .config
+            .workspaces
+            .get(id)
+            .map(|w| w.command_write_paths.clone())
+            .unwrap_or_else(crate::config::default_command_write_paths);
+        let root = codespace_runner_fs::RelPath::root();
+        let candidates = crate::request::write_scope_candidates(&root, &configured, &[]);
+        let mut ctx = json!({
+            "session": {"client": self.session().client, "transport": self.session().transport},
+        });
+        if let Value::Object(m) = &mut ctx {
+            m.insert("command".into(), crate::request::command_facts(&[], false));
+        }
+        let exec = crate::request::ExecFacts {
+            cwd: root,
+            ctx,
+            summary: String::new(),
+            env_names: Vec::new(),
+        };
+        let reqs = crate::request::write_scope_requests(&exec, &candidates);
+        let d = self.decide_quietly("exec_command", &reqs);
+        let mut view = crate::wire::WritePaths::default();
+        for (c, sub) in candidates.iter().zip(&d.subs) {
+            let list = if sub.allowed {
+                &mut view.writable
+            } else {
+                &mut view.read_only
+            };
+            list.push(c.as_str().to_string());
+        }
+        view
     }
 }
