@@ -139,11 +139,17 @@ fn tree_assumptions(tree: &ProfileTree, names: &BTreeSet<String>, among: &[Strin
     out
 }
 
-/// Facts of the request model about `basename`: it is the last component of `path` (for the
-/// names a property's globs end with) and never holds a `/`.
-fn basename_facts(names: &BTreeSet<String>) -> String {
+/// Facts of the request model: `path` is workspace-relative and normalized (never empty or
+/// absolute, no `.`/`..`/empty component; `.` is the root), `basename` is its last component
+/// (for the names a property's globs end with) and never holds a `/`.
+fn model_facts(names: &BTreeSet<String>) -> String {
     let mut out = String::from(
-        "forbid (principal, action, resource) when { resource.basename like \"*/*\" };\n",
+        "forbid (principal, action, resource) when { resource.basename like \"*/*\" };\n\
+         forbid (principal, action, resource) when { resource.path == \"\" || \
+         resource.path like \"/*\" || resource.path like \"*/\" || resource.path like \"*//*\" || \
+         resource.path == \"..\" || resource.path like \"../*\" || resource.path like \"*/../*\" || \
+         resource.path like \"*/..\" || resource.path like \"./*\" || resource.path like \"*/./*\" || \
+         resource.path like \"*/.\" };\n",
     );
     for b in names {
         let b = lit(b);
@@ -784,7 +790,7 @@ async fn prove(
         let text = format!(
             "{}{}forbid (principal, action, resource) {} {{ {} }};\n",
             tree_assumptions(ctx.tree, &ctx.names, profiles),
-            basename_facts(&bases),
+            model_facts(&bases),
             if inside { "unless" } else { "when" },
             conds.join(" || ")
         );
