@@ -250,9 +250,10 @@ fn custom_properties_hold_on_the_config_tree_and_a_false_one_shows_the_request()
     assert!(out.contains("8 of 9 properties proven"), "{out}");
 
     // The same files with ci-runner below workspace-write: it inherits the workspace-wide write.
-    let cfg = std::fs::read_to_string(&config)
-        .unwrap()
-        .replace("\"extends\": \"read-only\"", "\"extends\": \"workspace-write\"");
+    let cfg = std::fs::read_to_string(&config).unwrap().replace(
+        "\"extends\": \"read-only\"",
+        "\"extends\": \"workspace-write\"",
+    );
     std::fs::write(&config, cfg).unwrap();
     let o = verify(&[
         "--config",
@@ -316,4 +317,31 @@ fn a_properties_file_naming_an_unknown_profile_is_refused_with_the_field() {
         "{out}"
     );
     assert!(!out.contains("proven"), "{out}");
+}
+
+/// `policy diff`: a candidate that widens where commands may write (a `process_write` that
+/// flips deny → allow, a sandbox capability and not a gating request) is a widening: exit 3.
+#[test]
+fn diff_counts_a_widened_command_write_scope_as_widening() {
+    let dir = tempfile::tempdir().unwrap();
+    let pol = policies(dir.path(), without_git_guardrail, &[]);
+    let o = Command::new(BIN)
+        .args(["policy", "diff", "--policies", "policies", "--against"])
+        .arg(&pol)
+        .args(["--tests", "--store"])
+        .arg(dir.path().join("none.db"))
+        .current_dir(repo())
+        .env_remove("CODESPACE_CONFIG")
+        .output()
+        .unwrap();
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(3), "{out}");
+    assert!(
+        out.contains("WIDENING      3  exec_command/process_write  +workspace-write.permit.process-write -base.forbid.git-metadata-command-write"),
+        "{out}"
+    );
+    assert!(
+        out.contains("git-metadata-command-write.yaml :: a command in .git/hooks runs without write access there"),
+        "{out}"
+    );
 }
