@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # CI step: prove the shipped policy set's properties with Cedar's symbolic compiler
-# (`codespace policy verify`, cedar-policy-symcc + cvc5), and check that the proof bites: a
-# candidate that lets read-only run a command, and is wider than the shipped set, must fail.
+# (`codespace policy verify`, cedar-policy-symcc + cvc5) with the custom properties of
+# policies/examples/verify.toml, and check that the proofs bite: a candidate that lets read-only
+# run a command, and is wider than the shipped set, must fail; a candidate without the guardrail
+# that keeps commands out of .git must fail "no profile lets a command write .git/**" with a
+# counterexample.
 # Installs the solver (Debian's cvc5, run with --strings-exp) when it is missing; this is the
 # documented install step (docs/policy.md, "Symbolic checks").
 #
@@ -25,8 +28,9 @@ if [ -z "${CVC5:-}" ] && ! command -v cvc5 >/dev/null 2>&1; then
 fi
 echo "ci-policy-verify: $(${CVC5:-cvc5} --version | head -1)"
 
-echo "ci-policy-verify: the shipped set (expect exit 0)"
-"$bin" policy verify --policies policies --schema schema/codespace.cedarschema
+echo "ci-policy-verify: the shipped set with policies/examples/verify.toml (expect exit 0)"
+"$bin" policy verify --policies policies --schema schema/codespace.cedarschema \
+    --properties policies/examples/verify.toml
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -45,6 +49,32 @@ set -e
 cat "$work/wide.out"
 if [ "$code" -ne 1 ] || ! grep -q 'the authorizer says allow under the set (by read-only.permit.make)' "$work/wide.out"; then
     echo "ci-policy-verify: FAILED: the widening candidate was not refused with a replayed counterexample (exit $code)"
+    exit 1
+fi
+
+# The git property bites: the shipped set without base.forbid.git-metadata-command-write.
+cp -r policies "$work/git"
+python3 - "$work/git/base/guardrails.cedar" <<'PY'
+import sys
+path = sys.argv[1]
+text = open(path).read()
+start = text.index('@id("base.forbid.git-metadata-command-write")')
+end = text.index("};", start) + 2
+open(path, "w").write(text[:start] + text[end:])
+PY
+echo "ci-policy-verify: a candidate that lets commands write .git (expect exit 1 with a counterexample)"
+set +e
+"$bin" policy verify --policies "$work/git" --schema schema/codespace.cedarschema \
+    --properties policies/examples/verify.toml > "$work/git.out"
+code=$?
+set -e
+cat "$work/git.out"
+if [ "$code" -ne 1 ] \
+    || ! grep -q '^FAILED  no profile lets a command write .git/\*\*' "$work/git.out" \
+    || ! grep -q '^FAILED  no command writes git metadata' "$work/git.out" \
+    || ! grep -q 'process_write: counterexample: principal CodeSpace::PermissionProfile::"workspace-write", action CodeSpace::Action::"process_write", path "[^"]*\.git' "$work/git.out" \
+    || ! grep -q 'the authorizer says allow under the set (by workspace-write.permit.process-write)' "$work/git.out"; then
+    echo "ci-policy-verify: FAILED: the .git candidate was not refused with a replayed counterexample (exit $code)"
     exit 1
 fi
 echo "ci-policy-verify: ok"

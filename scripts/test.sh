@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The CodeSpace test command (what the README and CI run):
 #   1. scripts/check-no-model-deps.sh, and its --self-test
-#   2. cargo build --workspace, cargo test --workspace (both with the test-hooks feature)
+#   2. cargo build --workspace, cargo test --workspace (both with the test-hooks feature); the
+#      SMT solver cvc5 the `policy verify` tests need is installed first (Debian package) when
+#      it is missing and CVC5 is unset
 #   3. codespace policy validate, codespace policy test (the shipped policies/)
 #   4. python3 -m pytest -q tests/py (official MCP SDK over stdio/HTTP against the built binary)
 # Every step runs and prints its own summary; the script exits non-zero when any step failed.
@@ -75,6 +77,28 @@ pytest_e2e() {
   CODESPACE_BIN="$BIN" "$PYTHON" -m pytest -q tests/py
 }
 
+# cvc5 for the `policy verify` tests (they skip without it, and fail when CI=true): installed
+# from Debian when missing, as root or with passwordless sudo; otherwise a note (an error under CI).
+solver() {
+  if [[ -n "${CVC5:-}" ]] || command -v cvc5 >/dev/null 2>&1; then
+    echo "cvc5: $("${CVC5:-cvc5}" --version | head -1)"
+    return 0
+  fi
+  local sudo=()
+  if [[ "$(id -u)" -ne 0 ]]; then
+    if ! sudo -n true 2>/dev/null; then
+      echo "cvc5 is missing and cannot be installed without root: the policy verify tests skip (apt-get install cvc5)"
+      [[ "${CI:-}" != "true" ]]
+      return
+    fi
+    sudo=(sudo -n)
+  fi
+  echo "installing cvc5 (Debian package) for the policy verify tests"
+  "${sudo[@]+"${sudo[@]}"}" apt-get update -qq &&
+    "${sudo[@]+"${sudo[@]}"}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cvc5 >/dev/null &&
+    echo "installed: $(dpkg-query -W -f '${Package} ${Version}' cvc5), $(cvc5 --version | head -1)"
+}
+
 step "check-no-model-deps" scripts/check-no-model-deps.sh
 step "check-no-model-deps --self-test" scripts/check-no-model-deps.sh --self-test
 before=${#failed[@]}
@@ -83,6 +107,7 @@ before=${#failed[@]}
 HOOKS=(--features codespace-mcp/test-hooks)
 step "cargo build --workspace" cargo build --workspace "${HOOKS[@]}" "${LOCKED[@]+"${LOCKED[@]}"}"
 if [[ ${#failed[@]} -eq $before && -x "$BIN" ]]; then
+  step "cvc5 (policy verify tests)" solver
   step "cargo test --workspace" cargo test --workspace --no-fail-fast "${HOOKS[@]}" "${LOCKED[@]+"${LOCKED[@]}"}"
   step "codespace policy validate" "$BIN" policy validate --policies policies
   step "codespace policy test" "$BIN" policy test --policies policies --coverage-min 100 --fail-on-empty

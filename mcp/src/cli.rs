@@ -132,9 +132,10 @@ enum PolicyCommand {
         #[command(flatten)]
         loc: PolicyLocation,
     },
-    /// Prove properties with Cedar's symbolic compiler and cvc5 (read-only never mutates; no
-    /// profile writes git hooks/config or server-owned files; no policy errors; --implies OLD).
-    /// Exit 0 proven, 1 a property fails, 4 no solver found.
+    /// Prove properties with Cedar's symbolic compiler and cvc5 over the config's profile tree
+    /// (read-only never mutates; no profile writes git hooks/config or server-owned files; no
+    /// command writes .git/**; read-only ⊆ workspace-write; no policy errors; --implies OLD;
+    /// --properties FILE). Exit 0 proven, 1 a property fails, 4 no solver found.
     #[command(after_help = crate::help::POLICY_VERIFY)]
     Verify {
         #[command(flatten)]

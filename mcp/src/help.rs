@@ -120,7 +120,14 @@ Examples:
 pub const POLICY_VERIFY: &str = "\
 Examples:
   codespace policy verify --policies policies
-  codespace policy verify --policies candidate/policies --implies policies";
+  codespace policy verify --config codespace.json --properties verify.toml
+  codespace policy verify --policies candidate/policies --implies policies
+
+verify.toml: [[property]] tables, each with one of
+  subset = { a = \"read-only\", b = \"workspace-write\" }
+  never_writes = { profiles = [\"*\"], paths = [\"**/.git/**\"] }
+  writes_only = { profile = \"ci-runner\", paths = [\"target/**\", \"src/**\"] }
+and optionally name = \"...\" (docs/policy.md, \"Symbolic checks\").";
 
 /// `policy fmt`.
 pub const POLICY_FMT: &str = "\

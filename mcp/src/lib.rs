@@ -15,6 +15,7 @@ pub mod policy_admin;
 pub mod policy_cli;
 pub mod policy_diff;
 pub mod policy_verify;
+pub mod policy_verify_props;
 pub mod server;
 pub mod setup;
 pub mod stdio;
