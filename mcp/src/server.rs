@@ -467,22 +467,50 @@ impl ServerHandler for CodeSpaceServer {
             }
         };
         let started = std::time::Instant::now();
+        let held = |e: &ToolError| {
+            e.code == ErrorCode::ApprovalRequired
+                && e.approval_id.is_some()
+                && matches!(name, "apply_patch" | "exec_command")
+        };
         let out = match crate::long_call::wait_of(&call) {
-            // A long poll reports progress and stops waiting when cancelled.
+            // A long poll reports progress and stops waiting when cancelled; a held one is asked
+            // in-band like any other, and its resume waits the same way.
             Some(wait_ms) => {
-                let gateway = Arc::clone(&self.gateway);
-                match crate::long_call::run(gateway, session, call, wait_ms, &context).await {
-                    Some(out) => out,
+                let detach = matches!(call, ToolCall::ExecCommand(_));
+                let (gateway, s) = (Arc::clone(&self.gateway), session.clone());
+                let work = async move { gateway.call(&s, call).await };
+                let first = crate::long_call::run(work, detach, wait_ms, &context).await;
+                match first {
                     None => return Err(McpError::internal_error("request cancelled", None)),
+                    Some(Err(e)) if held(&e) => {
+                        match crate::elicit::decision(&self.gateway, &session, &context, &e).await {
+                            None if context.ct.is_cancelled() => {
+                                return Err(McpError::internal_error("request cancelled", None));
+                            }
+                            None => Err(e),
+                            Some(answer) => {
+                                let (gateway, s) = (Arc::clone(&self.gateway), session.clone());
+                                let id = e.approval_id.clone().unwrap_or_default();
+                                let work =
+                                    async move { gateway.answer_in_band(&s, &id, answer).await };
+                                match crate::long_call::run(work, detach, wait_ms, &context).await {
+                                    Some(out) => out,
+                                    None => {
+                                        return Err(McpError::internal_error(
+                                            "request cancelled",
+                                            None,
+                                        ));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    Some(other) => other,
                 }
             }
             None => match self.gateway.call(&session, call).await {
                 // A held call: ask the human in-band when the client can (elicitation).
-                Err(e)
-                    if e.code == ErrorCode::ApprovalRequired
-                        && e.approval_id.is_some()
-                        && matches!(name, "apply_patch" | "exec_command") =>
-                {
+                Err(e) if held(&e) => {
                     crate::elicit::ask(&self.gateway, &session, &context, e).await
                 }
                 other => other,
