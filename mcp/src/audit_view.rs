@@ -176,6 +176,6 @@ mod tests {
         );
         assert!(line.contains("echo \\x1b]0;owned\\x07 "), "{line}");
         assert!(line.contains("w\\x9b2K"), "{line}");
-        assert!(line.contains("… [cut: 40 more chars]"), "{line}");
+        assert!(line.contains("… [cut: 36 more chars]"), "{line}");
     }
 }

@@ -55,7 +55,7 @@ def cli(cfg: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-async def grant(cfg: Path, appr: str) -> None:
+def grant(cfg: Path, appr: str) -> None:
     """The operator grants from the CLI (the shipped policies refuse a grant over the tool)."""
     granted = cli(cfg, "grant", appr)
     assert granted.returncode == 0, granted.stderr
