@@ -74,7 +74,7 @@ check_set() { # check_set NAME POLICIES_DIR TEST_FILE...
 check_set shipped policies policies/tests/*.yaml
 
 # Example profiles add to the shipped set: its tests must still pass beside theirs. Example base
-# policies (tests named base-*.yaml) change shipped behaviour on purpose (e.g. no self-approval),
+# policies (tests named base-*.yaml) change shipped behaviour on purpose,
 # so their set runs the example tests only.
 profile_tests=(); base_tests=()
 for f in policies/examples/tests/*.yaml; do
@@ -89,7 +89,7 @@ mkdir -p "$example"
 cp -r policies/base policies/profiles "$example"/
 cp policies/examples/profiles/*.cedar "$example"/profiles/
 # Example base policies scoped to an example profile join the example set; one that changes
-# shipped behaviour on purpose (tested by base-<name>.yaml, e.g. no self-approval) does not.
+# shipped behaviour on purpose (tested by base-<name>.yaml) does not.
 for f in policies/examples/base/*.cedar; do
     n="$(basename "$f" .cedar)"
     [ -e "policies/examples/tests/base-$n.yaml" ] || cp "$f" "$example"/base/

@@ -24,6 +24,7 @@ pub mod redact;
 pub mod request;
 pub mod retention;
 pub mod server_files;
+pub mod shown;
 pub mod suggest;
 pub mod tool_table;
 pub mod tools;

@@ -87,7 +87,7 @@ pub struct ProcessFacts {
 /// (`context.approval`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApprovalFacts {
-    /// How the answer arrives: `tool`, `elicitation` or `cli`.
+    /// How the answer arrives: `tool`, `elicitation`, `mrtr`, `cli` or `web`.
     pub channel: String,
     /// The client that asked for the hold.
     pub requested_by: String,
@@ -98,12 +98,14 @@ pub struct ApprovalFacts {
 }
 
 impl ApprovalFacts {
-    /// The `context.approval` record.
+    /// The `context.approval` record (`resolver` is the resolving client or user, the name a
+    /// reviewer policy matches).
     pub fn to_context(&self) -> Value {
         json!({
             "channel": self.channel,
             "requested_by": self.requested_by,
             "resolved_by": self.resolved_by,
+            "resolver": self.resolved_by,
             "same_client": self.requested_by == self.resolved_by,
             "decision": self.decision,
         })
@@ -245,6 +247,13 @@ pub fn upgrade_recorded_context(ctx: &mut Value) {
             m.entry("env_names").or_insert_with(|| json!([]));
             m.entry("background").or_insert_with(|| json!(false));
         }
+    }
+    // Approval answers recorded before `resolver` existed: it is who resolved.
+    if let Some(Value::Object(m)) = ctx.pointer_mut("/approval")
+        && !m.contains_key("resolver")
+    {
+        let by = m.get("resolved_by").cloned().unwrap_or_else(|| json!(""));
+        m.insert("resolver".into(), by);
     }
 }
 

@@ -1,7 +1,8 @@
 //! Approval holds through the real gateway: `approvals: confirm` holds allowed patches and
 //! commands with an approval_id; resolve, resume exactly once, replay, version re-check, deny
-//! scrubbing, expiry, restart, interrupted exec resumes, and a CLI grant where the example
-//! policy forbids self-approval over the tool.
+//! scrubbing, expiry, restart, interrupted exec resumes; who may answer: no client grants over
+//! the tool by default (its own hold: the named rule; another's: APPROVAL_NOT_FOUND), the CLI
+//! does, and a client a reviewer policy names does.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -86,14 +87,23 @@ fn held_id(err: &ToolError) -> String {
     id
 }
 
-async fn grant(gw: &Gateway, id: &str) -> Value {
-    call(
-        gw,
-        "approval_resolve",
-        json!({"approval_id": id, "decision": "grant"}),
+/// The operator's grant (channel `cli`): the shipped policies refuse a grant over the tool by
+/// the client that asked.
+async fn grant(e: &Env, id: &str) -> Value {
+    let snap = PolicyStore::load(PolicySource::Embedded)
+        .unwrap()
+        .snapshot();
+    let cfg = config(&e.root, "workspace-write", "");
+    let r = codespace_engine::gateway::approvals::cli_resolve(
+        &cfg,
+        &snap,
+        &e.store,
+        id,
+        ApprovalDecision::Grant,
+        "alice",
     )
-    .await
-    .unwrap()
+    .unwrap();
+    json!({"approval_id": r.approval_id, "state": r.state})
 }
 
 async fn resume(gw: &Gateway, id: &str) -> Result<Value, ToolError> {
@@ -114,7 +124,7 @@ async fn a_held_patch_applies_exactly_once_after_a_grant_and_a_repeat_replays() 
     let early = resume(&e.gw, &id).await.unwrap_err();
     assert_eq!(early.code, ErrorCode::ApprovalRequired);
     assert!(!e.root.join("x.txt").exists());
-    assert_eq!(grant(&e.gw, &id).await["state"], "granted");
+    assert_eq!(grant(&e, &id).await["state"], "granted");
     let done = resume(&e.gw, &id).await.unwrap();
     assert_eq!(done["state"], "consumed");
     assert_eq!(done["approval_id"], json!(id));
@@ -149,8 +159,8 @@ async fn a_held_patch_applies_exactly_once_after_a_grant_and_a_repeat_replays() 
             "approval_finished"
         ]
     );
-    assert_eq!(kinds[1].1["by"], "local");
-    assert_eq!(kinds[1].1["channel"], "tool");
+    assert_eq!(kinds[1].1["by"], "alice");
+    assert_eq!(kinds[1].1["channel"], "cli");
     // ...and audit rows: the confirm decision that held it, the resolve and the resume.
     e.gw.flush_audit();
     let rows = e
@@ -179,7 +189,7 @@ async fn a_file_changed_since_the_hold_fails_the_resume_and_keeps_the_outside_ed
     .unwrap_err();
     let id = held_id(&err);
     std::fs::write(e.root.join("a.txt"), "one\nedited outside\n").unwrap();
-    grant(&e.gw, &id).await;
+    grant(&e, &id).await;
     let failed = resume(&e.gw, &id).await.unwrap_err();
     assert_eq!(failed.code, ErrorCode::VersionConflict, "{failed:?}");
     assert_eq!(failed.approval_id.as_deref(), Some(id.as_str()));
@@ -219,12 +229,17 @@ async fn deny_is_final_and_scrubs_the_held_arguments() {
         .unwrap();
     assert_eq!(row.arguments, None);
     assert_eq!(row.facts, None);
-    let late = call(
-        &e.gw,
-        "approval_resolve",
-        json!({"approval_id": id, "decision": "grant"}),
+    let snap = PolicyStore::load(PolicySource::Embedded)
+        .unwrap()
+        .snapshot();
+    let late = codespace_engine::gateway::approvals::cli_resolve(
+        &config(&e.root, "workspace-write", ""),
+        &snap,
+        &e.store,
+        &id,
+        ApprovalDecision::Grant,
+        "alice",
     )
-    .await
     .unwrap_err();
     assert_eq!(late.code, ErrorCode::ApprovalConflict);
     assert_eq!(
@@ -263,7 +278,7 @@ async fn an_expired_hold_is_approval_conflict() {
     let late = call(
         &e.gw,
         "approval_resolve",
-        json!({"approval_id": id, "decision": "grant"}),
+        json!({"approval_id": id, "decision": "deny"}),
     )
     .await
     .unwrap_err();
@@ -292,7 +307,7 @@ async fn holds_survive_a_restart() {
     .await
     .unwrap_err();
     let id = held_id(&err);
-    grant(&e.gw, &id).await;
+    grant(&e, &id).await;
     drop(e.gw);
     let store = Arc::new(Store::open(&e.dir.path().join("store.db")).unwrap());
     let gw = gateway(
@@ -361,7 +376,7 @@ async fn a_held_command_runs_once_and_an_interrupted_resume_is_ambiguous() {
     .await
     .unwrap_err();
     let id = held_id(&err);
-    grant(&e.gw, &id).await;
+    grant(&e, &id).await;
     let done = resume(&e.gw, &id).await.unwrap();
     let pid = done["exec_command"]["process_id"]
         .as_str()
@@ -397,7 +412,7 @@ async fn a_held_command_runs_once_and_an_interrupted_resume_is_ambiguous() {
     .await
     .unwrap_err();
     let id2 = held_id(&err);
-    grant(&e.gw, &id2).await;
+    grant(&e, &id2).await;
     e.store
         .begin_resume(&id2, codespace_store::now_ms())
         .unwrap()
@@ -421,7 +436,7 @@ async fn a_hold_belongs_to_the_client_that_asked() {
     .await
     .unwrap_err();
     let id = held_id(&err);
-    grant(&e.gw, &id).await;
+    grant(&e, &id).await;
     let other = Session {
         client: "other".into(),
         transport: "streamable-http".into(),
@@ -437,8 +452,8 @@ async fn a_hold_belongs_to_the_client_that_asked() {
     assert!(!e.root.join("x.txt").exists());
 }
 
-/// The shipped set plus `policies/examples/base/no-self-approval.cedar`, in a temp dir.
-fn example_policies(dir: &Path) -> PolicySource {
+/// The shipped set plus `policies/examples/profiles/approval-reviewer.cedar`, in a temp dir.
+fn reviewer_policies(dir: &Path) -> PolicySource {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let pol = dir.join("policies");
     for sub in ["base", "profiles"] {
@@ -449,8 +464,8 @@ fn example_policies(dir: &Path) -> PolicySource {
         }
     }
     std::fs::copy(
-        repo.join("policies/examples/base/no-self-approval.cedar"),
-        pol.join("base/no-self-approval.cedar"),
+        repo.join("policies/examples/profiles/approval-reviewer.cedar"),
+        pol.join("profiles/approval-reviewer.cedar"),
     )
     .unwrap();
     PolicySource::Dir {
@@ -459,26 +474,44 @@ fn example_policies(dir: &Path) -> PolicySource {
     }
 }
 
+fn client(name: &str) -> Session {
+    Session {
+        client: name.into(),
+        transport: "streamable-http".into(),
+    }
+}
+
+async fn resolve_as(
+    gw: &Gateway,
+    who: &Session,
+    id: &str,
+    decision: &str,
+) -> Result<Value, ToolError> {
+    gw.call(
+        who,
+        ToolCall::parse(
+            "approval_resolve",
+            &json!({"approval_id": id, "decision": decision}),
+        )
+        .unwrap(),
+    )
+    .await
+}
+
 #[tokio::test]
-async fn self_approval_is_forbidden_by_the_example_while_the_cli_grants() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("ws");
-    std::fs::create_dir(&root).unwrap();
-    let root = std::fs::canonicalize(&root).unwrap();
-    let store = Arc::new(Store::open(&dir.path().join("store.db")).unwrap());
-    let source = example_policies(dir.path());
-    let cfg = config(&root, "workspace-write", "");
-    let gw = gateway(cfg.clone(), source.clone(), &store);
+async fn no_client_grants_over_the_tool_by_default_while_the_cli_grants() {
+    let e = env();
     let err = call(
-        &gw,
+        &e.gw,
         "apply_patch",
         json!({"workspace_id": "w", "patch": ADD}),
     )
     .await
     .unwrap_err();
     let id = held_id(&err);
+    // The asking client: refused by the named base rule.
     let refused = call(
-        &gw,
+        &e.gw,
         "approval_resolve",
         json!({"approval_id": id, "decision": "grant"}),
     )
@@ -489,23 +522,79 @@ async fn self_approval_is_forbidden_by_the_example_while_the_cli_grants() {
         refused.policy_ids,
         Some(vec!["base.forbid.self-approval".to_string()])
     );
-    let snap = PolicyStore::load(source).unwrap().snapshot();
-    let granted = codespace_engine::gateway::approvals::cli_resolve(
-        &cfg,
-        &snap,
+    // Another client that knows the id: the hold is not there for it, grant or deny.
+    for decision in ["grant", "deny"] {
+        let other = resolve_as(&e.gw, &client("other"), &id, decision)
+            .await
+            .unwrap_err();
+        assert_eq!(other.code, ErrorCode::ApprovalNotFound, "{other:?}");
+    }
+    let row = e
+        .store
+        .approval(&id, codespace_store::now_ms())
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.state, "pending");
+    // Every attempt is audited with who resolved.
+    e.gw.flush_audit();
+    let rows = e
+        .store
+        .query_decisions(&codespace_store::DecisionQuery::default())
+        .unwrap();
+    let resolver_of = |r: &codespace_store::DecisionRow| {
+        r.request
+            .as_ref()
+            .and_then(|v| v.pointer("/request/context/approval/resolver"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let tried: Vec<Option<String>> = rows
+        .iter()
+        .filter(|r| r.action == "approval_resolve")
+        .map(resolver_of)
+        .collect();
+    assert_eq!(tried.len(), 3, "{tried:?}");
+    assert!(tried.contains(&Some("other".into())), "{tried:?}");
+    // The operator's CLI grants; the asking client resumes.
+    assert_eq!(grant(&e, &id).await["state"], "granted");
+    let done = resume(&e.gw, &id).await.unwrap();
+    assert_eq!(done["apply_patch"]["status"], "applied");
+}
+
+#[tokio::test]
+async fn a_client_a_policy_names_as_reviewer_answers_over_the_tool() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("ws");
+    std::fs::create_dir(&root).unwrap();
+    let root = std::fs::canonicalize(&root).unwrap();
+    let store = Arc::new(Store::open(&dir.path().join("store.db")).unwrap());
+    let gw = gateway(
+        config(&root, "workspace-write", ""),
+        reviewer_policies(dir.path()),
         &store,
-        &id,
-        ApprovalDecision::Grant,
-        "alice",
+    );
+    let err = call(
+        &gw,
+        "apply_patch",
+        json!({"workspace_id": "w", "patch": ADD}),
     )
-    .unwrap();
-    assert_eq!(granted.state, "granted");
+    .await
+    .unwrap_err();
+    let id = held_id(&err);
+    let nobody = resolve_as(&gw, &client("other"), &id, "grant")
+        .await
+        .unwrap_err();
+    assert_eq!(nobody.code, ErrorCode::ApprovalNotFound);
+    let granted = resolve_as(&gw, &client("review-bot"), &id, "grant")
+        .await
+        .unwrap();
+    assert_eq!(granted["state"], "granted");
     let row = store
         .approval(&id, codespace_store::now_ms())
         .unwrap()
         .unwrap();
-    assert_eq!(row.channel.as_deref(), Some("cli"));
-    assert_eq!(row.resolved_by.as_deref(), Some("alice"));
+    assert_eq!(row.channel.as_deref(), Some("tool"));
+    assert_eq!(row.resolved_by.as_deref(), Some("review-bot"));
     let done = resume(&gw, &id).await.unwrap();
     assert_eq!(done["apply_patch"]["status"], "applied");
 }

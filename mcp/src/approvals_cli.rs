@@ -1,9 +1,12 @@
 //! `codespace approvals list|show|grant|deny`: the operator's channel (`cli`) for approval
 //! holds, working on the store while the server runs (the server reads a hold's state on every
-//! resume). `show` prints the held patch or command line, never environment values.
+//! resume). `show` prints all of a held call: the patch or the whole command line, its working
+//! directory, `tty`, `background` and `env` (values through the redactor). Every text printed has
+//! its control characters escaped ([`codespace_engine::shown`]); every cut is marked.
 
 use anyhow::{Context, Result, anyhow};
 use codespace_engine::policy::PolicySource;
+use codespace_engine::shown::{escape, escape_lines};
 use codespace_engine::wire::ApprovalDecision;
 use codespace_engine::{Config, PolicyStore};
 use codespace_store::{ApprovalRow, Store};
@@ -94,8 +97,9 @@ fn open_store(loc: &Location, cfg: &Config) -> Result<Store> {
     Store::open(&path).with_context(|| format!("cannot open {}", path.display()))
 }
 
-/// What `show` prints of the held call: the patch text or the argv, with environment names
-/// only (their values may be secrets), redacted.
+/// What `show` prints of the held call: every argument, strings redacted; for a command also
+/// its defaults (`cwd` `.`, `tty` and `background` false) and `env` as name → redacted value
+/// (`env_names` kept for readers of the earlier shape).
 fn held_view(cfg: &Config, row: &ApprovalRow) -> Value {
     let Some(Value::Object(args)) = &row.arguments else {
         return Value::Null;
@@ -103,7 +107,22 @@ fn held_view(cfg: &Config, row: &ApprovalRow) -> Value {
     let mut out = serde_json::Map::new();
     for (k, v) in args {
         let shown = match (k.as_str(), v) {
-            ("env", Value::Object(m)) => json!(m.keys().collect::<Vec<_>>()),
+            ("env", Value::Object(m)) => {
+                out.insert("env_names".into(), json!(m.keys().collect::<Vec<_>>()));
+                Value::Object(
+                    m.iter()
+                        .map(|(name, value)| {
+                            let value = value.as_str().unwrap_or_default();
+                            let entry =
+                                codespace_engine::gateway::approvals::env_entry(cfg, name, value);
+                            let shown = entry
+                                .strip_prefix(&format!("{name}="))
+                                .map_or_else(|| entry.clone(), str::to_string);
+                            (name.clone(), json!(shown))
+                        })
+                        .collect(),
+                )
+            }
             ("env", _) => json!("(withheld)"),
             (_, Value::String(s)) => json!(cfg.redaction.text(s).into_owned()),
             (_, Value::Array(items)) => json!(
@@ -117,10 +136,65 @@ fn held_view(cfg: &Config, row: &ApprovalRow) -> Value {
             ),
             (_, other) => other.clone(),
         };
-        let name = if k == "env" { "env_names" } else { k.as_str() };
-        out.insert(name.to_string(), shown);
+        out.insert(k.clone(), shown);
+    }
+    if row.tool == "exec_command" {
+        out.entry("cwd").or_insert_with(|| json!("."));
+        out.entry("tty").or_insert_with(|| json!(false));
+        out.entry("background").or_insert_with(|| json!(false));
+        out.entry("env").or_insert_with(|| json!({}));
+        out.entry("env_names").or_insert_with(|| json!([]));
     }
     Value::Object(out)
+}
+
+/// A JSON value as one line of text, strings without their quotes; escaped.
+fn text_of(v: &Value) -> String {
+    match v {
+        Value::String(s) => escape(s).into_owned(),
+        Value::Null => "-".into(),
+        other => codespace_engine::shown::json_line(other),
+    }
+}
+
+/// The held call of `show`, as text.
+fn print_held(out: &mut impl Write, h: &serde_json::Map<String, Value>) -> Result<()> {
+    if let Some(Value::String(patch)) = h.get("patch") {
+        writeln!(out, "patch:\n{}", escape_lines(patch))?;
+    }
+    if let Some(Value::Array(argv)) = h.get("command") {
+        let words: Vec<String> = argv
+            .iter()
+            .map(|w| w.as_str().map_or_else(|| w.to_string(), str::to_string))
+            .collect();
+        // The whole line, quoted as the summary quotes it, never cut.
+        let facts = codespace_engine::request::command_facts(&words, false);
+        let line = facts.get("line").and_then(Value::as_str).unwrap_or("");
+        writeln!(out, "{:<13} {}", "command", escape(line))?;
+    }
+    for k in ["cwd", "tty", "background"] {
+        if let Some(v) = h.get(k) {
+            writeln!(out, "{k:<13} {}", text_of(v))?;
+        }
+    }
+    if let Some(Value::Object(env)) = h.get("env") {
+        if env.is_empty() {
+            writeln!(out, "{:<13} (none)", "env")?;
+        }
+        for (name, value) in env {
+            writeln!(out, "{:<13} {}={}", "env", escape(name), text_of(value))?;
+        }
+    }
+    // Every other argument (timeout, yield, stderr mode, operation key, workspace).
+    for (k, v) in h {
+        if !matches!(
+            k.as_str(),
+            "patch" | "command" | "cwd" | "tty" | "background" | "env" | "env_names"
+        ) {
+            writeln!(out, "{:<13} {}", escape(k), text_of(v))?;
+        }
+    }
+    Ok(())
 }
 
 fn row_json(cfg: &Config, row: &ApprovalRow) -> Value {
@@ -159,7 +233,11 @@ pub fn run(cmd: ApprovalsCommand) -> Result<ExitCode> {
                 .collect();
             for r in &rows {
                 if json {
-                    writeln!(out, "{}", row_json(&cfg, r))?;
+                    writeln!(
+                        out,
+                        "{}",
+                        codespace_engine::shown::json_line(&row_json(&cfg, r))
+                    )?;
                 } else {
                     let state = if r.state == "resuming" {
                         "granted"
@@ -169,7 +247,11 @@ pub fn run(cmd: ApprovalsCommand) -> Result<ExitCode> {
                     writeln!(
                         out,
                         "{}  {:<9} {:<10} by {:<12} {}",
-                        r.approval_id, state, r.workspace, r.requested_by, r.summary
+                        escape(&r.approval_id),
+                        escape(state),
+                        escape(&r.workspace),
+                        escape(&r.requested_by),
+                        escape(&r.summary)
                     )?;
                 }
             }
@@ -183,10 +265,15 @@ pub fn run(cmd: ApprovalsCommand) -> Result<ExitCode> {
             let store = open_store(&loc, &cfg)?;
             let row = store
                 .approval(&id, codespace_store::now_ms())?
-                .ok_or_else(|| anyhow!("APPROVAL_NOT_FOUND: no hold `{id}` in this store"))?;
+                .ok_or_else(|| {
+                    anyhow!(
+                        "APPROVAL_NOT_FOUND: no hold `{}` in this store",
+                        escape(&id)
+                    )
+                })?;
             let v = row_json(&cfg, &row);
             if json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+                writeln!(out, "{}", codespace_engine::shown::json_pretty(&v))?;
                 return Ok(ExitCode::SUCCESS);
             }
             for k in [
@@ -202,29 +289,14 @@ pub fn run(cmd: ApprovalsCommand) -> Result<ExitCode> {
                 "channel",
                 "summary",
             ] {
-                let shown = match v.get(k) {
-                    Some(Value::String(s)) => s.clone(),
-                    Some(Value::Null) | None => "-".into(),
-                    Some(other) => other.to_string(),
-                };
-                writeln!(out, "{k:<13} {shown}")?;
+                writeln!(
+                    out,
+                    "{k:<13} {}",
+                    v.get(k).map_or_else(|| "-".into(), text_of)
+                )?;
             }
             match v.get("held") {
-                Some(Value::Object(h)) => {
-                    if let Some(Value::String(patch)) = h.get("patch") {
-                        writeln!(out, "patch:\n{patch}")?;
-                    }
-                    if let Some(Value::Array(argv)) = h.get("command") {
-                        let words: Vec<String> = argv
-                            .iter()
-                            .map(|w| w.as_str().map_or_else(|| w.to_string(), str::to_string))
-                            .collect();
-                        writeln!(out, "command:      {}", words.join(" "))?;
-                    }
-                    if let Some(names) = h.get("env_names") {
-                        writeln!(out, "env names:    {names}")?;
-                    }
-                }
+                Some(Value::Object(h)) => print_held(&mut out, h)?,
                 _ => writeln!(out, "held call:    (scrubbed)")?,
             }
             Ok(ExitCode::SUCCESS)
@@ -273,9 +345,9 @@ fn resolve(
         &operator,
     ) {
         Ok(r) => {
-            writeln!(out, "{} {}", r.approval_id, r.state)?;
+            writeln!(out, "{} {}", escape(&r.approval_id), r.state)?;
             Ok(ExitCode::SUCCESS)
         }
-        Err(e) => Err(anyhow!("{}: {}", e.code.as_str(), e.message)),
+        Err(e) => Err(anyhow!("{}: {}", e.code.as_str(), escape(&e.message))),
     }
 }

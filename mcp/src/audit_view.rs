@@ -1,7 +1,10 @@
 //! How `codespace audit` shows decision rows: the table, the JSON-lines export a SIEM reads
 //! as-is (stable field names, documented in docs/policy.md), and the collapsing of default-deny
-//! sandbox-capability rows into the row of their call (they stay stored, for replay).
+//! sandbox-capability rows into the row of their call (they stay stored, for replay). Every text
+//! a row prints has its control characters escaped ([`codespace_engine::shown`]) and a cut
+//! subject says how much it left out.
 
+use codespace_engine::shown::escape;
 use codespace_store::DecisionRow;
 use serde_json::{Value, json};
 
@@ -102,18 +105,27 @@ pub fn table_line(shown: &ShownRow) -> String {
     } else {
         format!("{}/{}#{}", r.tool, r.action, r.sub_index)
     };
-    let subject: String = r.subject.chars().take(60).collect();
+    let subject = codespace_engine::shown::cut(&r.subject, SUBJECT_CHARS);
     format!(
         "{:<24}  {:<8}  {:<12}  {:<15}  {:<16}  {:<30}  {:<40}  {}",
         codespace_engine::wire::rfc3339_ms(r.at_ms),
-        r.decision,
-        r.workspace,
-        r.profile,
-        action,
-        subject,
-        why,
-        r.decision_id
+        escape(&r.decision),
+        escape(&r.workspace),
+        escape(&r.profile),
+        escape(&action),
+        escape(&subject),
+        escape(&why),
+        escape(&r.decision_id)
     )
+}
+
+/// How many characters of a subject the table shows (then a `… [cut: N more chars]` marker;
+/// `--json` has it whole).
+pub const SUBJECT_CHARS: usize = 60;
+
+/// A JSON line of `codespace audit --json` (rows and events), its control characters escaped.
+pub fn json_text(v: &Value) -> String {
+    codespace_engine::shown::json_line(v)
 }
 
 #[cfg(test)]
@@ -147,5 +159,23 @@ mod tests {
         assert_eq!(shown[1].row.action, "process_write");
         assert_eq!(shown[2].row.decision_id, "d2");
         assert_eq!(collapse(rows, true).len(), 4);
+    }
+
+    #[test]
+    fn a_table_line_escapes_controls_and_marks_a_cut_subject() {
+        let mut r = row("d1", 0, "exec_command", "allow", false);
+        r.subject = format!("echo \x1b]0;owned\x07 {}", "x".repeat(80));
+        r.workspace = "w\u{9b}2K".into();
+        let line = table_line(&ShownRow {
+            row: r,
+            collapsed: Vec::new(),
+        });
+        assert!(
+            !line.chars().any(codespace_engine::shown::is_hidden),
+            "{line}"
+        );
+        assert!(line.contains("echo \\x1b]0;owned\\x07 "), "{line}");
+        assert!(line.contains("w\\x9b2K"), "{line}");
+        assert!(line.contains("… [cut: 36 more chars]"), "{line}");
     }
 }

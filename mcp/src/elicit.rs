@@ -1,9 +1,10 @@
 //! The in-band approval channel: when a call is held (`APPROVAL_REQUIRED` with an approval_id)
 //! and the client declared the `elicitation` capability, the server asks the human through the
-//! client (a form: what the call does, and grant or deny). A grant resumes the held call in the
+//! client (a form: what the call does, where and with which environment, and grant or deny). A grant resumes the held call in the
 //! same request and returns its own result; decline, cancel, a client error or no answer leave
 //! the hold pending and return `APPROVAL_REQUIRED` as usual.
 
+use codespace_engine::shown::escape;
 use codespace_engine::wire::ApprovalDecision;
 use codespace_engine::{Gateway, Session, ToolError};
 use rmcp::RoleServer;
@@ -36,30 +37,41 @@ fn form() -> Option<ElicitationSchema> {
         .ok()
 }
 
-/// Asks the human about `held` when the client can; otherwise (or unanswered) returns `held`.
-pub async fn ask(
+/// The question: the summary, then the held command's working directory, `tty`, `background`
+/// and `env` (values redacted), every control character escaped ([`codespace_engine::shown`]).
+fn message(id: &str, summary: &str, details: &[(String, String)]) -> String {
+    let mut text = format!("Approve this call? {} (approval {id})", escape(summary));
+    for (label, value) in details {
+        text.push_str(&format!("\n{label}: {}", escape(value)));
+    }
+    text
+}
+
+/// Asks the human about `held` when the client can: the answer, or `None` (no elicitation,
+/// decline, cancel, a client error, no answer, or the request was cancelled meanwhile).
+pub async fn decision(
     gateway: &Gateway,
     session: &Session,
     context: &RequestContext<RoleServer>,
-    held: ToolError,
-) -> Result<Value, ToolError> {
-    let Some(id) = held.approval_id.clone() else {
-        return Err(held);
-    };
+    held: &ToolError,
+) -> Option<ApprovalDecision> {
+    let id = held.approval_id.clone()?;
     if !supports_form(&context.peer) {
-        return Err(held);
+        return None;
     }
-    let (Some(summary), Some(schema)) = (gateway.pending_summary(session, &id), form()) else {
-        return Err(held);
-    };
+    let (summary, details) = gateway.pending_summary(session, &id)?;
+    let schema = form()?;
     let request = ServerRequest::ElicitRequest(ElicitRequest::new(
         ElicitRequestParams::FormElicitationParams {
             meta: None,
-            message: format!("Approve this call? {summary} (approval {id})"),
+            message: message(&id, &summary, &details),
             requested_schema: schema,
         },
     ));
-    let answer = tokio::time::timeout(ANSWER_WAIT, context.peer.send_request(request)).await;
+    let answer = tokio::select! {
+        answer = tokio::time::timeout(ANSWER_WAIT, context.peer.send_request(request)) => answer,
+        () = context.ct.cancelled() => return None,
+    };
     let decision = match answer {
         Ok(Ok(ClientResult::ElicitResult(r))) if r.action == ElicitationAction::Accept => r
             .content
@@ -74,10 +86,43 @@ pub async fn ask(
         }
         Err(_) => None,
     };
-    let decision = match decision.as_deref() {
-        Some("grant") => ApprovalDecision::Grant,
-        Some("deny") => ApprovalDecision::Deny,
-        _ => return Err(held),
+    match decision.as_deref() {
+        Some("grant") => Some(ApprovalDecision::Grant),
+        Some("deny") => Some(ApprovalDecision::Deny),
+        _ => None,
+    }
+}
+
+/// Asks the human about `held` when the client can; otherwise (or unanswered) returns `held`.
+pub async fn ask(
+    gateway: &Gateway,
+    session: &Session,
+    context: &RequestContext<RoleServer>,
+    held: ToolError,
+) -> Result<Value, ToolError> {
+    let Some(answer) = decision(gateway, session, context, &held).await else {
+        return Err(held);
     };
-    gateway.answer_in_band(session, &id, decision).await
+    let Some(id) = held.approval_id.as_deref() else {
+        return Err(held);
+    };
+    gateway.answer_in_band(session, id, answer).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_question_escapes_controls_and_shows_the_held_facts() {
+        let details = vec![
+            ("cwd".to_string(), "sub\x1b".to_string()),
+            ("env".to_string(), "A=1".to_string()),
+        ];
+        let m = message("appr-1", "exec_command in w: echo \x1b[2K", &details);
+        assert_eq!(
+            m,
+            "Approve this call? exec_command in w: echo \\x1b[2K (approval appr-1)\ncwd: sub\\x1b\nenv: A=1"
+        );
+    }
 }

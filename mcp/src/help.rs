@@ -155,8 +155,8 @@ Examples:
 /// `approvals show`.
 pub const APPROVALS_SHOW: &str = "\
 Examples:
-  codespace approvals show appr-… --config codespace.json   # the patch or command line, who asked
-  codespace approvals show appr-… --json                    # never prints environment values";
+  codespace approvals show appr-… --config codespace.json   # who asked; the patch or whole command line, cwd, tty, env
+  codespace approvals show appr-… --json                    # env values redacted, control characters escaped";
 
 /// `approvals grant`.
 pub const APPROVALS_GRANT: &str = "\

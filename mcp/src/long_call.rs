@@ -4,12 +4,12 @@
 //! a `read_process` wait is dropped; an `exec_command` finishes its bookkeeping in the
 //! background (its operation is recorded, its process keeps running), its answer unsent.
 
-use codespace_engine::{Gateway, Session, ToolCall, ToolError};
+use codespace_engine::{ToolCall, ToolError};
 use rmcp::RoleServer;
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::RequestContext;
 use serde_json::Value;
-use std::sync::Arc;
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 /// How often a waiting call reports progress.
@@ -24,16 +24,20 @@ pub fn wait_of(call: &ToolCall) -> Option<u64> {
     }
 }
 
-/// Runs a long-poll call: `None` when the request was cancelled (nothing is sent back then).
-pub async fn run(
-    gateway: Arc<Gateway>,
-    session: Session,
-    call: ToolCall,
+/// Runs the work of a long-poll call (the call, or the in-band resume of its hold) while it
+/// reports progress: `None` when the request was cancelled (nothing is sent back then). A
+/// `detach`ed work (an `exec_command`) finishes its bookkeeping after a cancel; any other is
+/// dropped.
+pub async fn run<F>(
+    work: F,
+    detach: bool,
     wait_ms: u64,
     context: &RequestContext<RoleServer>,
-) -> Option<Result<Value, ToolError>> {
-    let detach = matches!(call, ToolCall::ExecCommand(_));
-    let mut task = tokio::spawn(async move { gateway.call(&session, call).await });
+) -> Option<Result<Value, ToolError>>
+where
+    F: Future<Output = Result<Value, ToolError>> + Send + 'static,
+{
+    let mut task = tokio::spawn(work);
     let token: Option<ProgressToken> = context.meta.get_progress_token();
     let started = Instant::now();
     let mut tick =

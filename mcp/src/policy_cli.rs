@@ -840,14 +840,14 @@ pub fn audit(
                         codespace_engine::wire::rfc3339_ms(e.at_ms).into(),
                     );
                 }
-                writeln!(out, "{}", serde_json::to_string(&v)?)?;
+                writeln!(out, "{}", crate::audit_view::json_text(&v))?;
             } else {
                 writeln!(
                     out,
                     "{:<24}  {:<15}  {}",
                     codespace_engine::wire::rfc3339_ms(e.at_ms),
-                    e.kind,
-                    e.detail
+                    codespace_engine::shown::escape(&e.kind),
+                    crate::audit_view::json_text(&e.detail)
                 )?;
             }
         }
@@ -875,7 +875,7 @@ pub fn audit(
             writeln!(
                 out,
                 "{}",
-                serde_json::to_string(&crate::audit_view::export_json(r))?
+                crate::audit_view::json_text(&crate::audit_view::export_json(r))
             )?;
         }
         out.flush()?;
@@ -894,7 +894,7 @@ pub fn audit(
                     writeln!(
                         out,
                         "{}",
-                        serde_json::to_string(&crate::audit_view::export_json(r))?
+                        crate::audit_view::json_text(&crate::audit_view::export_json(r))
                     )?;
                 }
                 out.flush()?;

@@ -47,6 +47,14 @@ pub fn request_session(ctx: &RequestContext<RoleServer>) -> Option<Session> {
     })
 }
 
+/// True for a held patch or command (`APPROVAL_REQUIRED` with its hold's id): the human is
+/// asked in-band when the client can.
+fn held(tool: &str, e: &ToolError) -> bool {
+    e.code == ErrorCode::ApprovalRequired
+        && e.approval_id.is_some()
+        && matches!(tool, "apply_patch" | "exec_command")
+}
+
 /// What `initialize.instructions` says: the global invariants.
 pub const INSTRUCTIONS: &str = "CodeSpace is an execution-only server: it never calls a model. \
 Every tool call is authorized by Cedar policy; a denial is UNAUTHORIZED with a reason, decision_id and policy_ids. \
@@ -67,6 +75,33 @@ impl CodeSpaceServer {
     /// A server for `session`.
     pub fn new(gateway: Arc<Gateway>, session: Session) -> CodeSpaceServer {
         CodeSpaceServer { gateway, session }
+    }
+
+    /// A long poll: the call, then for a held one the in-band question and the resume, each
+    /// waited with progress; `None` when the request was cancelled.
+    async fn long_poll(
+        &self,
+        name: &str,
+        session: &Session,
+        call: ToolCall,
+        wait_ms: u64,
+        context: &RequestContext<RoleServer>,
+    ) -> Option<Result<serde_json::Value, ToolError>> {
+        let detach = matches!(call, ToolCall::ExecCommand(_));
+        let (gateway, s) = (Arc::clone(&self.gateway), session.clone());
+        let work = async move { gateway.call(&s, call).await };
+        let e = match crate::long_call::run(work, detach, wait_ms, context).await? {
+            Err(e) if held(name, &e) => e,
+            other => return Some(other),
+        };
+        let Some(answer) = crate::elicit::decision(&self.gateway, session, context, &e).await
+        else {
+            return (!context.ct.is_cancelled()).then_some(Err(e));
+        };
+        let id = e.approval_id.clone().unwrap_or_default();
+        let (gateway, s) = (Arc::clone(&self.gateway), session.clone());
+        let work = async move { gateway.answer_in_band(&s, &id, answer).await };
+        crate::long_call::run(work, detach, wait_ms, context).await
     }
 }
 
@@ -468,21 +503,18 @@ impl ServerHandler for CodeSpaceServer {
         };
         let started = std::time::Instant::now();
         let out = match crate::long_call::wait_of(&call) {
-            // A long poll reports progress and stops waiting when cancelled.
-            Some(wait_ms) => {
-                let gateway = Arc::clone(&self.gateway);
-                match crate::long_call::run(gateway, session, call, wait_ms, &context).await {
-                    Some(out) => out,
-                    None => return Err(McpError::internal_error("request cancelled", None)),
-                }
-            }
+            // A long poll reports progress and stops waiting when cancelled; a held one is asked
+            // in-band like any other, and its resume waits the same way.
+            Some(wait_ms) => match self
+                .long_poll(name, &session, call, wait_ms, &context)
+                .await
+            {
+                Some(out) => out,
+                None => return Err(McpError::internal_error("request cancelled", None)),
+            },
             None => match self.gateway.call(&session, call).await {
                 // A held call: ask the human in-band when the client can (elicitation).
-                Err(e)
-                    if e.code == ErrorCode::ApprovalRequired
-                        && e.approval_id.is_some()
-                        && matches!(name, "apply_patch" | "exec_command") =>
-                {
+                Err(e) if held(name, &e) => {
                     crate::elicit::ask(&self.gateway, &session, &context, e).await
                 }
                 other => other,

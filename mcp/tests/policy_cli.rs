@@ -268,10 +268,10 @@ fn audit_since_accepts_rfc3339_unix_ms_and_ages() {
     assert!(parse_since("yesterday", now).is_err());
 }
 
-/// The approvals example of docs/policy.md ("Confirm risky commands"): the no-self-approval base
-/// policy copied into a policies directory passes its tests and is exercised by them.
+/// The approvals example of docs/policy.md ("Who may answer"): the reviewer base policy copied
+/// into a policies directory passes its tests and is exercised by them.
 #[test]
-fn the_no_self_approval_example_passes_its_tests() {
+fn the_approval_reviewer_example_passes_its_tests() {
     let dir = tempfile::tempdir().unwrap();
     let pol = dir.path().join("policies");
     for sub in ["base", "profiles"] {
@@ -282,11 +282,11 @@ fn the_no_self_approval_example_passes_its_tests() {
         }
     }
     std::fs::copy(
-        repo().join("policies/examples/base/no-self-approval.cedar"),
-        pol.join("base/no-self-approval.cedar"),
+        repo().join("policies/examples/profiles/approval-reviewer.cedar"),
+        pol.join("profiles/approval-reviewer.cedar"),
     )
     .unwrap();
-    let example = repo().join("policies/examples/tests/base-no-self-approval.yaml");
+    let example = repo().join("policies/examples/tests/approval-reviewer.yaml");
     let schema = repo().join("schema/codespace.cedarschema");
     let o = run(&[
         "policy",
@@ -301,7 +301,7 @@ fn the_no_self_approval_example_passes_its_tests() {
     let out = stdout(&o);
     assert!(o.status.success(), "{out}");
     assert!(
-        !out.contains("uncovered: base.forbid.self-approval"),
+        !out.contains("uncovered: approval-reviewer.permit.review-bot"),
         "{out}"
     );
     assert_eq!(last_line(&out), "3 passed, 0 failed");

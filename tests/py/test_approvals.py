@@ -1,20 +1,20 @@
 """End-to-end tests of approval holds (issue #14) over stdio with the official MCP SDK.
 
 A workspace with `approvals: confirm` holds every allowed apply_patch / exec_command with
-APPROVAL_REQUIRED and an approval_id; approval_resolve / the operator CLI (`codespace approvals`)
-answer it; operation_resume runs it exactly once. The binary comes from $CODESPACE_BIN (default:
+APPROVAL_REQUIRED and an approval_id; the operator CLI (`codespace approvals`) or elicitation
+grants it (over approval_resolve the asking client may only deny its own hold); operation_resume
+runs it exactly once. The binary comes from $CODESPACE_BIN (default:
 <repo>/target/debug/codespace); every test has its own workspace, config and store.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
-from codespace_helpers import BIN, REPO, WS, Client, require_binary, run, serve, write
+from codespace_helpers import BIN, WS, Client, require_binary, run, serve, write
 
 APPR_ID_PREFIX = "appr-"
 
@@ -27,11 +27,8 @@ def add(path: str, line: str) -> str:
     return f"*** Begin Patch\n*** Add File: {path}\n+{line}\n*** End Patch\n"
 
 
-def setup(
-    tmp: Path, *, example_policy: bool = False, ttl_ms: int | None = None, unsandboxed: bool = False
-) -> tuple[Path, Path]:
-    """A confirm workspace `ws` under tmp, its config (store inside tmp); with `example_policy`,
-    a policies directory of the shipped set plus policies/examples/base/no-self-approval.cedar."""
+def setup(tmp: Path, *, ttl_ms: int | None = None, unsandboxed: bool = False) -> tuple[Path, Path]:
+    """A confirm workspace `ws` under tmp, its config (store inside tmp)."""
     root = tmp / "ws"
     root.mkdir()
     cfg: dict[str, Any] = {
@@ -41,13 +38,6 @@ def setup(
     if unsandboxed:
         # The held command never runs; this keeps the hold independent of the host's sandbox.
         cfg["workspaces"][WS].update({"sandbox": "off", "secret_masking": "off"})
-    if example_policy:
-        pol = tmp / "policies"
-        shutil.copytree(REPO / "policies" / "base", pol / "base")
-        shutil.copytree(REPO / "policies" / "profiles", pol / "profiles")
-        shutil.copy(REPO / "policies" / "examples" / "base" / "no-self-approval.cedar", pol / "base")
-        cfg["policies"] = str(pol)
-        cfg["schema"] = str(REPO / "schema" / "codespace.cedarschema")
     if ttl_ms is not None:
         cfg["limits"] = {"approval_ttl_ms": ttl_ms}
     path = tmp / "config.json"
@@ -63,6 +53,13 @@ def cli(cfg: Path, *args: str) -> subprocess.CompletedProcess[str]:
         timeout=30,
         env={"PATH": "/usr/bin:/bin", "CODESPACE_LOG": "warn", "USER": "alice"},
     )
+
+
+def grant(cfg: Path, appr: str) -> None:
+    """The operator grants from the CLI (the shipped policies refuse a grant over the tool)."""
+    granted = cli(cfg, "grant", appr)
+    assert granted.returncode == 0, granted.stderr
+    assert granted.stdout.strip() == f"{appr} granted"
 
 
 async def held(c: Client, tool: str, args: dict[str, Any]) -> str:
@@ -86,8 +83,7 @@ def test_confirm_hold_grant_resume_applies_once_and_a_repeat_replays(tmp_path: P
             assert not (root / "x.txt").exists()
             pending = await c.err("operation_resume", {"approval_id": appr})
             assert pending["code"] == "APPROVAL_REQUIRED"
-            granted = await c.ok("approval_resolve", {"approval_id": appr, "decision": "grant"})
-            assert granted == {"approval_id": appr, "state": "granted"}
+            grant(cfg, appr)
             done = await c.ok("operation_resume", {"approval_id": appr})
             assert done["state"] == "consumed" and done["approval_id"] == appr
             assert done["apply_patch"]["status"] == "applied"
@@ -112,7 +108,7 @@ def test_a_file_changed_since_the_hold_fails_the_resume(tmp_path: Path) -> None:
             patch = "*** Begin Patch\n*** Update File: a.txt\n@@\n-one\n+two\n*** End Patch\n"
             appr = await held(c, "apply_patch", {"workspace_id": WS, "patch": patch})
             write(root, "a.txt", "one\nchanged outside\n")
-            await c.ok("approval_resolve", {"approval_id": appr, "decision": "grant"})
+            grant(cfg, appr)
             body = await c.err("operation_resume", {"approval_id": appr})
             assert body["code"] in ("VERSION_CONFLICT", "STALE_READ"), body
             assert body["approval_id"] == appr
@@ -148,7 +144,7 @@ def test_holds_survive_a_restart(tmp_path: Path) -> None:
     async def first() -> None:
         async with serve(tmp_path, ["--config", str(cfg)]) as c:
             appr = await held(c, "apply_patch", {"workspace_id": WS, "patch": add("r.txt", "r")})
-            await c.ok("approval_resolve", {"approval_id": appr, "decision": "grant"})
+            grant(cfg, appr)
             ids.append(appr)
 
     async def second() -> None:
@@ -171,14 +167,14 @@ def test_an_expired_hold_is_approval_conflict(tmp_path: Path) -> None:
             # Starting the CLI takes far longer than the 1 ms the hold lives.
             shown = json.loads(cli(cfg, "show", appr, "--json").stdout)
             assert shown["state"] == "expired"
-            body = await c.err("approval_resolve", {"approval_id": appr, "decision": "grant"})
+            body = await c.err("approval_resolve", {"approval_id": appr, "decision": "deny"})
             assert body["code"] == "APPROVAL_CONFLICT"
 
     run(go())
 
 
-def test_the_cli_grants_while_the_example_policy_forbids_self_approval(tmp_path: Path) -> None:
-    root, cfg = setup(tmp_path, example_policy=True)
+def test_the_cli_grants_while_the_asking_client_cannot(tmp_path: Path) -> None:
+    root, cfg = setup(tmp_path)
 
     async def go() -> None:
         async with serve(tmp_path, ["--config", str(cfg)]) as c:
@@ -190,9 +186,7 @@ def test_the_cli_grants_while_the_example_policy_forbids_self_approval(tmp_path:
             assert listed.returncode == 0 and appr in listed.stdout, listed
             shown = cli(cfg, "show", appr)
             assert "+c" in shown.stdout and "add c.txt (+1 -0)" in shown.stdout, shown.stdout
-            granted = cli(cfg, "grant", appr)
-            assert granted.returncode == 0, granted.stderr
-            assert granted.stdout.strip() == f"{appr} granted"
+            grant(cfg, appr)
             # The running server sees the grant on the next resume; no restart.
             done = await c.ok("operation_resume", {"approval_id": appr})
             assert done["apply_patch"]["status"] == "applied"

@@ -126,26 +126,69 @@ pub(crate) fn wire_state(state: &str) -> &str {
     }
 }
 
-/// A short, redacted summary a human decides on: the command line, or the files a patch
-/// touches with their +/- line counts.
+/// How many characters of a command line a summary keeps (then a `… [cut: N more chars]`
+/// marker; `codespace approvals show` prints the whole line).
+pub const SUMMARY_LINE_CHARS: usize = 500;
+
+/// A short, redacted summary a human decides on: the command line (cut at
+/// [`SUMMARY_LINE_CHARS`], with a marker), or the files a patch touches with their +/- line
+/// counts. Control characters are kept; printers escape them ([`crate::shown::escape`]).
 pub fn summary(config: &Config, workspace: &str, args: &ToolCall) -> String {
-    let text = match args {
+    match args {
         ToolCall::ExecCommand(p) => {
-            let line = command_facts(&p.command, p.tty.unwrap_or(false))
-                .get("line")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .chars()
-                .take(500)
-                .collect::<String>();
+            let facts = command_facts(&p.command, p.tty.unwrap_or(false));
+            let line = config
+                .redaction
+                .text(facts.get("line").and_then(Value::as_str).unwrap_or(""))
+                .into_owned();
+            let line = crate::shown::cut(&line, SUMMARY_LINE_CHARS);
             format!("exec_command in {workspace}: {line}")
         }
-        ToolCall::ApplyPatch(p) => {
-            format!("apply_patch in {workspace}: {}", patch_summary(&p.patch))
-        }
+        ToolCall::ApplyPatch(p) => config
+            .redaction
+            .text(&format!(
+                "apply_patch in {workspace}: {}",
+                patch_summary(&p.patch)
+            ))
+            .into_owned(),
         other => format!("{} in {workspace}", other.tool()),
+    }
+}
+
+/// What a person sees of a held command beside its summary, as `(label, text)` pairs, redacted
+/// but not yet escaped: its working directory, `tty`, `background`, and every `env` entry as
+/// `NAME=value` with the value through the redactor. Empty for a patch.
+pub fn held_details(config: &Config, tool: &str, args: &Value) -> Vec<(String, String)> {
+    let Ok(ToolCall::ExecCommand(p)) = ToolCall::parse(tool, args) else {
+        return Vec::new();
     };
-    config.redaction.text(&text).into_owned()
+    let mut out = vec![
+        (
+            "cwd".to_string(),
+            config
+                .redaction
+                .text(p.cwd.as_deref().unwrap_or("."))
+                .into_owned(),
+        ),
+        ("tty".to_string(), p.tty.unwrap_or(false).to_string()),
+        (
+            "background".to_string(),
+            p.background.unwrap_or(false).to_string(),
+        ),
+    ];
+    for (name, value) in p.env.iter().flatten() {
+        out.push(("env".to_string(), env_entry(config, name, value)));
+    }
+    out
+}
+
+/// `NAME=value` of a held `env` entry, the value through the redactor (with the name beside
+/// it, so `DB_PASSWORD=…`-style rules apply).
+pub fn env_entry(config: &Config, name: &str, value: &str) -> String {
+    config
+        .redaction
+        .text(&format!("{name}={value}"))
+        .into_owned()
 }
 
 /// `update src/a.rs (+3 -1), add b.txt (+2 -0)` from a V4A patch's text.
@@ -382,7 +425,10 @@ impl Gateway {
 
     /// Decides `approval_resolve` over the tool channel on the hold's workspace: one Cedar
     /// request with `context.approval` (who asked, who answers, the answer); `Err` is the
-    /// refusal, with the hold's id.
+    /// refusal, with the hold's id. A hold belongs to the client that asked: another client sees
+    /// it only where a policy names it as a reviewer (a permit matching
+    /// `context.approval.resolver`); refused, it gets `APPROVAL_NOT_FOUND`, as resume does (the
+    /// refusal is audited all the same).
     pub(crate) fn decide_resolve(
         &self,
         snap: &PolicySnapshot,
@@ -405,6 +451,8 @@ impl Gateway {
         let d = self.decide_reqs(snap, &ws.facts, call.tool(), &reqs, session, Audit::All);
         if d.allowed() {
             Ok(d)
+        } else if row.requested_by != session.client {
+            Err(not_found(&p.approval_id))
         } else {
             Err(with_id(d.to_error(snap), &p.approval_id))
         }
@@ -490,11 +538,23 @@ impl Gateway {
         self.finish(store, &row, session, out, guard)
     }
 
-    /// What an in-band prompt shows of a pending hold `session` asked for (`None` for any other
-    /// hold).
-    pub fn pending_summary(&self, session: &Session, id: &str) -> Option<String> {
+    /// What an in-band prompt shows of a pending hold `session` asked for: its summary and
+    /// [`held_details`] (`None` for any other hold).
+    pub fn pending_summary(
+        &self,
+        session: &Session,
+        id: &str,
+    ) -> Option<(String, Vec<(String, String)>)> {
         let (row, _) = self.served_hold(id).ok()?;
-        (row.state == "pending" && row.requested_by == session.client).then_some(row.summary)
+        if row.state != "pending" || row.requested_by != session.client {
+            return None;
+        }
+        let details = row
+            .arguments
+            .as_ref()
+            .map(|a| held_details(&self.config, &row.tool, a))
+            .unwrap_or_default();
+        Some((row.summary, details))
     }
 
     /// A human's answer in-band (channel `elicitation`, through the asking client): decided by

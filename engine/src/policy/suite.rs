@@ -132,7 +132,7 @@ fn yes() -> bool {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TestApproval {
-    /// `tool`, `elicitation` or `cli`.
+    /// `tool`, `elicitation`, `mrtr`, `cli` or `web`.
     #[serde(default = "default_channel")]
     pub channel: String,
     /// The client that asked for the hold (default: the file's caller).

@@ -70,6 +70,8 @@ pub struct Setup {
     pub clients: Vec<(&'static str, &'static str)>,
     /// Extra base policy files (name, text) added to a copy of the shipped policies.
     pub base_policies: Vec<(&'static str, &'static str)>,
+    /// Extra profile policy files (name, text), the same way.
+    pub profile_policies: Vec<(&'static str, &'static str)>,
     pub tweak: Box<dyn FnOnce(&mut HttpOptions) + Send>,
     /// Run commands in the real command sandbox (helper = the built `codespace` binary).
     pub sandbox: bool,
@@ -82,6 +84,7 @@ impl Default for Setup {
         Setup {
             clients: Vec::new(),
             base_policies: Vec::new(),
+            profile_policies: Vec::new(),
             tweak: Box::new(|_| {}),
             sandbox: false,
             limits: json!({}),
@@ -101,6 +104,9 @@ impl Setup {
         copy_dir(&repo.join("schema"), &dir.path().join("schema"));
         for (name, text) in &self.base_policies {
             std::fs::write(dir.path().join("policies/base").join(name), text).unwrap();
+        }
+        for (name, text) in &self.profile_policies {
+            std::fs::write(dir.path().join("policies/profiles").join(name), text).unwrap();
         }
         let store = dir.path().join("store.db");
         let mut clients = serde_json::Map::new();
