@@ -430,6 +430,9 @@ pub struct Workspace {
     pub env: BTreeMap<String, String>,
     /// Whose live foreground processes block its mutations.
     pub lease_scope: LeaseScope,
+    /// The toolchains found at start and added to its read paths (name, read-path name);
+    /// see `toolchains.rs`. Empty when the config sets a command `path`.
+    pub toolchains: Vec<(String, String)>,
 }
 
 /// A permission profile (built-in or operator-written).
@@ -673,6 +676,7 @@ impl Config {
                 path: Vec::new(),
                 env: BTreeMap::new(),
                 lease_scope: LeaseScope::Workspace,
+                toolchains: Vec::new(),
             },
         );
         Ok(Config {
@@ -853,6 +857,7 @@ impl Config {
                     path,
                     env: vars,
                     lease_scope: w.lease_scope,
+                    toolchains: Vec::new(),
                 },
             );
         }

@@ -26,6 +26,7 @@ pub mod retention;
 pub mod server_files;
 pub mod suggest;
 pub mod tool_table;
+pub mod toolchains;
 pub mod tools;
 pub mod versions;
 pub mod wire;

@@ -84,6 +84,18 @@ impl Authorized<'_> {
             .get(id)
             .map(|w| w.read_paths.keys().collect())
             .unwrap_or_default();
+        // The toolchains found at start: names and the read path each became, never the paths.
+        let toolchains: Vec<Value> = self
+            .config
+            .workspaces
+            .get(id)
+            .map(|w| {
+                w.toolchains
+                    .iter()
+                    .map(|(name, read_path)| json!({"name": name, "read_path": read_path}))
+                    .collect()
+            })
+            .unwrap_or_default();
         let mut execution = json!({
             "environment": {
                 "kind": env_kind,
@@ -142,6 +154,7 @@ impl Authorized<'_> {
                 "command_sandbox": if sandbox_on { "linux-sandbox" } else { "none" },
                 "sandbox": ws.facts.workspace_sandbox.as_str(),
                 "read_paths": read_path_names,
+                "toolchains": toolchains,
                 "pids": {"limit": pids.limit, "mechanism": pids.mechanism.as_str()},
                 "secret_masking": ws.facts.secret_masking.as_str(),
             },
