@@ -391,7 +391,10 @@ mod tests {
                 env: None,
             }]
         );
-        assert!(found.refused[0].contains("registry credentials"), "{found:?}");
+        assert!(
+            found.refused[0].contains("registry credentials"),
+            "{found:?}"
+        );
     }
 
     #[test]

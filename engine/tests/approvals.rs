@@ -213,7 +213,9 @@ async fn a_resume_whose_hunks_no_longer_match_the_changed_file_is_a_version_conf
     let failed = resume(&e.gw, &id).await.unwrap_err();
     assert_eq!(failed.code, ErrorCode::VersionConflict, "{failed:?}");
     assert!(
-        failed.message.contains("changed since the approval was requested"),
+        failed
+            .message
+            .contains("changed since the approval was requested"),
         "{}",
         failed.message
     );

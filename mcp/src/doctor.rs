@@ -217,7 +217,10 @@ fn config_section(r: &mut Report, e: &Effective) {
                 .iter()
                 .map(|t| format!("{} {}", t["name"].as_str().unwrap_or(""), t["dir"]))
                 .collect();
-            r.line(format!("      toolchains (read-only): {}", shown.join(", ")));
+            r.line(format!(
+                "      toolchains (read-only): {}",
+                shown.join(", ")
+            ));
         }
         workspaces.insert(
             w.id.clone(),

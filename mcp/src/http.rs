@@ -557,7 +557,10 @@ async fn gate(State(g): State<Arc<Gate>>, mut req: Request, next: Next) -> Respo
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    match sid.as_deref().and_then(|sid| g.owner_mismatch(sid, &client)) {
+    match sid
+        .as_deref()
+        .and_then(|sid| g.owner_mismatch(sid, &client))
+    {
         Some(Mismatch::OtherClient) => {
             tracing::warn!(client = %client, "HTTP request refused: session of another client");
             return plain(StatusCode::NOT_FOUND, "session not found");

@@ -825,7 +825,10 @@ fn a_fresh_serve_runs_the_users_cargo_and_cargo_test_with_no_config() {
     );
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("test result: ok. 1 passed"), "{out}");
-    assert!(s.dir().join("ws/target").is_dir(), "the target dir is in the workspace");
+    assert!(
+        s.dir().join("ws/target").is_dir(),
+        "the target dir is in the workspace"
+    );
     // doctor lists them, with their directories (the operator's own terminal).
     let out = Command::new(BIN)
         .args(["doctor"])
@@ -837,7 +840,10 @@ fn a_fresh_serve_runs_the_users_cargo_and_cargo_test_with_no_config() {
         .output()
         .unwrap();
     let stdout = text(&out.stdout);
-    assert!(stdout.contains("toolchains (read-only): cargo \""), "{stdout}");
+    assert!(
+        stdout.contains("toolchains (read-only): cargo \""),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -930,13 +936,20 @@ fn a_tool_error_carries_its_body_as_structured_content_that_the_output_schema_ad
             json!({"workspace_id": "default", "patch": "not a patch"}),
             "INVALID_PATCH",
         ),
-        ("read", json!({"workspace_id": "nope", "path": "a.txt"}), "WORKSPACE_NOT_FOUND"),
+        (
+            "read",
+            json!({"workspace_id": "nope", "path": "a.txt"}),
+            "WORKSPACE_NOT_FOUND",
+        ),
     ] {
         let r = s.call(tool, args);
         assert_eq!(r["isError"], true, "{r}");
         let body = stdio_common::error_body(&r);
         assert_eq!(body["code"], code, "{r}");
-        assert_eq!(r["structuredContent"], body, "structuredContent mirrors the text: {r}");
+        assert_eq!(
+            r["structuredContent"], body,
+            "structuredContent mirrors the text: {r}"
+        );
         assert!(schema_of(tool).is_valid(&r["structuredContent"]), "{r}");
     }
     // A success still validates against the same schema.
@@ -949,8 +962,8 @@ fn a_tool_error_carries_its_body_as_structured_content_that_the_output_schema_ad
 fn a_stale_expected_version_with_hunks_that_no_longer_match_is_a_version_conflict() {
     let mut s = StdioServer::serve_temp_workspace().spawn();
     s.initialize("first-hour");
-    let v1 = s.tool_ok("read", json!({"workspace_id": "default", "path": "a.txt"}))["version"]
-        .clone();
+    let v1 =
+        s.tool_ok("read", json!({"workspace_id": "default", "path": "a.txt"}))["version"].clone();
     s.tool_ok(
         "apply_patch",
         json!({"workspace_id": "default",
@@ -963,7 +976,10 @@ fn a_stale_expected_version_with_hunks_that_no_longer_match_is_a_version_conflic
                "patch": "*** Begin Patch\n*** Update File: a.txt\n@@\n-alpha\n+gamma\n*** End Patch\n"}),
     );
     assert_eq!(err["code"], "VERSION_CONFLICT", "{err}");
-    assert!(err["message"].as_str().unwrap().contains("read it again"), "{err}");
+    assert!(
+        err["message"].as_str().unwrap().contains("read it again"),
+        "{err}"
+    );
     // Without expected_versions the hunk's mismatch is still INVALID_PATCH.
     let err = s.tool_err(
         "apply_patch",

@@ -182,10 +182,7 @@ async fn a_closed_session_is_logged_as_closed_and_another_clients_session_as_suc
         http(
             addr,
             "DELETE",
-            &[
-                ("authorization", &bearer(token)),
-                ("mcp-session-id", &sid),
-            ],
+            &[("authorization", &bearer(token)), ("mcp-session-id", &sid)],
             "",
         )
         .await

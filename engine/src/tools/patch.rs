@@ -190,7 +190,9 @@ impl Authorized<'_> {
                     "`{path}` changed since the approval was requested; nothing was written, ask for a new approval"
                 )
             } else {
-                format!("`{path}` is at version {have} but the patch expected {want}; read it again")
+                format!(
+                    "`{path}` is at version {have} but the patch expected {want}; read it again"
+                )
             };
             return Some(ToolError::new(ErrorCode::VersionConflict, message));
         }
