@@ -134,20 +134,6 @@ fn shown(p: &Path) -> String {
     format!("\"{}\"", p.display())
 }
 
-fn policy_source(cfg: &Config) -> PolicySource {
-    match &cfg.policies_dir {
-        None => PolicySource::Embedded,
-        Some(p) => PolicySource::Dir {
-            policies: p.clone(),
-            schema: cfg.schema_file.clone().unwrap_or_else(|| {
-                p.parent()
-                    .unwrap_or(Path::new("."))
-                    .join("schema/codespace.cedarschema")
-            }),
-        },
-    }
-}
-
 fn config_section(r: &mut Report, e: &Effective) {
     let cfg = &e.config;
     r.line("");
@@ -210,7 +196,9 @@ fn config_section(r: &mut Report, e: &Effective) {
                 Some(json!({"name": name, "read_path": read_path, "dir": dir}))
             })
             .collect();
-        if toolchains.is_empty() {
+        if !w.path.is_empty() && toolchains.is_empty() {
+            r.line("      toolchains: as the config's `path` + `read_paths` declare");
+        } else if toolchains.is_empty() {
             r.line("      toolchains: none (commands see the system PATH only; add one with `serve --toolchain DIR` or the config's `path` + `read_paths`)");
         } else {
             let shown: Vec<String> = toolchains
@@ -422,7 +410,7 @@ fn probe_section(r: &mut Report, probe: &codespace_runner_sandbox::Probe) {
 fn policy_section(r: &mut Report, cfg: &Config) -> Option<PolicyStore> {
     r.line("");
     r.line("policy set");
-    let source = policy_source(cfg);
+    let source = crate::setup::policy_source(cfg);
     let (location, schema) = match &source {
         PolicySource::Embedded => (
             "embedded (the shipped set, compiled into this binary)".to_string(),

@@ -420,9 +420,9 @@ impl Gate {
         tokens.client_for(rest.trim_ascii())
     }
 
-    /// True unless `sid` is a session this client created. Every session is created through
-    /// the gate, which records its owner before the client can learn its id, so an id without
-    /// an owner is refused too (fail closed).
+    /// None when `sid` is a session this client created, else why not. Every session is
+    /// created through the gate, which records its owner before the client can learn its id,
+    /// so an id without an owner (closed, or never opened) is refused too (fail closed).
     fn owner_mismatch(&self, sid: &str, client: &Arc<str>) -> Option<Mismatch> {
         match self.owners.lock() {
             Ok(o) => match o.get(sid) {

@@ -78,6 +78,23 @@ pub struct ToolchainArgs {
     pub no_toolchains: bool,
 }
 
+/// The policy set `cfg` names: its policies directory (and schema, by default beside it), or
+/// the embedded set.
+pub fn policy_source(cfg: &Config) -> codespace_engine::policy::PolicySource {
+    use codespace_engine::policy::PolicySource;
+    match &cfg.policies_dir {
+        None => PolicySource::Embedded,
+        Some(p) => PolicySource::Dir {
+            policies: p.clone(),
+            schema: cfg.schema_file.clone().unwrap_or_else(|| {
+                p.parent()
+                    .unwrap_or(Path::new("."))
+                    .join("schema/codespace.cedarschema")
+            }),
+        },
+    }
+}
+
 /// Finds the invoking user's toolchains (unless `--no-toolchains`) and the `--toolchain`
 /// directories, and adds them to every workspace of `cfg` whose config sets no command `path`
 /// (`cfg.store` is the store in use: no toolchain directory may hold it, the config or a token
@@ -90,18 +107,7 @@ pub fn add_toolchains(cfg: &mut Config, args: &ToolchainArgs) -> Vec<String> {
         extra: &args.toolchain,
         discover: !args.no_toolchains,
     });
-    let source = match &cfg.policies_dir {
-        None => codespace_engine::policy::PolicySource::Embedded,
-        Some(p) => codespace_engine::policy::PolicySource::Dir {
-            policies: p.clone(),
-            schema: cfg.schema_file.clone().unwrap_or_else(|| {
-                p.parent()
-                    .unwrap_or(Path::new("."))
-                    .join("schema/codespace.cedarschema")
-            }),
-        },
-    };
-    let own = codespace_engine::server_files::server_files(cfg, &source);
+    let own = codespace_engine::server_files::server_files(cfg, &policy_source(cfg));
     let home = std::env::var_os("HOME").map(PathBuf::from);
     apply(cfg, &found, &own, home.as_deref())
 }

@@ -174,13 +174,18 @@ impl Authorized<'_> {
             .map(|(p, w)| (p, w, false))
             .chain(pinned.iter().map(|(p, w)| (p, w, true)))
         {
-            let rel = RelPath::parse(path).ok()?;
+            let Ok(rel) = RelPath::parse(path) else {
+                continue;
+            };
             // From disk, not the version table: an outside edit may not have reached it yet.
-            let on_disk = self
+            // A path that cannot be hashed (too large, unreadable) says nothing here.
+            let Ok(on_disk) = self
                 .file_versions
                 .version(&ws.root, &rel, self.config.limits.max_hash_bytes)
                 .await
-                .ok()?;
+            else {
+                continue;
+            };
             let have = on_disk.as_ref().map_or("absent", |v| v.as_str());
             if have == want {
                 continue;
