@@ -448,6 +448,9 @@ pub struct Workspace {
     /// paths, `.` for the root; each checked at load: no symlink on the way, a directory or not
     /// yet there).
     pub command_write_paths: Vec<String>,
+    /// The toolchains found at start and added to its read paths (name, read-path name);
+    /// see `toolchains.rs`. Empty when the config sets a command `path`.
+    pub toolchains: Vec<(String, String)>,
 }
 
 /// A permission profile (built-in or operator-written).
@@ -754,6 +757,7 @@ impl Config {
                 env: BTreeMap::new(),
                 lease_scope: LeaseScope::Workspace,
                 command_write_paths: default_command_write_paths(),
+                toolchains: Vec::new(),
             },
         );
         Ok(Config {
@@ -959,6 +963,7 @@ impl Config {
                     env: vars,
                     lease_scope: w.lease_scope,
                     command_write_paths: write_paths,
+                    toolchains: Vec::new(),
                 },
             );
         }

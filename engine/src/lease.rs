@@ -78,8 +78,12 @@ fn busy_process(ws: &str, holder: &ProcessHold) -> ToolError {
     ToolError::new(
         ErrorCode::WorkspaceBusy,
         format!(
-            "workspace `{ws}` is busy: live process {} holds its mutation lease",
-            holder.id
+            "workspace `{ws}` is busy: live process {id} holds its mutation lease; to get \
+             unstuck, end it (`terminate_process` with process_id `{id}`, or `write_stdin` what \
+             it waits for), or wait for it to exit (`read_process` with `wait_ms`); start \
+             long-running commands (servers, watchers) with `background: true`, which hold no \
+             lease",
+            id = holder.id
         ),
     )
 }
@@ -87,7 +91,10 @@ fn busy_process(ws: &str, holder: &ProcessHold) -> ToolError {
 fn busy_request(ws: &str) -> ToolError {
     ToolError::new(
         ErrorCode::WorkspaceBusy,
-        format!("workspace `{ws}` is busy with another mutation"),
+        format!(
+            "workspace `{ws}` is busy with another mutation (a patch or a starting command); \
+             retry when it has finished"
+        ),
     )
 }
 

@@ -27,6 +27,7 @@ pub mod server_files;
 pub mod shown;
 pub mod suggest;
 pub mod tool_table;
+pub mod toolchains;
 pub mod tools;
 pub mod versions;
 pub mod wire;

@@ -229,6 +229,62 @@ pub(crate) fn spawn_error(e: &SpawnError) -> ToolError {
     }
 }
 
+/// The remedy added to a spawn failure whose program the command cannot find (`program not
+/// found`) or may not execute (`EACCES` from the sandbox: its directory is not readable there):
+/// the commands' `PATH` (operator and toolchain directories by role, never their paths) and how
+/// to add a toolchain.
+pub(crate) struct ExecRemedy {
+    path: String,
+}
+
+impl ExecRemedy {
+    /// From the child's environment and the operator's (and toolchains') `PATH` directories.
+    pub(crate) fn new(env: &[(String, String)], configured: &[PathBuf]) -> ExecRemedy {
+        let path = env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| {
+                v.split(':')
+                    .map(|d| {
+                        if configured.iter().any(|c| Path::new(d) == c) {
+                            "<configured dir>"
+                        } else {
+                            d
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join(":")
+            })
+            .unwrap_or_default();
+        ExecRemedy { path }
+    }
+
+    /// `e` with the remedy appended when it is about finding or executing the program.
+    pub(crate) fn apply(&self, mut e: ToolError) -> ToolError {
+        let m = &e.message;
+        let not_found = m.contains("program not found");
+        let denied = m.contains("cannot execute")
+            && (m.contains("Permission denied") || m.contains("os error 13"));
+        if !not_found && !denied {
+            return e;
+        }
+        let what = if denied {
+            "the program's directory is not readable by sandboxed commands"
+        } else {
+            "no such program on the commands' PATH"
+        };
+        e.message = format!(
+            "{m}; {what} (the commands' PATH is {}; workspace_info's \
+             execution.isolation.toolchains lists the toolchains added); add its directory \
+             with `codespace serve --toolchain DIR`, or the config's `path` + `read_paths` \
+             (docs/config.md)",
+            self.path
+        );
+        e
+    }
+}
+
 pub(crate) fn proc_error(e: &ProcError) -> ToolError {
     ToolError::new(ErrorCode::from(e), e.to_string())
 }

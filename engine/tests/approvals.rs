@@ -204,6 +204,38 @@ async fn a_file_changed_since_the_hold_fails_the_resume_and_keeps_the_outside_ed
 }
 
 #[tokio::test]
+async fn a_resume_whose_hunks_no_longer_match_the_changed_file_is_a_version_conflict() {
+    let e = env();
+    std::fs::write(e.root.join("a.txt"), "one\n").unwrap();
+    let err = call(
+        &e.gw,
+        "apply_patch",
+        json!({"workspace_id": "w",
+               "patch": "*** Begin Patch\n*** Update File: a.txt\n@@\n-one\n+two\n*** End Patch\n"}),
+    )
+    .await
+    .unwrap_err();
+    let id = held_id(&err);
+    // The outside edit removes the line the hunk needs: the hunk no longer applies, and the
+    // useful answer is that the approved file changed.
+    std::fs::write(e.root.join("a.txt"), "rewritten outside\n").unwrap();
+    grant(&e.gw, &id).await;
+    let failed = resume(&e.gw, &id).await.unwrap_err();
+    assert_eq!(failed.code, ErrorCode::VersionConflict, "{failed:?}");
+    assert!(
+        failed
+            .message
+            .contains("changed since the approval was requested"),
+        "{}",
+        failed.message
+    );
+    assert_eq!(
+        std::fs::read_to_string(e.root.join("a.txt")).unwrap(),
+        "rewritten outside\n"
+    );
+}
+
+#[tokio::test]
 async fn deny_is_final_and_scrubs_the_held_arguments() {
     let e = env();
     let err = call(

@@ -37,6 +37,8 @@ enum Command {
         #[arg(long)]
         store: Option<PathBuf>,
         #[command(flatten)]
+        toolchains: crate::setup::ToolchainArgs,
+        #[command(flatten)]
         http: crate::http::HttpArgs,
     },
     /// Print the decision log (audit) from the store, newest first: a table, or JSON lines
@@ -221,6 +223,7 @@ pub fn main() -> ExitCode {
             dir,
             config,
             store,
+            toolchains,
             http,
         } => {
             let config_origin = crate::setup::arg_origin(
@@ -229,7 +232,7 @@ pub fn main() -> ExitCode {
                 "--config",
                 "CODESPACE_CONFIG",
             );
-            serve(dir, config, config_origin, store, http).map(|_| ExitCode::SUCCESS)
+            serve(dir, config, config_origin, store, &toolchains, http).map(|_| ExitCode::SUCCESS)
         }
         Command::Doctor(args) => {
             let config_origin = crate::setup::arg_origin(
@@ -314,6 +317,7 @@ fn serve(
     config: Option<PathBuf>,
     config_origin: crate::setup::Origin,
     store: Option<PathBuf>,
+    toolchains: &crate::setup::ToolchainArgs,
     http: crate::http::HttpArgs,
 ) -> Result<()> {
     let http = http.options().map_err(|e| anyhow!(e))?;
@@ -331,6 +335,10 @@ fn serve(
     let (mut cfg, store_path, store_origin) =
         (effective.config, effective.store, effective.store_origin);
     cfg.store = Some(store_path.clone());
+    // The invoking user's toolchains, for workspaces whose config sets no command `path`.
+    for refused in crate::setup::add_toolchains(&mut cfg, toolchains) {
+        tracing::warn!("toolchain: {refused}");
+    }
     let banner = (http.is_none() && crate::setup::on_terminal())
         .then(|| crate::setup::stdio_banner(&cfg, &store_path));
     let source = source_from(cfg.policies_dir.clone(), cfg.schema_file.clone());

@@ -27,6 +27,8 @@ pub struct DoctorArgs {
     /// Print one JSON document instead of the text report.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub toolchains: crate::setup::ToolchainArgs,
 }
 
 /// The report under construction: JSON sections, text lines, problems.
@@ -59,7 +61,17 @@ pub fn run(args: &DoctorArgs, config_origin: Origin) -> Result<ExitCode> {
         config_origin,
         args.store.as_deref(),
     ) {
-        Ok(e) => Some(e),
+        Ok(mut e) => {
+            // As `serve` does: the invoking user's toolchains, checked against the store in use.
+            let saved = e.config.store.replace(e.store.clone());
+            let refused = crate::setup::add_toolchains(&mut e.config, &args.toolchains);
+            e.config.store = saved;
+            r.json.insert("toolchains_refused".into(), json!(refused));
+            for line in refused {
+                r.line(format!("toolchain: {line}"));
+            }
+            Some(e)
+        }
         Err(e) => {
             r.problem(e.to_string());
             None
@@ -122,20 +134,6 @@ fn shown(p: &Path) -> String {
     format!("\"{}\"", p.display())
 }
 
-fn policy_source(cfg: &Config) -> PolicySource {
-    match &cfg.policies_dir {
-        None => PolicySource::Embedded,
-        Some(p) => PolicySource::Dir {
-            policies: p.clone(),
-            schema: cfg.schema_file.clone().unwrap_or_else(|| {
-                p.parent()
-                    .unwrap_or(Path::new("."))
-                    .join("schema/codespace.cedarschema")
-            }),
-        },
-    }
-}
-
 fn config_section(r: &mut Report, e: &Effective) {
     let cfg = &e.config;
     r.line("");
@@ -190,6 +188,28 @@ fn config_section(r: &mut Report, e: &Effective) {
             w.network.as_str(),
             w.approvals.as_str()
         ));
+        let toolchains: Vec<Value> = w
+            .toolchains
+            .iter()
+            .filter_map(|(name, read_path)| {
+                let dir = w.read_paths.get(read_path)?;
+                Some(json!({"name": name, "read_path": read_path, "dir": dir}))
+            })
+            .collect();
+        if !w.path.is_empty() && toolchains.is_empty() {
+            r.line("      toolchains: as the config's `path` + `read_paths` declare");
+        } else if toolchains.is_empty() {
+            r.line("      toolchains: none (commands see the system PATH only; add one with `serve --toolchain DIR` or the config's `path` + `read_paths`)");
+        } else {
+            let shown: Vec<String> = toolchains
+                .iter()
+                .map(|t| format!("{} {}", t["name"].as_str().unwrap_or(""), t["dir"]))
+                .collect();
+            r.line(format!(
+                "      toolchains (read-only): {}",
+                shown.join(", ")
+            ));
+        }
         workspaces.insert(
             w.id.clone(),
             json!({
@@ -198,6 +218,7 @@ fn config_section(r: &mut Report, e: &Effective) {
                 "environment": w.environment,
                 "network": w.network.as_str(),
                 "approvals": w.approvals.as_str(),
+                "toolchains": toolchains,
             }),
         );
     }
@@ -389,7 +410,7 @@ fn probe_section(r: &mut Report, probe: &codespace_runner_sandbox::Probe) {
 fn policy_section(r: &mut Report, cfg: &Config) -> Option<PolicyStore> {
     r.line("");
     r.line("policy set");
-    let source = policy_source(cfg);
+    let source = crate::setup::policy_source(cfg);
     let (location, schema) = match &source {
         PolicySource::Embedded => (
             "embedded (the shipped set, compiled into this binary)".to_string(),

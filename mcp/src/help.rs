@@ -26,6 +26,11 @@ Examples:
   codespace serve ~/src/project --http          # http://127.0.0.1:8787/mcp, loopback, no tokens
   codespace serve --config codespace.json --http 127.0.0.1:9000
   CODESPACE_LOG=info codespace serve ~/src/project
+  codespace serve ~/src/project --toolchain /opt/go   # one more toolchain for the commands
+
+Without a `path` in the config, the commands may read and run your toolchains (CARGO_HOME,
+RUSTUP_HOME, and cargo, rustc, python3, node, go as found on this PATH), read-only;
+--no-toolchains turns that off.
 
 Over stdio the server reads JSON-RPC on stdin and writes only protocol messages to stdout; logs
 go to stderr. Stop it with Ctrl-C (or Ctrl-D on a terminal). See docs/config.md and

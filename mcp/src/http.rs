@@ -420,13 +420,17 @@ impl Gate {
         tokens.client_for(rest.trim_ascii())
     }
 
-    /// True unless `sid` is a session this client created. Every session is created through
-    /// the gate, which records its owner before the client can learn its id, so an id without
-    /// an owner is refused too (fail closed).
-    fn owner_mismatch(&self, sid: &str, client: &Arc<str>) -> bool {
+    /// None when `sid` is a session this client created, else why not. Every session is
+    /// created through the gate, which records its owner before the client can learn its id,
+    /// so an id without an owner (closed, or never opened) is refused too (fail closed).
+    fn owner_mismatch(&self, sid: &str, client: &Arc<str>) -> Option<Mismatch> {
         match self.owners.lock() {
-            Ok(o) => o.get(sid).is_none_or(|owner| owner != client),
-            Err(_) => true,
+            Ok(o) => match o.get(sid) {
+                None => Some(Mismatch::Unknown),
+                Some(owner) if owner != client => Some(Mismatch::OtherClient),
+                Some(_) => None,
+            },
+            Err(_) => Some(Mismatch::Unknown),
         }
     }
 
@@ -475,6 +479,14 @@ impl Gate {
             o.remove(sid);
         }
     }
+}
+
+/// Why a request's session id is not the client's own.
+enum Mismatch {
+    /// No such live session: closed (expired or deleted) or never opened.
+    Unknown,
+    /// A live session another client opened.
+    OtherClient,
 }
 
 /// A session opening in progress, counted against its client's session cap until dropped.
@@ -545,12 +557,21 @@ async fn gate(State(g): State<Arc<Gate>>, mut req: Request, next: Next) -> Respo
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    if sid
+    match sid
         .as_deref()
-        .is_some_and(|sid| g.owner_mismatch(sid, &client))
+        .and_then(|sid| g.owner_mismatch(sid, &client))
     {
-        tracing::warn!(client = %client, "HTTP request refused: session of another client");
-        return plain(StatusCode::NOT_FOUND, "session not found");
+        Some(Mismatch::OtherClient) => {
+            tracing::warn!(client = %client, "HTTP request refused: session of another client");
+            return plain(StatusCode::NOT_FOUND, "session not found");
+        }
+        // Closed (expired, deleted before) or never opened: a client that re-sends a DELETE
+        // or reuses an old session id, not an intrusion.
+        Some(Mismatch::Unknown) => {
+            tracing::info!(client = %client, method = %req.method(), "HTTP request refused: unknown or closed session");
+            return plain(StatusCode::NOT_FOUND, "session not found");
+        }
+        None => {}
     }
     let method = req.method().clone();
     if method == Method::DELETE

@@ -329,7 +329,9 @@ fn finish_tool(mut tool: Tool, spec: &ToolSpec) -> Tool {
     tool.annotations = Some(a);
     tool.input_schema = Arc::new(plain_schema_object(tool.input_schema.as_ref()));
     if let Some(out) = &tool.output_schema {
-        tool.output_schema = Some(Arc::new(plain_schema_object(out.as_ref())));
+        tool.output_schema = Some(Arc::new(with_error_branch(plain_schema_object(
+            out.as_ref(),
+        ))));
     }
     tool
 }
@@ -433,8 +435,53 @@ fn structured_result(v: serde_json::Value) -> CallToolResult {
     r
 }
 
+/// A tool error: the ErrorBody as one text item and, for SDKs that read only structured
+/// results, as `structuredContent` too (every output schema admits it: [`with_error_branch`]).
 fn error_result(e: &ToolError) -> CallToolResult {
-    CallToolResult::error(vec![ContentBlock::text(e.to_json())])
+    let mut r = CallToolResult::error(vec![ContentBlock::text(e.to_json())]);
+    r.structured_content = serde_json::to_value(e).ok();
+    r
+}
+
+/// The ErrorBody's schema: what `structuredContent` holds when `isError` is true.
+fn error_body_schema() -> serde_json::Value {
+    serde_json::json!({
+        "type": "object",
+        "description": "The ErrorBody of a failed call (isError: true).",
+        "properties": {
+            "code": {"type": "string"},
+            "message": {"type": "string"},
+            "operation_id": {"type": "string"},
+            "approval_id": {"type": "string"},
+            "decision_id": {"type": "string"},
+            "policy_ids": {"type": "array", "items": {"type": "string"}},
+        },
+        "required": ["code", "message"],
+    })
+}
+
+/// A tool's output schema made to admit its error results too: `anyOf` the result's schema and
+/// the ErrorBody's, with the definitions the result's schema refers to kept at the root (where
+/// its `$ref`s point) and `"type": "object"` kept at the root (the MCP rule for output schemas).
+fn with_error_branch(mut result: rmcp::model::JsonObject) -> rmcp::model::JsonObject {
+    let mut root = rmcp::model::JsonObject::new();
+    for key in ["$schema", "title", "definitions"] {
+        if let Some(v) = result.remove(key) {
+            root.insert(key.into(), v);
+        }
+    }
+    let mut defs = match result.remove("$defs") {
+        Some(serde_json::Value::Object(m)) => m,
+        _ => serde_json::Map::new(),
+    };
+    defs.insert("ErrorBody".into(), error_body_schema());
+    root.insert("type".into(), "object".into());
+    root.insert(
+        "anyOf".into(),
+        serde_json::json!([result, {"$ref": "#/$defs/ErrorBody"}]),
+    );
+    root.insert("$defs".into(), serde_json::Value::Object(defs));
+    root
 }
 
 impl ServerHandler for CodeSpaceServer {

@@ -65,6 +65,53 @@ pub struct Effective {
     pub store_origin: Origin,
 }
 
+/// The toolchain flags of `serve` (and `doctor`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ToolchainArgs {
+    /// Add a toolchain directory for the commands of workspaces whose config sets no `path`:
+    /// read-only, its `bin` (or itself) on the commands' `PATH`. Repeatable.
+    #[arg(long = "toolchain", value_name = "DIR")]
+    pub toolchain: Vec<PathBuf>,
+    /// Do not look for the invoking user's toolchains (`CARGO_HOME`, `RUSTUP_HOME`, `cargo`,
+    /// `rustc`, `python3`, `node`, `go` on this process's `PATH`).
+    #[arg(long)]
+    pub no_toolchains: bool,
+}
+
+/// The policy set `cfg` names: its policies directory (and schema, by default beside it), or
+/// the embedded set.
+pub fn policy_source(cfg: &Config) -> codespace_engine::policy::PolicySource {
+    use codespace_engine::policy::PolicySource;
+    match &cfg.policies_dir {
+        None => PolicySource::Embedded,
+        Some(p) => PolicySource::Dir {
+            policies: p.clone(),
+            schema: cfg.schema_file.clone().unwrap_or_else(|| {
+                p.parent()
+                    .unwrap_or(Path::new("."))
+                    .join("schema/codespace.cedarschema")
+            }),
+        },
+    }
+}
+
+/// Finds the invoking user's toolchains (unless `--no-toolchains`) and the `--toolchain`
+/// directories, and adds them to every workspace of `cfg` whose config sets no command `path`
+/// (`cfg.store` is the store in use: no toolchain directory may hold it, the config or a token
+/// file). Returns one line per directory refused.
+pub fn add_toolchains(cfg: &mut Config, args: &ToolchainArgs) -> Vec<String> {
+    use codespace_engine::toolchains::{Sources, apply, discover};
+    let env = |k: &str| std::env::var_os(k);
+    let found = discover(&Sources {
+        env: &env,
+        extra: &args.toolchain,
+        discover: !args.no_toolchains,
+    });
+    let own = codespace_engine::server_files::server_files(cfg, &policy_source(cfg));
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    apply(cfg, &found, &own, home.as_deref())
+}
+
 /// `serve: ` before a message, or nothing for an empty command name.
 fn prefix(cmd: &str) -> String {
     if cmd.is_empty() {

@@ -719,3 +719,315 @@ fn stdio_serve_on_a_terminal_prints_a_one_line_banner_and_stops_on_ctrl_d() {
         .unwrap();
     assert!(status.success(), "{status:?}");
 }
+
+/// Skips a test whose invariant this host cannot run: prints `skip:` and fails under `CI=true`.
+fn skip_unless(cond: bool, why: &str) -> bool {
+    if !cond {
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "skip not allowed under CI: {why}"
+        );
+        println!("skip: {why}");
+    }
+    !cond
+}
+
+/// The directory holding `program` on this process's `PATH` (`command -v`).
+fn command_v(program: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).find(|d| {
+        std::fs::metadata(d.join(program))
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    })
+}
+
+/// Runs `argv` in workspace `default` to its exit: (exit code, all output).
+fn run_to_exit(s: &mut StdioServer, argv: &[&str], within: Duration) -> (i64, String) {
+    let mut r = s.tool_ok(
+        "exec_command",
+        json!({"workspace_id": "default", "command": argv, "yield_ms": 20_000}),
+    );
+    let id = r["process_id"].as_str().unwrap().to_string();
+    let mut out = String::new();
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        out.push_str(r["chunk"].as_str().unwrap_or_default());
+        if r["state"] != "running" && r["eof"] == true {
+            return (r["exit_code"].as_i64().unwrap_or(-1), out);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{argv:?} did not finish: {out}"
+        );
+        let cursor = r["cursor"].as_u64().unwrap_or(0);
+        r = s.tool_ok(
+            "read_process",
+            json!({"process_id": id, "cursor": cursor, "wait_ms": 20_000}),
+        );
+    }
+}
+
+/// A crate with no dependencies and one passing test.
+fn tiny_crate(dir: &Path) {
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::write(
+        dir.join("Cargo.toml"),
+        "[package]\nname = \"tiny\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dependencies]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("src/lib.rs"),
+        "pub fn two() -> u32 { 2 }\n#[cfg(test)]\nmod t {\n    #[test]\n    fn two() { assert_eq!(super::two(), 2); }\n}\n",
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_fresh_serve_runs_the_users_cargo_and_cargo_test_with_no_config() {
+    if skip_unless(
+        command_v("cargo").is_some(),
+        "no cargo on this process's PATH",
+    ) || skip_unless(
+        codespace_runner_sandbox::probe().sandbox_available(),
+        "the kernel lacks the command sandbox (Landlock/seccomp)",
+    ) {
+        return;
+    }
+    let mut s = StdioServer::serve_temp_workspace()
+        .deadline(Duration::from_secs(120))
+        .spawn();
+    tiny_crate(&s.dir().join("ws"));
+    s.initialize("first-hour");
+    let info = s.tool_ok("workspace_info", json!({"workspace_id": "default"}));
+    let iso = &info["execution"]["isolation"];
+    assert!(
+        iso["toolchains"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({"name": "cargo", "read_path": "toolchain-cargo"})),
+        "{iso}"
+    );
+    // Names only: the toolchain's directory is not on the wire.
+    let cargo_dir = command_v("cargo").unwrap();
+    assert!(
+        !info.to_string().contains(cargo_dir.to_str().unwrap()),
+        "{info}"
+    );
+    let (code, out) = run_to_exit(&mut s, &["cargo", "--version"], Duration::from_secs(60));
+    assert_eq!(code, 0, "{out}");
+    assert!(out.starts_with("cargo "), "{out}");
+    let (code, out) = run_to_exit(
+        &mut s,
+        &["cargo", "test", "--offline"],
+        Duration::from_secs(300),
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("test result: ok. 1 passed"), "{out}");
+    assert!(
+        s.dir().join("ws/target").is_dir(),
+        "the target dir is in the workspace"
+    );
+    // doctor lists them, with their directories (the operator's own terminal).
+    let out = Command::new(BIN)
+        .args(["doctor"])
+        .arg(s.dir().join("ws"))
+        .arg("--store")
+        .arg(s.dir().join("store.db"))
+        .env_remove("CODESPACE_CONFIG")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("toolchains (read-only): cargo \""),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn without_toolchains_a_missing_program_names_the_path_and_the_remedy() {
+    if skip_unless(
+        codespace_runner_sandbox::probe().sandbox_available(),
+        "the kernel lacks the command sandbox (Landlock/seccomp)",
+    ) {
+        return;
+    }
+    let mut s = StdioServer::serve_temp_workspace()
+        .arg("--no-toolchains")
+        .spawn();
+    s.initialize("first-hour");
+    let info = s.tool_ok("workspace_info", json!({"workspace_id": "default"}));
+    assert_eq!(info["execution"]["isolation"]["toolchains"], json!([]));
+    let err = s.tool_err(
+        "exec_command",
+        json!({"workspace_id": "default", "command": ["no-such-tool-xyz", "--version"]}),
+    );
+    assert_eq!(err["code"], "PROCESS_SPAWN_FAILED", "{err}");
+    let m = err["message"].as_str().unwrap();
+    for want in [
+        "program not found: no-such-tool-xyz",
+        "the commands' PATH is /usr/local/sbin:",
+        "`codespace serve --toolchain DIR`",
+        "`path` + `read_paths`",
+    ] {
+        assert!(m.contains(want), "{want:?} not in {m}");
+    }
+    // A program outside the sandbox's read paths, by absolute path: EACCES, with the remedy.
+    let Some(cargo_dir) = command_v("cargo") else {
+        skip_unless(false, "no cargo on this process's PATH");
+        return;
+    };
+    if skip_unless(
+        !["/usr", "/bin", "/sbin", "/lib"]
+            .iter()
+            .any(|p| cargo_dir.starts_with(p)),
+        "cargo is under a system path every command may read",
+    ) {
+        return;
+    }
+    let err = s.tool_err(
+        "exec_command",
+        json!({"workspace_id": "default",
+               "command": [cargo_dir.join("cargo"), "--version"]}),
+    );
+    let m = err["message"].as_str().unwrap();
+    assert!(
+        m.contains("Permission denied") && m.contains("--toolchain DIR"),
+        "{m}"
+    );
+}
+
+#[test]
+fn a_tool_error_carries_its_body_as_structured_content_that_the_output_schema_admits() {
+    let mut s = StdioServer::serve_temp_workspace().spawn();
+    s.initialize("first-hour");
+    let tools = s.request("tools/list", json!({}))["result"]["tools"].clone();
+    let schema_of = |name: &str| {
+        let t = tools
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap();
+        assert_eq!(t["outputSchema"]["type"], "object", "{name}");
+        jsonschema::validator_for(&t["outputSchema"])
+            .unwrap_or_else(|e| panic!("{name}: outputSchema does not compile: {e}"))
+    };
+    // Every tool's schema admits an ErrorBody, and still refuses what is neither.
+    for t in tools.as_array().unwrap() {
+        let name = t["name"].as_str().unwrap();
+        let v = schema_of(name);
+        assert!(
+            v.is_valid(&json!({"code": "INTERNAL", "message": "x"})),
+            "{name}"
+        );
+        assert!(!v.is_valid(&json!({"code": 1})), "{name}");
+    }
+    for (tool, args, code) in [
+        (
+            "read",
+            json!({"workspace_id": "default", "path": "missing.txt"}),
+            "FILE_NOT_FOUND",
+        ),
+        (
+            "apply_patch",
+            json!({"workspace_id": "default", "patch": "not a patch"}),
+            "INVALID_PATCH",
+        ),
+        (
+            "read",
+            json!({"workspace_id": "nope", "path": "a.txt"}),
+            "WORKSPACE_NOT_FOUND",
+        ),
+    ] {
+        let r = s.call(tool, args);
+        assert_eq!(r["isError"], true, "{r}");
+        let body = stdio_common::error_body(&r);
+        assert_eq!(body["code"], code, "{r}");
+        assert_eq!(
+            r["structuredContent"], body,
+            "structuredContent mirrors the text: {r}"
+        );
+        assert!(schema_of(tool).is_valid(&r["structuredContent"]), "{r}");
+    }
+    // A success still validates against the same schema.
+    let ok = s.call("read", json!({"workspace_id": "default", "path": "a.txt"}));
+    assert_eq!(ok["isError"], false);
+    assert!(schema_of("read").is_valid(&ok["structuredContent"]), "{ok}");
+}
+
+#[test]
+fn a_stale_expected_version_with_hunks_that_no_longer_match_is_a_version_conflict() {
+    let mut s = StdioServer::serve_temp_workspace().spawn();
+    s.initialize("first-hour");
+    let v1 =
+        s.tool_ok("read", json!({"workspace_id": "default", "path": "a.txt"}))["version"].clone();
+    s.tool_ok(
+        "apply_patch",
+        json!({"workspace_id": "default",
+               "patch": "*** Begin Patch\n*** Update File: a.txt\n@@\n-alpha\n+beta\n*** End Patch\n"}),
+    );
+    // The caller still holds v1 and patches against its old content.
+    let err = s.tool_err(
+        "apply_patch",
+        json!({"workspace_id": "default", "expected_versions": {"a.txt": v1},
+               "patch": "*** Begin Patch\n*** Update File: a.txt\n@@\n-alpha\n+gamma\n*** End Patch\n"}),
+    );
+    assert_eq!(err["code"], "VERSION_CONFLICT", "{err}");
+    assert!(
+        err["message"].as_str().unwrap().contains("read it again"),
+        "{err}"
+    );
+    // Without expected_versions the hunk's mismatch is still INVALID_PATCH.
+    let err = s.tool_err(
+        "apply_patch",
+        json!({"workspace_id": "default",
+               "patch": "*** Begin Patch\n*** Update File: a.txt\n@@\n-alpha\n+gamma\n*** End Patch\n"}),
+    );
+    assert_eq!(err["code"], "INVALID_PATCH", "{err}");
+    assert_eq!(
+        std::fs::read_to_string(s.dir().join("ws/a.txt")).unwrap(),
+        "beta\n"
+    );
+}
+
+#[test]
+fn workspace_busy_says_which_process_holds_the_lease_and_how_to_get_unstuck() {
+    if skip_unless(
+        codespace_runner_sandbox::probe().sandbox_available(),
+        "the kernel lacks the command sandbox (Landlock/seccomp)",
+    ) {
+        return;
+    }
+    let mut s = StdioServer::serve_temp_workspace().spawn();
+    s.initialize("first-hour");
+    let r = s.tool_ok(
+        "exec_command",
+        json!({"workspace_id": "default", "command": ["sleep", "600"], "yield_ms": 0}),
+    );
+    assert_eq!(r["state"], "running", "{r}");
+    let id = r["process_id"].as_str().unwrap().to_string();
+    let err = s.tool_err(
+        "apply_patch",
+        json!({"workspace_id": "default",
+               "patch": "*** Begin Patch\n*** Add File: b.txt\n+b\n*** End Patch\n"}),
+    );
+    assert_eq!(err["code"], "WORKSPACE_BUSY", "{err}");
+    let m = err["message"].as_str().unwrap();
+    for want in [
+        id.as_str(),
+        "`terminate_process`",
+        "`read_process` with `wait_ms`",
+        "`background: true`",
+    ] {
+        assert!(m.contains(want), "{want:?} not in {m}");
+    }
+    s.tool_ok("terminate_process", json!({"process_id": id}));
+    s.tool_ok(
+        "apply_patch",
+        json!({"workspace_id": "default",
+               "patch": "*** Begin Patch\n*** Add File: b.txt\n+b\n*** End Patch\n"}),
+    );
+}

@@ -133,3 +133,79 @@ async fn sigterm_ends_the_server_cleanly_and_the_log_holds_no_token() {
     assert!(!log.contains(wrong), "presented token in the log");
     drop(stream);
 }
+
+#[tokio::test]
+async fn a_closed_session_is_logged_as_closed_and_another_clients_session_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("ws");
+    std::fs::create_dir_all(&root).unwrap();
+    const OTHER: &str = "other-client-token-0123456789";
+    let cfg = json!({
+        "workspaces": {"main": {"root": root, "profile": "read-only"}},
+        "store": dir.path().join("store.db"),
+        "clients": {"ci": {"token": TOKEN}, "other": {"token": OTHER}},
+    });
+    let cfg_path = dir.path().join("config.json");
+    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+    let mut child = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&cfg_path)
+        .args(["--http", "127.0.0.1:0"])
+        .env("CODESPACE_LOG", "info")
+        .env_remove("CODESPACE_CONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(line);
+        }
+    });
+    let mut lines = Vec::new();
+    let addr: SocketAddr = loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("start-up line");
+        lines.push(line.clone());
+        if let Some(rest) =
+            line.strip_prefix("codespace: serving MCP over streamable HTTP at http://")
+        {
+            break rest.trim_end_matches("/mcp").parse().unwrap();
+        }
+    };
+    let delete = |sid: String, token: &'static str| async move {
+        http(
+            addr,
+            "DELETE",
+            &[("authorization", &bearer(token)), ("mcp-session-id", &sid)],
+            "",
+        )
+        .await
+    };
+    let sid = initialize(addr, Some(TOKEN)).await;
+    let live = initialize(addr, Some(TOKEN)).await;
+    assert_eq!(delete(sid.clone(), TOKEN).await.status, 204);
+    // Deleted before: a closed session, not another client's.
+    assert_eq!(delete(sid.clone(), TOKEN).await.status, 404);
+    // A live session of another client is still named as such.
+    assert_eq!(delete(live, OTHER).await.status, 404);
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = child.wait().unwrap();
+    assert!(exit.success(), "{exit:?}");
+    reader.join().unwrap();
+    lines.extend(rx.try_iter());
+    let log = lines.join("\n");
+    // The closed session's DELETE is logged as such; only the other client's attempt is
+    // "session of another client".
+    assert_eq!(log.matches("unknown or closed session").count(), 1, "{log}");
+    assert_eq!(log.matches("session of another client").count(), 1, "{log}");
+}

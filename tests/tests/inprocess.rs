@@ -840,13 +840,19 @@ async fn tool_schemas_are_plain_json_schema_with_titles_and_truthful_hints() {
     // The harness workspace is network-restricted (the default): commands reach no other host.
     assert_eq!(hints("exec_command").open_world_hint, Some(false));
     assert_eq!(stdin.open_world_hint, Some(false));
-    let status = tool("operation_status").output_schema.clone().unwrap();
+    // Every output schema is `anyOf` the result's schema and the ErrorBody's (tool errors carry
+    // the ErrorBody as structuredContent too).
+    let status = Value::Object((*tool("operation_status").output_schema.clone().unwrap()).clone());
     assert!(
-        status
-            .get("required")
-            .and_then(Value::as_array)
+        status["anyOf"][0]["required"]
+            .as_array()
             .is_some_and(|r| r.contains(&json!("operation_id"))),
         "operation_status has a real output schema: {status:?}"
+    );
+    assert_eq!(status["anyOf"][1], json!({"$ref": "#/$defs/ErrorBody"}));
+    assert_eq!(
+        status["$defs"]["ErrorBody"]["required"],
+        json!(["code", "message"])
     );
 }
 

@@ -84,6 +84,18 @@ impl Authorized<'_> {
             .get(id)
             .map(|w| w.read_paths.keys().collect())
             .unwrap_or_default();
+        // The toolchains found at start: names and the read path each became, never the paths.
+        let toolchains: Vec<Value> = self
+            .config
+            .workspaces
+            .get(id)
+            .map(|w| {
+                w.toolchains
+                    .iter()
+                    .map(|(name, read_path)| json!({"name": name, "read_path": read_path}))
+                    .collect()
+            })
+            .unwrap_or_default();
         let mut execution = json!({
             "environment": {
                 "kind": env_kind,
@@ -143,6 +155,7 @@ impl Authorized<'_> {
                 "sandbox": ws.facts.workspace_sandbox.as_str(),
                 "read_paths": read_path_names,
                 "write_paths": if sandbox_on { json!(self.write_paths_view(id)) } else { Value::Null },
+                "toolchains": toolchains,
                 "pids": {"limit": pids.limit, "mechanism": pids.mechanism.as_str()},
                 "secret_masking": ws.facts.secret_masking.as_str(),
             },

@@ -160,6 +160,51 @@ enum Applied {
     },
 }
 
+impl Authorized<'_> {
+    /// The `VERSION_CONFLICT` of the first path in `expected` (the caller's `expected_versions`)
+    /// or `pinned` (versions a granted approval pinned) whose version on disk differs, if any.
+    async fn stale_version(
+        &self,
+        expected: &BTreeMap<String, String>,
+        pinned: &BTreeMap<String, String>,
+    ) -> Option<ToolError> {
+        let ws = self.ws();
+        for (path, want, resumed) in expected
+            .iter()
+            .map(|(p, w)| (p, w, false))
+            .chain(pinned.iter().map(|(p, w)| (p, w, true)))
+        {
+            let Ok(rel) = RelPath::parse(path) else {
+                continue;
+            };
+            // From disk, not the version table: an outside edit may not have reached it yet.
+            // A path that cannot be hashed (too large, unreadable) says nothing here.
+            let Ok(on_disk) = self
+                .file_versions
+                .version(&ws.root, &rel, self.config.limits.max_hash_bytes)
+                .await
+            else {
+                continue;
+            };
+            let have = on_disk.as_ref().map_or("absent", |v| v.as_str());
+            if have == want {
+                continue;
+            }
+            let message = if resumed {
+                format!(
+                    "`{path}` changed since the approval was requested; nothing was written, ask for a new approval"
+                )
+            } else {
+                format!(
+                    "`{path}` is at version {have} but the patch expected {want}; read it again"
+                )
+            };
+            return Some(ToolError::new(ErrorCode::VersionConflict, message));
+        }
+        None
+    }
+}
+
 /// Reads one path for the planner, no-follow; a file above `max_bytes`
 /// (`limits.max_patch_file_bytes`) is `FILE_TOO_LARGE` and is never read whole.
 fn lookup(root: &Root, path: &str, max_bytes: u64) -> Result<FileState, FsError> {
@@ -258,10 +303,21 @@ impl Authorized<'_> {
         let planned = {
             let root = Arc::clone(&root);
             let max = self.config.limits.max_patch_file_bytes;
-            tokio::task::spawn_blocking(move || plan(&patch, |path| lookup(&root, path, max)))
+            match tokio::task::spawn_blocking(move || plan(&patch, |path| lookup(&root, path, max)))
                 .await
                 .map_err(|e| rejected(ToolError::new(ErrorCode::Internal, e.to_string())))?
-                .map_err(|e| rejected(plan_error(e)))?
+            {
+                Ok(planned) => planned,
+                // Hunks that no longer match a file the caller pinned to an older version: the
+                // stale version is the useful answer (read it again), not the hunk.
+                Err(e) => {
+                    let err = match self.stale_version(expected, pinned).await {
+                        Some(conflict) => conflict,
+                        None => plan_error(e),
+                    };
+                    return Err(rejected(err));
+                }
+            }
         };
         let mut changes = Vec::new();
         let mut wire = Vec::new();

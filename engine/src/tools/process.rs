@@ -576,6 +576,8 @@ impl Authorized<'_> {
             }
         }
         scrub_env(&mut env);
+        // For the remedy of a program the command cannot find or run.
+        let remedy = ExecRemedy::new(&env, &paths.path);
         let spec = SpawnSpec {
             argv: p.command.clone(),
             cwd: if cwd.is_root() {
@@ -611,7 +613,7 @@ impl Authorized<'_> {
                 if e == SpawnError::LimitReached {
                     return Err(self.live_limit_error(session).await);
                 }
-                return Err(spawn_error(&e));
+                return Err(remedy.apply(spawn_error(&e)));
             }
         };
         // The command is registered with its proxy before the first connection is decided
@@ -635,10 +637,10 @@ impl Authorized<'_> {
                 control.abort();
             }
             remove_tmp(tmp_path.as_deref());
-            return Err(ToolError::new(
+            return Err(remedy.apply(ToolError::new(
                 ErrorCode::ProcessSpawnFailed,
                 format!("command sandbox refused to start the command: {why}"),
-            ));
+            )));
         }
         self.audit_masks(decision, scope_view.audited, &masks, session);
         let program = p
