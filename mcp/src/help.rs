@@ -122,6 +122,29 @@ Examples:
   codespace policy verify --policies policies
   codespace policy verify --policies candidate/policies --implies policies";
 
+/// `policy init`.
+pub const POLICY_INIT: &str = "\
+Examples:
+  codespace policy init my-policies             # the shipped policies, tests, examples, schema
+  cd my-policies && codespace policy test --coverage-min 100
+
+DIR must not exist or be empty; nothing is ever overwritten.";
+
+/// `ops`.
+pub const OPS: &str = "\
+Examples:
+  codespace ops journals                        # the patch journals kept in the default store
+  codespace ops journals --discard --config codespace.json
+
+See docs/operations.md.";
+
+/// `ops journals`.
+pub const OPS_JOURNALS: &str = "\
+Examples:
+  codespace ops journals --store /var/lib/codespace/codespace.db
+  codespace ops journals --discard              # those no running server owns; audited as events
+  codespace ops journals --json";
+
 /// `policy fmt`.
 pub const POLICY_FMT: &str = "\
 Examples:
