@@ -67,6 +67,7 @@ Examples:
 /// `policy`.
 pub const POLICY: &str = "\
 Examples:
+  codespace policy init my-policies             # the shipped set as a start, outside a checkout
   codespace policy validate --policies policies
   codespace policy test --policies policies --coverage-min 100 --fail-on-empty
   codespace policy explain --call '{\"name\":\"read\",\"arguments\":{\"workspace_id\":\"w\",\"path\":\".env\"}}'

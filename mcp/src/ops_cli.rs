@@ -47,7 +47,13 @@ pub fn journal_line(j: &StoredJournal) -> String {
         (Some(o), false) => format!("server {o} (not running)"),
         (None, _) => "no recorded server".to_string(),
     };
-    let mut paths = j.paths.iter().take(3).cloned().collect::<Vec<_>>().join(", ");
+    let mut paths = j
+        .paths
+        .iter()
+        .take(3)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
     if j.paths.len() > 3 {
         paths.push_str(&format!(", … ({} files)", j.paths.len()));
     }
@@ -80,8 +86,7 @@ fn journals(args: &JournalsArgs) -> Result<ExitCode> {
             path.display()
         ));
     }
-    let store =
-        Store::open(&path).map_err(|e| anyhow!("cannot open {}: {e}", path.display()))?;
+    let store = Store::open(&path).map_err(|e| anyhow!("cannot open {}: {e}", path.display()))?;
     let mut out = std::io::stdout().lock();
     if args.discard {
         let by = args

@@ -281,8 +281,8 @@ pub fn init(dir: &Path) -> Result<ExitCode> {
             ));
         }
         Ok(_) => {
-            let mut entries = std::fs::read_dir(dir)
-                .with_context(|| format!("cannot list {}", dir.display()))?;
+            let mut entries =
+                std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))?;
             if entries.next().is_some() {
                 return Err(anyhow!(
                     "{} is not empty; policy init writes into a new or empty directory and never overwrites (choose another DIR)",
@@ -320,6 +320,9 @@ pub fn init(dir: &Path) -> Result<ExitCode> {
         "wrote {written} files into {}: policies/ (base, profiles, examples, tests), schema/, README.md",
         dir.display()
     );
-    println!("next: cd {} && codespace policy test --coverage-min 100", dir.display());
+    println!(
+        "next: cd {} && codespace policy test --coverage-min 100",
+        dir.display()
+    );
     Ok(ExitCode::SUCCESS)
 }

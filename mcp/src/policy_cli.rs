@@ -81,14 +81,17 @@ impl TestInput {
     fn name(&self) -> String {
         match self {
             TestInput::Disk(p) => p.display().to_string(),
-            TestInput::Embedded(name, _) => format!("{}:{name}", codespace_engine::policy::EMBEDDED_NAME),
+            TestInput::Embedded(name, _) => {
+                format!("{}:{name}", codespace_engine::policy::EMBEDDED_NAME)
+            }
         }
     }
 
     fn text(&self) -> Result<String> {
         match self {
-            TestInput::Disk(p) => std::fs::read_to_string(p)
-                .with_context(|| format!("cannot read {}", p.display())),
+            TestInput::Disk(p) => {
+                std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))
+            }
             TestInput::Embedded(_, text) => Ok((*text).to_string()),
         }
     }

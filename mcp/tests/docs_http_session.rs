@@ -137,7 +137,8 @@ fn the_operations_curl_session_works_as_written() {
     );
     assert!(out.status.success(), "{report}");
     assert!(
-        stdout.contains(r#"data: {"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25""#),
+        stdout
+            .contains(r#"data: {"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25""#),
         "{report}"
     );
     assert!(

@@ -42,7 +42,9 @@ fn journal(store: &Store, op: &str, owner: &str, registration: &str) {
         finished_ms: None,
         result: None,
     };
-    store.create_owned_operation(&row, None, Some(owner)).unwrap();
+    store
+        .create_owned_operation(&row, None, Some(owner))
+        .unwrap();
     let entry = JournalEntry {
         path: "a.txt".into(),
         before: Some(b"before\n".to_vec()),
@@ -143,16 +145,30 @@ fn journals_of_other_roots_are_one_line_at_start_listed_and_discarded_with_an_au
         "{}",
         both(&o)
     );
-    assert!(out.contains("op-stray-0") && out.contains("op-live"), "{out}");
+    assert!(
+        out.contains("op-stray-0") && out.contains("op-live"),
+        "{out}"
+    );
 
     // ops journals lists; --discard removes the stray ones only, each an event row.
     let o = run(&["ops", "journals", "--store", store_arg], dir.path());
     assert!(o.status.success(), "{}", both(&o));
     let out = String::from_utf8_lossy(&o.stdout).to_string();
     assert_eq!(out.matches("op-stray-").count(), STRAY, "{out}");
-    assert!(out.contains("op-live") && out.contains("(running: kept)"), "{out}");
+    assert!(
+        out.contains("op-live") && out.contains("(running: kept)"),
+        "{out}"
+    );
     let o = run(
-        &["ops", "journals", "--discard", "--as", "alice", "--store", store_arg],
+        &[
+            "ops",
+            "journals",
+            "--discard",
+            "--as",
+            "alice",
+            "--store",
+            store_arg,
+        ],
         dir.path(),
     );
     assert!(o.status.success(), "{}", both(&o));

@@ -346,12 +346,7 @@ fn the_embedded_tests_run_outside_a_checkout_with_full_coverage() {
     assert!(o.status.success(), "{}", both(&o));
     assert!(out.contains("ok     embedded:policies/tests/"), "{out}");
     assert!(out.contains("(100.0%)"), "{out}");
-    let passed: usize = last_line(&out)
-        .split(' ')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let passed: usize = last_line(&out).split(' ').next().unwrap().parse().unwrap();
     assert!(passed > 100, "{out}");
     assert!(last_line(&out).ends_with(" passed, 0 failed"), "{out}");
 }
@@ -449,7 +444,12 @@ fn the_embedded_set_hashes_as_the_same_files_on_disk_and_says_embedded() {
     let policies = repo().join("policies");
     let on_disk = run_in(
         elsewhere.path(),
-        &["policy", "validate", "--policies", policies.to_str().unwrap()],
+        &[
+            "policy",
+            "validate",
+            "--policies",
+            policies.to_str().unwrap(),
+        ],
     );
     assert!(on_disk.status.success(), "{}", both(&on_disk));
     let d = stdout(&on_disk);

@@ -674,6 +674,33 @@ mod tests {
     }
 
     #[test]
+    fn the_hash_is_canonical_over_order_line_ends_and_location() {
+        let a = bundle(&[("base/b.cedar", "x\n"), ("profiles/a.cedar", "y\n")]);
+        let mut reordered = bundle(&[("profiles/a.cedar", "y\r\n"), ("base/b.cedar", "x\n")]);
+        reordered.schema_name = "elsewhere/codespace.cedarschema".into();
+        reordered.dir = Some(PathBuf::from("/srv/policies"));
+        assert_eq!(bundle_hash(&a), bundle_hash(&reordered));
+        let changed = bundle(&[("base/b.cedar", "x\n"), ("profiles/a.cedar", "z\n")]);
+        assert_ne!(bundle_hash(&a), bundle_hash(&changed));
+        let renamed = bundle(&[("base/b.cedar", "x\n"), ("profiles/c.cedar", "y\n")]);
+        assert_ne!(bundle_hash(&a), bundle_hash(&renamed));
+        // The embedded set is the sorted shipped tree, named as on disk.
+        let embedded = PolicySource::Embedded.read().unwrap();
+        let names: Vec<&str> = embedded.files.iter().map(|f| f.name.as_str()).collect();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        assert_eq!(names, sorted);
+        assert!(names.contains(&"base/guardrails.cedar"), "{names:?}");
+        assert!(
+            names
+                .iter()
+                .all(|n| !n.starts_with("tests/") && !n.starts_with("examples/"))
+        );
+        assert_eq!(embedded.schema_name, EMBEDDED_NAME);
+        assert!(embedded_tests().any(|(n, _)| n == "policies/tests/read-only.yaml"));
+    }
+
+    #[test]
     fn parse_error_names_file_and_line() {
         let err = compile(bundle(&[(
             "profiles/x.cedar",
