@@ -61,6 +61,12 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Operator chores on the store: the patch journals other servers left (`ops journals`).
+    #[command(after_help = crate::help::OPS)]
+    Ops {
+        #[command(subcommand)]
+        command: crate::ops_cli::OpsCommand,
+    },
     /// Approval holds: list, show, grant or deny them (channel `cli`), also while the server runs.
     #[command(after_help = crate::help::APPROVALS)]
     Approvals {
@@ -144,6 +150,13 @@ enum PolicyCommand {
         args: crate::policy_verify::VerifyArgs,
         #[command(flatten)]
         loc: PolicyLocation,
+    },
+    /// Write the shipped policies (base, profiles, examples, tests) and schema, as embedded in
+    /// this binary, into DIR as a starting point, with a README on what to edit.
+    #[command(after_help = crate::help::POLICY_INIT)]
+    Init {
+        /// A new or empty directory.
+        dir: PathBuf,
     },
     /// Format every .cedar file with Cedar's formatter (comments and annotations kept);
     /// --check lists what would change and exits 1 instead.
@@ -248,6 +261,7 @@ pub fn main() -> ExitCode {
         },
         Command::Audit(args) => crate::policy_cli::audit(&args, crate::setup::default_store_path),
         Command::Approvals { command } => crate::approvals_cli::run(command),
+        Command::Ops { command } => crate::ops_cli::run(command),
         Command::Policy { command } => match command {
             PolicyCommand::Validate { loc } => policy_validate(&loc),
             PolicyCommand::Test { args, loc } => loc
@@ -288,6 +302,7 @@ pub fn main() -> ExitCode {
             PolicyCommand::Verify { args, loc } => loc
                 .source()
                 .and_then(|src| crate::policy_verify::verify(&args, &src, loc.config()?.as_ref())),
+            PolicyCommand::Init { dir } => crate::policy_admin::init(&dir),
             PolicyCommand::Fmt { check, loc } => loc
                 .source()
                 .and_then(|src| crate::policy_admin::fmt(&src, check)),
@@ -517,12 +532,18 @@ fn policy_validate(loc: &PolicyLocation) -> Result<ExitCode> {
     match checked {
         Ok(snap) => {
             let forbids = snap.meta.values().filter(|m| m.forbid).count();
+            let against = match &source {
+                PolicySource::Embedded => format!(
+                    "the {} schema (the shipped set compiled into this binary)",
+                    codespace_engine::policy::EMBEDDED_NAME
+                ),
+                PolicySource::Dir { .. } => snap.bundle.schema_name.clone(),
+            };
             println!(
-                "ok: {} policies ({} forbid, {} permit) validated strictly against {}; set {}",
+                "ok: {} policies ({} forbid, {} permit) validated strictly against {against}; set {}",
                 snap.meta.len(),
                 forbids,
                 snap.meta.len() - forbids,
-                snap.bundle.schema_name,
                 snap.sha256
             );
             crate::policy_cli::validate_shadow(&source, &known)

@@ -341,6 +341,11 @@ fn store_section(r: &mut Report, path: &Path, origin: Origin) {
             ));
         }
     }
+    let journals = if state.is_ok() && path.is_file() {
+        journals_lines(r, path)
+    } else {
+        Value::Null
+    };
     r.json.insert(
         "store".into(),
         json!({
@@ -348,8 +353,49 @@ fn store_section(r: &mut Report, path: &Path, origin: Origin) {
             "from": origin.to_string(),
             "writable": state.is_ok(),
             "state": match &state { Ok(s) | Err(s) => s },
+            "journals": journals,
         }),
     );
+}
+
+/// Journals the doctor lists one by one; past this, a count.
+const JOURNALS_LISTED: usize = 20;
+
+/// The patch journals kept in the store (those of other roots collect in a shared default
+/// store): one line each, and their JSON. Not a problem; `ops journals --discard` removes them.
+fn journals_lines(r: &mut Report, path: &Path) -> Value {
+    let listed = codespace_store::Store::open(path)
+        .map_err(|e| e.to_string())
+        .and_then(|s| {
+            codespace_engine::gateway::patches::stored_journals(&s).map_err(|e| e.to_string())
+        });
+    let all = match listed {
+        Ok(all) => all,
+        Err(e) => {
+            r.line(format!("    patch journals: cannot list: {e}"));
+            return Value::Null;
+        }
+    };
+    if all.is_empty() {
+        r.line("    patch journals: none");
+        return json!([]);
+    }
+    let stray = all.iter().filter(|j| !j.live).count();
+    r.line(format!(
+        "    patch journals: {} ({} of running servers, {stray} no running server owns; discard those with `codespace ops journals --discard`)",
+        all.len(),
+        all.len() - stray
+    ));
+    for j in all.iter().take(JOURNALS_LISTED) {
+        r.line(format!("      {}", crate::ops_cli::journal_line(j)));
+    }
+    if all.len() > JOURNALS_LISTED {
+        r.line(format!(
+            "      … {} more (`codespace ops journals`)",
+            all.len() - JOURNALS_LISTED
+        ));
+    }
+    serde_json::to_value(&all).unwrap_or(Value::Null)
 }
 
 fn probe_section(r: &mut Report, probe: &codespace_runner_sandbox::Probe) {

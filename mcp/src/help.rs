@@ -72,6 +72,7 @@ Examples:
 /// `policy`.
 pub const POLICY: &str = "\
 Examples:
+  codespace policy init my-policies             # the shipped set as a start, outside a checkout
   codespace policy validate --policies policies
   codespace policy test --policies policies --coverage-min 100 --fail-on-empty
   codespace policy explain --call '{\"name\":\"read\",\"arguments\":{\"workspace_id\":\"w\",\"path\":\".env\"}}'
@@ -133,6 +134,29 @@ verify.toml: [[property]] tables, each with one of
   never_writes = { profiles = [\"*\"], paths = [\"**/.git/**\"] }
   writes_only = { profile = \"ci-runner\", paths = [\"target/**\", \"src/**\"] }
 and optionally name = \"...\" (docs/policy.md, \"Symbolic checks\").";
+
+/// `policy init`.
+pub const POLICY_INIT: &str = "\
+Examples:
+  codespace policy init my-policies             # the shipped policies, tests, examples, schema
+  cd my-policies && codespace policy test --coverage-min 100
+
+DIR must not exist or be empty; nothing is ever overwritten.";
+
+/// `ops`.
+pub const OPS: &str = "\
+Examples:
+  codespace ops journals                        # the patch journals kept in the default store
+  codespace ops journals --discard --config codespace.json
+
+See docs/operations.md.";
+
+/// `ops journals`.
+pub const OPS_JOURNALS: &str = "\
+Examples:
+  codespace ops journals --store /var/lib/codespace/codespace.db
+  codespace ops journals --discard              # those no running server owns; audited as events
+  codespace ops journals --json";
 
 /// `policy fmt`.
 pub const POLICY_FMT: &str = "\

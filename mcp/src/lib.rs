@@ -11,6 +11,7 @@ pub mod elicit;
 pub mod help;
 pub mod http;
 pub mod long_call;
+pub mod ops_cli;
 pub mod policy_admin;
 pub mod policy_cli;
 pub mod policy_diff;

@@ -1,7 +1,8 @@
 //! `policy ls` (every policy: id, effect, file:line, reason), `policy unused` (policies that
 //! determined no logged decision in a window) and `policy fmt [--check]` (Cedar's own
 //! formatter, `cedar-policy-formatter`; comments and annotations are kept, and a file is only
-//! rewritten when the formatted text compiles to the same policies).
+//! rewritten when the formatted text compiles to the same policies) and `policy init DIR` (the
+//! shipped policies, tests, examples and schema, embedded in the binary, written out as a start).
 
 use anyhow::{Context, Result, anyhow};
 use codespace_engine::Config;
@@ -248,4 +249,80 @@ pub fn store_path(
         Some(p) => Ok(p),
         None => default_store(),
     }
+}
+
+/// The README `policy init` writes beside the exported set.
+const INIT_README: &str = "\
+# CodeSpace policies
+
+Exported by `codespace policy init` from the set shipped in the binary. Edit `policies/profiles/`
+(permits, one file per profile) and `policies/base/` (forbids and approval rules, with an
+`@reason`); add a case to `policies/tests/` for every change; `policies/examples/` holds worked
+examples to copy from. `schema/codespace.cedarschema` is the schema the server is built for:
+change it only with the binary.
+
+From this directory:
+
+    codespace policy validate
+    codespace policy test --coverage-min 100 --fail-on-empty
+
+Serve with it: `\"policies\": \"<this directory>/policies\"` in the config (docs/config.md).
+";
+
+/// `codespace policy init DIR`: writes the embedded shipped tree (`policies/` with base,
+/// profiles, examples and tests; `schema/`) and a README into DIR, which must not exist or be an
+/// empty directory. Never overwrites: every file is created new.
+pub fn init(dir: &Path) -> Result<ExitCode> {
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if !m.is_dir() => {
+            return Err(anyhow!(
+                "{} exists and is not a directory; policy init writes into a new or empty directory",
+                dir.display()
+            ));
+        }
+        Ok(_) => {
+            let mut entries =
+                std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))?;
+            if entries.next().is_some() {
+                return Err(anyhow!(
+                    "{} is not empty; policy init writes into a new or empty directory and never overwrites (choose another DIR)",
+                    dir.display()
+                ));
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        Err(e) => return Err(anyhow!("{}: {e}", dir.display())),
+    }
+    let mut written = 0usize;
+    let files = codespace_engine::policy::EMBEDDED_FILES
+        .iter()
+        .copied()
+        .chain(std::iter::once(("README.md", INIT_README)));
+    for (name, text) in files {
+        let path = dir.join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+        f.write_all(text.as_bytes())
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        written += 1;
+    }
+    println!(
+        "wrote {written} files into {}: policies/ (base, profiles, examples, tests), schema/, README.md",
+        dir.display()
+    );
+    println!(
+        "next: cd {} && codespace policy test --coverage-min 100",
+        dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
 }

@@ -67,10 +67,62 @@ fn compile_or_report(source: &PolicySource) -> Result<PolicySnapshot> {
     }
 }
 
-fn default_test_files(source: &PolicySource) -> Result<Vec<PathBuf>> {
+/// One policy test file of a run: on disk, or one of the shipped tests embedded in the binary.
+#[derive(Debug, Clone)]
+enum TestInput {
+    /// A file on disk.
+    Disk(PathBuf),
+    /// An embedded shipped test: its name from the repository root and its text.
+    Embedded(&'static str, &'static str),
+}
+
+impl TestInput {
+    /// The name reports show.
+    fn name(&self) -> String {
+        match self {
+            TestInput::Disk(p) => p.display().to_string(),
+            TestInput::Embedded(name, _) => {
+                format!("{}:{name}", codespace_engine::policy::EMBEDDED_NAME)
+            }
+        }
+    }
+
+    fn text(&self) -> Result<String> {
+        match self {
+            TestInput::Disk(p) => {
+                std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))
+            }
+            TestInput::Embedded(_, text) => Ok((*text).to_string()),
+        }
+    }
+
+    fn path(&self) -> &Path {
+        match self {
+            TestInput::Disk(p) => p,
+            TestInput::Embedded(name, _) => Path::new(name),
+        }
+    }
+}
+
+/// Where the default test files of `source` are looked for, as reports name it.
+fn default_tests_location(source: &PolicySource) -> String {
+    match source {
+        PolicySource::Dir { policies, .. } => policies.join("tests").display().to_string(),
+        PolicySource::Embedded => format!(
+            "{} policies/tests (the shipped set)",
+            codespace_engine::policy::EMBEDDED_NAME
+        ),
+    }
+}
+
+fn default_test_files(source: &PolicySource) -> Result<Vec<TestInput>> {
     let dir = match source {
         PolicySource::Dir { policies, .. } => policies.join("tests"),
-        PolicySource::Embedded => return Ok(Vec::new()),
+        PolicySource::Embedded => {
+            return Ok(codespace_engine::policy::embedded_tests()
+                .map(|(name, text)| TestInput::Embedded(name, text))
+                .collect());
+        }
     };
     if !dir.is_dir() {
         return Ok(Vec::new());
@@ -81,7 +133,7 @@ fn default_test_files(source: &PolicySource) -> Result<Vec<PathBuf>> {
         .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
         .collect();
     files.sort();
-    Ok(files)
+    Ok(files.into_iter().map(TestInput::Disk).collect())
 }
 
 fn emit_name(file: &Path) -> String {
@@ -116,7 +168,7 @@ pub fn parsed_default_tests(source: &PolicySource) -> Vec<TestFile> {
     default_test_files(source)
         .unwrap_or_default()
         .iter()
-        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .filter_map(|f| f.text().ok())
         .filter_map(|t| parse_file(&t).ok())
         .collect()
 }
@@ -127,8 +179,26 @@ pub fn test(args: &TestArgs, source: &PolicySource, config: Option<&Config>) -> 
     let files = if args.files.is_empty() {
         default_test_files(source)?
     } else {
-        args.files.clone()
+        args.files.iter().cloned().map(TestInput::Disk).collect()
     };
+    if files.is_empty() {
+        // Nothing to run: a coverage figure would only say 0 %.
+        let gated = args.coverage_min.is_some() || args.fail_on_empty;
+        let line = format!(
+            "no test files under {}: nothing ran, no coverage measured (write cases there, see docs/policy.md, or start from `codespace policy init DIR`)",
+            default_tests_location(source)
+        );
+        if args.format == Format::Text {
+            println!("{line}");
+        } else {
+            eprintln!("{line}");
+        }
+        return Ok(if gated {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        });
+    }
     let opts = RunOptions {
         emit_cedar: args.emit_cedar.is_some(),
         alternatives: true,
@@ -140,10 +210,10 @@ pub fn test(args: &TestArgs, source: &PolicySource, config: Option<&Config>) -> 
     let mut results: Vec<CaseResult> = Vec::new();
     let mut parsed_files: Vec<(PathBuf, String, TestFile)> = Vec::new();
     for f in &files {
-        let name = f.display().to_string();
-        let text = std::fs::read_to_string(f).with_context(|| format!("cannot read {name}"))?;
+        let name = f.name();
+        let text = f.text()?;
         match parse_file(&text) {
-            Ok(p) => parsed_files.push((f.clone(), name, p)),
+            Ok(p) => parsed_files.push((f.path().to_path_buf(), name, p)),
             Err(e) => results.push(CaseResult {
                 file: name.clone(),
                 name: "(file)".into(),

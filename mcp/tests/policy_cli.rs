@@ -306,3 +306,153 @@ fn the_approval_reviewer_example_passes_its_tests() {
     );
     assert_eq!(last_line(&out), "3 passed, 0 failed");
 }
+
+/// `codespace …` run in `cwd` (a directory outside the checkout in the tests below).
+fn run_in(cwd: &Path, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .current_dir(cwd)
+        .env_remove("CODESPACE_CONFIG")
+        .output()
+        .unwrap()
+}
+
+fn both(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The `sha256:…` after `set ` in `policy validate`'s line.
+fn set_hash(out: &str) -> String {
+    out.split("; set ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no set hash in {out}"))
+        .to_string()
+}
+
+#[test]
+fn the_embedded_tests_run_outside_a_checkout_with_full_coverage() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run_in(
+        dir.path(),
+        &["policy", "test", "--coverage-min", "100", "--fail-on-empty"],
+    );
+    let out = stdout(&o);
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(out.contains("ok     embedded:policies/tests/"), "{out}");
+    assert!(out.contains("(100.0%)"), "{out}");
+    let passed: usize = last_line(&out).split(' ').next().unwrap().parse().unwrap();
+    assert!(passed > 100, "{out}");
+    assert!(last_line(&out).ends_with(" passed, 0 failed"), "{out}");
+}
+
+#[test]
+fn policy_init_writes_a_set_whose_tests_pass_and_never_overwrites() {
+    let dir = tempfile::tempdir().unwrap();
+    // Into the (empty) current directory, outside any checkout.
+    let o = run_in(dir.path(), &["policy", "init", "."]);
+    assert!(o.status.success(), "{}", both(&o));
+    for f in [
+        "policies/base/guardrails.cedar",
+        "policies/profiles/read-only.cedar",
+        "policies/examples/profiles/cargo-tester.cedar",
+        "policies/tests/read-only.yaml",
+        "schema/codespace.cedarschema",
+    ] {
+        assert_eq!(
+            std::fs::read(dir.path().join(f)).unwrap(),
+            std::fs::read(repo().join(f)).unwrap(),
+            "{f}"
+        );
+    }
+    let readme = std::fs::read_to_string(dir.path().join("README.md")).unwrap();
+    assert!(readme.contains("Edit `policies/profiles/`"), "{readme}");
+    let o = run_in(
+        dir.path(),
+        &["policy", "test", "--coverage-min", "100", "--fail-on-empty"],
+    );
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(stdout(&o).contains("(100.0%)"), "{}", both(&o));
+    // The exported files hash as the embedded set does.
+    let exported = run_in(dir.path(), &["policy", "validate"]);
+    assert!(exported.status.success(), "{}", both(&exported));
+    let elsewhere = tempfile::tempdir().unwrap();
+    let embedded = run_in(elsewhere.path(), &["policy", "validate"]);
+    assert_eq!(set_hash(&stdout(&exported)), set_hash(&stdout(&embedded)));
+
+    // A non-empty directory, or a file, is refused and nothing is changed.
+    std::fs::write(
+        dir.path().join("policies/profiles/read-only.cedar"),
+        "// mine\n",
+    )
+    .unwrap();
+    let o = run_in(dir.path(), &["policy", "init", "."]);
+    assert_eq!(o.status.code(), Some(1), "{}", both(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("is not empty"),
+        "{}",
+        both(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("policies/profiles/read-only.cedar")).unwrap(),
+        "// mine\n"
+    );
+    let file = dir.path().join("README.md");
+    let o = run_in(dir.path(), &["policy", "init", file.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", both(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("is not a directory"),
+        "{}",
+        both(&o)
+    );
+    // A new directory (and its parents) is created.
+    let fresh = dir.path().join("a/b");
+    let o = run_in(dir.path(), &["policy", "init", fresh.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(fresh.join("policies/tests/guardrails.yaml").is_file());
+}
+
+#[test]
+fn policy_test_without_test_files_says_so_instead_of_zero_coverage() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run_in(dir.path(), &["policy", "init", "."]);
+    assert!(o.status.success(), "{}", both(&o));
+    std::fs::remove_dir_all(dir.path().join("policies/tests")).unwrap();
+    let o = run_in(dir.path(), &["policy", "test"]);
+    assert!(o.status.success(), "{}", both(&o));
+    let out = stdout(&o);
+    assert!(out.contains("no test files under policies/tests"), "{out}");
+    assert!(!out.contains("coverage:"), "{out}");
+    let o = run_in(dir.path(), &["policy", "test", "--coverage-min", "100"]);
+    assert_eq!(o.status.code(), Some(1), "{}", both(&o));
+    assert!(stdout(&o).contains("no test files under"), "{}", both(&o));
+}
+
+#[test]
+fn the_embedded_set_hashes_as_the_same_files_on_disk_and_says_embedded() {
+    let elsewhere = tempfile::tempdir().unwrap();
+    let embedded = run_in(elsewhere.path(), &["policy", "validate"]);
+    assert!(embedded.status.success(), "{}", both(&embedded));
+    let e = stdout(&embedded);
+    assert!(e.contains("against the embedded schema"), "{e}");
+    assert!(!e.contains("schema/codespace.cedarschema"), "{e}");
+    let policies = repo().join("policies");
+    let on_disk = run_in(
+        elsewhere.path(),
+        &[
+            "policy",
+            "validate",
+            "--policies",
+            policies.to_str().unwrap(),
+        ],
+    );
+    assert!(on_disk.status.success(), "{}", both(&on_disk));
+    let d = stdout(&on_disk);
+    assert!(d.contains("codespace.cedarschema"), "{d}");
+    assert_eq!(set_hash(&e), set_hash(&d), "{e}\n{d}");
+}

@@ -1,13 +1,14 @@
 //! The server side of `apply_patch` outside any call: the start-up recovery of interrupted
-//! patches (journals rolled back, unfinished operations marked `unknown`), the versions of paths
-//! a patch does not touch, and the test hooks of the apply window.
+//! patches (journals rolled back, unfinished operations marked `unknown`), the journals it keeps
+//! for other roots (listed by `doctor`, discarded by `codespace ops journals --discard`), the
+//! versions of paths a patch does not touch, and the test hooks of the apply window.
 
 use crate::error::ToolError;
 use crate::gateway::{Gateway, Services, WorkspaceRuntime};
 use crate::versions::Known;
 use codespace_runner_fs::txn::{Backup, restore};
 use codespace_runner_fs::{FsError, RelPath};
-use codespace_store::JournalSeal;
+use codespace_store::{JournalSeal, Store, StoreError};
 use serde_json::json;
 
 /// A write-step fault injector: called with the step index before each write step.
@@ -117,6 +118,9 @@ impl Gateway {
             return Vec::new();
         };
         let mut recovered = Vec::new();
+        // Journals left alone are counted and reported in one line each kind, not one per journal
+        // (a shared default store can hold many of other roots).
+        let (mut of_live, mut of_other_roots) = (0usize, 0usize);
         let owned_by_live = self.owned_by_live_instance(store);
         let refuse = |j: &codespace_store::OpenJournal, reason: &str| {
             tracing::error!(operation_id = %j.operation_id, workspace = %j.workspace, reason, "patch journal refused at start-up; not applied");
@@ -138,7 +142,8 @@ impl Gateway {
             Ok(journals) => {
                 for j in journals {
                     if owned_by_live(j.instance_id.as_deref()) {
-                        tracing::info!(operation_id = %j.operation_id, "journal of a running server on this store left alone");
+                        tracing::debug!(operation_id = %j.operation_id, "journal of a running server on this store left alone");
+                        of_live += 1;
                         continue;
                     }
                     match j.seal {
@@ -153,11 +158,13 @@ impl Gateway {
                         }
                     }
                     let Some(ws) = self.workspaces.get(&j.workspace) else {
-                        tracing::error!(operation_id = %j.operation_id, "journal for an unknown workspace kept");
+                        tracing::debug!(operation_id = %j.operation_id, workspace = %j.workspace, "journal of a workspace this server does not serve kept");
+                        of_other_roots += 1;
                         continue;
                     };
                     if j.registration.as_deref() != Some(ws.registration.as_str()) {
-                        tracing::warn!(operation_id = %j.operation_id, workspace = %j.workspace, "journal of another root bound to this workspace id kept for that root");
+                        tracing::debug!(operation_id = %j.operation_id, workspace = %j.workspace, "journal of another root bound to this workspace id kept for that root");
+                        of_other_roots += 1;
                         continue;
                     }
                     let parsed: Result<Vec<Backup>, _> = j
@@ -197,6 +204,18 @@ impl Gateway {
             }
             Err(e) => tracing::error!(error = %e, "cannot read open journals"),
         }
+        if of_live > 0 {
+            tracing::info!(
+                journals = of_live,
+                "patch journals of servers running on this store left alone"
+            );
+        }
+        if of_other_roots > 0 {
+            tracing::warn!(
+                journals = of_other_roots,
+                "{of_other_roots} patch journal(s) of other roots or workspaces kept in the store for the server that serves them; list them with `codespace doctor`, discard them with `codespace ops journals --discard`"
+            );
+        }
         if let Ok(rows) = store.unfinished_operations_with_owner() {
             for (row, owner) in rows {
                 if owned_by_live(owner.as_deref()) {
@@ -214,4 +233,69 @@ impl Gateway {
         self.sweep_temp_files();
         recovered
     }
+}
+
+/// A patch journal in the store, as `codespace ops journals` and `doctor` list it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StoredJournal {
+    /// The operation it belongs to.
+    pub operation_id: String,
+    /// The workspace id it was written for.
+    pub workspace: String,
+    /// The workspace registration (root identity) it would be restored into.
+    pub registration: Option<String>,
+    /// The server instance that owns it (`None`: written before owners were recorded).
+    pub owner: Option<String>,
+    /// Its owner is a server still running on this store: the journal is an apply in flight
+    /// (or kept by that server) and is never discarded.
+    pub live: bool,
+    /// Whether its seal verifies (a journal that does not verify is never applied).
+    pub sealed: bool,
+    /// The workspace-relative paths it would restore.
+    pub paths: Vec<String>,
+}
+
+/// Every patch journal in `store`, oldest first, each with whether a running server owns it.
+pub fn stored_journals(store: &Store) -> Result<Vec<StoredJournal>, StoreError> {
+    let live = crate::gateway::temp_files::owned_by_live(store, None);
+    Ok(store
+        .open_journals()?
+        .into_iter()
+        .map(|j| StoredJournal {
+            live: live(j.instance_id.as_deref()),
+            sealed: j.seal == JournalSeal::Valid,
+            paths: j.entries.iter().map(|e| e.path.clone()).collect(),
+            operation_id: j.operation_id,
+            workspace: j.workspace,
+            registration: j.registration,
+            owner: j.instance_id,
+        })
+        .collect())
+}
+
+/// Discards every journal of `store` no running server owns (the instance that wrote it is dead
+/// or shut down, or unrecorded): the half-applied files it would roll back stay as they are. Each
+/// discard is recorded as a `journal_discarded` event naming `by`. Returns the discarded journals;
+/// those of running servers are left alone.
+pub fn discard_stray_journals(store: &Store, by: &str) -> Result<Vec<StoredJournal>, StoreError> {
+    let mut discarded = Vec::new();
+    for j in stored_journals(store)? {
+        if j.live {
+            continue;
+        }
+        store.journal_clear(&j.operation_id)?;
+        store.insert_event(
+            "journal_discarded",
+            &json!({
+                "operation_id": j.operation_id,
+                "workspace": j.workspace,
+                "registration": j.registration,
+                "owner": j.owner,
+                "paths": j.paths,
+                "by": by,
+            }),
+        )?;
+        discarded.push(j);
+    }
+    Ok(discarded)
 }

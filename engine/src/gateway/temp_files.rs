@@ -85,24 +85,33 @@ impl Gateway {
     /// dead. When the store cannot list its instances, every owned piece of work counts as live
     /// (only unowned work, written before owners were recorded, is recovered).
     pub(crate) fn owned_by_live_instance(&self, store: &Store) -> impl Fn(Option<&str>) -> bool {
-        let own = self.temps.instance().to_string();
-        let live: Option<HashSet<String>> = match store.instances() {
-            Ok(rows) => Some(
-                rows.iter()
-                    .filter(|r| r.instance_id != own && r.ended_ms.is_none() && maybe_alive(r))
-                    .map(|r| r.instance_id.clone())
-                    .collect(),
-            ),
-            Err(e) => {
-                tracing::error!(error = %e, "cannot read server instances; owned work counts as live");
-                None
-            }
-        };
-        move |owner: Option<&str>| match (owner, &live) {
-            (None, _) => false,
-            (Some(o), Some(live)) => live.contains(o),
-            (Some(_), None) => true,
+        owned_by_live(store, Some(self.temps.instance()))
+    }
+}
+
+/// Whether work owned by an instance belongs to a server still running on `store` (the test
+/// [`Gateway::owned_by_live_instance`] makes, for a caller that is no server: `own` = `None`):
+/// an instance recorded in the store, not shut down, whose process is alive or cannot be told
+/// dead. When the store cannot list its instances, every owned piece of work counts as live.
+pub(crate) fn owned_by_live(store: &Store, own: Option<&str>) -> impl Fn(Option<&str>) -> bool {
+    let live: Option<HashSet<String>> = match store.instances() {
+        Ok(rows) => Some(
+            rows.iter()
+                .filter(|r| {
+                    Some(r.instance_id.as_str()) != own && r.ended_ms.is_none() && maybe_alive(r)
+                })
+                .map(|r| r.instance_id.clone())
+                .collect(),
+        ),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot read server instances; owned work counts as live");
+            None
         }
+    };
+    move |owner: Option<&str>| match (owner, &live) {
+        (None, _) => false,
+        (Some(o), Some(live)) => live.contains(o),
+        (Some(_), None) => true,
     }
 }
 
