@@ -13,7 +13,9 @@
 //! listing does not: the decision-signature groups of the entries (one Cedar question per group),
 //! the compiled ignore rules, and a few derived `find` listings (so paging reads a cached list).
 
-use codespace_runner_fs::{FsError, Kind, RelPath, Root, TempNames, Unlisted, UnlistedWhy, WalkLimits};
+use codespace_runner_fs::{
+    FsError, Kind, RelPath, Root, TempNames, Unlisted, UnlistedWhy, WalkLimits,
+};
 use codespace_runner_search::{IgnoreFile, IgnoreFileKind, IgnoreRules};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Read;
@@ -385,7 +387,11 @@ impl PathIndex {
             .into_iter()
             .filter(|u| !(deeper && u.why == UnlistedWhy::Depth))
             .collect();
-        let mut incomplete = capped || !unlisted.is_empty() || (top.incomplete && !deeper);
+        // `incomplete` is what the listing tools report: a cap hit or a directory unreadable
+        // (a name that is not UTF-8 is counted in `non_utf8` instead, as before).
+        let mut incomplete = capped
+            || unlisted.iter().any(|u| u.why != UnlistedWhy::NonUtf8Name)
+            || (top.incomplete && !deeper);
         let work: Vec<&str> = if deeper {
             top.entries
                 .iter()
@@ -419,7 +425,10 @@ impl PathIndex {
                         part.unlisted.extend(w.unlisted);
                     }
                     Ok(Err(FsError::NotFound { .. })) => {}
-                    _ => part.unlisted.push(unreadable(dir)),
+                    _ => {
+                        part.incomplete = true;
+                        part.unlisted.push(unreadable(dir));
+                    }
                 }
             }
             part
@@ -442,7 +451,7 @@ impl PathIndex {
         };
         let mut all = top.entries;
         for part in parts {
-            incomplete |= part.incomplete || part.capped || !part.unlisted.is_empty();
+            incomplete |= part.incomplete || part.capped;
             capped |= part.capped;
             non_utf8 += part.non_utf8;
             all.extend(part.entries);
@@ -1007,7 +1016,12 @@ mod tests {
         let env = format!("{name}/.env");
         assert!(paths(&l).contains(&name.as_str()), "{:?}", paths(&l));
         assert!(paths(&l).contains(&env.as_str()), "{:?}", paths(&l));
-        assert_eq!(paths(&l).len(), 3, "the symlink is listed too: {:?}", paths(&l));
+        assert_eq!(
+            paths(&l).len(),
+            3,
+            "the symlink is listed too: {:?}",
+            paths(&l)
+        );
         assert_eq!(paths(&l), paths(&ix.walk_all().unwrap()));
     }
 
@@ -1133,7 +1147,10 @@ mod tests {
         let f = Kind::File;
         assert!(is_server_temp(&temps, &format!("a/{own}"), f));
         for kind in [Kind::Dir, Kind::Symlink, Kind::Other] {
-            assert!(!is_server_temp(&temps, &format!("a/{own}"), kind), "{kind:?}");
+            assert!(
+                !is_server_temp(&temps, &format!("a/{own}"), kind),
+                "{kind:?}"
+            );
         }
         assert!(!is_server_temp(&temps, "a/.codespace-tmp-notes", f));
         assert!(!is_server_temp(

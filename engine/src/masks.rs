@@ -117,12 +117,32 @@ pub(crate) fn unlisted_note(listing: &Listing) -> Option<String> {
         "secret masking: {} director{} could not be listed whole and {} masked whole for \
          commands: {}{}; remove or rename what makes {} unlistable to see {} again",
         listing.unlisted.len(),
-        if listing.unlisted.len() == 1 { "y" } else { "ies" },
-        if listing.unlisted.len() == 1 { "is" } else { "are" },
+        if listing.unlisted.len() == 1 {
+            "y"
+        } else {
+            "ies"
+        },
+        if listing.unlisted.len() == 1 {
+            "is"
+        } else {
+            "are"
+        },
         shown.join(", "),
-        if more > 0 { format!(" and {more} more") } else { String::new() },
-        if listing.unlisted.len() == 1 { "it" } else { "them" },
-        if listing.unlisted.len() == 1 { "it" } else { "them" },
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        },
+        if listing.unlisted.len() == 1 {
+            "it"
+        } else {
+            "them"
+        },
+        if listing.unlisted.len() == 1 {
+            "it"
+        } else {
+            "them"
+        },
     ))
 }
 
@@ -385,14 +405,21 @@ mod tests {
         assert!(after.iter().any(|x| x.path == "src/e0"), "{after:?}");
         assert!(after.iter().any(|x| x.path == "deep/a/b/c/d"), "{after:?}");
         let logs = after.iter().find(|x| x.path == "logs/x").unwrap();
-        assert_eq!(logs.policy_ids.len(), 30, "the policies of every file it replaces");
+        assert_eq!(
+            logs.policy_ids.len(),
+            30,
+            "the policies of every file it replaces"
+        );
         // Only top-level entries left and still too many: refused.
         let tops: Vec<Mask> = (0..5).map(|i| m(&format!("t{i}"))).collect();
         assert_eq!(coalesce(tops, 4), Err(5));
         // Masks in sibling directories meet in their common parent.
         let spread: Vec<Mask> = (0..8).map(|i| m(&format!("r/s{i}/only"))).collect();
         let (after, widened) = coalesce(spread.clone(), 1).unwrap();
-        assert_eq!(after.iter().map(|x| x.path.as_str()).collect::<Vec<_>>(), ["r"]);
+        assert_eq!(
+            after.iter().map(|x| x.path.as_str()).collect::<Vec<_>>(),
+            ["r"]
+        );
         assert_eq!(widened, ["r"]);
         assert!(still_masked(&spread, &after));
         // Deep masks that need no coalescing are left alone.

@@ -3,7 +3,8 @@
 //! policy no command reveals `.env` (by any name, copy, link, interpreter or `find -exec`), a
 //! policy set that does not withhold it lets commands see it, an operator policy masks a path
 //! without code changes, hardlink aliases are refused to `read` and hidden from `find` and from
-//! commands, the mask set is in the audit log, and masking that cannot be complete fails closed.
+//! commands, the mask set is in the audit log, and what the listing cannot see is masked whole
+//! (an unlistable directory, too many masks coalesced) while later commands still run.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -440,10 +441,17 @@ async fn a_deep_chain_masks_only_its_subtree_and_later_commands_still_run() {
         !out.contains("deep plain"),
         "the unlisted subtree is masked whole: {out}"
     );
-    assert!(out.starts_with("just notes\n") && out.ends_with("end\n"), "{out}");
+    assert!(
+        out.starts_with("just notes\n") && out.ends_with("end\n"),
+        "{out}"
+    );
     assert!(e.root.join("ran").exists());
     // The operator is told what to remove.
-    let events = e.gw.store().unwrap().events(Some("masks_widened"), 10).unwrap();
+    let events =
+        e.gw.store()
+            .unwrap()
+            .events(Some("masks_widened"), 10)
+            .unwrap();
     let text = format!("{events:?}");
     assert!(text.contains("deeper than 64 levels"), "{text}");
 }
@@ -466,21 +474,31 @@ async fn a_name_that_is_not_utf8_masks_its_directory_and_later_commands_still_ru
     // A command can make one too (in a directory of its own).
     let (code, _) = sh(&e, "mkdir -p junk && touch \"junk/$(printf 'x\\377')\"").await;
     assert_eq!(code, Some(0));
-    let (code, out) = sh(&e, "touch ran; cat notes.txt vendor/*/.env vendor/lib.txt; echo end").await;
+    let (code, out) = sh(
+        &e,
+        "touch ran; cat notes.txt vendor/*/.env vendor/lib.txt; echo end",
+    )
+    .await;
     assert!(!out.contains(SECRET), "{out}");
     assert!(!out.contains("vendored"), "vendor/ is masked whole: {out}");
-    assert!(out.starts_with("just notes\n") && out.ends_with("end\n"), "{out}");
+    assert!(
+        out.starts_with("just notes\n") && out.ends_with("end\n"),
+        "{out}"
+    );
     assert!(code.is_some(), "{out}");
     assert!(e.root.join("ran").exists());
-    let events = e.gw.store().unwrap().events(Some("masks_widened"), 10).unwrap();
+    let events =
+        e.gw.store()
+            .unwrap()
+            .events(Some("masks_widened"), 10)
+            .unwrap();
     let text = format!("{events:?}");
-    assert!(text.contains("vendor") && text.contains("not UTF-8"), "{text}");
+    assert!(
+        text.contains("vendor") && text.contains("not UTF-8"),
+        "{text}"
+    );
     // At the top level the root would be the directory to mask: refused, naming the entry.
-    std::fs::write(
-        e.root.join(std::ffi::OsStr::from_bytes(b"top\xff")),
-        "x",
-    )
-    .unwrap();
+    std::fs::write(e.root.join(std::ffi::OsStr::from_bytes(b"top\xff")), "x").unwrap();
     let err = call(
         &e.gw,
         "exec_command",
@@ -507,8 +525,11 @@ async fn more_withheld_files_than_masks_are_coalesced_and_later_commands_still_r
     plant(&e.root);
     std::fs::create_dir_all(e.root.join("certs/many")).unwrap();
     for i in 0..1100 {
-        std::fs::write(e.root.join(format!("certs/many/k{i}.pem")), format!("{SECRET}\n"))
-            .unwrap();
+        std::fs::write(
+            e.root.join(format!("certs/many/k{i}.pem")),
+            format!("{SECRET}\n"),
+        )
+        .unwrap();
     }
     std::fs::write(e.root.join("certs/many/README"), "about the keys\n").unwrap();
     std::fs::write(e.root.join("certs/other.txt"), "other\n").unwrap();
@@ -524,11 +545,21 @@ async fn more_withheld_files_than_masks_are_coalesced_and_later_commands_still_r
         !out.contains("about the keys"),
         "a coalesced directory hides its other files too: {out}"
     );
-    assert!(out.contains("just notes\n") && out.contains("other\n"), "{out}");
+    assert!(
+        out.contains("just notes\n") && out.contains("other\n"),
+        "{out}"
+    );
     assert!(e.root.join("ran").exists());
-    let events = e.gw.store().unwrap().events(Some("masks_widened"), 10).unwrap();
+    let events =
+        e.gw.store()
+            .unwrap()
+            .events(Some("masks_widened"), 10)
+            .unwrap();
     let text = format!("{events:?}");
-    assert!(text.contains("certs/many") && text.contains("1024"), "{text}");
+    assert!(
+        text.contains("certs/many") && text.contains("1024"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -580,12 +611,19 @@ async fn a_directory_renamed_to_a_server_temp_name_stays_listed_and_masked() {
     .await
     .unwrap();
     assert_eq!(ff["matches"][0]["path"], app.as_str(), "{ff}");
-    let err = call(&e.gw, "read", json!({"workspace_id": "w", "path": env_path}))
-        .await
-        .unwrap_err();
+    let err = call(
+        &e.gw,
+        "read",
+        json!({"workspace_id": "w", "path": env_path}),
+    )
+    .await
+    .unwrap_err();
     assert_eq!(err.code, ErrorCode::Unauthorized, "{}", err.message);
     let (_, out) = sh(&e, &format!("cat {env_path} {app}")).await;
-    assert!(!out.contains(SECRET), "the renamed secret is unmasked: {out}");
+    assert!(
+        !out.contains(SECRET),
+        "the renamed secret is unmasked: {out}"
+    );
     assert!(out.contains("needle-app"), "{out}");
 }
 

@@ -121,7 +121,11 @@ impl Gateway {
                  files are hidden from commands too): {}{}; remove withheld files there, or \
                  withhold whole directories, to see the rest again",
                 widened.len(),
-                if widened.len() == 1 { "y is" } else { "ies are" },
+                if widened.len() == 1 {
+                    "y is"
+                } else {
+                    "ies are"
+                },
                 shown.join(", "),
                 if widened.len() > shown.len() {
                     format!(" and {} more", widened.len() - shown.len())
