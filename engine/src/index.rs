@@ -13,7 +13,9 @@
 //! listing does not: the decision-signature groups of the entries (one Cedar question per group),
 //! the compiled ignore rules, and a few derived `find` listings (so paging reads a cached list).
 
-use codespace_runner_fs::{FsError, Kind, RelPath, Root, TempNames, WalkLimits};
+use codespace_runner_fs::{
+    FsError, Kind, RelPath, Root, TempNames, Unlisted, UnlistedWhy, WalkLimits,
+};
 use codespace_runner_search::{IgnoreFile, IgnoreFileKind, IgnoreRules};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Read;
@@ -52,15 +54,58 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     }
 }
 
-/// True for the server's own temporary files, which no listing shows.
+/// True for the server's own temporary files, which the listing tools do not show.
 ///
-/// This is the one hook every listing path (walks and watcher refreshes) goes through: a name is
-/// hidden only when it is `.codespace-tmp-<instance>-<n>` of an instance the store recorded
-/// ([`TempNames::is_server_temp`]); a user's look-alike stays listed.
-pub(crate) fn is_server_temp(temps: &TempNames, path: &str) -> bool {
-    path.rsplit('/')
-        .next()
-        .is_some_and(|name| temps.is_server_temp(name))
+/// This is the one hook every listing path (walks and watcher refreshes) goes through: an entry is
+/// hidden only when it is a **regular file** named `.codespace-tmp-<instance>-<n>` of an instance
+/// the store recorded ([`TempNames::is_server_temp`]); a directory (and everything beneath it), a
+/// symlink or a FIFO with such a name is listed like any other, and a user's look-alike stays
+/// listed. Hidden entries stay in the listing (marked [`Entry::temp`]) so secret masks, which
+/// must see every path, never depend on what the listing tools hide.
+pub(crate) fn is_server_temp(temps: &TempNames, path: &str, kind: Kind) -> bool {
+    kind == Kind::File
+        && path
+            .rsplit('/')
+            .next()
+            .is_some_and(|name| temps.is_server_temp(name))
+}
+
+/// What one thread of [`PathIndex::walk_all`] gathered.
+#[derive(Default)]
+struct Part {
+    entries: Vec<codespace_runner_fs::WalkEntry>,
+    incomplete: bool,
+    capped: bool,
+    non_utf8: usize,
+    unlisted: Vec<Unlisted>,
+}
+
+fn unreadable(dir: &str) -> Unlisted {
+    Unlisted {
+        path: dir.to_string(),
+        why: UnlistedWhy::Unreadable,
+        name: None,
+    }
+}
+
+/// `unlisted` sorted by path with every directory beneath another one dropped (the outer one
+/// covers it), one entry per directory.
+fn outermost(mut unlisted: Vec<Unlisted>) -> Vec<Unlisted> {
+    unlisted.sort_by(|a, b| a.path.cmp(&b.path));
+    let mut out: Vec<Unlisted> = Vec::with_capacity(unlisted.len());
+    for u in unlisted {
+        let covered = out.last().is_some_and(|o: &Unlisted| {
+            o.path.is_empty()
+                || o.path == u.path
+                || u.path
+                    .strip_prefix(o.path.as_str())
+                    .is_some_and(|rest| rest.starts_with('/'))
+        });
+        if !covered {
+            out.push(u);
+        }
+    }
+    out
 }
 
 /// One listed path.
@@ -72,6 +117,9 @@ pub(crate) struct Entry {
     pub(crate) kind: Kind,
     /// Inode number (names of one inode share it: hard-link aliases).
     pub(crate) ino: u64,
+    /// A temporary file of the server ([`is_server_temp`]): `find`, `grep` and `find_files` leave
+    /// it out; secret masks do not.
+    pub(crate) temp: bool,
 }
 
 /// A listing of the whole workspace, sorted by path.
@@ -84,6 +132,12 @@ pub(crate) struct Listing {
     pub(crate) generation: u64,
     /// Entries left out because their name is not UTF-8 (policy cannot decide them).
     pub(crate) non_utf8: usize,
+    /// `max_walk_entries` cut the listing short: what is missing is not known.
+    pub(crate) capped: bool,
+    /// Directories whose subtree the listing does not hold whole (deeper than the depth cap,
+    /// unreadable, or holding a name that is not UTF-8), sorted, none beneath another; `""` is
+    /// the root. Secret masks cover each whole (see [`crate::masks`]).
+    pub(crate) unlisted: Vec<Unlisted>,
 }
 
 /// Entries grouped by decision signature: entries of a group get the same decision.
@@ -323,11 +377,21 @@ impl PathIndex {
             max_depth: self.limits.max_depth.min(2),
             ..self.limits
         };
-        let top = self.root.walk(&top_limits)?;
+        let top = self.root.walk_under_all(&RelPath::root(), &top_limits)?;
         let mut non_utf8 = top.non_utf8_skipped;
         let deeper = self.limits.max_depth > 2;
-        let mut incomplete =
-            top.entries.len() >= self.limits.max_entries || (top.incomplete && !deeper);
+        let mut capped = top.capped || top.entries.len() >= self.limits.max_entries;
+        // The second level's directories are walked below when the cap is deeper.
+        let mut unlisted: Vec<Unlisted> = top
+            .unlisted
+            .into_iter()
+            .filter(|u| !(deeper && u.why == UnlistedWhy::Depth))
+            .collect();
+        // `incomplete` is what the listing tools report: a cap hit or a directory unreadable
+        // (a name that is not UTF-8 is counted in `non_utf8` instead, as before).
+        let mut incomplete = capped
+            || unlisted.iter().any(|u| u.why != UnlistedWhy::NonUtf8Name)
+            || (top.incomplete && !deeper);
         let work: Vec<&str> = if deeper {
             top.entries
                 .iter()
@@ -344,54 +408,66 @@ impl PathIndex {
             .min(work.len().max(1));
         let next = std::sync::atomic::AtomicUsize::new(0);
         let walk_some = || {
-            let mut out: Vec<codespace_runner_fs::WalkEntry> = Vec::new();
-            let mut inc = false;
-            let mut odd = 0;
+            let mut part = Part::default();
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(dir) = work.get(i) else { break };
-                if out.len() >= self.limits.max_entries {
-                    inc = true;
+                if part.entries.len() >= self.limits.max_entries {
+                    part.capped = true;
                     break;
                 }
-                match RelPath::parse(dir).map(|rel| self.root.walk_under(&rel, &self.limits)) {
+                match RelPath::parse(dir).map(|rel| self.root.walk_under_all(&rel, &self.limits)) {
                     Ok(Ok(w)) => {
-                        inc |= w.incomplete;
-                        odd += w.non_utf8_skipped;
-                        out.extend(w.entries);
+                        part.incomplete |= w.incomplete;
+                        part.capped |= w.capped;
+                        part.non_utf8 += w.non_utf8_skipped;
+                        part.entries.extend(w.entries);
+                        part.unlisted.extend(w.unlisted);
                     }
                     Ok(Err(FsError::NotFound { .. })) => {}
-                    _ => inc = true,
+                    _ => {
+                        part.incomplete = true;
+                        part.unlisted.push(unreadable(dir));
+                    }
                 }
             }
-            (out, inc, odd)
+            part
         };
-        let parts: Vec<(Vec<codespace_runner_fs::WalkEntry>, bool, usize)> = if threads > 1 {
+        let parts: Vec<Part> = if threads > 1 {
             std::thread::scope(|s| {
                 let handles: Vec<_> = (0..threads).map(|_| s.spawn(walk_some)).collect();
                 handles
                     .into_iter()
-                    .map(|h| h.join().unwrap_or((Vec::new(), true, 0)))
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| Part {
+                            capped: true,
+                            ..Part::default()
+                        })
+                    })
                     .collect()
             })
         } else {
             vec![walk_some()]
         };
         let mut all = top.entries;
-        for (entries, inc, odd) in parts {
-            incomplete |= inc;
-            non_utf8 += odd;
-            all.extend(entries);
+        for part in parts {
+            incomplete |= part.incomplete || part.capped;
+            capped |= part.capped;
+            non_utf8 += part.non_utf8;
+            all.extend(part.entries);
+            unlisted.extend(part.unlisted);
         }
         all.sort_unstable_by(|a, b| a.path.cmp(&b.path));
         if all.len() > self.limits.max_entries {
             all.truncate(self.limits.max_entries);
             incomplete = true;
+            capped = true;
         }
+        let temps = self.root.temp_names();
         let entries = all
             .into_iter()
-            .filter(|e| !is_server_temp(self.root.temp_names(), &e.path))
             .map(|e| Entry {
+                temp: is_server_temp(temps, &e.path, e.kind),
                 path: e.path.into_boxed_str(),
                 kind: e.kind,
                 ino: e.ino,
@@ -402,6 +478,8 @@ impl PathIndex {
             incomplete,
             generation: next_generation(),
             non_utf8,
+            capped,
+            unlisted: outermost(unlisted),
         })
     }
 
@@ -537,6 +615,23 @@ impl PathIndex {
         let mut additions: Vec<Entry> = Vec::new();
         let mut incomplete = current.incomplete;
         let mut non_utf8 = current.non_utf8;
+        let mut capped = current.capped;
+        // A dirty path is looked at again whole: what was unlisted at or beneath it is decided
+        // anew below (an unlisted directory above it stays unlisted).
+        let mut unlisted: Vec<Unlisted> = current
+            .unlisted
+            .iter()
+            .filter(|u| {
+                !dirty.iter().any(|p| {
+                    u.path == *p
+                        || u.path
+                            .strip_prefix(p.as_str())
+                            .is_some_and(|rest| rest.starts_with('/'))
+                })
+            })
+            .cloned()
+            .collect();
+        let temps = self.root.temp_names();
         for p in &dirty {
             let at = find(p);
             if entries.get(at).is_some_and(|e| &*e.path == p.as_str()) {
@@ -548,9 +643,9 @@ impl PathIndex {
                 ranges.push((lo, hi));
             }
             let Ok(rel) = RelPath::parse(p) else { continue };
-            if is_server_temp(self.root.temp_names(), p)
-                || rel.components().count() > self.limits.max_depth
-            {
+            let depth = rel.components().count();
+            if depth > self.limits.max_depth {
+                // Beneath a directory at the depth cap, which is unlisted already.
                 continue;
             }
             // Gone, or no longer reachable without a symlink: not listed.
@@ -559,25 +654,35 @@ impl PathIndex {
                     path: p.clone().into_boxed_str(),
                     kind: meta.kind,
                     ino: meta.ino,
+                    temp: is_server_temp(temps, p, meta.kind),
                 });
-                if meta.kind == Kind::Dir {
-                    match self.root.walk_under(&rel, &self.limits) {
+                if meta.kind == Kind::Dir && depth >= self.limits.max_depth {
+                    // Listed, not descended (as a walk does at the cap).
+                    incomplete = true;
+                    unlisted.push(Unlisted {
+                        path: p.clone(),
+                        why: UnlistedWhy::Depth,
+                        name: None,
+                    });
+                } else if meta.kind == Kind::Dir {
+                    match self.root.walk_under_all(&rel, &self.limits) {
                         Ok(w) => {
                             incomplete |= w.incomplete;
+                            capped |= w.capped;
                             non_utf8 += w.non_utf8_skipped;
-                            additions.extend(
-                                w.entries
-                                    .into_iter()
-                                    .filter(|e| !is_server_temp(self.root.temp_names(), &e.path))
-                                    .map(|e| Entry {
-                                        path: e.path.into_boxed_str(),
-                                        kind: e.kind,
-                                        ino: e.ino,
-                                    }),
-                            );
+                            unlisted.extend(w.unlisted);
+                            additions.extend(w.entries.into_iter().map(|e| Entry {
+                                temp: is_server_temp(temps, &e.path, e.kind),
+                                path: e.path.into_boxed_str(),
+                                kind: e.kind,
+                                ino: e.ino,
+                            }));
                         }
                         Err(FsError::NotFound { .. }) => {}
-                        Err(_) => incomplete = true,
+                        Err(_) => {
+                            incomplete = true;
+                            unlisted.push(unreadable(p));
+                        }
                     }
                 }
             }
@@ -614,12 +719,15 @@ impl PathIndex {
         if merged.len() > self.limits.max_entries {
             merged.truncate(self.limits.max_entries);
             incomplete = true;
+            capped = true;
         }
         Arc::new(Listing {
             entries: merged,
             incomplete,
             generation: next_generation(),
             non_utf8,
+            capped,
+            unlisted: outermost(unlisted),
         })
     }
 
@@ -856,8 +964,13 @@ mod tests {
         Ix { ix, versions }
     }
 
+    /// What the listing tools show (the server's temp files left out).
     fn paths(l: &Listing) -> Vec<&str> {
-        l.entries.iter().map(|e| &*e.path).collect()
+        l.entries
+            .iter()
+            .filter(|e| !e.temp)
+            .map(|e| &*e.path)
+            .collect()
     }
 
     #[test]
@@ -882,6 +995,47 @@ mod tests {
         assert_ne!(l2.generation, l.generation);
         assert_eq!(paths(&l2), vec!["a", "a-b", "n", "n/m", "n/m/f", "z"]);
         assert_eq!(paths(&l2), paths(&ix.walk_all().unwrap()));
+        // The temp file is in the listing (masks see it), marked.
+        assert_eq!(l2.entries.iter().filter(|e| e.temp).count(), 1);
+    }
+
+    #[test]
+    fn a_directory_with_a_temp_name_is_listed_with_its_subtree() {
+        // Security round 3, item 2: only regular files may be hidden by that name.
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        std::fs::create_dir_all(d.join("config")).unwrap();
+        std::fs::write(d.join("config/.env"), b"S=1").unwrap();
+        let ix = index(d);
+        ix.get();
+        let name = ix.root.temp_names().next_name();
+        std::fs::rename(d.join("config"), d.join(&name)).unwrap();
+        std::os::unix::fs::symlink("x", d.join(ix.root.temp_names().next_name())).unwrap();
+        let (l, why) = ix.get();
+        assert_eq!(why, None);
+        let env = format!("{name}/.env");
+        assert!(paths(&l).contains(&name.as_str()), "{:?}", paths(&l));
+        assert!(paths(&l).contains(&env.as_str()), "{:?}", paths(&l));
+        assert_eq!(
+            paths(&l).len(),
+            3,
+            "the symlink is listed too: {:?}",
+            paths(&l)
+        );
+        assert_eq!(paths(&l), paths(&ix.walk_all().unwrap()));
+    }
+
+    #[test]
+    fn unlisted_directories_are_the_outermost_ones() {
+        let u = |p: &str| Unlisted {
+            path: p.into(),
+            why: UnlistedWhy::Depth,
+            name: None,
+        };
+        let got = outermost(vec![u("a/b/c"), u("a/b"), u("ab"), u("a/b"), u("x/y")]);
+        let got: Vec<&str> = got.iter().map(|u| u.path.as_str()).collect();
+        assert_eq!(got, vec!["a/b", "ab", "x/y"]);
+        assert_eq!(outermost(vec![u("a"), u("")]).len(), 1);
     }
 
     #[test]
@@ -990,12 +1144,20 @@ mod tests {
     fn server_temp_names_are_hidden() {
         let temps = TempNames::new("0123456789abcdef").unwrap();
         let own = temps.next_name();
-        assert!(is_server_temp(&temps, &format!("a/{own}")));
-        assert!(!is_server_temp(&temps, "a/.codespace-tmp-notes"));
+        let f = Kind::File;
+        assert!(is_server_temp(&temps, &format!("a/{own}"), f));
+        for kind in [Kind::Dir, Kind::Symlink, Kind::Other] {
+            assert!(
+                !is_server_temp(&temps, &format!("a/{own}"), kind),
+                "{kind:?}"
+            );
+        }
+        assert!(!is_server_temp(&temps, "a/.codespace-tmp-notes", f));
         assert!(!is_server_temp(
             &temps,
-            "a/.codespace-tmp-fedcba9876543210-1"
+            "a/.codespace-tmp-fedcba9876543210-1",
+            f
         ));
-        assert!(!is_server_temp(&temps, "a/codespace-tmp-1"));
+        assert!(!is_server_temp(&temps, "a/codespace-tmp-1", f));
     }
 }

@@ -15,9 +15,16 @@
 //! every multiply-linked file would put read-only mounts over build outputs that tools such as
 //! cargo replace in place. docs/security.md has the reasoning.
 //!
-//! A listing that cannot see everything (`limits.max_walk_entries` or the depth cap, an unreadable
-//! directory, a name that is not UTF-8) fails closed: the command is refused unless the operator
-//! set `secret_masking: off`.
+//! A listing that cannot see everything fails closed **for the affected paths only**: a directory
+//! whose subtree the listing does not hold whole (deeper than the depth cap, unreadable, or
+//! holding a name that is not UTF-8: see [`Listing::unlisted`]) is masked whole, as if policy
+//! withheld it, and the command runs. Only what cannot be narrowed to a directory refuses the
+//! command: a listing cut by `limits.max_walk_entries` (what is missing is unknown) and a name
+//! that is not UTF-8 at the top level (the root cannot be masked).
+//!
+//! More masks than one command can carry ([`MAX_MASKS`]) are coalesced into masks of their
+//! parent directories ([`coalesce`]): nothing withheld is ever unmasked, and the other files of a
+//! coalesced directory are hidden from the command too.
 
 use crate::config::SecretMasking;
 use crate::error::{ErrorCode, ToolError};
@@ -56,27 +63,91 @@ pub(crate) fn refuse(msg: impl std::fmt::Display) -> ToolError {
     )
 }
 
-/// Fails closed on a listing that does not show every path of the workspace.
+/// Fails closed on a listing whose missing paths cannot be narrowed to directories to mask: one
+/// cut by the entry cap, or one with a name that is not UTF-8 at the top level.
 pub(crate) fn check_complete(listing: &Listing, max_entries: usize) -> Result<(), ToolError> {
-    if listing.incomplete {
+    if listing.capped {
         return Err(refuse(format!(
-            "the workspace could not be listed completely (more than {max_entries} entries \
-             (limits.max_walk_entries), deeper than {} levels, or an unreadable directory), so \
-             the paths policy withholds cannot all be masked; the command was not started (an \
-             operator can set secret_masking: off for this workspace)",
-            codespace_runner_fs::WalkLimits::default().max_depth
+            "the workspace has more than {max_entries} entries (limits.max_walk_entries), so the \
+             paths policy withholds cannot all be found and masked; the command was not started \
+             (remove files, raise limits.max_walk_entries, or an operator can set \
+             secret_masking: off for this workspace)"
         )));
     }
-    if listing.non_utf8 > 0 {
+    if let Some(top) = listing.unlisted.iter().find(|u| u.path.is_empty()) {
         return Err(refuse(format!(
-            "{} entries have names that are not UTF-8, so policy cannot decide them and they \
-             cannot be masked; the command was not started (rename them, or an operator can \
-             set secret_masking: off for this workspace)",
-            listing.non_utf8
+            "the top level of the workspace holds a name that is not UTF-8 (`{}`), so policy \
+             cannot decide it and the workspace root cannot be masked; the command was not \
+             started (rename or remove that entry, or an operator can set secret_masking: off \
+             for this workspace)",
+            top.name.as_deref().unwrap_or("?")
         )));
     }
     Ok(())
 }
+
+/// What an operator reads about the directories masked whole because the listing could not hold
+/// them (what to remove to see them again), `None` when there are none.
+pub(crate) fn unlisted_note(listing: &Listing) -> Option<String> {
+    use codespace_runner_fs::UnlistedWhy;
+    if listing.unlisted.is_empty() {
+        return None;
+    }
+    let shown: Vec<String> = listing
+        .unlisted
+        .iter()
+        .take(NOTE_PATHS)
+        .map(|u| match (u.why, &u.name) {
+            (UnlistedWhy::Depth, _) => format!(
+                "`{}` (deeper than {} levels)",
+                u.path,
+                codespace_runner_fs::WalkLimits::default().max_depth
+            ),
+            (UnlistedWhy::Unreadable, _) => format!("`{}` (cannot be listed)", u.path),
+            (UnlistedWhy::NonUtf8Name, Some(name)) => {
+                format!("`{}` (holds `{name}`, a name that is not UTF-8)", u.path)
+            }
+            (UnlistedWhy::NonUtf8Name, None) => {
+                format!("`{}` (holds a name that is not UTF-8)", u.path)
+            }
+        })
+        .collect();
+    let more = listing.unlisted.len().saturating_sub(NOTE_PATHS);
+    Some(format!(
+        "secret masking: {} director{} could not be listed whole and {} masked whole for \
+         commands: {}{}; remove or rename what makes {} unlistable to see {} again",
+        listing.unlisted.len(),
+        if listing.unlisted.len() == 1 {
+            "y"
+        } else {
+            "ies"
+        },
+        if listing.unlisted.len() == 1 {
+            "is"
+        } else {
+            "are"
+        },
+        shown.join(", "),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        },
+        if listing.unlisted.len() == 1 {
+            "it"
+        } else {
+            "them"
+        },
+        if listing.unlisted.len() == 1 {
+            "it"
+        } else {
+            "them"
+        },
+    ))
+}
+
+/// Paths a note names before it says "and N more".
+const NOTE_PATHS: usize = 10;
 
 /// Groups a listing's entries by decision signature (`links = 1`: the answer for the name) and
 /// finds its hard-link alias groups by inode number. CPU only; run it off the async workers.
@@ -149,7 +220,15 @@ pub(crate) fn select(listing: &Listing, g: &Grouped, d: &Decision) -> Vec<Mask> 
     let denied = |i: usize| sub(i).is_none_or(|s| !s.allowed);
     let policy_ids = |i: usize| sub(i).map(|s| s.policy_ids.clone()).unwrap_or_default();
     let entries = &listing.entries;
-    let mut masked_dirs: HashSet<&str> = HashSet::new();
+    // Directories the listing could not hold whole are masked whole (nothing beneath them needs
+    // a mask of its own).
+    let mut masked_dirs: HashSet<&str> = listing
+        .unlisted
+        .iter()
+        .filter(|u| !u.path.is_empty())
+        .map(|u| u.path.as_str())
+        .collect();
+    let unlisted = masked_dirs.clone();
     let mut chosen: Vec<(usize, Vec<String>)> = Vec::new();
     // Sorted by path, so a directory comes before everything beneath it.
     for (i, e) in entries.iter().enumerate() {
@@ -176,7 +255,7 @@ pub(crate) fn select(listing: &Listing, g: &Grouped, d: &Decision) -> Vec<Mask> 
         }
     }
     chosen.sort_by_key(|(i, _)| *i);
-    chosen
+    let mut masks: Vec<Mask> = chosen
         .into_iter()
         .filter_map(|(i, policy_ids)| {
             entries.get(i).map(|e| Mask {
@@ -184,7 +263,86 @@ pub(crate) fn select(listing: &Listing, g: &Grouped, d: &Decision) -> Vec<Mask> 
                 policy_ids,
             })
         })
-        .collect()
+        .collect();
+    let have: HashSet<String> = masks.iter().map(|m| m.path.clone()).collect();
+    for dir in unlisted {
+        if !have.contains(dir) && !beneath_any(dir, &masked_dirs) {
+            masks.push(Mask {
+                path: dir.to_string(),
+                policy_ids: Vec::new(),
+            });
+        }
+    }
+    masks.sort_by(|a, b| a.path.cmp(&b.path));
+    masks
+}
+
+/// Number of path components.
+fn depth(path: &str) -> usize {
+    path.split('/').count()
+}
+
+/// Fits `masks` (none beneath another) into `max` by replacing masks with a mask of a directory
+/// above them, deepest directories first (they hide the least), the one holding the most masks
+/// first among equals: every path masked before is masked after (itself or a directory above
+/// it), and a coalesced directory hides its other entries too. Returns the masks and the
+/// directories that replaced masks beneath them; `Err` with the count left when even one mask
+/// per top-level entry is too many (the root cannot be masked).
+pub(crate) fn coalesce(masks: Vec<Mask>, max: usize) -> Result<(Vec<Mask>, Vec<String>), usize> {
+    use std::collections::BTreeMap;
+    if masks.len() <= max {
+        return Ok((masks, Vec::new()));
+    }
+    let mut cur: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for m in masks {
+        cur.entry(m.path).or_default().extend(m.policy_ids);
+    }
+    // Every directory above a mask, with how many masks lie beneath it.
+    let mut beneath: HashMap<&str, usize> = HashMap::new();
+    for path in cur.keys() {
+        let mut p = path.as_str();
+        while let Some((parent, _)) = p.rsplit_once('/') {
+            *beneath.entry(parent).or_default() += 1;
+            p = parent;
+        }
+    }
+    let mut candidates: Vec<(usize, usize, String)> = beneath
+        .into_iter()
+        .filter(|(_, n)| *n >= 2)
+        .map(|(dir, n)| (depth(dir), n, dir.to_string()))
+        .collect();
+    candidates.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)).then(a.2.cmp(&b.2)));
+    let mut widened: Vec<String> = Vec::new();
+    for (_, _, dir) in candidates {
+        if cur.len() <= max {
+            break;
+        }
+        let kids: Vec<String> = cur
+            .range(format!("{dir}/")..format!("{dir}0"))
+            .map(|(k, _)| k.clone())
+            .collect();
+        if kids.len() < 2 {
+            continue;
+        }
+        let mut ids: Vec<String> = Vec::new();
+        for k in &kids {
+            ids.extend(cur.remove(k).unwrap_or_default());
+        }
+        ids.sort();
+        ids.dedup();
+        cur.insert(dir.clone(), ids);
+        widened.retain(|w| !w.starts_with(&format!("{dir}/")));
+        widened.push(dir);
+    }
+    if cur.len() > max {
+        return Err(cur.len());
+    }
+    widened.sort();
+    let masks = cur
+        .into_iter()
+        .map(|(path, policy_ids)| Mask { path, policy_ids })
+        .collect();
+    Ok((masks, widened))
 }
 
 #[cfg(test)]
@@ -213,6 +371,59 @@ mod tests {
         );
         assert_eq!(masking_fact(SecretMasking::Off, on), MaskingFact::Off);
         assert_eq!(masking_fact(SecretMasking::Off, off), MaskingFact::Off);
+    }
+
+    fn m(p: &str) -> Mask {
+        Mask {
+            path: p.to_string(),
+            policy_ids: vec![format!("id-{p}")],
+        }
+    }
+
+    /// Every path of `before` is masked by `after` (itself or a directory above it).
+    fn still_masked(before: &[Mask], after: &[Mask]) -> bool {
+        let dirs: HashSet<&str> = after.iter().map(|m| m.path.as_str()).collect();
+        before
+            .iter()
+            .all(|b| dirs.contains(b.path.as_str()) || beneath_any(&b.path, &dirs))
+    }
+
+    #[test]
+    fn coalescing_keeps_every_mask_and_fits_the_limit() {
+        let few = vec![m("a"), m("b/c")];
+        assert_eq!(coalesce(few.clone(), 2).unwrap(), (few, Vec::new()));
+        // 30 files in one directory, 5 in another, 3 scattered: limit 10.
+        let mut before: Vec<Mask> = (0..30).map(|i| m(&format!("logs/x/f{i:02}"))).collect();
+        before.extend((0..5).map(|i| m(&format!("src/e{i}"))));
+        before.extend([m("top"), m("deep/a/b/c/d"), m("deep/a/q/r")]);
+        before.sort_by(|a, b| a.path.cmp(&b.path));
+        let (after, widened) = coalesce(before.clone(), 10).unwrap();
+        assert!(after.len() <= 10, "{after:?}");
+        assert!(still_masked(&before, &after), "{after:?}");
+        assert!(widened.contains(&"logs/x".to_string()), "{widened:?}");
+        // The deepest, biggest group went first; the rest stay as they were.
+        assert!(after.iter().any(|x| x.path == "src/e0"), "{after:?}");
+        assert!(after.iter().any(|x| x.path == "deep/a/b/c/d"), "{after:?}");
+        let logs = after.iter().find(|x| x.path == "logs/x").unwrap();
+        assert_eq!(
+            logs.policy_ids.len(),
+            30,
+            "the policies of every file it replaces"
+        );
+        // Only top-level entries left and still too many: refused.
+        let tops: Vec<Mask> = (0..5).map(|i| m(&format!("t{i}"))).collect();
+        assert_eq!(coalesce(tops, 4), Err(5));
+        // Masks in sibling directories meet in their common parent.
+        let spread: Vec<Mask> = (0..8).map(|i| m(&format!("r/s{i}/only"))).collect();
+        let (after, widened) = coalesce(spread.clone(), 1).unwrap();
+        assert_eq!(
+            after.iter().map(|x| x.path.as_str()).collect::<Vec<_>>(),
+            ["r"]
+        );
+        assert_eq!(widened, ["r"]);
+        assert!(still_masked(&spread, &after));
+        // Deep masks that need no coalescing are left alone.
+        assert!(after.len() <= 1);
     }
 
     #[test]

@@ -65,9 +65,10 @@ fn lock(t: &Mutex<Table>) -> MutexGuard<'_, Table> {
 }
 
 impl Versions {
-    /// A table for the workspace rooted at `root_abs` (canonical). The watcher starts lazily and
-    /// ignores the server's own temporary files (`temps`): every write makes a new one, so tracking
-    /// them would grow the table with every write.
+    /// A table for the workspace rooted at `root_abs` (canonical). The watcher starts lazily; it
+    /// does not keep a change sequence for names of the server's temporary-file scheme (`temps`):
+    /// every write makes a new one, so tracking them would grow the table with every write. Their
+    /// events still invalidate what the table knows at and beneath them.
     pub fn new(root_abs: &Path, temps: Arc<TempNames>) -> Versions {
         Versions {
             root_abs: root_abs.to_path_buf(),
@@ -138,18 +139,22 @@ impl Versions {
                         return;
                     }
                     for p in &ev.paths {
+                        let Ok(rel) = p.strip_prefix(&root) else {
+                            continue;
+                        };
+                        let rel = rel.to_string_lossy().to_string();
+                        // A directory event invalidates everything beneath it. This holds for a
+                        // name of the server's temp-file scheme too: a command can give that name
+                        // to a directory, so the name alone never drops an event.
+                        let prefix = format!("{rel}/");
+                        t.known.retain(|k, _| k != &rel && !k.starts_with(&prefix));
                         let server_temp = p
                             .file_name()
                             .and_then(|n| n.to_str())
                             .is_some_and(|n| temps.is_server_temp(n));
-                        if server_temp {
-                            continue;
-                        }
-                        if let Ok(rel) = p.strip_prefix(&root) {
-                            let rel = rel.to_string_lossy().to_string();
-                            // A directory event invalidates everything beneath it.
-                            let prefix = format!("{rel}/");
-                            t.known.retain(|k, _| k != &rel && !k.starts_with(&prefix));
+                        // Only the per-path sequence of the server's own temp names is not kept
+                        // (every write makes a new one, so it would grow with every write).
+                        if !server_temp {
                             t.touched.insert(rel, seq);
                         }
                     }

@@ -315,7 +315,8 @@ pub struct FindFilesMatch {
 pub struct FindFilesResult {
     /// Best matches first.
     pub matches: Vec<FindFilesMatch>,
-    /// Matching files policy would not let the caller read (not listed).
+    /// Files of the workspace policy would not let the caller read (never listed), counted
+    /// whatever the query: the figure does not depend on which names match.
     pub withheld: u64,
     /// True when the listing of the tree hit a cap (ours).
     pub incomplete: bool,

@@ -309,7 +309,7 @@ fn wire_tool(tool: ToolName) -> Tool {
             name,
                 "Fuzzy-find workspace files by path: paths ranked by score (best first) with the matched \
                  character positions (indices). Words separated by spaces must all match. limit defaults to 50 \
-                 (max 1000). Files policy withholds are counted in withheld.",
+                 (max 1000). withheld counts every file of the workspace policy withholds, whatever the query.",
                 schema_for_type::<FindFilesParams>(),
             )
             .with_output_schema::<FindFilesResult>(),

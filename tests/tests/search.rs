@@ -537,6 +537,33 @@ async fn find_files_ranks_with_indices_and_withholds() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn find_files_withheld_does_not_depend_on_the_query() {
+    // Security round 3, item 12: a withheld count that follows the query tells whether a name
+    // inside a withheld place exists (`prod-db` matches, `staging-db` does not).
+    let h = Harness::start(|root| {
+        write_file(root, "src/lib.rs", "x")?;
+        write_file(root, "keys/prod-db.pem", "k")?;
+        write_file(root, "keys/other.pem", "k")?;
+        write_file(root, "deploy/.env", "S=1")
+    })
+    .await
+    .unwrap();
+    let mut figures = Vec::new();
+    for query in ["prod-db", "staging-db", "lib", "pem"] {
+        let r = h
+            .ok("find_files", json!({"workspace_id": WS, "query": query}))
+            .await
+            .unwrap();
+        assert!(
+            match_paths(&r).iter().all(|p| p == "src/lib.rs"),
+            "{query}: {r}"
+        );
+        figures.push(r["withheld"].clone());
+    }
+    assert!(figures.iter().all(|f| *f == json!(3)), "{figures:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_tool_forbid_hides_entries_from_every_listing_tool() {
     // A policy that forbids only the `read` tool on a file hides that file from find, grep and
     // find_files too: they ask exactly the request `read` would make.

@@ -5,7 +5,9 @@
 use super::{Audit, Gateway, Services, WorkspaceRuntime};
 use crate::error::ToolError;
 use crate::mask_cache::Mask;
-use crate::masks::{INLINE_DECISIONS, MAX_MASKS, check_complete, group, refuse, select};
+use crate::masks::{
+    INLINE_DECISIONS, MAX_MASKS, check_complete, coalesce, group, refuse, select, unlisted_note,
+};
 use crate::policy::PolicySnapshot;
 use crate::policy::decide::{Decision, decide};
 use crate::request::{Session, SubRequest, path_request};
@@ -14,8 +16,11 @@ use std::sync::Arc;
 
 impl Gateway {
     /// The masks a command started by `session` in `ws` needs (empty unless the workspace's
-    /// masking is `enforced`). `Err` refuses the command: the listing was incomplete or there
-    /// are more masks than one command can carry.
+    /// masking is `enforced`). Directories the listing cannot hold whole are masked whole, and
+    /// more masks than one command can carry are coalesced into directory masks (both with a
+    /// `masks_widened` event saying what to remove). `Err` refuses the command: the listing hit
+    /// its entry cap, the top level holds a name that is not UTF-8, or even one mask per
+    /// top-level entry is too many.
     pub(crate) async fn secret_masks(
         &self,
         snap: &PolicySnapshot,
@@ -75,21 +80,82 @@ impl Gateway {
                 .await
                 .map_err(|e| refuse(format!("decision task: {e}")))?
         };
-        let masks = select(&listing, &grouped, &decision);
-        if masks.len() > MAX_MASKS {
-            return Err(refuse(format!(
-                "policy withholds {} paths of this workspace from reading, more than the {MAX_MASKS} \
-                 one command can have masked; the command was not started (withhold a directory \
-                 instead of its files, or an operator can set secret_masking: off)",
-                masks.len()
-            )));
-        }
+        let selected = select(&listing, &grouped, &decision);
+        let wanted = selected.len();
+        let (masks, widened) = coalesce(selected, MAX_MASKS).map_err(|left| {
+            refuse(format!(
+                "policy withholds {wanted} paths of this workspace from reading, and even masking \
+                 whole top-level directories leaves {left}, more than the {MAX_MASKS} one command \
+                 can have masked; the command was not started (remove withheld files from the \
+                 top level of the workspace, withhold whole directories, or an operator can set \
+                 secret_masking: off)"
+            ))
+        })?;
+        self.note_widened_masks(ws, &listing, wanted, &widened)
+            .await;
         // Only an error-free decision is reused: an evaluation error denies (masks) this time,
         // and is asked again next time.
         if decision.subs.iter().all(|s| s.errors.is_empty()) {
             cache.put_set(key, Arc::new(masks.clone()));
         }
         Ok(masks)
+    }
+}
+
+impl Gateway {
+    /// Says (a `masks_widened` event and a warning in the log) which directories were masked
+    /// whole: those the listing could not hold, and those that replaced too many masks.
+    async fn note_widened_masks(
+        &self,
+        ws: &WorkspaceRuntime,
+        listing: &crate::index::Listing,
+        wanted: usize,
+        widened: &[String],
+    ) {
+        let mut notes: Vec<String> = unlisted_note(listing).into_iter().collect();
+        if !widened.is_empty() {
+            let shown: Vec<&str> = widened.iter().take(10).map(String::as_str).collect();
+            notes.push(format!(
+                "secret masking: policy withholds {wanted} paths, more than the {MAX_MASKS} one \
+                 command can have masked, so {} director{} masked whole for commands (their other \
+                 files are hidden from commands too): {}{}; remove withheld files there, or \
+                 withhold whole directories, to see the rest again",
+                widened.len(),
+                if widened.len() == 1 {
+                    "y is"
+                } else {
+                    "ies are"
+                },
+                shown.join(", "),
+                if widened.len() > shown.len() {
+                    format!(" and {} more", widened.len() - shown.len())
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        if notes.is_empty() {
+            return;
+        }
+        for note in &notes {
+            tracing::warn!(workspace = %ws.facts.id, "{note}");
+        }
+        if let Some(store) = self.store() {
+            let detail = serde_json::json!({
+                "workspace": ws.facts.id,
+                "unlisted": listing.unlisted.iter().map(|u| u.path.as_str()).collect::<Vec<_>>(),
+                "coalesced": widened,
+                "notes": notes,
+            });
+            let store = Arc::clone(store);
+            // A write to the store: off the async workers, recorded before the command starts.
+            let written =
+                tokio::task::spawn_blocking(move || store.insert_event("masks_widened", &detail))
+                    .await;
+            if !matches!(written, Ok(Ok(_))) {
+                tracing::warn!("masks_widened event not recorded");
+            }
+        }
     }
 }
 
@@ -233,14 +299,14 @@ mod tests {
         let err = masks_of(&gw).await.unwrap_err();
         assert_eq!(err.code, ErrorCode::ProcessSpawnFailed);
         assert!(
-            err.message.contains("could not be listed completely"),
+            err.message.contains("more than 5 entries"),
             "{}",
             err.message
         );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_name_that_is_not_utf8_refuses_the_command_even_when_created_later() {
+    async fn a_name_that_is_not_utf8_masks_its_directory_even_when_created_later() {
         use std::os::unix::ffi::OsStrExt;
         let (_dir, root) = tree();
         let gw = gateway(&root, "");
@@ -250,9 +316,15 @@ mod tests {
             .join("src")
             .join(std::ffi::OsStr::from_bytes(b"bad\xff.env"));
         std::fs::write(&odd, "SECRET=3").unwrap();
-        let err = masks_of(&gw).await.unwrap_err();
-        assert!(err.message.contains("not UTF-8"), "{}", err.message);
+        assert_eq!(masks_of(&gw).await.unwrap(), [".env", "src"]);
         std::fs::remove_file(&odd).unwrap();
+        assert_eq!(masks_of(&gw).await.unwrap(), [".env"]);
+        // At the top level there is no directory to mask but the root: refused, naming it.
+        let top = root.join(std::ffi::OsStr::from_bytes(b"caf\xe9"));
+        std::fs::write(&top, "SECRET=4").unwrap();
+        let err = masks_of(&gw).await.unwrap_err();
+        assert!(err.message.contains("`caf\\xe9`"), "{}", err.message);
+        std::fs::remove_file(&top).unwrap();
         assert_eq!(masks_of(&gw).await.unwrap(), [".env"]);
     }
 }

@@ -272,6 +272,9 @@ impl Authorized<'_> {
                     let mut visible = Vec::new();
                     let mut withheld = Vec::new();
                     for (i, e) in l.entries.iter().enumerate() {
+                        if e.temp {
+                            continue;
+                        }
                         let wanted = match entry_type {
                             EntryType::File => matches!(e.kind, Kind::File | Kind::Symlink),
                             EntryType::Dir => e.kind == Kind::Dir,
@@ -440,7 +443,7 @@ impl Authorized<'_> {
             let mut files: Vec<u32> = Vec::new();
             let mut withheld: Vec<(u32, u32)> = Vec::new();
             for (i, e) in l.entries.iter().enumerate() {
-                if e.kind != Kind::File {
+                if e.kind != Kind::File || e.temp {
                     continue;
                 }
                 let under =
@@ -577,13 +580,21 @@ impl Authorized<'_> {
                 .entries
                 .iter()
                 .enumerate()
-                .filter(|(_, e)| matches!(e.kind, Kind::File | Kind::Symlink));
+                .filter(|(_, e)| !e.temp && matches!(e.kind, Kind::File | Kind::Symlink));
+            // `withheld` counts every withheld file of the workspace whatever the query, so the
+            // figure never tells whether a withheld name matches (it would be a name oracle);
+            // the audit log keeps the ones the query matched.
             let mut scorer = Scorer::new();
-            let mut withheld: Vec<(u32, u32)> = Vec::new();
+            let mut withheld_files: u64 = 0;
+            let mut matched: Vec<(u32, u32)> = Vec::new();
             for (i, e) in files.clone() {
-                if !is_allowed(i) && q.matches(&mut scorer, &e.path) {
+                if is_allowed(i) {
+                    continue;
+                }
+                withheld_files += 1;
+                if q.matches(&mut scorer, &e.path) {
                     let g = groups.of_entry.get(i).copied().unwrap_or(u32::MAX);
-                    withheld.push((u32::try_from(i).unwrap_or(u32::MAX), g));
+                    matched.push((u32::try_from(i).unwrap_or(u32::MAX), g));
                 }
             }
             let ranked = q.rank(
@@ -592,10 +603,11 @@ impl Authorized<'_> {
                     .map(|(i, e)| (i, &*e.path)),
                 usize::try_from(limit).unwrap_or(usize::MAX),
             );
-            (ranked, withheld)
+            (ranked, (withheld_files, matched))
         })
         .await?;
-        self.audit_withheld_entries("find_files", &decision, &listing, &withheld);
+        let (withheld, matched) = withheld;
+        self.audit_withheld_entries("find_files", &decision, &listing, &matched);
         let matches = ranked
             .into_iter()
             .filter_map(|r| {
@@ -608,7 +620,7 @@ impl Authorized<'_> {
             .collect();
         to_json(&FindFilesResult {
             matches,
-            withheld: withheld.len() as u64,
+            withheld,
             incomplete: listing.incomplete,
             listing_source: source(why),
             walk_reason: why,

@@ -34,4 +34,4 @@ pub use temp::{
     parse_temp_name,
 };
 pub use version::{Version, VersionParseError};
-pub use walk::{Walk, WalkEntry, WalkLimits};
+pub use walk::{Unlisted, UnlistedWhy, Walk, WalkEntry, WalkLimits};

@@ -45,6 +45,28 @@ pub struct WalkEntry {
     pub links: Option<u64>,
 }
 
+/// Why a directory's content is not (wholly) in a [`Walk`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnlistedWhy {
+    /// It lies at `max_depth`: listed, not descended.
+    Depth,
+    /// It could not be opened or read.
+    Unreadable,
+    /// It holds a name that is not valid UTF-8 (left out).
+    NonUtf8Name,
+}
+
+/// A directory whose content a walk does not hold whole (its subtree is unknown).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unlisted {
+    /// Workspace-relative path of the directory (`""` for the root).
+    pub path: String,
+    /// Why.
+    pub why: UnlistedWhy,
+    /// For [`UnlistedWhy::NonUtf8Name`]: the first such name, its bytes escaped (`caf\xe9`).
+    pub name: Option<String>,
+}
+
 /// The result of [`Root::walk`].
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Walk {
@@ -54,10 +76,18 @@ pub struct Walk {
     pub incomplete: bool,
     /// Entries skipped because their name is not valid UTF-8.
     pub non_utf8_skipped: usize,
+    /// `max_entries` cut the walk short (what was left out is not known).
+    pub capped: bool,
+    /// Directories whose content the walk does not hold whole (depth cap, unreadable, a name
+    /// that is not UTF-8), in the order found; everything else beneath the start is listed
+    /// unless `capped`.
+    pub unlisted: Vec<Unlisted>,
 }
 
 /// Which entries a walk keeps.
 pub(crate) enum Select<'a> {
+    /// Every entry, the server's temporary files included.
+    All,
     /// Everything except the server's temporary files (regular files `TempNames::is_server_temp` names).
     Visible(&'a TempNames),
     /// Only regular files named `.codespace-tmp-<instance>-<n>` whose instance id the predicate accepts.
@@ -67,6 +97,7 @@ pub(crate) enum Select<'a> {
 impl Select<'_> {
     fn keeps(&self, name: &str, kind: Kind) -> bool {
         match self {
+            Select::All => true,
             Select::Visible(temps) => !(kind == Kind::File && temps.is_server_temp(name)),
             Select::ServerTemps(accept) => {
                 kind == Kind::File && parse_temp_name(name).is_some_and(|(id, _)| accept(id))
@@ -112,6 +143,12 @@ impl Root {
         self.walk_under_selected(dir, limits, &Select::Visible(self.temp_names()))
     }
 
+    /// [`Root::walk_under`], the server's temporary files included (a caller that must see every
+    /// path, such as secret masking, decides what to hide itself).
+    pub fn walk_under_all(&self, dir: &RelPath, limits: &WalkLimits) -> Result<Walk, FsError> {
+        self.walk_under_selected(dir, limits, &Select::All)
+    }
+
     fn walk_under_selected(
         &self,
         dir: &RelPath,
@@ -153,13 +190,25 @@ impl Root {
                 Err(FsError::NotFound { .. }) => continue,
                 Err(_) => {
                     walk.incomplete = true;
+                    walk.unlisted.push(Unlisted {
+                        path: rel,
+                        why: UnlistedWhy::Unreadable,
+                        name: None,
+                    });
                     continue;
                 }
             };
             let depth = top.depth + 1;
             match list_dir(fd, format!("{rel}/"), depth, limits, select, &mut walk) {
                 Ok(frame) => stack.push(frame),
-                Err(_) => walk.incomplete = true,
+                Err(_) => {
+                    walk.incomplete = true;
+                    walk.unlisted.push(Unlisted {
+                        path: rel,
+                        why: UnlistedWhy::Unreadable,
+                        name: None,
+                    });
+                }
             }
             if walk.entries.len() >= limits.max_entries && walk.incomplete {
                 break;
@@ -183,6 +232,8 @@ fn list_dir(
 ) -> Result<Frame, rustix::io::Errno> {
     let mut pending = Vec::new();
     let mut dir = Dir::read_from(&fd)?;
+    let this_dir = || prefix.strip_suffix('/').unwrap_or(&prefix).to_owned();
+    let mut odd_name_seen = false;
     while let Some(entry) = dir.read() {
         let entry = entry?;
         let raw = entry.file_name().to_bytes();
@@ -191,10 +242,19 @@ fn list_dir(
         }
         let Ok(name) = std::str::from_utf8(raw) else {
             walk.non_utf8_skipped += 1;
+            if !odd_name_seen {
+                odd_name_seen = true;
+                walk.unlisted.push(Unlisted {
+                    path: this_dir(),
+                    why: UnlistedWhy::NonUtf8Name,
+                    name: Some(raw.escape_ascii().to_string()),
+                });
+            }
             continue;
         };
         if walk.entries.len() >= limits.max_entries {
             walk.incomplete = true;
+            walk.capped = true;
             break;
         }
         let lstat = || rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW);
@@ -222,6 +282,11 @@ fn list_dir(
                 pending.push(name.to_owned());
             } else {
                 walk.incomplete = true;
+                walk.unlisted.push(Unlisted {
+                    path: [prefix.as_str(), name].concat(),
+                    why: UnlistedWhy::Depth,
+                    name: None,
+                });
             }
         }
         if select.keeps(name, kind) {

@@ -121,6 +121,62 @@ fn depth_cap_sets_incomplete() {
 }
 
 #[test]
+fn a_walk_names_the_directories_it_does_not_hold_whole() {
+    use codespace_runner_fs::UnlistedWhy;
+    use std::os::unix::ffi::OsStrExt;
+    let fx = fixture();
+    fx.mkdir("odd");
+    std::fs::write(
+        fx.abs("odd").join(std::ffi::OsStr::from_bytes(b"caf\xe9")),
+        b"x",
+    )
+    .unwrap();
+    let limits = WalkLimits {
+        max_depth: 2,
+        ..WalkLimits::default()
+    };
+    let w = fx.root().walk(&limits).unwrap();
+    let mut got: Vec<(&str, UnlistedWhy, Option<&str>)> = w
+        .unlisted
+        .iter()
+        .map(|u| (u.path.as_str(), u.why, u.name.as_deref()))
+        .collect();
+    got.sort_by(|a, b| a.0.cmp(b.0));
+    assert_eq!(
+        got,
+        vec![
+            (".hidden/deep", UnlistedWhy::Depth, None),
+            ("a/b", UnlistedWhy::Depth, None),
+            ("odd", UnlistedWhy::NonUtf8Name, Some("caf\\xe9")),
+        ]
+    );
+    assert!(!w.capped);
+    let capped = fx
+        .root()
+        .walk(&WalkLimits {
+            max_entries: 2,
+            ..WalkLimits::default()
+        })
+        .unwrap();
+    assert!(capped.capped && capped.incomplete);
+}
+
+#[test]
+fn walk_under_all_keeps_the_servers_temp_files() {
+    let fx = fixture();
+    let root = fx.root();
+    let name = root.temp_names().next_name();
+    fx.write(&format!("a/{name}"), b"t");
+    assert!(
+        !paths(&root.walk(&WalkLimits::default()).unwrap()).contains(&format!("a/{name}").as_str())
+    );
+    let all = root
+        .walk_under_all(&RelPath::root(), &WalkLimits::default())
+        .unwrap();
+    assert!(paths(&all).contains(&format!("a/{name}").as_str()));
+}
+
+#[test]
 fn default_limits_have_no_directory_cap() {
     // 12 000 directories (more than the old 10 000-directory cap) all get listed. On tmpfs when
     // there is one: creating and removing 12 000 directories on a busy disk takes tens of seconds.
