@@ -198,16 +198,30 @@ impl Store {
         Ok(out)
     }
 
-    /// After a scrub: copies the WAL into the database and truncates it, so the text replaced
-    /// is no longer in the `-wal` file either. Returns false when another connection's readers
-    /// kept part of the WAL (a running server): the rest goes at its next checkpoint.
-    pub fn scrub_checkpoint(&self) -> Result<bool, StoreError> {
-        let (busy, _log, _done): (i64, i64, i64) = self.conn().query_row(
-            "PRAGMA wal_checkpoint(TRUNCATE)",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )?;
-        Ok(busy == 0)
+    /// After a scrub that changed rows: rebuilds the database file (`VACUUM`: page space SQLite
+    /// left unallocated while it rebalanced pages can still hold copies of the old text, which
+    /// `secure_delete` does not reach) and then copies the WAL into it and truncates it, so the
+    /// replaced text is in neither file. Returns false when another connection kept it from
+    /// finishing (a running server in a transaction, or reading part of the WAL): the operator
+    /// runs it again later.
+    pub fn scrub_compact(&self) -> Result<bool, StoreError> {
+        let conn = self.conn();
+        let vacuumed = match conn.execute_batch("VACUUM") {
+            Ok(()) => true,
+            Err(e) if matches!(
+                e.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+            ) =>
+            {
+                false
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let (busy, _log, _done): (i64, i64, i64) =
+            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?;
+        Ok(vacuumed && busy == 0)
     }
 }
 
@@ -278,8 +292,8 @@ mod tests {
     #[test]
     fn only_changed_rows_are_rewritten_a_live_hold_keeps_its_arguments_and_a_rerun_is_a_no_op() {
         let store = Store::open_in_memory().unwrap();
-        let row = |subject: &str, request: Value| DecisionRow {
-            decision_id: "d".into(),
+        let row = |id: &str, subject: &str, request: Value| DecisionRow {
+            decision_id: id.into(),
             subject: subject.into(),
             decision: "deny".into(),
             errors: vec!["spawn SECRET".into()],
@@ -288,8 +302,8 @@ mod tests {
         };
         store
             .insert_decisions(&[
-                row("curl -u a:SECRET", json!({"context": {"line": "SECRET"}})),
-                row("ls", json!({"context": {"line": "ls"}})),
+                row("d1", "curl -u a:SECRET", json!({"context": {"line": "SECRET"}})),
+                row("d2", "ls", json!({"context": {"line": "ls"}})),
             ])
             .unwrap();
         store.create_or_reuse_approval(&hold("p", "pending"), 2).unwrap();
