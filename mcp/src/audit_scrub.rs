@@ -49,7 +49,11 @@ pub fn scrub(
     default_store: impl FnOnce() -> Result<PathBuf>,
 ) -> Result<ExitCode> {
     let cfg = args.config.as_deref().map(Config::load).transpose()?;
-    let path = match args.store.clone().or(cfg.as_ref().and_then(|c| c.store.clone())) {
+    let path = match args
+        .store
+        .clone()
+        .or(cfg.as_ref().and_then(|c| c.store.clone()))
+    {
         Some(p) => p,
         None => default_store()?,
     };

@@ -341,7 +341,11 @@ fn serve(
     // soft limit goes up to the hard one.
     match crate::http_conn::raise_fd_limit() {
         Ok((before, after)) if after > before => {
-            tracing::info!(before, after, "raised the soft open-file limit to the hard limit");
+            tracing::info!(
+                before,
+                after,
+                "raised the soft open-file limit to the hard limit"
+            );
         }
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "cannot raise the soft open-file limit"),

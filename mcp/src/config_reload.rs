@@ -119,7 +119,11 @@ async fn run(
             .and_then(|r| r.map_err(|e| e.to_string()));
         let detail = match &outcome {
             Ok(rules) => {
-                tracing::info!(rules, trigger = trigger.as_str(), "redaction patterns reloaded");
+                tracing::info!(
+                    rules,
+                    trigger = trigger.as_str(),
+                    "redaction patterns reloaded"
+                );
                 serde_json::json!({
                     "accepted": true,
                     "trigger": trigger.as_str(),

@@ -781,16 +781,12 @@ impl HttpServer {
         let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();
         let cancel = self.cancel;
         // The accept loop: header timeout, the unauthenticated cap, TCP_NODELAY.
-        let serve = crate::http_conn::serve(
-            self.listener,
-            self.router,
-            self.conn_limits,
-            async move {
+        let serve =
+            crate::http_conn::serve(self.listener, self.router, self.conn_limits, async move {
                 shutdown.await;
                 cancel();
                 let _ = stopped_tx.send(());
-            },
-        );
+            });
         let grace = async move {
             if stopped_rx.await.is_ok() {
                 tokio::time::sleep(SHUTDOWN_GRACE).await;

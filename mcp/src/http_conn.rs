@@ -126,8 +126,10 @@ pub async fn serve(
                 .http1()
                 .timer(TokioTimer::new())
                 .header_read_timeout(limits.header_timeout);
-            let conn = builder
-                .serve_connection_with_upgrades(TokioIo::new(tcp), TowerToHyperService::new(service));
+            let conn = builder.serve_connection_with_upgrades(
+                TokioIo::new(tcp),
+                TowerToHyperService::new(service),
+            );
             let mut conn = std::pin::pin!(conn);
             // A connection that sends nothing (or an HTTP/2 preface and nothing authenticated)
             // never reaches hyper's head timer: it must authenticate within the same time.
@@ -219,7 +221,10 @@ mod tests {
             Err(oneshot::error::TryRecvError::Closed)
         ));
         let (_c, mut rc) = admit(&pending, 2);
-        assert!(rb.try_recv().is_err(), "b is not evicted while there is room");
+        assert!(
+            rb.try_recv().is_err(),
+            "b is not evicted while there is room"
+        );
         let (_d, _rd) = admit(&pending, 2);
         assert_eq!(rb.try_recv(), Ok(()), "b, the oldest pending, is evicted");
         assert!(rc.try_recv().is_err());

@@ -182,7 +182,10 @@ fn round_three_secret_shapes_never_reach_the_log_the_export_or_the_error_text() 
     let mut s = serve(&e);
     for (line, secret, kept) in CASES {
         let msg = refused_message(&mut s, line);
-        assert!(!msg.contains(secret), "the error text echoes {secret}: {msg}");
+        assert!(
+            !msg.contains(secret),
+            "the error text echoes {secret}: {msg}"
+        );
         assert!(msg.contains(kept), "the error text lost `{kept}`: {msg}");
     }
     s.close_and_wait(Duration::from_secs(30));
@@ -277,7 +280,10 @@ fn audit_scrub_re_redacts_rows_stored_before_once_and_records_that_it_ran() {
     s.close_and_wait(Duration::from_secs(30));
     let before = export(&e);
     for (_, secret, _) in CASES {
-        assert!(before.contains(secret), "not stored to begin with: {secret}");
+        assert!(
+            before.contains(secret),
+            "not stored to begin with: {secret}"
+        );
     }
     // Today's patterns: the defaults back on.
     write_config(&e, json!({}));
@@ -299,7 +305,10 @@ fn audit_scrub_re_redacts_rows_stored_before_once_and_records_that_it_ran() {
     // Idempotent: nothing left to change.
     let second = scrub(&e);
     assert_eq!(second["changed"], 0, "{second}");
-    assert_eq!(second["examined"].as_u64(), first["examined"].as_u64().map(|n| n + 1));
+    assert_eq!(
+        second["examined"].as_u64(),
+        first["examined"].as_u64().map(|n| n + 1)
+    );
     // Each run is an event.
     let events = cli(&[
         "audit",

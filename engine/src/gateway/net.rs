@@ -142,15 +142,14 @@ impl NetState {
     ) {
         let Some(store) = &self.store else { return };
         let at = crate::gateway::RowContext::now(snap, facts, session);
-        let rows =
-            crate::gateway::rows_with_shadow(
-                &self.profiles,
-                &self.redaction.current(),
-                &at,
-                d,
-                shadow,
-                reqs,
-            );
+        let rows = crate::gateway::rows_with_shadow(
+            &self.profiles,
+            &self.redaction.current(),
+            &at,
+            d,
+            shadow,
+            reqs,
+        );
         crate::audit::append(store, rows, &d.decision_id, false);
     }
 }

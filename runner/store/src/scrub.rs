@@ -208,10 +208,11 @@ impl Store {
         let conn = self.conn();
         let vacuumed = match conn.execute_batch("VACUUM") {
             Ok(()) => true,
-            Err(e) if matches!(
-                e.sqlite_error_code(),
-                Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-            ) =>
+            Err(e)
+                if matches!(
+                    e.sqlite_error_code(),
+                    Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+                ) =>
             {
                 false
             }
@@ -302,16 +303,26 @@ mod tests {
         };
         store
             .insert_decisions(&[
-                row("d1", "curl -u a:SECRET", json!({"context": {"line": "SECRET"}})),
+                row(
+                    "d1",
+                    "curl -u a:SECRET",
+                    json!({"context": {"line": "SECRET"}}),
+                ),
                 row("d2", "ls", json!({"context": {"line": "ls"}})),
             ])
             .unwrap();
-        store.create_or_reuse_approval(&hold("p", "pending"), 2).unwrap();
-        store.create_or_reuse_approval(&hold("c", "consumed"), 2).unwrap();
+        store
+            .create_or_reuse_approval(&hold("p", "pending"), 2)
+            .unwrap();
+        store
+            .create_or_reuse_approval(&hold("c", "consumed"), 2)
+            .unwrap();
         // Both decision rows carry a secret in `errors`; both holds in their summary.
         assert_eq!(run(&store, ScrubTarget::Decisions), (2, 2));
         assert_eq!(run(&store, ScrubTarget::Approvals), (2, 2));
-        let rows = store.query_decisions(&crate::DecisionQuery::default()).unwrap();
+        let rows = store
+            .query_decisions(&crate::DecisionQuery::default())
+            .unwrap();
         for r in &rows {
             let all = serde_json::to_string(r).unwrap();
             assert!(!all.contains("SECRET"), "{all}");
