@@ -184,6 +184,32 @@ async fn an_idle_partial_head_is_closed_after_the_header_timeout() {
         "closed before the timeout: {:?}",
         start.elapsed()
     );
+    // An authenticated keep-alive connection whose next request head stalls is closed too (the
+    // head timer, not the authentication deadline: the first request authenticated it).
+    let mut authed = TcpStream::connect(s.addr).unwrap();
+    authed
+        .write_all(
+            format!(
+                "GET /mcp HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {TOKEN}\r\n\
+                 Accept: text/event-stream\r\n\r\n",
+                s.addr
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    authed.write_all(PARTIAL_HEAD).unwrap();
+    authed
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut got = Vec::new();
+    let closed = authed.read_to_end(&mut got);
+    let text = String::from_utf8_lossy(&got).to_lowercase();
+    assert!(
+        closed.is_ok(),
+        "not closed within 30 s: {closed:?} after {text}"
+    );
+    assert!(text.starts_with("http/1.1 400"), "{text}");
+    assert!(!text.contains("connection: close"), "{text}");
     // The server still serves.
     let sid = initialize(s.addr, Some(TOKEN)).await;
     assert!(!sid.is_empty());
