@@ -373,6 +373,15 @@ pub struct Limits {
     /// `network: proxy`: a proxied connection idle in both directions this long is closed.
     #[schemars(range(min = 1))]
     pub proxy_idle_timeout_ms: u64,
+    /// `serve --http`: an HTTP/1 request head must be complete this long after the server
+    /// starts reading it (an idle keep-alive connection is closed after it too), and a new
+    /// connection must have sent an authenticated request within it.
+    #[schemars(range(min = 1))]
+    pub http_header_timeout_ms: u64,
+    /// `serve --http`: connections open at once that have not sent an authenticated request
+    /// yet; at the cap the oldest of them is closed to make room.
+    #[schemars(range(min = 1))]
+    pub http_max_unauthenticated_connections: usize,
 }
 
 impl Default for Limits {
@@ -392,6 +401,8 @@ impl Default for Limits {
             approval_ttl_ms: 3_600_000,
             proxy_max_connections_per_process: 64,
             proxy_idle_timeout_ms: 60_000,
+            http_header_timeout_ms: 10_000,
+            http_max_unauthenticated_connections: 64,
         }
     }
 }
@@ -500,8 +511,9 @@ pub struct Config {
     pub policy_tests_on_reload: bool,
     /// How long the store keeps audit rows, operations and operation keys.
     pub retention: crate::retention::Retention,
-    /// Secret patterns redacted from audit rows and error texts.
-    pub redaction: crate::redact::Redactor,
+    /// Secret patterns redacted from audit rows and error texts; swapped in place when the
+    /// config is reloaded (every clone of the config shares it).
+    pub redaction: crate::redact::LiveRedactor,
 }
 
 /// The built-in profiles (`read-only`, and `workspace-write` extending it).
@@ -772,7 +784,7 @@ impl Config {
             config_file: None,
             policy_tests_on_reload: false,
             retention: crate::retention::Retention::default(),
-            redaction: crate::redact::Redactor::default(),
+            redaction: crate::redact::LiveRedactor::default(),
         })
     }
 
@@ -792,6 +804,23 @@ impl Config {
         let mut cfg = Config::from_json(&text, &base)?;
         cfg.config_file = std::fs::canonicalize(path).ok();
         Ok(cfg)
+    }
+
+    /// Re-reads the config file and puts its `redaction` patterns in force for every holder of
+    /// this config (the gateway, the egress proxy, the approvals). The whole file must still be
+    /// valid; nothing else of it changes until a restart. Returns how many rules are in force.
+    /// Blocking (reads the file).
+    pub fn reload_redaction(&self) -> Result<usize, ConfigError> {
+        let Some(path) = &self.config_file else {
+            return Err(ConfigError(
+                "no config file: the redaction patterns are the built-in ones".into(),
+            ));
+        };
+        let fresh = Config::load(path)?;
+        let rules = fresh.redaction.current();
+        let count = rules.rule_count();
+        self.redaction.replace(rules.as_ref().clone());
+        Ok(count)
     }
 
     /// Parses and validates config JSON; relative file locations resolve against `base`.
@@ -993,6 +1022,12 @@ impl Config {
                 limits.max_sessions_per_client as u64,
                 1,
             ),
+            ("http_header_timeout_ms", limits.http_header_timeout_ms, 1),
+            (
+                "http_max_unauthenticated_connections",
+                limits.http_max_unauthenticated_connections as u64,
+                1,
+            ),
         ] {
             if value < min {
                 return Err(ConfigError(format!(
@@ -1065,7 +1100,8 @@ impl Config {
                 &raw.redaction.patterns,
                 raw.redaction.defaults,
             )
-            .map_err(|e| ConfigError(format!("redaction.patterns[{}]: {}", e.index, e.message)))?,
+            .map_err(|e| ConfigError(format!("redaction.patterns[{}]: {}", e.index, e.message)))?
+            .into(),
         })
     }
 }

@@ -1,13 +1,17 @@
 //! Redaction of secrets in what the audit log stores and what error texts echo: command lines,
 //! environment values and any other string of a recorded Cedar request. Patterns are regular
 //! expressions; a named group `secret` marks the part to replace (else the whole match). The
-//! defaults cover `Authorization:` headers, `Bearer` tokens, `token=` / `password=` style
-//! assignments, `--password`, and AWS, GitHub and Slack key shapes. Redaction only changes what
-//! is shown and stored: Cedar decides on the real request.
+//! defaults cover `Authorization:`, `X-Api-Key:` and `*-Token:` headers, `Bearer` tokens,
+//! `token=` / `password=` style assignments, `--password`, `curl -u user:PASS`, the password of a
+//! URL's user-info, PEM private key blocks, JWTs, and AWS, GitHub, GitLab, Slack, OpenAI and
+//! Stripe key shapes. Redaction only changes what is shown and stored: Cedar decides on the real
+//! request. The server holds a [`LiveRedactor`]: the operator's patterns are swapped in place
+//! when the config is reloaded (SIGHUP or an edit of the config file).
 
 use regex::{Regex, RegexSet};
 use serde_json::Value;
 use std::borrow::Cow;
+use std::sync::{Arc, LazyLock, PoisonError, RwLock};
 
 /// What a redacted secret is replaced with.
 pub const REDACTED: &str = "[REDACTED]";
@@ -28,7 +32,33 @@ pub const DEFAULT_PATTERNS: &[&str] = &[
     r"\b(?P<secret>github_pat_[A-Za-z0-9_]{20,})\b",
     // Slack tokens
     r"\b(?P<secret>xox[abposr]-[A-Za-z0-9-]{10,})\b",
+    // The password of a URL's user-info (`https://user:PASS@host`, `postgres://admin:PASS@db`);
+    // the user stays.
+    r"(?i)\b[a-z][a-z0-9+.-]*://[^\s/?#@:'\x22]*:(?P<secret>[^\s/?#@'\x22]+)@",
+    // curl -u user:PASS, --user user:PASS, --user=user:PASS, --proxy-user, -U
+    r"(?:^|\s)(?:-[uU]\s*|--(?:proxy-)?user(?:=|\s+))['\x22]?[^\s:'\x22]*:(?P<secret>[^\s'\x22]+)",
+    // `X-Api-Key: x`, `Api-Key: x`, `Private-Token: x`, `X-Vault-Token: x`, any `*-Token:` header
+    r"(?i)\b(?:x-api-key|api-key|[a-z0-9-]*-token):\s*(?P<secret>[^\s'\x22]+)",
+    // GitLab personal, project and group access tokens
+    r"\b(?P<secret>glpat-[A-Za-z0-9_-]{20,})",
+    // OpenAI project, service-account and admin keys
+    r"\b(?P<secret>sk-(?:proj|svcacct|admin)-[A-Za-z0-9_-]{20,})",
+    // Stripe secret and restricted keys
+    r"\b(?P<secret>(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,})",
+    // JSON Web Tokens: three base64url segments, the first a JSON object (`eyJ`)
+    r"\b(?P<secret>eyJ[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]*)",
+    // PEM private keys, from BEGIN through END (or the end of the text when END was cut off)
+    r"(?s)-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----(?P<secret>.*?)(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\z)",
 ];
+
+/// The default rules, compiled once per process.
+static DEFAULTS: LazyLock<Vec<Regex>> = LazyLock::new(|| {
+    // The defaults are tested to compile; a failure would drop that one rule only.
+    DEFAULT_PATTERNS
+        .iter()
+        .filter_map(|p| Regex::new(p).ok())
+        .collect()
+});
 
 /// A compiled set of redaction patterns.
 #[derive(Debug, Clone)]
@@ -52,13 +82,7 @@ pub struct PatternError {
 
 impl Default for Redactor {
     fn default() -> Redactor {
-        // The defaults are tested to compile; a failure would drop that one rule only.
-        Redactor::of(
-            DEFAULT_PATTERNS
-                .iter()
-                .filter_map(|p| Regex::new(p).ok())
-                .collect(),
-        )
+        Redactor::of(DEFAULTS.clone())
     }
 }
 
@@ -66,7 +90,7 @@ impl Redactor {
     /// The defaults (when `defaults`) plus the operator's `extra` patterns.
     pub fn new(extra: &[String], defaults: bool) -> Result<Redactor, PatternError> {
         let mut rules = if defaults {
-            Redactor::default().rules
+            DEFAULTS.clone()
         } else {
             Vec::new()
         };
@@ -78,6 +102,11 @@ impl Redactor {
             })?);
         }
         Ok(Redactor::of(rules))
+    }
+
+    /// How many rules the set has (defaults included).
+    pub fn rule_count(&self) -> usize {
+        self.rules.len()
     }
 
     fn of(rules: Vec<Regex>) -> Redactor {
@@ -150,6 +179,45 @@ impl Redactor {
     }
 }
 
+/// The redactor the server runs with: shared by every clone, swapped whole when the config is
+/// reloaded, so a reload reaches the gateway, the egress proxy and the approvals at once. A text
+/// is redacted by the set in force when it is redacted.
+#[derive(Debug, Clone, Default)]
+pub struct LiveRedactor(Arc<RwLock<Arc<Redactor>>>);
+
+impl LiveRedactor {
+    /// A live redactor starting with `r`.
+    pub fn new(r: Redactor) -> LiveRedactor {
+        LiveRedactor(Arc::new(RwLock::new(Arc::new(r))))
+    }
+
+    /// The set in force now.
+    pub fn current(&self) -> Arc<Redactor> {
+        Arc::clone(&self.0.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Puts `r` in force for every clone of this handle.
+    pub fn replace(&self, r: Redactor) {
+        *self.0.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(r);
+    }
+
+    /// `s` with every secret replaced by [`REDACTED`] (the set in force now).
+    pub fn text<'a>(&self, s: &'a str) -> Cow<'a, str> {
+        self.current().text(s)
+    }
+
+    /// Redacts every string of a JSON value in place (see [`Redactor::json`]).
+    pub fn json(&self, v: &mut Value) {
+        self.current().json(v);
+    }
+}
+
+impl From<Redactor> for LiveRedactor {
+    fn from(r: Redactor) -> LiveRedactor {
+        LiveRedactor::new(r)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,6 +265,87 @@ mod tests {
         for (input, want) in cases {
             assert_eq!(r.text(input), want, "{input}");
         }
+    }
+
+    #[test]
+    fn round_three_shapes_are_redacted_and_context_is_kept() {
+        let r = Redactor::default();
+        let jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.c2lnbmF0dXJlX2J5dGVz";
+        let cases = [
+            (
+                "git clone https://alice:hunter2pass@git.example.com/r.git".to_string(),
+                "git clone https://alice:[REDACTED]@git.example.com/r.git".to_string(),
+            ),
+            (
+                "psql postgres://admin:S3cr3t%21@db.internal:5432/app".into(),
+                "psql postgres://admin:[REDACTED]@db.internal:5432/app".into(),
+            ),
+            (
+                "curl -u bob:pa55word https://x".into(),
+                "curl -u bob:[REDACTED] https://x".into(),
+            ),
+            (
+                "curl --user bob:pa55word https://x".into(),
+                "curl --user bob:[REDACTED] https://x".into(),
+            ),
+            (
+                "curl --user=bob:pa55word https://x".into(),
+                "curl --user=bob:[REDACTED] https://x".into(),
+            ),
+            (
+                "curl -H 'X-Api-Key: k3yk3yk3y' https://x".into(),
+                "curl -H 'X-Api-Key: [REDACTED]' https://x".into(),
+            ),
+            (
+                "curl -H 'PRIVATE-TOKEN: abcdef' -H 'X-Vault-Token: s.abc'".into(),
+                "curl -H 'PRIVATE-TOKEN: [REDACTED]' -H 'X-Vault-Token: [REDACTED]'".into(),
+            ),
+            (
+                "echo glpat-ABCDEFghijkl0123456789".into(),
+                "echo [REDACTED]".into(),
+            ),
+            (
+                "export K=sk-proj-abcdefghijklmnopqrstuvwxyz012345".into(),
+                "export K=[REDACTED]".into(),
+            ),
+            (
+                "stripe sk_live_51Habcdefghijklmnop".into(),
+                "stripe [REDACTED]".into(),
+            ),
+            (format!("auth {jwt} done"), "auth [REDACTED] done".into()),
+            (
+                "printf '-----BEGIN RSA PRIVATE KEY-----\nMIIEabc\ndef==\n-----END RSA PRIVATE KEY-----\n'"
+                    .into(),
+                "printf '-----BEGIN RSA PRIVATE KEY-----[REDACTED]-----END RSA PRIVATE KEY-----\n'"
+                    .into(),
+            ),
+            (
+                "key -----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk".into(),
+                "key -----BEGIN OPENSSH PRIVATE KEY-----[REDACTED]".into(),
+            ),
+            // Not secrets: kept.
+            (
+                "git clone https://github.com/o/r.git".into(),
+                "git clone https://github.com/o/r.git".into(),
+            ),
+            ("sort -u a.txt".into(), "sort -u a.txt".into()),
+            (
+                "ssh-keygen -----BEGIN PUBLIC KEY-----".into(),
+                "ssh-keygen -----BEGIN PUBLIC KEY-----".into(),
+            ),
+        ];
+        for (input, want) in cases {
+            assert_eq!(r.text(&input), want, "{input}");
+        }
+    }
+
+    #[test]
+    fn a_live_redactor_swaps_for_every_clone() {
+        let live = LiveRedactor::new(Redactor::default());
+        let other = live.clone();
+        assert_eq!(live.text("id internal-123456"), "id internal-123456");
+        other.replace(Redactor::new(&[r"internal-(?P<secret>\d+)".into()], true).unwrap());
+        assert_eq!(live.text("id internal-123456"), "id internal-[REDACTED]");
     }
 
     #[test]

@@ -44,7 +44,12 @@ enum Command {
     /// Print the decision log (audit) from the store, newest first: a table, or JSON lines
     /// for a SIEM.
     #[command(after_help = crate::help::AUDIT)]
-    Audit(crate::policy_cli::AuditArgs),
+    Audit {
+        #[command(subcommand)]
+        command: Option<AuditCommand>,
+        #[command(flatten)]
+        args: crate::policy_cli::AuditArgs,
+    },
     /// Policy tools for security teams and CI.
     #[command(after_help = crate::help::POLICY)]
     Policy {
@@ -73,6 +78,14 @@ enum Command {
         #[command(subcommand)]
         command: crate::approvals_cli::ApprovalsCommand,
     },
+}
+
+#[derive(Subcommand)]
+enum AuditCommand {
+    /// Re-redact the rows already stored (decisions, approval holds that can no longer run,
+    /// operations, events) with the redaction patterns in force now; report how many changed.
+    #[command(after_help = crate::help::AUDIT_SCRUB)]
+    Scrub(crate::audit_scrub::ScrubArgs),
 }
 
 #[derive(Subcommand)]
@@ -259,7 +272,14 @@ pub fn main() -> ExitCode {
         Command::Config { command } => match command {
             ConfigCommand::Schema => config_schema(),
         },
-        Command::Audit(args) => crate::policy_cli::audit(&args, crate::setup::default_store_path),
+        Command::Audit {
+            command: Some(AuditCommand::Scrub(args)),
+            ..
+        } => crate::audit_scrub::scrub(&args, crate::setup::default_store_path),
+        Command::Audit {
+            command: None,
+            args,
+        } => crate::policy_cli::audit(&args, crate::setup::default_store_path),
         Command::Approvals { command } => crate::approvals_cli::run(command),
         Command::Ops { command } => crate::ops_cli::run(command),
         Command::Policy { command } => match command {
@@ -337,6 +357,19 @@ fn serve(
 ) -> Result<()> {
     let http = http.options().map_err(|e| anyhow!(e))?;
     crate::setup::init_logging();
+    // Every client is a descriptor (and so is every idle socket before it authenticates): the
+    // soft limit goes up to the hard one.
+    match crate::http_conn::raise_fd_limit() {
+        Ok((before, after)) if after > before => {
+            tracing::info!(
+                before,
+                after,
+                "raised the soft open-file limit to the hard limit"
+            );
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot raise the soft open-file limit"),
+    }
     if let Err(e) = codespace_runner_sandbox::harden_current_process() {
         tracing::warn!(error = %e, "process hardening failed");
     }
@@ -379,6 +412,15 @@ fn serve(
             &e
         ))
     })?);
+    let tightened = crate::setup::log_tightened(&store);
+    if !tightened.is_empty()
+        && let Err(e) = store.insert_event(
+            "store_permissions_tightened",
+            &serde_json::json!({"files": tightened, "mode": "0600"}),
+        )
+    {
+        tracing::error!(error = %e, "cannot log the store permission change");
+    }
     // Hot reload: file watching plus SIGHUP, debounced; every attempt is a policy_reload event.
     let reloader = Arc::new(crate::policy_cli::start_reloader(
         &policy,
@@ -392,6 +434,8 @@ fn serve(
         network_enforced: probe.network_enforceable(),
         masking_enforced: probe.masking_available(),
     };
+    // The config reloader's copy shares the redactor with the gateway's (one live set).
+    let reload_cfg = cfg.clone();
     let gateway = Gateway::new(cfg, Arc::clone(&policy), Some(Arc::clone(&store)), sandbox)?;
     gateway.record_startup(serde_json::json!({
         "landlock_abi": probe.landlock_abi,
@@ -431,7 +475,14 @@ fn serve(
         .on_thread_park(codespace_engine::heap::release_free_heap_if_due)
         .build()
         .context("tokio runtime")?;
-    rt.spawn(crate::policy_cli::reload_on_sighup(Arc::clone(&reloader)));
+    let config_reloader = {
+        let _in_runtime = rt.enter();
+        crate::config_reload::start(reload_cfg, Arc::clone(&store))
+    };
+    rt.spawn(crate::policy_cli::reload_on_sighup(
+        Arc::clone(&reloader),
+        config_reloader,
+    ));
     let sealer = Arc::clone(&gateway);
     let result = rt.block_on(async move {
         // Whatever ends serving (stdin EOF, SIGTERM, an error), the processes die with it.

@@ -274,7 +274,10 @@ fn flat(v: &Value) -> String {
 
 /// Whether the store can be written, without creating it when it does not exist yet.
 fn store_state(path: &Path) -> Result<String, String> {
-    match std::fs::metadata(path) {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => {
+            Err("is a symbolic link: `serve` refuses to open a store through one".into())
+        }
         Ok(m) if m.is_dir() => Err("is a directory, not a file".into()),
         Ok(m) => {
             std::fs::OpenOptions::new()
@@ -282,8 +285,17 @@ fn store_state(path: &Path) -> Result<String, String> {
                 .write(true)
                 .open(path)
                 .map_err(|e| format!("is not writable: it {}", io_reason(&e)))?;
-            codespace_store::Store::open(path).map_err(|e| e.to_string())?;
-            Ok(format!("writable (exists, {} bytes)", m.len()))
+            let store = codespace_store::Store::open(path).map_err(|e| e.to_string())?;
+            let tightened = crate::setup::log_tightened(&store);
+            if tightened.is_empty() {
+                Ok(format!("writable (exists, {} bytes)", m.len()))
+            } else {
+                Ok(format!(
+                    "writable (exists, {} bytes); permissions tightened to 0600: {}",
+                    m.len(),
+                    tightened.join(", ")
+                ))
+            }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let mut dir = path.parent();

@@ -67,7 +67,16 @@ Examples:
   codespace audit --workspace app --tool exec_command --limit 200
   codespace audit --oldest --limit 10           # the first decisions ever logged
   codespace audit --json > decisions.jsonl      # every row, JSON lines for a SIEM
-  codespace audit --events                      # start-ups and policy reloads";
+  codespace audit --events                      # start-ups and policy reloads
+  codespace audit scrub --config codespace.json # re-redact stored rows with today's patterns";
+
+/// `audit scrub`.
+pub const AUDIT_SCRUB: &str = "\
+Examples:
+  codespace audit scrub --config codespace.json # the config's store and redaction patterns
+  codespace audit scrub --store audit.db --json # built-in patterns; one JSON report
+Safe while `serve` runs (short transactions); a second run changes nothing.
+Held arguments of pending or granted holds are left as they are (a grant runs them).";
 
 /// `policy`.
 pub const POLICY: &str = "\

@@ -11,7 +11,6 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::Response;
-use axum::serve::ListenerExt;
 use codespace_engine::{Gateway, Session};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -542,6 +541,10 @@ async fn gate(State(g): State<Arc<Gate>>, mut req: Request, next: Next) -> Respo
         tracing::warn!("HTTP request refused: missing or unknown bearer token");
         return unauthorized();
     };
+    // The connection proved who it is: no longer counted against the unauthenticated cap.
+    if let Some(conn) = req.extensions().get::<crate::http_conn::ConnAuth>() {
+        conn.authenticated();
+    }
     // The token goes no further: not into rmcp, tool contexts or logs.
     req.headers_mut().remove(header::AUTHORIZATION);
     let declared = req
@@ -654,6 +657,7 @@ pub struct HttpServer {
     router: Router,
     local_addr: SocketAddr,
     authenticated: bool,
+    conn_limits: crate::http_conn::ConnLimits,
     cancel: Box<dyn FnOnce() + Send>,
 }
 
@@ -729,6 +733,10 @@ impl HttpServer {
             .collect();
 
         let limits = &gateway.config().limits;
+        let conn_limits = crate::http_conn::ConnLimits {
+            header_timeout: Duration::from_millis(limits.http_header_timeout_ms.max(1)),
+            max_unauthenticated: limits.http_max_unauthenticated_connections.max(1),
+        };
         let max_body_bytes = opts.max_body_bytes.unwrap_or(limits.max_message_bytes);
         let max_sessions_per_client = opts
             .max_sessions_per_client
@@ -770,6 +778,7 @@ impl HttpServer {
             router,
             local_addr,
             authenticated,
+            conn_limits,
             cancel: Box::new(move || token.cancel()),
         })
     }
@@ -792,19 +801,13 @@ impl HttpServer {
     ) -> Result<(), HttpError> {
         let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();
         let cancel = self.cancel;
-        // TCP_NODELAY on every accepted connection: an SSE response goes out as a priming event
-        // and then the message, two small writes; with Nagle's algorithm the second waits for
-        // the client's delayed ACK (~40 ms on Linux loopback) on every request.
-        let listener = self.listener.tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::warn!(error = %e, "cannot set TCP_NODELAY on an accepted connection");
-            }
-        });
-        let serve = axum::serve(listener, self.router).with_graceful_shutdown(async move {
-            shutdown.await;
-            cancel();
-            let _ = stopped_tx.send(());
-        });
+        // The accept loop: header timeout, the unauthenticated cap, TCP_NODELAY.
+        let serve =
+            crate::http_conn::serve(self.listener, self.router, self.conn_limits, async move {
+                shutdown.await;
+                cancel();
+                let _ = stopped_tx.send(());
+            });
         let grace = async move {
             if stopped_rx.await.is_ok() {
                 tokio::time::sleep(SHUTDOWN_GRACE).await;
@@ -813,7 +816,7 @@ impl HttpServer {
             }
         };
         tokio::select! {
-            r = serve.into_future() => r.map_err(HttpError::Serve),
+            () = serve => Ok(()),
             _ = grace => {
                 tracing::warn!("HTTP shutdown: streams still open after the grace period");
                 Ok(())

@@ -4,12 +4,15 @@
 #![forbid(unsafe_code)]
 
 pub mod approvals_cli;
+pub mod audit_scrub;
 pub mod audit_view;
 pub mod cli;
+pub mod config_reload;
 pub mod doctor;
 pub mod elicit;
 pub mod help;
 pub mod http;
+pub mod http_conn;
 pub mod long_call;
 pub mod ops_cli;
 pub mod policy_admin;

@@ -1082,15 +1082,20 @@ pub fn start_reloader(
     )?)
 }
 
-/// Forwards every SIGHUP to the reloader until the runtime ends.
-pub async fn reload_on_sighup(reloader: Arc<codespace_engine::policy::reload::Reloader>) {
+/// Forwards every SIGHUP to the policy reloader and the config's (redaction patterns) until the
+/// runtime ends.
+pub async fn reload_on_sighup(
+    reloader: Arc<codespace_engine::policy::reload::Reloader>,
+    config: crate::config_reload::ConfigReloader,
+) {
     use tokio::signal::unix::{SignalKind, signal};
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
         tracing::warn!("cannot install the SIGHUP handler; policy reload is by file watching only");
         return;
     };
     while hup.recv().await.is_some() {
-        tracing::info!("SIGHUP: policy reload requested");
+        tracing::info!("SIGHUP: policy and redaction pattern reload requested");
         reloader.trigger();
+        config.trigger(crate::config_reload::Trigger::Signal);
     }
 }

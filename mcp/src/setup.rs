@@ -206,6 +206,28 @@ pub fn store_error(cmd: &str, store: &Path, origin: Origin, err: &dyn fmt::Displ
     )
 }
 
+/// Logs (warn) each store file `Store::open` found readable or writable by others and tightened
+/// to 0600, and returns them as `name (was 0644)` for the caller's own report.
+pub fn log_tightened(store: &codespace_store::Store) -> Vec<String> {
+    store
+        .permissions_tightened()
+        .iter()
+        .map(|t| {
+            tracing::warn!(
+                file = %t.path.display(),
+                old_mode = %format!("{:04o}", t.old_mode),
+                "the store file was readable or writable by others; its permissions are now 0600"
+            );
+            let name = t
+                .path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            format!("{name} (was {:04o})", t.old_mode)
+        })
+        .collect()
+}
+
 /// Installs the stderr log subscriber (`CODESPACE_LOG`, default `warn`); colour only when
 /// stderr is a terminal.
 pub fn init_logging() {

@@ -317,6 +317,7 @@ fn only_cli_modules_print_to_stdout() {
         "mcp/src/doctor.rs",
         "mcp/src/help.rs",
         "mcp/src/audit_view.rs",
+        "mcp/src/audit_scrub.rs",
         "mcp/src/policy_cli.rs",
         "mcp/src/policy_admin.rs",
         "mcp/src/policy_diff.rs",

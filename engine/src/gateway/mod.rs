@@ -220,7 +220,7 @@ pub(crate) fn decision_rows(
         .map(|s| {
             row_of(
                 &config.profiles,
-                &config.redaction,
+                &config.redaction.current(),
                 &at,
                 d,
                 s,
@@ -567,7 +567,7 @@ impl Gateway {
     ) -> DecisionRow {
         row_of(
             &self.config.profiles,
-            &self.config.redaction,
+            &self.config.redaction.current(),
             at,
             d,
             sub,
@@ -792,7 +792,7 @@ impl Gateway {
         let at = RowContext::now(snap, facts, session);
         let rows = rows_with_shadow(
             &self.config.profiles,
-            &self.config.redaction,
+            &self.config.redaction.current(),
             &at,
             d,
             shadow,

@@ -8,7 +8,7 @@ use crate::config::{Limits, Profile};
 use crate::error::{ErrorCode, ToolError};
 use crate::policy::decide::{Decision, SubDecision, decide, workspace_entities};
 use crate::policy::{PolicySnapshot, PolicyStore};
-use crate::redact::Redactor;
+use crate::redact::LiveRedactor;
 use crate::request::{
     NetTarget, ProcessFacts, Session, SubRequest, WorkspaceFacts, connect_request,
 };
@@ -32,7 +32,7 @@ pub(crate) struct NetState {
     policy: Arc<PolicyStore>,
     profiles: BTreeMap<String, Profile>,
     store: Option<Arc<Store>>,
-    redaction: Redactor,
+    redaction: LiveRedactor,
     listeners: Mutex<Vec<SocketAddr>>,
     entities: Mutex<HashMap<String, (String, Entities)>>,
     pub(crate) limits: ProxyLimits,
@@ -43,7 +43,7 @@ impl NetState {
         policy: Arc<PolicyStore>,
         profiles: BTreeMap<String, Profile>,
         store: Option<Arc<Store>>,
-        redaction: Redactor,
+        redaction: LiveRedactor,
         limits: &Limits,
     ) -> NetState {
         NetState {
@@ -142,8 +142,14 @@ impl NetState {
     ) {
         let Some(store) = &self.store else { return };
         let at = crate::gateway::RowContext::now(snap, facts, session);
-        let rows =
-            crate::gateway::rows_with_shadow(&self.profiles, &self.redaction, &at, d, shadow, reqs);
+        let rows = crate::gateway::rows_with_shadow(
+            &self.profiles,
+            &self.redaction.current(),
+            &at,
+            d,
+            shadow,
+            reqs,
+        );
         crate::audit::append(store, rows, &d.decision_id, false);
     }
 }

@@ -144,7 +144,7 @@ impl Gateway {
         let first = exec_decision.subs.len();
         let rows: Vec<codespace_store::DecisionRow> = super::rows_with_shadow(
             &self.config.profiles,
-            &self.config.redaction,
+            &self.config.redaction.current(),
             &at,
             d,
             shadow.as_ref(),

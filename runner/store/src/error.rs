@@ -6,6 +6,10 @@ pub enum StoreError {
     /// SQLite reported an error.
     #[error("store database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// The store path (or its `-wal`/`-shm` file) is a symbolic link or not a regular file:
+    /// refused, never followed.
+    #[error("{0}")]
+    UnsafeFile(String),
     /// Creating the store directory or file failed.
     #[error("store i/o error: {0}")]
     Io(#[from] std::io::Error),

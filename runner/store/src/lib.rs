@@ -1,6 +1,6 @@
 //! The SQLite store of CodeSpace: decisions (audit), events, operations and their scoped keys,
 //! processes, workspace registrations, the sealed patch journal, server instances, approval
-//! holds, retention pruning.
+//! holds, retention pruning, re-redacting stored rows.
 //!
 //! One [`Store`] wraps one `rusqlite::Connection` behind a mutex: it is `Send + Sync` and cheap to
 //! share in an `Arc`. Every time is unix milliseconds (see [`now_ms`]).
@@ -20,6 +20,7 @@ mod operations;
 mod processes;
 mod registrations;
 mod retention;
+mod scrub;
 mod seal;
 mod store;
 
@@ -37,5 +38,6 @@ pub use migrate::LATEST_VERSION;
 pub use operations::{KeyClaim, KeyScope, OperationEvent, OperationRow};
 pub use processes::ProcessRow;
 pub use retention::{PruneTarget, StoreStats};
+pub use scrub::{ScrubBatch, ScrubTarget, Scrubber};
 pub use seal::{JournalKey, key_path as journal_key_path};
-pub use store::{Store, now_ms};
+pub use store::{Store, Tightened, now_ms};

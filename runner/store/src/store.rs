@@ -1,12 +1,12 @@
 //! Opening the store: connection settings, parent directories, migrations.
 
-use std::fs::{self, OpenOptions};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::{self, OpenOptions, Permissions};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rusqlite::Connection;
+use rusqlite::{Connection, OpenFlags};
 
 use crate::error::StoreError;
 use crate::migrate;
@@ -43,6 +43,81 @@ pub struct Store {
     key: Mutex<Option<JournalKey>>,
     /// The audit writer, once started (see `audit_queue`).
     pub(crate) audit_writer: std::sync::OnceLock<crate::audit_queue::AuditWriter>,
+    /// The files `open` found readable or writable by others and tightened to 0600.
+    tightened: Vec<Tightened>,
+}
+
+/// A store file (the database, its `-wal` or its `-shm`) whose permissions `open` tightened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tightened {
+    /// The file.
+    pub path: PathBuf,
+    /// Its permission bits before (e.g. `0o644`); it is `0o600` now.
+    pub old_mode: u32,
+}
+
+/// `<store><suffix>`: SQLite's companion files of the store.
+fn companion(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+fn unsafe_file(path: &Path, what: &str) -> StoreError {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    StoreError::UnsafeFile(format!("the store file {name} {what}"))
+}
+
+/// Refuses a store file that is a symbolic link or not a regular file, and tightens one that
+/// group or others may read or write to 0600 (on the descriptor, opened without following a
+/// link, after checking it is the file that was looked at). A missing file is fine.
+///
+/// A descriptor is opened (and closed) only when the mode must change: closing any descriptor
+/// of a file drops every POSIX lock this process holds on it, SQLite's included, and a loose
+/// mode is only ever found before this process opened the store (it creates nothing loose).
+fn secure_file(path: &Path, is_main: bool) -> Result<Option<Tightened>, StoreError> {
+    let meta = match fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    if meta.file_type().is_symlink() {
+        return Err(unsafe_file(
+            path,
+            "is a symbolic link; a store is never opened through one (point --store at the file itself)",
+        ));
+    }
+    if is_main && meta.is_dir() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::IsADirectory,
+            "the store path is a directory",
+        )
+        .into());
+    }
+    if !meta.is_file() {
+        return Err(unsafe_file(path, "is not a regular file"));
+    }
+    let old_mode = meta.mode() & 0o7777;
+    if old_mode & 0o077 == 0 {
+        return Ok(None);
+    }
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    let now = f.metadata()?;
+    if !now.is_file() || now.dev() != meta.dev() || now.ino() != meta.ino() {
+        return Err(unsafe_file(path, "was replaced while it was being checked"));
+    }
+    // fchmod(2) on the descriptor: the file checked is the file changed.
+    f.set_permissions(Permissions::from_mode(0o600))?;
+    Ok(Some(Tightened {
+        path: path.to_path_buf(),
+        old_mode: now.mode() & 0o7777,
+    }))
 }
 
 impl std::fmt::Debug for Store {
@@ -53,7 +128,10 @@ impl std::fmt::Debug for Store {
 
 impl Store {
     /// Opens (creating if needed) the store file at `path`, its parent directories included, and
-    /// migrates it to the newest schema. A new file is created readable by its owner only.
+    /// migrates it to the newest schema. A new file is created readable by its owner only; an
+    /// existing one (and its `-wal`/`-shm`) that others may read or write is tightened to 0600
+    /// (see [`Store::permissions_tightened`]); a store path, `-wal` or `-shm` that is a symbolic
+    /// link or not a regular file is refused.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             fs::create_dir_all(parent)?;
@@ -75,20 +153,34 @@ impl Store {
             .open(path)
         {
             Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                // stat, not open: no descriptor of the file is opened (and closed) here.
-                if fs::metadata(path)?.is_dir() {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::IsADirectory,
-                        "the store path is a directory",
-                    )
-                    .into());
-                }
-            }
+            // O_EXCL does not follow a symbolic link either: a link is "already there".
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e.into()),
         }
-        let conn = Connection::open(path)?;
-        Self::configure(conn, true, Some(key_path(path)))
+        // lstat, not open: no descriptor of the file is opened (and closed) here unless its
+        // mode must be tightened.
+        let mut tightened = Vec::new();
+        for (file, is_main) in [
+            (path.to_path_buf(), true),
+            (companion(path, "-wal"), false),
+            (companion(path, "-shm"), false),
+        ] {
+            tightened.extend(secure_file(&file, is_main)?);
+        }
+        // SQLite refuses a symbolic link too (a link swapped in after the check above).
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::default() | OpenFlags::SQLITE_OPEN_NOFOLLOW,
+        )?;
+        let mut store = Self::configure(conn, true, Some(key_path(path)))?;
+        store.tightened = tightened;
+        Ok(store)
+    }
+
+    /// The store files this open found readable or writable by group or others and tightened
+    /// to 0600 (the caller logs them).
+    pub fn permissions_tightened(&self) -> &[Tightened] {
+        &self.tightened
     }
 
     /// Opens a private in-memory store (for tests and dry runs), migrated to the newest schema.
@@ -131,6 +223,7 @@ impl Store {
             key_file,
             key: Mutex::new(None),
             audit_writer: std::sync::OnceLock::new(),
+            tightened: Vec::new(),
         })
     }
 
@@ -186,5 +279,68 @@ mod tests {
         assert_eq!(get("synchronous"), "Integer(1)"); // NORMAL
         assert_eq!(get("foreign_keys"), "Integer(1)");
         assert_eq!(get("busy_timeout"), "Integer(5000)");
+    }
+
+    fn mode(p: &Path) -> u32 {
+        fs::symlink_metadata(p).unwrap().mode() & 0o7777
+    }
+
+    #[test]
+    fn a_loose_store_and_its_wal_and_shm_are_tightened_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("s.db");
+        drop(Store::open(&db).unwrap());
+        // As another tool (or an older CodeSpace) may have left them: a loose database, and
+        // loose -wal and -shm files beside it.
+        for f in [companion(&db, "-wal"), companion(&db, "-shm")] {
+            fs::write(&f, b"").unwrap();
+        }
+        for f in [db.clone(), companion(&db, "-wal"), companion(&db, "-shm")] {
+            fs::set_permissions(&f, Permissions::from_mode(0o644)).unwrap();
+        }
+        let store = Store::open(&db).unwrap();
+        let mut got: Vec<_> = store
+            .permissions_tightened()
+            .iter()
+            .map(|t| (t.path.clone(), t.old_mode))
+            .collect();
+        got.sort();
+        let mut want = vec![
+            (db.clone(), 0o644),
+            (companion(&db, "-shm"), 0o644),
+            (companion(&db, "-wal"), 0o644),
+        ];
+        want.sort();
+        assert_eq!(got, want);
+        for f in [db.clone(), companion(&db, "-wal"), companion(&db, "-shm")] {
+            assert_eq!(mode(&f), 0o600, "{}", f.display());
+        }
+        assert_eq!(store.schema_version().unwrap(), crate::LATEST_VERSION);
+        drop(store);
+        // Tight already: nothing to report.
+        assert!(Store::open(&db).unwrap().permissions_tightened().is_empty());
+    }
+
+    #[test]
+    fn a_store_path_that_is_a_symlink_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real.db");
+        drop(Store::open(&real).unwrap());
+        let link = dir.path().join("link.db");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let err = Store::open(&link).unwrap_err().to_string();
+        assert!(err.contains("link.db is a symbolic link"), "{err}");
+        // A dangling link is refused the same way, and nothing is created through it.
+        let dangling = dir.path().join("dangling.db");
+        std::os::unix::fs::symlink(dir.path().join("nowhere.db"), &dangling).unwrap();
+        let err = Store::open(&dangling).unwrap_err().to_string();
+        assert!(err.contains("dangling.db is a symbolic link"), "{err}");
+        assert!(!dir.path().join("nowhere.db").exists());
+        // A -wal that is a link is refused too.
+        let db = dir.path().join("w.db");
+        drop(Store::open(&db).unwrap());
+        std::os::unix::fs::symlink(&real, companion(&db, "-wal")).unwrap();
+        let err = Store::open(&db).unwrap_err().to_string();
+        assert!(err.contains("w.db-wal is a symbolic link"), "{err}");
     }
 }
