@@ -642,7 +642,12 @@ async fn header_path_ending_in_slash_is_invalid_and_writes_nothing() {
         "*** Begin Patch\n*** Update File: f.txt\n*** Move to: moved/\n@@\n-a\n+b\n*** End Patch\n",
     ] {
         let err = patch(&e.gw, text).await.unwrap_err();
-        assert_eq!(err.code, ErrorCode::InvalidPatch, "{text:?}: {}", err.message);
+        assert_eq!(
+            err.code,
+            ErrorCode::InvalidPatch,
+            "{text:?}: {}",
+            err.message
+        );
         assert!(
             err.message.contains("names a directory"),
             "{text:?}: {}",

@@ -355,18 +355,28 @@ async fn names_are_decided_before_lookup_and_every_refusal_is_audited() {
         .unwrap_or_else(|| panic!("{rows:#?}"));
     assert_eq!(forbidden.decision, "deny");
     assert!(forbidden.subject.contains("before lookup") && forbidden.subject.contains(&id));
-    assert_eq!(Some(forbidden.decision_id.clone()), body["decision_id"].as_str().map(String::from));
+    assert_eq!(
+        Some(forbidden.decision_id.clone()),
+        body["decision_id"].as_str().map(String::from)
+    );
     let unresolved = rows
         .iter()
         .find(|r| r.subject.contains("no-such-host.invalid:443"))
         .unwrap_or_else(|| panic!("{rows:#?}"));
     assert_eq!(unresolved.decision, "deny");
     assert!(
-        unresolved.errors.iter().any(|e| e.contains("cannot resolve no-such-host.invalid")),
+        unresolved
+            .errors
+            .iter()
+            .any(|e| e.contains("cannot resolve no-such-host.invalid")),
         "{unresolved:?}"
     );
     assert!(
-        unresolved.reason.as_deref().unwrap_or_default().contains("did not resolve"),
+        unresolved
+            .reason
+            .as_deref()
+            .unwrap_or_default()
+            .contains("did not resolve"),
         "{unresolved:?}"
     );
     assert_eq!(

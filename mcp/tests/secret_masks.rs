@@ -203,7 +203,10 @@ async fn round_three_secret_patterns_are_withheld_from_read_and_masked_from_comm
     std::fs::write(e.root.join(".cargo/config.toml"), "[build]\n").unwrap();
     for rel in secrets {
         let (_, out) = sh(&e, &format!("cat {rel} 2>&1; echo end")).await;
-        assert!(!out.contains(SECRET), "`cat {rel}` revealed the secret: {out}");
+        assert!(
+            !out.contains(SECRET),
+            "`cat {rel}` revealed the secret: {out}"
+        );
         assert!(out.ends_with("end\n"), "{out}");
         let err = call(&e.gw, "read", json!({"workspace_id": "w", "path": rel}))
             .await

@@ -123,7 +123,15 @@ impl NetState {
                 .unwrap_or_else(|_| Entities::empty());
             decide(&sh, &base, facts, "network_connect", &reqs)
         });
-        self.audit(&snap, &decision, shadow.as_ref(), facts, &reqs, session, None);
+        self.audit(
+            &snap,
+            &decision,
+            shadow.as_ref(),
+            facts,
+            &reqs,
+            session,
+            None,
+        );
         (snap, decision)
     }
 

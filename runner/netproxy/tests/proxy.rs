@@ -193,13 +193,19 @@ async fn a_name_is_decided_before_it_is_looked_up_and_a_refused_one_never_reache
     let out = connect_through(addr, &format!("secret-data.exfil.example:{other}")).await;
     assert!(out.starts_with("HTTP/1.1 403"), "{out}");
     assert!(out.contains("test.forbid.name"), "{out}");
-    assert!(resolver.asked.lock().unwrap().is_empty(), "a refused name reached the resolver");
+    assert!(
+        resolver.asked.lock().unwrap().is_empty(),
+        "a refused name reached the resolver"
+    );
     assert!(d.seen.lock().unwrap().is_empty());
 
     // Allowed by name: looked up once, then decided on the address and connected.
     let out = connect_through(addr, &format!("localhost:{}", echo.port())).await;
     assert!(out.starts_with("HTTP/1.1 200"), "{out}");
-    assert_eq!(*resolver.asked.lock().unwrap(), vec!["localhost".to_string()]);
+    assert_eq!(
+        *resolver.asked.lock().unwrap(),
+        vec!["localhost".to_string()]
+    );
     let seen = d.seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 1);
     assert_eq!((seen[0].addr, seen[0].ip_class), (echo, IpClass::Loopback));
@@ -207,21 +213,42 @@ async fn a_name_is_decided_before_it_is_looked_up_and_a_refused_one_never_reache
     // Allowed by name but unresolvable: 502 with the decider's (audited) body.
     let out = connect_through(addr, &format!("no-such-host.invalid:{}", echo.port())).await;
     assert!(out.starts_with("HTTP/1.1 502"), "{out}");
-    assert!(out.contains(r#"{"unresolved":"no-such-host.invalid"}"#), "{out}");
+    assert!(
+        out.contains(r#"{"unresolved":"no-such-host.invalid"}"#),
+        "{out}"
+    );
     let unresolved = d.unresolved.lock().unwrap().clone();
     assert_eq!(unresolved.len(), 1);
     assert_eq!(unresolved[0].0.host, "no-such-host.invalid");
-    assert!(unresolved[0].1.contains("cannot resolve no-such-host.invalid"));
-    assert_eq!(d.seen.lock().unwrap().len(), 1, "an unresolved name was decided");
+    assert!(
+        unresolved[0]
+            .1
+            .contains("cannot resolve no-such-host.invalid")
+    );
+    assert_eq!(
+        d.seen.lock().unwrap().len(),
+        1,
+        "an unresolved name was decided"
+    );
 
     // An address literal is never looked up and has no name phase.
     let out = connect_through(addr, &format!("127.0.0.1:{other}")).await;
     assert!(out.starts_with("HTTP/1.1 403"), "{out}");
     assert_eq!(resolver.asked.lock().unwrap().len(), 2);
-    let names: Vec<String> = d.names.lock().unwrap().iter().map(|n| n.host.clone()).collect();
+    let names: Vec<String> = d
+        .names
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|n| n.host.clone())
+        .collect();
     assert_eq!(
         names,
-        ["secret-data.exfil.example", "localhost", "no-such-host.invalid"]
+        [
+            "secret-data.exfil.example",
+            "localhost",
+            "no-such-host.invalid"
+        ]
     );
     assert_eq!(p.counters().denied, 2);
 }
