@@ -289,12 +289,14 @@ def connect(target):
     return head.split('\r\n')[0], body
 print('forbidden', *connect('data.exfil.invalid:22'))
 print('unresolved', *connect('no-such-host.invalid:443'))
+print('blocked', *connect('blocked.invalid:443'))
 "#;
 
 /// Security round 3, item 5, through the gateway: a name no address class would be allowed for
 /// (port 22 under the shipped policy) is refused before lookup with a 403 that says so and one
-/// audit row; a name that may be looked up but does not resolve gets its 502 and an audit row
-/// too (it used to get neither a decision nor a row). `runner/netproxy/tests/proxy.rs` shows the
+/// audit row; an operator forbid on a host name is that refusal's one policy; a name that may be
+/// looked up but does not resolve gets its 502 and an audit row too (it used to get neither a
+/// decision nor a row). `runner/netproxy/tests/proxy.rs` shows the
 /// refused name never reaches the resolver.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn names_are_decided_before_lookup_and_every_refusal_is_audited() {
@@ -306,8 +308,21 @@ async fn names_are_decided_before_lookup_and_every_refusal_is_audited() {
         println!("SKIP: {name}: network namespaces unavailable (proxy mode needs one)");
         return;
     }
+    // The shipped policies plus an operator forbid on one host name.
+    let pdir = tempfile::tempdir().unwrap();
+    let policies = policies_with_loopback_permit(pdir.path(), &[1]);
+    std::fs::write(
+        policies.join("base/blocked-host.cedar"),
+        r#"@id("operator.forbid.blocked-host")
+@reason("this host is blocked")
+forbid (principal, action == CodeSpace::Action::"network_connect", resource)
+when { resource has host && resource.host == "blocked.invalid" };
+"#,
+    )
+    .unwrap();
     let e = env_with(Opts {
         network: "proxy",
+        policies: Some((policies, json!({}))),
         ..Opts::default()
     });
     let r = run(&e.gw, &["python3", "-c", NAMES_SCRIPT], 20_000).await;
@@ -339,6 +354,16 @@ async fn names_are_decided_before_lookup_and_every_refusal_is_audited() {
         "{ubody}"
     );
 
+    // A forbid on the name refuses every address class: it is the refusal's one policy.
+    let b = line(&out, "blocked ");
+    assert!(b.starts_with("blocked HTTP/1.1 403"), "{out}");
+    let bbody = body_of(b);
+    assert_eq!(
+        bbody["policy_ids"],
+        json!(["operator.forbid.blocked-host"]),
+        "{bbody}"
+    );
+
     e.gw.flush_audit();
     let rows =
         e.gw.store()
@@ -348,7 +373,16 @@ async fn names_are_decided_before_lookup_and_every_refusal_is_audited() {
                 ..DecisionQuery::default()
             })
             .unwrap();
-    assert_eq!(rows.len(), 2, "{rows:#?}");
+    assert_eq!(rows.len(), 3, "{rows:#?}");
+    let blocked = rows
+        .iter()
+        .find(|r| r.subject.contains("blocked.invalid:443 "))
+        .unwrap_or_else(|| panic!("{rows:#?}"));
+    assert_eq!(
+        (blocked.decision.as_str(), blocked.policy_ids.clone()),
+        ("deny", vec!["operator.forbid.blocked-host".to_string()])
+    );
+    assert!(blocked.subject.contains("before lookup"));
     let forbidden = rows
         .iter()
         .find(|r| r.subject.contains("data.exfil.invalid:22"))
