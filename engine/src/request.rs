@@ -154,7 +154,8 @@ pub struct NetTarget {
     pub port: u16,
     /// `http` (absolute-form request) or `connect` (tunnel).
     pub scheme: String,
-    /// `public` / `private` / `loopback` / `link_local` of the resolved address.
+    /// `public` / `private` / `loopback` / `link_local` of the resolved address; empty before
+    /// the name is looked up (then the Operation has no `ip_class` attribute).
     pub ip_class: String,
     /// The target is this server's own HTTP listener.
     pub server_owned: bool,

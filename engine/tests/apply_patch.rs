@@ -628,6 +628,37 @@ async fn error_codes_of_apply_patch() {
     assert!(!e.root.parent().unwrap().join("escape.txt").exists());
 }
 
+/// Security round 3, item 15: `*** Add File: dir/` used to drop the slash and create an empty
+/// regular file `dir`. A header path written as a directory is `INVALID_PATCH` and writes nothing.
+#[tokio::test]
+async fn header_path_ending_in_slash_is_invalid_and_writes_nothing() {
+    let e = env();
+    write(&e.root, "f.txt", "a\n");
+    let before = tree(&e.root);
+    for text in [
+        "*** Begin Patch\n*** Add File: newdir/\n*** End Patch\n",
+        "*** Begin Patch\n*** Add File: newdir/\n+x\n*** End Patch\n",
+        "*** Begin Patch\n*** Add File: sub/newdir/.\n+x\n*** End Patch\n",
+        "*** Begin Patch\n*** Update File: f.txt\n*** Move to: moved/\n@@\n-a\n+b\n*** End Patch\n",
+    ] {
+        let err = patch(&e.gw, text).await.unwrap_err();
+        assert_eq!(
+            err.code,
+            ErrorCode::InvalidPatch,
+            "{text:?}: {}",
+            err.message
+        );
+        assert!(
+            err.message.contains("names a directory"),
+            "{text:?}: {}",
+            err.message
+        );
+    }
+    assert_eq!(tree(&e.root), before);
+    assert!(!e.root.join("newdir").exists());
+    assert!(!e.root.join("moved").exists());
+}
+
 #[tokio::test]
 async fn read_only_profile_cannot_patch() {
     let e = env_with("read-only", PatchHooks::default());

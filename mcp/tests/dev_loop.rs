@@ -165,6 +165,53 @@ async fn a_loader_or_git_hook_variable_is_denied_naming_the_guardrail() {
     }
 }
 
+/// Security round 3, item 4: `env` that makes `make` or `cargo` run a shell (SHELL + MAKEFLAGS,
+/// a cargo target runner, a rustc wrapper, npm's script shell) is refused before anything starts,
+/// and the refusal names the guardrail and lists the families in its message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn make_and_cargo_env_hooks_are_denied_naming_the_guardrail() {
+    let e = env();
+    let cases = [
+        (
+            vec!["make", "test"],
+            json!({"SHELL": "/bin/sh", "MAKEFLAGS": "--eval=$(shell touch started)"}),
+        ),
+        (
+            vec!["cargo", "test"],
+            json!({"CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER": "/bin/sh -c 'touch started'"}),
+        ),
+        (vec!["cargo", "test"], json!({"RUSTC_WRAPPER": "./evil"})),
+        (
+            vec!["npm", "test"],
+            json!({"npm_config_script_shell": "./evil"}),
+        ),
+    ];
+    for (argv, env) in cases {
+        let err = call(
+            &e.gw,
+            "exec_command",
+            json!({"workspace_id": "w", "command": argv, "env": env}),
+        )
+        .await
+        .expect_err("must be denied");
+        assert_eq!(err.code, ErrorCode::Unauthorized, "{env}: {err}");
+        assert_eq!(
+            err.policy_ids.as_deref(),
+            Some(&["base.forbid.exec-env-hooks".to_string()][..]),
+            "{env}: {err:?}"
+        );
+        assert!(
+            err.message.contains("base.forbid.exec-env-hooks")
+                && err.message.contains("CARGO_TARGET_*_RUNNER")
+                && err.message.contains("MAKEFLAGS"),
+            "{env}: {}",
+            err.message
+        );
+        assert_eq!(e.gw.live_processes(), 0);
+    }
+    assert!(!e.root.join("started").exists());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exec_right_after_an_observed_exit_never_finds_the_workspace_busy() {
     let e = env();

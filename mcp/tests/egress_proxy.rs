@@ -274,6 +274,151 @@ async fn a_sandboxed_fetch_goes_through_the_proxy_and_every_connection_is_decide
     );
 }
 
+const NAMES_SCRIPT: &str = r#"
+import socket
+def connect(target):
+    s = socket.create_connection(('127.0.0.1', 3128), timeout=10)
+    s.sendall(('CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n' % (target, target)).encode())
+    data = b''
+    while True:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    head, _, body = data.decode().partition('\r\n\r\n')
+    return head.split('\r\n')[0], body
+print('forbidden', *connect('data.exfil.invalid:22'))
+print('unresolved', *connect('no-such-host.invalid:443'))
+print('blocked', *connect('blocked.invalid:443'))
+"#;
+
+/// Security round 3, item 5, through the gateway: a name no address class would be allowed for
+/// (port 22 under the shipped policy) is refused before lookup with a 403 that says so and one
+/// audit row; an operator forbid on a host name is that refusal's one policy; a name that may be
+/// looked up but does not resolve gets its 502 and an audit row too (it used to get neither a
+/// decision nor a row). `runner/netproxy/tests/proxy.rs` shows the
+/// refused name never reaches the resolver.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_are_decided_before_lookup_and_every_refusal_is_audited() {
+    let name = "names_are_decided_before_lookup_and_every_refusal_is_audited";
+    if skip_without_sandbox(name) || !python3() {
+        return;
+    }
+    if !codespace_runner_sandbox::probe().net_namespaces {
+        println!("SKIP: {name}: network namespaces unavailable (proxy mode needs one)");
+        return;
+    }
+    // The shipped policies plus an operator forbid on one host name.
+    let pdir = tempfile::tempdir().unwrap();
+    let policies = policies_with_loopback_permit(pdir.path(), &[1]);
+    std::fs::write(
+        policies.join("base/blocked-host.cedar"),
+        r#"@id("operator.forbid.blocked-host")
+@reason("this host is blocked")
+forbid (principal, action == CodeSpace::Action::"network_connect", resource)
+when { resource has host && resource.host == "blocked.invalid" };
+"#,
+    )
+    .unwrap();
+    let e = env_with(Opts {
+        network: "proxy",
+        policies: Some((policies, json!({}))),
+        ..Opts::default()
+    });
+    let r = run(&e.gw, &["python3", "-c", NAMES_SCRIPT], 20_000).await;
+    let id = r["process_id"].as_str().unwrap().to_string();
+    assert_eq!(r["state"], "exited", "{r}");
+    let mut out = r["chunk"].as_str().unwrap().to_string();
+    if r["eof"] != true {
+        out.push_str(&read_all(&e.gw, &id, r["cursor"].as_u64().unwrap()).await.0);
+    }
+    assert_eq!(r["exit_code"], 0, "{out}");
+
+    let f = line(&out, "forbidden ");
+    assert!(f.starts_with("forbidden HTTP/1.1 403"), "{out}");
+    let body = body_of(f);
+    assert_eq!(body["code"], "UNAUTHORIZED", "{body}");
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.contains("before the name was looked up") && message.contains("no policy permits"),
+        "{body}"
+    );
+    let u = line(&out, "unresolved ");
+    assert!(u.starts_with("unresolved HTTP/1.1 502"), "{out}");
+    let ubody = body_of(u);
+    assert!(
+        ubody["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot resolve no-such-host.invalid"),
+        "{ubody}"
+    );
+
+    // A forbid on the name refuses every address class: it is the refusal's one policy.
+    let b = line(&out, "blocked ");
+    assert!(b.starts_with("blocked HTTP/1.1 403"), "{out}");
+    let bbody = body_of(b);
+    assert_eq!(
+        bbody["policy_ids"],
+        json!(["operator.forbid.blocked-host"]),
+        "{bbody}"
+    );
+
+    e.gw.flush_audit();
+    let rows =
+        e.gw.store()
+            .unwrap()
+            .query_decisions(&DecisionQuery {
+                tool: Some("network_connect".into()),
+                ..DecisionQuery::default()
+            })
+            .unwrap();
+    assert_eq!(rows.len(), 3, "{rows:#?}");
+    let blocked = rows
+        .iter()
+        .find(|r| r.subject.contains("blocked.invalid:443 "))
+        .unwrap_or_else(|| panic!("{rows:#?}"));
+    assert_eq!(
+        (blocked.decision.as_str(), blocked.policy_ids.clone()),
+        ("deny", vec!["operator.forbid.blocked-host".to_string()])
+    );
+    assert!(blocked.subject.contains("before lookup"));
+    let forbidden = rows
+        .iter()
+        .find(|r| r.subject.contains("data.exfil.invalid:22"))
+        .unwrap_or_else(|| panic!("{rows:#?}"));
+    assert_eq!(forbidden.decision, "deny");
+    assert!(forbidden.subject.contains("before lookup") && forbidden.subject.contains(&id));
+    assert_eq!(
+        Some(forbidden.decision_id.clone()),
+        body["decision_id"].as_str().map(String::from)
+    );
+    let unresolved = rows
+        .iter()
+        .find(|r| r.subject.contains("no-such-host.invalid:443"))
+        .unwrap_or_else(|| panic!("{rows:#?}"));
+    assert_eq!(unresolved.decision, "deny");
+    assert!(
+        unresolved
+            .errors
+            .iter()
+            .any(|e| e.contains("cannot resolve no-such-host.invalid")),
+        "{unresolved:?}"
+    );
+    assert!(
+        unresolved
+            .reason
+            .as_deref()
+            .unwrap_or_default()
+            .contains("did not resolve"),
+        "{unresolved:?}"
+    );
+    assert_eq!(
+        Some(unresolved.decision_id.clone()),
+        ubody["decision_id"].as_str().map(String::from)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_proxy_mode_the_command_gets_no_proxy() {
     if skip_without_sandbox("without_proxy_mode_the_command_gets_no_proxy") {

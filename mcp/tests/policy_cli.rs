@@ -248,7 +248,7 @@ fn the_cargo_tester_example_passes_its_tests() {
         out.contains("runs nothing else [argv=[\"/tmp/evil/cargo\",\"test\"]]"),
         "{out}"
     );
-    assert_eq!(last_line(&out), "20 passed, 0 failed");
+    assert_eq!(last_line(&out), "27 passed, 0 failed");
 }
 
 #[test]

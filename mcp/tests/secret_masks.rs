@@ -183,6 +183,67 @@ async fn shipped_policy_hides_secret_files_from_every_command() {
     assert_eq!(out, "just notes\ndb_password: prod-pw-42\n");
 }
 
+/// Security round 3, item 14: the secret patterns added to `base.forbid.secret-files` (`*.env`,
+/// Terraform state and variables, cargo and gh credentials, `credentials.json`, `.vault-token`)
+/// are withheld from `read` and masked from commands, with no other change: masks ask the same
+/// policy. Near misses (`example.env`, `.cargo/config.toml`) stay visible to both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_three_secret_patterns_are_withheld_from_read_and_masked_from_commands() {
+    if skip("round_three_secret_patterns_are_withheld_from_read_and_masked_from_commands") {
+        return;
+    }
+    let e = env();
+    let secrets = [
+        "prod.env",
+        "deploy/staging.env",
+        "infra/terraform.tfstate",
+        "infra/terraform.tfstate.backup",
+        "infra/prod.tfvars",
+        ".cargo/credentials.toml",
+        ".cargo/credentials",
+        "gh/hosts.yml",
+        "gcp/credentials.json",
+        ".vault-token",
+    ];
+    for rel in secrets {
+        let path = e.root.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, format!("token={SECRET}\n")).unwrap();
+    }
+    std::fs::write(e.root.join("example.env"), "token=placeholder\n").unwrap();
+    std::fs::write(e.root.join(".cargo/config.toml"), "[build]\n").unwrap();
+    for rel in secrets {
+        let (_, out) = sh(&e, &format!("cat {rel} 2>&1; echo end")).await;
+        assert!(
+            !out.contains(SECRET),
+            "`cat {rel}` revealed the secret: {out}"
+        );
+        assert!(out.ends_with("end\n"), "{out}");
+        let err = call(&e.gw, "read", json!({"workspace_id": "w", "path": rel}))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, ErrorCode::Unauthorized, "{rel}: {}", err.message);
+        assert!(
+            err.message.contains("base.forbid.secret-files"),
+            "{rel}: {}",
+            err.message
+        );
+    }
+    let (_, out) = sh(&e, "grep -r token= . ; cat */*.env *.env").await;
+    assert!(!out.contains(SECRET), "{out}");
+    assert!(out.contains("placeholder"), "{out}");
+    let (code, out) = sh(&e, "cat .cargo/config.toml").await;
+    assert_eq!((code, out.as_str()), (Some(0), "[build]\n"));
+    let ok = call(
+        &e.gw,
+        "read",
+        json!({"workspace_id": "w", "path": "example.env"}),
+    )
+    .await
+    .unwrap();
+    assert!(ok.to_string().contains("placeholder"), "{ok}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mask_set_is_in_the_audit_log_without_contents() {
     if skip("the_mask_set_is_in_the_audit_log_without_contents") {

@@ -1,8 +1,15 @@
 //! `network: "proxy"`: the engine side of the egress proxy. Every connection a command opens
-//! through its sandbox relay becomes one Cedar request (action `network_connect`, the target as
+//! through its sandbox relay becomes a Cedar request (action `network_connect`, the target as
 //! Operation attributes, the process in the context), decided under the live policy set and
 //! written to the audit log like every other decision; a deny is a `403` whose body is the
 //! ErrorBody JSON. The proxy itself (`runner/netproxy`) knows nothing of Cedar.
+//!
+//! A host *name* is first decided before it is looked up (the name phase): the request is asked
+//! once per address class it could resolve to (`ip_class` public, private, loopback, link_local;
+//! `server_owned` both ways when this server listens on that port), and when every one is denied
+//! the name is refused without a DNS query, audited as one row (the request without `ip_class`,
+//! the policies that refused every class, or the default deny). Otherwise the name is looked up and the connection decided on
+//! its address as before; a name that does not resolve is audited as a refusal too.
 
 use crate::config::{Limits, Profile};
 use crate::error::{ErrorCode, ToolError};
@@ -13,7 +20,7 @@ use crate::request::{
     NetTarget, ProcessFacts, Session, SubRequest, WorkspaceFacts, connect_request,
 };
 use cedar_policy::Entities;
-use codespace_runner_netproxy::{Decider, ProxyLimits, Refusal, Target, Verdict};
+use codespace_runner_netproxy::{Decider, Name, ProxyLimits, Refusal, Target, Verdict};
 use codespace_store::Store;
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
@@ -110,10 +117,35 @@ impl NetState {
     ) -> (Arc<PolicySnapshot>, Decision) {
         let snap = self.policy.snapshot();
         let reqs = [req];
-        let decision = match self.entities(&snap, facts) {
-            Ok(base) => decide(&snap, &base, facts, "network_connect", &reqs),
+        let decision = self.evaluate(&snap, facts, &reqs);
+        let shadow = self.policy.shadow().map(|sh| {
+            let base = workspace_entities(&sh, &self.profiles, facts)
+                .unwrap_or_else(|_| Entities::empty());
+            decide(&sh, &base, facts, "network_connect", &reqs)
+        });
+        self.audit(
+            &snap,
+            &decision,
+            shadow.as_ref(),
+            facts,
+            &reqs,
+            session,
+            None,
+        );
+        (snap, decision)
+    }
+
+    /// Decides `reqs` under `snap` without writing anything.
+    fn evaluate(
+        &self,
+        snap: &PolicySnapshot,
+        facts: &WorkspaceFacts,
+        reqs: &[SubRequest],
+    ) -> Decision {
+        match self.entities(snap, facts) {
+            Ok(base) => decide(snap, &base, facts, "network_connect", reqs),
             Err(e) => {
-                let mut d = decide(&snap, &Entities::empty(), facts, "network_connect", &[]);
+                let mut d = decide(snap, &Entities::empty(), facts, "network_connect", &[]);
                 d.subs = reqs
                     .iter()
                     .enumerate()
@@ -121,16 +153,73 @@ impl NetState {
                     .collect();
                 d
             }
-        };
-        let shadow = self.policy.shadow().map(|sh| {
-            let base = workspace_entities(&sh, &self.profiles, facts)
-                .unwrap_or_else(|_| Entities::empty());
-            decide(&sh, &base, facts, "network_connect", &reqs)
-        });
-        self.audit(&snap, &decision, shadow.as_ref(), facts, &reqs, session);
-        (snap, decision)
+        }
     }
 
+    /// The name phase: `name_req` (no `ip_class`) asked once per request of `variants` (one
+    /// per address class it could resolve to). `None` when any variant is allowed (the name
+    /// may be looked up; no row is written). Otherwise the refusal, audited as one row for
+    /// `name_req` naming the policies that refused every variant (none: the default deny).
+    pub(crate) fn decide_name(
+        &self,
+        facts: &WorkspaceFacts,
+        session: &Session,
+        name_req: SubRequest,
+        variants: &[SubRequest],
+    ) -> Option<(Arc<PolicySnapshot>, Decision)> {
+        let snap = self.policy.snapshot();
+        let decided = self.evaluate(&snap, facts, variants);
+        if decided.subs.iter().any(|s| s.allowed) || decided.subs.is_empty() {
+            return None;
+        }
+        // The policies that refused every class (e.g. a forbid on the host) are the row's
+        // determining policies; when none refused them all, no permit covers any class: the
+        // default deny.
+        let mut sub = SubDecision::refused(0, &name_req, String::new());
+        sub.errors.clear();
+        sub.policy_ids = decided
+            .subs
+            .first()
+            .map(|s| s.policy_ids.clone())
+            .unwrap_or_default();
+        for s in &decided.subs {
+            sub.policy_ids.retain(|id| s.policy_ids.contains(id));
+            for e in &s.errors {
+                if !sub.errors.contains(e) {
+                    sub.errors.push(e.clone());
+                }
+            }
+            sub.duration_us = sub.duration_us.saturating_add(s.duration_us);
+        }
+        sub.default_deny = sub.policy_ids.is_empty() && sub.errors.is_empty();
+        let decision = Decision {
+            subs: vec![sub],
+            ..decided
+        };
+        self.audit(&snap, &decision, None, facts, &[name_req], session, None);
+        Some((snap, decision))
+    }
+
+    /// A name the name phase allowed did not resolve: audited as a refusal of `name_req` with
+    /// `message`; returns the decision id of that row.
+    pub(crate) fn unresolved(
+        &self,
+        facts: &WorkspaceFacts,
+        session: &Session,
+        name_req: SubRequest,
+        message: &str,
+    ) -> String {
+        let snap = self.policy.snapshot();
+        let mut d = decide(&snap, &Entities::empty(), facts, "network_connect", &[]);
+        d.subs = vec![SubDecision::refused(0, &name_req, message.to_string())];
+        let reason = format!(
+            "refused by the egress proxy: the name may be looked up but did not resolve ({message}); no connection was made"
+        );
+        self.audit(&snap, &d, None, facts, &[name_req], session, Some(reason));
+        d.decision_id
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn audit(
         &self,
         snap: &PolicySnapshot,
@@ -139,20 +228,39 @@ impl NetState {
         facts: &WorkspaceFacts,
         reqs: &[SubRequest],
         session: &Session,
+        reason: Option<String>,
     ) {
         let Some(store) = &self.store else { return };
         let at = crate::gateway::RowContext::now(snap, facts, session);
-        let rows = crate::gateway::rows_with_shadow(
-            &self.profiles,
-            &self.redaction.current(),
-            &at,
-            d,
-            shadow,
-            reqs,
-        );
+        let redactor = self.redaction.current();
+        let mut rows =
+            crate::gateway::rows_with_shadow(&self.profiles, &redactor, &at, d, shadow, reqs);
+        if let Some(reason) = reason {
+            for row in &mut rows {
+                row.reason = Some(redactor.text(&reason).into_owned());
+            }
+        }
         crate::audit::append(store, rows, &d.decision_id, false);
     }
+
+    /// Whether this server has an HTTP listener on `port` (a name on that port may resolve to
+    /// it, so the name phase asks both ways).
+    fn listens_on(&self, port: u16) -> bool {
+        self.listeners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .any(|l| l.port() == port)
+    }
 }
+
+/// Every `ip_class` a resolved address can have (the name phase asks each).
+const IP_CLASSES: [codespace_runner_netproxy::IpClass; 4] = [
+    codespace_runner_netproxy::IpClass::Public,
+    codespace_runner_netproxy::IpClass::Private,
+    codespace_runner_netproxy::IpClass::Loopback,
+    codespace_runner_netproxy::IpClass::LinkLocal,
+];
 
 fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
@@ -202,6 +310,72 @@ impl Decider for ProcessDecider {
         }
     }
 
+    fn decide_name(&self, name: &Name) -> Verdict {
+        let Some(process) = self.process.get() else {
+            return Verdict::Deny {
+                body: ToolError::new(
+                    ErrorCode::Unauthorized,
+                    "the connection's process is not registered yet",
+                )
+                .to_json(),
+            };
+        };
+        let owned: &[bool] = if self.net.listens_on(name.port) {
+            &[false, true]
+        } else {
+            &[false]
+        };
+        let mut variants = Vec::with_capacity(IP_CLASSES.len() * owned.len());
+        for class in IP_CLASSES {
+            for server_owned in owned {
+                let net = NetTarget {
+                    host: name.host.clone(),
+                    port: name.port,
+                    scheme: name.scheme.as_str().to_string(),
+                    ip_class: class.as_str().to_string(),
+                    server_owned: *server_owned,
+                };
+                variants.push(connect_request(&self.session, process, &net));
+            }
+        }
+        let name_req = name_request(&self.session, process, name);
+        match self
+            .net
+            .decide_name(&self.facts, &self.session, name_req, &variants)
+        {
+            None => Verdict::Allow,
+            Some((snap, decision)) => {
+                let mut e = decision.to_error(&snap);
+                e.message = format!(
+                    "{} (refused before the name was looked up: no address it could resolve to would be allowed)",
+                    e.message
+                );
+                if let std::borrow::Cow::Owned(red) = self.net.redaction.text(&e.message) {
+                    e.message = red;
+                }
+                Verdict::Deny { body: e.to_json() }
+            }
+        }
+    }
+
+    fn unresolved(&self, name: &Name, message: &str) -> String {
+        let mut e = ToolError::new(
+            ErrorCode::Internal,
+            format!(
+                "egress proxy: {}",
+                self.net.redaction.text(message).into_owned()
+            ),
+        );
+        if let Some(process) = self.process.get() {
+            let name_req = name_request(&self.session, process, name);
+            let id = self
+                .net
+                .unresolved(&self.facts, &self.session, name_req, message);
+            e.decision_id = Some(id);
+        }
+        e.to_json()
+    }
+
     fn refusal_body(&self, refusal: Refusal, message: &str) -> String {
         let code = match refusal {
             Refusal::BadRequest | Refusal::HeadTooLarge => ErrorCode::InvalidArguments,
@@ -212,6 +386,20 @@ impl Decider for ProcessDecider {
         let message = self.net.redaction.text(message).into_owned();
         ToolError::new(code, format!("egress proxy: {message}")).to_json()
     }
+}
+
+/// The name-phase request of `name`: no `ip_class` (nothing was looked up), not `server_owned`.
+fn name_request(session: &Session, process: &ProcessFacts, name: &Name) -> SubRequest {
+    let net = NetTarget {
+        host: name.host.clone(),
+        port: name.port,
+        scheme: name.scheme.as_str().to_string(),
+        ip_class: String::new(),
+        server_owned: false,
+    };
+    let mut req = connect_request(session, process, &net);
+    req.subject = format!("{} before lookup", req.subject);
+    req
 }
 
 /// The `ip_class` spelling of an address (`policy explain --connect`).

@@ -221,10 +221,13 @@ pub fn operation_entity(
             "scheme".into(),
             RestrictedExpression::new_string(n.scheme.clone()),
         );
-        attrs.insert(
-            "ip_class".into(),
-            RestrictedExpression::new_string(n.ip_class.clone()),
-        );
+        // Absent before the name is looked up (the proxy's name phase): `resource has ip_class`.
+        if !n.ip_class.is_empty() {
+            attrs.insert(
+                "ip_class".into(),
+                RestrictedExpression::new_string(n.ip_class.clone()),
+            );
+        }
     }
     attrs.insert("links".into(), RestrictedExpression::new_long(req.links));
     Entity::new(uid("Operation", op_id)?, attrs, HashSet::from([ws_uid])).map_err(|e| e.to_string())

@@ -1,7 +1,10 @@
-//! One process's proxy: counters, connection cap, and the life of one connection (head, lookup,
-//! decision, connect, then the byte relay of [`crate::pump`]).
+//! One process's proxy: counters, connection cap, and the life of one connection (head, a
+//! decision on the name, lookup, a decision on the address, connect, then the byte relay of
+//! [`crate::pump`]).
 
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -12,7 +15,7 @@ use tokio::sync::Semaphore;
 
 use crate::http::{self, CONNECT_ESTABLISHED, HeadError};
 use crate::pump::{self, Meters, Mode};
-use crate::target::{Scheme, Target, classify};
+use crate::target::{Name, Scheme, Target, classify};
 
 /// A decider's answer for one target.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,12 +58,43 @@ impl Refusal {
 }
 
 /// Decides each connection of one process. Implemented by the engine (Cedar + audit).
+///
+/// A connection to a host *name* is decided twice: [`Decider::decide_name`] before the name is
+/// looked up (a refusal there sends no DNS query), then [`Decider::decide`] on the address it
+/// resolved to. A connection to an address literal is decided once, by [`Decider::decide`].
 pub trait Decider: Send + Sync + 'static {
-    /// Decides `target`. Runs on the blocking pool: it may evaluate policy and write an audit
-    /// row. Anything but [`Verdict::Allow`] refuses the connection.
+    /// Decides `target` (its address known). Runs on the blocking pool: it may evaluate policy
+    /// and write an audit row. Anything but [`Verdict::Allow`] refuses the connection.
     fn decide(&self, target: &Target) -> Verdict;
+    /// Decides whether `name` may be looked up at all, before any DNS query. Runs on the
+    /// blocking pool; a refusal must be audited by the decider. Anything but
+    /// [`Verdict::Allow`] refuses the connection without a lookup.
+    fn decide_name(&self, name: &Name) -> Verdict;
+    /// `name` was allowed to be looked up but did not resolve (`message` says why): the
+    /// decider audits the refusal and returns the `502` body. Runs on the blocking pool.
+    fn unresolved(&self, name: &Name, message: &str) -> String;
     /// The body of a refusal the proxy makes on its own.
     fn refusal_body(&self, refusal: Refusal, message: &str) -> String;
+}
+
+/// A resolver's answer: the addresses of a name, in the resolver's order.
+pub type Lookup<'a> = Pin<Box<dyn Future<Output = std::io::Result<Vec<SocketAddr>>> + Send + 'a>>;
+
+/// How the proxy looks names up (the system resolver unless a caller supplies another, e.g. to
+/// observe which names reach DNS).
+pub trait Resolver: Send + Sync + 'static {
+    /// The addresses of `host` (a name, never an address literal) on `port`.
+    fn lookup<'a>(&'a self, host: &'a str, port: u16) -> Lookup<'a>;
+}
+
+/// The system resolver (`getaddrinfo` on the blocking pool, through tokio).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemResolver;
+
+impl Resolver for SystemResolver {
+    fn lookup<'a>(&'a self, host: &'a str, port: u16) -> Lookup<'a> {
+        Box::pin(async move { Ok(tokio::net::lookup_host((host, port)).await?.collect()) })
+    }
 }
 
 /// Limits of one process's proxy.
@@ -109,6 +143,7 @@ struct Counters {
 /// The egress proxy of one process.
 pub struct ProcessProxy {
     decider: Arc<dyn Decider>,
+    resolver: Arc<dyn Resolver>,
     limits: ProxyLimits,
     counters: Counters,
     open: Arc<Semaphore>,
@@ -128,10 +163,20 @@ fn add(counter: &AtomicU64, n: usize) {
 }
 
 impl ProcessProxy {
-    /// A proxy for one process.
+    /// A proxy for one process, looking names up with the system resolver.
     pub fn new(decider: Arc<dyn Decider>, limits: ProxyLimits) -> Arc<ProcessProxy> {
+        ProcessProxy::with_resolver(decider, Arc::new(SystemResolver), limits)
+    }
+
+    /// A proxy for one process that looks names up with `resolver`.
+    pub fn with_resolver(
+        decider: Arc<dyn Decider>,
+        resolver: Arc<dyn Resolver>,
+        limits: ProxyLimits,
+    ) -> Arc<ProcessProxy> {
         Arc::new(ProcessProxy {
             decider,
+            resolver,
             limits,
             counters: Counters::default(),
             open: Arc::new(Semaphore::new(limits.max_connections)),
@@ -192,10 +237,19 @@ impl ProcessProxy {
                 return;
             }
         };
-        let Some(addr) = resolve(&request.host, request.port).await else {
-            let msg = format!("cannot resolve {}", request.host);
-            self.refuse(&mut client, Refusal::Unreachable, &msg).await;
-            return;
+        let addr = match request.host.parse::<IpAddr>() {
+            Ok(ip) => SocketAddr::new(ip, request.port),
+            Err(_) => {
+                let name = Name {
+                    host: request.host.clone(),
+                    port: request.port,
+                    scheme: request.scheme,
+                };
+                match self.name_phase(&mut client, name).await {
+                    Some(addr) => addr,
+                    None => return,
+                }
+            }
         };
         let target = Target {
             host: request.host.clone(),
@@ -207,22 +261,8 @@ impl ProcessProxy {
         let decider = Arc::clone(&self.decider);
         let decided = target.clone();
         let verdict = tokio::task::spawn_blocking(move || decider.decide(&decided)).await;
-        match verdict {
-            Ok(Verdict::Allow) => {}
-            Ok(Verdict::Deny { body }) => {
-                self.counters.denied.fetch_add(1, Ordering::Relaxed);
-                let _ = client
-                    .write_all(&http::response(403, "Forbidden", &body))
-                    .await;
-                let _ = client.shutdown().await;
-                return;
-            }
-            Err(_) => {
-                self.counters.denied.fetch_add(1, Ordering::Relaxed);
-                self.refuse(&mut client, Refusal::DecisionFailed, "the decision failed")
-                    .await;
-                return;
-            }
+        if !self.allowed(&mut client, verdict).await {
+            return;
         }
         let connected =
             tokio::time::timeout(self.limits.connect_timeout, TcpStream::connect(addr)).await;
@@ -289,11 +329,61 @@ impl ProcessProxy {
     }
 }
 
-/// Resolves `host` once: an address literal as is, a name through the system resolver (the
-/// first address it returns).
-async fn resolve(host: &str, port: u16) -> Option<SocketAddr> {
-    if let Ok(ip) = host.parse::<IpAddr>() {
-        return Some(SocketAddr::new(ip, port));
+impl ProcessProxy {
+    /// Answers a verdict: true on an allow; otherwise the refusal is sent (`403`, counted as
+    /// denied) and false returned.
+    async fn allowed(
+        &self,
+        client: &mut TcpStream,
+        verdict: Result<Verdict, tokio::task::JoinError>,
+    ) -> bool {
+        match verdict {
+            Ok(Verdict::Allow) => true,
+            Ok(Verdict::Deny { body }) => {
+                self.counters.denied.fetch_add(1, Ordering::Relaxed);
+                let _ = client
+                    .write_all(&http::response(403, "Forbidden", &body))
+                    .await;
+                let _ = client.shutdown().await;
+                false
+            }
+            Err(_) => {
+                self.counters.denied.fetch_add(1, Ordering::Relaxed);
+                self.refuse(client, Refusal::DecisionFailed, "the decision failed")
+                    .await;
+                false
+            }
+        }
     }
-    tokio::net::lookup_host((host, port)).await.ok()?.next()
+
+    /// The name phase of a connection to a host name: the decider is asked before any lookup;
+    /// only an allowed name is resolved, once (the first address the resolver returns). A name
+    /// that does not resolve is reported to the decider (which audits it) and answered `502`.
+    /// `None` when the connection was refused (the answer is already sent).
+    async fn name_phase(&self, client: &mut TcpStream, name: Name) -> Option<SocketAddr> {
+        let decider = Arc::clone(&self.decider);
+        let asked = name.clone();
+        let verdict = tokio::task::spawn_blocking(move || decider.decide_name(&asked)).await;
+        if !self.allowed(client, verdict).await {
+            return None;
+        }
+        let why = match self.resolver.lookup(&name.host, name.port).await {
+            Ok(addrs) => match addrs.first() {
+                Some(addr) => return Some(*addr),
+                None => format!("cannot resolve {}: no address", name.host),
+            },
+            Err(e) => format!("cannot resolve {}: {e}", name.host),
+        };
+        let decider = Arc::clone(&self.decider);
+        let message = why.clone();
+        let body = tokio::task::spawn_blocking(move || decider.unresolved(&name, &message))
+            .await
+            .unwrap_or_else(|_| self.decider.refusal_body(Refusal::Unreachable, &why));
+        let (status, reason) = Refusal::Unreachable.status();
+        let _ = client
+            .write_all(&http::response(status, reason, &body))
+            .await;
+        let _ = client.shutdown().await;
+        None
+    }
 }

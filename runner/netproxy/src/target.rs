@@ -1,4 +1,5 @@
-//! What a connection asks for: host, port, scheme, the resolved address and its class.
+//! What a connection asks for: host, port, scheme, and (once resolved) the address and its
+//! class.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -93,6 +94,17 @@ fn classify_v6(ip: Ipv6Addr) -> IpClass {
     } else {
         IpClass::Public
     }
+}
+
+/// A connection's target before its host name is looked up (the name phase).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Name {
+    /// The host name as the client named it (lower-cased; never an address literal).
+    pub host: String,
+    /// The port.
+    pub port: u16,
+    /// How it was asked for.
+    pub scheme: Scheme,
 }
 
 /// One connection's target, as decided.

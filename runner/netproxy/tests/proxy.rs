@@ -16,18 +16,39 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use codespace_runner_netproxy::{
-    Decider, IpClass, ProcessProxy, ProxyLimits, Refusal, Scheme, Target, Verdict, control_pair,
+    Decider, IpClass, Lookup, Name, ProcessProxy, ProxyLimits, Refusal, Resolver, Scheme,
+    SystemResolver, Target, Verdict, control_pair,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-/// Allows one port; records every target it was asked about.
+/// Allows one port; records every target it was asked about (names before lookup in `names`,
+/// names that did not resolve in `unresolved`).
 struct OnePort {
     port: u16,
     seen: Mutex<Vec<Target>>,
+    names: Mutex<Vec<Name>>,
+    unresolved: Mutex<Vec<(Name, String)>>,
 }
 
 impl Decider for OnePort {
+    fn decide_name(&self, name: &Name) -> Verdict {
+        self.names.lock().unwrap().push(name.clone());
+        if name.port == self.port {
+            Verdict::Allow
+        } else {
+            Verdict::Deny {
+                body: r#"{"code":"UNAUTHORIZED","policy_ids":["test.forbid.name"]}"#.into(),
+            }
+        }
+    }
+    fn unresolved(&self, name: &Name, message: &str) -> String {
+        self.unresolved
+            .lock()
+            .unwrap()
+            .push((name.clone(), message.to_string()));
+        format!(r#"{{"unresolved":"{}"}}"#, name.host)
+    }
     fn decide(&self, target: &Target) -> Verdict {
         self.seen.lock().unwrap().push(target.clone());
         if target.port == self.port {
@@ -101,7 +122,135 @@ fn decider(port: u16) -> Arc<OnePort> {
     Arc::new(OnePort {
         port,
         seen: Mutex::new(Vec::new()),
+        names: Mutex::new(Vec::new()),
+        unresolved: Mutex::new(Vec::new()),
     })
+}
+
+/// The system resolver, with a record of every name the proxy handed it (what reached DNS).
+#[derive(Default)]
+struct Observed {
+    asked: Mutex<Vec<String>>,
+}
+
+impl Resolver for Observed {
+    fn lookup<'a>(&'a self, host: &'a str, port: u16) -> Lookup<'a> {
+        self.asked.lock().unwrap().push(host.to_string());
+        SystemResolver.lookup(host, port)
+    }
+}
+
+async fn connect_through(proxy: SocketAddr, authority: &str) -> String {
+    let mut c = TcpStream::connect(proxy).await.unwrap();
+    c.write_all(format!("CONNECT {authority} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let head = read_head(&mut c).await;
+    c.shutdown().await.unwrap();
+    head + &read_all(&mut c).await
+}
+
+/// Security round 3, item 5: a name is decided before it is looked up. A refused name reaches no
+/// resolver (no DNS query leaves), an allowed one is looked up once and decided again on its
+/// address, and one that does not resolve is reported to the decider (which audits it) and
+/// answered `502` with the decider's body. Address literals are never looked up.
+#[tokio::test]
+async fn a_name_is_decided_before_it_is_looked_up_and_a_refused_one_never_reaches_dns() {
+    // An echo server on the first address `localhost` resolves to (the one the proxy picks).
+    let local = tokio::net::lookup_host(("localhost", 0))
+        .await
+        .unwrap()
+        .next()
+        .unwrap();
+    let l = TcpListener::bind(local).await.unwrap();
+    let echo = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    let d = decider(echo.port());
+    let resolver = Arc::new(Observed::default());
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let p = ProcessProxy::with_resolver(
+        Arc::clone(&d) as Arc<dyn Decider>,
+        Arc::clone(&resolver) as Arc<dyn Resolver>,
+        ProxyLimits::default(),
+    );
+    let served = Arc::clone(&p);
+    tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            tokio::spawn(Arc::clone(&served).serve(s));
+        }
+    });
+
+    // Refused by name: 403 with the decider's body, nothing looked up, never decided on an address.
+    let other = echo.port().wrapping_add(1).max(1);
+    let out = connect_through(addr, &format!("secret-data.exfil.example:{other}")).await;
+    assert!(out.starts_with("HTTP/1.1 403"), "{out}");
+    assert!(out.contains("test.forbid.name"), "{out}");
+    assert!(
+        resolver.asked.lock().unwrap().is_empty(),
+        "a refused name reached the resolver"
+    );
+    assert!(d.seen.lock().unwrap().is_empty());
+
+    // Allowed by name: looked up once, then decided on the address and connected.
+    let out = connect_through(addr, &format!("localhost:{}", echo.port())).await;
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert_eq!(
+        *resolver.asked.lock().unwrap(),
+        vec!["localhost".to_string()]
+    );
+    let seen = d.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    assert_eq!((seen[0].addr, seen[0].ip_class), (echo, IpClass::Loopback));
+
+    // Allowed by name but unresolvable: 502 with the decider's (audited) body.
+    let out = connect_through(addr, &format!("no-such-host.invalid:{}", echo.port())).await;
+    assert!(out.starts_with("HTTP/1.1 502"), "{out}");
+    assert!(
+        out.contains(r#"{"unresolved":"no-such-host.invalid"}"#),
+        "{out}"
+    );
+    let unresolved = d.unresolved.lock().unwrap().clone();
+    assert_eq!(unresolved.len(), 1);
+    assert_eq!(unresolved[0].0.host, "no-such-host.invalid");
+    assert!(
+        unresolved[0]
+            .1
+            .contains("cannot resolve no-such-host.invalid")
+    );
+    assert_eq!(
+        d.seen.lock().unwrap().len(),
+        1,
+        "an unresolved name was decided"
+    );
+
+    // An address literal is never looked up and has no name phase.
+    let out = connect_through(addr, &format!("127.0.0.1:{other}")).await;
+    assert!(out.starts_with("HTTP/1.1 403"), "{out}");
+    assert_eq!(resolver.asked.lock().unwrap().len(), 2);
+    let names: Vec<String> = d
+        .names
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|n| n.host.clone())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "secret-data.exfil.example",
+            "localhost",
+            "no-such-host.invalid"
+        ]
+    );
+    assert_eq!(p.counters().denied, 2);
 }
 
 #[tokio::test]

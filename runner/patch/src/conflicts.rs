@@ -14,6 +14,13 @@ fn key(path: &str) -> String {
         .join("/")
 }
 
+/// Whether a header path is written as a directory: its last component is empty or `.`
+/// (`dir/`, `dir/.`). Such a path never names a file, and dropping the slash would create
+/// or touch a file named `dir` the author did not mean.
+fn names_directory(path: &str) -> bool {
+    matches!(path.rsplit('/').next(), Some("" | "."))
+}
+
 /// An `InvalidPatch` message when hunks conflict, else `None`.
 pub(crate) fn check(patch: &Patch) -> Option<String> {
     if patch.hunks.is_empty() {
@@ -47,6 +54,14 @@ pub(crate) fn check(patch: &Patch) -> Option<String> {
             let k = key(path);
             if k.is_empty() {
                 return Some(format!("{} is not a file path", quote(path)));
+            }
+            if names_directory(path) {
+                return Some(format!(
+                    "{} names a directory (it ends in '/' or '/.'); a hunk names a file: \
+                     write the file's path, e.g. {}",
+                    quote(path),
+                    quote(&format!("{k}/file.txt"))
+                ));
             }
             order.push((k.clone(), path));
             if let Some(first) = seen.insert(k, path) {
@@ -123,6 +138,22 @@ mod tests {
     fn dot_path_is_rejected() {
         let m = check_text("*** Delete File: ./").unwrap();
         assert!(m.contains("not a file path"), "{m}");
+    }
+
+    #[test]
+    fn trailing_slash_paths_are_rejected_for_every_hunk_kind() {
+        for body in [
+            "*** Add File: dir/\n+x",
+            "*** Add File: dir/\n",
+            "*** Add File: a/dir/.\n+x",
+            "*** Delete File: dir/",
+            "*** Update File: f\n*** Move to: dir/\n-a\n+b",
+            "*** Update File: dir/\n-a\n+b",
+        ] {
+            let m = check_text(body).unwrap_or_else(|| panic!("accepted: {body}"));
+            assert!(m.contains("names a directory"), "{body}: {m}");
+        }
+        assert_eq!(check_text("*** Add File: dir/x\n+1"), None);
     }
 
     #[test]
