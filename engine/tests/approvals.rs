@@ -219,7 +219,7 @@ async fn a_resume_whose_hunks_no_longer_match_the_changed_file_is_a_version_conf
     // The outside edit removes the line the hunk needs: the hunk no longer applies, and the
     // useful answer is that the approved file changed.
     std::fs::write(e.root.join("a.txt"), "rewritten outside\n").unwrap();
-    grant(&e.gw, &id).await;
+    grant(&e, &id).await;
     let failed = resume(&e.gw, &id).await.unwrap_err();
     assert_eq!(failed.code, ErrorCode::VersionConflict, "{failed:?}");
     assert!(

@@ -80,7 +80,7 @@ fn nasty_exec(yield_ms: u64) -> Value {
         "workspace_id": "w",
         "command": ["sh", "-c", "echo in-band-$X; pwd", "sh",
                     "\u{1b}[2K\rrm -rf ~ \u{1b}]0;title\u{07}\u{9b}1A\u{7f}", "y".repeat(600)],
-        "env": {"X": "ok", "GITHUB_TOKEN": TOKEN, "LESSOPEN": "|\u{1b}[31m evil"},
+        "env": {"X": "ok", "GITHUB_TOKEN": TOKEN, "APP_BANNER": "|\u{1b}[31m evil"},
         "cwd": "sub",
         "yield_ms": yield_ms,
     })
@@ -117,7 +117,7 @@ fn approvals_show_list_and_audit_escape_controls_and_show_the_whole_held_call() 
         "background    false",
         "env           X=ok",
         "env           GITHUB_TOKEN=[REDACTED]",
-        "env           LESSOPEN=|\\x1b[31m evil",
+        "env           APP_BANNER=|\\x1b[31m evil",
         "yield_ms      0",
     ] {
         assert!(show.contains(want), "no `{want}` in:\n{show}");
@@ -131,7 +131,7 @@ fn approvals_show_list_and_audit_escape_controls_and_show_the_whole_held_call() 
     assert_eq!(v["held"]["cwd"], "sub");
     assert_eq!(v["held"]["background"], false);
     assert_eq!(v["held"]["env"]["GITHUB_TOKEN"], "[REDACTED]");
-    assert_eq!(v["held"]["env"]["LESSOPEN"], "|\u{1b}[31m evil");
+    assert_eq!(v["held"]["env"]["APP_BANNER"], "|\u{1b}[31m evil");
 
     for args in [
         vec!["approvals", "list"],

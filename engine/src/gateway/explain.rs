@@ -3,8 +3,11 @@
 
 use super::Gateway;
 use crate::error::{ErrorCode, ToolError};
-use crate::policy::explain::{Explanation, explain_call};
-use crate::request::{ProcessFacts, Session};
+use crate::policy::explain::{Explanation, explain_call, explain_requests};
+use crate::request::{
+    ProcessFacts, Session, build_requests, exec_facts, write_scope_candidates,
+    write_scope_requests,
+};
 use crate::wire::ToolCall;
 
 impl Gateway {
@@ -25,6 +28,31 @@ impl Gateway {
         })?;
         let ws = self.workspace(id)?;
         let snap = self.policy.snapshot();
+        // A command's whole write scope: the candidates asked when it starts follow the call's
+        // own requests (nested `.git` aside, which depend on the tree at that moment).
+        if let ToolCall::ExecCommand(p) = call
+            && let (Ok(mut reqs), Ok(exec)) =
+                (build_requests(call, session, process), exec_facts(p, session))
+        {
+            let configured = self
+                .config
+                .workspaces
+                .get(id)
+                .map(|w| w.command_write_paths.clone())
+                .unwrap_or_else(crate::config::default_command_write_paths);
+            let candidates = write_scope_candidates(&exec.cwd, &configured, &[]);
+            reqs.extend(write_scope_requests(
+                &exec,
+                candidates.get(1..).unwrap_or_default(),
+            ));
+            return Ok(explain_requests(
+                &snap,
+                &self.config.profiles,
+                &ws.facts,
+                call.tool(),
+                &reqs,
+            ));
+        }
         Ok(explain_call(
             &snap,
             &self.config.profiles,
