@@ -146,7 +146,12 @@ pub(crate) fn apply_mounts(
     if non_utf8_top_level {
         for (index, name) in non_utf8_top_level_names(root.as_fd())?.iter().enumerate() {
             let rel = Path::new(std::ffi::OsStr::from_bytes(name));
-            masked += usize::from(cover(root.as_fd(), rel, "non-UTF-8 top-level entry", index)?);
+            masked += usize::from(cover(
+                root.as_fd(),
+                rel,
+                "non-UTF-8 top-level entry",
+                index,
+            )?);
         }
     }
     reenter_cwd()?;

@@ -408,7 +408,11 @@ fn top_level_names_that_are_not_utf8_are_masked_when_the_plan_asks() {
     std::fs::write(ws(b"dir\xfe").join("key"), SECRET).unwrap();
     std::fs::write(fx.ws.join("ok.txt"), "visible").unwrap();
     std::fs::create_dir(fx.ws.join("sub")).unwrap();
-    std::fs::write(fx.ws.join("sub").join(OsStr::from_bytes(b"deep\xff")), "nested").unwrap();
+    std::fs::write(
+        fx.ws.join("sub").join(OsStr::from_bytes(b"deep\xff")),
+        "nested",
+    )
+    .unwrap();
     // A symlink is not masked (what it points to is decided by its own name).
     std::os::unix::fs::symlink("ok.txt", ws(b"link\xfd")).unwrap();
     let script = "t=$(printf 'top\\377'); d=$(printf 'dir\\376'); l=$(printf 'link\\375'); \
