@@ -301,7 +301,9 @@ mod tests {
         assert!(err.contains("write path #0"), "{err}");
         // A plan without the field (an older runner) decodes with no masks.
         let json = r#"{"workspace_root":"/x","write_workspace":false,"network":"restricted","tmp_dir":null}"#;
-        assert!(SandboxPlan::from_json(json).unwrap().masks.is_empty());
+        let old = SandboxPlan::from_json(json).unwrap();
+        assert!(old.masks.is_empty());
+        assert!(!old.mask_non_utf8_top_level);
     }
 
     #[test]
