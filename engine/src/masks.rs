@@ -18,9 +18,11 @@
 //! A listing that cannot see everything fails closed **for the affected paths only**: a directory
 //! whose subtree the listing does not hold whole (deeper than the depth cap, unreadable, or
 //! holding a name that is not UTF-8: see [`Listing::unlisted`]) is masked whole, as if policy
-//! withheld it, and the command runs. Only what cannot be narrowed to a directory refuses the
-//! command: a listing cut by `limits.max_walk_entries` (what is missing is unknown) and a name
-//! that is not UTF-8 at the top level (the root cannot be masked).
+//! withheld it, and the command runs. A name that is not UTF-8 at the top level (where the
+//! directory to mask would be the root) becomes the [`NON_UTF8_TOP_LEVEL`] mask instead: the
+//! sandbox helper masks every top-level entry whose name is not UTF-8, found by reading the root
+//! itself (`SandboxPlan::mask_non_utf8_top_level`). Only what cannot be narrowed refuses the
+//! command: a listing cut by `limits.max_walk_entries` (what is missing is unknown).
 //!
 //! More masks than one command can carry ([`MAX_MASKS`]) are coalesced into masks of their
 //! parent directories ([`coalesce`]): nothing withheld is ever unmasked, and the other files of a
@@ -38,6 +40,11 @@ use std::collections::{HashMap, HashSet};
 
 /// Most paths one command may have masked (each is one mount in its namespace).
 pub const MAX_MASKS: usize = codespace_runner_sandbox::MAX_MASKS;
+
+/// The path of the mask that stands for every top-level entry whose name is not UTF-8 (a name
+/// neither policy nor the plan can carry): it becomes `SandboxPlan::mask_non_utf8_top_level`
+/// rather than a path, and counts as one mask.
+pub(crate) const NON_UTF8_TOP_LEVEL: &str = "";
 
 /// Candidate requests decided on the async worker (through the decision cache); more are decided
 /// on the blocking pool.
@@ -63,8 +70,8 @@ pub(crate) fn refuse(msg: impl std::fmt::Display) -> ToolError {
     )
 }
 
-/// Fails closed on a listing whose missing paths cannot be narrowed to directories to mask: one
-/// cut by the entry cap, or one with a name that is not UTF-8 at the top level.
+/// Fails closed on a listing whose missing paths cannot be narrowed to paths to mask: one cut by
+/// the entry cap, or (never seen: the walk fails instead) an unreadable root.
 pub(crate) fn check_complete(listing: &Listing, max_entries: usize) -> Result<(), ToolError> {
     if listing.capped {
         return Err(refuse(format!(
@@ -74,14 +81,15 @@ pub(crate) fn check_complete(listing: &Listing, max_entries: usize) -> Result<()
              secret_masking: off for this workspace)"
         )));
     }
-    if let Some(top) = listing.unlisted.iter().find(|u| u.path.is_empty()) {
-        return Err(refuse(format!(
-            "the top level of the workspace holds a name that is not UTF-8 (`{}`), so policy \
-             cannot decide it and the workspace root cannot be masked; the command was not \
-             started (rename or remove that entry, or an operator can set secret_masking: off \
-             for this workspace)",
-            top.name.as_deref().unwrap_or("?")
-        )));
+    if listing
+        .unlisted
+        .iter()
+        .any(|u| u.path.is_empty() && u.why != codespace_runner_fs::UnlistedWhy::NonUtf8Name)
+    {
+        return Err(refuse(
+            "the workspace root could not be listed, so the paths policy withholds cannot be \
+             found and masked; the command was not started",
+        ));
     }
     Ok(())
 }
@@ -98,6 +106,11 @@ pub(crate) fn unlisted_note(listing: &Listing) -> Option<String> {
         .iter()
         .take(NOTE_PATHS)
         .map(|u| match (u.why, &u.name) {
+            (UnlistedWhy::NonUtf8Name, name) if u.path.is_empty() => format!(
+                "the top level (holds `{}`, a name that is not UTF-8: every such top-level \
+                 entry is masked, not the whole workspace)",
+                name.as_deref().unwrap_or("?")
+            ),
             (UnlistedWhy::Depth, _) => format!(
                 "`{}` (deeper than {} levels)",
                 u.path,
@@ -272,6 +285,16 @@ pub(crate) fn select(listing: &Listing, g: &Grouped, d: &Decision) -> Vec<Mask> 
                 policy_ids: Vec::new(),
             });
         }
+    }
+    if listing
+        .unlisted
+        .iter()
+        .any(|u| u.path.is_empty() && u.why == codespace_runner_fs::UnlistedWhy::NonUtf8Name)
+    {
+        masks.push(Mask {
+            path: NON_UTF8_TOP_LEVEL.to_string(),
+            policy_ids: Vec::new(),
+        });
     }
     masks.sort_by(|a, b| a.path.cmp(&b.path));
     masks

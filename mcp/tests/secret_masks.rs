@@ -568,23 +568,46 @@ async fn a_name_that_is_not_utf8_masks_its_directory_and_later_commands_still_ru
         text.contains("vendor") && text.contains("not UTF-8"),
         "{text}"
     );
-    // At the top level the root would be the directory to mask: refused, naming the entry.
-    std::fs::write(e.root.join(std::ffi::OsStr::from_bytes(b"top\xff")), "x").unwrap();
-    let err = call(
-        &e.gw,
-        "exec_command",
-        json!({"workspace_id": "w", "command": ["touch", "ran2"], "yield_ms": 5000}),
+    // At the top level the directory to mask would be the root: every top-level entry whose
+    // name is not UTF-8 is masked instead, and later commands still run. A command makes one,
+    // holding a secret; the next commands cannot read it (nor the one made before them).
+    std::fs::write(
+        e.root.join(std::ffi::OsStr::from_bytes(b"top\xff")),
+        format!("{SECRET}\n"),
     )
-    .await
-    .unwrap_err();
-    assert_eq!(err.code, ErrorCode::ProcessSpawnFailed, "{}", err.message);
+    .unwrap();
+    let (code, _) = sh(
+        &e,
+        &format!("printf '{SECRET}\\n' > \"$(printf 'made\\376')\"; mkdir \"$(printf 'd\\375')\" && printf '{SECRET}\\n' > \"$(printf 'd\\375')/k\""),
+    )
+    .await;
+    assert_eq!(code, Some(0));
     assert!(
-        err.message.contains("`top\\xff`") && err.message.contains("rename or remove"),
-        "{}",
-        err.message
+        std::fs::read_to_string(e.root.join(std::ffi::OsStr::from_bytes(b"made\xfe")))
+            .unwrap()
+            .contains(SECRET)
     );
-    assert!(!e.root.join("ran2").exists());
-    assert!(!err.message.contains(e.root.to_str().unwrap()));
+    let (code, out) = sh(
+        &e,
+        "touch ran2; cat \"$(printf 'top\\377')\" \"$(printf 'made\\376')\" \
+         \"$(printf 'd\\375')/k\" notes.txt; echo end",
+    )
+    .await;
+    assert!(!out.contains(SECRET), "{out}");
+    assert!(
+        out.contains("just notes\n") && out.contains("end\n"),
+        "{out}"
+    );
+    assert!(code.is_some(), "{out}");
+    assert!(e.root.join("ran2").exists());
+    let events =
+        e.gw.store()
+            .unwrap()
+            .events(Some("masks_widened"), 10)
+            .unwrap();
+    let text = format!("{events:?}");
+    assert!(text.contains("top level"), "{text}");
+    assert!(!text.contains(e.root.to_str().unwrap()), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,9 +18,9 @@ impl Gateway {
     /// The masks a command started by `session` in `ws` needs (empty unless the workspace's
     /// masking is `enforced`). Directories the listing cannot hold whole are masked whole, and
     /// more masks than one command can carry are coalesced into directory masks (both with a
-    /// `masks_widened` event saying what to remove). `Err` refuses the command: the listing hit
-    /// its entry cap, the top level holds a name that is not UTF-8, or even one mask per
-    /// top-level entry is too many.
+    /// `masks_widened` event saying what to remove); top-level names that are not UTF-8 get the
+    /// [`crate::masks::NON_UTF8_TOP_LEVEL`] mask. `Err` refuses the command: the listing hit its
+    /// entry cap, or even one mask per top-level entry is too many.
     pub(crate) async fn secret_masks(
         &self,
         snap: &PolicySnapshot,
@@ -319,11 +319,11 @@ mod tests {
         assert_eq!(masks_of(&gw).await.unwrap(), [".env", "src"]);
         std::fs::remove_file(&odd).unwrap();
         assert_eq!(masks_of(&gw).await.unwrap(), [".env"]);
-        // At the top level there is no directory to mask but the root: refused, naming it.
+        // At the top level the directory would be the root: the helper masks every top-level
+        // name that is not UTF-8 instead (the `""` mask), and the command runs.
         let top = root.join(std::ffi::OsStr::from_bytes(b"caf\xe9"));
         std::fs::write(&top, "SECRET=4").unwrap();
-        let err = masks_of(&gw).await.unwrap_err();
-        assert!(err.message.contains("`caf\\xe9`"), "{}", err.message);
+        assert_eq!(masks_of(&gw).await.unwrap(), ["", ".env"]);
         std::fs::remove_file(&top).unwrap();
         assert_eq!(masks_of(&gw).await.unwrap(), [".env"]);
     }

@@ -541,7 +541,14 @@ impl Authorized<'_> {
             extra_read: paths.read_paths.clone(),
             home_dir: paths.home.clone(),
             force_landlock_unavailable: self.processes.force_no_landlock,
-            masks: masks.iter().map(|m| root.join(&m.path)).collect(),
+            masks: masks
+                .iter()
+                .filter(|m| m.path != crate::masks::NON_UTF8_TOP_LEVEL)
+                .map(|m| root.join(&m.path))
+                .collect(),
+            mask_non_utf8_top_level: masks
+                .iter()
+                .any(|m| m.path == crate::masks::NON_UTF8_TOP_LEVEL),
             proxy_control_fd: None,
         };
         // On any error from here on, `tmp_dir` is dropped and so removed.

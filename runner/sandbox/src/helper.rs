@@ -118,6 +118,7 @@ fn prepare(args: &[OsString], handshake: Option<&HelperEnd>) -> Result<Command, 
     mask::apply_mounts(
         &plan.workspace_root,
         &plan.masks,
+        plan.mask_non_utf8_top_level,
         &plan.read_only,
         &plan.write_paths,
     )?;

@@ -13,6 +13,7 @@
 //! engine's walk can never redirect a mask outside the workspace.
 
 use std::fs;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -82,7 +83,7 @@ pub(crate) fn apply_masks(
     workspace_root: &Path,
     masks: &[std::path::PathBuf],
 ) -> Result<usize, SandboxError> {
-    apply_mounts(workspace_root, masks, &[], &[])
+    apply_mounts(workspace_root, masks, false, &[], &[])
 }
 
 /// Moves the calling (single-threaded) process into a private mount namespace, when the plan
@@ -92,7 +93,11 @@ pub(crate) fn apply_masks(
 /// 2. pins every ancestor directory of a mask (beneath the root) as a mount point of its own,
 ///    so `rename(2)` or `rmdir(2)` of a secret's parent fails with `EBUSY` and no rename can
 ///    carry a withheld file away from the name its rule matches;
-/// 3. covers every path of `masks` (absolute, beneath `workspace_root`).
+/// 3. covers every path of `masks` (absolute, beneath `workspace_root`);
+/// 4. with `non_utf8_top_level`, covers every entry of the workspace root whose name is not
+///    valid UTF-8, as read from the root here (so one created after the engine looked is
+///    covered too): policy cannot decide a name it cannot spell, and a plan (JSON) cannot
+///    carry it, so such an entry is withheld rather than the whole workspace refused.
 ///
 /// Returns how many masks were attached: a path that no longer exists has nothing to hide, and
 /// one that turned into a symlink is skipped (what it points to is decided by its own name).
@@ -104,10 +109,11 @@ pub(crate) fn apply_masks(
 pub(crate) fn apply_mounts(
     workspace_root: &Path,
     masks: &[std::path::PathBuf],
+    non_utf8_top_level: bool,
     read_only: &[std::path::PathBuf],
     write_paths: &[std::path::PathBuf],
 ) -> Result<usize, SandboxError> {
-    if masks.is_empty() && read_only.is_empty() {
+    if masks.is_empty() && read_only.is_empty() && !non_utf8_top_level {
         return Ok(0);
     }
     if masks.len() > MAX_MASKS {
@@ -135,33 +141,77 @@ pub(crate) fn apply_mounts(
     let mut masked = 0;
     for (index, mask) in masks.iter().enumerate() {
         let rel = relative_mask(workspace_root, mask, index)?;
-        let target = match open_target(root.as_fd(), rel) {
-            Ok(fd) => fd,
-            Err(Errno::NOENT) => continue,
-            Err(e) => {
-                return Err(masking(format!("cannot open mask #{index}: {e}")));
-            }
-        };
-        let st = rustix::fs::fstat(&target)
-            .map_err(|e| masking(format!("cannot stat mask #{index}: {e}")))?;
-        let mask_tree = match FileType::from_raw_mode(st.st_mode) {
-            FileType::Symlink => continue,
-            FileType::Directory => empty_dir_tree(),
-            _ => empty_file_tree(),
+        masked += usize::from(cover(root.as_fd(), rel, "mask", index)?);
+    }
+    if non_utf8_top_level {
+        for (index, name) in non_utf8_top_level_names(root.as_fd())?.iter().enumerate() {
+            let rel = Path::new(std::ffi::OsStr::from_bytes(name));
+            masked += usize::from(cover(
+                root.as_fd(),
+                rel,
+                "non-UTF-8 top-level entry",
+                index,
+            )?);
         }
-        .map_err(|e| masking(format!("cannot build mask #{index}: {e}")))?;
-        rustix::mount::move_mount(
-            mask_tree.as_fd(),
-            "",
-            target.as_fd(),
-            "",
-            MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH,
-        )
-        .map_err(|e| masking(format!("cannot attach mask #{index}: {e}")))?;
-        masked += 1;
     }
     reenter_cwd()?;
     Ok(masked)
+}
+
+/// Covers `rel` (beneath `root`) with an empty read-only directory or `/dev/null`. `Ok(false)`
+/// when there is nothing to cover: it is gone, or it is a symlink (what it points to is decided
+/// by its own name). Messages name the target by `role` and index, never by its path.
+fn cover(root: BorrowedFd<'_>, rel: &Path, role: &str, index: usize) -> Result<bool, SandboxError> {
+    let target = match open_target(root, rel) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(false),
+        Err(e) => return Err(masking(format!("cannot open {role} #{index}: {e}"))),
+    };
+    let st = rustix::fs::fstat(&target)
+        .map_err(|e| masking(format!("cannot stat {role} #{index}: {e}")))?;
+    let mask_tree = match FileType::from_raw_mode(st.st_mode) {
+        FileType::Symlink => return Ok(false),
+        FileType::Directory => empty_dir_tree(),
+        _ => empty_file_tree(),
+    }
+    .map_err(|e| masking(format!("cannot build {role} #{index}: {e}")))?;
+    rustix::mount::move_mount(
+        mask_tree.as_fd(),
+        "",
+        target.as_fd(),
+        "",
+        MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH,
+    )
+    .map_err(|e| masking(format!("cannot attach {role} #{index}: {e}")))?;
+    Ok(true)
+}
+
+/// The names of the entries of the directory `root` that are not valid UTF-8 (read in the
+/// command's mount namespace). More than [`MAX_MASKS`] of them fail closed.
+fn non_utf8_top_level_names(root: BorrowedFd<'_>) -> Result<Vec<Vec<u8>>, SandboxError> {
+    let list = |e: Errno| masking(format!("cannot list the workspace root: {e}"));
+    let fd = rustix::fs::openat(
+        root,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(list)?;
+    let mut names = Vec::new();
+    for entry in rustix::fs::Dir::read_from(&fd).map_err(list)? {
+        let name = entry.map_err(list)?.file_name().to_bytes().to_vec();
+        if std::str::from_utf8(&name).is_ok() {
+            continue;
+        }
+        if names.len() >= MAX_MASKS {
+            return Err(masking(format!(
+                "the workspace root holds more than {MAX_MASKS} entries whose names are not \
+                 UTF-8"
+            )));
+        }
+        names.push(name);
+    }
+    Ok(names)
 }
 
 /// The directories strictly between the workspace root and each mask, shallowest first, each

@@ -87,6 +87,13 @@ pub struct SandboxPlan {
     /// not run.
     #[serde(default)]
     pub masks: Vec<PathBuf>,
+    /// Also mask, the same way, every entry of the workspace root whose name is not valid UTF-8
+    /// (the plan cannot carry such a name, and policy cannot decide it): the helper reads the
+    /// root itself in the command's mount namespace, so one created after the plan was made is
+    /// masked too. Symlinks are skipped, as for `masks`; more than [`crate::MAX_MASKS`] such
+    /// entries, or any that cannot be masked, and the command does not run.
+    #[serde(default)]
+    pub mask_non_utf8_top_level: bool,
     /// `Proxy` mode: the number of the descriptor (inherited across `exec`) of the Unix
     /// `SOCK_SEQPACKET` socket whose other end is the server's proxy for this process. The
     /// relay passes each accepted connection over it; the command never holds it.
@@ -109,6 +116,7 @@ impl SandboxPlan {
             home_dir: None,
             force_landlock_unavailable: false,
             masks: Vec::new(),
+            mask_non_utf8_top_level: false,
             proxy_control_fd: None,
         }
     }
@@ -227,6 +235,7 @@ mod tests {
             home_dir: Some("/srv/homes/w".into()),
             force_landlock_unavailable: false,
             masks: vec!["/srv/ws/.env".into(), "/srv/ws/sub/secrets".into()],
+            mask_non_utf8_top_level: true,
             proxy_control_fd: None,
         }
     }
@@ -292,7 +301,9 @@ mod tests {
         assert!(err.contains("write path #0"), "{err}");
         // A plan without the field (an older runner) decodes with no masks.
         let json = r#"{"workspace_root":"/x","write_workspace":false,"network":"restricted","tmp_dir":null}"#;
-        assert!(SandboxPlan::from_json(json).unwrap().masks.is_empty());
+        let old = SandboxPlan::from_json(json).unwrap();
+        assert!(old.masks.is_empty());
+        assert!(!old.mask_non_utf8_top_level);
     }
 
     #[test]

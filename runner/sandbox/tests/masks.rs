@@ -392,3 +392,50 @@ fn plan_without_masks_keeps_the_host_mount_namespace() {
     let mine = std::fs::read_link("/proc/self/ns/mnt").unwrap();
     assert_eq!(stdout(&out), mine.display().to_string(), "{}", stderr(&out));
 }
+
+#[test]
+fn top_level_names_that_are_not_utf8_are_masked_when_the_plan_asks() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let name = "top_level_names_that_are_not_utf8_are_masked_when_the_plan_asks";
+    if !masking_or_skip(name) {
+        return;
+    }
+    let fx = Fixture::new();
+    let ws = |raw: &[u8]| fx.ws.join(OsStr::from_bytes(raw));
+    std::fs::write(ws(b"top\xff"), SECRET).unwrap();
+    std::fs::create_dir(ws(b"dir\xfe")).unwrap();
+    std::fs::write(ws(b"dir\xfe").join("key"), SECRET).unwrap();
+    std::fs::write(fx.ws.join("ok.txt"), "visible").unwrap();
+    std::fs::create_dir(fx.ws.join("sub")).unwrap();
+    std::fs::write(
+        fx.ws.join("sub").join(OsStr::from_bytes(b"deep\xff")),
+        "nested",
+    )
+    .unwrap();
+    // A symlink is not masked (what it points to is decided by its own name).
+    std::os::unix::fs::symlink("ok.txt", ws(b"link\xfd")).unwrap();
+    let script = "t=$(printf 'top\\377'); d=$(printf 'dir\\376'); l=$(printf 'link\\375'); \
+                  cat \"$t\"; cat \"$d/key\"; echo entries=$(ls -A \"$d\" | wc -l); \
+                  mv \"$t\" stolen; cat stolen; cat \"$l\"; echo; \
+                  cat \"sub/$(printf 'deep\\377')\"; echo; cat ok.txt; echo; echo done";
+    let mut plan = fx.plan(true, NetworkMode::Restricted);
+    // Without the flag nothing is masked (the host's view).
+    let out = sh(&plan, &fx.ws, "cat \"$(printf 'top\\377')\"");
+    assert!(stdout(&out).contains("hunter2"), "{}", stderr(&out));
+    plan.mask_non_utf8_top_level = true;
+    let out = sh(&plan, &fx.ws, script);
+    let text = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(!text.contains("hunter2"), "a secret leaked: {text}");
+    assert!(text.contains("entries=0"), "{text}");
+    assert!(text.contains("done"), "{text}");
+    // Only top-level entries whose names are not UTF-8, and no symlink: the rest stays readable.
+    assert!(text.contains("visible\nnested\nvisible\n"), "{text}");
+    // The host still has the real entries, where they were.
+    assert_eq!(std::fs::read_to_string(ws(b"top\xff")).unwrap(), SECRET);
+    assert_eq!(
+        std::fs::read_to_string(ws(b"dir\xfe").join("key")).unwrap(),
+        SECRET
+    );
+    assert!(!fx.ws.join("stolen").exists());
+}

@@ -57,6 +57,7 @@ impl Fixture {
             home_dir: Some(self.home.clone()),
             force_landlock_unavailable: false,
             masks: Vec::new(),
+            mask_non_utf8_top_level: false,
             proxy_control_fd: None,
             write_paths: Vec::new(),
             read_only: Vec::new(),
