@@ -5,8 +5,7 @@ use super::Gateway;
 use crate::error::{ErrorCode, ToolError};
 use crate::policy::explain::{Explanation, explain_call, explain_requests};
 use crate::request::{
-    ProcessFacts, Session, build_requests, exec_facts, write_scope_candidates,
-    write_scope_requests,
+    ProcessFacts, Session, build_requests, exec_facts, write_scope_candidates, write_scope_requests,
 };
 use crate::wire::ToolCall;
 
@@ -31,8 +30,10 @@ impl Gateway {
         // A command's whole write scope: the candidates asked when it starts follow the call's
         // own requests (nested `.git` aside, which depend on the tree at that moment).
         if let ToolCall::ExecCommand(p) = call
-            && let (Ok(mut reqs), Ok(exec)) =
-                (build_requests(call, session, process), exec_facts(p, session))
+            && let (Ok(mut reqs), Ok(exec)) = (
+                build_requests(call, session, process),
+                exec_facts(p, session),
+            )
         {
             let configured = self
                 .config
