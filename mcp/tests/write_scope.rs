@@ -342,3 +342,54 @@ async fn a_secrets_parent_renamed_by_a_command_keeps_the_secret_withheld() {
     .unwrap_err();
     assert_ne!(err.code.as_str(), "OK", "{err:?}");
 }
+
+#[test]
+fn policy_explain_of_a_command_shows_its_whole_write_scope() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let cfg = json!({"workspaces": {"w": {"root": root, "command_write_paths": ["target"]}}});
+    let cfg = Config::from_json(&cfg.to_string(), Path::new("/")).unwrap();
+    let policy = std::sync::Arc::new(
+        codespace_engine::PolicyStore::load(codespace_engine::PolicySource::Embedded).unwrap(),
+    );
+    let gw = codespace_engine::Gateway::new(
+        cfg,
+        policy,
+        None,
+        codespace_engine::SandboxFacts {
+            sandbox_enforced: true,
+            network_enforced: true,
+            masking_enforced: true,
+        },
+    )
+    .unwrap();
+    let call = codespace_engine::ToolCall::parse(
+        "exec_command",
+        &json!({"workspace_id": "w", "command": ["cargo", "test"]}),
+    )
+    .unwrap();
+    let ex = gw
+        .explain(&codespace_engine::Session::stdio(), &call, None)
+        .unwrap();
+    let d = ex.decision.unwrap();
+    let scope: Vec<(&str, bool)> = d
+        .subs
+        .iter()
+        .filter(|s| s.action == "process_write")
+        .map(|s| (s.subject.as_str(), s.allowed))
+        .collect();
+    assert_eq!(
+        scope,
+        vec![
+            ("write .", true),
+            ("write target", true),
+            ("write .git", false)
+        ],
+        "{d:?}"
+    );
+    let git = d.subs.iter().find(|s| s.subject == "write .git").unwrap();
+    assert_eq!(
+        git.policy_ids,
+        vec!["base.forbid.git-metadata-command-write"]
+    );
+}
