@@ -533,6 +533,17 @@ pub fn builtin_profiles() -> BTreeMap<String, Profile> {
         .collect()
 }
 
+impl Config {
+    /// The candidates of the write scope of workspace `id`'s commands (`["."]` for an unknown
+    /// workspace).
+    pub fn command_write_paths(&self, id: &str) -> Vec<String> {
+        self.workspaces
+            .get(id)
+            .map(|w| w.command_write_paths.clone())
+            .unwrap_or_else(default_command_write_paths)
+    }
+}
+
 /// Most candidates of a command's write scope one workspace may list.
 pub const MAX_COMMAND_WRITE_PATHS: usize = 64;
 

@@ -35,12 +35,7 @@ impl Gateway {
                 exec_facts(p, session),
             )
         {
-            let configured = self
-                .config
-                .workspaces
-                .get(id)
-                .map(|w| w.command_write_paths.clone())
-                .unwrap_or_else(crate::config::default_command_write_paths);
+            let configured = self.config.command_write_paths(id);
             let candidates = write_scope_candidates(&exec.cwd, &configured, &[]);
             reqs.extend(write_scope_requests(
                 &exec,

@@ -54,12 +54,7 @@ impl Gateway {
         exec_decision: &Decision,
         exec: &ExecFacts,
     ) -> Result<WriteScope, ToolError> {
-        let configured = self
-            .config()
-            .workspaces
-            .get(&ws.facts.id)
-            .map(|w| w.command_write_paths.clone())
-            .unwrap_or_else(crate::config::default_command_write_paths);
+        let configured = self.config().command_write_paths(&ws.facts.id);
         let nested = self.nested_git(ws).await;
         let candidates = write_scope_candidates(&exec.cwd, &configured, &nested);
         let cwd_allowed = exec_decision

@@ -1074,64 +1074,58 @@ fn check(snap: &PolicySnapshot, case: &TestCase, d: &Decision, failures: &mut Ve
         ));
     }
     for (cap, want) in &case.capabilities {
-        match d.subs.iter().find(|s| &s.action == cap) {
-            Some(s) => {
-                let got = if s.allowed { "allow" } else { "deny" };
-                if got != want {
-                    let why = if s.policy_ids.is_empty() {
-                        "no policy permits it (default deny)".to_string()
-                    } else {
-                        format!(
-                            "determined by {}",
-                            s.policy_ids
-                                .iter()
-                                .map(|i| policy_with_reason(snap, i))
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        )
-                    };
-                    failures.push(format!(
-                        "capability {cap}: expected {want}, got {got}: {why}"
-                    ));
-                }
-            }
-            None => failures.push(format!("capability {cap}: not requested by this call")),
-        }
+        let found = d.subs.iter().find(|s| &s.action == cap);
+        expect_sub(snap, found, want, &format!("capability {cap}"), failures);
     }
     for (path, want) in &case.write_paths {
         let norm = codespace_runner_fs::RelPath::parse(path)
             .map(|p| p.as_str().to_string())
             .unwrap_or_else(|_| path.clone());
         let subject = format!("write {norm}");
-        let Some(s) = d
+        let found = d
             .subs
             .iter()
-            .find(|s| s.action == "process_write" && s.subject == subject)
-        else {
-            failures.push(format!(
-                "write_paths `{path}`: not requested (only exec_command has a write scope)"
-            ));
-            continue;
-        };
-        let got = if s.allowed { "allow" } else { "deny" };
-        if got != want {
-            let why = if s.policy_ids.is_empty() {
-                "no policy permits it (default deny)".to_string()
-            } else {
-                format!(
-                    "determined by {}",
-                    s.policy_ids
-                        .iter()
-                        .map(|i| policy_with_reason(snap, i))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            };
-            failures.push(format!(
-                "write_paths `{path}`: expected {want}, got {got}: {why}"
-            ));
-        }
+            .find(|s| s.action == "process_write" && s.subject == subject);
+        expect_sub(
+            snap,
+            found,
+            want,
+            &format!("write_paths `{path}`"),
+            failures,
+        );
     }
+}
+
+/// Checks one non-gating sub-decision (a capability, a write-scope candidate) against `want`
+/// (`allow` / `deny`), naming what determined it when it differs.
+fn expect_sub(
+    snap: &PolicySnapshot,
+    found: Option<&crate::policy::decide::SubDecision>,
+    want: &str,
+    what: &str,
+    failures: &mut Vec<String>,
+) {
+    let Some(s) = found else {
+        failures.push(format!("{what}: not requested by this call"));
+        return;
+    };
+    let got = if s.allowed { "allow" } else { "deny" };
+    if got == want {
+        return;
+    }
+    let why = if s.policy_ids.is_empty() {
+        "no policy permits it (default deny)".to_string()
+    } else {
+        format!(
+            "determined by {}",
+            s.policy_ids
+                .iter()
+                .map(|i| policy_with_reason(snap, i))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    failures.push(format!("{what}: expected {want}, got {got}: {why}"));
 }
 
 /// The `process_write` requests of a case's `write_paths` (each path normalized).

@@ -187,12 +187,7 @@ impl Authorized<'_> {
     /// (quietly) like a command's. A policy that reads `context.command` may grant a given
     /// command more or less: `exec_command`'s result shows the scope each command got.
     fn write_paths_view(&self, id: &str) -> crate::wire::WritePaths {
-        let configured = self
-            .config
-            .workspaces
-            .get(id)
-            .map(|w| w.command_write_paths.clone())
-            .unwrap_or_else(crate::config::default_command_write_paths);
+        let configured = self.config.command_write_paths(id);
         let root = codespace_runner_fs::RelPath::root();
         let candidates = crate::request::write_scope_candidates(&root, &configured, &[]);
         let mut ctx = json!({
