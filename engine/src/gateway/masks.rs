@@ -160,23 +160,24 @@ impl Gateway {
 }
 
 impl Services {
-    /// Audit rows for the masks of a started command: one `read` deny row per masked path, under
-    /// the command's own decision id after its own rows and the `after` rows of its write
-    /// scope (paths and policy ids only, never contents).
+    /// Audit rows of the sandbox a command is about to get, written ahead of its start in one
+    /// commit: its write scope's rows (`scope_rows`), then one `read` deny row per masked path,
+    /// under the command's own decision id after its own rows (paths and policy ids only,
+    /// never contents).
     pub(crate) fn audit_masks(
         &self,
         exec: &Decision,
-        after: usize,
+        scope_rows: Vec<DecisionRow>,
         masks: &[Mask],
         session: &Session,
     ) {
         let Some(store) = &self.store else { return };
-        if masks.is_empty() {
+        if masks.is_empty() && scope_rows.is_empty() {
             return;
         }
         let at_ms = codespace_store::now_ms();
-        let first = exec.subs.len() + after;
-        let rows: Vec<DecisionRow> = masks
+        let first = exec.subs.len() + scope_rows.len();
+        let mask_rows: Vec<DecisionRow> = masks
             .iter()
             .enumerate()
             .map(|(i, m)| DecisionRow {
@@ -200,7 +201,9 @@ impl Services {
                 ..DecisionRow::default()
             })
             .collect();
-        // Written ahead like the command's own decision (it runs right after).
+        let mut rows = scope_rows;
+        rows.extend(mask_rows);
+        // Written ahead like the command's own decision: the command starts right after.
         crate::audit::append(store, rows, &exec.decision_id, true);
     }
 }

@@ -29,8 +29,9 @@ pub(crate) struct WriteScope {
     pub(crate) writable: Vec<RelPath>,
     /// Denied paths beneath a writable directory: read-only mounts.
     pub(crate) read_only_mounts: Vec<RelPath>,
-    /// How many audit rows the scope wrote after the command's own (the next free sub index).
-    pub(crate) audited: usize,
+    /// The audit rows of the scope's decisions (under the command's decision id, right after
+    /// its own rows), written with the command's masks before it starts.
+    pub(crate) rows: Vec<codespace_store::DecisionRow>,
 }
 
 /// One decided candidate.
@@ -72,7 +73,7 @@ impl Gateway {
             session,
             Audit::None,
         );
-        self.audit_write_scope(snap, exec_decision, &d, ws, &reqs, session);
+        let rows = self.write_scope_rows(snap, exec_decision, &d, ws, &reqs, session);
         let mut decided = vec![Decided {
             path: exec.cwd.clone(),
             allowed: cwd_allowed,
@@ -95,7 +96,7 @@ impl Gateway {
                     format!("write scope task: {e}"),
                 )
             })??;
-        scope.audited = d.subs.len();
+        scope.rows = rows;
         Ok(scope)
     }
 
@@ -120,8 +121,8 @@ impl Gateway {
     }
 
     /// The audit rows of the scope's decisions, under the command's decision id right after its
-    /// own rows, written ahead like the command's.
-    fn audit_write_scope(
+    /// own rows (none without a store).
+    fn write_scope_rows(
         &self,
         snap: &PolicySnapshot,
         exec_decision: &Decision,
@@ -129,15 +130,14 @@ impl Gateway {
         ws: &WorkspaceRuntime,
         reqs: &[SubRequest],
         session: &Session,
-    ) {
-        let Some(store) = &self.store else { return };
-        if d.subs.is_empty() {
-            return;
+    ) -> Vec<codespace_store::DecisionRow> {
+        if self.store.is_none() || d.subs.is_empty() {
+            return Vec::new();
         }
         let shadow = self.shadow_decision(&ws.facts, &d.tool, reqs);
         let at = super::RowContext::now(snap, &ws.facts, session);
         let first = exec_decision.subs.len();
-        let rows: Vec<codespace_store::DecisionRow> = super::rows_with_shadow(
+        super::rows_with_shadow(
             &self.config.profiles,
             &self.config.redaction.current(),
             &at,
@@ -152,8 +152,7 @@ impl Gateway {
             row.sub_index = i64::try_from(first + i).unwrap_or(i64::MAX);
             row
         })
-        .collect();
-        crate::audit::append(store, rows, &exec_decision.decision_id, true);
+        .collect()
     }
 }
 

@@ -551,6 +551,8 @@ impl Authorized<'_> {
                 .any(|m| m.path == crate::masks::NON_UTF8_TOP_LEVEL),
             proxy_control_fd: None,
         };
+        // The sandbox's decisions (write scope, masks) are in the log before the command starts.
+        self.audit_masks(decision, scope_view.rows, &masks, session);
         // On any error from here on, `tmp_dir` is dropped and so removed.
         let (launcher, handshake) =
             match self.sandbox_launcher(ws, plan, proxy.as_ref().map(|p| &p.relay_end))? {
@@ -649,7 +651,6 @@ impl Authorized<'_> {
                 format!("command sandbox refused to start the command: {why}"),
             )));
         }
-        self.audit_masks(decision, scope_view.audited, &masks, session);
         let program = p
             .command
             .first()
