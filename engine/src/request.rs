@@ -298,7 +298,7 @@ pub fn check_read_args(p: &crate::wire::ReadParams) -> Result<(), ToolError> {
     use crate::wire::READ_MAX_PATHS;
     let bad = |m: String| Err(ToolError::new(ErrorCode::InvalidArguments, m));
     match &p.paths {
-        Some(_) if !p.path.is_empty() => {
+        Some(_) if p.path.is_some() => {
             return bad("`path` and `paths` are exclusive: send one".into());
         }
         Some(list) if list.is_empty() => return bad("`paths` must name at least one path".into()),
@@ -308,7 +308,7 @@ pub fn check_read_args(p: &crate::wire::ReadParams) -> Result<(), ToolError> {
                 list.len()
             ));
         }
-        None if p.path.is_empty() => return bad("`path` (or `paths`) is required".into()),
+        None if p.path.is_none() => return bad("`path` (or `paths`) is required".into()),
         _ => {}
     }
     let lines = match (p.head_lines, p.tail_lines) {
@@ -351,7 +351,7 @@ pub fn build_requests(
             check_read_args(p)?;
             let paths: Vec<&str> = match &p.paths {
                 Some(list) => list.iter().map(String::as_str).collect(),
-                None => vec![p.path.as_str()],
+                None => p.path.as_deref().into_iter().collect(),
             };
             let mut out = Vec::with_capacity(paths.len());
             for path in paths {

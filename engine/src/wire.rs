@@ -39,8 +39,8 @@ pub struct ReadParams {
     /// The workspace id (a selector, not a credential).
     pub workspace_id: String,
     /// Workspace-relative path of a regular file (exclusive with `paths`).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
     /// Several workspace-relative paths read in one call (at most 64, exclusive with `path`); the
     /// result is `{files: [...]}`, one entry per path, each a read's result or an `error`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -133,22 +133,32 @@ fn workspace_info_output_schema() -> Arc<rmcp::model::JsonObject> {
     }))
 }
 
-/// What `read` returns: one file's [`ReadResult`], or `{files: [...]}` for `paths` (so no
-/// field is required at the top level).
+/// What `read` returns: one file's [`ReadResult`], or `{files: [...]}` for `paths`.
 fn read_output_schema() -> Arc<rmcp::model::JsonObject> {
-    let mut m = (*schema_for_type::<ReadResult>()).clone();
-    m.remove("required");
-    if let Some(serde_json::Value::Object(props)) = m.get_mut("properties") {
-        props.insert(
-            "files".into(),
-            serde_json::json!({
-                "type": "array",
-                "description": "With `paths`: one entry per path, in order: that file's read result, or {path, error: {code, message}}.",
-                "items": {"type": "object"},
-            }),
-        );
+    let mut one = (*schema_for_type::<ReadResult>()).clone();
+    let mut root = rmcp::model::JsonObject::new();
+    for key in ["$schema", "$defs"] {
+        if let Some(v) = one.remove(key) {
+            root.insert(key.into(), v);
+        }
     }
-    Arc::new(m)
+    one.remove("title");
+    root.insert("type".into(), "object".into());
+    root.insert(
+        "anyOf".into(),
+        serde_json::json!([one, {
+            "type": "object",
+            "properties": {
+                "files": {
+                    "type": "array",
+                    "description": "With `paths`: one entry per path, in order: that file's read result, or {path, error: {code, message}}.",
+                    "items": {"type": "object", "required": ["path"]},
+                },
+            },
+            "required": ["files"],
+        }]),
+    );
+    Arc::new(root)
 }
 
 /// What `operation_status` returns (built as JSON by the engine's operations module).

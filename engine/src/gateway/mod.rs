@@ -878,7 +878,7 @@ impl Gateway {
         let mut files = Vec::with_capacity(paths.len());
         for path in paths {
             let one = crate::wire::ReadParams {
-                path: path.clone(),
+                path: Some(path.clone()),
                 paths: None,
                 ..p.clone()
             };

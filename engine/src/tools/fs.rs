@@ -16,7 +16,8 @@ impl Authorized<'_> {
     /// `read` of one file (`path`; `paths` is served by the gateway, one such read per path).
     pub(crate) async fn read(&self, p: &ReadParams) -> Result<serde_json::Value, ToolError> {
         check_read_args(p)?;
-        self.read_one(&p.path, p).await
+        self.read_one(p.path.as_deref().unwrap_or_default(), p)
+            .await
     }
 
     /// One file of `read`: a window (bytes, or the first/last lines) of a regular file and the
