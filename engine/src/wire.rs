@@ -44,6 +44,7 @@ pub struct ReadParams {
     /// Several workspace-relative paths read in one call (at most 64, exclusive with `path`); the
     /// result is `{files: [...]}`, one entry per path, each a read's result or an `error`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
     pub paths: Option<Vec<String>>,
     /// Byte offset of the window (default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -54,10 +55,12 @@ pub struct ReadParams {
     /// Only the first N lines of the file (N ≥ 1; exclusive with `offset`/`limit`/`tail_lines`;
     /// bounded by the 1048576-byte window).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub head_lines: Option<u64>,
     /// Only the last N lines of the file (N ≥ 1; exclusive with `offset`/`limit`/`head_lines`;
     /// bounded by the 1048576-byte window).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub tail_lines: Option<u64>,
     /// `text` (bytes that are not UTF-8 are `BINARY_FILE`) or `base64` (the bytes exactly).
     /// Omitted: text, with invalid UTF-8 replaced and `content_lossy` set.
@@ -110,7 +113,8 @@ pub struct FindParams {
     /// The workspace id.
     pub workspace_id: String,
     /// Workspace-relative directory the listing is rooted at (default: the workspace root);
-    /// listed paths stay workspace-relative. Not a directory: `PATH_NOT_DIRECTORY`.
+    /// listed paths, `glob` and `exclude` stay workspace-relative, `max_depth` counts from it.
+    /// Not a directory: `PATH_NOT_DIRECTORY`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
     /// A globset pattern over relative paths (`*` stays in one component, `**` crosses; a pattern

@@ -232,7 +232,7 @@ fn wire_tool(tool: ToolName) -> Tool {
         ToolName::Find => Tool::new(
             name,
                 "List workspace-relative file paths (sorted, symlinks listed but never followed), optionally \
-                 filtered by a glob, paged by offset/limit (default and max 10000). incomplete means the walk hit \
+                 under one directory (path; max_depth then counts from it) and filtered by a glob, paged by offset/limit (default and max 10000). incomplete means the walk hit \
                  a cap; restart at offset 0 when listing_version changes. Paths policy withholds are counted in \
                  withheld. type (file|dir|any), max_depth, exclude globs, respect_gitignore (also skips hidden \
                  entries) and details (kind, size, mtime per entry) refine the listing.",

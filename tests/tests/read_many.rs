@@ -26,6 +26,7 @@ fn tree(root: &Path) -> anyhow::Result<()> {
     write_file(root, "src/.env", "S=2\n")?;
     write_file(root, ".env", "S=1\n")?;
     write_file(root, "img/logo.png", PNG)?;
+    write_file(root, "utf8.txt", "aé\n")?;
     Ok(())
 }
 
@@ -180,6 +181,16 @@ async fn binary_files_are_binary_file_as_text_and_exact_as_base64() {
         .unwrap();
     assert_eq!(t["content"], "one\ntwo\nthree\nfour\n");
     assert!(t.get("encoding").is_none(), "{t}");
+    // A window cut inside a character is text: it ends before that character.
+    let w = h
+        .ok(
+            "read",
+            json!({"workspace_id": WS, "path": "utf8.txt", "limit": 2, "encoding": "text"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(w["content"], "a", "{w}");
+    assert_eq!(w["next_offset"], 1, "{w}");
     // Among `paths`, the binary file is that file's BINARY_FILE.
     let r = h
         .ok(

@@ -64,6 +64,17 @@ impl Authorized<'_> {
             data.drain(..skip);
             offset = offset.saturating_add(skip as u64);
         }
+        if p.encoding == Some(ReadEncoding::Text) {
+            // A window that ends inside a character ends before it instead (the next window
+            // starts there), so a cut is never mistaken for binary content.
+            let more = offset.saturating_add(data.len() as u64) < out.size;
+            if let Err(e) = std::str::from_utf8(&data)
+                && e.error_len().is_none()
+                && more
+            {
+                data.truncate(e.valid_up_to());
+            }
+        }
         let byte_count = data.len() as u64;
         let end = offset.saturating_add(byte_count);
         let more = end < out.size;
