@@ -64,6 +64,12 @@ async fn read_paths_decides_each_path_and_reports_each_failure_as_that_files_err
     assert_eq!(row("src/main.rs", "allow"), 1, "{rows:?}");
     assert_eq!(row(".env", "deny"), 1, "{rows:?}");
 
+    // An unknown workspace fails the call, as a single read does.
+    let body = h
+        .err("read", json!({"workspace_id": "nope", "paths": ["a.txt"]}))
+        .await
+        .unwrap();
+    assert_eq!(body["code"], "WORKSPACE_NOT_FOUND", "{body}");
     // All denied is still a result.
     let r = h
         .ok(

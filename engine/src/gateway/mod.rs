@@ -892,7 +892,11 @@ impl Gateway {
             };
             files.push(match r {
                 Ok(v) => v,
-                Err(e) => {
+                Err(mut e) => {
+                    // A file's error text passes the redactor as a call's error does.
+                    if let std::borrow::Cow::Owned(red) = self.config.redaction.text(&e.message) {
+                        e.message = red;
+                    }
                     let body = serde_json::to_value(&e).unwrap_or_else(
                         |_| serde_json::json!({"code": e.code.as_str(), "message": e.message}),
                     );
