@@ -38,6 +38,7 @@ pub enum ErrorCode {
     InvalidArguments,
     Internal,
     FileTooLarge,
+    BinaryFile,
 }
 
 impl ErrorCode {
@@ -75,6 +76,7 @@ impl ErrorCode {
             ErrorCode::InvalidArguments => "INVALID_ARGUMENTS",
             ErrorCode::Internal => "INTERNAL",
             ErrorCode::FileTooLarge => "FILE_TOO_LARGE",
+            ErrorCode::BinaryFile => "BINARY_FILE",
         }
     }
 
@@ -111,6 +113,7 @@ impl ErrorCode {
         ErrorCode::InvalidArguments,
         ErrorCode::Internal,
         ErrorCode::FileTooLarge,
+        ErrorCode::BinaryFile,
     ];
 
     /// Maps a code string (runner crates and stored results speak the same codes) onto the

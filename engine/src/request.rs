@@ -291,6 +291,40 @@ fn process_command_facts(pf: &ProcessFacts) -> Value {
     cmd
 }
 
+/// The argument rules of `read` (`INVALID_ARGUMENTS`): exactly one of `path`/`paths`, at most
+/// [`READ_MAX_PATHS`] paths, `head_lines`/`tail_lines` positive and exclusive with each other and
+/// with `offset`/`limit`.
+pub fn check_read_args(p: &crate::wire::ReadParams) -> Result<(), ToolError> {
+    use crate::wire::READ_MAX_PATHS;
+    let bad = |m: String| Err(ToolError::new(ErrorCode::InvalidArguments, m));
+    match &p.paths {
+        Some(_) if p.path.is_some() => {
+            return bad("`path` and `paths` are exclusive: send one".into());
+        }
+        Some(list) if list.is_empty() => return bad("`paths` must name at least one path".into()),
+        Some(list) if list.len() > READ_MAX_PATHS => {
+            return bad(format!(
+                "`paths` names {} paths; at most {READ_MAX_PATHS}",
+                list.len()
+            ));
+        }
+        None if p.path.is_none() => return bad("`path` (or `paths`) is required".into()),
+        _ => {}
+    }
+    let lines = match (p.head_lines, p.tail_lines) {
+        (Some(_), Some(_)) => return bad("`head_lines` and `tail_lines` are exclusive".into()),
+        (Some(n), None) | (None, Some(n)) => Some(n),
+        (None, None) => None,
+    };
+    match lines {
+        Some(0) => bad("`head_lines`/`tail_lines` must be at least 1".into()),
+        Some(_) if p.offset.is_some() || p.limit.is_some() => {
+            bad("`head_lines`/`tail_lines` are exclusive with `offset`/`limit`".into())
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Builds the sub-requests of a call. Request-builder failures are errors the caller turns into
 /// refusals (a malformed path is `PATH_ESCAPE`, a malformed patch `INVALID_PATCH`).
 pub fn build_requests(
@@ -312,26 +346,41 @@ pub fn build_requests(
             vec![sub(tool, ".", "", base.clone(), ".".into())]
         }
         ToolCall::Read(p) => {
-            let rel = RelPath::parse(&p.path).map_err(path_error)?;
+            // `paths`: one `read` sub-request per path, each decided as a single `read` of it
+            // (all gating: a denied one refuses the call).
+            check_read_args(p)?;
+            let paths: Vec<&str> = match &p.paths {
+                Some(list) => list.iter().map(String::as_str).collect(),
+                None => p.path.as_deref().into_iter().collect(),
+            };
+            let mut out = Vec::with_capacity(paths.len());
+            for path in paths {
+                let rel = RelPath::parse(path).map_err(path_error)?;
+                out.push(sub(
+                    tool,
+                    rel.as_str(),
+                    "",
+                    base.clone(),
+                    rel.as_str().into(),
+                ));
+            }
+            out
+        }
+        ToolCall::Find(p) => {
+            let glob = p.glob.clone().unwrap_or_default();
+            let rel = match p.path.as_deref().filter(|s| !s.is_empty()) {
+                Some(path) => RelPath::parse(path).map_err(path_error)?,
+                None => RelPath::root(),
+            };
             vec![sub(
                 tool,
                 rel.as_str(),
                 "",
-                base.clone(),
-                rel.as_str().into(),
-            )]
-        }
-        ToolCall::Find(p) => {
-            let glob = p.glob.clone().unwrap_or_default();
-            vec![sub(
-                tool,
-                ".",
-                "",
                 with("find", json!({"glob": glob})),
-                if glob.is_empty() {
-                    ".".into()
-                } else {
-                    format!("glob {glob}")
+                match (glob.is_empty(), rel.is_root()) {
+                    (true, _) => rel.as_str().into(),
+                    (false, true) => format!("glob {glob}"),
+                    (false, false) => format!("{} glob {glob}", rel.as_str()),
                 },
             )]
         }

@@ -38,14 +38,47 @@ pub struct WorkspaceInfoParams {
 pub struct ReadParams {
     /// The workspace id (a selector, not a credential).
     pub workspace_id: String,
-    /// Workspace-relative path of a regular file.
-    pub path: String,
+    /// Workspace-relative path of a regular file (exclusive with `paths`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Several workspace-relative paths read in one call (at most 64, exclusive with `path`); the
+    /// result is `{files: [...]}`, one entry per path, each a read's result or an `error`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
+    pub paths: Option<Vec<String>>,
     /// Byte offset of the window (default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offset: Option<u64>,
     /// Window size in bytes (default and max 1048576; 0 is OUTPUT_LIMIT).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u64>,
+    /// Only the first N lines of the file (N ≥ 1; exclusive with `offset`/`limit`/`tail_lines`;
+    /// bounded by the 1048576-byte window).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub head_lines: Option<u64>,
+    /// Only the last N lines of the file (N ≥ 1; exclusive with `offset`/`limit`/`head_lines`;
+    /// bounded by the 1048576-byte window).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub tail_lines: Option<u64>,
+    /// `text` (bytes that are not UTF-8 are `BINARY_FILE`) or `base64` (the bytes exactly).
+    /// Omitted: text, with invalid UTF-8 replaced and `content_lossy` set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encoding: Option<ReadEncoding>,
+}
+
+/// Largest `paths` list of one `read`.
+pub const READ_MAX_PATHS: usize = 64;
+
+/// How `read` returns content.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ReadEncoding {
+    /// UTF-8 text; a window that is not valid UTF-8 is `BINARY_FILE`.
+    Text,
+    /// The window's bytes, base64 (standard alphabet, padded).
+    Base64,
 }
 
 /// Result of `read`.
@@ -53,8 +86,11 @@ pub struct ReadParams {
 pub struct ReadResult {
     /// The normalized workspace-relative path.
     pub path: String,
-    /// The window's bytes as lossy UTF-8.
+    /// The window's bytes: UTF-8 text (lossy unless `encoding: "text"`), or base64.
     pub content: String,
+    /// `base64` when `content` is base64 (omitted for text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encoding: Option<ReadEncoding>,
     /// True when `content` had to replace invalid UTF-8.
     pub content_lossy: bool,
     /// `sha256:<hex>` of the whole file.
@@ -76,6 +112,11 @@ pub struct ReadResult {
 pub struct FindParams {
     /// The workspace id.
     pub workspace_id: String,
+    /// Workspace-relative directory the listing is rooted at (default: the workspace root);
+    /// listed paths, `glob` and `exclude` stay workspace-relative, `max_depth` counts from it.
+    /// Not a directory: `PATH_NOT_DIRECTORY`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
     /// A globset pattern over relative paths (`*` stays in one component, `**` crosses; a pattern
     /// without `/` matches the file name at any depth).
     #[serde(default, skip_serializing_if = "Option::is_none")]

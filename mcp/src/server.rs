@@ -133,6 +133,34 @@ fn workspace_info_output_schema() -> Arc<rmcp::model::JsonObject> {
     }))
 }
 
+/// What `read` returns: one file's [`ReadResult`], or `{files: [...]}` for `paths`.
+fn read_output_schema() -> Arc<rmcp::model::JsonObject> {
+    let mut one = (*schema_for_type::<ReadResult>()).clone();
+    let mut root = rmcp::model::JsonObject::new();
+    for key in ["$schema", "$defs"] {
+        if let Some(v) = one.remove(key) {
+            root.insert(key.into(), v);
+        }
+    }
+    one.remove("title");
+    root.insert("type".into(), "object".into());
+    root.insert(
+        "anyOf".into(),
+        serde_json::json!([one, {
+            "type": "object",
+            "properties": {
+                "files": {
+                    "type": "array",
+                    "description": "With `paths`: one entry per path, in order: that file's read result, or {path, error: {code, message}}.",
+                    "items": {"type": "object", "required": ["path"]},
+                },
+            },
+            "required": ["files"],
+        }]),
+    );
+    Arc::new(root)
+}
+
 /// What `operation_status` returns (built as JSON by the engine's operations module).
 fn operation_status_output_schema() -> Arc<rmcp::model::JsonObject> {
     schema_obj(serde_json::json!({
@@ -193,15 +221,18 @@ fn wire_tool(tool: ToolName) -> Tool {
         ToolName::Read => Tool::new(
             name,
                 "Read a workspace-relative regular file. Returns a window of its bytes (offset/limit, default and \
-                 max 1 MiB) as lossy UTF-8, and the sha256 version of the whole file. Use next_offset to continue. \
-                 Symlinks, special files and paths outside the workspace are refused.",
+                 max 1 MiB, or the first/last N lines with head_lines/tail_lines) and the sha256 version of the \
+                 whole file. Use next_offset to continue. encoding \"text\" refuses non-UTF-8 bytes with \
+                 BINARY_FILE, \"base64\" returns the bytes exactly; omitted, invalid UTF-8 is replaced \
+                 (content_lossy). paths (up to 64) reads several files: {files: [...]}, each a result or its own \
+                 error. Symlinks, special files and paths outside the workspace are refused.",
                 schema_for_type::<ReadParams>(),
             )
-            .with_output_schema::<ReadResult>(),
+            .with_raw_output_schema(read_output_schema()),
         ToolName::Find => Tool::new(
             name,
                 "List workspace-relative file paths (sorted, symlinks listed but never followed), optionally \
-                 filtered by a glob, paged by offset/limit (default and max 10000). incomplete means the walk hit \
+                 under one directory (path; max_depth then counts from it) and filtered by a glob, paged by offset/limit (default and max 10000). incomplete means the walk hit \
                  a cap; restart at offset 0 when listing_version changes. Paths policy withholds are counted in \
                  withheld. type (file|dir|any), max_depth, exclude globs, respect_gitignore (also skips hidden \
                  entries) and details (kind, size, mtime per entry) refine the listing.",

@@ -956,6 +956,20 @@ fn a_tool_error_carries_its_body_as_structured_content_that_the_output_schema_ad
     let ok = s.call("read", json!({"workspace_id": "default", "path": "a.txt"}));
     assert_eq!(ok["isError"], false);
     assert!(schema_of("read").is_valid(&ok["structuredContent"]), "{ok}");
+    // So do `paths` (a file and a missing one) and a base64 read, through the real binary.
+    let many = s.call(
+        "read",
+        json!({"workspace_id": "default", "paths": ["a.txt", "missing.txt"], "encoding": "base64"}),
+    );
+    assert_eq!(many["isError"], false, "{many}");
+    let files = &many["structuredContent"]["files"];
+    assert_eq!(files[0]["encoding"], "base64", "{many}");
+    assert_eq!(files[1]["error"]["code"], "FILE_NOT_FOUND", "{many}");
+    assert!(
+        schema_of("read").is_valid(&many["structuredContent"]),
+        "{many}"
+    );
+    assert!(!schema_of("read").is_valid(&json!({"files": 1})));
 }
 
 #[test]

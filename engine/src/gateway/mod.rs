@@ -863,6 +863,50 @@ impl Gateway {
         Ok(Authorized::new(self, snap, ws, session, decision))
     }
 
+    /// `read` with `paths`: each path authorized and read exactly as a single `read` of it (its
+    /// own decision and audit row); a path's refusal or failure becomes that file's `error`, so
+    /// the call itself fails only on invalid arguments or an unknown workspace.
+    async fn read_many(
+        &self,
+        snap: &Arc<PolicySnapshot>,
+        p: &crate::wire::ReadParams,
+        session: &Session,
+    ) -> Result<serde_json::Value, ToolError> {
+        crate::request::check_read_args(p)?;
+        self.workspace(&p.workspace_id)?;
+        let paths = p.paths.as_deref().unwrap_or_default();
+        let mut files = Vec::with_capacity(paths.len());
+        for path in paths {
+            let one = crate::wire::ReadParams {
+                path: Some(path.clone()),
+                paths: None,
+                ..p.clone()
+            };
+            let call = ToolCall::Read(one.clone());
+            let r = match self
+                .authorize_on(snap, &p.workspace_id, &call, session)
+                .await
+            {
+                Ok(a) => a.read(&one).await,
+                Err(e) => Err(e),
+            };
+            files.push(match r {
+                Ok(v) => v,
+                Err(mut e) => {
+                    // A file's error text passes the redactor as a call's error does.
+                    if let std::borrow::Cow::Owned(red) = self.config.redaction.text(&e.message) {
+                        e.message = red;
+                    }
+                    let body = serde_json::to_value(&e).unwrap_or_else(
+                        |_| serde_json::json!({"code": e.code.as_str(), "message": e.message}),
+                    );
+                    serde_json::json!({"path": path, "error": body})
+                }
+            });
+        }
+        Ok(serde_json::json!({ "files": files }))
+    }
+
     /// Serves one tool call. The result is the tool's result object.
     pub async fn call(
         &self,
@@ -882,6 +926,7 @@ impl Gateway {
                         .workspace_info(server),
                 }
             }
+            ToolCall::Read(p) if p.paths.is_some() => self.read_many(&snap, p, session).await,
             ToolCall::Read(p) => {
                 self.authorize_on(&snap, &p.workspace_id, &call, session)
                     .await?

@@ -236,6 +236,49 @@ impl Authorized<'_> {
             .filter(|g| !g.is_empty())
             .map(|g| compile_glob("exclude", g))
             .collect::<Result<_, _>>()?;
+        let base = match p.path.as_deref().filter(|s| !s.is_empty()) {
+            Some(s) => RelPath::parse(s)?,
+            None => RelPath::root(),
+        };
+        if !base.is_root() {
+            // The listing's root must be a directory reachable without a symlink.
+            let root = Arc::clone(&ws.root);
+            let b = base.clone();
+            let meta = blocking(move || root.stat(&b)).await??;
+            let named = base.as_str();
+            match meta {
+                None => {
+                    return Err(ToolError::new(
+                        ErrorCode::FileNotFound,
+                        format!("`{named}` does not exist"),
+                    ));
+                }
+                Some(m) if m.kind == Kind::Symlink => {
+                    return Err(ToolError::new(
+                        ErrorCode::SymlinkRejected,
+                        format!("`{named}` is a symlink"),
+                    ));
+                }
+                Some(m) if m.kind != Kind::Dir => {
+                    return Err(ToolError::new(
+                        ErrorCode::PathNotDirectory,
+                        format!("`{named}` is not a directory"),
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        // Entries under the base, and their depth below it.
+        let prefix = if base.is_root() {
+            String::new()
+        } else {
+            format!("{}/", base.as_str())
+        };
+        let base_depth = if base.is_root() {
+            0
+        } else {
+            depth_of(base.as_str())
+        };
         let (listing, why) = self.workspace_listing().await?;
         let (groups, decision) = self.read_decisions(&listing).await?;
         let mut allowed_bits = Sha256::new();
@@ -243,7 +286,7 @@ impl Authorized<'_> {
             allowed_bits.update([u8::from(s.allowed)]);
         }
         let key = format!(
-            "{}\0{}\0{}\0{:?}\0{max_depth}\0{}\0{:?}\0{gitignore}",
+            "{}\0{}\0{}\0{:?}\0{max_depth}\0{}\0{:?}\0{gitignore}\0{prefix}",
             listing.generation,
             snap.sha256,
             hex::encode(allowed_bits.finalize()),
@@ -260,10 +303,14 @@ impl Authorized<'_> {
                 let d = blocking(move || {
                     let rules = gitignore.then(|| index.ignore_rules(&l));
                     let mut ignore = rules.as_ref().map(|r| {
-                        r.filter(IgnoreSelector {
+                        let mut f = r.filter(IgnoreSelector {
                             hidden: true,
                             ignored: true,
-                        })
+                        });
+                        if !prefix.is_empty() {
+                            f.assume_kept(prefix.trim_end_matches('/'));
+                        }
+                        f
                     });
                     let mut ex = Excluder {
                         globs: &excludes,
@@ -281,7 +328,8 @@ impl Authorized<'_> {
                             EntryType::Any => true,
                         };
                         if !wanted
-                            || depth_of(&e.path) > max_depth
+                            || !e.path.starts_with(prefix.as_str())
+                            || depth_of(&e.path) - base_depth > max_depth
                             || glob.as_ref().is_some_and(|g| !g.is_match(&e.path))
                             || ex.excluded(&e.path)
                             || ignore
