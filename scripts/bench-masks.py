@@ -6,7 +6,9 @@ yield_ms on a workspace of --files files holding 10 withheld ones, with secret m
 the same exec with masking off, measured in the same run, plus the raw ProcessTable spawn of
 `true`, a plain fork+exec of `true` (std::process::Command; the floor the 8x target of
 wave2-decisions is measured against: masked_vs_fork_exec) and the bare no-follow walk of the
-tree.
+tree; and (exec_write_scope) the same round trip on a workspace with a `.git` directory and a
+4-candidate write scope (command_write_paths [".", "target", "src", "tmp"]) against the default
+["."], with the fork+exec floor. The tests run one at a time so they do not skew each other.
 
 Usage: scripts/bench-masks.py [--files N] [--iters N]
 Honours CARGO_TARGET_DIR.
@@ -30,7 +32,7 @@ def main() -> int:
     a = ap.parse_args()
     env = dict(os.environ, BENCH_FILES=str(a.files), BENCH_ITERS=str(a.iters))
     out = subprocess.run(["cargo", "test", "--release", "-p", "codespace-mcp", "--test", "masks_bench", "--",
-                          "--nocapture"], cwd=REPO, env=env, check=True, capture_output=True, text=True)
+                          "--nocapture", "--test-threads=1"], cwd=REPO, env=env, check=True, capture_output=True, text=True)
     for line in out.stdout.splitlines():
         if line.startswith(("BENCH", "SKIP")):
             print(line)

@@ -3,7 +3,9 @@
 //! `exec_command ["true"]` with `yield_ms` on a workspace of `BENCH_FILES` files holding 10
 //! withheld ones, with masking on against the same exec with masking off, measured in the same
 //! run, plus the raw `ProcessTable` spawn of `true` (no launcher, no gateway) and the bare
-//! no-follow walk of the same tree for reference.
+//! no-follow walk of the same tree for reference; and the same round trip on a workspace with a
+//! `.git` directory whose write scope has 4 candidates (`command_write_paths`
+//! `[".", "target", "src", "tmp"]`) against the default `["."]`, with a plain fork+exec of `true`.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -192,5 +194,75 @@ async fn exec_round_trip_with_and_without_masks() {
         ms(walk_links_m),
         ms(fork_m),
         on_m.as_secs_f64() / fork_m.as_secs_f64()
+    );
+}
+
+/// `files` ordinary files as in [`populate`], no withheld ones, plus a `.git` directory and the
+/// `target` and `tmp` directories of the 4-candidate write scope.
+fn populate_repo(root: &Path, files: usize) {
+    for i in 0..files {
+        let dir = root.join(format!("src/m{}/d{}", i / 5000, i / 100));
+        if i % 100 == 0 {
+            std::fs::create_dir_all(&dir).unwrap();
+        }
+        std::fs::write(dir.join(format!("f{i}.rs")), "x").unwrap();
+    }
+    for d in [
+        "src",
+        "target",
+        "tmp",
+        ".git/hooks",
+        ".git/objects",
+        ".git/refs/heads",
+    ] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    std::fs::write(root.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_round_trip_with_write_scope() {
+    if skip_without_sandbox("exec_round_trip_with_write_scope") {
+        return;
+    }
+    let files = env_usize("BENCH_FILES", 2_000);
+    let n = env_usize("BENCH_ITERS", 5);
+    // Shipped policy, shipped masking default; the tree holds nothing withheld, so the two differ
+    // only in the write scope's candidates.
+    let scoped = env_with(Opts {
+        workspace: serde_json::json!({"command_write_paths": [".", "target", "src", "tmp"]}),
+        ..Opts::default()
+    });
+    let plain = env();
+    populate_repo(&scoped.root, files);
+    populate_repo(&plain.root, files);
+    exec_true(&scoped).await;
+    exec_true(&plain).await;
+    let (mut four, mut one, mut fork_exec) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..n {
+        fork_exec.push(
+            tokio::task::spawn_blocking(|| {
+                let t = Instant::now();
+                let st = std::process::Command::new("true").status().unwrap();
+                assert!(st.success());
+                t.elapsed()
+            })
+            .await
+            .unwrap(),
+        );
+        four.push(exec_true(&scoped).await);
+        one.push(exec_true(&plain).await);
+    }
+    let (four_m, one_m, fork_m) = (median(four), median(one), median(fork_exec));
+    println!(
+        "BENCH exec_write_scope files={files} iters={n} git=yes \
+         scope4_median_ms={:.2} scope_default_median_ms={:.2} ratio={:.2} \
+         fork_exec_true_median_ms={:.2} scope4_vs_fork_exec={:.1} default_vs_fork_exec={:.1}",
+        ms(four_m),
+        ms(one_m),
+        four_m.as_secs_f64() / one_m.as_secs_f64(),
+        ms(fork_m),
+        four_m.as_secs_f64() / fork_m.as_secs_f64(),
+        one_m.as_secs_f64() / fork_m.as_secs_f64()
     );
 }
