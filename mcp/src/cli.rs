@@ -471,6 +471,10 @@ fn serve(
         })?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        // Cedar evaluates, validates and drops a policy's expression tree recursively: an
+        // operator policy with a long `||` chain overflowed the default 2 MiB worker stack and
+        // aborted the server. Stack pages are only committed as they are touched.
+        .thread_stack_size(codespace_engine::policy::EVAL_STACK_BYTES)
         // Freed heap pages go back to the kernel (at most once a second), so RSS stays flat.
         .on_thread_park(codespace_engine::heap::release_free_heap_if_due)
         .build()

@@ -15,3 +15,9 @@ pub mod suite;
 
 pub use lint::profiles_named;
 pub use load::*;
+
+/// Stack size of every thread that evaluates, validates or parses policies (the server's runtime
+/// workers and blocking pool, the reload thread): Cedar walks a policy's expression tree
+/// recursively, and a long `||` chain of an operator policy needs far more than the default
+/// 2 MiB. Only the pages a thread touches are committed.
+pub const EVAL_STACK_BYTES: usize = 64 * 1024 * 1024;

@@ -295,6 +295,7 @@ impl Reloader {
         let (attempts2, last2) = (Arc::clone(&attempts), Arc::clone(&last));
         let thread = std::thread::Builder::new()
             .name("policy-reload".into())
+            .stack_size(super::EVAL_STACK_BYTES)
             .spawn(move || {
                 reload_loop(&policy, store.as_deref(), &opts, &rx, &attempts2, &last2);
             })
