@@ -20,4 +20,4 @@ pub use load::*;
 /// workers and blocking pool, the reload thread): Cedar walks a policy's expression tree
 /// recursively, and a long `||` chain of an operator policy needs far more than the default
 /// 2 MiB. Only the pages a thread touches are committed.
-pub const EVAL_STACK_BYTES: usize = 64 * 1024 * 1024;
+pub const EVAL_STACK_BYTES: usize = 16 * 1024 * 1024;
