@@ -160,8 +160,8 @@ impl Gateway {
 }
 
 impl Services {
-    /// Audit rows of the sandbox a command is about to get, written ahead of its start in one
-    /// commit: its write scope's rows (`scope_rows`), then one `read` deny row per masked path,
+    /// Audit rows of the sandbox a command is about to get, queued before its start for one
+    /// group commit: its write scope's rows (`scope_rows`), then one `read` deny row per masked path,
     /// under the command's own decision id after its own rows (paths and policy ids only,
     /// never contents).
     pub(crate) fn audit_masks(
@@ -203,8 +203,10 @@ impl Services {
             .collect();
         let mut rows = scope_rows;
         rows.extend(mask_rows);
-        // Written ahead like the command's own decision: the command starts right after.
-        crate::audit::append(store, rows, &exec.decision_id, true);
+        // Queued, not waited for: the command's own decision (which allowed it) is already
+        // written ahead; these rows say how its sandbox was shaped and follow in the next group
+        // commit, so a command's start does not wait for a second commit.
+        crate::audit::append(store, rows, &exec.decision_id, false);
     }
 }
 

@@ -30,7 +30,7 @@ pub(crate) struct WriteScope {
     /// Denied paths beneath a writable directory: read-only mounts.
     pub(crate) read_only_mounts: Vec<RelPath>,
     /// The audit rows of the scope's decisions (under the command's decision id, right after
-    /// its own rows), written with the command's masks before it starts.
+    /// its own rows), queued with the command's masks before it starts.
     pub(crate) rows: Vec<codespace_store::DecisionRow>,
 }
 

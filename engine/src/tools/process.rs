@@ -551,7 +551,8 @@ impl Authorized<'_> {
                 .any(|m| m.path == crate::masks::NON_UTF8_TOP_LEVEL),
             proxy_control_fd: None,
         };
-        // The sandbox's decisions (write scope, masks) are in the log before the command starts.
+        // The sandbox's decisions (write scope, masks) are queued for the log before the command
+        // starts; the decision that allowed it is already written ahead.
         self.audit_masks(decision, scope_view.rows, &masks, session);
         // On any error from here on, `tmp_dir` is dropped and so removed.
         let (launcher, handshake) =
