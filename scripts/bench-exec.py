@@ -53,6 +53,8 @@ class Server:
                 raise RuntimeError("server closed stdout")
             msg = json.loads(line)
             if msg.get("id") == i:
+                if "error" in msg:
+                    raise RuntimeError(json.dumps(msg["error"]))
                 return msg["result"]
 
     def tool(self, name: str, args: dict) -> dict:

@@ -20,6 +20,7 @@ Usage: scripts/bench-write-scope.py --new PATH --baseline PATH [--files N] [--it
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import statistics
 import subprocess
@@ -32,60 +33,24 @@ SECRETS = [".env", "src/m0/.env", "src/m0/d3/.env.local", "tmp/a/b/c/.env"]
 SCOPE4 = [".", "target", "src", "tmp"]
 
 
-class Server:
-    def __init__(self, binary: Path, config: Path) -> None:
-        self.p = subprocess.Popen([str(binary), "serve", "--config", str(config)], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
-        self.next = 1
-        self.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
-                                    "clientInfo": {"name": "bench-write-scope", "version": "1"}})
-        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+def _bench_exec():
+    """scripts/bench-exec.py as a module: its stdio client and its exec loop are shared."""
+    spec = importlib.util.spec_from_file_location("bench_exec", Path(__file__).with_name("bench-exec.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-    def send(self, msg: dict) -> None:
-        assert self.p.stdin is not None
-        self.p.stdin.write(json.dumps(msg) + "\n")
-        self.p.stdin.flush()
 
-    def request(self, method: str, params: dict) -> dict:
-        i = self.next
-        self.next += 1
-        self.send({"jsonrpc": "2.0", "id": i, "method": method, "params": params})
-        assert self.p.stdout is not None
-        while True:
-            line = self.p.stdout.readline()
-            if not line:
-                raise RuntimeError("server closed stdout")
-            msg = json.loads(line)
-            if msg.get("id") == i:
-                if "error" in msg:
-                    raise RuntimeError(json.dumps(msg["error"]))
-                return msg["result"]
-
-    def tool(self, name: str, args: dict) -> dict:
-        r = self.request("tools/call", {"name": name, "arguments": args})
-        if r.get("isError"):
-            raise RuntimeError(r["content"][0]["text"])
-        return r["structuredContent"]
-
-    def close(self) -> None:
-        assert self.p.stdin is not None
-        self.p.stdin.close()
-        self.p.wait(timeout=30)
+_BENCH_EXEC = _bench_exec()
+Server = _BENCH_EXEC.Server
 
 
 def exec_true(s: Server) -> tuple[float, dict]:
-    while True:
-        t = time.perf_counter()
-        try:
-            r = s.tool("exec_command", {"workspace_id": "w", "command": ["true"], "yield_ms": 10000})
-            dt = time.perf_counter() - t
-            assert r["exit_code"] == 0, r
-            return dt, r
-        except RuntimeError as e:
-            # The previous process's exit watcher may not have released the lease yet.
-            if "WORKSPACE_BUSY" not in str(e):
-                raise
-            time.sleep(0.002)
+    dt, r = _BENCH_EXEC.exec_when_free(
+        s, {"workspace_id": "w", "command": ["true"], "yield_ms": 10000})
+    assert r["exit_code"] == 0, r
+    return dt, r
 
 
 def populate(root: Path, files: int, masks: bool) -> None:
