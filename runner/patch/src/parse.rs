@@ -3,10 +3,8 @@
 use crate::error::ParseError;
 use crate::model::{Chunk, Hunk, Patch};
 use crate::quote::quote;
-use crate::source::{SrcLine, prepare};
+use crate::source::{BEGIN, SrcLine, prepare};
 
-/// First line of every patch.
-pub(crate) const BEGIN: &str = "*** Begin Patch";
 /// Last line of every patch.
 const END: &str = "*** End Patch";
 const ADD: &str = "*** Add File:";

@@ -3,6 +3,9 @@
 use crate::error::ParseError;
 use crate::quote::quote;
 
+/// First line of every patch (a heredoc's body is recognised by it).
+pub(crate) const BEGIN: &str = "*** Begin Patch";
+
 /// One line of the patch text, without its line terminator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SrcLine<'a> {
@@ -30,7 +33,7 @@ pub(crate) fn prepare(patch: &str) -> Result<Vec<SrcLine<'_>>, ParseError> {
             message: "expected '*** Begin Patch', found an empty patch".into(),
         });
     };
-    if first.text.trim() == crate::parse::BEGIN {
+    if first.text.trim() == BEGIN {
         return Ok(lines.to_vec());
     }
     let Some(delimiter) = heredoc_delimiter(first.text) else {

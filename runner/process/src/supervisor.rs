@@ -10,7 +10,6 @@ use tokio::sync::oneshot;
 
 use crate::proc::Proc;
 use crate::signals::{ExitKind, reap_nonblocking, wait_exit_no_reap};
-use crate::table::Prune;
 use crate::types::Termination;
 
 /// One reserved "live process" slot; released on drop.
@@ -59,6 +58,12 @@ pub(crate) fn watch_exit(pid: u32) -> std::io::Result<oneshot::Receiver<ExitKind
             let _ = tx.send(kind);
         })?;
     Ok(rx)
+}
+
+/// What a supervisor asks of its table once its process is done: evict what has expired.
+pub(crate) trait Prune: Send + Sync {
+    /// Evicts exited handles older than the TTL, then the oldest beyond `max_exited_kept`.
+    fn prune(&self);
 }
 
 /// Settings of one supervisor.

@@ -17,7 +17,7 @@ use crate::proc::{Proc, ProcIdentity, Stdin};
 use crate::pty::{PtyPlan, read_loop, spawn_pty};
 use crate::resolve::{check_cwd, display_name, resolve_program};
 use crate::signals::signal_group;
-use crate::supervisor::{LiveSlot, Reaper, Supervision, supervise, watch_exit};
+use crate::supervisor::{LiveSlot, Prune, Reaper, Supervision, supervise, watch_exit};
 use crate::types::{
     ExitHook, ProcessInfo, ReadChunk, ReadWindow, Registration, SpawnOptions, SpawnSpec, Spawned,
     Stream, TableLimits, Termination,
@@ -38,12 +38,6 @@ pub(crate) struct Inner<M> {
     procs: Mutex<HashMap<String, Slot<M>>>,
     live: Arc<AtomicUsize>,
     cgroups: Cgroups,
-}
-
-/// What a supervisor asks of its table once its process is done: evict what has expired.
-pub(crate) trait Prune: Send + Sync {
-    /// Evicts exited handles older than the TTL, then the oldest beyond `max_exited_kept`.
-    fn prune(&self);
 }
 
 impl<M> Inner<M> {

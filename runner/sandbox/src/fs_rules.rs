@@ -221,7 +221,7 @@ pub(crate) fn own_terminal() -> Option<PathBuf> {
     }
     // SAFETY: tcgetsid only queries the terminal on fd 0; it touches no memory of ours.
     let tty_session = unsafe { libc::tcgetsid(libc::STDIN_FILENO) };
-    if tty_session <= 0 || crate::helper::own_session_id()? != tty_session {
+    if tty_session <= 0 || own_session_id()? != tty_session {
         return None;
     }
     let name = rustix::termios::ttyname(&stdin, Vec::new()).ok()?;
@@ -277,7 +277,7 @@ fn write_path_rules(
     .map_err(|e| SandboxError::InvalidPlan(format!("cannot open the workspace root: {e}")))?;
     let mut rules = Vec::new();
     for (index, path) in plan.write_paths.iter().enumerate() {
-        let rel = crate::mask::relative_beneath(&plan.workspace_root, path, "write path", index)?;
+        let rel = crate::mount::relative_beneath(&plan.workspace_root, path, "write path", index)?;
         let fd = match rustix::fs::openat2(
             &root,
             rel,
@@ -312,6 +312,15 @@ fn effective_access(
 ) -> BitFlags<AccessFs> {
     let access = wanted & handled;
     if is_dir { access } else { access & FILE_RIGHTS }
+}
+
+/// The caller's session id, `None` when the session leader lives outside our PID namespace
+/// (the kernel reports 0 then: a CI container started under someone else's session does this).
+/// Read through libc because rustix's `getsid` asserts a positive id.
+pub(crate) fn own_session_id() -> Option<i32> {
+    // SAFETY: getsid(0) only reads the caller's session id; it touches no memory of ours.
+    let sid = unsafe { libc::getsid(0) };
+    (sid > 0).then_some(sid)
 }
 
 #[cfg(test)]

@@ -136,21 +136,12 @@ fn prepare(args: &[OsString], handshake: Option<&HelperEnd>) -> Result<Command, 
 /// its own terminal). Fails closed when `setsid` is refused (the caller leads a process group).
 fn own_session() -> Result<(), SandboxError> {
     let me = rustix::process::getpid().as_raw_nonzero().get();
-    if own_session_id() == Some(me) {
+    if fs_rules::own_session_id() == Some(me) {
         return Ok(());
     }
     rustix::process::setsid()
         .map(|_| ())
         .map_err(|e| SandboxError::Hardening(format!("setsid failed: {e}")))
-}
-
-/// The caller's session id, `None` when the session leader lives outside our PID namespace
-/// (the kernel reports 0 then: a CI container started under someone else's session does this).
-/// Read through libc because rustix's `getsid` asserts a positive id.
-pub(crate) fn own_session_id() -> Option<i32> {
-    // SAFETY: getsid(0) only reads the caller's session id; it touches no memory of ours.
-    let sid = unsafe { libc::getsid(0) };
-    (sid > 0).then_some(sid)
 }
 
 fn split_argv(args: &[OsString]) -> Result<(&OsString, &[OsString]), SandboxError> {

@@ -43,6 +43,7 @@ mod harden;
 mod helper;
 mod launch;
 mod mask;
+mod mount;
 mod netns;
 mod plan;
 mod probe;

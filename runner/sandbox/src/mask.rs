@@ -14,10 +14,10 @@
 
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Component, Path};
+use std::path::Path;
 
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
-use rustix::fs::{CWD, FileType, Mode, OFlags, ResolveFlags};
+use rustix::fs::{CWD, FileType, Mode, OFlags};
 use rustix::io::Errno;
 use rustix::mount::{
     FsMountFlags, FsOpenFlags, MountAttrFlags, MountPropagationFlags, MoveMountFlags, OpenTreeFlags,
@@ -25,6 +25,7 @@ use rustix::mount::{
 use rustix::thread::UnshareFlags;
 
 use crate::error::SandboxError;
+use crate::mount::{open_target, relative_beneath, set_attr};
 
 /// The file every masked non-directory shows: reads see end of file at once.
 const FILE_MASK_SOURCE: &str = "/dev/null";
@@ -45,34 +46,6 @@ pub(crate) fn relative_mask<'a>(
     index: usize,
 ) -> Result<&'a Path, SandboxError> {
     relative_beneath(root, mask, "mask", index)
-}
-
-/// Checks one path of a plan that must lie strictly beneath `root` (a mask, a write path, a
-/// read-only path): absolute, no `.` or `..`. Returns the part relative to `root`; messages
-/// name the path by its `role` and index, never echo it.
-pub(crate) fn relative_beneath<'a>(
-    root: &Path,
-    path: &'a Path,
-    role: &str,
-    index: usize,
-) -> Result<&'a Path, SandboxError> {
-    let bad = |why: &str| SandboxError::InvalidPlan(format!("{role} #{index} {why}"));
-    if !path.is_absolute() {
-        return Err(bad("must be an absolute path"));
-    }
-    if path
-        .components()
-        .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
-    {
-        return Err(bad("must not contain `.` or `..`"));
-    }
-    let rel = path
-        .strip_prefix(root)
-        .map_err(|_| bad("must lie beneath the workspace root"))?;
-    if rel.as_os_str().is_empty() {
-        return Err(bad("must not be the workspace root itself"));
-    }
-    Ok(rel)
 }
 
 /// Moves the calling (single-threaded) process into a private mount namespace and covers every
@@ -288,18 +261,6 @@ fn enter_mount_namespace() -> Result<(), SandboxError> {
     write("/proc/self/uid_map", format!("{uid} {uid} 1\n"))
 }
 
-/// Opens `rel` beneath `root` as an `O_PATH` handle, following no symlink anywhere (a symlink
-/// leaf is returned as itself).
-pub(crate) fn open_target(root: BorrowedFd<'_>, rel: &Path) -> Result<OwnedFd, Errno> {
-    rustix::fs::openat2(
-        root,
-        rel,
-        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-    )
-}
-
 /// A detached read-only bind of `/dev/null`, ready to be attached over a non-directory.
 fn empty_file_tree() -> Result<OwnedFd, Errno> {
     let tree = rustix::mount::open_tree(
@@ -328,15 +289,6 @@ fn empty_dir_tree() -> Result<OwnedFd, Errno> {
     )
 }
 
-/// `struct mount_attr` of `mount_setattr(2)` (size version 0).
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
-
 /// Adds read-only, nosuid and noexec to the detached tree `tree` (flags are only added, so
 /// flags a user namespace locked stay as they are); with `recursive`, to every mount in it.
 pub(crate) fn set_read_only(tree: BorrowedFd<'_>, recursive: bool) -> Result<(), Errno> {
@@ -347,45 +299,6 @@ pub(crate) fn set_read_only(tree: BorrowedFd<'_>, recursive: bool) -> Result<(),
             | MountAttrFlags::MOUNT_ATTR_NOEXEC,
         recursive,
     )
-}
-
-/// Adds `flags` to the detached tree `tree` (`mount_setattr(2)`), to every mount in it with
-/// `recursive`.
-pub(crate) fn set_attr(
-    tree: BorrowedFd<'_>,
-    flags: MountAttrFlags,
-    recursive: bool,
-) -> Result<(), Errno> {
-    use rustix::fd::AsRawFd;
-    let attr = MountAttr {
-        attr_set: u64::from(flags.bits()),
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: 0,
-    };
-    let empty = c"";
-    // SAFETY: `tree` is a valid open file descriptor for the call's duration, `empty` is a
-    // NUL-terminated string, and `attr` is a live, correctly laid out `struct mount_attr` whose
-    // size is passed alongside; the kernel reads it and writes nothing back.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
-            empty.as_ptr(),
-            if recursive {
-                libc::AT_EMPTY_PATH | libc::AT_RECURSIVE
-            } else {
-                libc::AT_EMPTY_PATH
-            },
-            &raw const attr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    if ret == 0 {
-        Ok(())
-    } else {
-        Err(Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::INVAL))
-    }
 }
 
 /// The working directory was resolved before the masks existed; if it is (or lies beneath) a

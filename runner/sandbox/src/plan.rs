@@ -155,7 +155,7 @@ impl SandboxPlan {
                 )));
             }
             for (index, path) in paths.iter().enumerate() {
-                crate::mask::relative_beneath(&self.workspace_root, path, role, index)?;
+                crate::mount::relative_beneath(&self.workspace_root, path, role, index)?;
             }
         }
         match (self.network, self.proxy_control_fd) {

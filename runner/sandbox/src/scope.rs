@@ -20,7 +20,7 @@ use rustix::io::Errno;
 use rustix::mount::{MountAttrFlags, MoveMountFlags, OpenTreeFlags};
 
 use crate::error::SandboxError;
-use crate::mask::{open_target, relative_beneath, set_attr};
+use crate::mount::{open_target, relative_beneath, set_attr};
 
 /// Most write paths, and most read-only paths, one plan may carry (each is at most one mount).
 pub const MAX_SCOPE_PATHS: usize = 256;

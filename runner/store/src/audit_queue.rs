@@ -145,7 +145,7 @@ impl Shared {
 }
 
 /// The running writer of one store.
-pub(crate) struct AuditWriter {
+struct AuditWriter {
     shared: Arc<Shared>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -367,10 +367,17 @@ fn run(shared: &Shared, mut conn: Connection) {
 }
 
 impl Store {
+    /// The running writer, once started.
+    fn writer(&self) -> Option<&AuditWriter> {
+        self.audit_writer
+            .get()
+            .and_then(|w| w.downcast_ref::<AuditWriter>())
+    }
+
     /// Starts the audit writer of a file store (a no-op for an in-memory store, whose appends
     /// stay synchronous, and when a writer was already started).
     pub fn start_audit_writer(&self, config: AuditWriterConfig) -> Result<(), StoreError> {
-        if self.audit_writer.get().is_some() {
+        if self.writer().is_some() {
             return Ok(());
         }
         let path = match self.conn().path() {
@@ -392,7 +399,7 @@ impl Store {
             shared,
             thread: Mutex::new(Some(thread)),
         };
-        if let Err(lost) = self.audit_writer.set(writer) {
+        if let Err(lost) = self.audit_writer.set(Box::new(writer)) {
             // Another thread started one first: this one drains nothing and stops.
             drop(lost);
         }
@@ -401,15 +408,13 @@ impl Store {
 
     /// Whether appends go through the writer thread.
     pub fn audit_writer_running(&self) -> bool {
-        self.audit_writer
-            .get()
-            .is_some_and(|w| !w.shared.lock().stopped)
+        self.writer().is_some_and(|w| !w.shared.lock().stopped)
     }
 
     /// Drains the queue into the store and ends the writer thread; later appends are written at
     /// once. Every ticket handed out before is settled when this returns.
     pub fn stop_audit_writer(&self) {
-        if let Some(w) = self.audit_writer.get() {
+        if let Some(w) = self.writer() {
             w.stop();
         }
     }
@@ -438,7 +443,7 @@ impl Store {
         if rows.is_empty() {
             return Ok(AuditTicket::written());
         }
-        let Some(w) = self.audit_writer.get() else {
+        let Some(w) = self.writer() else {
             return self
                 .insert_decisions(&rows)
                 .map(|()| AuditTicket::written())
@@ -489,7 +494,7 @@ impl Store {
     /// The barrier of readers and tests: returns once every row appended before the call is
     /// committed (failed commits were reported to the writer's error hook).
     pub fn flush_decisions(&self) {
-        let Some(w) = self.audit_writer.get() else {
+        let Some(w) = self.writer() else {
             return;
         };
         let seq = w.shared.lock().appended;

@@ -9,7 +9,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec::json_col;
 use crate::error::StoreError;
+use crate::seal::{JournalKey, hex};
 use crate::store::{Store, now_ms};
+
+/// Domain separation of the sealed message (bump on any change of the encoding).
+const DOMAIN: &[u8] = b"codespace-patch-journal-v1";
 
 /// The prior state of one file touched by a patch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -184,5 +188,66 @@ impl Store {
         }
         tx.commit()?;
         Ok(out)
+    }
+}
+
+/// A journal's seal: the key's HMAC over its fields (`seal.rs`), encoded here.
+impl JournalKey {
+    /// The seal of a journal (hex).
+    pub(crate) fn seal(
+        &self,
+        operation_id: &str,
+        workspace: &str,
+        registration: &str,
+        entries: &[JournalEntry],
+    ) -> Result<String, StoreError> {
+        let dirs: Vec<String> = entries
+            .iter()
+            .map(|e| serde_json::to_string(&e.created_dirs))
+            .collect::<Result<_, _>>()?;
+        let mac = self.mac(|m| {
+            m.field(DOMAIN);
+            m.field(operation_id.as_bytes());
+            m.field(workspace.as_bytes());
+            m.field(registration.as_bytes());
+            m.field(
+                &u64::try_from(entries.len())
+                    .unwrap_or(u64::MAX)
+                    .to_be_bytes(),
+            );
+            for (e, dirs) in entries.iter().zip(&dirs) {
+                m.field(e.path.as_bytes());
+                match &e.before {
+                    Some(b) => {
+                        m.field(b"some");
+                        m.field(b);
+                    }
+                    None => m.field(b"none"),
+                }
+                match e.mode {
+                    Some(mode) => m.field(&mode.to_be_bytes()),
+                    None => m.field(b""),
+                }
+                m.field(dirs.as_bytes());
+            }
+        });
+        Ok(hex(&mac))
+    }
+
+    /// Whether `seal` is the seal of this journal (compared in constant time).
+    pub(crate) fn verify(
+        &self,
+        seal: &str,
+        operation_id: &str,
+        workspace: &str,
+        registration: &str,
+        entries: &[JournalEntry],
+    ) -> Result<bool, StoreError> {
+        let want = self.seal(operation_id, workspace, registration, entries)?;
+        let (a, b) = (want.as_bytes(), seal.as_bytes());
+        if a.len() != b.len() {
+            return Ok(false);
+        }
+        Ok(a.iter().zip(b).fold(0_u8, |acc, (x, y)| acc | (x ^ y)) == 0)
     }
 }

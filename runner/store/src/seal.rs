@@ -10,14 +10,11 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use crate::error::StoreError;
-use crate::journal::JournalEntry;
 
 /// Bytes of a journal key.
 const KEY_LEN: usize = 32;
 /// SHA-256 block size.
 const BLOCK: usize = 64;
-/// Domain separation of the sealed message (bump on any change of the encoding).
-const DOMAIN: &[u8] = b"codespace-patch-journal-v1";
 
 /// The secret that seals journals.
 #[derive(Clone)]
@@ -119,70 +116,12 @@ impl JournalKey {
     }
 
     /// HMAC-SHA256 of the message `feed` writes.
-    fn mac(&self, feed: impl FnOnce(&mut Fields)) -> [u8; 32] {
+    pub(crate) fn mac(&self, feed: impl FnOnce(&mut Fields)) -> [u8; 32] {
         let mut block = [0_u8; BLOCK];
         for (b, k) in block.iter_mut().zip(self.0.iter()) {
             *b = *k;
         }
         hmac(&block, feed)
-    }
-
-    /// The seal of a journal (hex).
-    pub(crate) fn seal(
-        &self,
-        operation_id: &str,
-        workspace: &str,
-        registration: &str,
-        entries: &[JournalEntry],
-    ) -> Result<String, StoreError> {
-        let dirs: Vec<String> = entries
-            .iter()
-            .map(|e| serde_json::to_string(&e.created_dirs))
-            .collect::<Result<_, _>>()?;
-        let mac = self.mac(|m| {
-            m.field(DOMAIN);
-            m.field(operation_id.as_bytes());
-            m.field(workspace.as_bytes());
-            m.field(registration.as_bytes());
-            m.field(
-                &u64::try_from(entries.len())
-                    .unwrap_or(u64::MAX)
-                    .to_be_bytes(),
-            );
-            for (e, dirs) in entries.iter().zip(&dirs) {
-                m.field(e.path.as_bytes());
-                match &e.before {
-                    Some(b) => {
-                        m.field(b"some");
-                        m.field(b);
-                    }
-                    None => m.field(b"none"),
-                }
-                match e.mode {
-                    Some(mode) => m.field(&mode.to_be_bytes()),
-                    None => m.field(b""),
-                }
-                m.field(dirs.as_bytes());
-            }
-        });
-        Ok(hex(&mac))
-    }
-
-    /// Whether `seal` is the seal of this journal (compared in constant time).
-    pub(crate) fn verify(
-        &self,
-        seal: &str,
-        operation_id: &str,
-        workspace: &str,
-        registration: &str,
-        entries: &[JournalEntry],
-    ) -> Result<bool, StoreError> {
-        let want = self.seal(operation_id, workspace, registration, entries)?;
-        let (a, b) = (want.as_bytes(), seal.as_bytes());
-        if a.len() != b.len() {
-            return Ok(false);
-        }
-        Ok(a.iter().zip(b).fold(0_u8, |acc, (x, y)| acc | (x ^ y)) == 0)
     }
 }
 
@@ -190,7 +129,7 @@ impl JournalKey {
 pub(crate) struct Fields(Sha256);
 
 impl Fields {
-    fn field(&mut self, bytes: &[u8]) {
+    pub(crate) fn field(&mut self, bytes: &[u8]) {
         self.0
             .update(u64::try_from(bytes.len()).unwrap_or(u64::MAX).to_be_bytes());
         self.0.update(bytes);
@@ -215,13 +154,14 @@ fn hmac(key_block: &[u8; BLOCK], feed: impl FnOnce(&mut Fields)) -> [u8; 32] {
     outer.finalize().into()
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::journal::JournalEntry;
 
     /// RFC 4231 test case 2 (key "Jefe"), fed as one raw message.
     #[test]

@@ -41,8 +41,10 @@ pub struct Store {
     key_file: Option<PathBuf>,
     /// The journal key, loaded (or created) on first use.
     key: Mutex<Option<JournalKey>>,
-    /// The audit writer, once started (see `audit_queue`).
-    pub(crate) audit_writer: std::sync::OnceLock<crate::audit_queue::AuditWriter>,
+    /// The audit writer, once started: `audit_queue.rs` puts it here and is the only module
+    /// to look inside. Held as `Any` so that the store's definition names none of the modules
+    /// that extend it (they all name the store: no import circle).
+    pub(crate) audit_writer: std::sync::OnceLock<Box<dyn std::any::Any + Send + Sync>>,
     /// The files `open` found readable or writable by others and tightened to 0600.
     tightened: Vec<Tightened>,
 }
