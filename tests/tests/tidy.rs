@@ -656,7 +656,10 @@ fn every_unsafe_has_a_safety_comment_self_test() {
         ]
         .join("\n"),
     );
-    assert_eq!(unsafe_without_safety(std::slice::from_ref(&clean)), (1, vec![]));
+    assert_eq!(
+        unsafe_without_safety(std::slice::from_ref(&clean)),
+        (1, vec![])
+    );
     assert_eq!(
         unsafe_without_safety(&[clean, planted]),
         (4, vec!["b.rs:9".into(), "b.rs:10".into(), "b.rs:11".into()])
