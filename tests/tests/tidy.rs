@@ -1584,3 +1584,102 @@ fn no_import_circles_among_the_modules_of_any_crate_self_test() {
     ]);
     assert_eq!(circles(&import_edges(&three)), ["a → b → c → a"]);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Clippy's disallowed methods.
+
+/// Where `clippy.toml`'s disallowed methods may be allowed: Cedar's evaluator is the policy
+/// layer's (today `engine/src/policy/`, then the `codespace-policy` crate) and the policy
+/// tooling's, which reports and never enforces (`policy-tools/`, `policy verify`).
+const DISALLOWED_METHOD_ALLOWS: &[&str] = &[
+    "engine/src/policy/",
+    "policy/src/",
+    "policy-tools/src/",
+    "mcp/src/policy_verify.rs",
+];
+
+/// The `allow(clippy::disallowed_methods)` attributes of `files` that are outside `places`
+/// (path prefixes) or have no `//` comment right above saying why (a `//!` file header does
+/// not count).
+fn disallowed_method_allows(files: &[Source], places: &[&str]) -> Vec<String> {
+    let mut bad = Vec::new();
+    for f in files {
+        let lines: Vec<&str> = f.text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            if !code_of(line).contains("allow(clippy::disallowed_methods)") {
+                continue;
+            }
+            let at = format!("{}:{}", f.path, i + 1);
+            if !places.iter().any(|p| f.path.starts_with(p)) {
+                bad.push(format!(
+                    "{at}: not a place that may call what clippy.toml disallows"
+                ));
+            }
+            let explained = i
+                .checked_sub(1)
+                .and_then(|j| lines.get(j))
+                .map(|above| above.trim_start())
+                .is_some_and(|above| above.starts_with("//") && !above.starts_with("//!"));
+            if !explained {
+                bad.push(format!("{at}: no `//` comment right above saying why"));
+            }
+        }
+    }
+    bad
+}
+
+/// `clippy.toml` disallows Cedar's evaluator and process-environment writes, and the places
+/// that allow a disallowed method are the policy layer and its tooling, each saying why.
+#[test]
+fn disallowed_methods_are_allowed_only_where_policy_is_evaluated() {
+    let clippy = std::fs::read_to_string(repo_root().join("clippy.toml")).unwrap();
+    for path in [
+        "cedar_policy::Authorizer::is_authorized",
+        "std::env::set_var",
+        "std::env::remove_var",
+    ] {
+        assert!(
+            clippy.contains(&format!("path = \"{path}\"")),
+            "clippy.toml no longer disallows {path}"
+        );
+    }
+    let files: Vec<Source> = all_rust_files()
+        .into_iter()
+        .filter(|f| f.path != "tests/tests/tidy.rs")
+        .collect();
+    let bad = disallowed_method_allows(&files, DISALLOWED_METHOD_ALLOWS);
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    assert!(
+        files
+            .iter()
+            .any(|f| f.text.contains("allow(clippy::disallowed_methods)")),
+        "the enforcing evaluation allows `is_authorized` by name: the scan found none"
+    );
+}
+
+#[test]
+fn disallowed_methods_are_allowed_only_where_policy_is_evaluated_self_test() {
+    let clean = source(
+        "engine/src/policy/decide.rs",
+        "//! d\n    // The enforcing evaluation.\n    #[allow(clippy::disallowed_methods)]\n    let r = a.is_authorized(&q, &s, &e);\n",
+    );
+    assert_eq!(
+        disallowed_method_allows(&[clean], DISALLOWED_METHOD_ALLOWS),
+        Vec::<String>::new()
+    );
+    let handler = source(
+        "engine/src/tools/fs.rs",
+        "//! f\n// Just this once.\n#[allow(clippy::disallowed_methods)]\nfn f() {}\n",
+    );
+    let silent = source(
+        "policy/src/decider.rs",
+        "//! d\n#![allow(clippy::disallowed_methods)]\n",
+    );
+    assert_eq!(
+        disallowed_method_allows(&[handler, silent], DISALLOWED_METHOD_ALLOWS),
+        [
+            "engine/src/tools/fs.rs:3: not a place that may call what clippy.toml disallows",
+            "policy/src/decider.rs:2: no `//` comment right above saying why",
+        ]
+    );
+}
