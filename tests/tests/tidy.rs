@@ -1302,7 +1302,8 @@ impl<'a> ModuleGraph<'a> {
 
     /// The module of the crate that defines what `path`, written in module `from`, names: a
     /// module itself, or the module whose file defines the item. An item a module only imports
-    /// is followed to where it comes from (`pub use child::X` re-exports included); a path
+    /// is followed to where it comes from (`pub use child::X` re-exports and `pub use child::*`
+    /// globs included); a path
     /// into another crate (or one the scan cannot place) is None.
     fn resolve(&self, from: &str, path: &[String], depth: usize) -> Option<String> {
         let first = path.first()?.as_str();
@@ -1339,6 +1340,26 @@ impl<'a> ModuleGraph<'a> {
                     .and_then(|is| is.iter().find(|i| &i.local == seg));
                 if let Some(i) = imported {
                     return self.resolve(&at, &i.path, depth + 1);
+                }
+                // A glob import (`pub use load::*`) that brings the item in.
+                let globbed = self
+                    .imports
+                    .get(at.as_str())
+                    .into_iter()
+                    .flatten()
+                    .find_map(|i| {
+                        let (star, module) = i.path.split_last()?;
+                        if star != "*" {
+                            return None;
+                        }
+                        let g = self.resolve(&at, module, depth + 1)?;
+                        self.defined
+                            .get(g.as_str())
+                            .is_some_and(|d| d.contains(seg))
+                            .then_some(g)
+                    });
+                if let Some(g) = globbed {
+                    return Some(g);
                 }
             }
             break;
@@ -1557,6 +1578,13 @@ fn no_import_circles_among_the_modules_of_any_crate_self_test() {
     assert_eq!(edges["gw::auth"], set(&["gw", "gw::net"]));
     assert_eq!(edges["gw"], set(&["gw::net"]));
     assert_eq!(circles(&edges), Vec::<String>::new());
+    // The same through a glob re-export.
+    let globbed = modules_of(&[
+        ("x/src/gw/mod.rs", "mod auth;\nmod net;\npub use net::*;\n"),
+        ("x/src/gw/auth.rs", "use super::Conn;\n"),
+        ("x/src/gw/net.rs", "pub struct Conn;\n"),
+    ]);
+    assert_eq!(import_edges(&globbed)["gw::auth"], set(&["gw::net"]));
 
     // The old circle's shape: the parent imports (or re-exports, or calls) its children, which
     // use items defined in the parent.
