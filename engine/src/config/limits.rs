@@ -90,59 +90,59 @@ impl Limits {
     /// Refuses a limit below its minimum, naming it.
     pub(super) fn check(&self) -> Result<(), ConfigError> {
         let limits = self;
-    if limits.max_live_processes == 0 {
-        return Err(ConfigError(
-            "limits.max_live_processes: must be at least 1".into(),
-        ));
-    }
-    if limits.max_pids_per_process == 0 {
-        return Err(ConfigError(
-            "limits.max_pids_per_process: must be at least 1".into(),
-        ));
-    }
-    if limits.output_ring_bytes < 1024 {
-        return Err(ConfigError(
-            "limits.output_ring_bytes: must be at least 1024".into(),
-        ));
-    }
-    for (name, value, min) in [
-        ("max_hash_bytes", limits.max_hash_bytes, 1),
-        ("max_patch_file_bytes", limits.max_patch_file_bytes, 1),
-        ("max_message_bytes", limits.max_message_bytes as u64, 1024),
-        (
-            "max_sessions_per_client",
-            limits.max_sessions_per_client as u64,
-            1,
-        ),
-        ("http_header_timeout_ms", limits.http_header_timeout_ms, 1),
-        (
-            "http_max_unauthenticated_connections",
-            limits.http_max_unauthenticated_connections as u64,
-            1,
-        ),
-    ] {
-        if value < min {
-            return Err(ConfigError(format!(
-                "limits.{name}: must be at least {min}"
-            )));
+        if limits.max_live_processes == 0 {
+            return Err(ConfigError(
+                "limits.max_live_processes: must be at least 1".into(),
+            ));
         }
-    }
-    if limits.max_walk_entries == 0 {
-        return Err(ConfigError(
-            "limits.max_walk_entries: must be at least 1".into(),
-        ));
-    }
-    if limits.approval_ttl_ms == 0 {
-        return Err(ConfigError(
-            "limits.approval_ttl_ms: must be at least 1".into(),
-        ));
-    }
-    if limits.proxy_max_connections_per_process == 0 || limits.proxy_idle_timeout_ms == 0 {
-        return Err(ConfigError(
+        if limits.max_pids_per_process == 0 {
+            return Err(ConfigError(
+                "limits.max_pids_per_process: must be at least 1".into(),
+            ));
+        }
+        if limits.output_ring_bytes < 1024 {
+            return Err(ConfigError(
+                "limits.output_ring_bytes: must be at least 1024".into(),
+            ));
+        }
+        for (name, value, min) in [
+            ("max_hash_bytes", limits.max_hash_bytes, 1),
+            ("max_patch_file_bytes", limits.max_patch_file_bytes, 1),
+            ("max_message_bytes", limits.max_message_bytes as u64, 1024),
+            (
+                "max_sessions_per_client",
+                limits.max_sessions_per_client as u64,
+                1,
+            ),
+            ("http_header_timeout_ms", limits.http_header_timeout_ms, 1),
+            (
+                "http_max_unauthenticated_connections",
+                limits.http_max_unauthenticated_connections as u64,
+                1,
+            ),
+        ] {
+            if value < min {
+                return Err(ConfigError(format!(
+                    "limits.{name}: must be at least {min}"
+                )));
+            }
+        }
+        if limits.max_walk_entries == 0 {
+            return Err(ConfigError(
+                "limits.max_walk_entries: must be at least 1".into(),
+            ));
+        }
+        if limits.approval_ttl_ms == 0 {
+            return Err(ConfigError(
+                "limits.approval_ttl_ms: must be at least 1".into(),
+            ));
+        }
+        if limits.proxy_max_connections_per_process == 0 || limits.proxy_idle_timeout_ms == 0 {
+            return Err(ConfigError(
             "limits.proxy_max_connections_per_process and limits.proxy_idle_timeout_ms: must be at least 1"
                 .into(),
         ));
-    }
+        }
         Ok(())
     }
 }

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use super::limits::Limits;
 use super::profiles::{self, builtin_profiles};
 use super::raw::RawConfig;
-use super::switches::{Approvals, EnvironmentKind, LeaseScope, Network, SandboxMode, SecretMasking};
+use super::switches::{
+    Approvals, EnvironmentKind, LeaseScope, Network, SandboxMode, SecretMasking,
+};
 use super::validate::{
     canonical_root, command_env, command_path, command_write_paths, default_command_write_paths,
     io_reason, read_paths,
@@ -438,5 +440,4 @@ mod tests {
         assert_eq!(v.path, vec![PathBuf::from("/opt/env/bin")]);
         assert_eq!(v.env.len(), 2);
     }
-
 }

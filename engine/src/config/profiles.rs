@@ -120,5 +120,4 @@ mod tests {
         let cfg = load(&json).unwrap();
         assert_eq!(cfg.profiles["ci"].extends.as_deref(), Some("read-only"));
     }
-
 }
