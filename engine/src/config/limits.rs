@@ -3,7 +3,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::ConfigError;
+use super::error::ConfigError;
 
 /// Default `limits.max_hash_bytes`: 1 GiB.
 pub const DEFAULT_MAX_HASH_BYTES: u64 = 1 << 30;

@@ -1,13 +1,16 @@
 //! Operator configuration: environments, workspaces, profiles, limits and file locations, loaded
 //! from JSON and validated so that an invalid config names the offending field in one line.
 //!
-//! `raw.rs` the file's serde shapes and its JSON Schema; `switches.rs` the typed switches;
-//! `limits.rs` the limits; `profiles.rs` the profiles; `validate.rs` the checks of single
-//! fields; `load.rs` loading and resolving. This file holds the resolved types.
+//! `error.rs` `ConfigError`; `raw.rs` the file's serde shapes and its JSON Schema; `switches.rs`
+//! the typed switches; `limits.rs` the limits; `profiles.rs` the profiles; `validate.rs` the
+//! checks of single fields; `load.rs` loading and resolving. This file holds the resolved types.
+//! The children it re-exports never use an item defined here (that would be an import circle);
+//! `load.rs` does, and this file names nothing of it.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+mod error;
 mod limits;
 mod load;
 mod profiles;
@@ -15,6 +18,7 @@ mod raw;
 mod switches;
 mod validate;
 
+pub use error::ConfigError;
 pub use limits::{
     DEFAULT_MAX_HASH_BYTES, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_PATCH_FILE_BYTES,
     DEFAULT_MAX_SESSIONS_PER_CLIENT, Limits,
@@ -26,11 +30,6 @@ pub use validate::{MAX_COMMAND_WRITE_PATHS, default_command_write_paths, io_reas
 
 /// The id of the implicit local host environment.
 pub const LOCAL_ENVIRONMENT: &str = "local";
-
-/// A config that cannot be used; the message names the field.
-#[derive(Debug, thiserror::Error)]
-#[error("invalid config: {0}")]
-pub struct ConfigError(pub String);
 
 /// A resolved environment.
 #[derive(Debug, Clone)]

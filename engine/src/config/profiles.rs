@@ -5,7 +5,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
-use super::ConfigError;
+use super::error::ConfigError;
 
 /// The built-in profiles and their parents.
 pub const BUILTIN_PROFILES: &[(&str, Option<&str>)] =

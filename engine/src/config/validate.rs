@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::ConfigError;
+use super::error::ConfigError;
 
 /// Most candidates of a command's write scope one workspace may list.
 pub const MAX_COMMAND_WRITE_PATHS: usize = 64;

@@ -3,11 +3,11 @@
 
 use codespace_runner_fs::{Kind, RelPath};
 use codespace_runner_search::{IgnoreFile, IgnoreFileKind, IgnoreRules};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::io::Read;
 use std::sync::Arc;
 
-use super::{Listing, PathIndex, lock};
+use super::{Derived, Groups, Listing, PathIndex, lock};
 use crate::policy::signature::SignaturePlan;
 use crate::request::WorkspaceFacts;
 
@@ -15,35 +15,6 @@ use crate::request::WorkspaceFacts;
 const DERIVED_KEPT: usize = 8;
 /// Largest ignore file read (bytes); the rest of a longer one is ignored.
 const MAX_IGNORE_FILE_BYTES: u64 = 1024 * 1024;
-
-/// Entries grouped by decision signature: entries of a group get the same decision.
-#[derive(Debug)]
-pub(crate) struct Groups {
-    /// Group of each entry.
-    pub(crate) of_entry: Vec<u32>,
-    /// A representative entry of each group.
-    pub(crate) reps: Vec<u32>,
-    /// `resource.links` of each representative (1 unless the policy set reads link counts).
-    pub(crate) rep_links: Vec<i64>,
-}
-
-/// A derived `find` listing: entry indices after every filter, cached for paging.
-#[derive(Debug)]
-pub(crate) struct Derived {
-    pub(crate) visible: Vec<u32>,
-    /// (entry, group) of each entry withheld by policy.
-    pub(crate) withheld: Vec<(u32, u32)>,
-    pub(crate) listing_version: String,
-}
-
-/// What is derived from a listing, keyed by its generation. Its own lock: a call that only reads
-/// the caches never waits for a listing being built.
-#[derive(Debug, Default)]
-pub(super) struct Caches {
-    pub(super) groups: Option<(String, u64, Arc<Groups>)>,
-    pub(super) ignore: Option<(u64, Arc<IgnoreRules>)>,
-    pub(super) derived: VecDeque<(String, Arc<Derived>)>,
-}
 
 impl PathIndex {
     /// The decision-signature groups of `listing` under the plan of policy set `sha`.

@@ -14,11 +14,14 @@
 //! the compiled ignore rules, and a few derived `find` listings (so paging reads a cached list).
 //!
 //! `walk.rs` the walks; `watch.rs` the watcher's feed and the fence; `caches.rs` what is cached
-//! per listing. This file holds the listing types and the index's life: build, refresh, drop.
+//! per listing. This file holds the index's types (the children add methods, and this file names
+//! none of them) and its life: build, refresh, drop.
 
 use codespace_runner_fs::{FsError, Kind, Root, Unlisted, WalkLimits};
+use codespace_runner_search::IgnoreRules;
+use std::collections::{HashSet, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -27,10 +30,6 @@ use crate::wire::WalkReason;
 mod caches;
 mod walk;
 mod watch;
-
-use caches::Caches;
-pub(crate) use caches::{Derived, Groups};
-use watch::{Events, Fence};
 
 /// Dirty paths one refresh re-checks one by one; more than this and the tree is walked again.
 const MAX_INCREMENTAL: usize = 2_000;
@@ -76,12 +75,65 @@ pub(crate) struct Listing {
     pub(crate) unlisted: Vec<Unlisted>,
 }
 
+/// Entries grouped by decision signature: entries of a group get the same decision.
+#[derive(Debug)]
+pub(crate) struct Groups {
+    /// Group of each entry.
+    pub(crate) of_entry: Vec<u32>,
+    /// A representative entry of each group.
+    pub(crate) reps: Vec<u32>,
+    /// `resource.links` of each representative (1 unless the policy set reads link counts).
+    pub(crate) rep_links: Vec<i64>,
+}
+
+/// A derived `find` listing: entry indices after every filter, cached for paging.
+#[derive(Debug)]
+pub(crate) struct Derived {
+    pub(crate) visible: Vec<u32>,
+    /// (entry, group) of each entry withheld by policy.
+    pub(crate) withheld: Vec<(u32, u32)>,
+    pub(crate) listing_version: String,
+}
+
+/// What the watcher reported since the last use.
+#[derive(Debug, Default)]
+struct Events {
+    /// Recording is on while an index exists.
+    collecting: bool,
+    dirty: HashSet<String>,
+    overflow: bool,
+    /// An ignore file's content changed.
+    ignore_changed: bool,
+}
+
 #[derive(Debug, Default)]
 struct State {
     /// A background build is under way (first use): wait for it.
     warming: bool,
     listing: Option<Arc<Listing>>,
     last_used: Option<Instant>,
+}
+
+/// What is derived from a listing, keyed by its generation. Its own lock: a call that only reads
+/// the caches never waits for a listing being built.
+#[derive(Debug, Default)]
+struct Caches {
+    groups: Option<(String, u64, Arc<Groups>)>,
+    ignore: Option<(u64, Arc<IgnoreRules>)>,
+    derived: VecDeque<(String, Arc<Derived>)>,
+}
+
+/// A barrier through the watcher: a file created in a private directory the same watcher watches.
+/// Once its event arrives, every workspace event queued before it has been delivered too (one
+/// inotify queue, delivered in order), so a listing taken after [`PathIndex::flush`] reflects
+/// every change made before the call began.
+#[derive(Debug)]
+struct Fence {
+    dir: tempfile::TempDir,
+    seen: Mutex<u64>,
+    cv: Condvar,
+    next: AtomicU64,
+    broken: AtomicBool,
 }
 
 /// The path index of one workspace.
@@ -130,7 +182,15 @@ impl PathIndex {
             warmed: Condvar::new(),
             reaper: AtomicBool::new(false),
             masks: crate::mask_cache::MaskCache::default(),
-            fence: watch::fence_in(fence_parent),
+            fence: crate::fence_dirs::create(fence_parent).map(|dir| {
+                Arc::new(Fence {
+                    dir,
+                    seen: Mutex::new(0),
+                    cv: Condvar::new(),
+                    next: AtomicU64::new(0),
+                    broken: AtomicBool::new(false),
+                })
+            }),
         }
     }
 

@@ -3,10 +3,9 @@
 //! delivered.
 
 use codespace_runner_search::IgnoreFileKind;
-use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::{PathIndex, lock};
@@ -15,49 +14,8 @@ use crate::versions::WatchObserver;
 /// Dirty paths remembered between two uses; more than this counts as an overflow.
 const MAX_DIRTY: usize = 20_000;
 
-/// What the watcher reported since the last use.
-#[derive(Debug, Default)]
-pub(super) struct Events {
-    /// Recording is on while an index exists.
-    pub(super) collecting: bool,
-    pub(super) dirty: HashSet<String>,
-    pub(super) overflow: bool,
-    /// An ignore file's content changed.
-    pub(super) ignore_changed: bool,
-}
-
-/// A barrier through the watcher: a file created in a private directory the same watcher watches.
-/// Once its event arrives, every workspace event queued before it has been delivered too (one
-/// inotify queue, delivered in order), so a listing taken after [`PathIndex::flush`] reflects
-/// every change made before the call began.
-#[derive(Debug)]
-pub(super) struct Fence {
-    dir: tempfile::TempDir,
-    seen: Mutex<u64>,
-    cv: Condvar,
-    next: AtomicU64,
-    broken: AtomicBool,
-}
-
 /// How long a listing waits for its fence event before it walks instead.
 const FENCE_WAIT: Duration = Duration::from_secs(2);
-
-impl Fence {
-    fn new(dir: tempfile::TempDir) -> Fence {
-        Fence {
-            dir,
-            seen: Mutex::new(0),
-            cv: Condvar::new(),
-            next: AtomicU64::new(0),
-            broken: AtomicBool::new(false),
-        }
-    }
-}
-
-/// A fence in its own directory, `None` when none can be created (listings then walk).
-pub(super) fn fence_in(fence_parent: Option<&std::path::Path>) -> Option<Arc<Fence>> {
-    crate::fence_dirs::create(fence_parent).map(|dir| Arc::new(Fence::new(dir)))
-}
 
 impl PathIndex {
     /// The fence directory the watcher must also watch (outside the workspace).
