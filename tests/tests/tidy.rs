@@ -489,24 +489,30 @@ fn crate_dependencies_follow_the_layer_table_self_test() {
 /// (`| \`engine/src/tools/\``, naming `fs.rs`), else in the crate's row.
 fn code_map_gaps(doc: &str, crates: &[(String, Vec<String>)]) -> Vec<String> {
     let mut missing = Vec::new();
+    // A folder may have several rows (each short): all of them count.
+    let rows_of = |prefix: &str| -> Vec<&str> {
+        let cell = format!("{prefix} |");
+        doc.lines().filter(|l| l.starts_with(&cell)).collect()
+    };
     for (dir, files) in crates {
         let prefix = format!("| `{dir}/`");
-        let Some(row) = doc.lines().find(|l| l.starts_with(&prefix)) else {
+        let rows = rows_of(&prefix);
+        if rows.is_empty() {
             missing.push(format!("no code-map row starts with {prefix}"));
             continue;
-        };
+        }
         for file in files {
-            let folder_row = file.rsplit_once('/').and_then(|(sub, name)| {
-                let prefix = format!("| `{dir}/src/{sub}/`");
-                doc.lines()
-                    .find(|l| l.starts_with(&prefix))
-                    .map(|r| (r, name))
+            // A file in a folder of `src/` is named in that folder's own rows when there are any
+            // (`| \`engine/src/tools/\``, naming `fs.rs`), else in the crate's rows.
+            let folder_rows = file.rsplit_once('/').and_then(|(sub, name)| {
+                let folder = rows_of(&format!("| `{dir}/src/{sub}/`"));
+                (!folder.is_empty()).then_some((folder, name))
             });
-            let ok = match folder_row {
-                Some((r, name)) => r.contains(&format!("`{name}`")),
-                None => {
-                    row.contains(&format!("`{file}`")) || row.contains(&format!("`src/{file}`"))
-                }
+            let ok = match folder_rows {
+                Some((folder, name)) => folder.iter().any(|r| r.contains(&format!("`{name}`"))),
+                None => rows.iter().any(|r| {
+                    r.contains(&format!("`{file}`")) || r.contains(&format!("`src/{file}`"))
+                }),
             };
             if !ok {
                 missing.push(format!("{dir}/src/{file} is not named in its row"));
@@ -537,10 +543,44 @@ fn every_source_file_is_named_in_the_code_map() {
     );
 }
 
+/// Longest code-map row of docs/architecture.md, in characters (issue #28: a newcomer reads a row
+/// at a glance; a folder with more to say takes several rows).
+const MAX_CODE_MAP_ROW: usize = 300;
+
+/// The rows of the `## Code map` table of `doc` longer than [`MAX_CODE_MAP_ROW`].
+fn long_code_map_rows(doc: &str) -> Vec<String> {
+    doc.lines()
+        .skip_while(|l| *l != "## Code map")
+        .skip(1)
+        .take_while(|l| !l.starts_with("## "))
+        .filter(|l| l.starts_with('|') && l.chars().count() > MAX_CODE_MAP_ROW)
+        .map(|l| format!("{} characters: {}", l.chars().count(), l))
+        .collect()
+}
+
+#[test]
+fn code_map_rows_are_short() {
+    let doc = std::fs::read_to_string(repo_root().join("docs/architecture.md")).unwrap();
+    let long = long_code_map_rows(&doc);
+    assert!(
+        long.is_empty(),
+        "docs/architecture.md code map rows over {MAX_CODE_MAP_ROW} characters (split a folder's \
+         row in several, each repeating its path):\n{}",
+        long.join("\n")
+    );
+    // The check sees a planted long row, and only in the code map.
+    let row = format!("| `x/` | | {} |", "é".repeat(MAX_CODE_MAP_ROW));
+    let planted = format!("# A\n\n## Code map\n\n{row}\n| `y/` | | short |\n\n## Next\n\n{row}\n");
+    assert_eq!(long_code_map_rows(&planted).len(), 1);
+    let at_limit = format!("## Code map\n{}\n", "|".repeat(MAX_CODE_MAP_ROW));
+    assert!(long_code_map_rows(&at_limit).is_empty());
+}
+
 #[test]
 fn every_source_file_is_named_in_the_code_map_self_test() {
     let doc = "| Path | Crate | What |\n\
                | `eng/` | `e` | `lib.rs` the root; `a.rs` A |\n\
+               | `eng/` | | `d.rs` D (a folder's second row) |\n\
                | `eng/src/sub/` | — | `mod.rs` its root; `b.rs` B |\n";
     let crates = |files: &[&str]| {
         vec![(
@@ -548,7 +588,7 @@ fn every_source_file_is_named_in_the_code_map_self_test() {
             files.iter().map(|f| f.to_string()).collect(),
         )]
     };
-    let clean = crates(&["lib.rs", "a.rs", "sub/mod.rs", "sub/b.rs"]);
+    let clean = crates(&["lib.rs", "a.rs", "d.rs", "sub/mod.rs", "sub/b.rs"]);
     assert_eq!(code_map_gaps(doc, &clean), Vec::<String>::new());
     assert_eq!(
         code_map_gaps(doc, &crates(&["lib.rs", "c.rs", "sub/a.rs"])),

@@ -1,0 +1,187 @@
+//! The config file's serde shapes (`Raw*`, parsed as written) and the JSON Schema derived from them.
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use super::limits::Limits;
+use super::profiles::RawProfile;
+use super::switches::{
+    Approvals, EnvironmentKind, LeaseScope, Network, SandboxMode, SecretMasking,
+};
+
+/// The operator config file (JSON). Every field is optional except at least one workspace.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "CodeSpaceConfig")]
+pub(super) struct RawConfig {
+    /// Execution environments by id; `local` (kind `host`) always exists.
+    #[serde(default)]
+    pub(super) environments: BTreeMap<String, RawEnvironment>,
+    /// Workspaces by id: the directories the server exposes. At least one is required.
+    #[serde(default)]
+    #[schemars(extend("minProperties" = 1))]
+    pub(super) workspaces: BTreeMap<String, RawWorkspace>,
+    /// Operator-written permission profiles by id (the built-ins are `read-only` and
+    /// `workspace-write`).
+    #[serde(default)]
+    pub(super) profiles: BTreeMap<String, RawProfile>,
+    /// The policies directory (`base/`, `profiles/`, `tests/`); relative to the config file.
+    /// Absent: the shipped policy set embedded in the binary.
+    #[serde(default)]
+    pub(super) policies: Option<PathBuf>,
+    /// The Cedar schema file; relative to the config file. Absent: the embedded schema, or
+    /// `<policies>/../schema/codespace.cedarschema` when `policies` is set.
+    #[serde(default)]
+    pub(super) schema: Option<PathBuf>,
+    /// The SQLite store (audit log, operations, processes); relative to the config file.
+    /// `--store` overrides it. Absent: `<user data dir>/codespace/codespace.db`.
+    #[serde(default)]
+    pub(super) store: Option<PathBuf>,
+    /// Resource limits.
+    #[serde(default)]
+    pub(super) limits: Limits,
+    /// HTTP clients by name, each with a bearer token. None: HTTP is unauthenticated and
+    /// loopback-only.
+    #[serde(default)]
+    pub(super) clients: BTreeMap<String, RawClient>,
+    /// Run `<policies>/tests/*.yaml` against a changed policy set before a hot reload swaps
+    /// it in; a failing test keeps the running set.
+    #[serde(default)]
+    pub(super) policy_tests_on_reload: bool,
+    /// How long the store keeps audit rows, operations and operation keys.
+    #[serde(default)]
+    pub(super) retention: crate::retention::RawRetention,
+    /// The JSON Schema this file follows (for editors); ignored by the server.
+    #[serde(default, rename = "$schema")]
+    #[allow(dead_code)]
+    pub(super) json_schema: Option<String>,
+    /// Extra secret patterns redacted from the audit log and error texts.
+    #[serde(default)]
+    pub(super) redaction: RawRedaction,
+}
+
+/// `redaction`: extra secret patterns for the audit log and error texts.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(rename = "Redaction")]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawRedaction {
+    /// Regular expressions; a named group `secret` marks what to replace.
+    pub(super) patterns: Vec<String>,
+    /// Keep the built-in patterns [true].
+    pub(super) defaults: bool,
+}
+
+impl Default for RawRedaction {
+    fn default() -> RawRedaction {
+        RawRedaction {
+            patterns: Vec::new(),
+            defaults: true,
+        }
+    }
+}
+
+/// An execution environment.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Environment")]
+pub(super) struct RawEnvironment {
+    /// `host` (the local machine) or `linux-container` (loads, but exec and patch fail closed).
+    pub(super) kind: EnvironmentKind,
+    /// Extra read-only paths commands may read (toolchains), by name; absolute.
+    #[serde(default)]
+    pub(super) read_paths: BTreeMap<String, PathBuf>,
+    /// Absolute directories prepended to the commands' `PATH` (toolchain `bin` dirs).
+    #[serde(default)]
+    pub(super) path: Vec<PathBuf>,
+    /// Fixed environment variables of the commands (name → value); the operator's value wins
+    /// over a tool call's `env` for the same name.
+    #[serde(default)]
+    pub(super) env: BTreeMap<String, String>,
+    /// The candidate directories of a command's write scope (workspace-relative, `.` for the
+    /// root), each decided by Cedar (`process_write`) before a command starts, for every
+    /// workspace of this environment that does not set its own [default `["."]`].
+    #[serde(default)]
+    pub(super) command_write_paths: Option<Vec<String>>,
+}
+
+/// A workspace: a directory the server exposes under an id.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Workspace")]
+pub(super) struct RawWorkspace {
+    /// Absolute path of the directory (required). Never sent to clients.
+    #[schemars(with = "PathBuf")]
+    pub(super) root: Option<PathBuf>,
+    /// The permission profile: a built-in or one under `profiles`.
+    #[serde(default)]
+    #[schemars(extend("default" = "workspace-write"))]
+    pub(super) profile: Option<String>,
+    /// The environment id: `local` or one under `environments`.
+    #[serde(default)]
+    #[schemars(extend("default" = "local"))]
+    pub(super) environment: Option<String>,
+    /// Whether commands may use the network.
+    #[serde(default)]
+    pub(super) network: Network,
+    /// Whether allowed mutations run at once (`off`) or are held for a human (`confirm`).
+    #[serde(default)]
+    pub(super) approvals: Approvals,
+    /// Extra read-only paths commands may read, by name; added to the environment's.
+    #[serde(default)]
+    pub(super) read_paths: BTreeMap<String, PathBuf>,
+    /// The commands' HOME (absolute, writable by them); default `<store dir>/../homes/<id>`-style
+    /// directory the server manages outside every workspace.
+    #[serde(default)]
+    pub(super) home: Option<PathBuf>,
+    /// `required` (default): commands run only inside the sandbox; `off`: the operator's opt-out.
+    #[serde(default)]
+    pub(super) sandbox: SandboxMode,
+    /// `required` (default): commands never see paths policy withholds from `read`; `off`: opt out.
+    #[serde(default)]
+    pub(super) secret_masking: SecretMasking,
+    /// Absolute directories prepended to the commands' `PATH`, before the environment's.
+    #[serde(default)]
+    pub(super) path: Vec<PathBuf>,
+    /// Fixed environment variables of the commands; added to the environment's (the workspace's
+    /// value wins); the operator's value wins over a tool call's `env` for the same name.
+    #[serde(default)]
+    pub(super) env: BTreeMap<String, String>,
+    /// Whose live foreground processes block a mutation: every client's (`workspace`) or only
+    /// the caller's own (`client`). Background processes never hold the lease.
+    #[serde(default)]
+    pub(super) lease_scope: LeaseScope,
+    /// The candidate directories of a command's write scope (workspace-relative, `.` for the
+    /// root): before a command starts, Cedar decides `process_write` for each of them, for the
+    /// command's `cwd` and for `.git`; the command may write beneath the allowed ones only, and
+    /// a denied one beneath an allowed one is mounted read-only. Default: the environment's,
+    /// else `["."]`.
+    #[serde(default)]
+    pub(super) command_write_paths: Option<Vec<String>>,
+}
+
+/// An HTTP client identity: exactly one of `token` and `token_file`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Client")]
+pub(super) struct RawClient {
+    /// The bearer token inline (at least 16 characters).
+    #[serde(default)]
+    pub(super) token: Option<String>,
+    /// A file holding the bearer token (read once at start, surrounding whitespace ignored);
+    /// relative to the config file.
+    #[serde(default)]
+    pub(super) token_file: Option<PathBuf>,
+}
+
+/// The JSON Schema (draft 2020-12) of the config file, generated from the types `load` parses.
+pub fn json_schema() -> serde_json::Value {
+    let mut schema = serde_json::to_value(schemars::schema_for!(RawConfig)).unwrap_or_default();
+    // `workspaces` has a serde default (so a missing key gets the field-naming error below),
+    // but the loader requires at least one workspace: say so in the schema.
+    if let Some(top) = schema.as_object_mut() {
+        top.insert("required".into(), serde_json::json!(["workspaces"]));
+    }
+    schema
+}

@@ -1,0 +1,169 @@
+//! What is cached per listing generation: the decision-signature groups of the entries, the
+//! compiled ignore rules, and a few derived `find` listings (so paging reads a cached list).
+
+use codespace_runner_fs::{Kind, RelPath};
+use codespace_runner_search::{IgnoreFile, IgnoreFileKind, IgnoreRules};
+use std::collections::HashMap;
+use std::io::Read;
+use std::sync::Arc;
+
+use super::{Derived, Groups, Listing, PathIndex, lock};
+use crate::policy::signature::SignaturePlan;
+use crate::request::WorkspaceFacts;
+
+/// Derived listings kept per workspace.
+const DERIVED_KEPT: usize = 8;
+/// Largest ignore file read (bytes); the rest of a longer one is ignored.
+const MAX_IGNORE_FILE_BYTES: u64 = 1024 * 1024;
+
+impl PathIndex {
+    /// The decision-signature groups of `listing` under the plan of policy set `sha`.
+    pub(crate) fn groups(
+        &self,
+        listing: &Listing,
+        sha: &str,
+        plan: &SignaturePlan,
+        facts: &WorkspaceFacts,
+    ) -> Arc<Groups> {
+        {
+            let c = lock(&self.caches);
+            if let Some((s, g, groups)) = &c.groups
+                && s == sha
+                && *g == listing.generation
+            {
+                return Arc::clone(groups);
+            }
+        }
+        let mut of_entry = Vec::with_capacity(listing.entries.len());
+        let mut reps: Vec<u32> = Vec::new();
+        let mut rep_links: Vec<i64> = Vec::new();
+        let mut by_key: HashMap<String, u32> = HashMap::new();
+        // When the policy set reads `resource.links`, an entry is listed iff a `read` of it (with
+        // its real link count) is allowed: one no-follow stat per file.
+        let uses_links = plan.uses_links();
+        // One no-follow stat per file, each directory opened once for its files (not once per
+        // file): 0 when a file is gone or cannot be examined, 1 for directories.
+        let link_counts: Vec<i64> = if uses_links {
+            let rels: Vec<Option<RelPath>> = listing
+                .entries
+                .iter()
+                .map(|e| {
+                    if e.kind == Kind::Dir {
+                        None
+                    } else {
+                        RelPath::parse(&e.path).ok()
+                    }
+                })
+                .collect();
+            let mut metas = self.root.stat_many(rels.iter().flatten()).into_iter();
+            listing
+                .entries
+                .iter()
+                .zip(&rels)
+                .map(|(e, rel)| match (e.kind, rel) {
+                    (Kind::Dir, _) => 1,
+                    (_, None) => 0,
+                    (_, Some(_)) => metas
+                        .next()
+                        .and_then(|m| m.ok().flatten())
+                        .map_or(0, |m| crate::links::links_value(m.kind, m.links)),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        for (i, e) in listing.entries.iter().enumerate() {
+            let links = link_counts.get(i).copied().unwrap_or(1);
+            let i = u32::try_from(i).unwrap_or(u32::MAX);
+            let group = match plan.key(&e.path, facts.is_server_owned(&e.path), links) {
+                Some(key) => *by_key.entry(key).or_insert_with(|| {
+                    reps.push(i);
+                    rep_links.push(links);
+                    u32::try_from(reps.len() - 1).unwrap_or(u32::MAX)
+                }),
+                None => {
+                    reps.push(i);
+                    rep_links.push(links);
+                    u32::try_from(reps.len() - 1).unwrap_or(u32::MAX)
+                }
+            };
+            of_entry.push(group);
+        }
+        let groups = Arc::new(Groups {
+            of_entry,
+            reps,
+            rep_links,
+        });
+        lock(&self.caches).groups =
+            Some((sha.to_string(), listing.generation, Arc::clone(&groups)));
+        groups
+    }
+
+    /// The ignore rules of `listing` (its ignore files read beneath the root, no symlink followed).
+    pub(crate) fn ignore_rules(&self, listing: &Listing) -> Arc<IgnoreRules> {
+        {
+            let c = lock(&self.caches);
+            if let Some((g, rules)) = &c.ignore
+                && *g == listing.generation
+            {
+                return Arc::clone(rules);
+            }
+        }
+        let mut files = Vec::new();
+        let mut git_dirs = Vec::new();
+        for e in &listing.entries {
+            let name = e.path.rsplit('/').next().unwrap_or(&e.path);
+            if name == ".git" {
+                git_dirs.push(
+                    e.path
+                        .rsplit_once('/')
+                        .map_or(String::new(), |(d, _)| d.to_string()),
+                );
+            }
+            if e.kind != Kind::File {
+                continue;
+            }
+            let Some((kind, dir)) = IgnoreFileKind::classify(&e.path) else {
+                continue;
+            };
+            let Ok(rel) = RelPath::parse(&e.path) else {
+                continue;
+            };
+            let Ok((file, _)) = self.root.open_file(&rel) else {
+                continue;
+            };
+            let mut content = Vec::new();
+            if file
+                .take(MAX_IGNORE_FILE_BYTES)
+                .read_to_end(&mut content)
+                .is_ok()
+            {
+                files.push(IgnoreFile {
+                    kind,
+                    dir: dir.to_string(),
+                    content,
+                });
+            }
+        }
+        let rules = Arc::new(IgnoreRules::build(&files, git_dirs));
+        lock(&self.caches).ignore = Some((listing.generation, Arc::clone(&rules)));
+        rules
+    }
+
+    /// A cached derived listing.
+    pub(crate) fn derived(&self, key: &str) -> Option<Arc<Derived>> {
+        let c = lock(&self.caches);
+        c.derived
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, d)| Arc::clone(d))
+    }
+
+    /// Caches a derived listing.
+    pub(crate) fn put_derived(&self, key: String, d: Arc<Derived>) {
+        let mut c = lock(&self.caches);
+        c.derived.retain(|(k, _)| *k != key);
+        c.derived.push_front((key, d));
+        c.derived.truncate(DERIVED_KEPT);
+    }
+}

@@ -1,0 +1,472 @@
+//! The path index of a workspace: a sorted in-memory listing (path + kind) that `find`, `grep` and
+//! `find_files` read instead of walking the tree on every call.
+//!
+//! It is built lazily by a no-follow walk on first use, then kept current by the workspace's file
+//! watcher (the one [`crate::versions`] runs): every create, delete or rename the watcher reports
+//! marks its path dirty, and the next use re-checks just those paths (a re-appearing directory is
+//! walked again). Disk stays the truth: when the watcher lost events (overflow), when too many
+//! paths changed at once, or when it cannot run, the next use walks the whole tree again and the
+//! result says so (`listing_source: walk` and a `walk_reason`). It is bounded by
+//! `limits.max_walk_entries` (past it the listing is `incomplete`) and dropped when idle.
+//!
+//! Per listing generation it also caches what is costly to recompute and cannot change while the
+//! listing does not: the decision-signature groups of the entries (one Cedar question per group),
+//! the compiled ignore rules, and a few derived `find` listings (so paging reads a cached list).
+//!
+//! `walk.rs` the walks; `watch.rs` the watcher's feed and the fence; `caches.rs` what is cached
+//! per listing. This file holds the index's types (the children add methods, and this file names
+//! none of them) and its life: build, refresh, drop.
+
+use codespace_runner_fs::{FsError, Kind, Root, Unlisted, WalkLimits};
+use codespace_runner_search::IgnoreRules;
+use std::collections::{HashSet, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::wire::WalkReason;
+
+mod caches;
+mod walk;
+mod watch;
+
+/// Dirty paths one refresh re-checks one by one; more than this and the tree is walked again.
+const MAX_INCREMENTAL: usize = 2_000;
+/// An index unused this long is dropped (rebuilt by a walk on next use).
+pub(crate) const IDLE_DROP: Duration = Duration::from_secs(600);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+/// One listed path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Entry {
+    /// Workspace-relative path.
+    pub(crate) path: Box<str>,
+    /// What it is (symlinks are never followed).
+    pub(crate) kind: Kind,
+    /// Inode number (names of one inode share it: hard-link aliases).
+    pub(crate) ino: u64,
+    /// A temporary file of the server ([`walk::is_server_temp`]): `find`, `grep` and `find_files` leave
+    /// it out; secret masks do not.
+    pub(crate) temp: bool,
+}
+
+/// A listing of the whole workspace, sorted by path.
+#[derive(Debug)]
+pub(crate) struct Listing {
+    pub(crate) entries: Vec<Entry>,
+    /// A cap (depth, entries) cut it short or a directory could not be read.
+    pub(crate) incomplete: bool,
+    /// Changes whenever the listing changes.
+    pub(crate) generation: u64,
+    /// Entries left out because their name is not UTF-8 (policy cannot decide them).
+    pub(crate) non_utf8: usize,
+    /// `max_walk_entries` cut the listing short: what is missing is not known.
+    pub(crate) capped: bool,
+    /// Directories whose subtree the listing does not hold whole (deeper than the depth cap,
+    /// unreadable, or holding a name that is not UTF-8), sorted, none beneath another; `""` is
+    /// the root. Secret masks cover each whole (see [`crate::masks`]).
+    pub(crate) unlisted: Vec<Unlisted>,
+}
+
+/// Entries grouped by decision signature: entries of a group get the same decision.
+#[derive(Debug)]
+pub(crate) struct Groups {
+    /// Group of each entry.
+    pub(crate) of_entry: Vec<u32>,
+    /// A representative entry of each group.
+    pub(crate) reps: Vec<u32>,
+    /// `resource.links` of each representative (1 unless the policy set reads link counts).
+    pub(crate) rep_links: Vec<i64>,
+}
+
+/// A derived `find` listing: entry indices after every filter, cached for paging.
+#[derive(Debug)]
+pub(crate) struct Derived {
+    pub(crate) visible: Vec<u32>,
+    /// (entry, group) of each entry withheld by policy.
+    pub(crate) withheld: Vec<(u32, u32)>,
+    pub(crate) listing_version: String,
+}
+
+/// What the watcher reported since the last use.
+#[derive(Debug, Default)]
+struct Events {
+    /// Recording is on while an index exists.
+    collecting: bool,
+    dirty: HashSet<String>,
+    overflow: bool,
+    /// An ignore file's content changed.
+    ignore_changed: bool,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// A background build is under way (first use): wait for it.
+    warming: bool,
+    listing: Option<Arc<Listing>>,
+    last_used: Option<Instant>,
+}
+
+/// What is derived from a listing, keyed by its generation. Its own lock: a call that only reads
+/// the caches never waits for a listing being built.
+#[derive(Debug, Default)]
+struct Caches {
+    groups: Option<(String, u64, Arc<Groups>)>,
+    ignore: Option<(u64, Arc<IgnoreRules>)>,
+    derived: VecDeque<(String, Arc<Derived>)>,
+}
+
+/// A barrier through the watcher: a file created in a private directory the same watcher watches.
+/// Once its event arrives, every workspace event queued before it has been delivered too (one
+/// inotify queue, delivered in order), so a listing taken after [`PathIndex::flush`] reflects
+/// every change made before the call began.
+#[derive(Debug)]
+struct Fence {
+    dir: tempfile::TempDir,
+    seen: Mutex<u64>,
+    cv: Condvar,
+    next: AtomicU64,
+    broken: AtomicBool,
+}
+
+/// The path index of one workspace.
+#[derive(Debug)]
+pub(crate) struct PathIndex {
+    root: Arc<Root>,
+    /// The root as the watcher reports it.
+    root_abs: PathBuf,
+    limits: WalkLimits,
+    events: Arc<Mutex<Events>>,
+    state: Mutex<State>,
+    caches: Mutex<Caches>,
+    /// Signalled when a background build ends.
+    warmed: Condvar,
+    reaper: AtomicBool,
+    fence: Option<Arc<Fence>>,
+    /// The decided secret masks of this workspace's listings (see [`crate::masks`]).
+    pub(crate) masks: crate::mask_cache::MaskCache,
+}
+
+impl PathIndex {
+    /// An empty index over `root` (opened) at `root_abs` (as given to the watcher).
+    #[cfg(test)]
+    pub(crate) fn new(root: Arc<Root>, root_abs: &Path, max_entries: usize) -> PathIndex {
+        PathIndex::new_in(root, root_abs, max_entries, None)
+    }
+
+    /// [`PathIndex::new`] with its fence directory in `fence_parent` (the server's fences
+    /// directory, swept at start-up: see [`crate::fence_dirs`]), else in the system temp dir.
+    pub(crate) fn new_in(
+        root: Arc<Root>,
+        root_abs: &Path,
+        max_entries: usize,
+        fence_parent: Option<&Path>,
+    ) -> PathIndex {
+        PathIndex {
+            root,
+            root_abs: root_abs.to_path_buf(),
+            limits: WalkLimits {
+                max_entries,
+                ..WalkLimits::default()
+            },
+            events: Arc::new(Mutex::new(Events::default())),
+            state: Mutex::new(State::default()),
+            caches: Mutex::new(Caches::default()),
+            warmed: Condvar::new(),
+            reaper: AtomicBool::new(false),
+            masks: crate::mask_cache::MaskCache::default(),
+            fence: crate::fence_dirs::create(fence_parent).map(|dir| {
+                Arc::new(Fence {
+                    dir,
+                    seen: Mutex::new(0),
+                    cv: Condvar::new(),
+                    next: AtomicU64::new(0),
+                    broken: AtomicBool::new(false),
+                })
+            }),
+        }
+    }
+
+    /// The current listing, and why it was walked when it was. Blocking: call it off the async
+    /// workers.
+    ///
+    /// On first use, when the watcher does not run yet, the call is answered from a walk of its
+    /// own while a background thread starts the watcher and then builds the index (watch first,
+    /// walk second, so the index misses nothing); calls arriving meanwhile wait for that build.
+    pub(crate) fn listing(
+        self: &Arc<Self>,
+        versions: &Arc<crate::versions::Versions>,
+    ) -> Result<(Arc<Listing>, Option<WalkReason>), FsError> {
+        let mut st = lock(&self.state);
+        while st.warming {
+            st = match self.warmed.wait(st) {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+        }
+        if st.listing.is_none() && !versions.is_watching() && !versions.recently_failed() {
+            st.warming = true;
+            drop(st);
+            // Answer first, then warm up: the background build does not compete with this walk.
+            let walked = self.walk_all();
+            let me = Arc::clone(self);
+            let v = Arc::clone(versions);
+            let spawned = std::thread::Builder::new()
+                .name("codespace-index".into())
+                .spawn(move || {
+                    let mut st = lock(&me.state);
+                    if let Err(e) = me.listing_locked(&mut st, || v.ensure_watching()) {
+                        tracing::warn!(error = %e, "path index build failed");
+                    }
+                    st.warming = false;
+                    me.warmed.notify_all();
+                });
+            if spawned.is_err() {
+                lock(&self.state).warming = false;
+                self.warmed.notify_all();
+            }
+            let listing = Arc::new(walked?);
+            return Ok((listing, Some(WalkReason::Built)));
+        }
+        self.listing_locked(&mut st, || versions.ensure_watching())
+    }
+
+    /// [`PathIndex::listing`] without the background first build; `watching` starts the watcher
+    /// (true when it runs).
+    #[cfg(test)]
+    fn listing_with(
+        &self,
+        watching: impl FnOnce() -> bool,
+    ) -> Result<(Arc<Listing>, Option<WalkReason>), FsError> {
+        let mut st = lock(&self.state);
+        self.listing_locked(&mut st, watching)
+    }
+
+    fn listing_locked(
+        &self,
+        st: &mut State,
+        watching: impl FnOnce() -> bool,
+    ) -> Result<(Arc<Listing>, Option<WalkReason>), FsError> {
+        st.last_used = Some(Instant::now());
+        {
+            // Record from before the watcher starts and before any walk, so no change between
+            // them is lost.
+            let mut ev = lock(&self.events);
+            if !ev.collecting || st.listing.is_none() {
+                ev.collecting = true;
+                ev.dirty.clear();
+                ev.overflow = false;
+                ev.ignore_changed = false;
+            }
+        }
+        if !watching() || !self.flush() {
+            lock(&self.events).collecting = false;
+            self.reset(st);
+            let listing = Arc::new(self.walk_all()?);
+            return Ok((listing, Some(WalkReason::WatcherUnavailable)));
+        }
+        let (dirty, overflow, ignore_changed) = {
+            let mut ev = lock(&self.events);
+            (
+                std::mem::take(&mut ev.dirty),
+                std::mem::replace(&mut ev.overflow, false),
+                std::mem::replace(&mut ev.ignore_changed, false),
+            )
+        };
+        if ignore_changed {
+            let mut c = lock(&self.caches);
+            c.ignore = None;
+            c.derived.clear();
+        }
+        let reason = match &st.listing {
+            None => Some(WalkReason::Built),
+            Some(_) if overflow => Some(WalkReason::WatcherOverflow),
+            Some(_) if dirty.len() > MAX_INCREMENTAL => Some(WalkReason::ManyChanges),
+            Some(_) => None,
+        };
+        if let Some(reason) = reason {
+            self.reset(st);
+            let listing = Arc::new(self.walk_all()?);
+            st.listing = Some(Arc::clone(&listing));
+            return Ok((listing, Some(reason)));
+        }
+        let Some(current) = st.listing.clone() else {
+            let listing = Arc::new(self.walk_all()?);
+            st.listing = Some(Arc::clone(&listing));
+            return Ok((listing, Some(WalkReason::Built)));
+        };
+        if dirty.is_empty() {
+            return Ok((current, None));
+        }
+        let updated = self.apply(current, dirty);
+        st.listing = Some(Arc::clone(&updated));
+        Ok((updated, None))
+    }
+
+    fn reset(&self, st: &mut State) {
+        st.listing = None;
+        *lock(&self.caches) = Caches::default();
+    }
+    /// Drops the index when it has not been used for `idle`; true when it did. Never waits for
+    /// a listing in progress (that is a use).
+    pub(crate) fn drop_if_idle(&self, idle: Duration) -> bool {
+        let Ok(mut st) = self.state.try_lock() else {
+            return false;
+        };
+        if st.listing.is_none() || st.last_used.is_some_and(|t| t.elapsed() < idle) {
+            return false;
+        }
+        self.reset(&mut st);
+        let mut ev = lock(&self.events);
+        ev.collecting = false;
+        ev.dirty.clear();
+        true
+    }
+
+    /// Whether an index is held.
+    #[cfg(test)]
+    pub(crate) fn is_built(&self) -> bool {
+        lock(&self.state).listing.is_some()
+    }
+}
+
+/// Starts (once) the task that drops `index` after [`IDLE_DROP`] without use. Without a tokio
+/// runtime nothing is started and the index lives as long as the gateway.
+pub(crate) fn ensure_reaper(index: &Arc<PathIndex>) {
+    if index.reaper.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        index.reaper.store(false, Ordering::Release);
+        return;
+    };
+    let weak = Arc::downgrade(index);
+    handle.spawn(async move {
+        loop {
+            tokio::time::sleep(IDLE_DROP / 4).await;
+            let Some(ix) = weak.upgrade() else { break };
+            if ix.drop_if_idle(IDLE_DROP) {
+                tracing::debug!("path index dropped after being idle");
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod testing {
+    use super::*;
+    use codespace_runner_fs::Root;
+
+    /// An index fed by a real watcher (started by the first listing).
+    pub(super) struct Ix {
+        ix: PathIndex,
+        versions: crate::versions::Versions,
+    }
+
+    impl std::ops::Deref for Ix {
+        type Target = PathIndex;
+        fn deref(&self) -> &PathIndex {
+            &self.ix
+        }
+    }
+
+    impl Ix {
+        pub(super) fn get(&self) -> (Arc<Listing>, Option<WalkReason>) {
+            self.ix
+                .listing_with(|| self.versions.ensure_watching())
+                .unwrap()
+        }
+    }
+
+    pub(super) fn index(dir: &Path) -> Ix {
+        let dir = std::fs::canonicalize(dir).unwrap();
+        let root = Arc::new(Root::open(&dir).unwrap());
+        let ix = PathIndex::new(root, &dir, 1_000_000);
+        let versions = crate::versions::Versions::with_observer(
+            &dir,
+            codespace_runner_fs::TempNames::unregistered(),
+            ix.observer(),
+            ix.fence_dir(),
+        );
+        Ix { ix, versions }
+    }
+
+    /// What the listing tools show (the server's temp files left out).
+    pub(super) fn paths(l: &Listing) -> Vec<&str> {
+        l.entries
+            .iter()
+            .filter(|e| !e.temp)
+            .map(|e| &*e.path)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{index, paths};
+    use super::*;
+
+    #[test]
+    fn overflow_and_watcher_failure_walk_and_say_why() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("f"), b"").unwrap();
+        let ix = index(tmp.path());
+        ix.get();
+        lock(&ix.events).overflow = true;
+        let (_, why) = ix.get();
+        assert_eq!(why, Some(WalkReason::WatcherOverflow));
+        let (_, why) = ix.get();
+        assert_eq!(why, None);
+        let (l, why) = ix.listing_with(|| false).unwrap();
+        assert_eq!(why, Some(WalkReason::WatcherUnavailable));
+        assert_eq!(paths(&l), vec!["f"]);
+        assert!(!ix.is_built());
+    }
+
+    #[test]
+    fn first_use_answers_from_a_walk_and_builds_the_index_in_the_background() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("a"), b"").unwrap();
+        let dir = std::fs::canonicalize(tmp.path()).unwrap();
+        let root = Arc::new(Root::open(&dir).unwrap());
+        let ix = Arc::new(PathIndex::new(root, &dir, 1_000_000));
+        let versions = Arc::new(crate::versions::Versions::with_observer(
+            &dir,
+            codespace_runner_fs::TempNames::unregistered(),
+            ix.observer(),
+            ix.fence_dir(),
+        ));
+        let (l, why) = ix.listing(&versions).unwrap();
+        assert_eq!(why, Some(WalkReason::Built));
+        assert_eq!(paths(&l), vec!["a"]);
+        // The next call waits for the background build and reads the index.
+        std::fs::write(tmp.path().join("b"), b"").unwrap();
+        let (l, why) = ix.listing(&versions).unwrap();
+        assert!(versions.is_watching());
+        assert_eq!(paths(&l), vec!["a", "b"]);
+        assert!(why.is_none() || why == Some(WalkReason::Built), "{why:?}");
+        let (_, why) = ix.listing(&versions).unwrap();
+        assert_eq!(why, None);
+    }
+
+    #[test]
+    fn idle_index_is_dropped() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ix = index(tmp.path());
+        ix.get();
+        assert!(!ix.drop_if_idle(Duration::from_secs(3600)));
+        assert!(ix.is_built());
+        assert!(ix.drop_if_idle(Duration::ZERO));
+        assert!(!ix.is_built());
+        assert!(!lock(&ix.events).collecting);
+        let (_, why) = ix.get();
+        assert_eq!(why, Some(WalkReason::Built));
+    }
+}
