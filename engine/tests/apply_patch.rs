@@ -122,11 +122,13 @@ fn copy_dir(from: &Path, to: &Path) {
 
 /// The external apply_patch scenarios: the directory `CODESPACE_PATCH_SCENARIOS` names (set by
 /// `scripts/ci-conformance-patch.sh` when the extra data set is present). Unset: `None`, after a
-/// `skip:` line; set to a missing directory: the test fails. The test never looks beside the repo.
+/// `not-configured:` line; set to a missing directory: the test fails. The test never looks beside the repo.
 fn external_scenarios_dir() -> Option<PathBuf> {
     let Some(p) = std::env::var_os("CODESPACE_PATCH_SCENARIOS") else {
-        println!(
-            "skip: external apply_patch scenarios not configured (CODESPACE_PATCH_SCENARIOS unset)"
+        codespace_test_skip::not_configured(
+            &codespace_test_skip::this_test(),
+            "external apply_patch scenarios (CODESPACE_PATCH_SCENARIOS unset; \
+             scripts/ci-conformance-patch.sh sets it)",
         );
         return None;
     };

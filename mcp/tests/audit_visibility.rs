@@ -43,7 +43,8 @@ fn tools_on_disk(store: &Path) -> Vec<String> {
     if let Some(tools) = tools_via_python(store) {
         return tools;
     }
-    println!("skip: python3 with sqlite3 not found; reading through this process's SQLite");
+    // Not a skip: this test process is another process than the server too.
+    eprintln!("note: python3 with sqlite3 not found; reading through this process's SQLite");
     let conn = rusqlite::Connection::open(store).unwrap();
     let mut stmt = conn
         .prepare("SELECT tool FROM decisions ORDER BY rowid")

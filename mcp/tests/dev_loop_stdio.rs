@@ -16,8 +16,11 @@ use stdio_common::StdioServer;
 
 #[test]
 fn a_background_service_runs_beside_patches_and_commands_through_the_binary() {
-    if !codespace_runner_sandbox::probe().sandbox_available() {
-        println!("skip: the kernel lacks the command sandbox (Landlock/seccomp)");
+    if !codespace_test_skip::require(
+        codespace_runner_sandbox::probe().sandbox_available(),
+        "a_background_service_runs_beside_patches_and_commands_through_the_binary",
+        "the kernel lacks the command sandbox (Landlock/seccomp)",
+    ) {
         return;
     }
     let mut s = StdioServer::serve_temp_workspace()
@@ -92,12 +95,18 @@ fn a_long_poll_reports_progress_and_a_cancel_ends_the_wait_not_the_process() {
     let args = if codespace_runner_sandbox::probe().sandbox_available() {
         json!({"workspace_id": "default", "background": true, "command": ["sleep", "600"]})
     } else {
-        println!("skip: no command sandbox here: the long poll runs on an exited process");
+        codespace_test_skip::skip(
+            "a_long_poll_reports_progress_and_a_cancel_ends_the_wait_not_the_process",
+            "no command sandbox here: the long poll runs on an exited process",
+        );
         json!({"workspace_id": "default", "command": ["true"]})
     };
     let started = s.call("exec_command", args);
     if started["isError"] == true {
-        println!("skip: exec refused on this host: {started}");
+        codespace_test_skip::skip(
+            "a_long_poll_reports_progress_and_a_cancel_ends_the_wait_not_the_process",
+            format!("exec refused on this host: {started}"),
+        );
         return;
     }
     let id = started["structuredContent"]["process_id"].clone();

@@ -64,10 +64,9 @@ fn the_operations_curl_session_works_as_written() {
         .filter(|t| !have(t))
         .collect();
     if !missing.is_empty() {
-        println!("skip: the_operations_curl_session_works_as_written: {missing:?} not installed");
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI must have {missing:?}"
+        codespace_test_skip::skip(
+            "the_operations_curl_session_works_as_written",
+            format!("{missing:?} not installed"),
         );
         return;
     }

@@ -26,10 +26,11 @@ fn python3() -> bool {
         .arg("pass")
         .status()
         .is_ok_and(|s| s.success());
-    if !found {
-        println!("SKIP: python3 is not installed");
-    }
-    found
+    codespace_test_skip::require(
+        found,
+        &codespace_test_skip::this_test(),
+        "python3 is not installed",
+    )
 }
 
 /// The shipped policies plus an operator permit for loopback `ports`.
@@ -141,7 +142,10 @@ async fn a_sandboxed_fetch_goes_through_the_proxy_and_every_connection_is_decide
         return;
     }
     if !codespace_runner_sandbox::probe().net_namespaces {
-        println!("SKIP: {name}: network namespaces unavailable (proxy mode needs one)");
+        codespace_test_skip::skip(
+            name,
+            "network namespaces unavailable (proxy mode needs one)",
+        );
         return;
     }
     let (allowed, served) = origin().await;
@@ -305,7 +309,10 @@ async fn names_are_decided_before_lookup_and_every_refusal_is_audited() {
         return;
     }
     if !codespace_runner_sandbox::probe().net_namespaces {
-        println!("SKIP: {name}: network namespaces unavailable (proxy mode needs one)");
+        codespace_test_skip::skip(
+            name,
+            "network namespaces unavailable (proxy mode needs one)",
+        );
         return;
     }
     // The shipped policies plus an operator forbid on one host name.
@@ -502,7 +509,10 @@ async fn a_proxy_mode_command_ends_with_its_output_in_both_modes() {
         return;
     }
     if !codespace_runner_sandbox::probe().net_namespaces {
-        println!("SKIP: {name}: network namespaces unavailable (proxy mode needs one)");
+        codespace_test_skip::skip(
+            name,
+            "network namespaces unavailable (proxy mode needs one)",
+        );
         return;
     }
     let e = env_with(Opts {

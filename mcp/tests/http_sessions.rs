@@ -26,8 +26,9 @@ fn body(reply: &Value) -> Value {
 async fn a_process_outlives_its_session_and_stays_with_its_client() {
     let probe = codespace_runner_sandbox::probe();
     if !probe.sandbox_available() {
-        println!(
-            "SKIP: a_process_outlives_its_session_and_stays_with_its_client: no command sandbox on this kernel"
+        codespace_test_skip::skip(
+            "a_process_outlives_its_session_and_stays_with_its_client",
+            "no command sandbox on this kernel",
         );
         return;
     }

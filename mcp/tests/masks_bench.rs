@@ -95,7 +95,10 @@ async fn exec_round_trip_with_and_without_masks() {
         return;
     }
     if !codespace_runner_sandbox::probe().masking_available() {
-        println!("SKIP: exec_round_trip_with_and_without_masks: no mount namespaces here");
+        codespace_test_skip::skip(
+            "exec_round_trip_with_and_without_masks",
+            "no mount namespaces here",
+        );
         return;
     }
     let files = env_usize("BENCH_FILES", 2_000);

@@ -2,7 +2,8 @@
 //! "no profile lets a command write .git/**" proven for the shipped set and refuted (with a
 //! replayed counterexample) without its guardrail; `--config` puts the operator's profiles where
 //! `extends` says, so `--properties` (subset, never_writes, writes_only) need no hand-written
-//! assumptions. Without cvc5 these print `skip:`, and fail when `CI=true`.
+//! assumptions. Without cvc5 these skip (`codespace_test_skip`), and fail under
+//! `CODESPACE_REQUIRE_ISOLATION=1`.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -23,20 +24,18 @@ fn repo() -> PathBuf {
         .to_path_buf()
 }
 
-/// Whether cvc5 can be found; prints `skip:` when not, and fails under `CI=true` (the CI
-/// installs it: scripts/test.sh and scripts/ci-policy-verify.sh).
+/// Whether cvc5 can be found; skips when not (`codespace_test_skip`: fails under
+/// `CODESPACE_REQUIRE_ISOLATION=1`; the CI installs it: scripts/test.sh and
+/// scripts/ci-policy-verify.sh).
 fn have_solver() -> bool {
     let found = std::env::var_os("CVC5").is_some_and(|p| Path::new(&p).is_file())
         || std::env::var_os("PATH")
             .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("cvc5").is_file()));
-    if !found {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "cvc5 is not installed and CI=true (scripts/test.sh installs it)"
-        );
-        println!("skip: cvc5 is not installed (scripts/test.sh installs it)");
-    }
-    found
+    codespace_test_skip::require(
+        found,
+        &codespace_test_skip::this_test(),
+        "cvc5 is not installed (scripts/test.sh installs it)",
+    )
 }
 
 fn verify(args: &[&str]) -> Output {

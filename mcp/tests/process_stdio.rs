@@ -151,13 +151,16 @@ fn the_helper_refuses_when_landlock_is_forced_unavailable() {
     assert_eq!(body["code"], "PROCESS_SPAWN_FAILED", "{body}");
 }
 
-/// Whether this host gives every process a cgroup (so escapees can be found); prints a SKIP line
+/// Whether this host gives every process a cgroup (so escapees can be found); skips
 /// when it does not.
 fn escapees_tracked_or_skip(test: &str) -> bool {
     let table = codespace_runner_process::ProcessTable::new(Default::default());
     let iso = table.pids_isolation();
     if !iso.tracked {
-        println!("SKIP: {test}: no writable cgroup here, escapees are not tracked ({iso:?})");
+        codespace_test_skip::skip(
+            test,
+            format!("no writable cgroup here, escapees are not tracked ({iso:?})"),
+        );
     }
     iso.tracked
 }

@@ -1,7 +1,7 @@
 //! The command sandbox seen from inside exec_command: Landlock confines writes to the workspace
 //! (when policy grants `process_write`) and a private temp dir, seccomp takes inet sockets away
 //! unless policy grants `process_network`, AF_UNIX keeps working, exec chains stay confined,
-//! ptrace is denied and no_new_privs is set. Each test prints `SKIP:` where the kernel cannot.
+//! ptrace is denied and no_new_privs is set. Each test skips where the kernel cannot.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -22,10 +22,11 @@ fn python3() -> bool {
         .arg("pass")
         .status()
         .is_ok_and(|s| s.success());
-    if !found {
-        println!("SKIP: python3 is not installed");
-    }
-    found
+    codespace_test_skip::require(
+        found,
+        &codespace_test_skip::this_test(),
+        "python3 is not installed",
+    )
 }
 
 fn sh(script: &str) -> Vec<String> {

@@ -4,7 +4,7 @@
 //! sh still work, cargo builds a tiny crate when the toolchain is declared, `setsid` escapees
 //! die with terminate_process and gateway shutdown, a fork loop is capped at
 //! `limits.max_pids_per_process`, and a host without a sandbox refuses exec unless the workspace
-//! says `"sandbox": "off"`. Each test prints `SKIP:` where the host cannot.
+//! says `"sandbox": "off"`. Each test skips where the host cannot (`codespace_test_skip`).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -134,7 +134,10 @@ async fn cargo_builds_a_tiny_crate_when_the_toolchain_is_declared() {
         return;
     }
     let Some(sysroot) = rust_sysroot() else {
-        println!("SKIP: {name}: no rustc/cargo toolchain found through `rustc --print sysroot`");
+        codespace_test_skip::skip(
+            name,
+            "no rustc/cargo toolchain found through `rustc --print sysroot`",
+        );
         return;
     };
     // No `path` config yet: the command puts the declared toolchain on its own PATH.
@@ -209,7 +212,10 @@ async fn workspace_info_names_read_paths_and_reports_the_pids_limit() {
 fn tracked_or_skip(test: &str) -> bool {
     let iso = ProcessTable::new(TableLimits::default()).pids_isolation();
     if !iso.tracked {
-        println!("SKIP: {test}: no writable cgroup here, escapees are not tracked ({iso:?})");
+        codespace_test_skip::skip(
+            test,
+            format!("no writable cgroup here, escapees are not tracked ({iso:?})"),
+        );
     }
     iso.tracked
 }
@@ -289,7 +295,7 @@ async fn a_fork_loop_is_capped_at_max_pids_per_process() {
         ..Opts::default()
     });
     if e.gw.pids_isolation().mechanism == PidsMechanism::None {
-        println!("SKIP: {name}: no writable cgroup offers a pids controller here");
+        codespace_test_skip::skip(name, "no writable cgroup offers a pids controller here");
         return;
     }
     // 600 background sleeps; each fork that fails is counted (python reports EAGAIN at once,

@@ -3,7 +3,7 @@
 //! runs `python3 -m pytest`, each with the toolchain declared in the config (`path`, `env`,
 //! `read_paths`) and HOME the server's managed per-workspace home. The toolchain is found from
 //! `CARGO_HOME`/`RUSTUP_HOME` or `command -v`, never from a hard-coded home; a machine without
-//! it (or without the sandbox) prints a `skip:` line.
+//! it (or without the sandbox) skips (`codespace_test_skip`).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -235,7 +235,10 @@ fn sandbox_or_skip(test: &str) -> bool {
     if codespace_runner_sandbox::probe().sandbox_available() {
         return true;
     }
-    println!("skip: {test}: the kernel lacks the command sandbox (Landlock/seccomp)");
+    codespace_test_skip::skip(
+        test,
+        "the kernel lacks the command sandbox (Landlock/seccomp)",
+    );
     false
 }
 
@@ -248,7 +251,7 @@ fn the_cargo_tester_example_runs_cargo_test_on_a_tiny_crate() {
     let tc = match cargo_toolchain() {
         Ok(tc) => tc,
         Err(why) => {
-            println!("skip: {test}: {why}");
+            codespace_test_skip::skip(test, why);
             return;
         }
     };
@@ -305,7 +308,7 @@ fn the_ci_runner_example_writes_only_beneath_target() {
     let tc = match cargo_toolchain() {
         Ok(tc) => tc,
         Err(why) => {
-            println!("skip: {test}: {why}");
+            codespace_test_skip::skip(test, why);
             return;
         }
     };
@@ -377,7 +380,7 @@ fn the_python_tester_example_runs_pytest() {
     let tc = match python_toolchain() {
         Ok(tc) => tc,
         Err(why) => {
-            println!("skip: {test}: {why}");
+            codespace_test_skip::skip(test, why);
             return;
         }
     };

@@ -20,15 +20,14 @@ pub fn sandbox_available() -> bool {
     codespace_runner_sandbox::probe().sandbox_available()
 }
 
-/// Prints the skip line and returns true when the sandbox cannot be enforced here.
+/// True (after a skip, which fails under `CODESPACE_REQUIRE_ISOLATION=1`) when the sandbox
+/// cannot be enforced here.
 pub fn skip_without_sandbox(test: &str) -> bool {
-    if sandbox_available() {
-        return false;
-    }
-    println!(
-        "SKIP: {test}: the kernel lacks Landlock or seccomp (codespace_runner_sandbox::probe)"
-    );
-    true
+    !codespace_test_skip::require(
+        sandbox_available(),
+        test,
+        "the kernel lacks Landlock or seccomp (codespace_runner_sandbox::probe)",
+    )
 }
 
 /// One gateway on temp workspaces.

@@ -474,14 +474,12 @@ pub fn error_body(result: &Value) -> Value {
 }
 
 /// True when the binary under test reads the env-driven test hooks (built with the `test-hooks`
-/// feature, as scripts/test.sh does); otherwise prints an explicit skip line.
+/// feature, as scripts/test.sh does); otherwise skips (`codespace_test_skip`).
 pub fn test_hooks_or_skip(test: &str) -> bool {
-    if cfg!(feature = "test-hooks") {
-        return true;
-    }
-    println!(
-        "skip: {test}: the binary was built without the test-hooks feature \
-         (scripts/test.sh enables it: --features codespace-mcp/test-hooks)"
-    );
-    false
+    codespace_test_skip::require(
+        cfg!(feature = "test-hooks"),
+        test,
+        "the binary was built without the test-hooks feature \
+         (scripts/test.sh enables it: --features codespace-mcp/test-hooks)",
+    )
 }

@@ -143,7 +143,10 @@ fn corpus(has_chardev: bool) -> Vec<(String, Expect)> {
     if has_chardev {
         cases.push(("chardev", Code(SPECIAL)));
     } else {
-        println!("SKIP: sandbox chardev case: mknod of a character device not permitted here");
+        codespace_test_skip::skip(
+            &format!("{} (chardev case)", codespace_test_skip::this_test()),
+            "mknod of a character device not permitted here",
+        );
     }
     let mut owned: Vec<(String, Expect)> =
         cases.into_iter().map(|(p, e)| (p.to_owned(), e)).collect();

@@ -17,11 +17,13 @@ use std::path::PathBuf;
 use common::{MemFs, load_tree};
 
 /// The external scenarios: the directory CODESPACE_PATCH_SCENARIOS names. Unset: `None`, after a
-/// `skip:` line; set to a missing directory: the test fails. Never looks beside the repo.
+/// `not-configured:` line; set to a missing directory: the test fails. Never looks beside the repo.
 fn scenarios_dir() -> Option<PathBuf> {
     let Some(p) = std::env::var_os("CODESPACE_PATCH_SCENARIOS") else {
-        println!(
-            "skip: external apply_patch scenarios not configured (CODESPACE_PATCH_SCENARIOS unset)"
+        codespace_test_skip::not_configured(
+            &codespace_test_skip::this_test(),
+            "external apply_patch scenarios (CODESPACE_PATCH_SCENARIOS unset; \
+             scripts/ci-conformance-patch.sh sets it)",
         );
         return None;
     };

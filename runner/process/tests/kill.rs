@@ -298,14 +298,14 @@ async fn an_escaped_process_holding_the_pipe_does_not_block_eof_forever() {
     assert!(table.status(&p.id).await.unwrap().eof);
 }
 
-/// A table with cgroups, or None (after a SKIP line) when this host has no writable cgroup.
+/// A table with cgroups, or None (after a skip) when this host has no writable cgroup.
 fn tracked_table_or_skip(test: &str, limits: TableLimits) -> Option<ProcessTable> {
     let table = ProcessTable::new(limits);
     let iso = table.pids_isolation();
     if iso.tracked {
         Some(table)
     } else {
-        println!("SKIP: {test}: no writable cgroup here ({iso:?})");
+        codespace_test_skip::skip(test, format!("no writable cgroup here ({iso:?})"));
         None
     }
 }

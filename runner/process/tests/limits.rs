@@ -30,7 +30,7 @@ fn python_or_skip(test: &str) -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        println!("SKIP: {test}: /usr/bin/python3 not found");
+        codespace_test_skip::skip(test, "/usr/bin/python3 not found");
     }
     ok
 }
@@ -48,7 +48,7 @@ async fn a_fork_loop_is_capped_at_the_pids_limit() {
     let iso = table.pids_isolation();
     println!("pids isolation here: {iso:?}");
     if iso.mechanism == PidsMechanism::None {
-        println!("SKIP: {name}: no writable cgroup offers a pids controller here");
+        codespace_test_skip::skip(name, "no writable cgroup offers a pids controller here");
         return;
     }
     let (_d, cwd) = workdir();

@@ -350,7 +350,7 @@ async fn utf8_is_never_split_across_chunks() {
 async fn launcher_wraps_argv() {
     let env_bin = PathBuf::from("/usr/bin/env");
     if !env_bin.exists() {
-        eprintln!("SKIP: launcher_wraps_argv: /usr/bin/env missing");
+        codespace_test_skip::skip("launcher_wraps_argv", "/usr/bin/env missing");
         return;
     }
     let (_d, cwd) = workdir();

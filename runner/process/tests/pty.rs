@@ -129,7 +129,7 @@ async fn missing_program_on_a_pty_is_spawn_failed() {
 async fn launcher_wraps_argv_on_a_pty() {
     let env_bin = std::path::PathBuf::from("/usr/bin/env");
     if !env_bin.exists() {
-        eprintln!("SKIP: launcher_wraps_argv_on_a_pty: /usr/bin/env missing");
+        codespace_test_skip::skip("launcher_wraps_argv_on_a_pty", "/usr/bin/env missing");
         return;
     }
     let (_d, cwd) = workdir();

@@ -1,7 +1,7 @@
 //! Secret masks seen from inside a sandboxed command: masked files read empty through every
 //! name (`..`, symlinks, absolute paths, `cd`), masked directories are empty, the command
 //! cannot unmount, move, remount, unlink or hardlink a mask, nothing leaks to the host's mount
-//! table, and a mask that cannot be placed safely fails closed. Each test prints `SKIP:` where
+//! table, and a mask that cannot be placed safely fails closed. Each test skips where
 //! the kernel cannot.
 #![allow(
     clippy::unwrap_used,
@@ -33,7 +33,7 @@ fn the_probe_reports_mount_namespaces_where_the_helper_can_mask() {
 
 const SECRET: &str = "SECRET=hunter2";
 
-/// True when the probe says masks can be enforced here; otherwise prints an explicit SKIP line.
+/// True when the probe says masks can be enforced here; otherwise skips.
 fn masking_or_skip(test: &str) -> bool {
     if !sandbox_or_skip(test) {
         return false;
@@ -42,7 +42,10 @@ fn masking_or_skip(test: &str) -> bool {
     if p.masking_available() {
         true
     } else {
-        println!("SKIP: {test}: no mount namespaces for secret masks ({p:?})");
+        codespace_test_skip::skip(
+            test,
+            format!("no mount namespaces for secret masks ({p:?})"),
+        );
         false
     }
 }
@@ -331,11 +334,11 @@ fn masks_work_for_an_unprivileged_user_through_a_user_namespace() {
         return;
     }
     if !rustix::process::geteuid().is_root() {
-        println!("SKIP: {name}: needs root to switch to an unprivileged uid");
+        codespace_test_skip::skip(name, "needs root to switch to an unprivileged uid");
         return;
     }
     if !probe().user_namespaces {
-        println!("SKIP: {name}: user namespaces are not available");
+        codespace_test_skip::skip(name, "user namespaces are not available");
         return;
     }
     let fx = secret_fixture();

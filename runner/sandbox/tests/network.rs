@@ -96,7 +96,10 @@ fn restricted_mode_gets_a_private_network_namespace() {
         return;
     }
     if !probe().net_namespaces {
-        println!("SKIP: {name}: network namespaces unavailable (the layer is best-effort)");
+        codespace_test_skip::skip(
+            name,
+            "network namespaces unavailable (the layer is best-effort)",
+        );
         return;
     }
     let own = std::fs::read_link("/proc/self/ns/net").unwrap();

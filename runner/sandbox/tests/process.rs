@@ -128,7 +128,7 @@ fn signals_to_processes_outside_the_sandbox_are_denied() {
         return;
     }
     if probe().landlock_abi.is_none_or(|abi| abi < 6) {
-        println!("SKIP: {name}: Landlock signal scoping needs ABI 6");
+        codespace_test_skip::skip(name, "Landlock signal scoping needs ABI 6");
         return;
     }
     let victim = Victim::spawn();
@@ -153,7 +153,7 @@ fn helper_works_unprivileged_and_leaves_no_capabilities() {
         .output()
         .is_ok_and(|o| o.status.success());
     if !rustix::process::geteuid().is_root() || !has_setpriv {
-        println!("SKIP: {name}: needs root and setpriv to drop to uid 65534");
+        codespace_test_skip::skip(name, "needs root and setpriv to drop to uid 65534");
         return;
     }
     let fx = Fixture::new();
@@ -194,13 +194,11 @@ fn helper_works_unprivileged_and_leaves_no_capabilities() {
     assert!(inside.exists() && !outside.exists());
 }
 
+/// Only on x86_64: the x32 ABI exists nowhere else (not a skip: there is nothing to test).
+#[cfg(target_arch = "x86_64")]
 #[test]
 fn x32_abi_syscalls_are_denied() {
     let name = "x32_abi_syscalls_are_denied";
-    if !cfg!(target_arch = "x86_64") {
-        println!("SKIP: {name}: the x32 ABI exists only on x86_64");
-        return;
-    }
     if !sandbox_or_skip(name) || !python_or_skip(name) {
         return;
     }
@@ -230,7 +228,10 @@ print('ok' if r >= 0 else 'errno %d' % ctypes.get_errno())";
 fn root_or_skip(test: &str) -> bool {
     let root = rustix::process::geteuid().is_root();
     if !root {
-        println!("SKIP: {test}: needs root (the capabilities to drop exist only there)");
+        codespace_test_skip::skip(
+            test,
+            "needs root (the capabilities to drop exist only there)",
+        );
     }
     root
 }
@@ -364,7 +365,7 @@ fn helper_runs_when_its_session_leader_is_outside_its_pid_namespace() {
         .status()
         .is_ok_and(|s| s.success());
     if !unshare_works {
-        println!("SKIP: {name}: `unshare --pid --fork` is not available here");
+        codespace_test_skip::skip(name, "`unshare --pid --fork` is not available here");
         return;
     }
     let fx = Fixture::new();

@@ -65,13 +65,6 @@ impl Fixture {
     }
 }
 
-/// True when a skipped invariant must fail the run instead (`CI=true` or
-/// `CODESPACE_REQUIRE_ISOLATION=1`): a green CI means the sandbox was tested.
-pub fn skips_fail() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-        || std::env::var("CODESPACE_REQUIRE_ISOLATION").is_ok_and(|v| v == "1")
-}
-
 /// The command that runs `argv` under the sandbox helper with `plan`, as the process runner would.
 pub fn sandboxed(plan: &SandboxPlan, argv: &[&str]) -> Command {
     let (program, args, env) = launcher_parts(plan, helper_exe()).unwrap();
@@ -97,30 +90,29 @@ pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).trim().to_owned()
 }
 
-/// True when the sandbox can run here; otherwise prints an explicit SKIP line.
+/// True when the sandbox can run here; otherwise skips (`codespace_test_skip`).
 pub fn sandbox_or_skip(test: &str) -> bool {
     let p = probe();
     if p.sandbox_available() {
         true
     } else {
-        println!("SKIP: {test}: kernel lacks Landlock or seccomp ({p:?})");
-        assert!(
-            !skips_fail(),
-            "{test}: the sandbox must be testable under CI"
-        );
+        codespace_test_skip::skip(test, format!("kernel lacks Landlock or seccomp ({p:?})"));
         false
     }
 }
 
 /// True when the sandbox can run in proxy mode here (it needs a network namespace); otherwise
-/// prints an explicit SKIP line.
+/// skips (`codespace_test_skip`).
 #[allow(dead_code)] // not every test binary runs the proxy relay
 pub fn proxy_mode_or_skip(test: &str) -> bool {
     if !sandbox_or_skip(test) {
         return false;
     }
     if !probe().net_namespaces {
-        println!("SKIP: {test}: network namespaces unavailable (proxy mode needs one)");
+        codespace_test_skip::skip(
+            test,
+            "network namespaces unavailable (proxy mode needs one)",
+        );
         return false;
     }
     true
@@ -140,7 +132,7 @@ pub fn control_pair() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
     .unwrap()
 }
 
-/// True when python3 is on PATH; otherwise prints an explicit SKIP line.
+/// True when python3 is on PATH; otherwise skips (`codespace_test_skip`).
 pub fn python_or_skip(test: &str) -> bool {
     let ok = Command::new("python3")
         .arg("-c")
@@ -149,7 +141,7 @@ pub fn python_or_skip(test: &str) -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        println!("SKIP: {test}: python3 not found");
+        codespace_test_skip::skip(test, "python3 not found");
     }
     ok
 }
