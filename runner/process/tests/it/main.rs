@@ -1,0 +1,8 @@
+//! `runner/process/`'s integration tests as one binary (one link instead of one per file).
+//! Each former `tests/<name>.rs` is the module `<name>`: `cargo test --test it <name>::`.
+mod common;
+mod kill;
+mod limits;
+mod pipes;
+mod pty;
+mod registry;
