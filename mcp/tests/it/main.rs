@@ -1,8 +1,14 @@
 //! codespace-mcp's integration tests as one binary: the server is linked once, not once per file.
 //! Each former `tests/<name>.rs` is the module `<name>`: `cargo test --test it <name>::`.
-mod http_common;
-mod process_common;
-mod stdio_common;
+// Test code: helpers outside #[test] fns fail loudly, as the tests themselves do (the shared
+// helper modules were covered by each former crate root's allow).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 mod approvals_human;
 mod audit_visibility;
 mod cli_startup;
@@ -13,6 +19,7 @@ mod egress_proxy;
 mod fence_dirs;
 mod file_limits;
 mod first_hour;
+mod http_common;
 mod http_keepalive;
 mod http_preauth;
 mod http_process;
@@ -29,6 +36,7 @@ mod policy_ops;
 mod policy_rollout;
 mod policy_verify;
 mod process_bench;
+mod process_common;
 mod process_stdio;
 mod process_tools;
 mod redaction;
@@ -36,6 +44,7 @@ mod sandbox_exec;
 mod sandbox_isolation;
 mod secret_masks;
 mod server_state;
+mod stdio_common;
 mod stdio_fuzz;
 mod stdio_jsonrpc;
 mod stdio_limits;
