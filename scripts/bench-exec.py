@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Process-tool figures (run by hand, not in CI's pass/fail path).
 
-1. In-process (cargo test --release, mcp/tests/process_bench.rs): median round trip of
+1. In-process (cargo test --release, mcp/tests/it/process_bench.rs): median round trip of
    exec_command ["true"] with yield_ms through the gateway (sandboxed where the kernel allows)
    against the raw ProcessTable spawn without a launcher, measured in the same run; and the
    read_process drain rate.
@@ -131,7 +131,7 @@ def main() -> int:
     if not a.no_build:
         subprocess.run(["cargo", "build", "--release", "-p", "codespace-mcp"], cwd=REPO, check=True)
     print("== in-process (release) ==", flush=True)
-    out = subprocess.run(["cargo", "test", "--release", "-p", "codespace-mcp", "--test", "process_bench", "--",
+    out = subprocess.run(["cargo", "test", "--release", "-p", "codespace-mcp", "--test", "it", "process_bench::", "--",
                           "--nocapture"], cwd=REPO, env=env, check=True, capture_output=True, text=True)
     for line in out.stdout.splitlines():
         if line.startswith("BENCH"):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Secret-mask figures (run by hand, not in CI's pass/fail path).
 
-Runs mcp/tests/masks_bench.rs in release: the median round trip of exec_command ["true"] with
+Runs mcp/tests/it/masks_bench.rs in release: the median round trip of exec_command ["true"] with
 yield_ms on a workspace of --files files holding 10 withheld ones, with secret masking on against
 the same exec with masking off, measured in the same run, plus the raw ProcessTable spawn of
 `true`, a plain fork+exec of `true` (std::process::Command; the floor the 8x target of
@@ -31,10 +31,10 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=20)
     a = ap.parse_args()
     env = dict(os.environ, BENCH_FILES=str(a.files), BENCH_ITERS=str(a.iters))
-    out = subprocess.run(["cargo", "test", "--release", "-p", "codespace-mcp", "--test", "masks_bench", "--",
+    out = subprocess.run(["cargo", "test", "--release", "-p", "codespace-mcp", "--test", "it", "masks_bench::", "--",
                           "--nocapture", "--test-threads=1"], cwd=REPO, env=env, check=True, capture_output=True, text=True)
-    for line in out.stdout.splitlines():
-        if line.startswith(("BENCH", "SKIP")):
+    for line in (out.stdout + out.stderr).splitlines():
+        if line.startswith(("BENCH", "skip:")):
             print(line)
     return 0
 

@@ -14,5 +14,5 @@ fi
 CODESPACE_PATCH_SCENARIOS="$(cd "$scenarios" && pwd)"
 export CODESPACE_PATCH_SCENARIOS
 cd "$repo"
-cargo test -p codespace-runner-patch --test conformance
-cargo test -p codespace-engine --test apply_patch conformance_scenarios
+cargo test -p codespace-runner-patch --test it conformance::
+cargo test -p codespace-engine --test it apply_patch::conformance_scenarios

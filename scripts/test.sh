@@ -7,6 +7,10 @@
 #   3. codespace policy validate, codespace policy test (the shipped policies/)
 #   4. python3 -m pytest -q tests/py (official MCP SDK over stdio/HTTP against the built binary)
 # Every step runs and prints its own summary; the script exits non-zero when any step failed.
+# At the end: `skips: N`, the tests that could not run their invariant on this host, grouped by
+# reason (each test records its skip in the file CODESPACE_SKIP_LOG names, through the
+# `codespace-test-skip` crate or tests/py's `skip_missing`). Under CODESPACE_REQUIRE_ISOLATION=1
+# (.ci/run sets it) or CI=true a skip fails its test instead, so a green run has 0.
 # Honours CARGO_TARGET_DIR (the binary is ${CARGO_TARGET_DIR:-target}/debug/codespace),
 # CARGO_LOCKED=1 (adds --locked to cargo) and PYTHON (the interpreter for step 4). By default step
 # 4 uses the project venv tests/py/.venv: created with `python3 -m venv` when missing, and
@@ -29,6 +33,24 @@ if [[ "${CARGO_LOCKED:-}" == "1" ]]; then
 fi
 VENV="$REPO/tests/py/.venv"
 PYTHON="${PYTHON:-$VENV/bin/python}"
+
+# Every skip of this run lands here (one `kind<TAB>test<TAB>why` line each).
+CODESPACE_SKIP_LOG="$(mktemp "${TMPDIR:-/tmp}/codespace-skips.XXXXXX")"
+export CODESPACE_SKIP_LOG
+trap 'rm -f "$CODESPACE_SKIP_LOG"' EXIT
+
+# `skips: N` and the skipped tests grouped by reason; then the opt-in inputs not configured.
+skip_summary() {
+  local kind label
+  for kind in skip not-configured; do
+    label="skips"
+    [[ "$kind" == "skip" ]] || label="not configured (opt-in inputs; never a failure)"
+    echo "$label: $(awk -F'\t' -v k="$kind" '$1 == k' "$CODESPACE_SKIP_LOG" | wc -l)"
+    awk -F'\t' -v k="$kind" '$1 == k { print $3 "\t" $2 }' "$CODESPACE_SKIP_LOG" |
+      LC_ALL=C sort -u |
+      awk -F'\t' '$1 != last { print "  " $1; last = $1 } { print "    - " $2 }'
+  done
+}
 
 failed=()
 step() {
@@ -77,7 +99,8 @@ pytest_e2e() {
   CODESPACE_BIN="$BIN" "$PYTHON" -m pytest -q tests/py
 }
 
-# cvc5 for the `policy verify` tests (they skip without it, and fail when CI=true): installed
+# cvc5 for the `policy verify` tests (they skip without it, and fail under
+# CODESPACE_REQUIRE_ISOLATION=1 or CI=true): installed
 # from Debian when missing, as root or with passwordless sudo; otherwise a note (an error under CI).
 solver() {
   if [[ -n "${CVC5:-}" ]] || command -v cvc5 >/dev/null 2>&1; then
@@ -88,7 +111,7 @@ solver() {
   if [[ "$(id -u)" -ne 0 ]]; then
     if ! sudo -n true 2>/dev/null; then
       echo "cvc5 is missing and cannot be installed without root: the policy verify tests skip (apt-get install cvc5)"
-      [[ "${CI:-}" != "true" ]]
+      [[ "${CI:-}" != "true" && "${CODESPACE_REQUIRE_ISOLATION:-}" != "1" ]]
       return
     fi
     sudo=(sudo -n)
@@ -117,6 +140,8 @@ else
   failed+=("cargo test (skipped)" "policy (skipped)" "pytest (skipped)")
 fi
 
+echo
+skip_summary
 echo
 if [[ ${#failed[@]} -ne 0 ]]; then
   echo "scripts/test.sh: FAILED steps:"

@@ -119,7 +119,10 @@ mod tests {
         let start = start_ticks(pid);
         child.wait().unwrap();
         let Some(start) = start else {
-            println!("skip: the child exited before its start time could be read");
+            codespace_test_skip::skip(
+                "the_sweep_removes_dead_processes_fences_and_nothing_else",
+                "the child's start time cannot be read from /proc",
+            );
             return;
         };
         std::fs::create_dir_all(&fences).unwrap();

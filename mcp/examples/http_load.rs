@@ -13,7 +13,7 @@
 //! Exit status 1 when any call failed.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
-#[path = "../tests/http_common/keepalive.rs"]
+#[path = "../tests/it/http_common/keepalive.rs"]
 #[allow(dead_code)]
 mod keepalive;
 

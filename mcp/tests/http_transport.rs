@@ -1,5 +1,6 @@
 //! Streamable HTTP transport, in process: MCP over /mcp, the DNS-rebinding guard, bearer
 //! tokens, the client name in Cedar and the decision log, session ownership and the limits.
+// Its own test binary (not in tests/it/): it installs a process-wide TRACE tracing subscriber and reads every log line of the process.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -7,6 +8,7 @@
     clippy::indexing_slicing
 )]
 
+#[path = "it/http_common/mod.rs"]
 mod http_common;
 
 use codespace_store::DecisionQuery;

@@ -6,7 +6,9 @@ only test_*.py files, so nothing here is collected).
 - `write`, `write_config`, `snapshot`: temporary workspace, config and tree-snapshot helpers;
 - `Client` and `serve(...)`: `codespace serve` over stdio through the official MCP SDK, with a
   transcript of every result for the absolute-path scan;
-- `error_body`: the ErrorBody JSON of a tool error result.
+- `error_body`: the ErrorBody JSON of a tool error result;
+- `skip_missing(test, why)`: the Rust tests' `codespace_test_skip::skip` (fails under
+  CODESPACE_REQUIRE_ISOLATION=1 or CI=true, else prints `skip:` and appends to CODESPACE_SKIP_LOG).
 """
 
 from __future__ import annotations
@@ -27,6 +29,23 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = os.environ.get("CODESPACE_BIN", str(REPO / "target" / "debug" / "codespace"))
 WS = "w"
 CALL_TIMEOUT = 20.0
+
+
+def skip_missing(test: str, why: str) -> None:
+    """This host cannot run `test`'s invariant (`why`): the caller returns next. Under
+    CODESPACE_REQUIRE_ISOLATION=1 (or CI=true) the test fails instead; otherwise a `skip:` line
+    is printed and `skip<TAB>test<TAB>why` appended to $CODESPACE_SKIP_LOG (scripts/test.sh counts
+    them), as the Rust tests' `codespace_test_skip` does."""
+    why = why.replace("\n", " ").replace("\t", " ")
+    if os.environ.get("CODESPACE_REQUIRE_ISOLATION") in ("1", "true") or \
+            os.environ.get("CI") in ("true", "1"):
+        pytest.fail(f"{test}: this host cannot run the test: {why} (CODESPACE_REQUIRE_ISOLATION=1 "
+                    "or CI=true requires every invariant to run)")
+    log = os.environ.get("CODESPACE_SKIP_LOG")
+    if log:
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(f"skip\t{test}\t{why}\n")
+    print(f"skip: {test}: {why}")
 
 
 def require_binary() -> None:

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from codespace_helpers import require_binary, serve
+from codespace_helpers import require_binary, serve, skip_missing
 
 TIMEOUT = 30.0
 
@@ -35,7 +35,8 @@ def test_progress_notifications_arrive_while_a_long_poll_waits(tmp_path: Path) -
         async with serve(tmp_path, ["--config", str(config(tmp_path))], mirrored=False) as c:
             info = await c.ok("workspace_info", {"workspace_id": "w"})
             if info["execution"]["isolation"]["command_sandbox"] != "linux-sandbox":
-                print("skip: the command sandbox is unavailable here")
+                skip_missing("test_progress_notifications_arrive_while_a_long_poll_waits",
+                             "the command sandbox is unavailable here")
                 return
             r = await c.ok("exec_command", {"workspace_id": "w", "background": True,
                                             "command": ["sh", "-c", "sleep 2; echo done"]})
@@ -65,7 +66,8 @@ def test_new_process_fields_validate_against_the_output_schemas(tmp_path: Path) 
         async with serve(tmp_path, ["--config", str(config(tmp_path))], mirrored=False) as c:
             info = await c.ok("workspace_info", {"workspace_id": "w"})
             if info["execution"]["isolation"]["command_sandbox"] != "linux-sandbox":
-                print("skip: the command sandbox is unavailable here")
+                skip_missing("test_new_process_fields_validate_against_the_output_schemas",
+                             "the command sandbox is unavailable here")
                 return
             assert info["execution"]["capabilities"]["exec"]["decision"] in ("allowed", "conditional")
             r = await c.ok("exec_command", {"workspace_id": "w", "stderr": "separate",

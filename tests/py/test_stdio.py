@@ -2,7 +2,7 @@
 
 The binary comes from $CODESPACE_BIN (default: <repo>/target/debug/codespace). Every test builds its
 own temporary workspace and store. Malformed JSON-RPC cannot be sent through the SDK; the Rust
-subprocess tests (mcp/tests/stdio_jsonrpc.rs) cover it.
+subprocess tests (mcp/tests/it/stdio_jsonrpc.rs) cover it.
 """
 
 from __future__ import annotations

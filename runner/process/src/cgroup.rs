@@ -579,8 +579,9 @@ mod tests {
             .map(|b| b.join(&name))
             .filter(|d| fs::create_dir(d).is_ok())
         else {
-            println!(
-                "skip: the_sweep_spares_a_locked_table_whose_pid_it_cannot_see: no writable cgroup v2 here"
+            codespace_test_skip::skip(
+                "the_sweep_spares_a_locked_table_whose_pid_it_cannot_see",
+                "no writable cgroup v2 here",
             );
             return;
         };

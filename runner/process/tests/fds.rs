@@ -4,6 +4,7 @@
 // Test helpers outside #[test] fns assert with unwrap/panic like the tests themselves.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "it/common/mod.rs"]
 mod common;
 
 use std::time::Duration;

@@ -1,7 +1,9 @@
 //! Output flood: 200 MB through cursors keeps memory bounded and the retained window correct.
+// Its own test binary (not in tests/it/): it bounds the resident memory (VmRSS) of the whole test process, which other tests in parallel would add to.
 // Test helpers outside #[test] fns assert with unwrap/panic like the tests themselves.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "it/common/mod.rs"]
 mod common;
 
 use std::time::{Duration, Instant};

@@ -1,0 +1,21 @@
+//! `runner/fs/`'s integration tests as one binary (one link instead of one per file).
+//! Each former `tests/<name>.rs` is the module `<name>`: `cargo test --test it <name>::`.
+// Test code: helpers outside #[test] fns fail loudly, as the tests themselves do (the shared
+// helper modules were covered by each former crate root's allow).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod common;
+mod mutate;
+mod nowait;
+mod path_fuzz;
+mod race;
+mod sandbox;
+mod stat_many;
+mod temp_names;
+mod txn;
+mod walk;
