@@ -2,8 +2,8 @@
 # The CodeSpace test command (what the README and CI run):
 #   1. scripts/check-no-model-deps.sh, and its --self-test
 #   2. cargo build --workspace, cargo test --workspace (both with the test-hooks feature); the
-#      SMT solver cvc5 the `policy verify` tests need is installed first (Debian package) when
-#      it is missing and CVC5 is unset
+#      outside programs the tests run (cvc5, curl, openssl, util-linux, gzip) are installed
+#      first (Debian packages) when missing
 #   3. codespace policy validate, codespace policy test (the shipped policies/)
 #   4. python3 -m pytest -q tests/py (official MCP SDK over stdio/HTTP against the built binary)
 # Every step runs and prints its own summary; the script exits non-zero when any step failed.
@@ -99,27 +99,41 @@ pytest_e2e() {
   CODESPACE_BIN="$BIN" "$PYTHON" -m pytest -q tests/py
 }
 
-# cvc5 for the `policy verify` tests (they skip without it, and fail under
-# CODESPACE_REQUIRE_ISOLATION=1 or CI=true): installed
-# from Debian when missing, as root or with passwordless sudo; otherwise a note (an error under CI).
-solver() {
-  if [[ -n "${CVC5:-}" ]] || command -v cvc5 >/dev/null 2>&1; then
-    echo "cvc5: $("${CVC5:-cvc5}" --version | head -1)"
+# The outside programs the tests run (each test that lacks its program skips, and fails under
+# CODESPACE_REQUIRE_ISOLATION=1 or CI=true): cvc5 (`policy verify`), curl + openssl (the
+# documented HTTP session), setpriv + unshare (util-linux: dropping to an unprivileged uid, a
+# PID namespace), zcat (gzip: the kernel config the sandbox tests read). Each missing one is
+# installed from Debian, as root or with passwordless sudo, and the step says what it installed;
+# otherwise a note (an error under CI).
+test_programs() {
+  local -A package=([cvc5]=cvc5 [curl]=curl [openssl]=openssl [setpriv]=util-linux
+    [unshare]=util-linux [zcat]=gzip)
+  local missing=() prog
+  for prog in cvc5 curl openssl setpriv unshare zcat; do
+    if [[ "$prog" == cvc5 && -n "${CVC5:-}" ]] || command -v "$prog" >/dev/null 2>&1; then
+      continue
+    fi
+    missing+=("${package[$prog]}")
+  done
+  if [[ ${#missing[@]} -eq 0 ]]; then
+    echo "all present; cvc5: $("${CVC5:-cvc5}" --version | head -1)"
     return 0
   fi
+  mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
   local sudo=()
   if [[ "$(id -u)" -ne 0 ]]; then
     if ! sudo -n true 2>/dev/null; then
-      echo "cvc5 is missing and cannot be installed without root: the policy verify tests skip (apt-get install cvc5)"
+      echo "missing and cannot be installed without root: ${missing[*]} (the tests that need them skip;" \
+        "apt-get install ${missing[*]})"
       [[ "${CI:-}" != "true" && "${CODESPACE_REQUIRE_ISOLATION:-}" != "1" ]]
       return
     fi
     sudo=(sudo -n)
   fi
-  echo "installing cvc5 (Debian package) for the policy verify tests"
+  echo "installing (Debian packages) for the tests: ${missing[*]}"
   "${sudo[@]+"${sudo[@]}"}" apt-get update -qq &&
-    "${sudo[@]+"${sudo[@]}"}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cvc5 >/dev/null &&
-    echo "installed: $(dpkg-query -W -f '${Package} ${Version}' cvc5), $(cvc5 --version | head -1)"
+    "${sudo[@]+"${sudo[@]}"}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null &&
+    for p in "${missing[@]}"; do echo "installed: $(dpkg-query -W -f '${Package} ${Version}' "$p")"; done
 }
 
 step "check-no-model-deps" scripts/check-no-model-deps.sh
@@ -130,7 +144,7 @@ before=${#failed[@]}
 HOOKS=(--features codespace-mcp/test-hooks)
 step "cargo build --workspace" cargo build --workspace "${HOOKS[@]}" "${LOCKED[@]+"${LOCKED[@]}"}"
 if [[ ${#failed[@]} -eq $before && -x "$BIN" ]]; then
-  step "cvc5 (policy verify tests)" solver
+  step "test programs (cvc5, curl, openssl, util-linux, gzip)" test_programs
   step "cargo test --workspace" cargo test --workspace --no-fail-fast "${HOOKS[@]}" "${LOCKED[@]+"${LOCKED[@]}"}"
   step "codespace policy validate" "$BIN" policy validate --policies policies
   step "codespace policy test" "$BIN" policy test --policies policies --coverage-min 100 --fail-on-empty
