@@ -14,7 +14,9 @@ use codespace_engine::wire::{
     ExecCommandResult, ProcessAckResult, ProcessResizeResult, ProcessStatusResult,
     ReadProcessResult,
 };
-use codespace_engine::wire::{FindFilesParams, FindFilesResult, GrepParams, GrepResult};
+use codespace_engine::wire::{
+    FindFilesParams, FindFilesResult, GrepParams, GrepResult, ToolResult,
+};
 use codespace_engine::{
     ErrorCode, Gateway, Session, TOOLS, ToolCall, ToolError, ToolName, ToolSpec,
 };
@@ -86,7 +88,7 @@ impl CodeSpaceServer {
         call: ToolCall,
         wait_ms: u64,
         context: &RequestContext<RoleServer>,
-    ) -> Option<Result<serde_json::Value, ToolError>> {
+    ) -> Option<Result<ToolResult, ToolError>> {
         let detach = matches!(call, ToolCall::ExecCommand(_));
         let (gateway, s) = (Arc::clone(&self.gateway), session.clone());
         let work = async move { gateway.call(&s, call).await };
@@ -456,6 +458,15 @@ fn plain_schema(v: &mut serde_json::Value) {
     }
 }
 
+/// The success result of a tool: its typed result serialized as `structuredContent` (the
+/// engine's result types leave optional fields out rather than sending null).
+fn tool_result(r: &ToolResult) -> CallToolResult {
+    match serde_json::to_value(r) {
+        Ok(v) => structured_result(v),
+        Err(e) => error_result(&ToolError::new(ErrorCode::Internal, e.to_string())),
+    }
+}
+
 /// The success result: `structuredContent` and the same JSON as one text item, as
 /// `CallToolResult::structured` makes it, with the text serialized straight into a buffer
 /// (`structured` formats through `Display`, several times slower on a large result).
@@ -605,7 +616,7 @@ impl ServerHandler for CodeSpaceServer {
             "tool call"
         );
         Ok(match out {
-            Ok(v) => structured_result(v).into(),
+            Ok(r) => tool_result(&r).into(),
             Err(e) => error_result(&e).into(),
         })
     }

@@ -18,7 +18,7 @@ use crate::request::{
 use crate::wire::{
     ApplyPatchParams, ApplyPatchResult, ApprovalCreateParams, ApprovalDecision,
     ApprovalResolveParams, ApprovalStateResult, ExecCommandResult, OperationResumeParams,
-    OperationResumeResult, ToolCall,
+    OperationResumeResult, ToolCall, ToolResult,
 };
 use codespace_runner_fs::RelPath;
 use codespace_store::{ApprovalRow, Resolution, Store};
@@ -52,6 +52,17 @@ pub(crate) struct Resumed {
     /// path → version (or `absent`) at hold time.
     pub(crate) pinned: BTreeMap<String, String>,
 }
+
+/// Runs a held call (`apply_patch` or `exec_command`, authorized by the gateway) through its
+/// handler and returns its result. The dispatcher passes it in, so the gateway never names a
+/// handler.
+pub(crate) type RunHeld = for<'a> fn(
+    crate::gateway::Authorized<'a>,
+    ToolCall,
+    Option<Resumed>,
+) -> std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<ToolResult, ToolError>> + Send + 'a>,
+>;
 
 /// Holds whose resume runs in this process now (a `resuming` hold not listed here was
 /// interrupted by a crash or a restart).
@@ -465,7 +476,8 @@ impl Gateway {
         snap: &std::sync::Arc<PolicySnapshot>,
         session: &Session,
         p: &OperationResumeParams,
-    ) -> Result<Value, ToolError> {
+        run: RunHeld,
+    ) -> Result<OperationResumeResult, ToolError> {
         let id = p.approval_id.as_str();
         let (row, ws) = self.served_hold(id)?;
         // A hold belongs to the client that asked for it.
@@ -518,7 +530,7 @@ impl Gateway {
                 }
                 // An interrupted patch resume: its operation key replays what the ledger holds.
                 let guard = InFlight::enter(id).ok_or_else(|| conflict(id, "resuming"))?;
-                let out = self.run_held(snap, session, &row).await;
+                let out = self.run_held(snap, session, &row, run).await;
                 return self.finish(store, &row, session, out, guard);
             }
             "granted" => {}
@@ -534,7 +546,7 @@ impl Gateway {
             return Err(conflict(id, &state));
         };
         self.approval_event("approval_resumed", &row, &session.client, "tool");
-        let out = self.run_held(snap, session, &row).await;
+        let out = self.run_held(snap, session, &row, run).await;
         self.finish(store, &row, session, out, guard)
     }
 
@@ -559,16 +571,18 @@ impl Gateway {
 
     /// A human's answer in-band (channel `elicitation`, through the asking client): decided by
     /// policy as `approval_resolve`; a grant resumes the held call at once and returns the held
-    /// tool's own result; a deny is final (`APPROVAL_CONFLICT`, nothing ran).
-    pub async fn answer_in_band(
+    /// tool's own result; a deny is final (`APPROVAL_CONFLICT`, nothing ran). `run` runs the
+    /// held call through its handler.
+    pub(crate) async fn answer_in_band_with(
         &self,
         session: &Session,
         id: &str,
         decision: ApprovalDecision,
-    ) -> Result<Value, ToolError> {
+        run: RunHeld,
+    ) -> Result<ToolResult, ToolError> {
         let snap = self.policy.snapshot();
         let out = self
-            .answer_in_band_under(&snap, session, id, decision)
+            .answer_in_band_under(&snap, session, id, decision, run)
             .await;
         out.map_err(|mut e| {
             if let std::borrow::Cow::Owned(red) = self.config.redaction.text(&e.message) {
@@ -584,7 +598,8 @@ impl Gateway {
         session: &Session,
         id: &str,
         decision: ApprovalDecision,
-    ) -> Result<Value, ToolError> {
+        run: RunHeld,
+    ) -> Result<ToolResult, ToolError> {
         let (row, ws) = self.served_hold(id)?;
         if row.requested_by != session.client {
             return Err(not_found(id));
@@ -625,12 +640,17 @@ impl Gateway {
                 &OperationResumeParams {
                     approval_id: id.to_string(),
                 },
+                run,
             )
             .await?;
-        resumed
-            .get(row.tool.as_str())
-            .cloned()
-            .ok_or_else(|| ToolError::new(ErrorCode::Internal, "the resume returned no result"))
+        match (resumed.apply_patch, resumed.exec_command) {
+            (Some(r), _) => Ok(ToolResult::ApplyPatch(r)),
+            (None, Some(r)) => Ok(ToolResult::ExecCommand(Box::new(r))),
+            (None, None) => Err(ToolError::new(
+                ErrorCode::Internal,
+                "the resume returned no result",
+            )),
+        }
     }
 
     /// Runs the held call (re-decided and version-checked by the tool itself).
@@ -639,7 +659,8 @@ impl Gateway {
         snap: &std::sync::Arc<PolicySnapshot>,
         session: &Session,
         row: &ApprovalRow,
-    ) -> Result<Value, ToolError> {
+        run: RunHeld,
+    ) -> Result<ToolResult, ToolError> {
         let args = row
             .arguments
             .as_ref()
@@ -654,18 +675,18 @@ impl Gateway {
             ToolCall::ApplyPatch(mut p) => {
                 p.operation_key.get_or_insert(key);
                 let call = ToolCall::ApplyPatch(p.clone());
-                self.authorize_held(snap, &p.workspace_id, &call, session, false)
-                    .await?
-                    .apply_patch(&p, Some(&resumed))
-                    .await
+                let auth = self
+                    .authorize_held(snap, &p.workspace_id, &call, session, false)
+                    .await?;
+                run(auth, call, Some(resumed)).await
             }
             ToolCall::ExecCommand(mut p) => {
                 p.operation_key.get_or_insert(key);
                 let call = ToolCall::ExecCommand(p.clone());
-                self.authorize_held(snap, &p.workspace_id, &call, session, false)
-                    .await?
-                    .exec_command(&p)
-                    .await
+                let auth = self
+                    .authorize_held(snap, &p.workspace_id, &call, session, false)
+                    .await?;
+                run(auth, call, None).await
             }
             other => Err(ToolError::new(
                 ErrorCode::Internal,
@@ -681,18 +702,19 @@ impl Gateway {
         store: &Store,
         row: &ApprovalRow,
         session: &Session,
-        out: Result<Value, ToolError>,
+        out: Result<ToolResult, ToolError>,
         guard: InFlight,
-    ) -> Result<Value, ToolError> {
+    ) -> Result<OperationResumeResult, ToolError> {
         let id = row.approval_id.as_str();
         let now = codespace_store::now_ms();
         let result = match out {
             Ok(v) => {
-                let outcome = json!({"ok": v});
+                // The stored outcome is the result as the wire shows it (a replay reads it).
+                let outcome = json!({"ok": to_value(&v)?});
                 store
                     .finish_resume(id, true, Some(&outcome), now)
                     .map_err(store_err)?;
-                resume_result(&row.tool, id, v, false)
+                resume_result(id, v, false)
             }
             Err(e) => {
                 let nothing_ran = e.operation_id.is_none()
@@ -725,7 +747,11 @@ impl Gateway {
 }
 
 /// The result of a resume: `{approval_id, state: consumed, <tool>: result}`.
-fn resume_result(tool: &str, id: &str, v: Value, replayed: bool) -> Result<Value, ToolError> {
+fn resume_result(
+    id: &str,
+    v: ToolResult,
+    replayed: bool,
+) -> Result<OperationResumeResult, ToolError> {
     let mut out = OperationResumeResult {
         approval_id: id.to_string(),
         state: "consumed".into(),
@@ -733,24 +759,36 @@ fn resume_result(tool: &str, id: &str, v: Value, replayed: bool) -> Result<Value
         apply_patch: None,
         exec_command: None,
     };
-    let bad = |e: serde_json::Error| ToolError::new(ErrorCode::Internal, e.to_string());
-    match tool {
-        "apply_patch" => {
-            out.apply_patch = Some(serde_json::from_value::<ApplyPatchResult>(v).map_err(bad)?)
+    match v {
+        ToolResult::ApplyPatch(r) => out.apply_patch = Some(r),
+        ToolResult::ExecCommand(r) => out.exec_command = Some(*r),
+        _ => {
+            return Err(ToolError::new(
+                ErrorCode::Internal,
+                "a held call returned another tool's result",
+            ));
         }
-        _ => out.exec_command = Some(serde_json::from_value::<ExecCommandResult>(v).map_err(bad)?),
     }
-    to_value(&out)
+    Ok(out)
+}
+
+/// A stored resume outcome read back as the held tool's result.
+fn recorded_result(tool: &str, v: &Value) -> Result<ToolResult, ToolError> {
+    use serde::Deserialize as _;
+    let bad = |e: serde_json::Error| ToolError::new(ErrorCode::Internal, e.to_string());
+    Ok(match tool {
+        "apply_patch" => ToolResult::ApplyPatch(ApplyPatchResult::deserialize(v).map_err(bad)?),
+        _ => ToolResult::ExecCommand(Box::new(ExecCommandResult::deserialize(v).map_err(bad)?)),
+    })
 }
 
 /// A repeated resume: the stored outcome, never a second run.
-fn replay_outcome(row: &ApprovalRow) -> Result<Value, ToolError> {
+fn replay_outcome(row: &ApprovalRow) -> Result<OperationResumeResult, ToolError> {
     let id = row.approval_id.as_str();
     match &row.result {
         Some(r) if r.get("ok").is_some() => resume_result(
-            &row.tool,
             id,
-            r.get("ok").cloned().unwrap_or(Value::Null),
+            recorded_result(&row.tool, r.get("ok").unwrap_or(&Value::Null))?,
             true,
         ),
         Some(r) => {
