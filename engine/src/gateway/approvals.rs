@@ -21,7 +21,7 @@ use crate::wire::{
     OperationResumeResult, ToolCall, ToolResult,
 };
 use codespace_runner_fs::RelPath;
-use codespace_store::{ApprovalRow, Resolution, Store};
+use codespace_store::{ApprovalRow, ApprovalState, Resolution, Store};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, OnceLock};
@@ -110,15 +110,17 @@ pub(crate) fn with_id(mut e: ToolError, id: &str) -> ToolError {
     e
 }
 
-fn conflict(id: &str, state: &str) -> ToolError {
+/// `APPROVAL_CONFLICT` for a hold in `state` (`None`: the hold is gone).
+fn conflict(id: &str, state: Option<ApprovalState>) -> ToolError {
     let why = match state {
-        "expired" => "expired before it was resumed; ask again",
-        "denied" => "was denied",
-        "consumed" => "was already resumed",
-        "resuming" => "is being resumed",
-        "granted" => "was already granted",
-        _ => "is in another state",
+        Some(ApprovalState::Expired) => "expired before it was resumed; ask again",
+        Some(ApprovalState::Denied) => "was denied",
+        Some(ApprovalState::Consumed) => "was already resumed",
+        Some(ApprovalState::Resuming) => "is being resumed",
+        Some(ApprovalState::Granted) => "was already granted",
+        Some(ApprovalState::Pending) | None => "is in another state",
     };
+    let state = state.map_or("gone", ApprovalState::as_str);
     with_id(
         ToolError::new(
             ErrorCode::ApprovalConflict,
@@ -129,12 +131,8 @@ fn conflict(id: &str, state: &str) -> ToolError {
 }
 
 /// The wire state of a stored state (`resuming` is internal).
-pub(crate) fn wire_state(state: &str) -> &str {
-    if state == "resuming" {
-        "granted"
-    } else {
-        state
-    }
+pub(crate) fn wire_state(state: ApprovalState) -> &'static str {
+    state.shown().as_str()
 }
 
 /// How many characters of a command line a summary keeps (then a `… [cut: N more chars]`
@@ -327,7 +325,7 @@ impl Services {
             tool: tool.into(),
             workspace: ws.facts.id.clone(),
             registration: ws.registration.clone(),
-            state: "pending".into(),
+            state: ApprovalState::Pending,
             arguments: Some(arguments),
             summary: summary(&self.config, &ws.facts.id, call),
             facts: Some(json!({"workspace": ws.facts, "pinned": pinned})),
@@ -407,7 +405,7 @@ impl Gateway {
                          call operation_resume with the approval_id",
                         row.tool,
                         row.approval_id,
-                        wire_state(&row.state)
+                        wire_state(row.state)
                     ),
                 ),
                 &row.approval_id,
@@ -500,9 +498,9 @@ impl Gateway {
             return Err(with_id(d.to_error(snap), id));
         }
         let store = self.require_store()?;
-        match row.state.as_str() {
-            "consumed" => return replay_outcome(&row),
-            "pending" => {
+        match row.state {
+            ApprovalState::Consumed => return replay_outcome(&row),
+            ApprovalState::Pending => {
                 return Err(with_id(
                     ToolError::new(
                         ErrorCode::ApprovalRequired,
@@ -511,7 +509,7 @@ impl Gateway {
                     id,
                 ));
             }
-            "resuming" => {
+            ApprovalState::Resuming => {
                 if InFlight::contains(id) || row.tool == "exec_command" {
                     if !InFlight::contains(id) {
                         // An interrupted exec resume is never respawned.
@@ -526,24 +524,24 @@ impl Gateway {
                             id,
                         ));
                     }
-                    return Err(conflict(id, "resuming"));
+                    return Err(conflict(id, Some(ApprovalState::Resuming)));
                 }
                 // An interrupted patch resume: its operation key replays what the ledger holds.
-                let guard = InFlight::enter(id).ok_or_else(|| conflict(id, "resuming"))?;
+                let guard = InFlight::enter(id).ok_or_else(|| conflict(id, Some(ApprovalState::Resuming)))?;
                 let out = self.run_held(snap, session, &row, run).await;
                 return self.finish(store, &row, session, out, guard);
             }
-            "granted" => {}
-            other => return Err(conflict(id, other)),
+            ApprovalState::Granted => {}
+            other => return Err(conflict(id, Some(other))),
         }
-        let guard = InFlight::enter(id).ok_or_else(|| conflict(id, "resuming"))?;
+        let guard = InFlight::enter(id).ok_or_else(|| conflict(id, Some(ApprovalState::Resuming)))?;
         let now = codespace_store::now_ms();
         let Some(row) = store.begin_resume(id, now).map_err(store_err)? else {
             let state = store
                 .approval(id, now)
                 .map_err(store_err)?
-                .map_or_else(|| "gone".to_string(), |r| r.state);
-            return Err(conflict(id, &state));
+                .map(|r| r.state);
+            return Err(conflict(id, state));
         };
         self.approval_event("approval_resumed", &row, &session.client, "tool");
         let out = self.run_held(snap, session, &row, run).await;
@@ -558,7 +556,7 @@ impl Gateway {
         id: &str,
     ) -> Option<(String, Vec<(String, String)>)> {
         let (row, _) = self.served_hold(id).ok()?;
-        if row.state != "pending" || row.requested_by != session.client {
+        if row.state != ApprovalState::Pending || row.requested_by != session.client {
             return None;
         }
         let details = row
@@ -664,7 +662,7 @@ impl Gateway {
         let args = row
             .arguments
             .as_ref()
-            .ok_or_else(|| conflict(&row.approval_id, "denied"))?;
+            .ok_or_else(|| conflict(&row.approval_id, Some(ApprovalState::Denied)))?;
         let resumed = Resumed {
             pinned: pinned_of(row),
         };
@@ -754,7 +752,7 @@ fn resume_result(
 ) -> Result<OperationResumeResult, ToolError> {
     let mut out = OperationResumeResult {
         approval_id: id.to_string(),
-        state: "consumed".into(),
+        state: ApprovalState::Consumed.as_str().into(),
         replayed,
         apply_patch: None,
         exec_command: None,
@@ -857,18 +855,21 @@ pub(crate) fn resolve_in_store(
         }
         Resolution::Unchanged(now_row) => {
             let same = matches!(
-                (now_row.state.as_str(), grant),
-                ("granted" | "resuming" | "consumed", true) | ("denied", false)
+                (now_row.state, grant),
+                (
+                    ApprovalState::Granted | ApprovalState::Resuming | ApprovalState::Consumed,
+                    true
+                ) | (ApprovalState::Denied, false)
             );
             if !same {
-                return Err(conflict(id, &now_row.state));
+                return Err(conflict(id, Some(now_row.state)));
             }
             now_row.state
         }
     };
     Ok(ApprovalStateResult {
         approval_id: id.to_string(),
-        state: wire_state(&state).into(),
+        state: wire_state(state).into(),
     })
 }
 
@@ -887,7 +888,7 @@ pub fn cli_resolve(
         .approval(id, codespace_store::now_ms())
         .map_err(store_err)?
         .ok_or_else(|| not_found(id))?;
-    if row.state != "pending" {
+    if row.state != ApprovalState::Pending {
         return resolve_in_store(store, &row, decision, operator, "cli");
     }
     let facts = facts_of(&row).ok_or_else(|| {

@@ -17,7 +17,7 @@ pub(crate) async fn approval_create(
     let row = auth.hold_row(auth.ws(), held, auth.session()).await?;
     Ok(ApprovalStateResult {
         approval_id: row.approval_id,
-        state: wire_state(&row.state).into(),
+        state: wire_state(row.state).into(),
     })
 }
 
