@@ -75,7 +75,7 @@ impl Gateway {
                         crate::tools::info::workspace_info(&auth, server)
                     }
                 }
-                .map(ToolResult::WorkspaceInfo)
+                .map(|r| ToolResult::WorkspaceInfo(Box::new(r)))
             }
             ToolCall::Read(p) if p.paths.is_some() => self
                 .read_many(&snap, p, session)

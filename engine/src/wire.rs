@@ -4,11 +4,13 @@
 pub use crate::tool_table::ToolName;
 pub use approvals::*;
 pub use files::*;
+pub use info::*;
 pub use process::*;
 pub use result::*;
 
 mod approvals;
 mod files;
+mod info;
 mod process;
 mod result;
 

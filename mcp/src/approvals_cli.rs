@@ -223,10 +223,8 @@ pub fn run(cmd: ApprovalsCommand) -> Result<ExitCode> {
             let cfg = config_of(&loc)?;
             let store = open_store(&loc, &cfg)?;
             let rows = store.approvals(None, 1000, codespace_store::now_ms())?;
-            let rows: Vec<&ApprovalRow> = rows
-                .iter()
-                .filter(|r| all || r.state.is_open())
-                .collect();
+            let rows: Vec<&ApprovalRow> =
+                rows.iter().filter(|r| all || r.state.is_open()).collect();
             for r in &rows {
                 if json {
                     writeln!(

@@ -527,20 +527,19 @@ impl Gateway {
                     return Err(conflict(id, Some(ApprovalState::Resuming)));
                 }
                 // An interrupted patch resume: its operation key replays what the ledger holds.
-                let guard = InFlight::enter(id).ok_or_else(|| conflict(id, Some(ApprovalState::Resuming)))?;
+                let guard = InFlight::enter(id)
+                    .ok_or_else(|| conflict(id, Some(ApprovalState::Resuming)))?;
                 let out = self.run_held(snap, session, &row, run).await;
                 return self.finish(store, &row, session, out, guard);
             }
             ApprovalState::Granted => {}
             other => return Err(conflict(id, Some(other))),
         }
-        let guard = InFlight::enter(id).ok_or_else(|| conflict(id, Some(ApprovalState::Resuming)))?;
+        let guard =
+            InFlight::enter(id).ok_or_else(|| conflict(id, Some(ApprovalState::Resuming)))?;
         let now = codespace_store::now_ms();
         let Some(row) = store.begin_resume(id, now).map_err(store_err)? else {
-            let state = store
-                .approval(id, now)
-                .map_err(store_err)?
-                .map(|r| r.state);
+            let state = store.approval(id, now).map_err(store_err)?.map(|r| r.state);
             return Err(conflict(id, state));
         };
         self.approval_event("approval_resumed", &row, &session.client, "tool");

@@ -872,7 +872,7 @@ impl Gateway {
     }
 
     /// `workspace_info` without a workspace under `snap` (nothing is decided: it names none).
-    pub(crate) fn server_info(&self, snap: &PolicySnapshot) -> serde_json::Value {
+    pub(crate) fn server_info(&self, snap: &PolicySnapshot) -> crate::wire::WorkspaceInfoResult {
         info::server_info(&self.svc, snap, self.policy.last_rejected())
     }
 

@@ -6,8 +6,8 @@
 
 use crate::gateway::Authorized;
 use crate::request::{SubRequest, build_requests, path_request};
+pub use crate::wire::Capability;
 use crate::wire::{ExecCommandParams, ToolCall};
-use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Paths a `read` (and the listing tools' withholding) is probed with.
@@ -45,23 +45,6 @@ pub const EXEC_PROBES: &[(&[&str], &[&str])] = &[
     (&["cargo", "test"], &["RUST_BACKTRACE"]),
     (&["cargo", "test"], &["LD_PRELOAD"]),
 ];
-
-/// One capability's verdict.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Capability {
-    /// `allowed`, `denied` or `conditional`.
-    pub decision: &'static str,
-    /// The policies that decided the probes (permits of allowed probes, forbids of denied
-    /// ones; a default deny has none), sorted.
-    pub policy_ids: Vec<String>,
-}
-
-impl Capability {
-    /// True when allowed or conditional (the booleans of `permissions` and `*.available`).
-    pub fn possible(&self) -> bool {
-        self.decision != "denied"
-    }
-}
 
 /// Decides every probe of every capability for `ws`.
 pub(crate) fn capabilities(auth: &Authorized<'_>) -> BTreeMap<&'static str, Capability> {

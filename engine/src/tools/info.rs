@@ -4,12 +4,20 @@
 use crate::error::ToolError;
 use crate::gateway::Authorized;
 use crate::request::{SubRequest, build_requests, path_request};
-use crate::wire::{ExecCommandParams, FIND_MAX_PATHS, READ_MAX_BYTES, ToolCall};
+use crate::wire::{
+    Available, EnvironmentInfo, ExecCommandParams, ExecutionInfo, FIND_MAX_PATHS, FileCapabilities,
+    FilesInfo, IsolationInfo, NetworkInfo, Permissions, PidsInfo, ProcessCapabilities, ProcessInfo,
+    ProcessLifetime, READ_MAX_BYTES, SerializationInfo, ToolCall, ToolchainInfo, TtyCapabilities,
+    WorkspaceInfoResult,
+};
 use serde_json::{Value, json};
 
 /// `workspace_info` on a workspace: the server block (`server`, from the gateway) with
 /// the workspace's effective execution contract.
-pub(crate) fn workspace_info(auth: &Authorized<'_>, mut out: Value) -> Result<Value, ToolError> {
+pub(crate) fn workspace_info(
+    auth: &Authorized<'_>,
+    mut out: WorkspaceInfoResult,
+) -> Result<WorkspaceInfoResult, ToolError> {
     let (ws, session) = (auth.ws(), auth.session());
     let id = ws.facts.id.as_str();
     // "May this profile ever do it here": one probe request per capability.
@@ -52,132 +60,136 @@ pub(crate) fn workspace_info(auth: &Authorized<'_>, mut out: Value) -> Result<Va
         allowed("apply_patch"),
         allowed("exec_command"),
     );
+    let (grep, find_files) = (allowed("grep"), allowed("find_files"));
     let env_kind = ws.facts.environment_kind.as_str();
     let host = ws.facts.environment_kind == crate::config::EnvironmentKind::Host;
     let process_available = exec && host;
-    let mut process = json!({ "available": process_available });
-    if process_available && let Value::Object(m) = &mut process {
-        m.insert(
-            "capabilities".into(),
-            json!({
-                "handles": true,
-                "survives_request_end": true,
-                "write_stdin": true,
-                "incremental_read": true,
-                "terminate": true,
-                "output_combined": true,
-                "tty": {"supported": true, "default": false, "initial_rows": 24,
-                        "initial_cols": 80, "resize_supported": true},
-                "lifetime": {"owner": "gateway", "client_disconnect": "keep_running",
-                             "gateway_shutdown": "terminate", "restart_recovery": "none"},
-            }),
-        );
-    }
+    let process = ProcessInfo {
+        available: process_available,
+        capabilities: process_available.then(|| ProcessCapabilities {
+            handles: true,
+            survives_request_end: true,
+            write_stdin: true,
+            incremental_read: true,
+            terminate: true,
+            output_combined: true,
+            tty: TtyCapabilities {
+                supported: true,
+                default: false,
+                initial_rows: 24,
+                initial_cols: 80,
+                resize_supported: true,
+            },
+            lifetime: ProcessLifetime {
+                owner: "gateway",
+                client_disconnect: "keep_running",
+                gateway_shutdown: "terminate",
+                restart_recovery: "none",
+            },
+        }),
+    };
     let sandbox_on = ws.facts.sandbox == crate::facts::SandboxFact::Enforced
         && ws.facts.workspace_sandbox != crate::config::SandboxMode::Off;
     let pids = auth.processes.pids_isolation();
+    let ws_config = auth.config.workspaces.get(id);
     // Names only: the absolute paths behind them are the server's business.
-    let read_path_names: Vec<&String> = auth
-        .config
-        .workspaces
-        .get(id)
-        .map(|w| w.read_paths.keys().collect())
+    let read_path_names: Vec<String> = ws_config
+        .map(|w| w.read_paths.keys().cloned().collect())
         .unwrap_or_default();
     // The toolchains found at start: names and the read path each became, never the paths.
-    let toolchains: Vec<Value> = auth
-        .config
-        .workspaces
-        .get(id)
+    let toolchains: Vec<ToolchainInfo> = ws_config
         .map(|w| {
             w.toolchains
                 .iter()
-                .map(|(name, read_path)| json!({"name": name, "read_path": read_path}))
+                .map(|(name, read_path)| ToolchainInfo {
+                    name: name.clone(),
+                    read_path: read_path.clone(),
+                })
                 .collect()
         })
         .unwrap_or_default();
-    let mut execution = json!({
-        "environment": {
-            "kind": env_kind,
-            "client_selectable": false,
-            "exec_supported": host,
-            "file_read_supported": true,
-            "file_write_supported": host,
+    let limits = &auth.config.limits;
+    // `network: proxy` with the sandbox: the proxy's address inside each command's namespace.
+    let proxy = (ws.facts.network == crate::config::Network::Proxy
+        && ws.facts.workspace_sandbox != crate::config::SandboxMode::Off)
+        .then(crate::gateway::net::proxy_address);
+    let execution = ExecutionInfo {
+        environment: EnvironmentInfo {
+            kind: env_kind,
+            client_selectable: false,
+            exec_supported: host,
+            file_read_supported: true,
+            file_write_supported: host,
         },
-        "permissions": { "read": read, "write": write, "exec": exec },
-        "capabilities": caps,
-        "files": {
-            "read": {"available": read},
-            "find": {"available": find},
-            "patch": {"available": write && host},
-            "grep": {"available": allowed("grep")},
-            "find_files": {"available": allowed("find_files")},
-            "capabilities": {
-                "read_range": true,
-                "find_pagination": true,
-                "read_max_bytes": READ_MAX_BYTES,
-                "find_max_paths": FIND_MAX_PATHS,
+        permissions: Permissions { read, write, exec },
+        capabilities: caps.clone(),
+        files: FilesInfo {
+            read: Available { available: read },
+            find: Available { available: find },
+            patch: Available {
+                available: write && host,
+            },
+            grep: Available { available: grep },
+            find_files: Available {
+                available: find_files,
+            },
+            capabilities: FileCapabilities {
+                read_range: true,
+                find_pagination: true,
+                read_max_bytes: READ_MAX_BYTES,
+                find_max_paths: FIND_MAX_PATHS,
                 // Larger files are FILE_TOO_LARGE for read / apply_patch.
-                "max_hash_bytes": auth.config.limits.max_hash_bytes,
-                "max_patch_file_bytes": auth.config.limits.max_patch_file_bytes,
-                "grep_max_matches": crate::wire::GREP_MAX_MATCHES,
-                "grep_max_file_bytes": crate::wire::GREP_MAX_FILE_BYTES,
-                "grep_max_line_chars": crate::wire::GREP_MAX_LINE_CHARS,
-                "max_walk_entries": auth.config.limits.max_walk_entries,
+                max_hash_bytes: limits.max_hash_bytes,
+                max_patch_file_bytes: limits.max_patch_file_bytes,
+                grep_max_matches: crate::wire::GREP_MAX_MATCHES,
+                grep_max_file_bytes: crate::wire::GREP_MAX_FILE_BYTES,
+                grep_max_line_chars: crate::wire::GREP_MAX_LINE_CHARS,
+                max_walk_entries: limits.max_walk_entries,
             },
         },
-        "process": process,
-        "serialization": {
-            "scope": "workspace",
-            "request_conflict": "wait-fifo",
-            "process_conflict": "reject",
-            "queue_durable": false,
-            "max_waiters_per_resource": auth.config.limits.max_waiters,
-            "queue_full_error": "RESOURCE_QUEUE_FULL",
-            "conflict_error": "WORKSPACE_BUSY",
-            "live_process_holds_mutation_lease": true,
-            "read_while_process_live": true,
-            "find_while_process_live": true,
-            "patch_while_process_live": false,
+        process,
+        serialization: SerializationInfo {
+            scope: "workspace",
+            request_conflict: "wait-fifo",
+            process_conflict: "reject",
+            queue_durable: false,
+            max_waiters_per_resource: limits.max_waiters,
+            queue_full_error: "RESOURCE_QUEUE_FULL",
+            conflict_error: "WORKSPACE_BUSY",
+            live_process_holds_mutation_lease: true,
+            read_while_process_live: true,
+            find_while_process_live: true,
+            patch_while_process_live: false,
             // Whose live foreground processes block a mutation (the operator's switch);
             // background processes (`exec_command` `background: true`) never do.
-            "lease_scope": auth
-                .config
-                .workspaces
-                .get(id)
-                .map(|w| w.lease_scope.as_str())
-                .unwrap_or("workspace"),
-            "background_process_holds_mutation_lease": false,
+            lease_scope: ws_config.map_or("workspace", |w| w.lease_scope.as_str()),
+            background_process_holds_mutation_lease: false,
         },
-        "isolation": {
-            "file_tools_workspace_scoped": true,
-            "command_sandbox": if sandbox_on { "linux-sandbox" } else { "none" },
-            "sandbox": ws.facts.workspace_sandbox.as_str(),
-            "read_paths": read_path_names,
-            "write_paths": if sandbox_on { json!(write_paths_view(auth, id)) } else { Value::Null },
-            "toolchains": toolchains,
-            "pids": {"limit": pids.limit, "mechanism": pids.mechanism.as_str()},
-            "secret_masking": ws.facts.secret_masking.as_str(),
+        isolation: IsolationInfo {
+            file_tools_workspace_scoped: true,
+            command_sandbox: if sandbox_on { "linux-sandbox" } else { "none" },
+            sandbox: ws.facts.workspace_sandbox.as_str(),
+            read_paths: read_path_names,
+            write_paths: sandbox_on.then(|| write_paths_view(auth, id)),
+            toolchains,
+            pids: PidsInfo {
+                limit: pids.limit,
+                mechanism: pids.mechanism.as_str(),
+            },
+            secret_masking: ws.facts.secret_masking.as_str(),
         },
-        "network": {
-            "policy": ws.facts.network.as_str(),
-            "enforcement": ws.facts.network_enforcement.as_str(),
-            "client_may_escalate": false,
+        network: NetworkInfo {
+            policy: ws.facts.network.as_str(),
+            enforcement: ws.facts.network_enforcement.as_str(),
+            client_may_escalate: false,
+            proxy,
         },
-        "approvals": ws.facts.approvals.as_str(),
-        "approval_channels": crate::gateway::approvals::APPROVAL_CHANNELS,
-    });
-    // `network: proxy` with the sandbox: the proxy's address inside each command's namespace.
-    if ws.facts.network == crate::config::Network::Proxy
-        && ws.facts.workspace_sandbox != crate::config::SandboxMode::Off
-        && let Some(n) = execution.get_mut("network").and_then(Value::as_object_mut)
-    {
-        n.insert("proxy".into(), json!(crate::gateway::net::proxy_address()));
-    }
-    if let Value::Object(m) = &mut out {
-        m.insert("workspace_id".into(), json!(id));
-        m.insert("profile".into(), json!(ws.facts.profile));
-        m.insert("execution".into(), execution);
-    }
+        approvals: ws.facts.approvals.as_str(),
+        approval_channels: crate::gateway::approvals::APPROVAL_CHANNELS,
+    };
+    out.workspace_id = Some(id.to_string());
+    out.profile = Some(ws.facts.profile.clone());
+    out.execution = Some(Box::new(execution));
     Ok(out)
 }
 

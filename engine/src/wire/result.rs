@@ -16,7 +16,7 @@ use serde::Serialize;
 #[serde(untagged)]
 #[allow(missing_docs)]
 pub enum ToolResult {
-    WorkspaceInfo(serde_json::Value),
+    WorkspaceInfo(Box<super::WorkspaceInfoResult>),
     Read(ReadResult),
     ReadMany(ReadManyResult),
     Find(FindResult),

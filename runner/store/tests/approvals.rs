@@ -100,7 +100,12 @@ fn a_granted_hold_resumes_once_and_keeps_its_outcome_across_a_reopen() {
     let r = s.approval("appr-1", 5000).unwrap().unwrap();
     assert_eq!(r.state, "consumed", "a consumed hold never expires");
     assert_eq!(r.result, Some(json!({"ok": {"x": 1}})));
-    assert_eq!(s.approvals(Some(ApprovalState::Consumed), 10, 5000).unwrap().len(), 1);
+    assert_eq!(
+        s.approvals(Some(ApprovalState::Consumed), 10, 5000)
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 #[test]
