@@ -110,3 +110,57 @@ pub struct OperationStatusResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<serde_json::Value>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorCode;
+
+    fn read(path: &str) -> ReadResult {
+        ReadResult {
+            path: path.into(),
+            content: "hi\n".into(),
+            encoding: None,
+            content_lossy: false,
+            version: "sha256:00".into(),
+            truncated: false,
+            offset: None,
+            next_offset: None,
+            byte_count: 3,
+        }
+    }
+
+    /// A result is the tool's own object: no tag, no null for an absent optional field.
+    #[test]
+    fn a_result_serializes_as_the_tools_own_object_without_nulls() {
+        let v = serde_json::to_value(ToolResult::Read(read("a.txt"))).unwrap();
+        let obj = v.as_object().unwrap();
+        assert_eq!(v["path"], "a.txt");
+        assert_eq!(v["content"], "hi\n");
+        assert!(!obj.contains_key("Read"), "{v}");
+        assert!(obj.values().all(|f| !f.is_null()), "{v}");
+        assert!(!obj.contains_key("offset") && !obj.contains_key("encoding"));
+    }
+
+    /// `read` with `paths`: a file's read as a single read returns it, a failure as
+    /// `{path, error}` with the ErrorBody.
+    #[test]
+    fn a_read_of_several_files_keeps_each_files_shape() {
+        let r = ReadManyResult {
+            files: vec![
+                ReadManyFile::Read(read("a.txt")),
+                ReadManyFile::Failed {
+                    path: ".env".into(),
+                    error: ToolError::new(ErrorCode::Unauthorized, "denied"),
+                },
+            ],
+        };
+        let v = serde_json::to_value(ToolResult::ReadMany(r)).unwrap();
+        assert_eq!(v["files"][0]["path"], "a.txt");
+        assert_eq!(v["files"][0]["byte_count"], 3);
+        assert_eq!(v["files"][1]["path"], ".env");
+        assert_eq!(v["files"][1]["error"]["code"], "UNAUTHORIZED");
+        assert_eq!(v["files"][1]["error"]["message"], "denied");
+        assert_eq!(v["files"][1].as_object().unwrap().len(), 2, "{v}");
+    }
+}
