@@ -36,7 +36,7 @@ fn requires_sandbox(ws: &WorkspaceRuntime) -> bool {
     ws.facts.workspace_sandbox != crate::config::SandboxMode::Off
 }
 
-/// A command [`Authorized::start`] started.
+/// A command [`start`] started.
 struct Started {
     id: String,
     pid: u32,
