@@ -66,7 +66,7 @@ pub(crate) fn workspace_info(
     let process_available = exec && host;
     let process = ProcessInfo {
         available: process_available,
-        capabilities: process_available.then(|| ProcessCapabilities {
+        capabilities: process_available.then_some(ProcessCapabilities {
             handles: true,
             survives_request_end: true,
             write_stdin: true,

@@ -12,8 +12,7 @@ use crate::request::{ProcessFacts, Session};
 use crate::wire::{ExecCommandParams, ExecCommandResult, ReadProcessResult, StderrMode};
 use codespace_runner_fs::{Kind, RelPath};
 use codespace_runner_process::{
-    ExitHook, InheritedFd, Launcher, ProcState, ProcessInfo, ReadWindow, SpawnError, SpawnOptions,
-    SpawnSpec,
+    ExitHook, InheritedFd, Launcher, ProcState, ReadWindow, SpawnError, SpawnOptions, SpawnSpec,
 };
 use codespace_runner_sandbox::{
     Handshake, HelperOutcome, NetworkMode, SandboxCommand, SandboxPlan, scrub_env,
@@ -26,6 +25,7 @@ use std::time::Duration;
 use crate::processes::*;
 
 mod handle;
+use handle::{fail_operation, release_if_exited};
 pub(crate) use handle::{
     process_resize, process_status, read_process, terminate_process, write_stdin,
 };
@@ -690,24 +690,6 @@ async fn start(
     })
 }
 
-/// Finishes `op_id` as failed with `e`.
-fn fail_operation(auth: &Authorized<'_>, op_id: &str, e: &ToolError) {
-    auth.finish_operation(
-        op_id,
-        crate::facts::OperationStatus::Failed,
-        &json!({"error": {"code": e.code, "message": e.message}}),
-        Some(e.code.as_str()),
-    );
-}
-
-/// Once a caller has been told a process exited, its workspace lease is free (the exit
-/// watcher releases it too, but may not have run yet: a next exec must not see it busy).
-fn release_if_exited(auth: &Authorized<'_>, workspace: &str, id: &str, info: &ProcessInfo) {
-    if info.state == ProcState::Exited {
-        auth.leases.release_process(workspace, id);
-    }
-}
-
 /// The replayed result of a stored exec: the stored result, the stored error, or
 /// `dispatch_status: unknown` when the call never finished (do not start a duplicate).
 fn replay(row: &codespace_store::OperationRow) -> Result<ExecCommandResult, ToolError> {
@@ -719,7 +701,7 @@ fn replay(row: &codespace_store::OperationRow) -> Result<ExecCommandResult, Tool
     let mut out = match (&row.result, finished) {
         (Some(r), true) if r.is_object() && r.get("process_id").is_some() => {
             ExecCommandResult::deserialize(r)
-                .map_err(|e| internal(&format!("stored result: {e}")))?
+                .map_err(|e| internal(format!("stored result: {e}")))?
         }
         _ => ExecCommandResult {
             process_id: String::new(),

@@ -1,6 +1,7 @@
 //! Wire types of the approval tools: `approval_create`, `approval_resolve`, `operation_resume`.
 
-use super::{ApplyPatchResult, ExecCommandResult};
+use super::files::ApplyPatchResult;
+use super::process::ExecCommandResult;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 

@@ -2,7 +2,7 @@
 //! profile and effective execution contract. Fields the old JSON sent as `null` stay `null`
 //! (`workspace_id` without a workspace, `write_paths` without a sandbox, unknown oldest rows).
 
-use super::WritePaths;
+use super::process::WritePaths;
 use serde::Serialize;
 use std::collections::BTreeMap;
 

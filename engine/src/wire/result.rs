@@ -2,10 +2,12 @@
 //! serializes as the call's `structuredContent`. The only JSON values left inside are data the
 //! store recorded (a finished operation's fields as `operation_status` shows them).
 
-use super::{
-    ApplyPatchResult, ApprovalStateResult, ExecCommandResult, FindFilesResult, FindResult,
-    GrepResult, OperationResumeResult, ProcessAckResult, ProcessResizeResult, ProcessStatusResult,
-    ReadProcessResult, ReadResult,
+use super::approvals::{ApprovalStateResult, OperationResumeResult};
+use super::files::{ApplyPatchResult, FindFilesResult, FindResult, GrepResult, ReadResult};
+use super::info::WorkspaceInfoResult;
+use super::process::{
+    ExecCommandResult, ProcessAckResult, ProcessResizeResult, ProcessStatusResult,
+    ReadProcessResult,
 };
 use crate::error::ToolError;
 use serde::Serialize;
@@ -16,7 +18,7 @@ use serde::Serialize;
 #[serde(untagged)]
 #[allow(missing_docs)]
 pub enum ToolResult {
-    WorkspaceInfo(Box<super::WorkspaceInfoResult>),
+    WorkspaceInfo(Box<WorkspaceInfoResult>),
     Read(ReadResult),
     ReadMany(ReadManyResult),
     Find(FindResult),

@@ -2,7 +2,6 @@
 //! gateway decided with the process's facts: `write_stdin`, `read_process`, `process_status`,
 //! `process_resize`, `terminate_process` (`exec_command`, which starts one, is the parent's).
 
-use super::{fail_operation, release_if_exited};
 use crate::error::{ErrorCode, ToolError};
 use crate::gateway::Authorized;
 use crate::gateway::ops::{Begin, fingerprint};
@@ -10,7 +9,7 @@ use crate::wire::{
     ProcessAckResult, ProcessIdParams, ProcessResizeParams, ProcessResizeResult,
     ProcessStatusResult, ReadProcessParams, ReadProcessResult, WriteStdinParams,
 };
-use codespace_runner_process::{ProcError, ProcState, ReadWindow};
+use codespace_runner_process::{ProcError, ProcState, ProcessInfo, ReadWindow};
 use serde_json::json;
 
 use crate::processes::*;
@@ -218,5 +217,28 @@ pub(crate) async fn terminate_process(
             fail_operation(auth, &op_id, &e);
             Err(e)
         }
+    }
+}
+
+/// Finishes `op_id` as failed with `e`.
+pub(super) fn fail_operation(auth: &Authorized<'_>, op_id: &str, e: &ToolError) {
+    auth.finish_operation(
+        op_id,
+        crate::facts::OperationStatus::Failed,
+        &json!({"error": {"code": e.code, "message": e.message}}),
+        Some(e.code.as_str()),
+    );
+}
+
+/// Once a caller has been told a process exited, its workspace lease is free (the exit
+/// watcher releases it too, but may not have run yet: a next exec must not see it busy).
+pub(super) fn release_if_exited(
+    auth: &Authorized<'_>,
+    workspace: &str,
+    id: &str,
+    info: &ProcessInfo,
+) {
+    if info.state == ProcState::Exited {
+        auth.leases.release_process(workspace, id);
     }
 }
