@@ -15,7 +15,7 @@ use codespace_engine::wire::{
     ReadProcessResult,
 };
 use codespace_engine::wire::{
-    FindFilesParams, FindFilesResult, GrepParams, GrepResult, ToolResult,
+    FindFilesParams, FindFilesResult, GrepParams, GrepResult, ReadManyFile, ToolResult,
 };
 use codespace_engine::{
     ErrorCode, Gateway, Session, TOOLS, ToolCall, ToolError, ToolName, ToolSpec,
