@@ -130,6 +130,7 @@ fn main() {
     let t = Instant::now();
     let out = rt.block_on(gw.call(&session, call)).unwrap();
     let via = t.elapsed();
+    let out = serde_json::to_value(out).unwrap();
     let rg = std::process::Command::new("rg")
         .arg("--files")
         .current_dir(&root)
@@ -182,6 +183,7 @@ fn main() {
     let t = Instant::now();
     let out = rt.block_on(gw.call(&session, call)).unwrap();
     let via = t.elapsed();
+    let out = serde_json::to_value(out).unwrap();
     assert_eq!(out["status"], "applied");
     let t = Instant::now();
     for (p, body) in &finals {

@@ -98,7 +98,8 @@ fn call(rt: &tokio::runtime::Runtime, gw: &Gateway, tool: &str, args: Value) -> 
     let c = ToolCall::parse(tool, &args).unwrap();
     let t = Instant::now();
     let out = rt.block_on(gw.call(&session, c)).unwrap();
-    (t.elapsed(), out)
+    let took = t.elapsed();
+    (took, serde_json::to_value(out).unwrap())
 }
 
 fn ratio(a: Duration, b: Duration) -> f64 {

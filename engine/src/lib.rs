@@ -6,6 +6,7 @@
 
 mod audit;
 pub mod config;
+mod dispatch;
 pub mod error;
 pub mod facts;
 mod fence_dirs;

@@ -198,11 +198,7 @@ fn print_held(out: &mut impl Write, h: &serde_json::Map<String, Value>) -> Resul
 }
 
 fn row_json(cfg: &Config, row: &ApprovalRow) -> Value {
-    let state = if row.state == "resuming" {
-        "granted"
-    } else {
-        row.state.as_str()
-    };
+    let state = row.state.shown().as_str();
     json!({
         "approval_id": row.approval_id,
         "state": state,
@@ -227,10 +223,8 @@ pub fn run(cmd: ApprovalsCommand) -> Result<ExitCode> {
             let cfg = config_of(&loc)?;
             let store = open_store(&loc, &cfg)?;
             let rows = store.approvals(None, 1000, codespace_store::now_ms())?;
-            let rows: Vec<&ApprovalRow> = rows
-                .iter()
-                .filter(|r| all || matches!(r.state.as_str(), "pending" | "granted" | "resuming"))
-                .collect();
+            let rows: Vec<&ApprovalRow> =
+                rows.iter().filter(|r| all || r.state.is_open()).collect();
             for r in &rows {
                 if json {
                     writeln!(
@@ -239,11 +233,7 @@ pub fn run(cmd: ApprovalsCommand) -> Result<ExitCode> {
                         codespace_engine::shown::json_line(&row_json(&cfg, r))
                     )?;
                 } else {
-                    let state = if r.state == "resuming" {
-                        "granted"
-                    } else {
-                        &r.state
-                    };
+                    let state = r.state.shown().as_str();
                     writeln!(
                         out,
                         "{}  {:<9} {:<10} by {:<12} {}",

@@ -557,7 +557,8 @@ fn workspaces_section(
                 Ok(call) => gw
                     .call(&Session::stdio(), call)
                     .await
-                    .map_err(|e| format!("{}: {}", e.code.as_str(), e.message)),
+                    .map_err(|e| format!("{}: {}", e.code.as_str(), e.message))
+                    .and_then(|r| serde_json::to_value(r).map_err(|e| e.to_string())),
                 Err(e) => Err(e),
             };
             out.push((id, info));

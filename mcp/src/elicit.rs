@@ -5,7 +5,7 @@
 //! the hold pending and return `APPROVAL_REQUIRED` as usual.
 
 use codespace_engine::shown::escape;
-use codespace_engine::wire::ApprovalDecision;
+use codespace_engine::wire::{ApprovalDecision, ToolResult};
 use codespace_engine::{Gateway, Session, ToolError};
 use rmcp::RoleServer;
 use rmcp::model::{
@@ -99,7 +99,7 @@ pub async fn ask(
     session: &Session,
     context: &RequestContext<RoleServer>,
     held: ToolError,
-) -> Result<Value, ToolError> {
+) -> Result<ToolResult, ToolError> {
     let Some(answer) = decision(gateway, session, context, &held).await else {
         return Err(held);
     };

@@ -4,11 +4,11 @@
 //! a `read_process` wait is dropped; an `exec_command` finishes its bookkeeping in the
 //! background (its operation is recorded, its process keeps running), its answer unsent.
 
+use codespace_engine::wire::ToolResult;
 use codespace_engine::{ToolCall, ToolError};
 use rmcp::RoleServer;
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::RequestContext;
-use serde_json::Value;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -33,9 +33,9 @@ pub async fn run<F>(
     detach: bool,
     wait_ms: u64,
     context: &RequestContext<RoleServer>,
-) -> Option<Result<Value, ToolError>>
+) -> Option<Result<ToolResult, ToolError>>
 where
-    F: Future<Output = Result<Value, ToolError>> + Send + 'static,
+    F: Future<Output = Result<ToolResult, ToolError>> + Send + 'static,
 {
     let mut task = tokio::spawn(work);
     let token: Option<ProgressToken> = context.meta.get_progress_token();

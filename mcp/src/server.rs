@@ -14,7 +14,9 @@ use codespace_engine::wire::{
     ExecCommandResult, ProcessAckResult, ProcessResizeResult, ProcessStatusResult,
     ReadProcessResult,
 };
-use codespace_engine::wire::{FindFilesParams, FindFilesResult, GrepParams, GrepResult};
+use codespace_engine::wire::{
+    FindFilesParams, FindFilesResult, GrepParams, GrepResult, ReadManyFile, ToolResult,
+};
 use codespace_engine::{
     ErrorCode, Gateway, Session, TOOLS, ToolCall, ToolError, ToolName, ToolSpec,
 };
@@ -86,7 +88,7 @@ impl CodeSpaceServer {
         call: ToolCall,
         wait_ms: u64,
         context: &RequestContext<RoleServer>,
-    ) -> Option<Result<serde_json::Value, ToolError>> {
+    ) -> Option<Result<ToolResult, ToolError>> {
         let detach = matches!(call, ToolCall::ExecCommand(_));
         let (gateway, s) = (Arc::clone(&self.gateway), session.clone());
         let work = async move { gateway.call(&s, call).await };
@@ -456,6 +458,43 @@ fn plain_schema(v: &mut serde_json::Value) {
     }
 }
 
+/// The success result of a tool: its typed result serialized as `structuredContent` (the
+/// engine's result types leave optional fields out rather than sending null).
+fn tool_result(r: ToolResult) -> CallToolResult {
+    match result_value(r) {
+        Ok(v) => structured_result(v),
+        Err(e) => error_result(&ToolError::new(ErrorCode::Internal, e.to_string())),
+    }
+}
+
+/// The JSON of a tool result. A read's content (up to a MiB per file) moves into the value
+/// instead of being copied: it is serialized empty and then put in its place.
+fn result_value(r: ToolResult) -> Result<serde_json::Value, serde_json::Error> {
+    fn read_value(mut r: ReadResult) -> Result<serde_json::Value, serde_json::Error> {
+        let content = std::mem::take(&mut r.content);
+        let mut v = serde_json::to_value(&r)?;
+        if let Some(slot) = v.get_mut("content") {
+            *slot = serde_json::Value::String(content);
+        }
+        Ok(v)
+    }
+    match r {
+        ToolResult::Read(read) => read_value(read),
+        ToolResult::ReadMany(many) => {
+            let files = many
+                .files
+                .into_iter()
+                .map(|f| match f {
+                    ReadManyFile::Read(read) => read_value(read),
+                    failed => serde_json::to_value(&failed),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(serde_json::json!({ "files": files }))
+        }
+        other => serde_json::to_value(&other),
+    }
+}
+
 /// The success result: `structuredContent` and the same JSON as one text item, as
 /// `CallToolResult::structured` makes it, with the text serialized straight into a buffer
 /// (`structured` formats through `Display`, several times slower on a large result).
@@ -605,7 +644,7 @@ impl ServerHandler for CodeSpaceServer {
             "tool call"
         );
         Ok(match out {
-            Ok(v) => structured_result(v).into(),
+            Ok(r) => tool_result(r).into(),
             Err(e) => error_result(&e).into(),
         })
     }
@@ -614,6 +653,41 @@ impl ServerHandler for CodeSpaceServer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The read's content moved into the value makes the same JSON as serializing it whole,
+    /// for one file and for `paths`.
+    #[test]
+    fn a_moved_read_content_makes_the_same_json() {
+        let read = ReadResult {
+            path: "a.txt".into(),
+            content: "x".repeat(5000),
+            encoding: None,
+            content_lossy: false,
+            version: "sha256:00".into(),
+            truncated: true,
+            offset: Some(3),
+            next_offset: Some(5003),
+            byte_count: 5000,
+        };
+        let one = ToolResult::Read(read.clone());
+        assert_eq!(
+            result_value(one.clone()).unwrap(),
+            serde_json::to_value(&one).unwrap()
+        );
+        let many = ToolResult::ReadMany(codespace_engine::wire::ReadManyResult {
+            files: vec![
+                ReadManyFile::Read(read),
+                ReadManyFile::Failed {
+                    path: ".env".into(),
+                    error: ToolError::new(ErrorCode::Unauthorized, "no"),
+                },
+            ],
+        });
+        assert_eq!(
+            result_value(many.clone()).unwrap(),
+            serde_json::to_value(&many).unwrap()
+        );
+    }
 
     #[test]
     fn the_success_result_is_byte_for_byte_what_rmcp_structured_makes() {

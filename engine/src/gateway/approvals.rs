@@ -18,10 +18,10 @@ use crate::request::{
 use crate::wire::{
     ApplyPatchParams, ApplyPatchResult, ApprovalCreateParams, ApprovalDecision,
     ApprovalResolveParams, ApprovalStateResult, ExecCommandResult, OperationResumeParams,
-    OperationResumeResult, ToolCall,
+    OperationResumeResult, ToolCall, ToolResult,
 };
 use codespace_runner_fs::RelPath;
-use codespace_store::{ApprovalRow, Resolution, Store};
+use codespace_store::{ApprovalRow, ApprovalState, Resolution, Store};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, OnceLock};
@@ -52,6 +52,17 @@ pub(crate) struct Resumed {
     /// path → version (or `absent`) at hold time.
     pub(crate) pinned: BTreeMap<String, String>,
 }
+
+/// Runs a held call (`apply_patch` or `exec_command`, authorized by the gateway) through its
+/// handler and returns its result. The dispatcher passes it in, so the gateway never names a
+/// handler.
+pub(crate) type RunHeld = for<'a> fn(
+    crate::gateway::Authorized<'a>,
+    ToolCall,
+    Option<Resumed>,
+) -> std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<ToolResult, ToolError>> + Send + 'a>,
+>;
 
 /// Holds whose resume runs in this process now (a `resuming` hold not listed here was
 /// interrupted by a crash or a restart).
@@ -99,15 +110,17 @@ pub(crate) fn with_id(mut e: ToolError, id: &str) -> ToolError {
     e
 }
 
-fn conflict(id: &str, state: &str) -> ToolError {
+/// `APPROVAL_CONFLICT` for a hold in `state` (`None`: the hold is gone).
+fn conflict(id: &str, state: Option<ApprovalState>) -> ToolError {
     let why = match state {
-        "expired" => "expired before it was resumed; ask again",
-        "denied" => "was denied",
-        "consumed" => "was already resumed",
-        "resuming" => "is being resumed",
-        "granted" => "was already granted",
-        _ => "is in another state",
+        Some(ApprovalState::Expired) => "expired before it was resumed; ask again",
+        Some(ApprovalState::Denied) => "was denied",
+        Some(ApprovalState::Consumed) => "was already resumed",
+        Some(ApprovalState::Resuming) => "is being resumed",
+        Some(ApprovalState::Granted) => "was already granted",
+        Some(ApprovalState::Pending) | None => "is in another state",
     };
+    let state = state.map_or("gone", ApprovalState::as_str);
     with_id(
         ToolError::new(
             ErrorCode::ApprovalConflict,
@@ -118,12 +131,8 @@ fn conflict(id: &str, state: &str) -> ToolError {
 }
 
 /// The wire state of a stored state (`resuming` is internal).
-pub(crate) fn wire_state(state: &str) -> &str {
-    if state == "resuming" {
-        "granted"
-    } else {
-        state
-    }
+pub(crate) fn wire_state(state: ApprovalState) -> &'static str {
+    state.shown().as_str()
 }
 
 /// How many characters of a command line a summary keeps (then a `… [cut: N more chars]`
@@ -316,7 +325,7 @@ impl Services {
             tool: tool.into(),
             workspace: ws.facts.id.clone(),
             registration: ws.registration.clone(),
-            state: "pending".into(),
+            state: ApprovalState::Pending,
             arguments: Some(arguments),
             summary: summary(&self.config, &ws.facts.id, call),
             facts: Some(json!({"workspace": ws.facts, "pinned": pinned})),
@@ -396,7 +405,7 @@ impl Gateway {
                          call operation_resume with the approval_id",
                         row.tool,
                         row.approval_id,
-                        wire_state(&row.state)
+                        wire_state(row.state)
                     ),
                 ),
                 &row.approval_id,
@@ -465,7 +474,8 @@ impl Gateway {
         snap: &std::sync::Arc<PolicySnapshot>,
         session: &Session,
         p: &OperationResumeParams,
-    ) -> Result<Value, ToolError> {
+        run: RunHeld,
+    ) -> Result<OperationResumeResult, ToolError> {
         let id = p.approval_id.as_str();
         let (row, ws) = self.served_hold(id)?;
         // A hold belongs to the client that asked for it.
@@ -488,9 +498,9 @@ impl Gateway {
             return Err(with_id(d.to_error(snap), id));
         }
         let store = self.require_store()?;
-        match row.state.as_str() {
-            "consumed" => return replay_outcome(&row),
-            "pending" => {
+        match row.state {
+            ApprovalState::Consumed => return replay_outcome(&row),
+            ApprovalState::Pending => {
                 return Err(with_id(
                     ToolError::new(
                         ErrorCode::ApprovalRequired,
@@ -499,7 +509,7 @@ impl Gateway {
                     id,
                 ));
             }
-            "resuming" => {
+            ApprovalState::Resuming => {
                 if InFlight::contains(id) || row.tool == "exec_command" {
                     if !InFlight::contains(id) {
                         // An interrupted exec resume is never respawned.
@@ -514,27 +524,26 @@ impl Gateway {
                             id,
                         ));
                     }
-                    return Err(conflict(id, "resuming"));
+                    return Err(conflict(id, Some(ApprovalState::Resuming)));
                 }
                 // An interrupted patch resume: its operation key replays what the ledger holds.
-                let guard = InFlight::enter(id).ok_or_else(|| conflict(id, "resuming"))?;
-                let out = self.run_held(snap, session, &row).await;
+                let guard = InFlight::enter(id)
+                    .ok_or_else(|| conflict(id, Some(ApprovalState::Resuming)))?;
+                let out = self.run_held(snap, session, &row, run).await;
                 return self.finish(store, &row, session, out, guard);
             }
-            "granted" => {}
-            other => return Err(conflict(id, other)),
+            ApprovalState::Granted => {}
+            other => return Err(conflict(id, Some(other))),
         }
-        let guard = InFlight::enter(id).ok_or_else(|| conflict(id, "resuming"))?;
+        let guard =
+            InFlight::enter(id).ok_or_else(|| conflict(id, Some(ApprovalState::Resuming)))?;
         let now = codespace_store::now_ms();
         let Some(row) = store.begin_resume(id, now).map_err(store_err)? else {
-            let state = store
-                .approval(id, now)
-                .map_err(store_err)?
-                .map_or_else(|| "gone".to_string(), |r| r.state);
-            return Err(conflict(id, &state));
+            let state = store.approval(id, now).map_err(store_err)?.map(|r| r.state);
+            return Err(conflict(id, state));
         };
         self.approval_event("approval_resumed", &row, &session.client, "tool");
-        let out = self.run_held(snap, session, &row).await;
+        let out = self.run_held(snap, session, &row, run).await;
         self.finish(store, &row, session, out, guard)
     }
 
@@ -546,7 +555,7 @@ impl Gateway {
         id: &str,
     ) -> Option<(String, Vec<(String, String)>)> {
         let (row, _) = self.served_hold(id).ok()?;
-        if row.state != "pending" || row.requested_by != session.client {
+        if row.state != ApprovalState::Pending || row.requested_by != session.client {
             return None;
         }
         let details = row
@@ -559,16 +568,18 @@ impl Gateway {
 
     /// A human's answer in-band (channel `elicitation`, through the asking client): decided by
     /// policy as `approval_resolve`; a grant resumes the held call at once and returns the held
-    /// tool's own result; a deny is final (`APPROVAL_CONFLICT`, nothing ran).
-    pub async fn answer_in_band(
+    /// tool's own result; a deny is final (`APPROVAL_CONFLICT`, nothing ran). `run` runs the
+    /// held call through its handler.
+    pub(crate) async fn answer_in_band_with(
         &self,
         session: &Session,
         id: &str,
         decision: ApprovalDecision,
-    ) -> Result<Value, ToolError> {
+        run: RunHeld,
+    ) -> Result<ToolResult, ToolError> {
         let snap = self.policy.snapshot();
         let out = self
-            .answer_in_band_under(&snap, session, id, decision)
+            .answer_in_band_under(&snap, session, id, decision, run)
             .await;
         out.map_err(|mut e| {
             if let std::borrow::Cow::Owned(red) = self.config.redaction.text(&e.message) {
@@ -584,7 +595,8 @@ impl Gateway {
         session: &Session,
         id: &str,
         decision: ApprovalDecision,
-    ) -> Result<Value, ToolError> {
+        run: RunHeld,
+    ) -> Result<ToolResult, ToolError> {
         let (row, ws) = self.served_hold(id)?;
         if row.requested_by != session.client {
             return Err(not_found(id));
@@ -625,12 +637,17 @@ impl Gateway {
                 &OperationResumeParams {
                     approval_id: id.to_string(),
                 },
+                run,
             )
             .await?;
-        resumed
-            .get(row.tool.as_str())
-            .cloned()
-            .ok_or_else(|| ToolError::new(ErrorCode::Internal, "the resume returned no result"))
+        match (resumed.apply_patch, resumed.exec_command) {
+            (Some(r), _) => Ok(ToolResult::ApplyPatch(r)),
+            (None, Some(r)) => Ok(ToolResult::ExecCommand(Box::new(r))),
+            (None, None) => Err(ToolError::new(
+                ErrorCode::Internal,
+                "the resume returned no result",
+            )),
+        }
     }
 
     /// Runs the held call (re-decided and version-checked by the tool itself).
@@ -639,11 +656,12 @@ impl Gateway {
         snap: &std::sync::Arc<PolicySnapshot>,
         session: &Session,
         row: &ApprovalRow,
-    ) -> Result<Value, ToolError> {
+        run: RunHeld,
+    ) -> Result<ToolResult, ToolError> {
         let args = row
             .arguments
             .as_ref()
-            .ok_or_else(|| conflict(&row.approval_id, "denied"))?;
+            .ok_or_else(|| conflict(&row.approval_id, Some(ApprovalState::Denied)))?;
         let resumed = Resumed {
             pinned: pinned_of(row),
         };
@@ -654,18 +672,18 @@ impl Gateway {
             ToolCall::ApplyPatch(mut p) => {
                 p.operation_key.get_or_insert(key);
                 let call = ToolCall::ApplyPatch(p.clone());
-                self.authorize_held(snap, &p.workspace_id, &call, session, false)
-                    .await?
-                    .apply_patch(&p, Some(&resumed))
-                    .await
+                let auth = self
+                    .authorize_held(snap, &p.workspace_id, &call, session, false)
+                    .await?;
+                run(auth, call, Some(resumed)).await
             }
             ToolCall::ExecCommand(mut p) => {
                 p.operation_key.get_or_insert(key);
                 let call = ToolCall::ExecCommand(p.clone());
-                self.authorize_held(snap, &p.workspace_id, &call, session, false)
-                    .await?
-                    .exec_command(&p)
-                    .await
+                let auth = self
+                    .authorize_held(snap, &p.workspace_id, &call, session, false)
+                    .await?;
+                run(auth, call, None).await
             }
             other => Err(ToolError::new(
                 ErrorCode::Internal,
@@ -681,18 +699,19 @@ impl Gateway {
         store: &Store,
         row: &ApprovalRow,
         session: &Session,
-        out: Result<Value, ToolError>,
+        out: Result<ToolResult, ToolError>,
         guard: InFlight,
-    ) -> Result<Value, ToolError> {
+    ) -> Result<OperationResumeResult, ToolError> {
         let id = row.approval_id.as_str();
         let now = codespace_store::now_ms();
         let result = match out {
             Ok(v) => {
-                let outcome = json!({"ok": v});
+                // The stored outcome is the result as the wire shows it (a replay reads it).
+                let outcome = json!({"ok": to_value(&v)?});
                 store
                     .finish_resume(id, true, Some(&outcome), now)
                     .map_err(store_err)?;
-                resume_result(&row.tool, id, v, false)
+                resume_result(id, v, false)
             }
             Err(e) => {
                 let nothing_ran = e.operation_id.is_none()
@@ -725,32 +744,48 @@ impl Gateway {
 }
 
 /// The result of a resume: `{approval_id, state: consumed, <tool>: result}`.
-fn resume_result(tool: &str, id: &str, v: Value, replayed: bool) -> Result<Value, ToolError> {
+fn resume_result(
+    id: &str,
+    v: ToolResult,
+    replayed: bool,
+) -> Result<OperationResumeResult, ToolError> {
     let mut out = OperationResumeResult {
         approval_id: id.to_string(),
-        state: "consumed".into(),
+        state: ApprovalState::Consumed.as_str().into(),
         replayed,
         apply_patch: None,
         exec_command: None,
     };
-    let bad = |e: serde_json::Error| ToolError::new(ErrorCode::Internal, e.to_string());
-    match tool {
-        "apply_patch" => {
-            out.apply_patch = Some(serde_json::from_value::<ApplyPatchResult>(v).map_err(bad)?)
+    match v {
+        ToolResult::ApplyPatch(r) => out.apply_patch = Some(r),
+        ToolResult::ExecCommand(r) => out.exec_command = Some(*r),
+        _ => {
+            return Err(ToolError::new(
+                ErrorCode::Internal,
+                "a held call returned another tool's result",
+            ));
         }
-        _ => out.exec_command = Some(serde_json::from_value::<ExecCommandResult>(v).map_err(bad)?),
     }
-    to_value(&out)
+    Ok(out)
+}
+
+/// A stored resume outcome read back as the held tool's result.
+fn recorded_result(tool: &str, v: &Value) -> Result<ToolResult, ToolError> {
+    use serde::Deserialize as _;
+    let bad = |e: serde_json::Error| ToolError::new(ErrorCode::Internal, e.to_string());
+    Ok(match tool {
+        "apply_patch" => ToolResult::ApplyPatch(ApplyPatchResult::deserialize(v).map_err(bad)?),
+        _ => ToolResult::ExecCommand(Box::new(ExecCommandResult::deserialize(v).map_err(bad)?)),
+    })
 }
 
 /// A repeated resume: the stored outcome, never a second run.
-fn replay_outcome(row: &ApprovalRow) -> Result<Value, ToolError> {
+fn replay_outcome(row: &ApprovalRow) -> Result<OperationResumeResult, ToolError> {
     let id = row.approval_id.as_str();
     match &row.result {
         Some(r) if r.get("ok").is_some() => resume_result(
-            &row.tool,
             id,
-            r.get("ok").cloned().unwrap_or(Value::Null),
+            recorded_result(&row.tool, r.get("ok").unwrap_or(&Value::Null))?,
             true,
         ),
         Some(r) => {
@@ -819,18 +854,21 @@ pub(crate) fn resolve_in_store(
         }
         Resolution::Unchanged(now_row) => {
             let same = matches!(
-                (now_row.state.as_str(), grant),
-                ("granted" | "resuming" | "consumed", true) | ("denied", false)
+                (now_row.state, grant),
+                (
+                    ApprovalState::Granted | ApprovalState::Resuming | ApprovalState::Consumed,
+                    true
+                ) | (ApprovalState::Denied, false)
             );
             if !same {
-                return Err(conflict(id, &now_row.state));
+                return Err(conflict(id, Some(now_row.state)));
             }
             now_row.state
         }
     };
     Ok(ApprovalStateResult {
         approval_id: id.to_string(),
-        state: wire_state(&state).into(),
+        state: wire_state(state).into(),
     })
 }
 
@@ -849,7 +887,7 @@ pub fn cli_resolve(
         .approval(id, codespace_store::now_ms())
         .map_err(store_err)?
         .ok_or_else(|| not_found(id))?;
-    if row.state != "pending" {
+    if row.state != ApprovalState::Pending {
         return resolve_in_store(store, &row, decision, operator, "cli");
     }
     let facts = facts_of(&row).ok_or_else(|| {

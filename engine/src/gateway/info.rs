@@ -4,57 +4,46 @@
 
 use super::Services;
 use crate::policy::{PolicySnapshot, RejectedReload};
-use crate::wire::rfc3339_ms;
-use serde_json::{Value, json};
+use crate::wire::{
+    PolicyInfo, RejectedReloadInfo, RetentionInfo, StoreInfo, StoreRows, WorkspaceInfoResult,
+    rfc3339_ms,
+};
 
 /// The `policy` block of workspace_info: hash, load time, and a rejected reload if any.
-fn policy_block(snap: &PolicySnapshot, rejected: Option<RejectedReload>) -> Value {
-    let mut block = json!({
-        "set_sha256": snap.sha256,
-        "loaded_at": rfc3339_ms(snap.loaded_at_ms),
-    });
-    if let Some(rej) = rejected
-        && let Value::Object(m) = &mut block
-    {
-        m.insert(
-            "last_reload_rejected".into(),
-            json!({"at": rfc3339_ms(rej.at_ms), "errors": rej.errors}),
-        );
+fn policy_block(snap: &PolicySnapshot, rejected: Option<RejectedReload>) -> PolicyInfo {
+    PolicyInfo {
+        set_sha256: snap.sha256.clone(),
+        loaded_at: rfc3339_ms(snap.loaded_at_ms),
+        last_reload_rejected: rejected.map(|rej| RejectedReloadInfo {
+            at: rfc3339_ms(rej.at_ms),
+            errors: rej.errors,
+        }),
     }
-    block
 }
 
 /// The `store` block of workspace_info: retention settings and the row counts the
 /// background pruner last took (never counted on the request path).
-fn store_block(svc: &Services) -> Option<Value> {
+fn store_block(svc: &Services) -> Option<StoreInfo> {
     svc.store.as_ref()?;
     let r = &svc.config.retention;
-    let mut block = json!({
-        "retention": {
-            "audit": crate::retention::format_duration(r.audit),
-            "operations": crate::retention::format_duration(r.operations),
-            "operation_keys": crate::retention::format_duration(r.operation_keys),
+    let at_opt = |ms: Option<i64>| ms.map(rfc3339_ms);
+    Some(StoreInfo {
+        retention: RetentionInfo {
+            audit: crate::retention::format_duration(r.audit),
+            operations: crate::retention::format_duration(r.operations),
+            operation_keys: crate::retention::format_duration(r.operation_keys),
         },
-    });
-    if let Some((at, st)) = svc.store_stats.get()
-        && let Value::Object(m) = &mut block
-    {
-        let at_opt = |ms: Option<i64>| ms.map(rfc3339_ms);
-        m.insert(
-            "rows".into(),
-            json!({
-                "counted_at": rfc3339_ms(at),
-                "audit": st.audit_rows,
-                "oldest_audit_at": at_opt(st.oldest_audit_ms),
-                "operations": st.operations,
-                "oldest_operation_at": at_opt(st.oldest_operation_ms),
-                "processes": st.processes,
-                "events": st.events,
-                "operation_keys": st.operation_keys,
-            }),
-        );
-    }
-    Some(block)
+        rows: svc.store_stats.get().map(|(at, st)| StoreRows {
+            counted_at: rfc3339_ms(at),
+            audit: st.audit_rows,
+            oldest_audit_at: at_opt(st.oldest_audit_ms),
+            operations: st.operations,
+            oldest_operation_at: at_opt(st.oldest_operation_ms),
+            processes: st.processes,
+            events: st.events,
+            operation_keys: st.operation_keys,
+        }),
+    })
 }
 
 /// `workspace_info` without a workspace: the server's identity, its policy set and its store.
@@ -63,22 +52,19 @@ pub(super) fn server_info(
     svc: &Services,
     snap: &PolicySnapshot,
     rejected: Option<RejectedReload>,
-) -> Value {
-    let mut out = json!({
-        "server": "codespace",
-        "version": env!("CARGO_PKG_VERSION"),
-        "internal_model_calls": false,
-        "tools_exposed": crate::tool_table::tool_names(),
-        "transports": svc.transports,
-        "workspace_id": Value::Null,
-        "workspace_id_is_credential": false,
-        "note": "Execution-only server: no model calls. Every call is authorized by Cedar policy.",
-        "policy": policy_block(snap, rejected),
-    });
-    if let Some(block) = store_block(svc)
-        && let Value::Object(m) = &mut out
-    {
-        m.insert("store".into(), block);
+) -> WorkspaceInfoResult {
+    WorkspaceInfoResult {
+        server: "codespace",
+        version: env!("CARGO_PKG_VERSION"),
+        internal_model_calls: false,
+        tools_exposed: crate::tool_table::tool_names(),
+        transports: svc.transports.clone(),
+        workspace_id: None,
+        workspace_id_is_credential: false,
+        note: "Execution-only server: no model calls. Every call is authorized by Cedar policy.",
+        policy: policy_block(snap, rejected),
+        store: store_block(svc),
+        profile: None,
+        execution: None,
     }
-    out
 }

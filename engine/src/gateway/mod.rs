@@ -831,7 +831,7 @@ impl Gateway {
 
     /// Resolves the workspace of `call` and decides the call on it (audited): the handler's
     /// [`Authorized`] value, or the refusal.
-    async fn authorize_on<'a>(
+    pub(crate) async fn authorize_on<'a>(
         &'a self,
         snap: &'a Arc<PolicySnapshot>,
         workspace_id: &str,
@@ -841,6 +841,39 @@ impl Gateway {
         let ws = self.workspace(workspace_id)?;
         let decision = self.authorize(snap, ws, call, session, None).await?;
         Ok(Authorized::new(self, snap, ws, session, decision))
+    }
+
+    /// Resolves the caller's operation `operation_status` names and decides the call on its
+    /// workspace: the handler's [`Authorized`] value with the operation's row, or the refusal.
+    pub(crate) async fn authorize_operation<'a>(
+        &'a self,
+        snap: &'a Arc<PolicySnapshot>,
+        session: &'a Session,
+        call: &ToolCall,
+        p: &crate::wire::OperationStatusParams,
+    ) -> Result<(Authorized<'a>, codespace_store::OperationRow), ToolError> {
+        let (row, ws) = self.operation_target(session, p)?;
+        let decision = self.authorize(snap, ws, call, session, None).await?;
+        Ok((Authorized::new(self, snap, ws, session, decision), row))
+    }
+
+    /// Finds the hold `approval_resolve` names (one this server serves) and decides the
+    /// resolution: the handler's [`Authorized`] value with the hold's row, or the refusal.
+    pub(crate) fn authorize_resolve<'a>(
+        &'a self,
+        snap: &'a Arc<PolicySnapshot>,
+        session: &'a Session,
+        call: &ToolCall,
+        p: &crate::wire::ApprovalResolveParams,
+    ) -> Result<(Authorized<'a>, codespace_store::ApprovalRow), ToolError> {
+        let (row, ws) = self.served_hold(&p.approval_id)?;
+        let decision = self.decide_resolve(snap, session, call, p, &row, ws)?;
+        Ok((Authorized::new(self, snap, ws, session, decision), row))
+    }
+
+    /// `workspace_info` without a workspace under `snap` (nothing is decided: it names none).
+    pub(crate) fn server_info(&self, snap: &PolicySnapshot) -> crate::wire::WorkspaceInfoResult {
+        info::server_info(&self.svc, snap, self.policy.last_rejected())
     }
 
     /// Decides a call a human may have to confirm (`apply_patch`, `exec_command`): its own
@@ -861,167 +894,5 @@ impl Gateway {
             return Err(self.hold(ws, call, session).await);
         }
         Ok(Authorized::new(self, snap, ws, session, decision))
-    }
-
-    /// `read` with `paths`: each path authorized and read exactly as a single `read` of it (its
-    /// own decision and audit row); a path's refusal or failure becomes that file's `error`, so
-    /// the call itself fails only on invalid arguments or an unknown workspace.
-    async fn read_many(
-        &self,
-        snap: &Arc<PolicySnapshot>,
-        p: &crate::wire::ReadParams,
-        session: &Session,
-    ) -> Result<serde_json::Value, ToolError> {
-        crate::request::check_read_args(p)?;
-        self.workspace(&p.workspace_id)?;
-        let paths = p.paths.as_deref().unwrap_or_default();
-        let mut files = Vec::with_capacity(paths.len());
-        for path in paths {
-            let one = crate::wire::ReadParams {
-                path: Some(path.clone()),
-                paths: None,
-                ..p.clone()
-            };
-            let call = ToolCall::Read(one.clone());
-            let r = match self
-                .authorize_on(snap, &p.workspace_id, &call, session)
-                .await
-            {
-                Ok(a) => a.read(&one).await,
-                Err(e) => Err(e),
-            };
-            files.push(match r {
-                Ok(v) => v,
-                Err(mut e) => {
-                    // A file's error text passes the redactor as a call's error does.
-                    if let std::borrow::Cow::Owned(red) = self.config.redaction.text(&e.message) {
-                        e.message = red;
-                    }
-                    let body = serde_json::to_value(&e).unwrap_or_else(
-                        |_| serde_json::json!({"code": e.code.as_str(), "message": e.message}),
-                    );
-                    serde_json::json!({"path": path, "error": body})
-                }
-            });
-        }
-        Ok(serde_json::json!({ "files": files }))
-    }
-
-    /// Serves one tool call. The result is the tool's result object.
-    pub async fn call(
-        &self,
-        session: &Session,
-        call: ToolCall,
-    ) -> Result<serde_json::Value, ToolError> {
-        // Calls in flight finish under the snapshot they started with.
-        let snap = self.policy.snapshot();
-        let result = match &call {
-            ToolCall::WorkspaceInfo(p) => {
-                let server = info::server_info(&self.svc, &snap, self.policy.last_rejected());
-                match p.workspace_id.as_deref().filter(|s| !s.is_empty()) {
-                    None => Ok(server),
-                    Some(id) => self
-                        .authorize_on(&snap, id, &call, session)
-                        .await?
-                        .workspace_info(server),
-                }
-            }
-            ToolCall::Read(p) if p.paths.is_some() => self.read_many(&snap, p, session).await,
-            ToolCall::Read(p) => {
-                self.authorize_on(&snap, &p.workspace_id, &call, session)
-                    .await?
-                    .read(p)
-                    .await
-            }
-            ToolCall::Find(p) => {
-                self.authorize_on(&snap, &p.workspace_id, &call, session)
-                    .await?
-                    .find(p)
-                    .await
-            }
-            ToolCall::Grep(p) => {
-                self.authorize_on(&snap, &p.workspace_id, &call, session)
-                    .await?
-                    .grep(p)
-                    .await
-            }
-            ToolCall::FindFiles(p) => {
-                self.authorize_on(&snap, &p.workspace_id, &call, session)
-                    .await?
-                    .find_files(p)
-                    .await
-            }
-            ToolCall::OperationStatus(p) => {
-                let (row, ws) = self.operation_target(session, p)?;
-                let decision = self.authorize(&snap, ws, &call, session, None).await?;
-                Authorized::new(self, &snap, ws, session, decision).operation_status(&row)
-            }
-            ToolCall::ApplyPatch(p) => {
-                // A check writes nothing, so it is never held.
-                let confirm = !p.check_only.unwrap_or(false);
-                self.authorize_held(&snap, &p.workspace_id, &call, session, confirm)
-                    .await?
-                    .apply_patch(p, None)
-                    .await
-            }
-            ToolCall::ApprovalCreate(p) => {
-                let held = crate::gateway::approvals::held_of(p)?;
-                self.authorize_on(&snap, held.workspace_id().unwrap_or(""), &call, session)
-                    .await?
-                    .approval_create(&held)
-                    .await
-            }
-            ToolCall::ApprovalResolve(p) => {
-                let (row, ws) = self.served_hold(&p.approval_id)?;
-                let decision = self.decide_resolve(&snap, session, &call, p, &row, ws)?;
-                Authorized::new(self, &snap, ws, session, decision).approval_resolve(p, &row)
-            }
-            ToolCall::OperationResume(p) => self.operation_resume(&snap, session, p).await,
-            ToolCall::ExecCommand(p) => {
-                self.authorize_held(&snap, &p.workspace_id, &call, session, true)
-                    .await?
-                    .exec_command(p)
-                    .await
-            }
-            ToolCall::WriteStdin(p) => {
-                self.authorize_process(&snap, session, &call, &p.process_id)
-                    .await?
-                    .write_stdin(p)
-                    .await
-            }
-            ToolCall::ReadProcess(p) => {
-                self.authorize_process(&snap, session, &call, &p.process_id)
-                    .await?
-                    .read_process(p)
-                    .await
-            }
-            ToolCall::ProcessStatus(p) => {
-                self.authorize_process(&snap, session, &call, &p.process_id)
-                    .await?
-                    .process_status(p)
-                    .await
-            }
-            ToolCall::ProcessResize(p) => {
-                self.authorize_process(&snap, session, &call, &p.process_id)
-                    .await?
-                    .process_resize(p)
-                    .await
-            }
-            ToolCall::TerminateProcess(p) => {
-                self.authorize_process(&snap, session, &call, &p.process_id)
-                    .await?
-                    .terminate_process(p)
-                    .await
-            }
-        }
-        .map_err(|mut e| {
-            // Every error text the caller gets passes the redactor (a spawn error may quote
-            // the command).
-            if let std::borrow::Cow::Owned(red) = self.config.redaction.text(&e.message) {
-                e.message = red;
-            }
-            e
-        })?;
-        Ok(result)
     }
 }

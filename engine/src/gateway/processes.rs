@@ -30,7 +30,7 @@ impl Gateway {
 
     /// Finds the process a call is about and decides the call on its workspace with the
     /// process's facts: the handler's [`Authorized`] value, or the refusal.
-    pub(super) async fn authorize_process<'a>(
+    pub(crate) async fn authorize_process<'a>(
         &'a self,
         snap: &'a Arc<PolicySnapshot>,
         session: &'a Session,

@@ -5,29 +5,28 @@
 
 use crate::error::ToolError;
 use crate::gateway::Authorized;
-use crate::gateway::approvals::{resolve_in_store, to_value, wire_state};
+use crate::gateway::approvals::{resolve_in_store, wire_state};
 use crate::wire::{ApprovalResolveParams, ApprovalStateResult, ToolCall};
 use codespace_store::ApprovalRow;
-use serde_json::Value;
 
-impl Authorized<'_> {
-    /// `approval_create`: creates (or reuses) the hold for `held`.
-    pub(crate) async fn approval_create(&self, held: &ToolCall) -> Result<Value, ToolError> {
-        let row = self.hold_row(self.ws(), held, self.session()).await?;
-        to_value(&ApprovalStateResult {
-            approval_id: row.approval_id,
-            state: wire_state(&row.state).into(),
-        })
-    }
+/// `approval_create`: creates (or reuses) the hold for `held`.
+pub(crate) async fn approval_create(
+    auth: &Authorized<'_>,
+    held: &ToolCall,
+) -> Result<ApprovalStateResult, ToolError> {
+    let row = auth.hold_row(auth.ws(), held, auth.session()).await?;
+    Ok(ApprovalStateResult {
+        approval_id: row.approval_id,
+        state: wire_state(row.state).into(),
+    })
+}
 
-    /// `approval_resolve` over the tool channel: grants or denies the hold `row`.
-    pub(crate) fn approval_resolve(
-        &self,
-        p: &ApprovalResolveParams,
-        row: &ApprovalRow,
-    ) -> Result<Value, ToolError> {
-        let store = self.require_store()?;
-        let out = resolve_in_store(store, row, p.decision, &self.session().client, "tool")?;
-        to_value(&out)
-    }
+/// `approval_resolve` over the tool channel: grants or denies the hold `row`.
+pub(crate) fn approval_resolve(
+    auth: &Authorized<'_>,
+    p: &ApprovalResolveParams,
+    row: &ApprovalRow,
+) -> Result<ApprovalStateResult, ToolError> {
+    let store = auth.require_store()?;
+    resolve_in_store(store, row, p.decision, &auth.session().client, "tool")
 }

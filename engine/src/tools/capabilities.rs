@@ -6,8 +6,8 @@
 
 use crate::gateway::Authorized;
 use crate::request::{SubRequest, build_requests, path_request};
+pub use crate::wire::Capability;
 use crate::wire::{ExecCommandParams, ToolCall};
-use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Paths a `read` (and the listing tools' withholding) is probed with.
@@ -46,92 +46,73 @@ pub const EXEC_PROBES: &[(&[&str], &[&str])] = &[
     (&["cargo", "test"], &["LD_PRELOAD"]),
 ];
 
-/// One capability's verdict.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Capability {
-    /// `allowed`, `denied` or `conditional`.
-    pub decision: &'static str,
-    /// The policies that decided the probes (permits of allowed probes, forbids of denied
-    /// ones; a default deny has none), sorted.
-    pub policy_ids: Vec<String>,
-}
-
-impl Capability {
-    /// True when allowed or conditional (the booleans of `permissions` and `*.available`).
-    pub fn possible(&self) -> bool {
-        self.decision != "denied"
+/// Decides every probe of every capability for `ws`.
+pub(crate) fn capabilities(auth: &Authorized<'_>) -> BTreeMap<&'static str, Capability> {
+    let (ws, session) = (auth.ws(), auth.session());
+    let mut probes: Vec<(&'static str, Vec<SubRequest>)> = Vec::new();
+    for path in READ_PROBES {
+        probes.push(("read", vec![path_request("read", path, "", session)]));
     }
-}
-
-impl Authorized<'_> {
-    /// Decides every probe of every capability for `ws`.
-    pub(crate) fn capabilities(&self) -> BTreeMap<&'static str, Capability> {
-        let (ws, session) = (self.ws(), self.session());
-        let mut probes: Vec<(&'static str, Vec<SubRequest>)> = Vec::new();
-        for path in READ_PROBES {
-            probes.push(("read", vec![path_request("read", path, "", session)]));
-        }
-        for tool in ["find", "grep", "find_files"] {
-            probes.push((tool, vec![path_request(tool, ".", "", session)]));
-        }
-        for (path, kind) in WRITE_PROBES {
-            probes.push((
-                "write",
-                vec![path_request("apply_patch", path, kind, session)],
-            ));
-        }
-        for (argv, env) in EXEC_PROBES {
-            let call = ToolCall::ExecCommand(ExecCommandParams {
-                workspace_id: ws.facts.id.clone(),
-                command: argv.iter().map(|a| (*a).to_string()).collect(),
-                tty: None,
-                timeout_ms: None,
-                yield_ms: None,
-                operation_key: None,
-                env: (!env.is_empty())
-                    .then(|| env.iter().map(|n| ((*n).to_string(), "1".into())).collect()),
-                cwd: None,
-                background: None,
-                stderr: None,
-            });
-            if let Ok(reqs) = build_requests(&call, session, None) {
-                let gating = reqs.into_iter().filter(|r| r.gating).collect();
-                probes.push(("exec", gating));
-            }
-        }
-        let mut seen: BTreeMap<&'static str, (usize, usize, BTreeSet<String>)> = BTreeMap::new();
-        for (cap, reqs) in probes {
-            let d = self.decide_quietly("workspace_info", &reqs);
-            let entry = seen.entry(cap).or_default();
-            let allowed = d.allowed();
-            if allowed {
-                entry.0 += 1;
-            } else {
-                entry.1 += 1;
-            }
-            for s in &d.subs {
-                // The ids that decided this probe's outcome: permits when it is allowed, the
-                // denying sub-requests' forbids when it is not.
-                if s.allowed == allowed {
-                    entry.2.extend(s.policy_ids.iter().cloned());
-                }
-            }
-        }
-        seen.into_iter()
-            .map(|(cap, (allowed, denied, ids))| {
-                let decision = match (allowed, denied) {
-                    (_, 0) => "allowed",
-                    (0, _) => "denied",
-                    _ => "conditional",
-                };
-                (
-                    cap,
-                    Capability {
-                        decision,
-                        policy_ids: ids.into_iter().collect(),
-                    },
-                )
-            })
-            .collect()
+    for tool in ["find", "grep", "find_files"] {
+        probes.push((tool, vec![path_request(tool, ".", "", session)]));
     }
+    for (path, kind) in WRITE_PROBES {
+        probes.push((
+            "write",
+            vec![path_request("apply_patch", path, kind, session)],
+        ));
+    }
+    for (argv, env) in EXEC_PROBES {
+        let call = ToolCall::ExecCommand(ExecCommandParams {
+            workspace_id: ws.facts.id.clone(),
+            command: argv.iter().map(|a| (*a).to_string()).collect(),
+            tty: None,
+            timeout_ms: None,
+            yield_ms: None,
+            operation_key: None,
+            env: (!env.is_empty())
+                .then(|| env.iter().map(|n| ((*n).to_string(), "1".into())).collect()),
+            cwd: None,
+            background: None,
+            stderr: None,
+        });
+        if let Ok(reqs) = build_requests(&call, session, None) {
+            let gating = reqs.into_iter().filter(|r| r.gating).collect();
+            probes.push(("exec", gating));
+        }
+    }
+    let mut seen: BTreeMap<&'static str, (usize, usize, BTreeSet<String>)> = BTreeMap::new();
+    for (cap, reqs) in probes {
+        let d = auth.decide_quietly("workspace_info", &reqs);
+        let entry = seen.entry(cap).or_default();
+        let allowed = d.allowed();
+        if allowed {
+            entry.0 += 1;
+        } else {
+            entry.1 += 1;
+        }
+        for s in &d.subs {
+            // The ids that decided this probe's outcome: permits when it is allowed, the
+            // denying sub-requests' forbids when it is not.
+            if s.allowed == allowed {
+                entry.2.extend(s.policy_ids.iter().cloned());
+            }
+        }
+    }
+    seen.into_iter()
+        .map(|(cap, (allowed, denied, ids))| {
+            let decision = match (allowed, denied) {
+                (_, 0) => "allowed",
+                (0, _) => "denied",
+                _ => "conditional",
+            };
+            (
+                cap,
+                Capability {
+                    decision,
+                    policy_ids: ids.into_iter().collect(),
+                },
+            )
+        })
+        .collect()
 }

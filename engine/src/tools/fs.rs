@@ -8,125 +8,116 @@ use crate::wire::{READ_MAX_BYTES, ReadEncoding, ReadParams, ReadResult};
 use base64::Engine as _;
 use codespace_runner_fs::{Kind, RelPath};
 
-fn to_json<T: serde::Serialize>(v: &T) -> Result<serde_json::Value, ToolError> {
-    serde_json::to_value(v).map_err(|e| ToolError::new(ErrorCode::Internal, e.to_string()))
+/// `read` of one file (`path`; `paths` is served by the gateway, one such read per path).
+pub(crate) async fn read(auth: &Authorized<'_>, p: &ReadParams) -> Result<ReadResult, ToolError> {
+    check_read_args(p)?;
+    read_one(auth, p.path.as_deref().unwrap_or_default(), p).await
 }
 
-impl Authorized<'_> {
-    /// `read` of one file (`path`; `paths` is served by the gateway, one such read per path).
-    pub(crate) async fn read(&self, p: &ReadParams) -> Result<serde_json::Value, ToolError> {
-        check_read_args(p)?;
-        self.read_one(p.path.as_deref().unwrap_or_default(), p)
-            .await
+/// One file of `read`: a window (bytes, or the first/last lines) of a regular file and the
+/// version of the whole file (read on the blocking pool; a file above
+/// `limits.max_hash_bytes` is `FILE_TOO_LARGE`). The call was authorized with the file's link
+/// count from a stat; if the file that was actually opened has another count (a hardlink
+/// made in between), the read is decided again with that count.
+async fn read_one(
+    auth: &Authorized<'_>,
+    path: &str,
+    p: &ReadParams,
+) -> Result<ReadResult, ToolError> {
+    let ws = auth.ws();
+    let limit = p.limit.unwrap_or(READ_MAX_BYTES);
+    if limit == 0 || limit > READ_MAX_BYTES {
+        return Err(ToolError::new(
+            ErrorCode::OutputLimit,
+            format!("limit must be between 1 and {READ_MAX_BYTES} bytes"),
+        ));
     }
-
-    /// One file of `read`: a window (bytes, or the first/last lines) of a regular file and the
-    /// version of the whole file (read on the blocking pool; a file above
-    /// `limits.max_hash_bytes` is `FILE_TOO_LARGE`). The call was authorized with the file's link
-    /// count from a stat; if the file that was actually opened has another count (a hardlink
-    /// made in between), the read is decided again with that count.
-    async fn read_one(&self, path: &str, p: &ReadParams) -> Result<serde_json::Value, ToolError> {
-        let ws = self.ws();
-        let limit = p.limit.unwrap_or(READ_MAX_BYTES);
-        if limit == 0 || limit > READ_MAX_BYTES {
-            return Err(ToolError::new(
-                ErrorCode::OutputLimit,
-                format!("limit must be between 1 and {READ_MAX_BYTES} bytes"),
-            ));
-        }
-        let offset = p.offset.unwrap_or(0);
-        let rel = RelPath::parse(path)?;
-        let max_hash = self.config.limits.max_hash_bytes;
-        let mut out = self
+    let offset = p.offset.unwrap_or(0);
+    let rel = RelPath::parse(path)?;
+    let max_hash = auth.config.limits.max_hash_bytes;
+    let mut out = auth
+        .file_versions
+        .read(&ws.root, &rel, offset, limit, max_hash)
+        .await?;
+    let mut offset = offset;
+    if p.tail_lines.is_some() && out.size > READ_MAX_BYTES {
+        // The last window of the file (its version is cached by the first read).
+        offset = out.size - READ_MAX_BYTES;
+        out = auth
             .file_versions
-            .read(&ws.root, &rel, offset, limit, max_hash)
+            .read(&ws.root, &rel, offset, READ_MAX_BYTES, max_hash)
             .await?;
-        let mut offset = offset;
-        if p.tail_lines.is_some() && out.size > READ_MAX_BYTES {
-            // The last window of the file (its version is cached by the first read).
-            offset = out.size - READ_MAX_BYTES;
-            out = self
-                .file_versions
-                .read(&ws.root, &rel, offset, READ_MAX_BYTES, max_hash)
-                .await?;
-        }
-        let opened_links = crate::links::links_value(Kind::File, out.links);
-        if opened_links != 1 {
-            let mut req = path_request("read", rel.as_str(), "", self.session());
-            req.links = opened_links;
-            self.decide_more("read", &[req])?;
-        }
-        let mut data = out.data;
-        if let Some(n) = p.head_lines {
-            data.truncate(head_len(&data, n));
-        } else if let Some(n) = p.tail_lines {
-            let skip = tail_start(&data, n);
-            data.drain(..skip);
-            offset = offset.saturating_add(skip as u64);
-        }
-        if p.encoding == Some(ReadEncoding::Text) {
-            // A window that ends inside a character ends before it instead (the next window
-            // starts there), so a cut is never mistaken for binary content.
-            let more = offset.saturating_add(data.len() as u64) < out.size;
-            if let Err(e) = std::str::from_utf8(&data)
-                && e.error_len().is_none()
-                && more
-            {
-                data.truncate(e.valid_up_to());
-            }
-        }
-        let byte_count = data.len() as u64;
-        let end = offset.saturating_add(byte_count);
-        let more = end < out.size;
-        let (content, content_lossy, encoding) = match p.encoding {
-            // Valid UTF-8 (the common case) becomes the content without a copy; only invalid
-            // bytes take the lossy path.
-            None => match String::from_utf8(data) {
-                Ok(s) => (s, false, None),
-                Err(e) => match String::from_utf8_lossy(e.as_bytes()) {
-                    std::borrow::Cow::Owned(s) => (s, true, None),
-                    std::borrow::Cow::Borrowed(s) => (s.to_string(), false, None),
-                },
-            },
-            Some(ReadEncoding::Text) => match String::from_utf8(data) {
-                Ok(s) => (s, false, None),
-                Err(e) => {
-                    return Err(ToolError::new(
-                        ErrorCode::BinaryFile,
-                        format!(
-                            "{} is not UTF-8 text (invalid byte at offset {} of {} bytes); \
-                             read it with `encoding: \"base64\"`",
-                            rel.as_str(),
-                            offset.saturating_add(e.utf8_error().valid_up_to() as u64),
-                            out.size
-                        ),
-                    ));
-                }
-            },
-            Some(ReadEncoding::Base64) => (
-                base64::engine::general_purpose::STANDARD.encode(&data),
-                false,
-                Some(ReadEncoding::Base64),
-            ),
-        };
-        // Serialized with an empty content, which then moves in: the window is never copied
-        // into the JSON value (the key keeps its place, so the object is the same).
-        let mut v = to_json(&ReadResult {
-            path: rel.as_str().to_string(),
-            content: String::new(),
-            encoding,
-            content_lossy,
-            version: out.version.as_str().to_string(),
-            truncated: more,
-            offset: (offset > 0).then_some(offset),
-            next_offset: more.then_some(end),
-            byte_count,
-        })?;
-        if let Some(slot) = v.get_mut("content") {
-            *slot = serde_json::Value::String(content);
-        }
-        Ok(v)
     }
+    let opened_links = crate::links::links_value(Kind::File, out.links);
+    if opened_links != 1 {
+        let mut req = path_request("read", rel.as_str(), "", auth.session());
+        req.links = opened_links;
+        auth.decide_more("read", &[req])?;
+    }
+    let mut data = out.data;
+    if let Some(n) = p.head_lines {
+        data.truncate(head_len(&data, n));
+    } else if let Some(n) = p.tail_lines {
+        let skip = tail_start(&data, n);
+        data.drain(..skip);
+        offset = offset.saturating_add(skip as u64);
+    }
+    if p.encoding == Some(ReadEncoding::Text) {
+        // A window that ends inside a character ends before it instead (the next window
+        // starts there), so a cut is never mistaken for binary content.
+        let more = offset.saturating_add(data.len() as u64) < out.size;
+        if let Err(e) = std::str::from_utf8(&data)
+            && e.error_len().is_none()
+            && more
+        {
+            data.truncate(e.valid_up_to());
+        }
+    }
+    let byte_count = data.len() as u64;
+    let end = offset.saturating_add(byte_count);
+    let more = end < out.size;
+    let (content, content_lossy, encoding) = match p.encoding {
+        // Valid UTF-8 (the common case) becomes the content without a copy; only invalid
+        // bytes take the lossy path.
+        None => match String::from_utf8(data) {
+            Ok(s) => (s, false, None),
+            Err(e) => match String::from_utf8_lossy(e.as_bytes()) {
+                std::borrow::Cow::Owned(s) => (s, true, None),
+                std::borrow::Cow::Borrowed(s) => (s.to_string(), false, None),
+            },
+        },
+        Some(ReadEncoding::Text) => match String::from_utf8(data) {
+            Ok(s) => (s, false, None),
+            Err(e) => {
+                return Err(ToolError::new(
+                    ErrorCode::BinaryFile,
+                    format!(
+                        "{} is not UTF-8 text (invalid byte at offset {} of {} bytes); \
+                         read it with `encoding: \"base64\"`",
+                        rel.as_str(),
+                        offset.saturating_add(e.utf8_error().valid_up_to() as u64),
+                        out.size
+                    ),
+                ));
+            }
+        },
+        Some(ReadEncoding::Base64) => (
+            base64::engine::general_purpose::STANDARD.encode(&data),
+            false,
+            Some(ReadEncoding::Base64),
+        ),
+    };
+    Ok(ReadResult {
+        path: rel.as_str().to_string(),
+        content,
+        encoding,
+        content_lossy,
+        version: out.version.as_str().to_string(),
+        truncated: more,
+        offset: (offset > 0).then_some(offset),
+        next_offset: more.then_some(end),
+        byte_count,
+    })
 }
 
 /// Length of the first `n` lines of `data` (each with its newline; all of it when it has fewer).

@@ -4,215 +4,225 @@
 use crate::error::ToolError;
 use crate::gateway::Authorized;
 use crate::request::{SubRequest, build_requests, path_request};
-use crate::wire::{ExecCommandParams, FIND_MAX_PATHS, READ_MAX_BYTES, ToolCall};
+use crate::wire::{
+    Available, EnvironmentInfo, ExecCommandParams, ExecutionInfo, FIND_MAX_PATHS, FileCapabilities,
+    FilesInfo, IsolationInfo, NetworkInfo, Permissions, PidsInfo, ProcessCapabilities, ProcessInfo,
+    ProcessLifetime, READ_MAX_BYTES, SerializationInfo, ToolCall, ToolchainInfo, TtyCapabilities,
+    WorkspaceInfoResult,
+};
 use serde_json::{Value, json};
 
-impl Authorized<'_> {
-    /// `workspace_info` on a workspace: the server block (`server`, from the gateway) with
-    /// the workspace's effective execution contract.
-    pub(crate) fn workspace_info(&self, mut out: Value) -> Result<Value, ToolError> {
-        let (ws, session) = (self.ws(), self.session());
-        let id = ws.facts.id.as_str();
-        // "May this profile ever do it here": one probe request per capability.
-        let exec_probe = ToolCall::ExecCommand(ExecCommandParams {
-            workspace_id: id.to_string(),
-            command: vec!["true".into()],
-            tty: None,
-            timeout_ms: None,
-            yield_ms: None,
-            operation_key: None,
-            env: None,
-            cwd: None,
-            background: None,
-            stderr: None,
-        });
-        let mut probes: Vec<SubRequest> = vec![
-            path_request("read", ".", "", session),
-            path_request("find", ".", "", session),
-            path_request("apply_patch", ".", "update", session),
-            path_request("grep", ".", "", session),
-            path_request("find_files", ".", "", session),
-        ];
-        probes.extend(build_requests(&exec_probe, session, None)?);
-        let d = self.decide_quietly("workspace_info", &probes);
-        // Each capability over a documented probe set: allowed / denied / conditional. The
-        // booleans are true when allowed or conditional (a host should try).
-        let caps = self.capabilities();
-        let possible = |cap: &str| caps.get(cap).is_some_and(|c| c.possible());
-        let allowed = |action: &str| {
-            d.allows(action)
-                || possible(match action {
-                    "apply_patch" => "write",
-                    "exec_command" => "exec",
-                    other => other,
-                })
-        };
-        let (read, find, write, exec) = (
-            allowed("read"),
-            allowed("find"),
-            allowed("apply_patch"),
-            allowed("exec_command"),
-        );
-        let env_kind = ws.facts.environment_kind.as_str();
-        let host = ws.facts.environment_kind == crate::config::EnvironmentKind::Host;
-        let process_available = exec && host;
-        let mut process = json!({ "available": process_available });
-        if process_available && let Value::Object(m) = &mut process {
-            m.insert(
-                "capabilities".into(),
-                json!({
-                    "handles": true,
-                    "survives_request_end": true,
-                    "write_stdin": true,
-                    "incremental_read": true,
-                    "terminate": true,
-                    "output_combined": true,
-                    "tty": {"supported": true, "default": false, "initial_rows": 24,
-                            "initial_cols": 80, "resize_supported": true},
-                    "lifetime": {"owner": "gateway", "client_disconnect": "keep_running",
-                                 "gateway_shutdown": "terminate", "restart_recovery": "none"},
-                }),
-            );
-        }
-        let sandbox_on = ws.facts.sandbox == crate::facts::SandboxFact::Enforced
-            && ws.facts.workspace_sandbox != crate::config::SandboxMode::Off;
-        let pids = self.processes.pids_isolation();
-        // Names only: the absolute paths behind them are the server's business.
-        let read_path_names: Vec<&String> = self
-            .config
-            .workspaces
-            .get(id)
-            .map(|w| w.read_paths.keys().collect())
-            .unwrap_or_default();
-        // The toolchains found at start: names and the read path each became, never the paths.
-        let toolchains: Vec<Value> = self
-            .config
-            .workspaces
-            .get(id)
-            .map(|w| {
-                w.toolchains
-                    .iter()
-                    .map(|(name, read_path)| json!({"name": name, "read_path": read_path}))
-                    .collect()
+/// `workspace_info` on a workspace: the server block (`server`, from the gateway) with
+/// the workspace's effective execution contract.
+pub(crate) fn workspace_info(
+    auth: &Authorized<'_>,
+    mut out: WorkspaceInfoResult,
+) -> Result<WorkspaceInfoResult, ToolError> {
+    let (ws, session) = (auth.ws(), auth.session());
+    let id = ws.facts.id.as_str();
+    // "May this profile ever do it here": one probe request per capability.
+    let exec_probe = ToolCall::ExecCommand(ExecCommandParams {
+        workspace_id: id.to_string(),
+        command: vec!["true".into()],
+        tty: None,
+        timeout_ms: None,
+        yield_ms: None,
+        operation_key: None,
+        env: None,
+        cwd: None,
+        background: None,
+        stderr: None,
+    });
+    let mut probes: Vec<SubRequest> = vec![
+        path_request("read", ".", "", session),
+        path_request("find", ".", "", session),
+        path_request("apply_patch", ".", "update", session),
+        path_request("grep", ".", "", session),
+        path_request("find_files", ".", "", session),
+    ];
+    probes.extend(build_requests(&exec_probe, session, None)?);
+    let d = auth.decide_quietly("workspace_info", &probes);
+    // Each capability over a documented probe set: allowed / denied / conditional. The
+    // booleans are true when allowed or conditional (a host should try).
+    let caps = crate::tools::capabilities::capabilities(auth);
+    let possible = |cap: &str| caps.get(cap).is_some_and(|c| c.possible());
+    let allowed = |action: &str| {
+        d.allows(action)
+            || possible(match action {
+                "apply_patch" => "write",
+                "exec_command" => "exec",
+                other => other,
             })
-            .unwrap_or_default();
-        let mut execution = json!({
-            "environment": {
-                "kind": env_kind,
-                "client_selectable": false,
-                "exec_supported": host,
-                "file_read_supported": true,
-                "file_write_supported": host,
+    };
+    let (read, find, write, exec) = (
+        allowed("read"),
+        allowed("find"),
+        allowed("apply_patch"),
+        allowed("exec_command"),
+    );
+    let (grep, find_files) = (allowed("grep"), allowed("find_files"));
+    let env_kind = ws.facts.environment_kind.as_str();
+    let host = ws.facts.environment_kind == crate::config::EnvironmentKind::Host;
+    let process_available = exec && host;
+    let process = ProcessInfo {
+        available: process_available,
+        capabilities: process_available.then_some(ProcessCapabilities {
+            handles: true,
+            survives_request_end: true,
+            write_stdin: true,
+            incremental_read: true,
+            terminate: true,
+            output_combined: true,
+            tty: TtyCapabilities {
+                supported: true,
+                default: false,
+                initial_rows: 24,
+                initial_cols: 80,
+                resize_supported: true,
             },
-            "permissions": { "read": read, "write": write, "exec": exec },
-            "capabilities": caps,
-            "files": {
-                "read": {"available": read},
-                "find": {"available": find},
-                "patch": {"available": write && host},
-                "grep": {"available": allowed("grep")},
-                "find_files": {"available": allowed("find_files")},
-                "capabilities": {
-                    "read_range": true,
-                    "find_pagination": true,
-                    "read_max_bytes": READ_MAX_BYTES,
-                    "find_max_paths": FIND_MAX_PATHS,
-                    // Larger files are FILE_TOO_LARGE for read / apply_patch.
-                    "max_hash_bytes": self.config.limits.max_hash_bytes,
-                    "max_patch_file_bytes": self.config.limits.max_patch_file_bytes,
-                    "grep_max_matches": crate::wire::GREP_MAX_MATCHES,
-                    "grep_max_file_bytes": crate::wire::GREP_MAX_FILE_BYTES,
-                    "grep_max_line_chars": crate::wire::GREP_MAX_LINE_CHARS,
-                    "max_walk_entries": self.config.limits.max_walk_entries,
-                },
+            lifetime: ProcessLifetime {
+                owner: "gateway",
+                client_disconnect: "keep_running",
+                gateway_shutdown: "terminate",
+                restart_recovery: "none",
             },
-            "process": process,
-            "serialization": {
-                "scope": "workspace",
-                "request_conflict": "wait-fifo",
-                "process_conflict": "reject",
-                "queue_durable": false,
-                "max_waiters_per_resource": self.config.limits.max_waiters,
-                "queue_full_error": "RESOURCE_QUEUE_FULL",
-                "conflict_error": "WORKSPACE_BUSY",
-                "live_process_holds_mutation_lease": true,
-                "read_while_process_live": true,
-                "find_while_process_live": true,
-                "patch_while_process_live": false,
-                // Whose live foreground processes block a mutation (the operator's switch);
-                // background processes (`exec_command` `background: true`) never do.
-                "lease_scope": self
-                    .config
-                    .workspaces
-                    .get(id)
-                    .map(|w| w.lease_scope.as_str())
-                    .unwrap_or("workspace"),
-                "background_process_holds_mutation_lease": false,
+        }),
+    };
+    let sandbox_on = ws.facts.sandbox == crate::facts::SandboxFact::Enforced
+        && ws.facts.workspace_sandbox != crate::config::SandboxMode::Off;
+    let pids = auth.processes.pids_isolation();
+    let ws_config = auth.config.workspaces.get(id);
+    // Names only: the absolute paths behind them are the server's business.
+    let read_path_names: Vec<String> = ws_config
+        .map(|w| w.read_paths.keys().cloned().collect())
+        .unwrap_or_default();
+    // The toolchains found at start: names and the read path each became, never the paths.
+    let toolchains: Vec<ToolchainInfo> = ws_config
+        .map(|w| {
+            w.toolchains
+                .iter()
+                .map(|(name, read_path)| ToolchainInfo {
+                    name: name.clone(),
+                    read_path: read_path.clone(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let limits = &auth.config.limits;
+    // `network: proxy` with the sandbox: the proxy's address inside each command's namespace.
+    let proxy = (ws.facts.network == crate::config::Network::Proxy
+        && ws.facts.workspace_sandbox != crate::config::SandboxMode::Off)
+        .then(crate::gateway::net::proxy_address);
+    let execution = ExecutionInfo {
+        environment: EnvironmentInfo {
+            kind: env_kind,
+            client_selectable: false,
+            exec_supported: host,
+            file_read_supported: true,
+            file_write_supported: host,
+        },
+        permissions: Permissions { read, write, exec },
+        capabilities: caps.clone(),
+        files: FilesInfo {
+            read: Available { available: read },
+            find: Available { available: find },
+            patch: Available {
+                available: write && host,
             },
-            "isolation": {
-                "file_tools_workspace_scoped": true,
-                "command_sandbox": if sandbox_on { "linux-sandbox" } else { "none" },
-                "sandbox": ws.facts.workspace_sandbox.as_str(),
-                "read_paths": read_path_names,
-                "write_paths": if sandbox_on { json!(self.write_paths_view(id)) } else { Value::Null },
-                "toolchains": toolchains,
-                "pids": {"limit": pids.limit, "mechanism": pids.mechanism.as_str()},
-                "secret_masking": ws.facts.secret_masking.as_str(),
+            grep: Available { available: grep },
+            find_files: Available {
+                available: find_files,
             },
-            "network": {
-                "policy": ws.facts.network.as_str(),
-                "enforcement": ws.facts.network_enforcement.as_str(),
-                "client_may_escalate": false,
+            capabilities: FileCapabilities {
+                read_range: true,
+                find_pagination: true,
+                read_max_bytes: READ_MAX_BYTES,
+                find_max_paths: FIND_MAX_PATHS,
+                // Larger files are FILE_TOO_LARGE for read / apply_patch.
+                max_hash_bytes: limits.max_hash_bytes,
+                max_patch_file_bytes: limits.max_patch_file_bytes,
+                grep_max_matches: crate::wire::GREP_MAX_MATCHES,
+                grep_max_file_bytes: crate::wire::GREP_MAX_FILE_BYTES,
+                grep_max_line_chars: crate::wire::GREP_MAX_LINE_CHARS,
+                max_walk_entries: limits.max_walk_entries,
             },
-            "approvals": ws.facts.approvals.as_str(),
-            "approval_channels": crate::gateway::approvals::APPROVAL_CHANNELS,
-        });
-        // `network: proxy` with the sandbox: the proxy's address inside each command's namespace.
-        if ws.facts.network == crate::config::Network::Proxy
-            && ws.facts.workspace_sandbox != crate::config::SandboxMode::Off
-            && let Some(n) = execution.get_mut("network").and_then(Value::as_object_mut)
-        {
-            n.insert("proxy".into(), json!(crate::gateway::net::proxy_address()));
-        }
-        if let Value::Object(m) = &mut out {
-            m.insert("workspace_id".into(), json!(id));
-            m.insert("profile".into(), json!(ws.facts.profile));
-            m.insert("execution".into(), execution);
-        }
-        Ok(out)
-    }
+        },
+        process,
+        serialization: SerializationInfo {
+            scope: "workspace",
+            request_conflict: "wait-fifo",
+            process_conflict: "reject",
+            queue_durable: false,
+            max_waiters_per_resource: limits.max_waiters,
+            queue_full_error: "RESOURCE_QUEUE_FULL",
+            conflict_error: "WORKSPACE_BUSY",
+            live_process_holds_mutation_lease: true,
+            read_while_process_live: true,
+            find_while_process_live: true,
+            patch_while_process_live: false,
+            // Whose live foreground processes block a mutation (the operator's switch);
+            // background processes (`exec_command` `background: true`) never do.
+            lease_scope: ws_config.map_or("workspace", |w| w.lease_scope.as_str()),
+            background_process_holds_mutation_lease: false,
+        },
+        isolation: IsolationInfo {
+            file_tools_workspace_scoped: true,
+            command_sandbox: if sandbox_on { "linux-sandbox" } else { "none" },
+            sandbox: ws.facts.workspace_sandbox.as_str(),
+            read_paths: read_path_names,
+            write_paths: sandbox_on.then(|| write_paths_view(auth, id)),
+            toolchains,
+            pids: PidsInfo {
+                limit: pids.limit,
+                mechanism: pids.mechanism.as_str(),
+            },
+            secret_masking: ws.facts.secret_masking.as_str(),
+        },
+        network: NetworkInfo {
+            policy: ws.facts.network.as_str(),
+            enforcement: ws.facts.network_enforcement.as_str(),
+            client_may_escalate: false,
+            proxy,
+        },
+        approvals: ws.facts.approvals.as_str(),
+        approval_channels: crate::gateway::approvals::APPROVAL_CHANNELS,
+    };
+    out.workspace_id = Some(id.to_string());
+    out.profile = Some(ws.facts.profile.clone());
+    out.execution = Some(Box::new(execution));
+    Ok(out)
+}
 
-    /// The write scope of a command at the workspace root whose facts no policy names
-    /// (`execution.isolation.write_paths`): the operator's candidates and `.git`, each decided
-    /// (quietly) like a command's. A policy that reads `context.command` may grant a given
-    /// command more or less: `exec_command`'s result shows the scope each command got.
-    fn write_paths_view(&self, id: &str) -> crate::wire::WritePaths {
-        let configured = self.config.command_write_paths(id);
-        let root = codespace_runner_fs::RelPath::root();
-        let candidates = crate::request::write_scope_candidates(&root, &configured, &[]);
-        let mut ctx = json!({
-            "session": {"client": self.session().client, "transport": self.session().transport},
-        });
-        if let Value::Object(m) = &mut ctx {
-            m.insert("command".into(), crate::request::command_facts(&[], false));
-        }
-        let exec = crate::request::ExecFacts {
-            cwd: root,
-            ctx,
-            summary: String::new(),
-            env_names: Vec::new(),
-        };
-        let reqs = crate::request::write_scope_requests(&exec, &candidates);
-        let d = self.decide_quietly("exec_command", &reqs);
-        let mut view = crate::wire::WritePaths::default();
-        for (c, sub) in candidates.iter().zip(&d.subs) {
-            let list = if sub.allowed {
-                &mut view.writable
-            } else {
-                &mut view.read_only
-            };
-            list.push(c.as_str().to_string());
-        }
-        view
+/// The write scope of a command at the workspace root whose facts no policy names
+/// (`execution.isolation.write_paths`): the operator's candidates and `.git`, each decided
+/// (quietly) like a command's. A policy that reads `context.command` may grant a given
+/// command more or less: `exec_command`'s result shows the scope each command got.
+fn write_paths_view(auth: &Authorized<'_>, id: &str) -> crate::wire::WritePaths {
+    let configured = auth.config.command_write_paths(id);
+    let root = codespace_runner_fs::RelPath::root();
+    let candidates = crate::request::write_scope_candidates(&root, &configured, &[]);
+    let mut ctx = json!({
+        "session": {"client": auth.session().client, "transport": auth.session().transport},
+    });
+    if let Value::Object(m) = &mut ctx {
+        m.insert("command".into(), crate::request::command_facts(&[], false));
     }
+    let exec = crate::request::ExecFacts {
+        cwd: root,
+        ctx,
+        summary: String::new(),
+        env_names: Vec::new(),
+    };
+    let reqs = crate::request::write_scope_requests(&exec, &candidates);
+    let d = auth.decide_quietly("exec_command", &reqs);
+    let mut view = crate::wire::WritePaths::default();
+    for (c, sub) in candidates.iter().zip(&d.subs) {
+        let list = if sub.allowed {
+            &mut view.writable
+        } else {
+            &mut view.read_only
+        };
+        list.push(c.as_str().to_string());
+    }
+    view
 }

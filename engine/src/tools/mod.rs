@@ -1,7 +1,8 @@
 //! The tool handlers, one file per family (their wire types are [`crate::wire`]). A handler is
-//! a method of [`crate::gateway::Authorized`], the value the gateway hands over once it has
-//! resolved the target and decided the call; handlers never see the gateway itself, so none
-//! can run a runner without a decision.
+//! a free function over a [`crate::gateway::Authorized`], the value the gateway hands over once
+//! it has resolved the target and decided the call, and returns its tool's typed result (the
+//! dispatcher wraps it in a [`crate::wire::ToolResult`]); handlers never see the gateway itself,
+//! so none can run a runner without a decision.
 
 pub mod approvals;
 pub mod capabilities;

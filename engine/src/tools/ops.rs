@@ -3,71 +3,61 @@
 
 use crate::error::{ErrorCode, ToolError};
 use crate::gateway::Authorized;
-use crate::wire::rfc3339_ms;
-use codespace_store::OperationRow;
-use serde_json::{Value, json};
+use crate::wire::{OperationEvent, OperationStatusResult, rfc3339_ms};
+use codespace_store::{OperationRow, Store};
 
 fn store_err(e: codespace_store::StoreError) -> ToolError {
     ToolError::new(ErrorCode::Internal, format!("store: {e}"))
 }
 
-impl Authorized<'_> {
-    /// `operation_status` of the operation the gateway resolved (and decided the call on).
-    pub(crate) fn operation_status(&self, row: &OperationRow) -> Result<Value, ToolError> {
-        let store = self.require_store()?;
-        let events: Vec<Value> = store
-            .operation_events(&row.operation_id)
-            .map_err(store_err)?
-            .into_iter()
-            .map(|e| {
-                let mut v = json!({"at": rfc3339_ms(e.at_ms), "name": e.name});
-                if let Value::Object(m) = &mut v {
-                    if let Some(s) = e.status {
-                        m.insert("status".into(), json!(s));
-                    }
-                    if let Some(r) = e.reason {
-                        m.insert("reason".into(), json!(r));
-                    }
-                }
-                v
-            })
-            .collect();
-        let status = if row.finished_ms.is_none() {
-            crate::facts::OperationStatus::Running.as_str().to_string()
-        } else {
-            row.status.clone()
-        };
-        let mut out = json!({
-            "operation_id": row.operation_id,
-            "status": status,
-            "replayed": false,
-            "kind": crate::tool_table::operation_kind(&row.tool),
-            "tool": row.tool,
-            "workspace_id": row.workspace,
-            "created_at": row.created_ms / 1000,
-            "events": events,
-        });
-        if let Value::Object(m) = &mut out {
-            if let Some(f) = row.finished_ms {
-                m.insert("finished_at".into(), json!(f / 1000));
-            }
-            if let Some(k) = &row.operation_key {
-                m.insert("operation_key".into(), json!(k));
-            }
-            if let Some(Value::Object(res)) = &row.result {
-                for field in ["files", "changes", "process_id"] {
-                    if let Some(v) = res.get(field) {
-                        let empty = v.as_array().is_some_and(Vec::is_empty);
-                        if !empty {
-                            m.insert(field.into(), v.clone());
-                        }
-                    }
-                }
-                if let Some(err) = res.get("error") {
-                    m.insert("error".into(), err.clone());
-                }
-            }
-        }
-        Ok(out)
-    }
+/// `operation_status` of the operation the gateway resolved (and decided the call on).
+pub(crate) fn operation_status(
+    auth: &Authorized<'_>,
+    row: &OperationRow,
+) -> Result<OperationStatusResult, ToolError> {
+    status_of(auth.require_store()?, row)
+}
+
+/// The status of `row` with its events from `store`. The finished operation's `files`,
+/// `changes`, `process_id` and `error` are copied from its recorded result as they were stored.
+fn status_of(store: &Store, row: &OperationRow) -> Result<OperationStatusResult, ToolError> {
+    let events = store
+        .operation_events(&row.operation_id)
+        .map_err(store_err)?
+        .into_iter()
+        .map(|e| OperationEvent {
+            at: rfc3339_ms(e.at_ms),
+            name: e.name,
+            status: e.status,
+            reason: e.reason,
+        })
+        .collect();
+    let status = if row.finished_ms.is_none() {
+        crate::facts::OperationStatus::Running.as_str().to_string()
+    } else {
+        row.status.clone()
+    };
+    let recorded = row.result.as_ref().and_then(|r| r.as_object());
+    let field = |name: &str| {
+        recorded
+            .and_then(|res| res.get(name))
+            .filter(|v| !v.as_array().is_some_and(Vec::is_empty))
+            .cloned()
+    };
+    Ok(OperationStatusResult {
+        operation_id: row.operation_id.clone(),
+        status,
+        replayed: false,
+        kind: crate::tool_table::operation_kind(&row.tool),
+        tool: row.tool.clone(),
+        workspace_id: row.workspace.clone(),
+        created_at: row.created_ms / 1000,
+        events,
+        finished_at: row.finished_ms.map(|f| f / 1000),
+        operation_key: row.operation_key.clone(),
+        files: field("files"),
+        changes: field("changes"),
+        process_id: field("process_id"),
+        error: recorded.and_then(|res| res.get("error")).cloned(),
+    })
 }

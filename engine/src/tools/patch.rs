@@ -11,7 +11,7 @@ use codespace_runner_fs::txn::{Backup, Change, CommitError, Journal, commit, res
 use codespace_runner_fs::{FsError, Kind, RelPath, Root, Version};
 use codespace_runner_patch::{FileState, PlanError, PlannedChange, plan};
 use codespace_store::{JournalEntry, Store};
-use serde_json::{Value, json};
+use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -160,49 +160,45 @@ enum Applied {
     },
 }
 
-impl Authorized<'_> {
-    /// The `VERSION_CONFLICT` of the first path in `expected` (the caller's `expected_versions`)
-    /// or `pinned` (versions a granted approval pinned) whose version on disk differs, if any.
-    async fn stale_version(
-        &self,
-        expected: &BTreeMap<String, String>,
-        pinned: &BTreeMap<String, String>,
-    ) -> Option<ToolError> {
-        let ws = self.ws();
-        for (path, want, resumed) in expected
-            .iter()
-            .map(|(p, w)| (p, w, false))
-            .chain(pinned.iter().map(|(p, w)| (p, w, true)))
-        {
-            let Ok(rel) = RelPath::parse(path) else {
-                continue;
-            };
-            // From disk, not the version table: an outside edit may not have reached it yet.
-            // A path that cannot be hashed (too large, unreadable) says nothing here.
-            let Ok(on_disk) = self
-                .file_versions
-                .version(&ws.root, &rel, self.config.limits.max_hash_bytes)
-                .await
-            else {
-                continue;
-            };
-            let have = on_disk.as_ref().map_or("absent", |v| v.as_str());
-            if have == want {
-                continue;
-            }
-            let message = if resumed {
-                format!(
-                    "`{path}` changed since the approval was requested; nothing was written, ask for a new approval"
-                )
-            } else {
-                format!(
-                    "`{path}` is at version {have} but the patch expected {want}; read it again"
-                )
-            };
-            return Some(ToolError::new(ErrorCode::VersionConflict, message));
+/// The `VERSION_CONFLICT` of the first path in `expected` (the caller's `expected_versions`)
+/// or `pinned` (versions a granted approval pinned) whose version on disk differs, if any.
+async fn stale_version(
+    auth: &Authorized<'_>,
+    expected: &BTreeMap<String, String>,
+    pinned: &BTreeMap<String, String>,
+) -> Option<ToolError> {
+    let ws = auth.ws();
+    for (path, want, resumed) in expected
+        .iter()
+        .map(|(p, w)| (p, w, false))
+        .chain(pinned.iter().map(|(p, w)| (p, w, true)))
+    {
+        let Ok(rel) = RelPath::parse(path) else {
+            continue;
+        };
+        // From disk, not the version table: an outside edit may not have reached it yet.
+        // A path that cannot be hashed (too large, unreadable) says nothing here.
+        let Ok(on_disk) = auth
+            .file_versions
+            .version(&ws.root, &rel, auth.config.limits.max_hash_bytes)
+            .await
+        else {
+            continue;
+        };
+        let have = on_disk.as_ref().map_or("absent", |v| v.as_str());
+        if have == want {
+            continue;
         }
-        None
+        let message = if resumed {
+            format!(
+                "`{path}` changed since the approval was requested; nothing was written, ask for a new approval"
+            )
+        } else {
+            format!("`{path}` is at version {have} but the patch expected {want}; read it again")
+        };
+        return Some(ToolError::new(ErrorCode::VersionConflict, message));
     }
+    None
 }
 
 /// Reads one path for the planner, no-follow; a file above `max_bytes`
@@ -226,238 +222,236 @@ fn lookup(root: &Root, path: &str, max_bytes: u64) -> Result<FileState, FsError>
     })
 }
 
-impl Authorized<'_> {
-    /// Serves `apply_patch` (the gateway has decided every touched path and, unless this runs a
-    /// granted hold (`resumed`), asked `confirm`); `resumed`'s file versions pinned at hold time
-    /// must still hold.
-    pub(crate) async fn apply_patch(
-        &self,
-        p: &ApplyPatchParams,
-        resumed: Option<&crate::gateway::approvals::Resumed>,
-    ) -> Result<Value, ToolError> {
-        let ws = self.ws();
-        let pinned = resumed.map(|r| r.pinned.clone()).unwrap_or_default();
-        // Normalize expected_versions keys (a malformed key is PATH_ESCAPE, like any path).
-        let mut expected: BTreeMap<String, String> = BTreeMap::new();
-        for (k, v) in &p.expected_versions {
-            let rel = RelPath::parse(k)?;
-            if v != "absent" && Version::parse(v).is_err() {
-                return Err(ToolError::new(
-                    ErrorCode::InvalidArguments,
-                    format!(
-                        "expected_versions[`{}`]: expected \"sha256:<64 hex>\" or \"absent\"",
-                        rel.as_str()
-                    ),
-                ));
-            }
-            expected.insert(rel.as_str().to_string(), v.clone());
+/// Serves `apply_patch` (the gateway has decided every touched path and, unless this runs a
+/// granted hold (`resumed`), asked `confirm`); `resumed`'s file versions pinned at hold time
+/// must still hold.
+pub(crate) async fn apply_patch(
+    auth: &Authorized<'_>,
+    p: &ApplyPatchParams,
+    resumed: Option<&crate::gateway::approvals::Resumed>,
+) -> Result<ApplyPatchResult, ToolError> {
+    let ws = auth.ws();
+    let pinned = resumed.map(|r| r.pinned.clone()).unwrap_or_default();
+    // Normalize expected_versions keys (a malformed key is PATH_ESCAPE, like any path).
+    let mut expected: BTreeMap<String, String> = BTreeMap::new();
+    for (k, v) in &p.expected_versions {
+        let rel = RelPath::parse(k)?;
+        if v != "absent" && Version::parse(v).is_err() {
+            return Err(ToolError::new(
+                ErrorCode::InvalidArguments,
+                format!(
+                    "expected_versions[`{}`]: expected \"sha256:<64 hex>\" or \"absent\"",
+                    rel.as_str()
+                ),
+            ));
         }
-        let fp = fingerprint(&json!({
-            "workspace_id": p.workspace_id,
-            "patch": p.patch,
-            "expected_versions": p.expected_versions,
-            "check_only": p.check_only.unwrap_or(false),
-        }));
-        let lease = self.lease().await?;
-        let op_id = match self.begin_operation("apply_patch", p.operation_key.as_deref(), &fp)? {
-            Begin::New(id) => id,
-            Begin::Replay(row) => return replay(&row),
-        };
-        ws.versions.ensure_watching();
-        let out = self.apply_locked(p, &expected, &pinned, &op_id).await;
-        drop(lease);
-        match out {
-            Ok(result) => {
-                let v = serde_json::to_value(&result)
-                    .map_err(|e| ToolError::new(ErrorCode::Internal, e.to_string()))?;
-                self.finish_operation(&op_id, result.status, &v, None);
-                Ok(v)
-            }
-            Err((status, err)) => {
-                let err = err.with_operation(op_id.clone());
-                self.finish_operation(
-                    &op_id,
-                    status,
-                    &json!({"error": {"code": err.code, "message": err.message}}),
-                    Some(err.code.as_str()),
-                );
-                Err(err)
-            }
+        expected.insert(rel.as_str().to_string(), v.clone());
+    }
+    let fp = fingerprint(&json!({
+        "workspace_id": p.workspace_id,
+        "patch": p.patch,
+        "expected_versions": p.expected_versions,
+        "check_only": p.check_only.unwrap_or(false),
+    }));
+    let lease = auth.lease().await?;
+    let op_id = match auth.begin_operation("apply_patch", p.operation_key.as_deref(), &fp)? {
+        Begin::New(id) => id,
+        Begin::Replay(row) => return replay(&row),
+    };
+    ws.versions.ensure_watching();
+    let out = apply_locked(auth, p, &expected, &pinned, &op_id).await;
+    drop(lease);
+    match out {
+        Ok(result) => {
+            // The ledger records the result as the wire shows it (a replay reads it back).
+            let v = serde_json::to_value(&result)
+                .map_err(|e| ToolError::new(ErrorCode::Internal, e.to_string()))?;
+            auth.finish_operation(&op_id, result.status, &v, None);
+            Ok(result)
+        }
+        Err((status, err)) => {
+            let err = err.with_operation(op_id.clone());
+            auth.finish_operation(
+                &op_id,
+                status,
+                &json!({"error": {"code": err.code, "message": err.message}}),
+                Some(err.code.as_str()),
+            );
+            Err(err)
         }
     }
+}
 
-    /// Plan, check and commit under the lease. Errors carry the operation status to record.
-    async fn apply_locked(
-        &self,
-        p: &ApplyPatchParams,
-        expected: &BTreeMap<String, String>,
-        pinned: &BTreeMap<String, String>,
-        op_id: &str,
-    ) -> Result<ApplyPatchResult, (crate::facts::OperationStatus, ToolError)> {
-        let ws = self.ws();
-        let rejected = |e: ToolError| (crate::facts::OperationStatus::Rejected, e);
-        let patch = codespace_runner_patch::parse(&p.patch)
-            .map_err(|e| rejected(ToolError::new(ErrorCode::InvalidPatch, e.to_string())))?;
-        let root = Arc::clone(&ws.root);
-        let seq0 = ws.versions.seq();
-        let planned = {
-            let root = Arc::clone(&root);
-            let max = self.config.limits.max_patch_file_bytes;
-            match tokio::task::spawn_blocking(move || plan(&patch, |path| lookup(&root, path, max)))
-                .await
-                .map_err(|e| rejected(ToolError::new(ErrorCode::Internal, e.to_string())))?
-            {
-                Ok(planned) => planned,
-                // Hunks that no longer match a file the caller pinned to an older version: the
-                // stale version is the useful answer (read it again), not the hunk.
-                Err(e) => {
-                    let err = match self.stale_version(expected, pinned).await {
-                        Some(conflict) => conflict,
-                        None => plan_error(e),
-                    };
-                    return Err(rejected(err));
-                }
+/// Plan, check and commit under the lease. Errors carry the operation status to record.
+async fn apply_locked(
+    auth: &Authorized<'_>,
+    p: &ApplyPatchParams,
+    expected: &BTreeMap<String, String>,
+    pinned: &BTreeMap<String, String>,
+    op_id: &str,
+) -> Result<ApplyPatchResult, (crate::facts::OperationStatus, ToolError)> {
+    let ws = auth.ws();
+    let rejected = |e: ToolError| (crate::facts::OperationStatus::Rejected, e);
+    let patch = codespace_runner_patch::parse(&p.patch)
+        .map_err(|e| rejected(ToolError::new(ErrorCode::InvalidPatch, e.to_string())))?;
+    let root = Arc::clone(&ws.root);
+    let seq0 = ws.versions.seq();
+    let planned = {
+        let root = Arc::clone(&root);
+        let max = auth.config.limits.max_patch_file_bytes;
+        match tokio::task::spawn_blocking(move || plan(&patch, |path| lookup(&root, path, max)))
+            .await
+            .map_err(|e| rejected(ToolError::new(ErrorCode::Internal, e.to_string())))?
+        {
+            Ok(planned) => planned,
+            // Hunks that no longer match a file the caller pinned to an older version: the
+            // stale version is the useful answer (read it again), not the hunk.
+            Err(e) => {
+                let err = match stale_version(auth, expected, pinned).await {
+                    Some(conflict) => conflict,
+                    None => plan_error(e),
+                };
+                return Err(rejected(err));
+            }
+        }
+    };
+    let mut changes = Vec::new();
+    let mut wire = Vec::new();
+    let mut files: Vec<String> = Vec::new();
+    // What each touched path was at plan time (the disk truth the patch was planned on).
+    let mut at_plan: BTreeMap<String, Known> = BTreeMap::new();
+    for c in &planned.changes {
+        let (change, fc, paths) = to_change(c).map_err(rejected)?;
+        match c {
+            PlannedChange::Add { path, .. } => {
+                at_plan.insert(rel_str(path), Known::Absent);
+            }
+            PlannedChange::Update { path, old, .. } | PlannedChange::Delete { path, old, .. } => {
+                at_plan.insert(
+                    rel_str(path),
+                    Known::Version(Version::from_bytes(old).as_str().into()),
+                );
+            }
+            PlannedChange::Move { from, to, old, .. } => {
+                at_plan.insert(
+                    rel_str(from),
+                    Known::Version(Version::from_bytes(old).as_str().into()),
+                );
+                at_plan.insert(rel_str(to), Known::Absent);
+            }
+        }
+        changes.push(change);
+        wire.push(fc);
+        files.extend(paths);
+    }
+    for (path, k) in &at_plan {
+        ws.versions.record(path, k.clone());
+    }
+    // expected_versions against what the plan read from disk (and, for paths the patch does
+    // not touch, against the version table).
+    for (path, want) in expected {
+        let have = match at_plan.get(path) {
+            Some(k) => k.clone(),
+            None => {
+                let rel = RelPath::parse(path).map_err(|e| rejected(e.into()))?;
+                auth.current_version(ws, &rel).await.map_err(rejected)?
             }
         };
-        let mut changes = Vec::new();
-        let mut wire = Vec::new();
-        let mut files: Vec<String> = Vec::new();
-        // What each touched path was at plan time (the disk truth the patch was planned on).
-        let mut at_plan: BTreeMap<String, Known> = BTreeMap::new();
-        for c in &planned.changes {
-            let (change, fc, paths) = to_change(c).map_err(rejected)?;
-            match c {
-                PlannedChange::Add { path, .. } => {
-                    at_plan.insert(rel_str(path), Known::Absent);
+        if crate::gateway::patches::known_str(&have) != want {
+            return Err(rejected(ToolError::new(
+                ErrorCode::VersionConflict,
+                format!(
+                    "`{path}` is at version {} but the patch expected {want}; read it again",
+                    crate::gateway::patches::known_str(&have)
+                ),
+            )));
+        }
+    }
+    // A resumed patch runs only on the files the human approved.
+    for (path, want) in pinned {
+        let have = at_plan
+            .get(path)
+            .map_or("absent", crate::gateway::patches::known_str);
+        if have != want {
+            return Err(rejected(ToolError::new(
+                ErrorCode::VersionConflict,
+                format!(
+                    "`{path}` changed since the approval was requested; nothing was written, ask for a new approval"
+                ),
+            )));
+        }
+    }
+    if p.check_only.unwrap_or(false) {
+        return Ok(ApplyPatchResult {
+            status: crate::facts::OperationStatus::Checked,
+            operation_id: op_id.into(),
+            replayed: false,
+            files,
+            changes: wire,
+        });
+    }
+    if let Some(h) = &auth.patch_hooks.before_commit {
+        h();
+    }
+    let store = auth.require_store().map_err(rejected)?.clone();
+    let workspace = ws.facts.id.clone();
+    let registration = ws.registration.clone();
+    let op = op_id.to_string();
+    let touched: Vec<String> = at_plan.keys().cloned().collect();
+    let versions_changed = ws.versions.changed_since(seq0, &touched);
+    let hooks = Arc::clone(&auth.patch_hooks);
+    let at_plan_c = at_plan.clone();
+    let applied = tokio::task::spawn_blocking(move || {
+        commit_checked(
+            &root,
+            &store,
+            &workspace,
+            &registration,
+            &op,
+            &changes,
+            &at_plan_c,
+            &versions_changed,
+            &hooks,
+        )
+    })
+    .await
+    .map_err(|e| {
+        (
+            crate::facts::OperationStatus::Unknown,
+            ToolError::new(ErrorCode::Internal, e.to_string()),
+        )
+    })?;
+    match applied {
+        Applied::Done => {
+            for fc in &wire {
+                if let Some(from) = &fc.from {
+                    ws.versions.record(from, Known::Absent);
                 }
-                PlannedChange::Update { path, old, .. }
-                | PlannedChange::Delete { path, old, .. } => {
-                    at_plan.insert(
-                        rel_str(path),
-                        Known::Version(Version::from_bytes(old).as_str().into()),
-                    );
-                }
-                PlannedChange::Move { from, to, old, .. } => {
-                    at_plan.insert(
-                        rel_str(from),
-                        Known::Version(Version::from_bytes(old).as_str().into()),
-                    );
-                    at_plan.insert(rel_str(to), Known::Absent);
-                }
+                let k = fc
+                    .after_version
+                    .clone()
+                    .map_or(Known::Absent, Known::Version);
+                ws.versions.record(&fc.path, k);
             }
-            changes.push(change);
-            wire.push(fc);
-            files.extend(paths);
-        }
-        for (path, k) in &at_plan {
-            ws.versions.record(path, k.clone());
-        }
-        // expected_versions against what the plan read from disk (and, for paths the patch does
-        // not touch, against the version table).
-        for (path, want) in expected {
-            let have = match at_plan.get(path) {
-                Some(k) => k.clone(),
-                None => {
-                    let rel = RelPath::parse(path).map_err(|e| rejected(e.into()))?;
-                    self.current_version(ws, &rel).await.map_err(rejected)?
-                }
-            };
-            if crate::gateway::patches::known_str(&have) != want {
-                return Err(rejected(ToolError::new(
-                    ErrorCode::VersionConflict,
-                    format!(
-                        "`{path}` is at version {} but the patch expected {want}; read it again",
-                        crate::gateway::patches::known_str(&have)
-                    ),
-                )));
-            }
-        }
-        // A resumed patch runs only on the files the human approved.
-        for (path, want) in pinned {
-            let have = at_plan
-                .get(path)
-                .map_or("absent", crate::gateway::patches::known_str);
-            if have != want {
-                return Err(rejected(ToolError::new(
-                    ErrorCode::VersionConflict,
-                    format!(
-                        "`{path}` changed since the approval was requested; nothing was written, ask for a new approval"
-                    ),
-                )));
-            }
-        }
-        if p.check_only.unwrap_or(false) {
-            return Ok(ApplyPatchResult {
-                status: crate::facts::OperationStatus::Checked,
+            Ok(ApplyPatchResult {
+                status: crate::facts::OperationStatus::Applied,
                 operation_id: op_id.into(),
                 replayed: false,
                 files,
                 changes: wire,
-            });
+            })
         }
-        if let Some(h) = &self.patch_hooks.before_commit {
-            h();
-        }
-        let store = self.require_store().map_err(rejected)?.clone();
-        let workspace = ws.facts.id.clone();
-        let registration = ws.registration.clone();
-        let op = op_id.to_string();
-        let touched: Vec<String> = at_plan.keys().cloned().collect();
-        let versions_changed = ws.versions.changed_since(seq0, &touched);
-        let hooks = Arc::clone(&self.patch_hooks);
-        let at_plan_c = at_plan.clone();
-        let applied = tokio::task::spawn_blocking(move || {
-            commit_checked(
-                &root,
-                &store,
-                &workspace,
-                &registration,
-                &op,
-                &changes,
-                &at_plan_c,
-                &versions_changed,
-                &hooks,
-            )
-        })
-        .await
-        .map_err(|e| {
-            (
-                crate::facts::OperationStatus::Unknown,
-                ToolError::new(ErrorCode::Internal, e.to_string()),
-            )
-        })?;
-        match applied {
-            Applied::Done => {
-                for fc in &wire {
-                    if let Some(from) = &fc.from {
-                        ws.versions.record(from, Known::Absent);
-                    }
-                    let k = fc
-                        .after_version
-                        .clone()
-                        .map_or(Known::Absent, Known::Version);
-                    ws.versions.record(&fc.path, k);
-                }
-                Ok(ApplyPatchResult {
-                    status: crate::facts::OperationStatus::Applied,
-                    operation_id: op_id.into(),
-                    replayed: false,
-                    files,
-                    changes: wire,
-                })
-            }
-            Applied::Stale(paths) => Err((
-                crate::facts::OperationStatus::Rejected,
-                ToolError::new(
-                    ErrorCode::StaleRead,
-                    format!(
-                        "changed outside the server while the patch was being applied: {}; nothing was written, read again",
-                        paths.join(", ")
-                    ),
+        Applied::Stale(paths) => Err((
+            crate::facts::OperationStatus::Rejected,
+            ToolError::new(
+                ErrorCode::StaleRead,
+                format!(
+                    "changed outside the server while the patch was being applied: {}; nothing was written, read again",
+                    paths.join(", ")
                 ),
-            )),
-            Applied::Failed { status, err } => Err((status, err)),
-        }
+            ),
+        )),
+        Applied::Failed { status, err } => Err((status, err)),
     }
 }
 
@@ -467,24 +461,41 @@ fn rel_str(p: &str) -> String {
 
 /// The replayed result of a stored operation: the stored result, the stored error (with the
 /// operation id), or `unknown` when it never finished. Nothing is applied again.
-fn replay(row: &codespace_store::OperationRow) -> Result<Value, ToolError> {
+fn replay(row: &codespace_store::OperationRow) -> Result<ApplyPatchResult, ToolError> {
+    use crate::facts::OperationStatus;
+    use serde::Deserialize as _;
     if let Some(err) = crate::gateway::ops::replayed_error(row) {
         return Err(err);
     }
-    let mut v = match (&row.result, row.finished_ms) {
-        (Some(r @ Value::Object(_)), Some(_)) if r.get("status").is_some() => r.clone(),
-        _ => json!({
-            "status": if row.finished_ms.is_some() { row.status.as_str() } else { "unknown" },
-            "operation_id": row.operation_id,
-            "files": [],
-            "changes": [],
-        }),
+    let stored = match (&row.result, row.finished_ms) {
+        (Some(r), Some(_)) if r.is_object() && r.get("status").is_some() => Some(
+            ApplyPatchResult::deserialize(r)
+                .map_err(|e| ToolError::new(ErrorCode::Internal, format!("stored result: {e}")))?,
+        ),
+        _ => None,
     };
-    if let Value::Object(m) = &mut v {
-        m.insert("replayed".into(), json!(true));
-        m.insert("operation_id".into(), json!(row.operation_id));
-    }
-    Ok(v)
+    let mut out = stored.unwrap_or_else(|| {
+        let recorded = || {
+            OperationStatus::deserialize(
+                serde::de::value::StrDeserializer::<serde::de::value::Error>::new(&row.status),
+            )
+            .unwrap_or(OperationStatus::Unknown)
+        };
+        ApplyPatchResult {
+            status: if row.finished_ms.is_some() {
+                recorded()
+            } else {
+                OperationStatus::Unknown
+            },
+            operation_id: row.operation_id.clone(),
+            replayed: true,
+            files: Vec::new(),
+            changes: Vec::new(),
+        }
+    });
+    out.replayed = true;
+    out.operation_id = row.operation_id.clone();
+    Ok(out)
 }
 
 /// Commits with the journal, then verifies that what was replaced is what the plan read; any

@@ -70,6 +70,7 @@ fn env() -> Env {
 async fn call(gw: &Gateway, name: &str, args: Value) -> Result<Value, ToolError> {
     gw.call(&Session::stdio(), ToolCall::parse(name, &args).unwrap())
         .await
+        .map(|r| serde_json::to_value(r).unwrap())
 }
 
 async fn patch(gw: &Gateway, text: &str) -> Result<Value, ToolError> {

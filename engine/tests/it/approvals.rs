@@ -76,6 +76,7 @@ fn env() -> Env {
 async fn call(gw: &Gateway, name: &str, args: Value) -> Result<Value, ToolError> {
     gw.call(&Session::stdio(), ToolCall::parse(name, &args).unwrap())
         .await
+        .map(|r| serde_json::to_value(r).unwrap())
 }
 
 const ADD: &str = "*** Begin Patch\n*** Add File: x.txt\n+x\n*** End Patch\n";
@@ -528,6 +529,7 @@ async fn resolve_as(
         .unwrap(),
     )
     .await
+    .map(|r| serde_json::to_value(r).unwrap())
 }
 
 #[tokio::test]

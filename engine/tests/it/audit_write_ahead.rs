@@ -60,9 +60,11 @@ fn on_disk(store_path: &Path) -> Vec<(String, String)> {
 }
 
 async fn call(gw: &Gateway, name: &str, args: Value) -> Value {
-    gw.call(&Session::stdio(), ToolCall::parse(name, &args).unwrap())
+    let r = gw
+        .call(&Session::stdio(), ToolCall::parse(name, &args).unwrap())
         .await
-        .unwrap()
+        .unwrap();
+    serde_json::to_value(r).unwrap()
 }
 
 /// (tool, decision) rows seen on disk when the patch runner was about to write.

@@ -171,11 +171,11 @@ async fn the_cache_holds_one_policy_set_and_no_per_process_entries() {
             json!({"workspace_id": "w", "command": ["true"], "yield_ms": 10000}),
         )
     };
-    let first = gw.call(&s, exec()).await.unwrap();
+    let first = serde_json::to_value(gw.call(&s, exec()).await.unwrap()).unwrap();
     assert_eq!(first["exit_code"], 0, "{first}");
     let with_exec = gw.decision_cache_len();
     for _ in 0..5 {
-        let r = gw.call(&s, exec()).await.unwrap();
+        let r = serde_json::to_value(gw.call(&s, exec()).await.unwrap()).unwrap();
         let pid = r["process_id"].as_str().unwrap().to_string();
         for tool in ["read_process", "process_status", "read_process"] {
             gw.call(&s, call(tool, json!({"process_id": pid})))

@@ -176,6 +176,7 @@ async fn a_rejected_reload_keeps_the_last_good_set_and_shows_in_workspace_info()
         .call(&s, call("workspace_info", json!({"workspace_id": "w"})))
         .await
         .unwrap();
+    let info = serde_json::to_value(info).unwrap();
     assert_eq!(info["policy"]["set_sha256"], json!(good));
     let shown = info["policy"]["last_reload_rejected"]["errors"].to_string();
     assert!(shown.contains("profiles/bad.cedar"), "{info}");

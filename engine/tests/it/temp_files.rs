@@ -68,9 +68,11 @@ fn write(root: &Path, rel: &str, data: &str) {
 }
 
 async fn call(gw: &Gateway, name: &str, args: Value) -> Value {
-    gw.call(&Session::stdio(), ToolCall::parse(name, &args).unwrap())
+    let r = gw
+        .call(&Session::stdio(), ToolCall::parse(name, &args).unwrap())
         .await
-        .unwrap_or_else(|e| panic!("{name}: {e:?}"))
+        .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+    serde_json::to_value(r).unwrap()
 }
 
 async fn find(gw: &Gateway, offset: u64, limit: u64) -> Vec<String> {

@@ -756,6 +756,7 @@ async fn where_masks_cannot_be_enforced_the_shipped_guardrail_refuses_exec() {
         )
         .await
         .unwrap();
+    let info = serde_json::to_value(info).unwrap();
     assert_eq!(
         info["execution"]["isolation"]["secret_masking"],
         "unavailable"

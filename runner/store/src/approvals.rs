@@ -10,6 +10,106 @@ use crate::codec::opt_json_col;
 use crate::error::StoreError;
 use crate::store::Store;
 
+/// Where a hold is in its life. Stored as its text (`as_str`) in `approvals.state`; a row
+/// whose text is none of these does not load (a typed error, not a guess).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ApprovalState {
+    /// Waiting for a human.
+    Pending,
+    /// Granted; not resumed yet.
+    Granted,
+    /// Denied (final; the arguments are scrubbed).
+    Denied,
+    /// Resumed once; its outcome is stored.
+    Consumed,
+    /// Its time ran out before it was resolved or resumed.
+    Expired,
+    /// Its one resume is running (or was interrupted).
+    Resuming,
+}
+
+impl ApprovalState {
+    /// Every state.
+    pub const ALL: [ApprovalState; 6] = [
+        ApprovalState::Pending,
+        ApprovalState::Granted,
+        ApprovalState::Denied,
+        ApprovalState::Consumed,
+        ApprovalState::Expired,
+        ApprovalState::Resuming,
+    ];
+
+    /// The stored (and wire) spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalState::Pending => "pending",
+            ApprovalState::Granted => "granted",
+            ApprovalState::Denied => "denied",
+            ApprovalState::Consumed => "consumed",
+            ApprovalState::Expired => "expired",
+            ApprovalState::Resuming => "resuming",
+        }
+    }
+
+    /// The state a caller is shown: a resume in progress is still `granted` to them.
+    pub fn shown(self) -> ApprovalState {
+        match self {
+            ApprovalState::Resuming => ApprovalState::Granted,
+            other => other,
+        }
+    }
+
+    /// Pending or granted (a resume may still come), resuming included.
+    pub fn is_open(self) -> bool {
+        matches!(
+            self,
+            ApprovalState::Pending | ApprovalState::Granted | ApprovalState::Resuming
+        )
+    }
+}
+
+impl std::fmt::Display for ApprovalState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+/// A state text that is none of [`ApprovalState`]'s.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown approval state `{0}`")]
+pub struct UnknownApprovalState(pub String);
+
+impl std::str::FromStr for ApprovalState {
+    type Err = UnknownApprovalState;
+    fn from_str(s: &str) -> Result<ApprovalState, UnknownApprovalState> {
+        ApprovalState::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| UnknownApprovalState(s.to_string()))
+    }
+}
+
+impl PartialEq<&str> for ApprovalState {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl rusqlite::types::ToSql for ApprovalState {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        Ok(self.as_str().into())
+    }
+}
+
+impl rusqlite::types::FromSql for ApprovalState {
+    fn column_result(v: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+        v.as_str()?
+            .parse()
+            .map_err(|e| rusqlite::types::FromSqlError::Other(Box::new(e)))
+    }
+}
+
 /// One approval hold.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApprovalRow {
@@ -23,8 +123,8 @@ pub struct ApprovalRow {
     pub workspace: String,
     /// The workspace identity (registration) the hold is bound to.
     pub registration: String,
-    /// pending | granted | denied | consumed | expired | resuming.
-    pub state: String,
+    /// Where the hold is in its life.
+    pub state: ApprovalState,
     /// The held call's arguments; `None` once denied (scrubbed).
     pub arguments: Option<serde_json::Value>,
     /// What a human is shown (command line, or files with +/- counts); redacted.
@@ -195,7 +295,7 @@ impl Store {
             tx.commit()?;
             return Ok(Resolution::NotFound);
         };
-        if row.state != "pending" {
+        if row.state != ApprovalState::Pending {
             tx.commit()?;
             return Ok(Resolution::Unchanged(row));
         }
@@ -265,7 +365,7 @@ impl Store {
     /// Holds, newest first, optionally of one state (as of `now`), at most `limit`.
     pub fn approvals(
         &self,
-        state: Option<&str>,
+        state: Option<ApprovalState>,
         limit: usize,
         now: i64,
     ) -> Result<Vec<ApprovalRow>, StoreError> {
@@ -281,5 +381,77 @@ impl Store {
             .collect::<rusqlite::Result<Vec<_>>>()?;
         tx.commit()?;
         Ok(rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hold(id: &str) -> ApprovalRow {
+        ApprovalRow {
+            approval_id: id.into(),
+            fingerprint: format!("fp-{id}"),
+            tool: "exec_command".into(),
+            workspace: "w".into(),
+            registration: "reg".into(),
+            state: ApprovalState::Pending,
+            arguments: None,
+            summary: String::new(),
+            facts: None,
+            requested_by: "c".into(),
+            transport: "stdio".into(),
+            channel: None,
+            resolved_by: None,
+            result: None,
+            created_ms: 1,
+            expires_ms: 1_000,
+            resolved_ms: None,
+            resumed_ms: None,
+            finished_ms: None,
+        }
+    }
+
+    #[test]
+    fn every_state_is_stored_as_its_text_and_read_back() {
+        for st in ApprovalState::ALL {
+            assert_eq!(st.as_str().parse::<ApprovalState>(), Ok(st));
+            assert_eq!(serde_json::to_value(st).unwrap(), st.as_str());
+        }
+        let s = Store::open_in_memory().unwrap();
+        s.create_or_reuse_approval(&hold("appr-1"), 2).unwrap();
+        let text: String = s
+            .conn()
+            .query_row(
+                "SELECT state FROM approvals WHERE approval_id = 'appr-1'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(text, "pending");
+    }
+
+    #[test]
+    fn a_row_with_an_unknown_state_text_is_an_error_not_a_panic() {
+        assert!("paused".parse::<ApprovalState>().is_err());
+        let s = Store::open_in_memory().unwrap();
+        s.create_or_reuse_approval(&hold("appr-1"), 2).unwrap();
+        // The table's CHECK keeps such a text out; a file edited by hand (or a newer build's
+        // state) may still hold one.
+        {
+            let conn = s.conn();
+            conn.execute_batch("PRAGMA ignore_check_constraints = ON")
+                .unwrap();
+            conn.execute(
+                "UPDATE approvals SET state = 'paused' WHERE approval_id = 'appr-1'",
+                [],
+            )
+            .unwrap();
+            conn.execute_batch("PRAGMA ignore_check_constraints = OFF")
+                .unwrap();
+        }
+        let err = s.approval("appr-1", 3).unwrap_err();
+        assert!(err.to_string().contains("paused"), "{err}");
+        assert!(s.approvals(None, 10, 3).is_err());
     }
 }

@@ -24,7 +24,7 @@ mod scrub;
 mod seal;
 mod store;
 
-pub use approvals::{ApprovalRow, Resolution};
+pub use approvals::{ApprovalRow, ApprovalState, Resolution, UnknownApprovalState};
 pub use audit_queue::{
     AuditErrorHook, AuditTicket, AuditWriterConfig, DEFAULT_BATCH_ROWS, DEFAULT_CAPACITY,
     DEFAULT_MAX_DELAY, TryAppendError,

@@ -260,7 +260,7 @@ mod tests {
             tool: "exec_command".into(),
             workspace: "w".into(),
             registration: "reg".into(),
-            state: state.into(),
+            state: state.parse().unwrap(),
             arguments: Some(json!({"command": ["curl", "-u", "a:SECRET"]})),
             summary: "exec_command in w: curl -u a:SECRET".into(),
             facts: None,

@@ -154,7 +154,9 @@ pub async fn call_as(
     name: &str,
     args: Value,
 ) -> Result<Value, ToolError> {
-    gw.call(s, ToolCall::parse(name, &args).unwrap()).await
+    gw.call(s, ToolCall::parse(name, &args).unwrap())
+        .await
+        .map(|r| serde_json::to_value(r).unwrap())
 }
 
 pub async fn call(gw: &Gateway, name: &str, args: Value) -> Result<Value, ToolError> {

@@ -1,7 +1,7 @@
 //! Approval holds in the store: reuse by fingerprint, resolution, deny scrubbing, expiry,
 //! the one resume, and survival across a reopen.
 
-use codespace_store::{ApprovalRow, Resolution, Store};
+use codespace_store::{ApprovalRow, ApprovalState, Resolution, Store};
 use serde_json::json;
 
 fn hold(id: &str, fp: &str, now: i64) -> ApprovalRow {
@@ -11,7 +11,7 @@ fn hold(id: &str, fp: &str, now: i64) -> ApprovalRow {
         tool: "exec_command".into(),
         workspace: "w".into(),
         registration: "reg-1".into(),
-        state: "pending".into(),
+        state: ApprovalState::Pending,
         arguments: Some(json!({"workspace_id": "w", "command": ["true"]})),
         summary: "true".into(),
         facts: Some(json!({"pinned": {}})),
@@ -100,7 +100,12 @@ fn a_granted_hold_resumes_once_and_keeps_its_outcome_across_a_reopen() {
     let r = s.approval("appr-1", 5000).unwrap().unwrap();
     assert_eq!(r.state, "consumed", "a consumed hold never expires");
     assert_eq!(r.result, Some(json!({"ok": {"x": 1}})));
-    assert_eq!(s.approvals(Some("consumed"), 10, 5000).unwrap().len(), 1);
+    assert_eq!(
+        s.approvals(Some(ApprovalState::Consumed), 10, 5000)
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 #[test]

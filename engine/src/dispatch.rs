@@ -1,0 +1,243 @@
+//! Dispatch: a parsed [`ToolCall`] to its handler. The gateway resolves the call's target and
+//! decides it (an [`Authorized`] value or the refusal); the handler in `tools/` runs it and
+//! returns its typed result, wrapped here as a [`ToolResult`] for `mcp` to serialize. The
+//! gateway never names a handler: the held calls `operation_resume` runs come back here
+//! through [`run_held`].
+
+use crate::error::ToolError;
+use crate::gateway::approvals::Resumed;
+use crate::gateway::{Authorized, Gateway};
+use crate::policy::PolicySnapshot;
+use crate::request::Session;
+use crate::wire::{
+    ApprovalDecision, ReadManyFile, ReadManyResult, ReadParams, ToolCall, ToolResult,
+};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+impl Gateway {
+    /// `read` with `paths`: each path authorized and read exactly as a single `read` of it (its
+    /// own decision and audit row); a path's refusal or failure becomes that file's `error`, so
+    /// the call itself fails only on invalid arguments or an unknown workspace.
+    async fn read_many(
+        &self,
+        snap: &Arc<PolicySnapshot>,
+        p: &ReadParams,
+        session: &Session,
+    ) -> Result<ReadManyResult, ToolError> {
+        crate::request::check_read_args(p)?;
+        self.workspace(&p.workspace_id)?;
+        let paths = p.paths.as_deref().unwrap_or_default();
+        let mut files = Vec::with_capacity(paths.len());
+        for path in paths {
+            let one = ReadParams {
+                path: Some(path.clone()),
+                paths: None,
+                ..p.clone()
+            };
+            let call = ToolCall::Read(one.clone());
+            let r = match self
+                .authorize_on(snap, &p.workspace_id, &call, session)
+                .await
+            {
+                Ok(a) => crate::tools::fs::read(&a, &one).await,
+                Err(e) => Err(e),
+            };
+            files.push(match r {
+                Ok(v) => ReadManyFile::Read(v),
+                Err(mut e) => {
+                    // A file's error text passes the redactor as a call's error does.
+                    if let std::borrow::Cow::Owned(red) = self.config.redaction.text(&e.message) {
+                        e.message = red;
+                    }
+                    ReadManyFile::Failed {
+                        path: path.clone(),
+                        error: e,
+                    }
+                }
+            });
+        }
+        Ok(ReadManyResult { files })
+    }
+
+    /// Serves one tool call. The result is the tool's result object.
+    pub async fn call(&self, session: &Session, call: ToolCall) -> Result<ToolResult, ToolError> {
+        // Calls in flight finish under the snapshot they started with.
+        let snap = self.policy.snapshot();
+        let result = match &call {
+            ToolCall::WorkspaceInfo(p) => {
+                let server = self.server_info(&snap);
+                match p.workspace_id.as_deref().filter(|s| !s.is_empty()) {
+                    None => Ok(server),
+                    Some(id) => {
+                        let auth = self.authorize_on(&snap, id, &call, session).await?;
+                        crate::tools::info::workspace_info(&auth, server)
+                    }
+                }
+                .map(|r| ToolResult::WorkspaceInfo(Box::new(r)))
+            }
+            ToolCall::Read(p) if p.paths.is_some() => self
+                .read_many(&snap, p, session)
+                .await
+                .map(ToolResult::ReadMany),
+            ToolCall::Read(p) => {
+                let auth = self
+                    .authorize_on(&snap, &p.workspace_id, &call, session)
+                    .await?;
+                crate::tools::fs::read(&auth, p).await.map(ToolResult::Read)
+            }
+            ToolCall::Find(p) => {
+                let auth = self
+                    .authorize_on(&snap, &p.workspace_id, &call, session)
+                    .await?;
+                crate::tools::search::find(&auth, p)
+                    .await
+                    .map(ToolResult::Find)
+            }
+            ToolCall::Grep(p) => {
+                let auth = self
+                    .authorize_on(&snap, &p.workspace_id, &call, session)
+                    .await?;
+                crate::tools::search::grep(&auth, p)
+                    .await
+                    .map(ToolResult::Grep)
+            }
+            ToolCall::FindFiles(p) => {
+                let auth = self
+                    .authorize_on(&snap, &p.workspace_id, &call, session)
+                    .await?;
+                crate::tools::search::find_files(&auth, p)
+                    .await
+                    .map(ToolResult::FindFiles)
+            }
+            ToolCall::OperationStatus(p) => {
+                let (auth, row) = self.authorize_operation(&snap, session, &call, p).await?;
+                crate::tools::ops::operation_status(&auth, &row)
+                    .map(|r| ToolResult::OperationStatus(Box::new(r)))
+            }
+            ToolCall::ApplyPatch(p) => {
+                // A check writes nothing, so it is never held.
+                let confirm = !p.check_only.unwrap_or(false);
+                let auth = self
+                    .authorize_held(&snap, &p.workspace_id, &call, session, confirm)
+                    .await?;
+                crate::tools::patch::apply_patch(&auth, p, None)
+                    .await
+                    .map(ToolResult::ApplyPatch)
+            }
+            ToolCall::ApprovalCreate(p) => {
+                let held = crate::gateway::approvals::held_of(p)?;
+                let auth = self
+                    .authorize_on(&snap, held.workspace_id().unwrap_or(""), &call, session)
+                    .await?;
+                crate::tools::approvals::approval_create(&auth, &held)
+                    .await
+                    .map(ToolResult::ApprovalState)
+            }
+            ToolCall::ApprovalResolve(p) => {
+                let (auth, row) = self.authorize_resolve(&snap, session, &call, p)?;
+                crate::tools::approvals::approval_resolve(&auth, p, &row)
+                    .map(ToolResult::ApprovalState)
+            }
+            ToolCall::OperationResume(p) => self
+                .operation_resume(&snap, session, p, run_held)
+                .await
+                .map(|r| ToolResult::OperationResume(Box::new(r))),
+            ToolCall::ExecCommand(p) => {
+                let auth = self
+                    .authorize_held(&snap, &p.workspace_id, &call, session, true)
+                    .await?;
+                crate::tools::process::exec_command(&auth, p)
+                    .await
+                    .map(|r| ToolResult::ExecCommand(Box::new(r)))
+            }
+            ToolCall::WriteStdin(p) => {
+                let auth = self
+                    .authorize_process(&snap, session, &call, &p.process_id)
+                    .await?;
+                crate::tools::process::write_stdin(&auth, p)
+                    .await
+                    .map(ToolResult::ProcessAck)
+            }
+            ToolCall::ReadProcess(p) => {
+                let auth = self
+                    .authorize_process(&snap, session, &call, &p.process_id)
+                    .await?;
+                crate::tools::process::read_process(&auth, p)
+                    .await
+                    .map(ToolResult::ReadProcess)
+            }
+            ToolCall::ProcessStatus(p) => {
+                let auth = self
+                    .authorize_process(&snap, session, &call, &p.process_id)
+                    .await?;
+                crate::tools::process::process_status(&auth, p)
+                    .await
+                    .map(ToolResult::ProcessStatus)
+            }
+            ToolCall::ProcessResize(p) => {
+                let auth = self
+                    .authorize_process(&snap, session, &call, &p.process_id)
+                    .await?;
+                crate::tools::process::process_resize(&auth, p)
+                    .await
+                    .map(ToolResult::ProcessResize)
+            }
+            ToolCall::TerminateProcess(p) => {
+                let auth = self
+                    .authorize_process(&snap, session, &call, &p.process_id)
+                    .await?;
+                crate::tools::process::terminate_process(&auth, p)
+                    .await
+                    .map(ToolResult::ProcessAck)
+            }
+        }
+        .map_err(|mut e| {
+            // Every error text the caller gets passes the redactor (a spawn error may quote
+            // the command).
+            if let std::borrow::Cow::Owned(red) = self.config.redaction.text(&e.message) {
+                e.message = red;
+            }
+            e
+        })?;
+        Ok(result)
+    }
+
+    /// A human's answer in-band (channel `elicitation`, through the asking client): decided by
+    /// policy as `approval_resolve`; a grant resumes the held call at once and returns the held
+    /// tool's own result; a deny is final (`APPROVAL_CONFLICT`, nothing ran).
+    pub async fn answer_in_band(
+        &self,
+        session: &Session,
+        id: &str,
+        decision: ApprovalDecision,
+    ) -> Result<ToolResult, ToolError> {
+        self.answer_in_band_with(session, id, decision, run_held)
+            .await
+    }
+}
+
+/// Runs a held call the gateway authorized (`operation_resume`) through its handler.
+fn run_held<'a>(
+    auth: Authorized<'a>,
+    call: ToolCall,
+    resumed: Option<Resumed>,
+) -> Pin<Box<dyn Future<Output = Result<ToolResult, ToolError>> + Send + 'a>> {
+    Box::pin(async move {
+        match call {
+            ToolCall::ApplyPatch(p) => {
+                crate::tools::patch::apply_patch(&auth, &p, resumed.as_ref())
+                    .await
+                    .map(ToolResult::ApplyPatch)
+            }
+            ToolCall::ExecCommand(p) => crate::tools::process::exec_command(&auth, &p)
+                .await
+                .map(|r| ToolResult::ExecCommand(Box::new(r))),
+            other => Err(ToolError::new(
+                crate::error::ErrorCode::Internal,
+                format!("`{}` cannot be held", other.tool()),
+            )),
+        }
+    })
+}
