@@ -1,405 +1,25 @@
-//! The audit writer: decision rows leave the request path through an in-memory queue that one
-//! writer thread drains in group commits (one transaction per batch) on its own connection.
-//!
-//! - A batch is committed once its oldest row has waited `max_delay` (50 ms), once `batch_rows`
-//!   (512) rows are queued, or at once when someone waits on a row ([`AuditTicket::wait`]: the
-//!   write-ahead of mutating calls) or on everything ([`Store::flush_decisions`]: the barrier of
-//!   readers and tests).
-//! - The queue is bounded (`capacity` rows): an append that does not fit waits for room
-//!   ([`Store::append_decisions`]) or is handed back ([`Store::try_append_decisions`]); rows are
-//!   never dropped for lack of room.
-//! - Stopping ([`Store::stop_audit_writer`], or dropping the store) drains the queue first.
-//! - Each decision's rows sit in their own savepoint, so one bad decision does not take the rest
-//!   of its batch down with it.
-//!
-//! Without a writer (in-memory stores, or before start / after stop) appends are written at
-//! once on the store's own connection, as `insert_decisions` does.
+//! The store's side of the audit writer (`audit_writer.rs`): starting and stopping it, and
+//! appends that go through its queue while it runs and are written at once on the store's own
+//! connection otherwise (in-memory stores, before start, after stop), as `insert_decisions` does.
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
-
-use rusqlite::{Connection, TransactionBehavior};
-
-use crate::decisions::{DecisionRow, insert_rows};
+use crate::audit_writer::{AuditTicket, AuditWriter, AuditWriterConfig, NotQueued, TryAppendError};
+use crate::decision_rows::DecisionRow;
 use crate::error::StoreError;
 use crate::store::Store;
 
-/// Called by the writer thread when a batch (or one decision in it) cannot be committed, with
-/// the error and the number of rows lost.
-pub type AuditErrorHook = Arc<dyn Fn(&StoreError, usize) + Send + Sync>;
-
-/// How the writer batches.
-#[derive(Clone)]
-pub struct AuditWriterConfig {
-    /// The longest a queued row waits for its commit when nobody waits on it.
-    pub max_delay: Duration,
-    /// Commit as soon as this many rows are queued.
-    pub batch_rows: usize,
-    /// Rows the queue holds before appends wait for room.
-    pub capacity: usize,
-    /// Where commit failures are reported (they are also returned to waiting tickets).
-    pub on_error: Option<AuditErrorHook>,
-}
-
-impl std::fmt::Debug for AuditWriterConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AuditWriterConfig")
-            .field("max_delay", &self.max_delay)
-            .field("batch_rows", &self.batch_rows)
-            .field("capacity", &self.capacity)
-            .finish_non_exhaustive()
-    }
-}
-
-/// The longest a read decision stays in memory only (the durability window on `kill -9`).
-pub const DEFAULT_MAX_DELAY: Duration = Duration::from_millis(50);
-/// A group commit starts at this many queued rows.
-pub const DEFAULT_BATCH_ROWS: usize = 512;
-/// Queued rows before appends wait for the writer (backpressure).
-pub const DEFAULT_CAPACITY: usize = 16 * DEFAULT_BATCH_ROWS;
-
-impl Default for AuditWriterConfig {
-    fn default() -> AuditWriterConfig {
-        AuditWriterConfig {
-            max_delay: DEFAULT_MAX_DELAY,
-            batch_rows: DEFAULT_BATCH_ROWS,
-            capacity: DEFAULT_CAPACITY,
-            on_error: None,
-        }
-    }
-}
-
-/// Rows appended and not yet committed: one decision's rows, numbered in append order.
-struct Pending {
-    seq: u64,
-    rows: Vec<DecisionRow>,
-}
-
-/// A failed commit: appends `first..=last` were lost.
-struct Failure {
-    first: u64,
-    last: u64,
-    message: String,
-}
-
-/// Failures remembered for tickets that have not been waited on yet.
-const FAILURES_KEPT: usize = 64;
-
-#[derive(Default)]
-struct State {
-    queue: VecDeque<Pending>,
-    queued_rows: usize,
-    /// Sequence number of the last append (0: none yet).
-    appended: u64,
-    /// Every append up to this one has been committed (or has failed).
-    done: u64,
-    /// Someone waits for appends up to this one: commit without lingering.
-    wanted: u64,
-    /// When the oldest queued append arrived.
-    oldest: Option<Instant>,
-    stopping: bool,
-    /// The writer thread has ended; appends go straight to the store's connection.
-    stopped: bool,
-    failures: VecDeque<Failure>,
-}
-
-struct Shared {
-    state: Mutex<State>,
-    /// The writer waits here for work.
-    work: Condvar,
-    /// Appenders wait here for room, ticket holders for their commit.
-    progress: Condvar,
-    config: AuditWriterConfig,
-}
-
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Blocks until append `seq` is committed; Err when its batch failed.
-    fn wait_for(&self, seq: u64) -> Result<(), StoreError> {
-        let mut st = self.lock();
-        if st.done < seq && seq > st.wanted {
-            st.wanted = seq;
-            self.work.notify_one();
-        }
-        while st.done < seq && !st.stopped {
-            st = self
-                .progress
-                .wait(st)
-                .unwrap_or_else(PoisonError::into_inner);
-        }
-        if st.done < seq {
-            return Err(StoreError::AuditWrite(
-                "the audit writer stopped before the rows were written".into(),
-            ));
-        }
-        match st.failures.iter().find(|f| f.first <= seq && seq <= f.last) {
-            Some(f) => Err(StoreError::AuditWrite(f.message.clone())),
-            None => Ok(()),
-        }
-    }
-}
-
-/// The running writer of one store.
-struct AuditWriter {
-    shared: Arc<Shared>,
-    thread: Mutex<Option<JoinHandle<()>>>,
-}
-
-impl AuditWriter {
-    fn stop(&self) {
-        {
-            let mut st = self.shared.lock();
-            st.stopping = true;
-            self.shared.work.notify_one();
-        }
-        let handle = self
-            .thread
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(h) = handle {
-            let _ = h.join();
-        }
-        // A writer that died (it cannot panic on rows, but be safe) releases every waiter.
-        let mut st = self.shared.lock();
-        st.stopped = true;
-        self.shared.progress.notify_all();
-    }
-}
-
-impl Drop for AuditWriter {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-/// An append's place in the queue: [`AuditTicket::wait`] returns once it is committed.
-#[derive(Clone)]
-pub struct AuditTicket {
-    inner: Option<(Arc<Shared>, u64)>,
-}
-
-impl std::fmt::Debug for AuditTicket {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AuditTicket")
-            .field("seq", &self.inner.as_ref().map(|(_, s)| *s))
-            .finish()
-    }
-}
-
-impl AuditTicket {
-    /// A ticket for rows already written.
-    fn written() -> AuditTicket {
-        AuditTicket { inner: None }
-    }
-
-    /// True when the rows are already committed (waiting would not block).
-    pub fn is_written(&self) -> bool {
-        match &self.inner {
-            None => true,
-            Some((shared, seq)) => {
-                let st = shared.lock();
-                st.done >= *seq || st.stopped
-            }
-        }
-    }
-
-    /// Blocks until the rows are committed (asking the writer to commit now rather than
-    /// after its delay). Err when their commit failed.
-    pub fn wait(&self) -> Result<(), StoreError> {
-        match &self.inner {
-            None => Ok(()),
-            Some((shared, seq)) => shared.wait_for(*seq),
-        }
-    }
-}
-
-/// An append that did not fit in a full queue: the rows, handed back.
-#[derive(Debug)]
-pub enum TryAppendError {
-    /// The queue is full; wait for room with [`Store::append_decisions`].
-    Full(Vec<DecisionRow>),
-    /// Writing at once (no writer running) failed.
-    Store(StoreError),
-}
-
-/// Opens the writer's own connection to the store file.
-fn open_writer_connection(path: &str) -> Result<Connection, StoreError> {
-    let conn = Connection::open(path)?;
-    conn.busy_timeout(Duration::from_secs(5))?;
-    conn.pragma_update(None, "synchronous", "NORMAL")?;
-    conn.pragma_update(None, "foreign_keys", true)?;
-    Ok(conn)
-}
-
-/// Commits `batch` in one transaction, each append in its own savepoint. Returns the appends
-/// that failed (sequence number, rows lost, error).
-fn commit(conn: &mut Connection, batch: &[Pending]) -> Vec<(u64, usize, StoreError)> {
-    let mut failed = Vec::new();
-    let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
-        Ok(tx) => tx,
-        Err(e) => {
-            let message = e.to_string();
-            return batch
-                .iter()
-                .map(|p| (p.seq, p.rows.len(), StoreError::AuditWrite(message.clone())))
-                .collect();
-        }
-    };
-    for p in batch {
-        if let Err(e) = insert_in_savepoint(&tx, &p.rows) {
-            failed.push((p.seq, p.rows.len(), e));
-        }
-    }
-    if let Err(e) = tx.commit() {
-        let message = e.to_string();
-        return batch
-            .iter()
-            .map(|p| (p.seq, p.rows.len(), StoreError::AuditWrite(message.clone())))
-            .collect();
-    }
-    failed
-}
-
-/// Runs one statement of the savepoint protocol through the connection's statement cache.
-fn run_cached(conn: &Connection, sql: &str) -> Result<(), StoreError> {
-    conn.prepare_cached(sql)?.execute([])?;
-    Ok(())
-}
-
-/// Inserts one append's rows in a savepoint of their own: on any error they are rolled back
-/// alone. The savepoint statements come from the statement cache (rusqlite's `Savepoint`
-/// parses them anew for every append, a visible share of the writer's time per decision).
-fn insert_in_savepoint(conn: &Connection, rows: &[DecisionRow]) -> Result<(), StoreError> {
-    run_cached(conn, "SAVEPOINT audit_append")?;
-    let inserted = insert_rows(conn, rows).and_then(|()| run_cached(conn, "RELEASE audit_append"));
-    if inserted.is_err() {
-        // Undo this append's rows and end its savepoint; the transaction goes on.
-        let _ = run_cached(conn, "ROLLBACK TO audit_append");
-        let _ = run_cached(conn, "RELEASE audit_append");
-    }
-    inserted
-}
-
-/// The writer thread: waits for rows, lingers up to `max_delay` unless rows are wanted now or
-/// a batch is full, commits, repeats; drains everything when stopping.
-fn run(shared: &Shared, mut conn: Connection) {
-    let cfg = &shared.config;
-    loop {
-        let batch: Vec<Pending> = {
-            let mut st = shared.lock();
-            loop {
-                if st.queue.is_empty() {
-                    if st.stopping {
-                        return;
-                    }
-                    st = shared.work.wait(st).unwrap_or_else(PoisonError::into_inner);
-                    continue;
-                }
-                let now = Instant::now();
-                let due = st.oldest.map_or(now, |t| t + cfg.max_delay);
-                if st.stopping
-                    || st.wanted > st.done
-                    || st.queued_rows >= cfg.batch_rows
-                    || now >= due
-                {
-                    break;
-                }
-                st = shared
-                    .work
-                    .wait_timeout(st, due.saturating_duration_since(now))
-                    .map(|(g, _)| g)
-                    .unwrap_or_else(|p| p.into_inner().0);
-            }
-            // Take whole appends, at least one, up to about one batch.
-            let mut batch = Vec::new();
-            let mut rows = 0;
-            while let Some(p) = st.queue.front() {
-                if rows > 0 && rows + p.rows.len() > cfg.batch_rows {
-                    break;
-                }
-                rows += p.rows.len();
-                if let Some(p) = st.queue.pop_front() {
-                    batch.push(p);
-                }
-            }
-            st.queued_rows = st.queued_rows.saturating_sub(rows);
-            st.oldest = if st.queue.is_empty() {
-                None
-            } else {
-                // The rest has waited since before this batch: commit it next without delay.
-                Some(
-                    Instant::now()
-                        .checked_sub(cfg.max_delay)
-                        .unwrap_or_else(Instant::now),
-                )
-            };
-            // Room was made: appenders waiting for it may go on.
-            shared.progress.notify_all();
-            batch
-        };
-        let last = batch.last().map_or(0, |p| p.seq);
-        let failed = commit(&mut conn, &batch);
-        for (_, lost, e) in &failed {
-            if let Some(hook) = &cfg.on_error {
-                hook(e, *lost);
-            }
-        }
-        let mut st = shared.lock();
-        for (seq, _, e) in failed {
-            if st.failures.len() >= FAILURES_KEPT {
-                st.failures.pop_front();
-            }
-            st.failures.push_back(Failure {
-                first: seq,
-                last: seq,
-                message: e.to_string(),
-            });
-        }
-        st.done = st.done.max(last);
-        shared.progress.notify_all();
-    }
-}
-
 impl Store {
-    /// The running writer, once started.
-    fn writer(&self) -> Option<&AuditWriter> {
-        self.audit_writer
-            .get()
-            .and_then(|w| w.downcast_ref::<AuditWriter>())
-    }
-
     /// Starts the audit writer of a file store (a no-op for an in-memory store, whose appends
     /// stay synchronous, and when a writer was already started).
     pub fn start_audit_writer(&self, config: AuditWriterConfig) -> Result<(), StoreError> {
-        if self.writer().is_some() {
+        if self.audit_writer.get().is_some() {
             return Ok(());
         }
         let path = match self.conn().path() {
             Some(p) if !p.is_empty() => p.to_string(),
             _ => return Ok(()),
         };
-        let conn = open_writer_connection(&path)?;
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State::default()),
-            work: Condvar::new(),
-            progress: Condvar::new(),
-            config,
-        });
-        let for_thread = Arc::clone(&shared);
-        let thread = std::thread::Builder::new()
-            .name("codespace-audit".into())
-            .spawn(move || run(&for_thread, conn))?;
-        let writer = AuditWriter {
-            shared,
-            thread: Mutex::new(Some(thread)),
-        };
-        if let Err(lost) = self.audit_writer.set(Box::new(writer)) {
+        let writer = AuditWriter::start(&path, config)?;
+        if let Err(lost) = self.audit_writer.set(writer) {
             // Another thread started one first: this one drains nothing and stops.
             drop(lost);
         }
@@ -408,13 +28,13 @@ impl Store {
 
     /// Whether appends go through the writer thread.
     pub fn audit_writer_running(&self) -> bool {
-        self.writer().is_some_and(|w| !w.shared.lock().stopped)
+        self.audit_writer.get().is_some_and(AuditWriter::running)
     }
 
     /// Drains the queue into the store and ends the writer thread; later appends are written at
     /// once. Every ticket handed out before is settled when this returns.
     pub fn stop_audit_writer(&self) {
-        if let Some(w) = self.writer() {
+        if let Some(w) = self.audit_writer.get() {
             w.stop();
         }
     }
@@ -443,61 +63,24 @@ impl Store {
         if rows.is_empty() {
             return Ok(AuditTicket::written());
         }
-        let Some(w) = self.writer() else {
-            return self
-                .insert_decisions(&rows)
-                .map(|()| AuditTicket::written())
-                .map_err(TryAppendError::Store);
+        let rows = match self.audit_writer.get() {
+            None => rows,
+            Some(w) => match w.append(rows, block) {
+                Ok(ticket) => return Ok(ticket),
+                Err(NotQueued::Full(rows)) => return Err(TryAppendError::Full(rows)),
+                Err(NotQueued::Stopped(rows)) => rows,
+            },
         };
-        let shared = &w.shared;
-        let mut st = shared.lock();
-        loop {
-            if st.stopped || st.stopping {
-                drop(st);
-                return self
-                    .insert_decisions(&rows)
-                    .map(|()| AuditTicket::written())
-                    .map_err(TryAppendError::Store);
-            }
-            // An append larger than the whole queue still goes in once the queue is empty.
-            let fits = st.queued_rows == 0 || st.queued_rows + rows.len() <= shared.config.capacity;
-            if fits {
-                break;
-            }
-            if !block {
-                return Err(TryAppendError::Full(rows));
-            }
-            st = shared
-                .progress
-                .wait(st)
-                .unwrap_or_else(PoisonError::into_inner);
-        }
-        st.appended += 1;
-        let seq = st.appended;
-        let n = rows.len();
-        let was_empty = st.queue.is_empty();
-        st.queue.push_back(Pending { seq, rows });
-        st.queued_rows += n;
-        if was_empty {
-            st.oldest = Some(Instant::now());
-        }
-        // Wake the writer only when it has something to start on: the first rows (to start the
-        // delay) or a full batch. Other appends ride along without a wake-up.
-        if was_empty || st.queued_rows >= shared.config.batch_rows {
-            shared.work.notify_one();
-        }
-        Ok(AuditTicket {
-            inner: Some((Arc::clone(shared), seq)),
-        })
+        self.insert_decisions(&rows)
+            .map(|()| AuditTicket::written())
+            .map_err(TryAppendError::Store)
     }
 
     /// The barrier of readers and tests: returns once every row appended before the call is
     /// committed (failed commits were reported to the writer's error hook).
     pub fn flush_decisions(&self) {
-        let Some(w) = self.writer() else {
-            return;
-        };
-        let seq = w.shared.lock().appended;
-        let _ = w.shared.wait_for(seq);
+        if let Some(w) = self.audit_writer.get() {
+            w.flush();
+        }
     }
 }

@@ -1,70 +1,12 @@
 //! The `decisions` table: the audit log, one row per Cedar sub-request.
 
 use rusqlite::types::Value;
-use rusqlite::{Row, TransactionBehavior, params, params_from_iter};
-use serde::{Deserialize, Serialize};
+use rusqlite::{Row, TransactionBehavior, params_from_iter};
 
 use crate::codec::{json_col, opt_json_col, sql_limit};
+use crate::decision_rows::{DecisionRow, insert_rows};
 use crate::error::StoreError;
 use crate::store::Store;
-
-/// One audited Cedar sub-request. Never holds file contents, patches or stdin.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DecisionRow {
-    /// Id of the whole decision (shared by its sub-requests).
-    pub decision_id: String,
-    /// When the decision was made (unix ms).
-    pub at_ms: i64,
-    /// SHA-256 of the policy set in force.
-    pub policy_set_sha256: String,
-    /// Profile of the workspace.
-    pub profile: String,
-    /// Workspace id.
-    pub workspace: String,
-    /// MCP tool name.
-    pub tool: String,
-    /// Cedar action.
-    pub action: String,
-    /// Position of this sub-request within the decision.
-    pub sub_index: i64,
-    /// Workspace-relative path or command summary.
-    pub subject: String,
-    /// Client name, when known.
-    pub client: Option<String>,
-    /// Transport (stdio, http, ...), when known.
-    pub transport: Option<String>,
-    /// `"allow"` or `"deny"`.
-    pub decision: String,
-    /// Ids of the determining policies.
-    pub policy_ids: Vec<String>,
-    /// Evaluation errors.
-    pub errors: Vec<String>,
-    /// True when no policy matched and the default deny applied.
-    pub default_deny: bool,
-    /// Time spent deciding, in microseconds.
-    pub duration_us: i64,
-    /// The Cedar request decided (JSON, redacted), so it can be re-decided later.
-    #[serde(default)]
-    pub request: Option<serde_json::Value>,
-    /// Workspace-relative path of the sub-request.
-    #[serde(default)]
-    pub path: Option<String>,
-    /// apply_patch kind (`add`, `update`, `delete`, `move_from`, `move_to`).
-    #[serde(default)]
-    pub kind: Option<String>,
-    /// Why: the determining policies with their reasons, the default deny, or the errors.
-    #[serde(default)]
-    pub reason: Option<String>,
-    /// The shadow set's decision (`"allow"` / `"deny"`), when a shadow set is loaded.
-    #[serde(default)]
-    pub shadow_decision: Option<String>,
-    /// The shadow set's determining policy ids.
-    #[serde(default)]
-    pub shadow_policy_ids: Option<Vec<String>>,
-    /// The row's position in the log (increasing; 0 before it is stored).
-    #[serde(default)]
-    pub seq: i64,
-}
 
 /// Filters for [`Store::query_decisions`]; every `None` means "any".
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -213,50 +155,4 @@ impl Store {
             .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
     }
-}
-
-/// Inserts `rows` on `conn` (inside the caller's transaction). Shared by
-/// [`Store::insert_decisions`] and the audit writer's group commits.
-pub(crate) fn insert_rows(
-    conn: &rusqlite::Connection,
-    rows: &[DecisionRow],
-) -> Result<(), StoreError> {
-    let mut st = conn.prepare_cached(
-        "INSERT INTO decisions (decision_id, at_ms, policy_set_sha256, profile, workspace, \
-         tool, action, sub_index, subject, client, transport, decision, policy_ids, errors, \
-         default_deny, duration_us, request, path, kind, reason, shadow_decision, \
-         shadow_policy_ids) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, \
-         ?17, ?18, ?19, ?20, ?21, ?22)",
-    )?;
-    for r in rows {
-        st.execute(params![
-            r.decision_id,
-            r.at_ms,
-            r.policy_set_sha256,
-            r.profile,
-            r.workspace,
-            r.tool,
-            r.action,
-            r.sub_index,
-            r.subject,
-            r.client,
-            r.transport,
-            r.decision,
-            serde_json::to_string(&r.policy_ids)?,
-            serde_json::to_string(&r.errors)?,
-            r.default_deny,
-            r.duration_us,
-            r.request.as_ref().map(serde_json::Value::to_string),
-            r.path,
-            r.kind,
-            r.reason,
-            r.shadow_decision,
-            r.shadow_policy_ids
-                .as_ref()
-                .map(serde_json::to_string)
-                .transpose()?,
-        ])?;
-    }
-    Ok(())
 }

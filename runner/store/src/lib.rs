@@ -9,7 +9,9 @@
 
 mod approvals;
 mod audit_queue;
+mod audit_writer;
 mod codec;
+mod decision_rows;
 mod decisions;
 mod error;
 mod events;
@@ -25,11 +27,12 @@ mod seal;
 mod store;
 
 pub use approvals::{ApprovalRow, ApprovalState, Resolution, UnknownApprovalState};
-pub use audit_queue::{
+pub use audit_writer::{
     AuditErrorHook, AuditTicket, AuditWriterConfig, DEFAULT_BATCH_ROWS, DEFAULT_CAPACITY,
     DEFAULT_MAX_DELAY, TryAppendError,
 };
-pub use decisions::{DecisionQuery, DecisionRow};
+pub use decision_rows::DecisionRow;
+pub use decisions::DecisionQuery;
 pub use error::StoreError;
 pub use events::EventRow;
 pub use instances::InstanceRow;

@@ -3,11 +3,12 @@
 use std::fs::{self, OpenOptions, Permissions};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, OpenFlags};
 
+use crate::audit_writer::AuditWriter;
 use crate::error::StoreError;
 use crate::migrate;
 use crate::seal::{JournalKey, key_path};
@@ -41,10 +42,8 @@ pub struct Store {
     key_file: Option<PathBuf>,
     /// The journal key, loaded (or created) on first use.
     key: Mutex<Option<JournalKey>>,
-    /// The audit writer, once started: `audit_queue.rs` puts it here and is the only module
-    /// to look inside. Held as `Any` so that the store's definition names none of the modules
-    /// that extend it (they all name the store: no import circle).
-    pub(crate) audit_writer: std::sync::OnceLock<Box<dyn std::any::Any + Send + Sync>>,
+    /// The audit writer, once started (by `audit_queue.rs`).
+    pub(crate) audit_writer: OnceLock<AuditWriter>,
     /// The files `open` found readable or writable by others and tightened to 0600.
     tightened: Vec<Tightened>,
 }
@@ -224,7 +223,7 @@ impl Store {
             conn: Mutex::new(conn),
             key_file,
             key: Mutex::new(None),
-            audit_writer: std::sync::OnceLock::new(),
+            audit_writer: OnceLock::new(),
             tightened: Vec::new(),
         })
     }
