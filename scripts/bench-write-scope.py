@@ -15,6 +15,8 @@ each figure against the floor. Scenarios: masks off (secret_masking "off") and m
 ("required", with the .env files present), or one of them with --only.
 
 Usage: scripts/bench-write-scope.py --new PATH --baseline PATH [--files N] [--iters N] [--only off|on]
+
+Results so far: docs/operations.md, "Command sandbox settings" (the prepared mount namespaces).
 """
 
 from __future__ import annotations

@@ -560,6 +560,7 @@ async fn start(
             .iter()
             .any(|m| m.path == crate::masks::NON_UTF8_TOP_LEVEL),
         proxy_control_fd: None,
+        mount_ns_fd: None,
     };
     // The sandbox's decisions (write scope, masks) are queued for the log before the command
     // starts; the decision that allowed it is already written ahead.

@@ -10,6 +10,7 @@ use crate::error::SandboxError;
 use crate::fs_rules;
 use crate::handshake::{HANDSHAKE_ARG, HelperEnd};
 use crate::mask;
+use crate::mountns;
 use crate::netns;
 use crate::plan::{ARGV_SEPARATOR, NetworkMode, PLAN_ENV, SandboxPlan};
 use crate::probe;
@@ -24,8 +25,10 @@ use crate::seccomp::Filters;
 /// seccomp filters, set `PR_SET_NO_NEW_PRIVS`, leave the caller's session unless already a session
 /// leader (so a pipe-mode command has no controlling terminal), in `Restricted` mode enter a
 /// private network namespace (best-effort; in `Proxy` mode it is required and the relay is
-/// started in it, see [`crate::relay`]), cover the plan's secret masks in a private mount
-/// namespace (or fail closed), drop every capability, apply Landlock (fully enforced or fail
+/// started in it, see [`crate::relay`]), enter the mount namespace the server prepared for the
+/// plan's write scope when it holds exactly that scope ([`crate::mountns`]), else cover the
+/// plan's secret masks and write scope in a private mount namespace of its own (or fail
+/// closed), drop every capability, apply Landlock (fully enforced or fail
 /// closed), install seccomp, then `execvp(argv)` (which closes the handshake descriptor: the
 /// server sees end of file).
 ///
@@ -115,13 +118,21 @@ fn prepare(args: &[OsString], handshake: Option<&HelperEnd>) -> Result<Command, 
         }
         NetworkMode::Enabled => {}
     }
-    mask::apply_mounts(
-        &plan.workspace_root,
-        &plan.masks,
-        plan.mask_non_utf8_top_level,
-        &plan.read_only,
-        &plan.write_paths,
-    )?;
+    // The namespace the server prepared for this write scope, when it holds exactly that scope;
+    // else one of our own.
+    let entered = match plan.mount_ns_fd {
+        Some(fd) => mountns::enter(fd, &plan)?,
+        None => false,
+    };
+    if !entered {
+        mask::apply_mounts(
+            &plan.workspace_root,
+            &plan.masks,
+            plan.mask_non_utf8_top_level,
+            &plan.read_only,
+            &plan.write_paths,
+        )?;
+    }
     caps::drop_all_capabilities()?;
     fs_rules::restrict_self(&plan, kernel_abi)?;
     filters.apply()?;

@@ -15,8 +15,9 @@ use crate::plan::{SandboxPlan, launcher_parts};
 pub struct SandboxCommand {
     /// The sandbox helper executable (the `codespace` binary).
     pub helper: PathBuf,
-    /// What the command may do. Its `proxy_control_fd` is set here from `proxy_control`; leave
-    /// it `None`.
+    /// What the command may do. Its `proxy_control_fd` is set here from `proxy_control`, and its
+    /// `mount_ns_fd` from the namespace prepared for its write scope when one is ready; leave
+    /// both `None`.
     pub plan: SandboxPlan,
     /// `network: proxy`: the helper's end of the egress proxy's control socket (close-on-exec
     /// in the server; only this command's helper inherits it).
@@ -43,6 +44,9 @@ pub struct SandboxLaunch {
 
 impl SandboxCommand {
     /// Validates and encodes the plan, creates the handshake pipe, and assembles the launch.
+    /// A plan whose write scope needs read-only binds (and no masks) gets the mount namespace
+    /// prepared for exactly that scope when one is ready, else starts its preparation in the
+    /// background and goes without (see [`crate::mountns`]); this never waits for it.
     pub fn launch(self) -> Result<SandboxLaunch, SandboxError> {
         let SandboxCommand {
             helper,
@@ -50,12 +54,16 @@ impl SandboxCommand {
             proxy_control,
         } = self;
         plan.proxy_control_fd = proxy_control.as_ref().map(|fd| fd.as_raw_fd());
+        plan.mount_ns_fd = None;
+        let mount_ns = crate::mountns::Prepared::global().for_plan(&plan);
+        plan.mount_ns_fd = mount_ns.as_ref().map(|fd| fd.as_raw_fd());
         let (program, mut args, env) = launcher_parts(&plan, &helper)?;
         let (handshake, helper_end) = handshake_pipe()?;
         args.push(HANDSHAKE_ARG.to_owned());
         args.push(helper_end.as_raw_fd().to_string());
         let mut inherit_fds = vec![Arc::new(helper_end)];
         inherit_fds.extend(proxy_control);
+        inherit_fds.extend(mount_ns);
         Ok(SandboxLaunch {
             program,
             args,

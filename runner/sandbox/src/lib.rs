@@ -33,7 +33,9 @@
 //! - **Write scope** (`SandboxPlan::write_workspace`, `write_paths`, `read_only`): Landlock
 //!   write rules beneath the root and/or each writable directory, and in the same private mount
 //!   namespace a read-only bind over each denied path beneath a writable one (`.git` by
-//!   default), which cannot be renamed or removed either.
+//!   default), which cannot be renamed or removed either. Without masks, that namespace is one
+//!   the server prepared for exactly this scope when the helper's check says it holds it
+//!   ([`SandboxPlan::mount_ns_fd`], `mountns.rs`), so the command's exit tears nothing down.
 
 mod caps;
 mod error;
@@ -44,6 +46,7 @@ mod helper;
 mod launch;
 mod mask;
 mod mount;
+mod mountns;
 mod netns;
 mod plan;
 mod probe;
@@ -61,6 +64,7 @@ pub use harden::{
 pub use helper::{helper_main, run_helper};
 pub use launch::{SandboxCommand, SandboxLaunch};
 pub use mask::MAX_MASKS;
+pub use mountns::{MAX_AGE as PREPARED_NAMESPACE_MAX_AGE, prepare_mount_namespace};
 pub use plan::{
     ARGV_SEPARATOR, HELPER_ARG, LauncherParts, MAX_PLAN_BYTES, NetworkMode, PLAN_ENV, PROXY_PORT,
     SandboxPlan, launcher_parts,

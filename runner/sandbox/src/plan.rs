@@ -99,6 +99,12 @@ pub struct SandboxPlan {
     /// relay passes each accepted connection over it; the command never holds it.
     #[serde(default)]
     pub proxy_control_fd: Option<i32>,
+    /// The number of an inherited descriptor of a mount namespace the server prepared for this
+    /// plan's write scope (see [`crate::mountns`]): the helper enters it when it holds exactly
+    /// that scope, and otherwise builds its own as without it. Set by
+    /// [`crate::SandboxCommand::launch`]; leave it `None`.
+    #[serde(default)]
+    pub mount_ns_fd: Option<i32>,
 }
 
 impl SandboxPlan {
@@ -118,6 +124,7 @@ impl SandboxPlan {
             masks: Vec::new(),
             mask_non_utf8_top_level: false,
             proxy_control_fd: None,
+            mount_ns_fd: None,
         }
     }
 
@@ -157,6 +164,11 @@ impl SandboxPlan {
             for (index, path) in paths.iter().enumerate() {
                 crate::mount::relative_beneath(&self.workspace_root, path, role, index)?;
             }
+        }
+        if self.mount_ns_fd.is_some_and(|fd| fd <= 2) {
+            return Err(SandboxError::InvalidPlan(
+                "a mount namespace descriptor must be above 2".into(),
+            ));
         }
         match (self.network, self.proxy_control_fd) {
             (NetworkMode::Proxy, Some(fd)) if fd > 2 => Ok(()),
@@ -237,6 +249,7 @@ mod tests {
             masks: vec!["/srv/ws/.env".into(), "/srv/ws/sub/secrets".into()],
             mask_non_utf8_top_level: true,
             proxy_control_fd: None,
+            mount_ns_fd: Some(7),
         }
     }
 
@@ -261,6 +274,15 @@ mod tests {
         assert_eq!(SandboxPlan::from_json(&json).unwrap(), plan);
         plan.network = NetworkMode::Enabled;
         assert!(plan.validate().is_err());
+    }
+
+    #[test]
+    fn a_mount_namespace_descriptor_is_above_2() {
+        let mut plan = sample();
+        plan.mount_ns_fd = Some(2);
+        assert!(matches!(plan.validate(), Err(SandboxError::InvalidPlan(_))));
+        plan.mount_ns_fd = Some(3);
+        assert!(plan.validate().is_ok());
     }
 
     #[test]
@@ -332,6 +354,7 @@ mod tests {
         assert!(plan.tmp_dir.is_none() && plan.extra_read.is_empty() && plan.home_dir.is_none());
         assert!(plan.masks.is_empty());
         assert!(plan.write_paths.is_empty() && plan.read_only.is_empty());
+        assert!(plan.mount_ns_fd.is_none());
         assert!(!plan.force_landlock_unavailable);
     }
 }

@@ -228,3 +228,150 @@ fn a_secrets_parent_cannot_be_renamed_away_from_its_mask() {
     assert!(fx.ws.join("config/prod/db.yaml").exists());
     assert!(!fx.ws.join("aws-moved").exists() && !fx.ws.join("cfg").exists());
 }
+
+/// `argv` under the helper with `plan`, the descriptors `keep` inherited (their close-on-exec
+/// flag cleared in the child only, as the process runner does); stdout and stderr.
+fn sh_keeping(plan: &SandboxPlan, ws: &Path, keep: Vec<i32>, script: &str) -> String {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = sandboxed(plan, &["sh", "-c", script]);
+    cmd.current_dir(ws);
+    // SAFETY: fcntl(F_SETFD) is async-signal-safe; it only clears the flag in the child.
+    unsafe {
+        cmd.pre_exec(move || {
+            for fd in &keep {
+                if libc::fcntl(*fd, libc::F_SETFD, 0) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    format!("{}\n{}", stdout(&out), stderr(&out))
+}
+
+/// The `mnt:[inode]` name of a mount namespace descriptor, as `/proc/self/ns/mnt` reads.
+fn ns_name(fd: &std::os::fd::OwnedFd) -> String {
+    format!("mnt:[{}]", rustix::fs::fstat(fd).unwrap().st_ino)
+}
+
+const WRITES: &str = "echo evil > .git/hooks/pre-commit 2>/dev/null; echo hook=$?; \
+    echo x > src/gen/out.rs; echo gen=$?; echo x > src/other.rs 2>/dev/null; echo src=$?; \
+    echo x > top.txt; echo root=$?; readlink /proc/self/ns/mnt";
+
+#[test]
+fn a_prepared_namespace_serves_only_the_scope_it_holds() {
+    let test = "a_prepared_namespace_serves_only_the_scope_it_holds";
+    if !mounts_or_skip(test) {
+        return;
+    }
+    let fx = repo_fixture();
+    let mut plan = fx.plan(true, NetworkMode::Restricted);
+    plan.read_only = vec![fx.ws.join(".git")];
+    let ns = match codespace_runner_sandbox::prepare_mount_namespace(&plan) {
+        Ok(ns) => ns,
+        Err(e) => {
+            codespace_test_skip::skip(
+                test,
+                format!("the test process cannot build a mount namespace: {e}"),
+            );
+            return;
+        }
+    };
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&ns);
+    plan.mount_ns_fd = Some(fd);
+    // The scope it was built for: the command runs in it.
+    let out = sh_keeping(&plan, &fx.ws, vec![fd], WRITES);
+    assert!(
+        out.contains(&ns_name(&ns)),
+        "not in the prepared namespace: {out}"
+    );
+    assert!(!out.contains("hook=0") && out.contains("root=0"), "{out}");
+    assert!(!fx.ws.join(".git/hooks/pre-commit").exists());
+    std::fs::remove_file(fx.ws.join("src/other.rs")).unwrap();
+
+    // Another scope (`src` read-only too, `src/gen` writable beneath it): the helper checks,
+    // leaves the prepared namespace and builds the scope it was given.
+    let mut wider = plan.clone();
+    wider.read_only = vec![fx.ws.join(".git"), fx.ws.join("src")];
+    wider.write_paths = vec![fx.ws.join("src/gen")];
+    let out = sh_keeping(&wider, &fx.ws, vec![fd], WRITES);
+    assert!(
+        !out.contains(&ns_name(&ns)),
+        "a prepared namespace served another scope: {out}"
+    );
+    assert!(out.contains("gen=0") && !out.contains("src=0"), "{out}");
+    assert!(
+        !out.contains("hook=0") && !fx.ws.join("src/other.rs").exists(),
+        "{out}"
+    );
+
+    // The host replaces `.git`: the prepared bind went with the old one, so the helper must not
+    // use that namespace (the new `.git` would be writable there).
+    std::fs::remove_dir_all(fx.ws.join(".git")).unwrap();
+    std::fs::create_dir_all(fx.ws.join(".git/hooks")).unwrap();
+    let out = sh_keeping(&plan, &fx.ws, vec![fd], WRITES);
+    assert!(
+        !out.contains(&ns_name(&ns)),
+        "a stale namespace was used: {out}"
+    );
+    assert!(!out.contains("hook=0") && out.contains("root=0"), "{out}");
+    assert!(!fx.ws.join(".git/hooks/pre-commit").exists());
+}
+
+#[test]
+fn the_launch_hands_over_the_namespace_prepared_for_its_scope() {
+    let test = "the_launch_hands_over_the_namespace_prepared_for_its_scope";
+    if !mounts_or_skip(test) {
+        return;
+    }
+    let fx = repo_fixture();
+    let mut plan = fx.plan(true, NetworkMode::Restricted);
+    plan.read_only = vec![fx.ws.join(".git")];
+    if let Err(e) = codespace_runner_sandbox::prepare_mount_namespace(&plan) {
+        codespace_test_skip::skip(
+            test,
+            format!("the test process cannot build a mount namespace: {e}"),
+        );
+        return;
+    }
+    let launch = |plan: &SandboxPlan| {
+        codespace_runner_sandbox::SandboxCommand {
+            helper: common::helper_exe().to_path_buf(),
+            plan: plan.clone(),
+            proxy_control: None,
+        }
+        .launch()
+        .unwrap()
+    };
+    // The first launch of a scope starts the preparation and goes without; a later one gets it
+    // (the hang guard only bounds a build that never ends).
+    let guard = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let launched = loop {
+        let l = launch(&plan);
+        if l.inherit_fds.len() == 2 {
+            break l;
+        }
+        assert!(
+            std::time::Instant::now() < guard,
+            "no namespace was ever prepared"
+        );
+        std::thread::yield_now();
+    };
+    let ns = &launched.inherit_fds[1];
+    let decoded: SandboxPlan = SandboxPlan::from_json(&launched.env[0].1).unwrap();
+    assert_eq!(
+        decoded.mount_ns_fd,
+        Some(std::os::fd::AsRawFd::as_raw_fd(&**ns))
+    );
+    let mut with_ns = plan.clone();
+    with_ns.mount_ns_fd = decoded.mount_ns_fd;
+    let keep = vec![std::os::fd::AsRawFd::as_raw_fd(&**ns)];
+    let out = sh_keeping(&with_ns, &fx.ws, keep, WRITES);
+    assert!(out.contains(&ns_name(ns)), "{out}");
+    assert!(!out.contains("hook=0") && out.contains("root=0"), "{out}");
+    // A plan with masks never gets one.
+    let mut masked = plan.clone();
+    masked.masks = vec![fx.ws.join("Cargo.toml")];
+    assert_eq!(launch(&masked).inherit_fds.len(), 1);
+}

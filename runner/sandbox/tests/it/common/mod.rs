@@ -59,6 +59,7 @@ impl Fixture {
             masks: Vec::new(),
             mask_non_utf8_top_level: false,
             proxy_control_fd: None,
+            mount_ns_fd: None,
             write_paths: Vec::new(),
             read_only: Vec::new(),
         }
