@@ -149,7 +149,14 @@ pub(crate) fn row_of(
         at_ms,
     } = *at;
     let request = req.map(|r| {
-        crate::policy::replay::RecordedRequest::new(profiles, facts, &d.tool, r).to_json(redact)
+        let mut v = crate::policy::replay::RecordedRequest::new(profiles, facts, &d.tool, r).to_json();
+        if let Some(ctx) = v.pointer_mut("/request/context") {
+            redact.json(ctx);
+        }
+        if let Some(serde_json::Value::String(s)) = v.pointer_mut("/request/subject") {
+            *s = redact.text(s).into_owned();
+        }
+        v
     });
     DecisionRow {
         decision_id: d.decision_id.clone(),

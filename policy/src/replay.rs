@@ -5,9 +5,8 @@
 //! `explain --decision-id` are built on it.
 
 use crate::config::Profile;
-use crate::policy::PolicySnapshot;
-use crate::policy::decide::{SubDecision, decide, workspace_entities};
-use crate::redact::Redactor;
+use crate::PolicySnapshot;
+use crate::decide::{SubDecision, decide, workspace_entities};
 use crate::request::{SubRequest, WorkspaceFacts};
 use cedar_policy::Entities;
 use serde::{Deserialize, Serialize};
@@ -64,16 +63,10 @@ impl RecordedRequest {
         }
     }
 
-    /// The stored form: JSON with every context string and the subject redacted.
-    pub fn to_json(&self, redactor: &Redactor) -> Value {
-        let mut v = serde_json::to_value(self).unwrap_or(Value::Null);
-        if let Some(ctx) = v.pointer_mut("/request/context") {
-            redactor.json(ctx);
-        }
-        if let Some(Value::String(s)) = v.pointer_mut("/request/subject") {
-            *s = redactor.text(s).into_owned();
-        }
-        v
+    /// The stored form before redaction: the audit sink redacts every context string and the
+    /// subject (`/request/context`, `/request/subject`) before the row is written.
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
     }
 
     /// Reads a stored record.

@@ -5,9 +5,9 @@
 //! Cedar request in the upstream `cedar run-tests` format.
 
 use crate::config::Profile;
-use crate::policy::PolicySnapshot;
-use crate::policy::decide::{Decision, decide, workspace_entities};
-use crate::policy::explain::{build_cedar_request, entities_json, evaluate};
+use crate::PolicySnapshot;
+use crate::decide::{Decision, decide, workspace_entities};
+use crate::explain::{build_cedar_request, entities_json, evaluate};
 use crate::request::{ProcessFacts, Session, SubRequest, WorkspaceFacts, build_requests};
 use crate::wire::{CallParseError, ToolCall};
 use cedar_policy::Decision as CedarDecision;
@@ -559,7 +559,7 @@ pub fn run_file_in(
     };
     let base = workspace_entities(snap, &profiles, &facts);
     let alts = if opts.alternatives {
-        crate::policy::alternatives::alternatives(snap)
+        crate::alternatives::alternatives(snap)
     } else {
         Vec::new()
     };
@@ -708,7 +708,7 @@ pub fn run_file_in(
                             let c = decide(snap, base, &facts, &tool, &confirm_reqs);
                             let offset = d.subs.len();
                             d.subs.extend(c.subs.into_iter().map(|s| {
-                                crate::policy::decide::SubDecision {
+                                crate::decide::SubDecision {
                                     index: s.index + offset,
                                     gating: false,
                                     ..s
@@ -840,7 +840,7 @@ impl Coverage {
             .iter()
             .flat_map(|r| r.alternatives_reached.iter().cloned())
             .collect();
-        let alternatives = crate::policy::alternatives::alternatives(snap)
+        let alternatives = crate::alternatives::alternatives(snap)
             .into_iter()
             .map(|a| (a.key(), a.text))
             .collect();
@@ -1100,7 +1100,7 @@ fn check(snap: &PolicySnapshot, case: &TestCase, d: &Decision, failures: &mut Ve
 /// (`allow` / `deny`), naming what determined it when it differs.
 fn expect_sub(
     snap: &PolicySnapshot,
-    found: Option<&crate::policy::decide::SubDecision>,
+    found: Option<&crate::decide::SubDecision>,
     want: &str,
     what: &str,
     failures: &mut Vec<String>,
@@ -1163,7 +1163,7 @@ pub fn case_records(
     base_profiles: &BTreeMap<String, Profile>,
     file_name: &str,
     file: &TestFile,
-) -> Result<Vec<(String, crate::policy::replay::RecordedRequest)>, String> {
+) -> Result<Vec<(String, crate::replay::RecordedRequest)>, String> {
     let profiles = file_profiles(base_profiles, file)?;
     let facts = file.workspace.facts();
     let session = file
@@ -1199,7 +1199,7 @@ pub fn case_records(
         for req in &reqs {
             out.push((
                 format!("{file_name} :: {}", case.name),
-                crate::policy::replay::RecordedRequest::new(&profiles, &facts, call.tool(), req),
+                crate::replay::RecordedRequest::new(&profiles, &facts, call.tool(), req),
             ));
         }
     }

@@ -4,8 +4,8 @@
 //! builder and `decide()` the server uses; nothing here touches the store or the disk.
 
 use crate::config::Profile;
-use crate::policy::PolicySnapshot;
-use crate::policy::decide::{Decision, decide, operation_entity, uid, workspace_entities};
+use crate::PolicySnapshot;
+use crate::decide::{Decision, decide, operation_entity, uid, workspace_entities};
 use crate::request::{ProcessFacts, Session, SubRequest, WorkspaceFacts, build_requests};
 use crate::wire::ToolCall;
 use cedar_policy::{

@@ -4,7 +4,7 @@
 
 use crate::config::Profile;
 use crate::error::{ErrorCode, ToolError};
-use crate::policy::PolicySnapshot;
+use crate::PolicySnapshot;
 use crate::request::{SubRequest, WorkspaceFacts};
 use cedar_policy::{
     Authorizer, Context, Decision as CedarDecision, Entities, Entity, EntityId, EntityTypeName,

@@ -3,8 +3,8 @@
 //! the `when` replaced by that alternative alone, other conditions kept) that is evaluated alone
 //! against every request the test cases build; an alternative is reached when its variant holds.
 
-use crate::policy::PolicySnapshot;
-use crate::policy::explain::BuiltRequest;
+use crate::PolicySnapshot;
+use crate::explain::BuiltRequest;
 use cedar_policy::{Authorizer, Policy, PolicyId, PolicySet};
 use serde_json::Value;
 
@@ -132,7 +132,7 @@ pub fn alternatives(snap: &PolicySnapshot) -> Vec<Alternative> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::{PolicySource, compile};
+    use crate::{PolicySource, compile};
 
     #[test]
     fn the_secret_files_chain_splits_into_its_alternatives() {

@@ -5,8 +5,8 @@
 //! the last good one in force. Every attempt is an `events` row (`policy_reload`).
 
 use crate::config::Profile;
-use crate::policy::suite::{RunOptions, parse_file, run_file_in};
-use crate::policy::{PolicyBundle, PolicyErrors, PolicySource, PolicyStore, bundle_hash};
+use crate::suite::{RunOptions, parse_file, run_file_in};
+use crate::{PolicyBundle, PolicyErrors, PolicySource, PolicyStore, bundle_hash};
 use codespace_store::Store;
 use notify::{EventKind, RecursiveMode, Watcher};
 use serde_json::json;
@@ -85,7 +85,7 @@ pub enum ReloadError {
 }
 
 fn run_tests(
-    snap: &crate::policy::PolicySnapshot,
+    snap: &crate::PolicySnapshot,
     dir: &Path,
     profiles: &BTreeMap<String, Profile>,
 ) -> Vec<String> {
