@@ -8,6 +8,7 @@
 pub mod alternatives;
 pub mod config;
 pub mod decide;
+pub mod decider;
 pub mod error;
 pub mod explain;
 pub mod facts;
@@ -16,6 +17,7 @@ pub mod lint;
 pub mod load;
 pub mod reload;
 pub mod replay;
+pub mod rows;
 pub mod request;
 pub mod signature;
 pub mod suggest;
@@ -23,7 +25,10 @@ pub mod suite;
 pub mod tool_table;
 pub mod wire;
 
+pub use decide::{Decision, SubDecision};
+pub use decider::Decider;
 pub use lint::profiles_named;
+pub use rows::{AuditSink, CollectRows, NoRows, RowKind};
 pub use load::*;
 
 /// Stack size of every thread that evaluates, validates or parses policies (the server's runtime

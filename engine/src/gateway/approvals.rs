@@ -8,9 +8,8 @@
 use crate::config::Config;
 use crate::error::{ErrorCode, ToolError};
 use crate::gateway::ops::fingerprint;
-use crate::gateway::{Audit, Gateway, Services, WorkspaceRuntime};
+use crate::gateway::{Gateway, Services, WorkspaceRuntime};
 use crate::policy::PolicySnapshot;
-use crate::policy::decide::decide;
 use crate::request::{
     ApprovalFacts, Session, SubRequest, WorkspaceFacts, build_requests, command_facts,
     confirm_requests, with_approval,
@@ -24,7 +23,7 @@ use codespace_runner_fs::RelPath;
 use codespace_store::{ApprovalRow, Resolution, Store};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The call `approval_create` asks a hold for, parsed: a malformed one is INVALID_ARGUMENTS,
 /// whatever its workspace.
@@ -371,10 +370,12 @@ impl Gateway {
         if confirm.is_empty() {
             return Ok(false);
         }
-        let d = self.decide_reqs(snap, &ws.facts, call.tool(), &confirm, session, Audit::None);
+        let d = self
+            .decider
+            .probe(snap, &ws.facts, call.tool(), &confirm, session);
         let held = d.subs.iter().any(|s| s.allowed || !s.errors.is_empty());
         if held {
-            self.audit_decision(snap, &d, &ws.facts, &confirm, session);
+            self.decider.audit(snap, &d, &ws.facts, &confirm, session);
         }
         Ok(held)
     }
@@ -448,7 +449,9 @@ impl Gateway {
                 decision: p.decision.as_str().into(),
             },
         );
-        let d = self.decide_reqs(snap, &ws.facts, call.tool(), &reqs, session, Audit::All);
+        let d = self
+            .decider
+            .decide(snap, &ws.facts, call.tool(), &reqs, session);
         if d.allowed() {
             Ok(d)
         } else if row.requested_by != session.client {
@@ -483,7 +486,9 @@ impl Gateway {
                 decision: "grant".into(),
             },
         );
-        let d = self.decide_reqs(snap, &ws.facts, call.tool(), &reqs, session, Audit::All);
+        let d = self
+            .decider
+            .decide(snap, &ws.facts, call.tool(), &reqs, session);
         if !d.allowed() {
             return Err(with_id(d.to_error(snap), id));
         }
@@ -603,7 +608,9 @@ impl Gateway {
                 decision: decision.as_str().into(),
             },
         );
-        let d = self.decide_reqs(snap, &ws.facts, call.tool(), &reqs, session, Audit::All);
+        let d = self
+            .decider
+            .decide(snap, &ws.facts, call.tool(), &reqs, session);
         if !d.allowed() {
             return Err(with_id(d.to_error(snap), id));
         }
@@ -839,8 +846,8 @@ pub(crate) fn resolve_in_store(
 /// decision, then the same state change the tool makes.
 pub fn cli_resolve(
     config: &Config,
-    snap: &PolicySnapshot,
-    store: &Store,
+    snap: &Arc<PolicySnapshot>,
+    store: &Arc<Store>,
     id: &str,
     decision: ApprovalDecision,
     operator: &str,
@@ -876,13 +883,15 @@ pub fn cli_resolve(
             decision: decision.as_str().into(),
         },
     );
-    let ents = crate::policy::decide::workspace_entities(snap, &config.profiles, &facts)
-        .map_err(|e| ToolError::new(ErrorCode::Internal, format!("entities: {e}")))?;
-    let d = decide(snap, &ents, &facts, call.tool(), &reqs);
-    let rows = crate::gateway::decision_rows(config, snap, &d, &facts, &reqs, &session);
-    if let Err(e) = store.append_decisions(rows).and_then(|t| t.wait()) {
-        tracing::error!(error = %e, "cannot record the approval decision");
-    }
+    // One decision, its rows written before the hold changes; entities that cannot be built
+    // refuse it with the reason, as everywhere.
+    let sink = crate::audit::StoreSink::synchronous(Arc::clone(store), config.redaction.clone());
+    let decider = codespace_policy::Decider::over(
+        Arc::clone(snap),
+        config.profiles.clone(),
+        Arc::new(sink),
+    );
+    let d = decider.decide(snap, &facts, call.tool(), &reqs, &session);
     if !d.allowed() {
         return Err(with_id(d.to_error(snap), id));
     }

@@ -4,7 +4,7 @@
 //! re-decided with the opened file's link count, the per-entry filter of a listing) are asked
 //! through it and audited by the gateway like the first.
 
-use super::{Audit, Gateway, Services, WorkspaceRuntime};
+use super::{Gateway, Services, WorkspaceRuntime};
 use crate::policy::PolicySnapshot;
 use crate::policy::decide::Decision;
 use crate::request::{Session, SubRequest};
@@ -71,14 +71,10 @@ impl<'a> Authorized<'a> {
         tool: &str,
         reqs: &[SubRequest],
     ) -> Result<Decision, crate::ToolError> {
-        let d = self.gateway.decide_reqs(
-            self.snap,
-            &self.ws.facts,
-            tool,
-            reqs,
-            self.session,
-            Audit::All,
-        );
+        let d = self
+            .gateway
+            .decider
+            .decide(self.snap, &self.ws.facts, tool, reqs, self.session);
         if d.allowed() {
             Ok(d)
         } else {
@@ -89,30 +85,31 @@ impl<'a> Authorized<'a> {
     /// Further decisions of this call that write no audit row: probes whose answers are
     /// reported, not acted on, and listings that audit only what they withhold.
     pub(crate) fn decide_quietly(&self, tool: &str, reqs: &[SubRequest]) -> Decision {
-        self.gateway.decide_reqs(
-            self.snap,
-            &self.ws.facts,
-            tool,
-            reqs,
-            self.session,
-            Audit::None,
-        )
+        self.gateway
+            .decider
+            .probe(self.snap, &self.ws.facts, tool, reqs, self.session)
     }
 
     /// The decision-signature plan of the call's policy snapshot.
     pub(crate) fn signature_plan(&self) -> Arc<crate::policy::signature::SignaturePlan> {
-        self.gateway.signature_plan(self.snap)
+        self.gateway.decider.signature_plan(self.snap)
     }
 
-    /// Audit rows for entries a listing withheld (see [`Gateway::audit_withheld`]).
+    /// Audit rows for entries a listing withheld (see [`codespace_policy::Decider::audit_withheld`]).
     pub(crate) fn audit_withheld(
         &self,
         d: &Decision,
         reqs: &[SubRequest],
         paths: &[(String, usize)],
     ) {
-        self.gateway
-            .audit_withheld(self.snap, d, &self.ws.facts, reqs, paths, self.session);
+        self.gateway.decider.audit_withheld(
+            self.snap,
+            d,
+            &self.ws.facts,
+            reqs,
+            paths,
+            self.session,
+        );
     }
 }
 
@@ -179,14 +176,12 @@ impl Authorized<'_> {
         tool: &'static str,
         reqs: Vec<SubRequest>,
     ) -> Result<Decision, crate::ToolError> {
-        let base = self
-            .gateway
-            .entities(self.snap, &self.ws.facts)
-            .unwrap_or_else(|_| cedar_policy::Entities::empty());
+        let decider = Arc::clone(&self.gateway.decider);
         let snap = Arc::clone(self.snap);
         let facts = self.ws.facts.clone();
+        let session = self.session.clone();
         tokio::task::spawn_blocking(move || {
-            crate::policy::decide::decide(&snap, &base, &facts, tool, &reqs)
+            decider.probe_uncached(&snap, &facts, tool, &reqs, &session)
         })
         .await
         .map_err(|e| {

@@ -57,12 +57,7 @@ impl Authorized<'_> {
                 ),
             )
         })?;
-        let decider = Arc::new(crate::gateway::net::ProcessDecider {
-            net: Arc::clone(&self.net),
-            facts: ws.facts.clone(),
-            session: session.clone(),
-            process: std::sync::OnceLock::new(),
-        });
+        let decider = self.net.process_decider(&ws.facts, session);
         let proxy = codespace_runner_netproxy::ProcessProxy::new(
             Arc::clone(&decider) as Arc<dyn codespace_runner_netproxy::Decider>,
             self.net.limits,
