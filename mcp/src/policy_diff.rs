@@ -250,13 +250,13 @@ pub fn diff(
                 pair
             }
         };
-        let Some(flip) = Flip::of(&rec.request.action, b.allowed, a.allowed) else {
+        let Some(flip) = Flip::of(rec.request.action.as_str(), b.allowed, a.allowed) else {
             continue;
         };
         let key = GroupKey {
             flip,
             tool: rec.tool.clone(),
-            action: rec.request.action.clone(),
+            action: rec.request.action.to_string(),
             policies: changed_policies(&b, &a),
         };
         groups.entry(key).or_default().push(Replayed {

@@ -87,7 +87,7 @@ pub struct SubDecision {
     /// Index within the call.
     pub index: usize,
     /// The action.
-    pub action: String,
+    pub action: crate::action::Action,
     /// Path or command summary (for the audit log).
     pub subject: String,
     /// Allowed?
@@ -342,7 +342,7 @@ pub(crate) fn decide(
                 continue;
             }
         };
-        let built = uid("Action", &req.action).and_then(|action| {
+        let built = uid("Action", req.action.as_str()).and_then(|action| {
             let resource = uid("Operation", op_id)?;
             let ctx = Context::from_json_value(req.context.clone(), Some((&snap.schema, &action)))
                 .map_err(|e| format!("context: {e}"))?;

@@ -214,10 +214,10 @@ impl Decider {
             .enumerate()
             .filter_map(|(i, (p, slot))| d.subs.get(*slot).map(|sub| (i, p, slot, sub)))
             .map(|(i, p, slot, sub)| {
-                let req = crate::request::path_request("read", p, "", session);
+                let req = crate::request::path_request(crate::Action::READ, p, "", session);
                 let sub = SubDecision {
                     index: i,
-                    action: "read".into(),
+                    action: crate::Action::READ,
                     subject: p.clone(),
                     ..sub.clone()
                 };

@@ -5,6 +5,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod action;
 pub mod alternatives;
 pub mod config;
 pub mod decide;
@@ -25,6 +26,7 @@ pub mod suite;
 pub mod tool_table;
 pub mod wire;
 
+pub use action::Action;
 pub use decide::{Decision, SubDecision};
 pub use decider::Decider;
 pub use lint::profiles_named;

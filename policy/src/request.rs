@@ -1,6 +1,7 @@
 //! The request builder: turns a [`ToolCall`] into the Cedar sub-requests it needs, from facts
 //! alone (no disk, no clock), so the server and the policy test runner build identical requests.
 
+use crate::action::Action;
 use crate::error::{ErrorCode, ToolError};
 use crate::wire::ToolCall;
 use codespace_runner_fs::RelPath;
@@ -114,32 +115,39 @@ impl ApprovalFacts {
 
 /// One Cedar request of a tool call. Serialized into its audit row (redacted) so it can be
 /// re-decided later; fields added later need a default.
-#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct SubRequest {
-    /// The action id (a tool name or a sandbox capability).
-    pub action: String,
+    /// The action (a tool, a sandbox capability, `confirm`, `network_connect`).
+    pub action: Action,
     /// Workspace-relative normalized path (`.` for the root).
+    #[serde(default)]
     pub path: String,
     /// apply_patch kind (add/update/delete/move_from/move_to), else "".
+    #[serde(default)]
     pub kind: String,
     /// False for sandbox-shaping requests (`process_write`, `process_network`): their deny
     /// narrows the sandbox instead of refusing the call.
+    #[serde(default)]
     pub gating: bool,
     /// The Cedar context as JSON.
+    #[serde(default)]
     pub context: Value,
     /// What the audit log shows: the path or a command summary (never contents).
+    #[serde(default)]
     pub subject: String,
     /// `resource.tool` when it is not the call's tool: the version-oracle `read` of an
     /// `apply_patch` `expected_versions` key asks exactly what a `read` of that path would.
+    #[serde(default)]
     pub resource_tool: Option<String>,
     /// `resource.links`: how many names the file at `path` has (`st_nlink` of an existing
     /// non-directory; 1 for a directory, for the workspace root and for requests that name no
     /// file; 0 when the path does not exist). The builder is pure and says 1; the gateway fills
     /// the real count from disk ([`crate::links`]).
+    #[serde(default)]
     pub links: i64,
     /// `network_connect` only: the connection's target (`resource.host`, `port`, `scheme`,
     /// `ip_class`, and `server_owned` for this server's own listener).
+    #[serde(default)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub network: Option<NetTarget>,
 }
@@ -182,7 +190,7 @@ pub fn connect_request(
         format!("{}:{}", target.host, target.port)
     };
     let mut r = sub(
-        "network_connect",
+        Action::NetworkConnect,
         ".",
         "",
         ctx,
@@ -266,9 +274,9 @@ fn path_error(e: codespace_runner_fs::FsError) -> ToolError {
     ToolError::from(e)
 }
 
-fn sub(action: &str, path: &str, kind: &str, ctx: Value, subject: String) -> SubRequest {
+fn sub(action: Action, path: &str, kind: &str, ctx: Value, subject: String) -> SubRequest {
     SubRequest {
-        action: action.to_string(),
+        action,
         path: path.to_string(),
         kind: kind.to_string(),
         gating: true,
@@ -340,7 +348,7 @@ pub fn build_requests(
         }
         c
     };
-    let tool = call.tool();
+    let tool = Action::Tool(call.name());
     Ok(match call {
         ToolCall::WorkspaceInfo(_) | ToolCall::OperationStatus(_) => {
             vec![sub(tool, ".", "", base.clone(), ".".into())]
@@ -423,7 +431,7 @@ pub fn build_requests(
             // that path would make.
             for key in p.expected_versions.keys() {
                 let rel = RelPath::parse(key).map_err(path_error)?;
-                let mut r = sub("read", rel.as_str(), "", base.clone(), rel.as_str().into());
+                let mut r = sub(Action::READ, rel.as_str(), "", base.clone(), rel.as_str().into());
                 r.resource_tool = Some("read".into());
                 out.push(r);
             }
@@ -446,7 +454,7 @@ pub fn build_requests(
             // operator's `command_write_paths` and `.git`) are decided when the command starts
             // ([`write_scope_requests`]).
             out.extend(write_scope_requests(&exec, std::slice::from_ref(&exec.cwd)));
-            let mut net = sub("process_network", cwd, "", exec.ctx.clone(), exec.summary);
+            let mut net = sub(Action::ProcessNetwork, cwd, "", exec.ctx.clone(), exec.summary);
             net.gating = false;
             out.push(net);
             out
@@ -592,7 +600,7 @@ pub fn write_scope_requests(exec: &ExecFacts, candidates: &[RelPath]) -> Vec<Sub
         .iter()
         .map(|c| {
             let mut s = sub(
-                "process_write",
+                Action::ProcessWrite,
                 c.as_str(),
                 "",
                 exec.ctx.clone(),
@@ -643,7 +651,7 @@ pub fn confirm_requests(reqs: &[SubRequest]) -> Vec<SubRequest> {
     let mut out: Vec<SubRequest> = Vec::new();
     for r in reqs.iter().filter(|r| r.resource_tool.is_none()) {
         let c = SubRequest {
-            action: "confirm".into(),
+            action: Action::Confirm,
             gating: false,
             ..r.clone()
         };
@@ -701,7 +709,7 @@ pub fn touch_kind_name(kind: codespace_runner_patch::TouchKind) -> &'static str 
 }
 
 /// A sub-request for a single path (used by `find` filtering and capability probes).
-pub fn path_request(action: &str, path: &str, kind: &str, session: &Session) -> SubRequest {
+pub fn path_request(action: Action, path: &str, kind: &str, session: &Session) -> SubRequest {
     sub(
         action,
         path,

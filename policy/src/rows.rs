@@ -127,7 +127,7 @@ pub(crate) fn row_of(
         profile: d.profile.clone(),
         workspace: d.workspace.clone(),
         tool: d.tool.clone(),
-        action: sub.action.clone(),
+        action: sub.action.to_string(),
         sub_index: i64::try_from(sub.index).unwrap_or(i64::MAX),
         subject: sub.subject.clone(),
         client: Some(session.client.clone()),

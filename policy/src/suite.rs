@@ -1074,7 +1074,7 @@ fn check(snap: &PolicySnapshot, case: &TestCase, d: &Decision, failures: &mut Ve
         ));
     }
     for (cap, want) in &case.capabilities {
-        let found = d.subs.iter().find(|s| &s.action == cap);
+        let found = d.subs.iter().find(|s| s.action.as_str() == cap.as_str());
         expect_sub(snap, found, want, &format!("capability {cap}"), failures);
     }
     for (path, want) in &case.write_paths {

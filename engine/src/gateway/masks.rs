@@ -65,7 +65,7 @@ impl Gateway {
             .reps
             .iter()
             .filter_map(|&i| listing.entries.get(i as usize))
-            .map(|e| path_request("read", &e.path, "", session))
+            .map(|e| path_request(crate::policy::Action::READ, &e.path, "", session))
             .collect();
         let live = self.policy().snapshot();
         let decision = if reqs.len() <= INLINE_DECISIONS || live.sha256 != snap.sha256 {
