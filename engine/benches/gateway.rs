@@ -76,7 +76,12 @@ fn main() {
         gw.config().profiles.clone(),
         Arc::new(NoRows),
     );
-    let req = [path_request(codespace_engine::policy::Action::READ, "src/main.rs", "", &session)];
+    let req = [path_request(
+        codespace_engine::policy::Action::READ,
+        "src/main.rs",
+        "",
+        &session,
+    )];
     let mut lat = Vec::new();
     for _ in 0..20_000 {
         let t = Instant::now();

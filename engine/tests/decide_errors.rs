@@ -56,13 +56,15 @@ forbid (principal, action == CodeSpace::Action::"apply_patch", resource)
 when { context has patch && context.patch.files * 9223372036854775807 < 0 };"#
             .into(),
     });
-    let snap = Arc::new(compile(PolicyBundle {
-        schema_name: "schema".into(),
-        schema_text: EMBEDDED_SCHEMA.into(),
-        files,
-        dir: None,
-    })
-    .unwrap());
+    let snap = Arc::new(
+        compile(PolicyBundle {
+            schema_name: "schema".into(),
+            schema_text: EMBEDDED_SCHEMA.into(),
+            files,
+            dir: None,
+        })
+        .unwrap(),
+    );
     let dir = tempfile::tempdir().unwrap();
     let cfg = Config::embedded_default(dir.path()).unwrap();
     let f = facts("workspace-write");

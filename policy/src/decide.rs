@@ -2,9 +2,9 @@
 //! `decide()` (private: the crate's [`crate::Decider`] is the only way to it), which never fails: a Cedar deny, any evaluation error or any request-building
 //! error is a deny with reasons.
 
+use crate::PolicySnapshot;
 use crate::config::Profile;
 use crate::error::{ErrorCode, ToolError};
-use crate::PolicySnapshot;
 use crate::request::{SubRequest, WorkspaceFacts};
 use cedar_policy::{
     Authorizer, Context, Decision as CedarDecision, Entities, Entity, EntityId, EntityTypeName,
@@ -266,7 +266,7 @@ impl SubDecision {
     pub fn refused(index: usize, req: &SubRequest, error: String) -> SubDecision {
         SubDecision {
             index,
-            action: req.action.clone(),
+            action: req.action,
             subject: req.subject.clone(),
             allowed: false,
             gating: req.gating,
@@ -363,7 +363,7 @@ pub(crate) fn decide(
         let default_deny = !allowed && errors.is_empty() && policy_ids.is_empty();
         subs.push(SubDecision {
             index,
-            action: req.action.clone(),
+            action: req.action,
             subject: req.subject.clone(),
             allowed,
             gating: req.gating,

@@ -222,10 +222,7 @@ impl Decider {
                     ..sub.clone()
                 };
                 let mut row = row_of(&self.profiles, &at, d, &sub, Some(&req));
-                with_shadow(
-                    &mut row,
-                    shadow.as_ref().and_then(|sh| sh.subs.get(*slot)),
-                );
+                with_shadow(&mut row, shadow.as_ref().and_then(|sh| sh.subs.get(*slot)));
                 row
             })
             .collect();
@@ -378,7 +375,7 @@ impl Decider {
             let sub = match hit {
                 Some(h) => SubDecision {
                     index,
-                    action: r.action.clone(),
+                    action: r.action,
                     subject: r.subject.clone(),
                     allowed: h.allowed,
                     gating: r.gating,
@@ -459,7 +456,15 @@ impl Decider {
         let shadow = self
             .shadow()
             .map(|sh| self.evaluate(&sh, facts, CONNECT, &reqs));
-        self.hand_connection(&snap, &decision, shadow.as_ref(), facts, &reqs, session, None);
+        self.hand_connection(
+            &snap,
+            &decision,
+            shadow.as_ref(),
+            facts,
+            &reqs,
+            session,
+            None,
+        );
         (snap, decision)
     }
 

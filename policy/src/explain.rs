@@ -3,8 +3,8 @@
 //! whether its scope matched and whether its condition held. Built from the same request
 //! builder and `decide()` the server uses; nothing here touches the store or the disk.
 
-use crate::config::Profile;
 use crate::PolicySnapshot;
+use crate::config::Profile;
 use crate::decide::{Decision, decide, operation_entity, uid, workspace_entities};
 use crate::request::{ProcessFacts, Session, SubRequest, WorkspaceFacts, build_requests};
 use crate::wire::ToolCall;

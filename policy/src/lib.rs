@@ -18,8 +18,8 @@ pub mod lint;
 pub mod load;
 pub mod reload;
 pub mod replay;
-pub mod rows;
 pub mod request;
+pub mod rows;
 pub mod signature;
 pub mod suggest;
 pub mod suite;
@@ -30,8 +30,8 @@ pub use action::Action;
 pub use decide::{Decision, SubDecision};
 pub use decider::Decider;
 pub use lint::profiles_named;
-pub use rows::{AuditSink, CollectRows, NoRows, RowKind};
 pub use load::*;
+pub use rows::{AuditSink, CollectRows, NoRows, RowKind};
 
 /// Stack size of every thread that evaluates, validates or parses policies (the server's runtime
 /// workers and blocking pool, the reload thread): Cedar walks a policy's expression tree

@@ -4,8 +4,8 @@
 //! under another policy set, by the same `decide()` the server uses. `policy diff` and
 //! `explain --decision-id` are built on it.
 
-use crate::config::Profile;
 use crate::PolicySnapshot;
+use crate::config::Profile;
 use crate::decide::{SubDecision, decide, workspace_entities};
 use crate::request::{SubRequest, WorkspaceFacts};
 use cedar_policy::Entities;

@@ -431,7 +431,13 @@ pub fn build_requests(
             // that path would make.
             for key in p.expected_versions.keys() {
                 let rel = RelPath::parse(key).map_err(path_error)?;
-                let mut r = sub(Action::READ, rel.as_str(), "", base.clone(), rel.as_str().into());
+                let mut r = sub(
+                    Action::READ,
+                    rel.as_str(),
+                    "",
+                    base.clone(),
+                    rel.as_str().into(),
+                );
                 r.resource_tool = Some("read".into());
                 out.push(r);
             }
@@ -454,7 +460,13 @@ pub fn build_requests(
             // operator's `command_write_paths` and `.git`) are decided when the command starts
             // ([`write_scope_requests`]).
             out.extend(write_scope_requests(&exec, std::slice::from_ref(&exec.cwd)));
-            let mut net = sub(Action::ProcessNetwork, cwd, "", exec.ctx.clone(), exec.summary);
+            let mut net = sub(
+                Action::ProcessNetwork,
+                cwd,
+                "",
+                exec.ctx.clone(),
+                exec.summary,
+            );
             net.gating = false;
             out.push(net);
             out

@@ -4,8 +4,8 @@
 //! results carry policy-id coverage, JSON and JUnit reports, and an export of every resolved
 //! Cedar request in the upstream `cedar run-tests` format.
 
-use crate::config::Profile;
 use crate::PolicySnapshot;
+use crate::config::Profile;
 use crate::decide::{Decision, decide, workspace_entities};
 use crate::explain::{build_cedar_request, entities_json, evaluate};
 use crate::request::{ProcessFacts, Session, SubRequest, WorkspaceFacts, build_requests};
@@ -707,13 +707,12 @@ pub fn run_file_in(
                         if d.allowed() && !confirm_reqs.is_empty() {
                             let c = decide(snap, base, &facts, &tool, &confirm_reqs);
                             let offset = d.subs.len();
-                            d.subs.extend(c.subs.into_iter().map(|s| {
-                                crate::decide::SubDecision {
+                            d.subs
+                                .extend(c.subs.into_iter().map(|s| crate::decide::SubDecision {
                                     index: s.index + offset,
                                     gating: false,
                                     ..s
-                                }
-                            }));
+                                }));
                         }
                         Some(d)
                     }

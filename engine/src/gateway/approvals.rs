@@ -886,11 +886,8 @@ pub fn cli_resolve(
     // One decision, its rows written before the hold changes; entities that cannot be built
     // refuse it with the reason, as everywhere.
     let sink = crate::audit::StoreSink::synchronous(Arc::clone(store), config.redaction.clone());
-    let decider = codespace_policy::Decider::over(
-        Arc::clone(snap),
-        config.profiles.clone(),
-        Arc::new(sink),
-    );
+    let decider =
+        codespace_policy::Decider::over(Arc::clone(snap), config.profiles.clone(), Arc::new(sink));
     let d = decider.decide(snap, &facts, call.tool(), &reqs, &session);
     if !d.allowed() {
         return Err(with_id(d.to_error(snap), id));

@@ -78,8 +78,8 @@ impl Gateway {
             tokio::task::spawn_blocking(move || {
                 decider.probe_uncached(&live, &facts, "read", &reqs, &session)
             })
-                .await
-                .map_err(|e| refuse(format!("decision task: {e}")))?
+            .await
+            .map_err(|e| refuse(format!("decision task: {e}")))?
         };
         let selected = select(&listing, &grouped, &decision);
         let wanted = selected.len();

@@ -14,7 +14,9 @@
 use crate::config::Limits;
 use crate::error::{ErrorCode, ToolError};
 use crate::redact::LiveRedactor;
-use crate::request::{NetTarget, ProcessFacts, Session, SubRequest, WorkspaceFacts, connect_request};
+use crate::request::{
+    NetTarget, ProcessFacts, Session, SubRequest, WorkspaceFacts, connect_request,
+};
 use codespace_policy::Decider;
 use codespace_runner_netproxy::{Name, ProxyLimits, Refusal, Target, Verdict};
 use std::net::{IpAddr, SocketAddr};
@@ -92,7 +94,7 @@ impl Egress {
             })
     }
 
-/// Whether this server has an HTTP listener on `port` (a name on that port may resolve to
+    /// Whether this server has an HTTP listener on `port` (a name on that port may resolve to
     /// it, so the name phase asks both ways).
     fn listens_on(&self, port: u16) -> bool {
         self.listeners

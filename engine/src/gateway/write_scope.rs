@@ -8,9 +8,7 @@ use super::{Gateway, WorkspaceRuntime};
 use crate::error::{ErrorCode, ToolError};
 use crate::policy::PolicySnapshot;
 use crate::policy::decide::Decision;
-use crate::request::{
-    ExecFacts, Session, write_scope_candidates, write_scope_requests,
-};
+use crate::request::{ExecFacts, Session, write_scope_candidates, write_scope_requests};
 use crate::wire::WritePaths;
 use codespace_runner_fs::{Kind, RelPath, Root};
 use std::sync::Arc;

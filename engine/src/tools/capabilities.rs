@@ -69,7 +69,10 @@ impl Authorized<'_> {
         let (ws, session) = (self.ws(), self.session());
         let mut probes: Vec<(&'static str, Vec<SubRequest>)> = Vec::new();
         for path in READ_PROBES {
-            probes.push(("read", vec![path_request(crate::policy::Action::READ, path, "", session)]));
+            probes.push((
+                "read",
+                vec![path_request(crate::policy::Action::READ, path, "", session)],
+            ));
         }
         for tool in [
             crate::policy::Action::FIND,
@@ -81,7 +84,12 @@ impl Authorized<'_> {
         for (path, kind) in WRITE_PROBES {
             probes.push((
                 "write",
-                vec![path_request(crate::policy::Action::APPLY_PATCH, path, kind, session)],
+                vec![path_request(
+                    crate::policy::Action::APPLY_PATCH,
+                    path,
+                    kind,
+                    session,
+                )],
             ));
         }
         for (argv, env) in EXEC_PROBES {

@@ -52,7 +52,12 @@ impl Authorized<'_> {
         }
         let opened_links = crate::links::links_value(Kind::File, out.links);
         if opened_links != 1 {
-            let mut req = path_request(crate::policy::Action::READ, rel.as_str(), "", self.session());
+            let mut req = path_request(
+                crate::policy::Action::READ,
+                rel.as_str(),
+                "",
+                self.session(),
+            );
             req.links = opened_links;
             self.decide_more("read", &[req])?;
         }
