@@ -333,6 +333,21 @@ pub fn check_read_args(p: &crate::wire::ReadParams) -> Result<(), ToolError> {
     }
 }
 
+/// The sub-requests of a call and what the builder parsed on the way, so nothing downstream
+/// parses it again: the typed action, the target paths in request order (a `read`'s paths, the
+/// searched directory, a patch's touched paths, a command's cwd) and the parsed patch.
+#[derive(Debug)]
+pub struct Built {
+    /// The call's own action.
+    pub action: Action,
+    /// The sub-requests.
+    pub reqs: Vec<SubRequest>,
+    /// The paths the call targets, parsed.
+    pub targets: Vec<RelPath>,
+    /// `apply_patch`: the parsed patch.
+    pub patch: Option<codespace_runner_patch::Patch>,
+}
+
 /// Builds the sub-requests of a call. Request-builder failures are errors the caller turns into
 /// refusals (a malformed path is `PATH_ESCAPE`, a malformed patch `INVALID_PATCH`).
 pub fn build_requests(
@@ -340,6 +355,15 @@ pub fn build_requests(
     session: &Session,
     process: Option<&ProcessFacts>,
 ) -> Result<Vec<SubRequest>, ToolError> {
+    build(call, session, process).map(|b| b.reqs)
+}
+
+/// [`build_requests`], with what was parsed on the way.
+pub fn build(
+    call: &ToolCall,
+    session: &Session,
+    process: Option<&ProcessFacts>,
+) -> Result<Built, ToolError> {
     let base = json!({ "session": session_ctx(session) });
     let with = |key: &str, v: Value| {
         let mut c = base.clone();
@@ -349,7 +373,9 @@ pub fn build_requests(
         c
     };
     let tool = Action::Tool(call.name());
-    Ok(match call {
+    let mut targets: Vec<RelPath> = Vec::new();
+    let mut parsed_patch = None;
+    let reqs = match call {
         ToolCall::WorkspaceInfo(_) | ToolCall::OperationStatus(_) => {
             vec![sub(tool, ".", "", base.clone(), ".".into())]
         }
@@ -371,6 +397,7 @@ pub fn build_requests(
                     base.clone(),
                     rel.as_str().into(),
                 ));
+                targets.push(rel);
             }
             out
         }
@@ -380,7 +407,7 @@ pub fn build_requests(
                 Some(path) => RelPath::parse(path).map_err(path_error)?,
                 None => RelPath::root(),
             };
-            vec![sub(
+            let out = vec![sub(
                 tool,
                 rel.as_str(),
                 "",
@@ -390,7 +417,9 @@ pub fn build_requests(
                     (false, true) => format!("glob {glob}"),
                     (false, false) => format!("{} glob {glob}", rel.as_str()),
                 },
-            )]
+            )];
+            targets.push(rel);
+            out
         }
         ToolCall::Grep(p) => {
             // One request on the searched directory; every file is then withheld unless a `read`
@@ -399,13 +428,15 @@ pub fn build_requests(
                 Some(path) => RelPath::parse(path).map_err(path_error)?,
                 None => RelPath::root(),
             };
-            vec![sub(
+            let out = vec![sub(
                 tool,
                 rel.as_str(),
                 "",
                 base.clone(),
                 rel.as_str().into(),
-            )]
+            )];
+            targets.push(rel);
+            out
         }
         ToolCall::FindFiles(_) => vec![sub(tool, ".", "", base.clone(), ".".into())],
         ToolCall::ApplyPatch(p) => {
@@ -425,6 +456,7 @@ pub fn build_requests(
                     ctx.clone(),
                     format!("{kind} {}", rel.as_str()),
                 ));
+                targets.push(rel);
             }
             // Version oracle: a version is only compared (and named in a conflict) for a path the
             // caller may read, so each expected_versions key is also the `read` a later `read` of
@@ -441,6 +473,7 @@ pub fn build_requests(
                 r.resource_tool = Some("read".into());
                 out.push(r);
             }
+            parsed_patch = Some(patch);
             out
         }
         ToolCall::ExecCommand(p) => {
@@ -469,6 +502,7 @@ pub fn build_requests(
             );
             net.gating = false;
             out.push(net);
+            targets.push(exec.cwd);
             out
         }
         ToolCall::ApprovalCreate(p) => {
@@ -540,6 +574,12 @@ pub fn build_requests(
             );
             vec![sub(tool, ".", "", ctx, pf.id.clone())]
         }
+    };
+    Ok(Built {
+        action: tool,
+        reqs,
+        targets,
+        patch: parsed_patch,
     })
 }
 
@@ -734,6 +774,36 @@ pub fn path_request(action: Action, path: &str, kind: &str, session: &Session) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn build_hands_on_the_paths_and_the_patch_it_parsed() {
+        let s = Session::stdio();
+        let read =
+            ToolCall::parse("read", &json!({"workspace_id": "w", "path": "./a//b.txt"})).unwrap();
+        let b = build(&read, &s, None).unwrap();
+        assert_eq!(b.action, Action::READ);
+        assert_eq!(
+            b.targets.iter().map(RelPath::as_str).collect::<Vec<_>>(),
+            ["a/b.txt"]
+        );
+        assert!(b.patch.is_none());
+        let patch = ToolCall::parse(
+            "apply_patch",
+            &json!({"workspace_id": "w", "patch": "*** Begin Patch\n*** Add File: x/y.txt\n+y\n*** End Patch\n"}),
+        )
+        .unwrap();
+        let b = build(&patch, &s, None).unwrap();
+        assert_eq!(b.action, Action::APPLY_PATCH);
+        assert_eq!(
+            b.targets.iter().map(RelPath::as_str).collect::<Vec<_>>(),
+            ["x/y.txt"]
+        );
+        assert_eq!(b.patch.map(|p| p.touched_paths().len()), Some(1));
+        assert_eq!(
+            b.reqs.len(),
+            build_requests(&patch, &s, None).unwrap().len()
+        );
+    }
 
     #[test]
     fn command_facts_prefixes_and_shell() {

@@ -5,10 +5,33 @@
 //! through it and audited by the gateway like the first.
 
 use super::{Gateway, Services, WorkspaceRuntime};
-use crate::policy::PolicySnapshot;
 use crate::policy::decide::Decision;
+use crate::policy::{Action, PolicySnapshot};
 use crate::request::{Session, SubRequest};
+use codespace_runner_fs::RelPath;
 use std::sync::Arc;
+
+/// An allowing decision with what the request builder parsed for it (the typed action, the
+/// target paths, the parsed patch), so a handler need not parse the call again.
+#[derive(Debug)]
+pub(crate) struct Decided {
+    pub(super) decision: Decision,
+    pub(super) action: Action,
+    pub(super) targets: Vec<RelPath>,
+    pub(super) patch: Option<codespace_runner_patch::Patch>,
+}
+
+impl Decided {
+    /// A decision whose requests the gateway built itself (nothing parsed to hand on).
+    pub(super) fn bare(decision: Decision, action: Action) -> Decided {
+        Decided {
+            decision,
+            action,
+            targets: Vec::new(),
+            patch: None,
+        }
+    }
+}
 
 /// A decided call on one workspace. Handlers are its methods (in `crate::tools`); through it
 /// they reach the [`Services`] (by `Deref`), the workspace and the decision, never the gateway.
@@ -18,6 +41,9 @@ pub(crate) struct Authorized<'a> {
     ws: &'a WorkspaceRuntime,
     session: &'a Session,
     decision: Decision,
+    action: Action,
+    targets: Vec<RelPath>,
+    patch: Option<codespace_runner_patch::Patch>,
 }
 
 impl std::ops::Deref for Authorized<'_> {
@@ -34,15 +60,49 @@ impl<'a> Authorized<'a> {
         snap: &'a Arc<PolicySnapshot>,
         ws: &'a WorkspaceRuntime,
         session: &'a Session,
-        decision: Decision,
+        decided: Decided,
     ) -> Authorized<'a> {
+        let Decided {
+            decision,
+            action,
+            targets,
+            patch,
+        } = decided;
         Authorized {
             gateway,
             snap,
             ws,
             session,
             decision,
+            action,
+            targets,
+            patch,
         }
+    }
+
+    /// The call's action, typed.
+    #[allow(dead_code)] // handlers switch to the parsed values when they become free functions
+    pub(crate) fn action(&self) -> Action {
+        self.action
+    }
+
+    /// The call's first target path as the request builder parsed it (a `read`'s path, the
+    /// searched directory, a patch's first touched path, a command's cwd).
+    #[allow(dead_code)] // handlers switch to the parsed values when they become free functions
+    pub(crate) fn target(&self) -> Option<&RelPath> {
+        self.targets.first()
+    }
+
+    /// Every target path the request builder parsed, in request order.
+    #[allow(dead_code)] // handlers switch to the parsed values when they become free functions
+    pub(crate) fn targets(&self) -> &[RelPath] {
+        &self.targets
+    }
+
+    /// `apply_patch`: the patch the request builder parsed.
+    #[allow(dead_code)] // handlers switch to the parsed values when they become free functions
+    pub(crate) fn patch(&self) -> Option<&codespace_runner_patch::Patch> {
+        self.patch.as_ref()
     }
 
     /// The workspace the call was decided on.

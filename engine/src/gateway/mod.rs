@@ -5,14 +5,14 @@ use crate::config::Config;
 use crate::error::{ErrorCode, ToolError};
 use crate::facts::SandboxFacts;
 use crate::lease::Leases;
-use crate::policy::decide::Decision;
 use crate::policy::{PolicySnapshot, PolicyStore};
-use crate::request::{ProcessFacts, Session, WorkspaceFacts, build_requests};
+use crate::request::{ProcessFacts, Session, WorkspaceFacts};
 use crate::wire::ToolCall;
 
 pub mod approvals;
 mod authorized;
 mod explain;
+mod hold_summary;
 mod info;
 mod masks;
 pub mod net;
@@ -21,7 +21,7 @@ pub mod patches;
 mod processes;
 pub mod temp_files;
 mod write_scope;
-pub(crate) use authorized::Authorized;
+pub(crate) use authorized::{Authorized, Decided};
 use codespace_policy::Decider;
 use codespace_runner_fs::Root;
 use codespace_store::Store;
@@ -364,8 +364,13 @@ impl Gateway {
         call: &ToolCall,
         session: &Session,
         process: Option<&ProcessFacts>,
-    ) -> Result<Decision, ToolError> {
-        let mut reqs = build_requests(call, session, process)?;
+    ) -> Result<Decided, ToolError> {
+        let crate::request::Built {
+            action,
+            mut reqs,
+            targets,
+            patch,
+        } = crate::request::build(call, session, process)?;
         crate::links::fill_links_async(&ws.root, &mut reqs).await?;
         // Secrets in a command line never reach the log or the caller's error text; Cedar
         // still decides on the real context.
@@ -378,7 +383,12 @@ impl Gateway {
             .decider
             .decide(snap, &ws.facts, call.tool(), &reqs, session);
         if decision.allowed() {
-            Ok(decision)
+            Ok(Decided {
+                decision,
+                action,
+                targets,
+                patch,
+            })
         } else {
             Err(decision.to_error(snap))
         }
@@ -394,8 +404,8 @@ impl Gateway {
         session: &'a Session,
     ) -> Result<Authorized<'a>, ToolError> {
         let ws = self.workspace(workspace_id)?;
-        let decision = self.authorize(snap, ws, call, session, None).await?;
-        Ok(Authorized::new(self, snap, ws, session, decision))
+        let decided = self.authorize(snap, ws, call, session, None).await?;
+        Ok(Authorized::new(self, snap, ws, session, decided))
     }
 
     /// Decides a call a human may have to confirm (`apply_patch`, `exec_command`): its own
@@ -411,11 +421,11 @@ impl Gateway {
         confirm: bool,
     ) -> Result<Authorized<'a>, ToolError> {
         let ws = self.workspace(workspace_id)?;
-        let decision = self.authorize(snap, ws, call, session, None).await?;
+        let decided = self.authorize(snap, ws, call, session, None).await?;
         if confirm && self.confirm_holds(snap, ws, call, session).await? {
             return Err(self.hold(ws, call, session).await);
         }
-        Ok(Authorized::new(self, snap, ws, session, decision))
+        Ok(Authorized::new(self, snap, ws, session, decided))
     }
 
     /// `read` with `paths`: each path authorized and read exactly as a single `read` of it (its
@@ -508,8 +518,8 @@ impl Gateway {
             }
             ToolCall::OperationStatus(p) => {
                 let (row, ws) = self.operation_target(session, p)?;
-                let decision = self.authorize(&snap, ws, &call, session, None).await?;
-                Authorized::new(self, &snap, ws, session, decision).operation_status(&row)
+                let decided = self.authorize(&snap, ws, &call, session, None).await?;
+                Authorized::new(self, &snap, ws, session, decided).operation_status(&row)
             }
             ToolCall::ApplyPatch(p) => {
                 // A check writes nothing, so it is never held.
@@ -529,7 +539,8 @@ impl Gateway {
             ToolCall::ApprovalResolve(p) => {
                 let (row, ws) = self.served_hold(&p.approval_id)?;
                 let decision = self.decide_resolve(&snap, session, &call, p, &row, ws)?;
-                Authorized::new(self, &snap, ws, session, decision).approval_resolve(p, &row)
+                let decided = Decided::bare(decision, crate::policy::Action::Tool(call.name()));
+                Authorized::new(self, &snap, ws, session, decided).approval_resolve(p, &row)
             }
             ToolCall::OperationResume(p) => self.operation_resume(&snap, session, p).await,
             ToolCall::ExecCommand(p) => {
