@@ -557,3 +557,96 @@ impl Decider {
 
 /// The tool of the egress proxy's decisions.
 const CONNECT: &str = "network_connect";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load::{PolicySource, compile};
+    use crate::request::path_request;
+
+    /// A sink that keeps every batch with its kind.
+    #[derive(Debug, Default)]
+    struct Kinds(Mutex<Vec<(String, usize)>>);
+
+    impl AuditSink for Kinds {
+        fn keeps(&self, _: RowKind<'_>) -> bool {
+            true
+        }
+        fn redact(&self, row: &mut DecisionRow) {
+            row.subject = "[redacted]".into();
+        }
+        fn record(&self, rows: Vec<DecisionRow>, _: &str, kind: RowKind<'_>) {
+            let kind = match kind {
+                RowKind::Call { tool, allowed } => format!("call {tool} {allowed}"),
+                other => format!("{other:?}").to_lowercase(),
+            };
+            self.0.lock().unwrap().push((kind, rows.len()));
+        }
+    }
+
+    fn facts() -> WorkspaceFacts {
+        WorkspaceFacts {
+            id: "w".into(),
+            profile: "read-only".into(),
+            environment: "local".into(),
+            environment_kind: crate::config::EnvironmentKind::Host,
+            sandbox: crate::facts::SandboxFact::Enforced,
+            network_enforcement: crate::facts::NetworkEnforcement::Enforced,
+            network: crate::config::Network::Restricted,
+            approvals: crate::config::Approvals::Off,
+            server_owned: vec![],
+            workspace_sandbox: crate::config::SandboxMode::Required,
+            secret_masking: crate::facts::MaskingFact::Enforced,
+        }
+    }
+
+    #[test]
+    fn every_decision_hands_its_rows_to_the_sink() {
+        let snap = Arc::new(compile(PolicySource::Embedded.read().unwrap()).unwrap());
+        let sink = Arc::new(Kinds::default());
+        let d = Decider::over(
+            Arc::clone(&snap),
+            crate::config::builtin_profiles(),
+            Arc::clone(&sink) as Arc<dyn AuditSink>,
+        );
+        let s = Session::stdio();
+        let read = [path_request(crate::Action::READ, "a.txt", "", &s)];
+        let write = [path_request(
+            crate::Action::APPLY_PATCH,
+            "a.txt",
+            "update",
+            &s,
+        )];
+        assert!(d.decide(&snap, &facts(), "read", &read, &s).allowed());
+        assert!(
+            !d.decide(&snap, &facts(), "apply_patch", &write, &s)
+                .allowed()
+        );
+        // A second identical decision comes from the cache and is audited all the same.
+        assert!(d.decide(&snap, &facts(), "read", &read, &s).allowed());
+        assert!(d.decision_cache_len() > 0);
+        let probe = d.probe(&snap, &facts(), "read", &read, &s);
+        d.audit(&snap, &probe, &facts(), &read, &s);
+        let of = d.probe_uncached(&snap, &facts(), "exec_command", &read, &s);
+        let shaped = d.shaping_rows(&snap, &of, &probe, &facts(), &read, &s);
+        assert_eq!(shaped.len(), 1);
+        assert_eq!(
+            shaped[0].subject, "[redacted]",
+            "shaping rows leave redacted"
+        );
+        assert_eq!(shaped[0].decision_id, of.decision_id);
+        let kinds = sink.0.lock().unwrap().clone();
+        let want: Vec<(String, usize)> = [
+            ("call read true", 1),
+            ("call apply_patch false", 1),
+            ("call read true", 1),
+            ("probe", 1),
+            ("call read true", 1),
+            ("probe", 1),
+        ]
+        .iter()
+        .map(|(k, n)| ((*k).to_string(), *n))
+        .collect();
+        assert_eq!(kinds, want);
+    }
+}
