@@ -7,9 +7,9 @@
 use anyhow::{Context, Result, anyhow};
 use codespace_engine::Config;
 use codespace_engine::policy::decide::SubDecision;
-use codespace_engine::policy::replay::{Flip, RecordedRequest, Replayer};
-use codespace_engine::policy::suite::{case_records, parse_file};
 use codespace_engine::policy::{PolicySnapshot, PolicySource, compile};
+use codespace_policy_tools::replay::{Flip, RecordedRequest, Replayer};
+use codespace_policy_tools::suite::{case_records, parse_file};
 use codespace_store::{DecisionQuery, Store};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;

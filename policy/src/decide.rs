@@ -1,5 +1,6 @@
-//! Cedar evaluation: entities for a workspace, one Operation entity per sub-request, and
-//! `decide()` (private: the crate's [`crate::Decider`] is the only way to it), which never fails: a Cedar deny, any evaluation error or any request-building
+//! Cedar evaluation: entities for a workspace, one Operation entity per sub-request (public:
+//! building entities decides nothing), and `decide()` (private: the crate's [`crate::Decider`] is
+//! the only way to it), which never fails: a Cedar deny, any evaluation error or any request-building
 //! error is a deny with reasons.
 
 use crate::PolicySnapshot;
@@ -17,14 +18,14 @@ use std::time::Instant;
 const NS: &str = "CodeSpace";
 
 /// An entity uid in the CodeSpace namespace.
-pub(crate) fn uid(ty: &str, id: &str) -> Result<EntityUid, String> {
+pub fn uid(ty: &str, id: &str) -> Result<EntityUid, String> {
     let tn = EntityTypeName::from_str(&format!("{NS}::{ty}")).map_err(|e| e.to_string())?;
     Ok(EntityUid::from_type_name_and_id(tn, EntityId::new(id)))
 }
 
 /// The entities every request of a workspace shares: actions, profiles, environment, workspace.
 /// Validated against the schema once; callers cache it per (policy set, workspace).
-pub(crate) fn workspace_entities(
+pub fn workspace_entities(
     snap: &PolicySnapshot,
     profiles: &BTreeMap<String, Profile>,
     facts: &WorkspaceFacts,
@@ -164,7 +165,7 @@ impl Decision {
 }
 
 /// Builds the Operation entity of one sub-request.
-pub(crate) fn operation_entity(
+pub fn operation_entity(
     facts: &WorkspaceFacts,
     tool: &str,
     req: &SubRequest,

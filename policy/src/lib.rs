@@ -1,28 +1,26 @@
 //! Decisions, a floor below the engine: the parsed tool calls and the Cedar request model built
-//! from them, loading and linting the Cedar files, deciding requests, explaining a decision, hot
-//! reload, replaying recorded requests, decision signatures, and the policy test suite runner
-//! with its JUnit report. It depends on Cedar and the runner crates, never on the engine.
+//! from them, loading and linting the Cedar files, deciding requests (the one `Decider`),
+//! explaining a decision, hot reload, recorded requests, decision signatures. The policy test
+//! suite, replay and coverage live in `codespace-policy-tools`. It depends on Cedar and the
+//! runner crates, never on the engine.
 
 #![forbid(unsafe_code)]
 
 pub mod action;
-pub mod alternatives;
 pub mod config;
 pub mod decide;
 pub mod decider;
 pub mod error;
 pub mod explain;
 pub mod facts;
-pub mod junit;
 pub mod lint;
 pub mod load;
+pub mod recorded;
 pub mod reload;
-pub mod replay;
 pub mod request;
 pub mod rows;
 pub mod signature;
 pub mod suggest;
-pub mod suite;
 pub mod tool_table;
 pub mod wire;
 

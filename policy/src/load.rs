@@ -201,7 +201,7 @@ pub struct PolicyMeta {
 }
 
 /// An immutable, validated policy set with its schema and hash.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct PolicySnapshot {
     /// The schema.
     pub schema: Schema,

@@ -5,7 +5,7 @@
 use crate::config::Profile;
 use crate::decide::{Decision, SubDecision};
 use crate::load::PolicySnapshot;
-use crate::replay::RecordedRequest;
+use crate::recorded::RecordedRequest;
 use crate::request::{Session, SubRequest, WorkspaceFacts};
 use codespace_store::DecisionRow;
 use std::collections::BTreeMap;

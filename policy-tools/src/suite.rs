@@ -1,19 +1,23 @@
 //! The policy test runner core: YAML test files whose cases are tool calls (as an MCP host
 //! would send them) on a virtual workspace, decided through the same request builder and
-//! `decide()` the server uses. Cases may be parameterized (`params` + `{{name}}` placeholders);
+//! `Decider` the server uses. Cases may be parameterized (`params` + `{{name}}` placeholders);
 //! results carry policy-id coverage, JSON and JUnit reports, and an export of every resolved
 //! Cedar request in the upstream `cedar run-tests` format.
 
-use crate::PolicySnapshot;
-use crate::config::Profile;
-use crate::decide::{Decision, decide, workspace_entities};
-use crate::explain::{build_cedar_request, entities_json, evaluate};
-use crate::request::{ProcessFacts, Session, SubRequest, WorkspaceFacts, build_requests};
-use crate::wire::{CallParseError, ToolCall};
 use cedar_policy::Decision as CedarDecision;
+use codespace_policy::PolicySnapshot;
+use codespace_policy::config::Profile;
+use codespace_policy::decide::{Decision, workspace_entities};
+use codespace_policy::explain::{build_cedar_request, entities_json, evaluate};
+use codespace_policy::request::{
+    ProcessFacts, Session, SubRequest, WorkspaceFacts, build_requests,
+};
+use codespace_policy::wire::{CallParseError, ToolCall};
+use codespace_policy::{Decider, NoRows};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 /// A test file.
 #[derive(Debug, Deserialize)]
@@ -53,39 +57,39 @@ pub struct Fixture {
     pub profile: String,
     /// Environment kind.
     #[serde(default)]
-    pub environment_kind: crate::config::EnvironmentKind,
+    pub environment_kind: codespace_policy::config::EnvironmentKind,
     /// Can the command sandbox be enforced (default `enforced`).
     #[serde(default = "enforced_sandbox")]
-    pub sandbox: crate::facts::SandboxFact,
+    pub sandbox: codespace_policy::facts::SandboxFact,
     /// Can a command's network be cut off (default `enforced`).
     #[serde(default = "enforced_network")]
-    pub network_enforcement: crate::facts::NetworkEnforcement,
+    pub network_enforcement: codespace_policy::facts::NetworkEnforcement,
     /// The operator's network switch (default `restricted`).
     #[serde(default)]
-    pub network: crate::config::Network,
+    pub network: codespace_policy::config::Network,
     /// The operator's approvals switch (default `off`).
     #[serde(default)]
-    pub approvals: crate::config::Approvals,
+    pub approvals: codespace_policy::config::Approvals,
     /// Server-owned workspace-relative paths.
     #[serde(default)]
     pub server_owned: Vec<String>,
     /// The workspace's own sandbox switch, `resource.workspace.sandbox` (default `required`;
     /// `sandbox` above is the environment's probe result).
     #[serde(default)]
-    pub workspace_sandbox: crate::config::SandboxMode,
+    pub workspace_sandbox: codespace_policy::config::SandboxMode,
     /// `resource.workspace.environment.secret_masking` (default `enforced`).
     #[serde(default = "enforced_masking")]
-    pub secret_masking: crate::facts::MaskingFact,
+    pub secret_masking: codespace_policy::facts::MaskingFact,
 }
 
-fn enforced_sandbox() -> crate::facts::SandboxFact {
-    crate::facts::SandboxFact::Enforced
+fn enforced_sandbox() -> codespace_policy::facts::SandboxFact {
+    codespace_policy::facts::SandboxFact::Enforced
 }
-fn enforced_network() -> crate::facts::NetworkEnforcement {
-    crate::facts::NetworkEnforcement::Enforced
+fn enforced_network() -> codespace_policy::facts::NetworkEnforcement {
+    codespace_policy::facts::NetworkEnforcement::Enforced
 }
-fn enforced_masking() -> crate::facts::MaskingFact {
-    crate::facts::MaskingFact::Enforced
+fn enforced_masking() -> codespace_policy::facts::MaskingFact {
+    codespace_policy::facts::MaskingFact::Enforced
 }
 
 /// The caller of a test file.
@@ -151,9 +155,9 @@ fn case_approval(case: &TestCase, call: &ToolCall, session: &Session, reqs: &mut
         ToolCall::ApprovalResolve(p) => p.decision.as_str(),
         _ => "grant",
     };
-    crate::request::with_approval(
+    codespace_policy::request::with_approval(
         reqs,
-        &crate::request::ApprovalFacts {
+        &codespace_policy::request::ApprovalFacts {
             channel: a.channel.clone(),
             requested_by: a
                 .requested_by
@@ -261,13 +265,13 @@ impl Fixture {
         Fixture {
             id: id.to_string(),
             profile: profile.to_string(),
-            environment_kind: crate::config::EnvironmentKind::Host,
+            environment_kind: codespace_policy::config::EnvironmentKind::Host,
             sandbox: enforced_sandbox(),
             network_enforcement: enforced_network(),
-            network: crate::config::Network::Restricted,
-            approvals: crate::config::Approvals::Off,
+            network: codespace_policy::config::Network::Restricted,
+            approvals: codespace_policy::config::Approvals::Off,
             server_owned: Vec::new(),
-            workspace_sandbox: crate::config::SandboxMode::Required,
+            workspace_sandbox: codespace_policy::config::SandboxMode::Required,
             secret_masking: enforced_masking(),
         }
     }
@@ -292,7 +296,7 @@ impl Fixture {
 
 /// The built-in profiles plus `extra` (`id → extends`).
 pub fn profile_tree(extra: &BTreeMap<String, Option<String>>) -> BTreeMap<String, Profile> {
-    let mut m = crate::config::builtin_profiles();
+    let mut m = codespace_policy::config::builtin_profiles();
     for (id, extends) in extra {
         m.insert(
             id.clone(),
@@ -468,7 +472,7 @@ pub fn run_file_with(
 ) -> Vec<CaseOutcome> {
     run_file_in(
         snap,
-        &crate::config::builtin_profiles(),
+        &codespace_policy::config::builtin_profiles(),
         file_name,
         file,
         opts,
@@ -508,7 +512,7 @@ pub fn file_profiles(
         {
             return Err(format!(
                 "profiles.{id}.extends: unknown profile `{parent}`{}",
-                crate::suggest::hint(parent, tree.keys().map(String::as_str))
+                codespace_policy::suggest::hint(parent, tree.keys().map(String::as_str))
             ));
         }
     }
@@ -516,7 +520,10 @@ pub fn file_profiles(
         return Err(format!(
             "workspace.profile: unknown profile `{}`{}; declare it under `profiles:` or in the config",
             file.workspace.profile,
-            crate::suggest::hint(&file.workspace.profile, tree.keys().map(String::as_str))
+            codespace_policy::suggest::hint(
+                &file.workspace.profile,
+                tree.keys().map(String::as_str)
+            )
         ));
     }
     Ok(tree)
@@ -558,6 +565,8 @@ pub fn run_file_in(
         }
     };
     let base = workspace_entities(snap, &profiles, &facts);
+    // Cases are decided as the server decides them: through a decider (keeping no rows).
+    let decider = Decider::over(Arc::new(snap.clone()), profiles.clone(), Arc::new(NoRows));
     let alts = if opts.alternatives {
         crate::alternatives::alternatives(snap)
     } else {
@@ -643,7 +652,7 @@ pub fn run_file_in(
                             call,
                             Some(ToolCall::ApplyPatch(_) | ToolCall::ExecCommand(_))
                         ) {
-                            crate::request::confirm_requests(&reqs)
+                            codespace_policy::request::confirm_requests(&reqs)
                         } else {
                             Vec::new()
                         };
@@ -701,18 +710,25 @@ pub fn run_file_in(
                                 }
                             }
                         }
-                        let mut d = decide(snap, base, &facts, &tool, &reqs);
+                        let mut d = decider.probe_uncached(snap, &facts, &tool, &reqs, &session);
                         // An allowed patch or command is then asked `confirm` (the server
                         // holds it when a permit matches or evaluation fails).
                         if d.allowed() && !confirm_reqs.is_empty() {
-                            let c = decide(snap, base, &facts, &tool, &confirm_reqs);
+                            let c = decider.probe_uncached(
+                                snap,
+                                &facts,
+                                &tool,
+                                &confirm_reqs,
+                                &session,
+                            );
                             let offset = d.subs.len();
-                            d.subs
-                                .extend(c.subs.into_iter().map(|s| crate::decide::SubDecision {
+                            d.subs.extend(c.subs.into_iter().map(|s| {
+                                codespace_policy::decide::SubDecision {
                                     index: s.index + offset,
                                     gating: false,
                                     ..s
-                                }));
+                                }
+                            }));
                         }
                         Some(d)
                     }
@@ -766,7 +782,7 @@ fn default_scheme() -> String {
 type ParsedCase = (
     String,
     Option<String>,
-    Result<Vec<SubRequest>, crate::error::ToolError>,
+    Result<Vec<SubRequest>, codespace_policy::error::ToolError>,
     Option<ToolCall>,
 );
 
@@ -799,14 +815,15 @@ fn connect_case(
         env_names: Vec::new(),
         background: false,
     };
-    let target = crate::request::NetTarget {
+    let target = codespace_policy::request::NetTarget {
         host: args.host.to_ascii_lowercase(),
         port: args.port,
         scheme: args.scheme,
         ip_class: args.ip_class,
         server_owned: args.server_owned,
     };
-    let req = crate::request::connect_request(session, process.unwrap_or(&fallback), &target);
+    let req =
+        codespace_policy::request::connect_request(session, process.unwrap_or(&fallback), &target);
     Ok(("network_connect".into(), None, Ok(vec![req]), None))
 }
 
@@ -1099,7 +1116,7 @@ fn check(snap: &PolicySnapshot, case: &TestCase, d: &Decision, failures: &mut Ve
 /// (`allow` / `deny`), naming what determined it when it differs.
 fn expect_sub(
     snap: &PolicySnapshot,
-    found: Option<&crate::decide::SubDecision>,
+    found: Option<&codespace_policy::decide::SubDecision>,
     want: &str,
     what: &str,
     failures: &mut Vec<String>,
@@ -1129,16 +1146,19 @@ fn expect_sub(
 
 /// The `process_write` requests of a case's `write_paths` (each path normalized).
 fn write_case_requests(
-    p: &crate::wire::ExecCommandParams,
+    p: &codespace_policy::wire::ExecCommandParams,
     session: &Session,
     paths: &BTreeMap<String, String>,
 ) -> Result<Vec<SubRequest>, String> {
-    let exec = crate::request::exec_facts(p, session).map_err(|e| e.message)?;
+    let exec = codespace_policy::request::exec_facts(p, session).map_err(|e| e.message)?;
     let candidates = paths
         .keys()
         .map(|k| codespace_runner_fs::RelPath::parse(k).map_err(|e| format!("`{k}`: {e}")))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(crate::request::write_scope_requests(&exec, &candidates))
+    Ok(codespace_policy::request::write_scope_requests(
+        &exec,
+        &candidates,
+    ))
 }
 
 /// A `tools/call` that cannot be parsed, in the contract's terms: an unknown tool is
@@ -1147,7 +1167,7 @@ pub fn call_error_text(name: &str, e: &CallParseError) -> String {
     match e {
         CallParseError::UnknownTool(t) => format!(
             "tool not found: `{t}`{}",
-            crate::suggest::hint(t, crate::tool_table::tool_names())
+            codespace_policy::suggest::hint(t, codespace_policy::tool_table::tool_names())
         ),
         CallParseError::InvalidArguments(m) => {
             format!("INVALID_ARGUMENTS: invalid arguments for {name}: {m}")
@@ -1162,7 +1182,7 @@ pub fn case_records(
     base_profiles: &BTreeMap<String, Profile>,
     file_name: &str,
     file: &TestFile,
-) -> Result<Vec<(String, crate::replay::RecordedRequest)>, String> {
+) -> Result<Vec<(String, codespace_policy::recorded::RecordedRequest)>, String> {
     let profiles = file_profiles(base_profiles, file)?;
     let facts = file.workspace.facts();
     let session = file
@@ -1192,13 +1212,18 @@ pub fn case_records(
         case_approval(&case, &call, &session, &mut reqs);
         // The `confirm` requests the server asks beside an allowed patch or command.
         if matches!(call, ToolCall::ApplyPatch(_) | ToolCall::ExecCommand(_)) {
-            let confirm = crate::request::confirm_requests(&reqs);
+            let confirm = codespace_policy::request::confirm_requests(&reqs);
             reqs.extend(confirm);
         }
         for req in &reqs {
             out.push((
                 format!("{file_name} :: {}", case.name),
-                crate::replay::RecordedRequest::new(&profiles, &facts, call.tool(), req),
+                codespace_policy::recorded::RecordedRequest::new(
+                    &profiles,
+                    &facts,
+                    call.tool(),
+                    req,
+                ),
             ));
         }
     }
