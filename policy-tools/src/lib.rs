@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod alternatives;
+pub mod cases;
 pub mod junit;
 pub mod replay;
 pub mod suite;

@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod action;
+pub mod command_facts;
 pub mod config;
 pub mod decide;
 pub mod decider;
@@ -15,6 +16,7 @@ pub mod explain;
 pub mod facts;
 pub mod lint;
 pub mod load;
+pub mod read_args;
 pub mod recorded;
 pub mod reload;
 pub mod request;

@@ -2,7 +2,9 @@
 //! alone (no disk, no clock), so the server and the policy test runner build identical requests.
 
 use crate::action::Action;
+pub use crate::command_facts::command_facts;
 use crate::error::{ErrorCode, ToolError};
+pub use crate::read_args::check_read_args;
 use crate::wire::ToolCall;
 use codespace_runner_fs::RelPath;
 use serde_json::{Value, json};
@@ -200,54 +202,6 @@ pub fn connect_request(
     r
 }
 
-/// The shells whose `-c` makes a command `via_shell`.
-const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ksh", "fish", "busybox"];
-
-/// Quotes one argv word for display.
-fn shell_quote(w: &str) -> String {
-    if !w.is_empty()
-        && w.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
-    {
-        w.to_string()
-    } else {
-        format!("'{}'", w.replace('\'', "'\\''"))
-    }
-}
-
-/// The `context.command` record of an argv.
-pub fn command_facts(argv: &[String], tty: bool) -> Value {
-    let program = argv
-        .first()
-        .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
-        .unwrap_or_default();
-    let line = argv
-        .iter()
-        .map(|w| shell_quote(w))
-        .collect::<Vec<_>>()
-        .join(" ");
-    let mut words: Vec<String> = Vec::new();
-    words.push(program.clone());
-    words.extend(argv.iter().skip(1).take(2).cloned());
-    let prefixes: Vec<String> = (1..=words.len())
-        .map(|n| words.iter().take(n).cloned().collect::<Vec<_>>().join(" "))
-        .collect();
-    let via_shell = SHELLS.contains(&program.as_str())
-        && argv
-            .iter()
-            .skip(1)
-            .any(|a| a.starts_with('-') && !a.starts_with("--") && a.contains('c'));
-    json!({
-        "program": program,
-        "line": line,
-        "prefixes": prefixes,
-        "via_shell": via_shell,
-        "tty": tty,
-        "env_names": [],
-        "background": false,
-    })
-}
-
 /// Brings a context recorded by an older build up to the current schema: commands recorded
 /// before `env_names` existed had no variables.
 pub fn upgrade_recorded_context(ctx: &mut Value) {
@@ -297,40 +251,6 @@ fn process_command_facts(pf: &ProcessFacts) -> Value {
         m.insert("background".into(), json!(pf.background));
     }
     cmd
-}
-
-/// The argument rules of `read` (`INVALID_ARGUMENTS`): exactly one of `path`/`paths`, at most
-/// [`READ_MAX_PATHS`] paths, `head_lines`/`tail_lines` positive and exclusive with each other and
-/// with `offset`/`limit`.
-pub fn check_read_args(p: &crate::wire::ReadParams) -> Result<(), ToolError> {
-    use crate::wire::READ_MAX_PATHS;
-    let bad = |m: String| Err(ToolError::new(ErrorCode::InvalidArguments, m));
-    match &p.paths {
-        Some(_) if p.path.is_some() => {
-            return bad("`path` and `paths` are exclusive: send one".into());
-        }
-        Some(list) if list.is_empty() => return bad("`paths` must name at least one path".into()),
-        Some(list) if list.len() > READ_MAX_PATHS => {
-            return bad(format!(
-                "`paths` names {} paths; at most {READ_MAX_PATHS}",
-                list.len()
-            ));
-        }
-        None if p.path.is_none() => return bad("`path` (or `paths`) is required".into()),
-        _ => {}
-    }
-    let lines = match (p.head_lines, p.tail_lines) {
-        (Some(_), Some(_)) => return bad("`head_lines` and `tail_lines` are exclusive".into()),
-        (Some(n), None) | (None, Some(n)) => Some(n),
-        (None, None) => None,
-    };
-    match lines {
-        Some(0) => bad("`head_lines`/`tail_lines` must be at least 1".into()),
-        Some(_) if p.offset.is_some() || p.limit.is_some() => {
-            bad("`head_lines`/`tail_lines` are exclusive with `offset`/`limit`".into())
-        }
-        _ => Ok(()),
-    }
 }
 
 /// The sub-requests of a call and what the builder parsed on the way, so nothing downstream
