@@ -9,7 +9,7 @@
     clippy::indexing_slicing
 )]
 
-use codespace_engine::policy::decide::{decide, workspace_entities};
+use codespace_engine::policy::{Decider, NoRows};
 use codespace_engine::request::{Session, WorkspaceFacts, path_request};
 use codespace_engine::{Config, Gateway, PolicySource, PolicyStore, SandboxFacts, ToolCall};
 use serde_json::json;
@@ -71,12 +71,21 @@ fn main() {
         workspace_sandbox: codespace_engine::config::SandboxMode::Required,
         secret_masking: codespace_engine::facts::MaskingFact::Enforced,
     };
-    let base = workspace_entities(&snap, &gw.config().profiles, &facts).unwrap();
-    let req = [path_request("read", "src/main.rs", "", &session)];
+    let decider = Decider::over(
+        Arc::clone(&snap),
+        gw.config().profiles.clone(),
+        Arc::new(NoRows),
+    );
+    let req = [path_request(
+        codespace_engine::policy::Action::READ,
+        "src/main.rs",
+        "",
+        &session,
+    )];
     let mut lat = Vec::new();
     for _ in 0..20_000 {
         let t = Instant::now();
-        let d = decide(&snap, &base, &facts, "read", &req);
+        let d = decider.probe_uncached(&snap, &facts, "read", &req, &session);
         lat.push(t.elapsed());
         assert!(d.allowed());
     }

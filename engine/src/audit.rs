@@ -84,3 +84,98 @@ pub(crate) fn flush(store: &Store) {
 pub(crate) fn stop(store: &Store) {
     blocking_section(|| store.stop_audit_writer());
 }
+
+/// The engine's audit sink: the store and the operator's live redactor. Call rows of allowed
+/// mutations are written ahead; connection and withheld-entry rows are queued; probes write
+/// nothing. Without a store it keeps nothing.
+#[derive(Debug)]
+pub(crate) struct StoreSink {
+    store: Option<Arc<Store>>,
+    redaction: crate::redact::LiveRedactor,
+    /// Append and wait for every batch (the operator CLI, which has no writer running).
+    synchronous: bool,
+}
+
+impl StoreSink {
+    /// A sink over `store` (queued through its audit writer).
+    pub(crate) fn new(store: Option<Arc<Store>>, redaction: crate::redact::LiveRedactor) -> Self {
+        StoreSink {
+            store,
+            redaction,
+            synchronous: false,
+        }
+    }
+
+    /// A sink that appends each batch and waits until it is written.
+    pub(crate) fn synchronous(store: Arc<Store>, redaction: crate::redact::LiveRedactor) -> Self {
+        StoreSink {
+            store: Some(store),
+            redaction,
+            synchronous: true,
+        }
+    }
+}
+
+/// Redacts the texts of one row: its subject, errors, reason, and the recorded request's context
+/// strings and subject.
+fn redact_row(r: &crate::redact::Redactor, row: &mut DecisionRow) {
+    if let std::borrow::Cow::Owned(s) = r.text(&row.subject) {
+        row.subject = s;
+    }
+    for e in &mut row.errors {
+        if let std::borrow::Cow::Owned(s) = r.text(e) {
+            *e = s;
+        }
+    }
+    if let Some(reason) = &mut row.reason
+        && let std::borrow::Cow::Owned(s) = r.text(reason)
+    {
+        *reason = s;
+    }
+    if let Some(v) = &mut row.request {
+        if let Some(ctx) = v.pointer_mut("/request/context") {
+            r.json(ctx);
+        }
+        if let Some(serde_json::Value::String(s)) = v.pointer_mut("/request/subject")
+            && let std::borrow::Cow::Owned(red) = r.text(s)
+        {
+            *s = red;
+        }
+    }
+}
+
+impl codespace_policy::AuditSink for StoreSink {
+    fn keeps(&self, kind: codespace_policy::RowKind<'_>) -> bool {
+        self.store.is_some() && kind != codespace_policy::RowKind::Probe
+    }
+
+    fn redact(&self, row: &mut DecisionRow) {
+        redact_row(&self.redaction.current(), row);
+    }
+
+    fn record(
+        &self,
+        mut rows: Vec<DecisionRow>,
+        decision_id: &str,
+        kind: codespace_policy::RowKind<'_>,
+    ) {
+        use codespace_policy::RowKind;
+        let Some(store) = &self.store else { return };
+        if kind == RowKind::Probe {
+            return;
+        }
+        let redactor = self.redaction.current();
+        for row in &mut rows {
+            redact_row(&redactor, row);
+        }
+        if self.synchronous {
+            if let Err(e) = store.append_decisions(rows).and_then(|t| t.wait()) {
+                tracing::error!(error = %e, decision_id, "cannot record the decision");
+            }
+            return;
+        }
+        let write_ahead =
+            matches!(kind, RowKind::Call { tool, allowed } if allowed && writes_ahead(tool));
+        append(store, rows, decision_id, write_ahead);
+    }
+}

@@ -7,8 +7,6 @@
 mod audit;
 pub mod config;
 mod dispatch;
-pub mod error;
-pub mod facts;
 mod fence_dirs;
 mod file_versions;
 pub mod gateway;
@@ -19,19 +17,19 @@ pub mod lease;
 pub mod links;
 mod mask_cache;
 mod masks;
-pub mod policy;
 mod processes;
 pub mod redact;
-pub mod request;
 pub mod retention;
 pub mod server_files;
 pub mod shown;
-pub mod suggest;
-pub mod tool_table;
 pub mod toolchains;
 pub mod tools;
 pub mod versions;
-pub mod wire;
+
+// The request model, the parsed calls and the policy store live in `codespace-policy`; their
+// old paths stay valid.
+pub use codespace_policy as policy;
+pub use codespace_policy::{error, facts, request, suggest, tool_table, wire};
 
 pub use config::Config;
 pub use error::{ErrorCode, ToolError};

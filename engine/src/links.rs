@@ -97,7 +97,7 @@ mod tests {
         let reqs = || -> Vec<SubRequest> {
             paths
                 .iter()
-                .map(|p| crate::request::path_request("read", p, "", &session))
+                .map(|p| crate::request::path_request(crate::policy::Action::READ, p, "", &session))
                 .collect()
         };
         let mut blocking = reqs();

@@ -308,7 +308,7 @@ fn resolve(
     out: &mut impl Write,
 ) -> Result<ExitCode> {
     let cfg = config_of(loc)?;
-    let store = open_store(loc, &cfg)?;
+    let store = std::sync::Arc::new(open_store(loc, &cfg)?);
     let source = match &cfg.policies_dir {
         None => PolicySource::Embedded,
         Some(p) => PolicySource::Dir {

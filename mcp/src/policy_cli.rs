@@ -4,14 +4,14 @@
 use anyhow::{Context, Result, anyhow};
 use codespace_engine::config::Profile;
 use codespace_engine::policy::explain::{explain_call, render_text, to_json};
-use codespace_engine::policy::junit::report_junit;
-use codespace_engine::policy::suite::{
-    CaseResult, Coverage, Fixture, Gates, RunOptions, TestFile, TestProcess, call_error_text,
-    parse_file, profile_tree, report_json, run_file_in,
-};
 use codespace_engine::policy::{PolicySnapshot, PolicySource, compile};
 use codespace_engine::request::ProcessFacts;
 use codespace_engine::{Config, Gateway, PolicyStore, SandboxFacts, Session, ToolCall};
+use codespace_policy_tools::junit::report_junit;
+use codespace_policy_tools::suite::{
+    CaseResult, Coverage, Fixture, Gates, RunOptions, TestFile, TestProcess, call_error_text,
+    parse_file, profile_tree, report_json, run_file_in,
+};
 use codespace_store::{DecisionQuery, Store};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -654,7 +654,7 @@ fn explain_logged(
         let Some(rec) = r
             .request
             .as_ref()
-            .map(codespace_engine::policy::replay::RecordedRequest::from_json)
+            .map(codespace_engine::policy::recorded::RecordedRequest::from_json)
             .transpose()
             .map_err(|e| anyhow!(e))?
         else {
@@ -1073,6 +1073,7 @@ pub fn start_reloader(
     let opts = codespace_engine::policy::reload::ReloadOptions {
         tests_dir,
         profiles: Some(profiles.clone()),
+        test_gate: Some(codespace_policy_tools::reload_gate),
         ..Default::default()
     };
     Ok(codespace_engine::policy::reload::Reloader::start(

@@ -7,9 +7,9 @@
 use anyhow::{Context, Result, anyhow};
 use codespace_engine::Config;
 use codespace_engine::policy::decide::SubDecision;
-use codespace_engine::policy::replay::{Flip, RecordedRequest, Replayer};
-use codespace_engine::policy::suite::{case_records, parse_file};
 use codespace_engine::policy::{PolicySnapshot, PolicySource, compile};
+use codespace_policy_tools::replay::{Flip, RecordedRequest, Replayer};
+use codespace_policy_tools::suite::{case_records, parse_file};
 use codespace_store::{DecisionQuery, Store};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -250,13 +250,13 @@ pub fn diff(
                 pair
             }
         };
-        let Some(flip) = Flip::of(&rec.request.action, b.allowed, a.allowed) else {
+        let Some(flip) = Flip::of(rec.request.action.as_str(), b.allowed, a.allowed) else {
             continue;
         };
         let key = GroupKey {
             flip,
             tool: rec.tool.clone(),
-            action: rec.request.action.clone(),
+            action: rec.request.action.to_string(),
             policies: changed_policies(&b, &a),
         };
         groups.entry(key).or_default().push(Replayed {

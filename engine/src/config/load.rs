@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::limits::Limits;
-use super::profiles::{self, builtin_profiles};
+use super::profiles;
+use codespace_policy::config::builtin_profiles;
 use super::raw::RawConfig;
-use super::switches::{
-    Approvals, EnvironmentKind, LeaseScope, Network, SandboxMode, SecretMasking,
-};
+use super::switches::{LeaseScope, SecretMasking};
+use codespace_policy::config::{Approvals, EnvironmentKind, Network, SandboxMode};
 use super::validate::{
     canonical_root, command_env, command_path, command_write_paths, default_command_write_paths,
     io_reason, read_paths,

@@ -23,10 +23,13 @@ pub use limits::{
     DEFAULT_MAX_HASH_BYTES, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_PATCH_FILE_BYTES,
     DEFAULT_MAX_SESSIONS_PER_CLIENT, Limits,
 };
-pub use profiles::{BUILTIN_PROFILES, Profile, builtin_profiles};
+pub use codespace_policy::config::{
+    Approvals, BUILTIN_PROFILES, EnvironmentKind, Network, Profile, SandboxMode, builtin_profiles,
+    is_env_name,
+};
 pub use raw::json_schema;
-pub use switches::{Approvals, EnvironmentKind, LeaseScope, Network, SandboxMode, SecretMasking};
-pub use validate::{MAX_COMMAND_WRITE_PATHS, default_command_write_paths, io_reason, is_env_name};
+pub use switches::{LeaseScope, SecretMasking};
+pub use validate::{MAX_COMMAND_WRITE_PATHS, default_command_write_paths, io_reason};
 
 /// The id of the implicit local host environment.
 pub const LOCAL_ENVIRONMENT: &str = "local";

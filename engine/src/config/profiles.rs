@@ -6,10 +6,7 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 
 use super::error::ConfigError;
-
-/// The built-in profiles and their parents.
-pub const BUILTIN_PROFILES: &[(&str, Option<&str>)] =
-    &[("read-only", None), ("workspace-write", Some("read-only"))];
+use codespace_policy::config::{BUILTIN_PROFILES, Profile, builtin_profiles};
 
 /// An operator-written permission profile.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -22,34 +19,6 @@ pub(super) struct RawProfile {
     /// Free text shown to operators.
     #[serde(default)]
     pub(super) description: Option<String>,
-}
-
-/// A permission profile (built-in or operator-written).
-#[derive(Debug, Clone)]
-pub struct Profile {
-    /// Its id.
-    pub id: String,
-    /// The profile it extends (its Cedar entity parent).
-    pub extends: Option<String>,
-    /// Free text.
-    pub description: Option<String>,
-}
-
-/// The built-in profiles (`read-only`, and `workspace-write` extending it).
-pub fn builtin_profiles() -> BTreeMap<String, Profile> {
-    BUILTIN_PROFILES
-        .iter()
-        .map(|(id, parent)| {
-            (
-                (*id).to_string(),
-                Profile {
-                    id: (*id).to_string(),
-                    extends: parent.map(str::to_string),
-                    description: None,
-                },
-            )
-        })
-        .collect()
 }
 
 /// The built-in profiles and the operator's: no built-in redefined, ids Cedar can quote, every

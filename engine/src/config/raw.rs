@@ -7,9 +7,8 @@ use std::path::PathBuf;
 
 use super::limits::Limits;
 use super::profiles::RawProfile;
-use super::switches::{
-    Approvals, EnvironmentKind, LeaseScope, Network, SandboxMode, SecretMasking,
-};
+use super::switches::{LeaseScope, SecretMasking};
+use codespace_policy::config::{Approvals, EnvironmentKind, Network, SandboxMode};
 
 /// The operator config file (JSON). Every field is optional except at least one workspace.
 #[derive(Debug, Deserialize, JsonSchema)]

@@ -1,6 +1,7 @@
 //! Checks of single config fields: workspace roots, read paths, command `path` and `env`, the
 //! command write paths; each error names the field in the operator's words.
 
+use codespace_policy::config::is_env_name;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -146,17 +147,6 @@ pub(super) fn read_paths(
         out.insert(name, canon);
     }
     Ok(out)
-}
-
-/// Whether `name` is a valid environment variable name: a letter or `_`, then letters, digits
-/// and `_` (the portable shell rule), at most 256 bytes.
-pub fn is_env_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    name.len() <= 256
-        && chars
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// Validates operator `path` entries: absolute, no `:` (the `PATH` separator), no NUL.

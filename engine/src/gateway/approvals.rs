@@ -8,12 +8,11 @@
 use crate::config::Config;
 use crate::error::{ErrorCode, ToolError};
 use crate::gateway::ops::fingerprint;
-use crate::gateway::{Audit, Gateway, Services, WorkspaceRuntime};
+use crate::gateway::{Gateway, Services, WorkspaceRuntime};
 use crate::policy::PolicySnapshot;
-use crate::policy::decide::decide;
 use crate::request::{
-    ApprovalFacts, Session, SubRequest, WorkspaceFacts, build_requests, command_facts,
-    confirm_requests, with_approval,
+    ApprovalFacts, Session, SubRequest, WorkspaceFacts, build_requests, confirm_requests,
+    with_approval,
 };
 use crate::wire::{
     ApplyPatchParams, ApplyPatchResult, ApprovalCreateParams, ApprovalDecision,
@@ -24,7 +23,7 @@ use codespace_runner_fs::RelPath;
 use codespace_store::{ApprovalRow, ApprovalState, Resolution, Store};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The call `approval_create` asks a hold for, parsed: a malformed one is INVALID_ARGUMENTS,
 /// whatever its workspace.
@@ -135,108 +134,7 @@ pub(crate) fn wire_state(state: ApprovalState) -> &'static str {
     state.shown().as_str()
 }
 
-/// How many characters of a command line a summary keeps (then a `… [cut: N more chars]`
-/// marker; `codespace approvals show` prints the whole line).
-pub const SUMMARY_LINE_CHARS: usize = 500;
-
-/// A short, redacted summary a human decides on: the command line (cut at
-/// [`SUMMARY_LINE_CHARS`], with a marker), or the files a patch touches with their +/- line
-/// counts. Control characters are kept; printers escape them ([`crate::shown::escape`]).
-pub fn summary(config: &Config, workspace: &str, args: &ToolCall) -> String {
-    match args {
-        ToolCall::ExecCommand(p) => {
-            let facts = command_facts(&p.command, p.tty.unwrap_or(false));
-            let line = config
-                .redaction
-                .text(facts.get("line").and_then(Value::as_str).unwrap_or(""))
-                .into_owned();
-            let line = crate::shown::cut(&line, SUMMARY_LINE_CHARS);
-            format!("exec_command in {workspace}: {line}")
-        }
-        ToolCall::ApplyPatch(p) => config
-            .redaction
-            .text(&format!(
-                "apply_patch in {workspace}: {}",
-                patch_summary(&p.patch)
-            ))
-            .into_owned(),
-        other => format!("{} in {workspace}", other.tool()),
-    }
-}
-
-/// What a person sees of a held command beside its summary, as `(label, text)` pairs, redacted
-/// but not yet escaped: its working directory, `tty`, `background`, and every `env` entry as
-/// `NAME=value` with the value through the redactor. Empty for a patch.
-pub fn held_details(config: &Config, tool: &str, args: &Value) -> Vec<(String, String)> {
-    let Ok(ToolCall::ExecCommand(p)) = ToolCall::parse(tool, args) else {
-        return Vec::new();
-    };
-    let mut out = vec![
-        (
-            "cwd".to_string(),
-            config
-                .redaction
-                .text(p.cwd.as_deref().unwrap_or("."))
-                .into_owned(),
-        ),
-        ("tty".to_string(), p.tty.unwrap_or(false).to_string()),
-        (
-            "background".to_string(),
-            p.background.unwrap_or(false).to_string(),
-        ),
-    ];
-    for (name, value) in p.env.iter().flatten() {
-        out.push(("env".to_string(), env_entry(config, name, value)));
-    }
-    out
-}
-
-/// `NAME=value` of a held `env` entry, the value through the redactor (with the name beside
-/// it, so `DB_PASSWORD=…`-style rules apply).
-pub fn env_entry(config: &Config, name: &str, value: &str) -> String {
-    config
-        .redaction
-        .text(&format!("{name}={value}"))
-        .into_owned()
-}
-
-/// `update src/a.rs (+3 -1), add b.txt (+2 -0)` from a V4A patch's text.
-fn patch_summary(patch: &str) -> String {
-    let mut files: Vec<(String, String, u64, u64)> = Vec::new();
-    for line in patch.lines() {
-        let header = [
-            ("*** Add File: ", "add"),
-            ("*** Update File: ", "update"),
-            ("*** Delete File: ", "delete"),
-        ]
-        .iter()
-        .find_map(|(p, k)| line.strip_prefix(p).map(|rest| (*k, rest.trim())));
-        if let Some((kind, path)) = header {
-            files.push((kind.to_string(), path.to_string(), 0, 0));
-        } else if let Some(to) = line.strip_prefix("*** Move to: ") {
-            if let Some(last) = files.last_mut() {
-                last.0 = "move".into();
-                last.1 = format!("{} -> {}", last.1, to.trim());
-            }
-        } else if line.starts_with("***") {
-            continue;
-        } else if let Some(last) = files.last_mut() {
-            if line.starts_with('+') {
-                last.2 += 1;
-            } else if line.starts_with('-') {
-                last.3 += 1;
-            }
-        }
-    }
-    if files.is_empty() {
-        return "(no files)".into();
-    }
-    files
-        .iter()
-        .map(|(k, p, a, d)| format!("{k} {p} (+{a} -{d})"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
+pub use super::hold_summary::{SUMMARY_LINE_CHARS, env_entry, held_details, summary};
 
 /// Parses a hold's stored arguments back into the held call.
 fn held_call(tool: &str, args: &Value) -> Result<ToolCall, ToolError> {
@@ -380,10 +278,12 @@ impl Gateway {
         if confirm.is_empty() {
             return Ok(false);
         }
-        let d = self.decide_reqs(snap, &ws.facts, call.tool(), &confirm, session, Audit::None);
+        let d = self
+            .decider
+            .probe(snap, &ws.facts, call.tool(), &confirm, session);
         let held = d.subs.iter().any(|s| s.allowed || !s.errors.is_empty());
         if held {
-            self.audit_decision(snap, &d, &ws.facts, &confirm, session);
+            self.decider.audit(snap, &d, &ws.facts, &confirm, session);
         }
         Ok(held)
     }
@@ -457,7 +357,9 @@ impl Gateway {
                 decision: p.decision.as_str().into(),
             },
         );
-        let d = self.decide_reqs(snap, &ws.facts, call.tool(), &reqs, session, Audit::All);
+        let d = self
+            .decider
+            .decide(snap, &ws.facts, call.tool(), &reqs, session);
         if d.allowed() {
             Ok(d)
         } else if row.requested_by != session.client {
@@ -493,7 +395,9 @@ impl Gateway {
                 decision: "grant".into(),
             },
         );
-        let d = self.decide_reqs(snap, &ws.facts, call.tool(), &reqs, session, Audit::All);
+        let d = self
+            .decider
+            .decide(snap, &ws.facts, call.tool(), &reqs, session);
         if !d.allowed() {
             return Err(with_id(d.to_error(snap), id));
         }
@@ -615,7 +519,9 @@ impl Gateway {
                 decision: decision.as_str().into(),
             },
         );
-        let d = self.decide_reqs(snap, &ws.facts, call.tool(), &reqs, session, Audit::All);
+        let d = self
+            .decider
+            .decide(snap, &ws.facts, call.tool(), &reqs, session);
         if !d.allowed() {
             return Err(with_id(d.to_error(snap), id));
         }
@@ -877,8 +783,8 @@ pub(crate) fn resolve_in_store(
 /// decision, then the same state change the tool makes.
 pub fn cli_resolve(
     config: &Config,
-    snap: &PolicySnapshot,
-    store: &Store,
+    snap: &Arc<PolicySnapshot>,
+    store: &Arc<Store>,
     id: &str,
     decision: ApprovalDecision,
     operator: &str,
@@ -914,13 +820,12 @@ pub fn cli_resolve(
             decision: decision.as_str().into(),
         },
     );
-    let ents = crate::policy::decide::workspace_entities(snap, &config.profiles, &facts)
-        .map_err(|e| ToolError::new(ErrorCode::Internal, format!("entities: {e}")))?;
-    let d = decide(snap, &ents, &facts, call.tool(), &reqs);
-    let rows = crate::gateway::decision_rows(config, snap, &d, &facts, &reqs, &session);
-    if let Err(e) = store.append_decisions(rows).and_then(|t| t.wait()) {
-        tracing::error!(error = %e, "cannot record the approval decision");
-    }
+    // One decision, its rows written before the hold changes; entities that cannot be built
+    // refuse it with the reason, as everywhere.
+    let sink = crate::audit::StoreSink::synchronous(Arc::clone(store), config.redaction.clone());
+    let decider =
+        codespace_policy::Decider::over(Arc::clone(snap), config.profiles.clone(), Arc::new(sink));
+    let d = decider.decide(snap, &facts, call.tool(), &reqs, &session);
     if !d.allowed() {
         return Err(with_id(d.to_error(snap), id));
     }

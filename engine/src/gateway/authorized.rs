@@ -4,11 +4,34 @@
 //! re-decided with the opened file's link count, the per-entry filter of a listing) are asked
 //! through it and audited by the gateway like the first.
 
-use super::{Audit, Gateway, Services, WorkspaceRuntime};
-use crate::policy::PolicySnapshot;
+use super::{Gateway, Services, WorkspaceRuntime};
 use crate::policy::decide::Decision;
+use crate::policy::{Action, PolicySnapshot};
 use crate::request::{Session, SubRequest};
+use codespace_runner_fs::RelPath;
 use std::sync::Arc;
+
+/// An allowing decision with what the request builder parsed for it (the typed action, the
+/// target paths, the parsed patch), so a handler need not parse the call again.
+#[derive(Debug)]
+pub(crate) struct Decided {
+    pub(super) decision: Decision,
+    pub(super) action: Action,
+    pub(super) targets: Vec<RelPath>,
+    pub(super) patch: Option<codespace_runner_patch::Patch>,
+}
+
+impl Decided {
+    /// A decision whose requests the gateway built itself (nothing parsed to hand on).
+    pub(super) fn bare(decision: Decision, action: Action) -> Decided {
+        Decided {
+            decision,
+            action,
+            targets: Vec::new(),
+            patch: None,
+        }
+    }
+}
 
 /// A decided call on one workspace. Handlers are its methods (in `crate::tools`); through it
 /// they reach the [`Services`] (by `Deref`), the workspace and the decision, never the gateway.
@@ -18,6 +41,9 @@ pub(crate) struct Authorized<'a> {
     ws: &'a WorkspaceRuntime,
     session: &'a Session,
     decision: Decision,
+    action: Action,
+    targets: Vec<RelPath>,
+    patch: Option<codespace_runner_patch::Patch>,
 }
 
 impl std::ops::Deref for Authorized<'_> {
@@ -34,15 +60,49 @@ impl<'a> Authorized<'a> {
         snap: &'a Arc<PolicySnapshot>,
         ws: &'a WorkspaceRuntime,
         session: &'a Session,
-        decision: Decision,
+        decided: Decided,
     ) -> Authorized<'a> {
+        let Decided {
+            decision,
+            action,
+            targets,
+            patch,
+        } = decided;
         Authorized {
             gateway,
             snap,
             ws,
             session,
             decision,
+            action,
+            targets,
+            patch,
         }
+    }
+
+    /// The call's action, typed.
+    #[allow(dead_code)] // handlers switch to the parsed values when they become free functions
+    pub(crate) fn action(&self) -> Action {
+        self.action
+    }
+
+    /// The call's first target path as the request builder parsed it (a `read`'s path, the
+    /// searched directory, a patch's first touched path, a command's cwd).
+    #[allow(dead_code)] // handlers switch to the parsed values when they become free functions
+    pub(crate) fn target(&self) -> Option<&RelPath> {
+        self.targets.first()
+    }
+
+    /// Every target path the request builder parsed, in request order.
+    #[allow(dead_code)] // handlers switch to the parsed values when they become free functions
+    pub(crate) fn targets(&self) -> &[RelPath] {
+        &self.targets
+    }
+
+    /// `apply_patch`: the patch the request builder parsed.
+    #[allow(dead_code)] // handlers switch to the parsed values when they become free functions
+    pub(crate) fn patch(&self) -> Option<&codespace_runner_patch::Patch> {
+        self.patch.as_ref()
     }
 
     /// The workspace the call was decided on.
@@ -71,14 +131,10 @@ impl<'a> Authorized<'a> {
         tool: &str,
         reqs: &[SubRequest],
     ) -> Result<Decision, crate::ToolError> {
-        let d = self.gateway.decide_reqs(
-            self.snap,
-            &self.ws.facts,
-            tool,
-            reqs,
-            self.session,
-            Audit::All,
-        );
+        let d = self
+            .gateway
+            .decider
+            .decide(self.snap, &self.ws.facts, tool, reqs, self.session);
         if d.allowed() {
             Ok(d)
         } else {
@@ -89,30 +145,31 @@ impl<'a> Authorized<'a> {
     /// Further decisions of this call that write no audit row: probes whose answers are
     /// reported, not acted on, and listings that audit only what they withhold.
     pub(crate) fn decide_quietly(&self, tool: &str, reqs: &[SubRequest]) -> Decision {
-        self.gateway.decide_reqs(
-            self.snap,
-            &self.ws.facts,
-            tool,
-            reqs,
-            self.session,
-            Audit::None,
-        )
+        self.gateway
+            .decider
+            .probe(self.snap, &self.ws.facts, tool, reqs, self.session)
     }
 
     /// The decision-signature plan of the call's policy snapshot.
     pub(crate) fn signature_plan(&self) -> Arc<crate::policy::signature::SignaturePlan> {
-        self.gateway.signature_plan(self.snap)
+        self.gateway.decider.signature_plan(self.snap)
     }
 
-    /// Audit rows for entries a listing withheld (see [`Gateway::audit_withheld`]).
+    /// Audit rows for entries a listing withheld (see [`codespace_policy::Decider::audit_withheld`]).
     pub(crate) fn audit_withheld(
         &self,
         d: &Decision,
         reqs: &[SubRequest],
         paths: &[(String, usize)],
     ) {
-        self.gateway
-            .audit_withheld(self.snap, d, &self.ws.facts, reqs, paths, self.session);
+        self.gateway.decider.audit_withheld(
+            self.snap,
+            d,
+            &self.ws.facts,
+            reqs,
+            paths,
+            self.session,
+        );
     }
 }
 
@@ -179,14 +236,12 @@ impl Authorized<'_> {
         tool: &'static str,
         reqs: Vec<SubRequest>,
     ) -> Result<Decision, crate::ToolError> {
-        let base = self
-            .gateway
-            .entities(self.snap, &self.ws.facts)
-            .unwrap_or_else(|_| cedar_policy::Entities::empty());
+        let decider = Arc::clone(&self.gateway.decider);
         let snap = Arc::clone(self.snap);
         let facts = self.ws.facts.clone();
+        let session = self.session.clone();
         tokio::task::spawn_blocking(move || {
-            crate::policy::decide::decide(&snap, &base, &facts, tool, &reqs)
+            decider.probe_uncached(&snap, &facts, tool, &reqs, &session)
         })
         .await
         .map_err(|e| {

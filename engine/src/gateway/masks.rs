@@ -2,14 +2,14 @@
 //! workspace policy withholds from `read` (one evaluation per decision signature, cached per
 //! policy set, listing generation and caller), and the audit rows of the masks a command got.
 
-use super::{Audit, Gateway, Services, WorkspaceRuntime};
+use super::{Gateway, Services, WorkspaceRuntime};
 use crate::error::ToolError;
 use crate::mask_cache::Mask;
 use crate::masks::{
     INLINE_DECISIONS, MAX_MASKS, check_complete, coalesce, group, refuse, select, unlisted_note,
 };
 use crate::policy::PolicySnapshot;
-use crate::policy::decide::{Decision, decide};
+use crate::policy::decide::Decision;
 use crate::request::{Session, SubRequest, path_request};
 use codespace_store::DecisionRow;
 use std::sync::Arc;
@@ -49,7 +49,7 @@ impl Gateway {
         let grouped = match cache.grouped(&snap.sha256, listing.generation) {
             Some(g) => g,
             None => {
-                let plan = self.signature_plan(snap);
+                let plan = self.decider.signature_plan(snap);
                 let facts = ws.facts.clone();
                 let l = Arc::clone(&listing);
                 let g = tokio::task::spawn_blocking(move || {
@@ -65,20 +65,21 @@ impl Gateway {
             .reps
             .iter()
             .filter_map(|&i| listing.entries.get(i as usize))
-            .map(|e| path_request("read", &e.path, "", session))
+            .map(|e| path_request(crate::policy::Action::READ, &e.path, "", session))
             .collect();
         let live = self.policy().snapshot();
         let decision = if reqs.len() <= INLINE_DECISIONS || live.sha256 != snap.sha256 {
-            self.decide_reqs(snap, &ws.facts, "read", &reqs, session, Audit::None)
+            self.decider.probe(snap, &ws.facts, "read", &reqs, session)
         } else {
             // Paths the policy set tells apart one by one: evaluate them off the async workers.
-            let base = self
-                .entities(snap, &ws.facts)
-                .unwrap_or_else(|_| cedar_policy::Entities::empty());
+            let decider = Arc::clone(&self.decider);
             let facts = ws.facts.clone();
-            tokio::task::spawn_blocking(move || decide(&live, &base, &facts, "read", &reqs))
-                .await
-                .map_err(|e| refuse(format!("decision task: {e}")))?
+            let session = session.clone();
+            tokio::task::spawn_blocking(move || {
+                decider.probe_uncached(&live, &facts, "read", &reqs, &session)
+            })
+            .await
+            .map_err(|e| refuse(format!("decision task: {e}")))?
         };
         let selected = select(&listing, &grouped, &decision);
         let wanted = selected.len();

@@ -5,14 +5,14 @@ use crate::config::Config;
 use crate::error::{ErrorCode, ToolError};
 use crate::facts::SandboxFacts;
 use crate::lease::Leases;
-use crate::policy::decide::{Decision, decide, workspace_entities};
 use crate::policy::{PolicySnapshot, PolicyStore};
-use crate::request::{ProcessFacts, Session, SubRequest, WorkspaceFacts, build_requests};
+use crate::request::{ProcessFacts, Session, WorkspaceFacts};
 use crate::wire::ToolCall;
 
 pub mod approvals;
 mod authorized;
 mod explain;
+mod hold_summary;
 mod info;
 mod masks;
 pub mod net;
@@ -21,12 +21,12 @@ pub mod patches;
 mod processes;
 pub mod temp_files;
 mod write_scope;
-pub(crate) use authorized::Authorized;
-use cedar_policy::Entities;
+pub(crate) use authorized::{Authorized, Decided};
+use codespace_policy::Decider;
 use codespace_runner_fs::Root;
-use codespace_store::{DecisionRow, Store};
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use codespace_store::Store;
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -43,15 +43,6 @@ pub enum StartError {
     /// A path commands may read or write reaches the store.
     #[error("{0}")]
     StoreReachable(String),
-}
-
-/// Which rows of a decision go to the audit log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Audit {
-    /// Every sub-request.
-    All,
-    /// None (the caller logs what matters itself).
-    None,
 }
 
 /// One registered workspace at run time.
@@ -85,7 +76,7 @@ pub struct Services {
     /// File reads off the async workers, versions cached by file identity.
     pub(crate) file_versions: Arc<crate::file_versions::FileVersions>,
     /// `network: proxy`: what every process's egress-proxy decider shares.
-    pub(crate) net: Arc<crate::gateway::net::NetState>,
+    pub(crate) net: Arc<crate::gateway::net::Egress>,
 }
 
 /// The gateway: the one place that resolves a call's target, decides it and audits it. Tool
@@ -95,9 +86,8 @@ pub struct Gateway {
     svc: Services,
     pub(crate) policy: Arc<PolicyStore>,
     pub(crate) workspaces: BTreeMap<String, WorkspaceRuntime>,
-    entity_cache: Mutex<HashMap<String, (String, Entities)>>,
-    signatures: Mutex<Option<(String, Arc<crate::policy::signature::SignaturePlan>)>>,
-    decision_cache: Mutex<DecisionCache>,
+    /// The one way to a decision (shared with the egress proxy).
+    decider: Arc<Decider>,
 }
 
 impl std::ops::Deref for Gateway {
@@ -106,148 +96,6 @@ impl std::ops::Deref for Gateway {
         &self.svc
     }
 }
-
-/// What every audit row of one call shares.
-#[derive(Clone, Copy)]
-pub(crate) struct RowContext<'a> {
-    pub(crate) snap: &'a PolicySnapshot,
-    pub(crate) facts: &'a WorkspaceFacts,
-    pub(crate) session: &'a Session,
-    pub(crate) at_ms: i64,
-}
-
-impl<'a> RowContext<'a> {
-    /// The shared part of the rows of a decision made now.
-    pub(crate) fn now(
-        snap: &'a PolicySnapshot,
-        facts: &'a WorkspaceFacts,
-        session: &'a Session,
-    ) -> RowContext<'a> {
-        RowContext {
-            snap,
-            facts,
-            session,
-            at_ms: codespace_store::now_ms(),
-        }
-    }
-}
-
-/// The audit row of one sub-decision, with its recorded (redacted) request. The profiles and the
-/// redactor are the operator's (the gateway's config, or the copies the egress proxy holds).
-pub(crate) fn row_of(
-    profiles: &BTreeMap<String, crate::config::Profile>,
-    redact: &crate::redact::Redactor,
-    at: &RowContext<'_>,
-    d: &Decision,
-    sub: &crate::policy::decide::SubDecision,
-    req: Option<&SubRequest>,
-) -> DecisionRow {
-    let RowContext {
-        snap,
-        facts,
-        session,
-        at_ms,
-    } = *at;
-    let request = req.map(|r| {
-        crate::policy::replay::RecordedRequest::new(profiles, facts, &d.tool, r).to_json(redact)
-    });
-    DecisionRow {
-        decision_id: d.decision_id.clone(),
-        at_ms,
-        policy_set_sha256: d.policy_sha256.clone(),
-        profile: d.profile.clone(),
-        workspace: d.workspace.clone(),
-        tool: d.tool.clone(),
-        action: sub.action.clone(),
-        sub_index: i64::try_from(sub.index).unwrap_or(i64::MAX),
-        subject: redact.text(&sub.subject).into_owned(),
-        client: Some(session.client.clone()),
-        transport: Some(session.transport.clone()),
-        decision: if sub.allowed { "allow" } else { "deny" }.into(),
-        policy_ids: sub.policy_ids.clone(),
-        errors: sub
-            .errors
-            .iter()
-            .map(|e| redact.text(e).into_owned())
-            .collect(),
-        default_deny: sub.default_deny,
-        duration_us: i64::try_from(sub.duration_us).unwrap_or(i64::MAX),
-        request,
-        path: req.map(|r| r.path.clone()),
-        kind: req.map(|r| r.kind.clone()).filter(|k| !k.is_empty()),
-        reason: Some(redact.text(&sub.reason_text(snap, &d.profile)).into_owned()),
-        shadow_decision: None,
-        shadow_policy_ids: None,
-        seq: 0,
-    }
-}
-
-/// The audit rows of every sub-decision of `d`, each with the shadow set's answer beside it when
-/// there is one.
-pub(crate) fn rows_with_shadow(
-    profiles: &BTreeMap<String, crate::config::Profile>,
-    redact: &crate::redact::Redactor,
-    at: &RowContext<'_>,
-    d: &Decision,
-    shadow: Option<&Decision>,
-    reqs: &[SubRequest],
-) -> Vec<DecisionRow> {
-    d.subs
-        .iter()
-        .map(|s| {
-            let mut row = row_of(profiles, redact, at, d, s, reqs.get(s.index));
-            if let Some(sh) = shadow.and_then(|sh| sh.subs.get(s.index)) {
-                row.shadow_decision = Some(if sh.allowed { "allow" } else { "deny" }.into());
-                row.shadow_policy_ids = Some(sh.policy_ids.clone());
-            }
-            row
-        })
-        .collect()
-}
-
-/// The audit rows of a decision made outside a gateway (the operator CLI).
-pub(crate) fn decision_rows(
-    config: &Config,
-    snap: &PolicySnapshot,
-    d: &Decision,
-    facts: &WorkspaceFacts,
-    reqs: &[SubRequest],
-    session: &Session,
-) -> Vec<DecisionRow> {
-    let at = RowContext::now(snap, facts, session);
-    d.subs
-        .iter()
-        .map(|s| {
-            row_of(
-                &config.profiles,
-                &config.redaction.current(),
-                &at,
-                d,
-                s,
-                reqs.get(s.index),
-            )
-        })
-        .collect()
-}
-
-/// A cached error-free sub-decision.
-#[derive(Debug, Clone)]
-struct CachedDecision {
-    allowed: bool,
-    policy_ids: Vec<String>,
-    default_deny: bool,
-}
-
-/// The cached sub-decisions of one policy set: entries of a superseded set can never hit again, so
-/// caching under a new set drops them.
-#[derive(Debug, Default)]
-struct DecisionCache {
-    set: String,
-    entries: HashMap<String, CachedDecision>,
-}
-
-/// Entries kept in the decision cache before it is cleared.
-const DECISION_CACHE_MAX: usize = 100_000;
 
 /// The identity of a workspace root: `"<st_dev>:<st_ino>"` of the opened root directory.
 fn root_id(root: &Root) -> Result<String, String> {
@@ -349,10 +197,17 @@ impl Gateway {
         if let Some(store) = &store {
             crate::audit::start_writer(store);
         }
-        let net = Arc::new(crate::gateway::net::NetState::new(
+        let sink = Arc::new(crate::audit::StoreSink::new(
+            store.clone(),
+            config.redaction.clone(),
+        ));
+        let decider = Arc::new(Decider::new(
             Arc::clone(&policy),
             config.profiles.clone(),
-            store.clone(),
+            sink,
+        ));
+        let net = Arc::new(crate::gateway::net::Egress::new(
+            Arc::clone(&decider),
             config.redaction.clone(),
             &config.limits,
         ));
@@ -372,9 +227,7 @@ impl Gateway {
             },
             policy,
             workspaces,
-            entity_cache: Mutex::new(HashMap::new()),
-            signatures: Mutex::new(None),
-            decision_cache: Mutex::new(DecisionCache::default()),
+            decider,
         })
     }
 
@@ -497,310 +350,10 @@ impl Gateway {
         })
     }
 
-    /// The workspace's shared entities under `snap` (cached per policy-set hash).
-    pub(crate) fn entities(
-        &self,
-        snap: &PolicySnapshot,
-        facts: &WorkspaceFacts,
-    ) -> Result<Entities, String> {
-        if let Ok(cache) = self.entity_cache.lock()
-            && let Some((_, ents)) = [facts.id.clone(), format!("{}\0shadow", facts.id)]
-                .iter()
-                .filter_map(|k| cache.get(k))
-                .find(|(sha, _)| *sha == snap.sha256)
-        {
-            return Ok(ents.clone());
-        }
-        let ents = workspace_entities(snap, &self.config.profiles, facts)?;
-        // The shadow set has its own slot, so live and shadow decisions do not evict each other.
-        let key = match self.policy.shadow() {
-            Some(sh) if sh.sha256 == snap.sha256 => format!("{}\0shadow", facts.id),
-            _ => facts.id.clone(),
-        };
-        if let Ok(mut cache) = self.entity_cache.lock() {
-            cache.insert(key, (snap.sha256.clone(), ents.clone()));
-        }
-        Ok(ents)
-    }
-
-    /// Decides `reqs` for a workspace under the current snapshot, and writes the audit rows
-    /// that `audit` asks for.
-    pub(crate) fn decide_reqs(
-        &self,
-        snap: &PolicySnapshot,
-        facts: &WorkspaceFacts,
-        tool: &str,
-        reqs: &[SubRequest],
-        session: &Session,
-        audit: Audit,
-    ) -> Decision {
-        let decision = self.decide_cached(snap, facts, tool, reqs);
-        match audit {
-            Audit::All => {
-                let shadow = self.shadow_decision(facts, tool, reqs);
-                self.audit(snap, &decision, shadow.as_ref(), facts, reqs, session);
-            }
-            Audit::None => {}
-        }
-        decision
-    }
-
-    /// The decision of the shadow set (`policies/shadow/`) on the same requests, when one is
-    /// loaded: logged beside the live one, never enforced.
-    pub(crate) fn shadow_decision(
-        &self,
-        facts: &WorkspaceFacts,
-        tool: &str,
-        reqs: &[SubRequest],
-    ) -> Option<Decision> {
-        let shadow = self.policy.shadow()?;
-        Some(self.decide_cached(&shadow, facts, tool, reqs))
-    }
-
-    /// The audit row of one sub-decision, with its recorded (redacted) request.
-    fn audit_row(
-        &self,
-        at: &RowContext<'_>,
-        d: &Decision,
-        sub: &crate::policy::decide::SubDecision,
-        req: Option<&SubRequest>,
-    ) -> DecisionRow {
-        row_of(
-            &self.config.profiles,
-            &self.config.redaction.current(),
-            at,
-            d,
-            sub,
-            req,
-        )
-    }
-
-    /// Writes the rows of a decision made with [`Audit::None`] (with the shadow set's answer).
-    pub(crate) fn audit_decision(
-        &self,
-        snap: &PolicySnapshot,
-        d: &Decision,
-        facts: &WorkspaceFacts,
-        reqs: &[SubRequest],
-        session: &Session,
-    ) {
-        let shadow = self.shadow_decision(facts, &d.tool, reqs);
-        self.audit(snap, d, shadow.as_ref(), facts, reqs, session);
-    }
-
-    /// `decide()` behind a cache of error-free sub-decisions. The key holds everything a
-    /// decision can depend on: the policy-set hash, the workspace (its entities are fixed for
-    /// the gateway's life), the tool, the action, the patch kind, the whole context, and the
-    /// path's decision signature (see [`crate::policy::signature`]); a set whose signature is
-    /// uncacheable is never cached. Decisions with evaluation errors are never cached, and neither
-    /// are those about a process (their context names the process, so no other call can share
-    /// them). The cache holds one policy set's entries.
-    fn decide_cached(
-        &self,
-        snap: &PolicySnapshot,
-        facts: &WorkspaceFacts,
-        tool: &str,
-        reqs: &[SubRequest],
-    ) -> Decision {
-        let plan = self.signature_plan(snap);
-        let keys: Vec<Option<String>> = reqs
-            .iter()
-            .map(|r| {
-                let tool = r.resource_tool.as_deref().unwrap_or(tool);
-                plan.key(&r.path, facts.is_server_owned(&r.path), r.links)
-                    .filter(|_| r.context.get("process").is_none())
-                    .map(|sig| {
-                        format!(
-                            "{}\0{}\0{tool}\0{}\0{}\0{}\0{sig}",
-                            snap.sha256, facts.id, r.action, r.kind, r.context
-                        )
-                    })
-            })
-            .collect();
-        // Hits from the cache; misses are decided in one batch.
-        let hits: Vec<Option<CachedDecision>> = match self.decision_cache.lock() {
-            Ok(cache) => keys
-                .iter()
-                .map(|k| k.as_ref().and_then(|k| cache.entries.get(k).cloned()))
-                .collect(),
-            Err(_) => vec![None; reqs.len()],
-        };
-        let miss_reqs: Vec<SubRequest> = reqs
-            .iter()
-            .zip(&hits)
-            .filter(|(_, h)| h.is_none())
-            .map(|(r, _)| r.clone())
-            .collect();
-        // The workspace's entities are only needed when something must be evaluated; when they
-        // cannot be built, every miss is refused with the reason.
-        let mut d = if miss_reqs.is_empty() {
-            decide(snap, &Entities::empty(), facts, tool, &[])
-        } else {
-            match self.entities(snap, facts) {
-                Ok(base) => decide(snap, &base, facts, tool, &miss_reqs),
-                Err(e) => {
-                    let mut d = decide(snap, &Entities::empty(), facts, tool, &[]);
-                    d.subs = miss_reqs
-                        .iter()
-                        .enumerate()
-                        .map(|(i, r)| {
-                            crate::policy::decide::SubDecision::refused(
-                                i,
-                                r,
-                                format!("entities: {e}"),
-                            )
-                        })
-                        .collect();
-                    d
-                }
-            }
-        };
-        let mut fresh = std::mem::take(&mut d.subs).into_iter();
-        let mut subs = Vec::with_capacity(reqs.len());
-        let mut to_cache: Vec<(String, CachedDecision)> = Vec::new();
-        for (index, ((r, key), hit)) in reqs.iter().zip(&keys).zip(hits).enumerate() {
-            let sub = match hit {
-                Some(h) => crate::policy::decide::SubDecision {
-                    index,
-                    action: r.action.clone(),
-                    subject: r.subject.clone(),
-                    allowed: h.allowed,
-                    gating: r.gating,
-                    policy_ids: h.policy_ids,
-                    errors: Vec::new(),
-                    default_deny: h.default_deny,
-                    duration_us: 0,
-                },
-                None => match fresh.next() {
-                    Some(sub) => {
-                        if let Some(k) = key
-                            && sub.errors.is_empty()
-                        {
-                            to_cache.push((
-                                k.clone(),
-                                CachedDecision {
-                                    allowed: sub.allowed,
-                                    policy_ids: sub.policy_ids.clone(),
-                                    default_deny: sub.default_deny,
-                                },
-                            ));
-                        }
-                        crate::policy::decide::SubDecision { index, ..sub }
-                    }
-                    None => crate::policy::decide::SubDecision::refused(
-                        index,
-                        r,
-                        "no decision was made".into(),
-                    ),
-                },
-            };
-            subs.push(sub);
-        }
-        if !to_cache.is_empty()
-            && let Ok(mut cache) = self.decision_cache.lock()
-        {
-            if cache.set != snap.sha256 || cache.entries.len() + to_cache.len() > DECISION_CACHE_MAX
-            {
-                cache.entries.clear();
-                cache.set.clone_from(&snap.sha256);
-            }
-            cache.entries.extend(to_cache);
-        }
-        d.subs = subs;
-        d
-    }
-
     /// Entries in the decision cache (for tests of its bounds).
     #[doc(hidden)]
     pub fn decision_cache_len(&self) -> usize {
-        self.decision_cache
-            .lock()
-            .map_or(0, |cache| cache.entries.len())
-    }
-
-    /// The decision-signature plan of a snapshot (cached per policy-set hash).
-    pub(crate) fn signature_plan(
-        &self,
-        snap: &PolicySnapshot,
-    ) -> Arc<crate::policy::signature::SignaturePlan> {
-        if let Ok(g) = self.signatures.lock()
-            && let Some((sha, plan)) = g.as_ref()
-            && *sha == snap.sha256
-        {
-            return Arc::clone(plan);
-        }
-        let plan = Arc::new(crate::policy::signature::SignaturePlan::analyse(&snap.set));
-        if let Ok(mut g) = self.signatures.lock() {
-            *g = Some((snap.sha256.clone(), Arc::clone(&plan)));
-        }
-        plan
-    }
-
-    /// Audit rows for entries a `find` withheld: one row per withheld path, carrying the
-    /// decision of its signature's sub-request and the `read` request of that path.
-    pub(crate) fn audit_withheld(
-        &self,
-        snap: &PolicySnapshot,
-        d: &Decision,
-        facts: &WorkspaceFacts,
-        reqs: &[SubRequest],
-        paths: &[(String, usize)],
-        session: &Session,
-    ) {
-        let Some(store) = &self.store else { return };
-        if paths.is_empty() {
-            return;
-        }
-        let shadow = self.shadow_decision(facts, &d.tool, reqs);
-        let at = RowContext::now(snap, facts, session);
-        let rows: Vec<DecisionRow> = paths
-            .iter()
-            .enumerate()
-            .filter_map(|(i, (p, slot))| d.subs.get(*slot).map(|sub| (i, p, slot, sub)))
-            .map(|(i, p, slot, sub)| {
-                let req = crate::request::path_request("read", p, "", session);
-                let sub = crate::policy::decide::SubDecision {
-                    index: i,
-                    action: "read".into(),
-                    subject: p.clone(),
-                    ..sub.clone()
-                };
-                let mut row = self.audit_row(&at, d, &sub, Some(&req));
-                if let Some(sh) = shadow.as_ref().and_then(|sh| sh.subs.get(*slot)) {
-                    row.shadow_decision = Some(if sh.allowed { "allow" } else { "deny" }.into());
-                    row.shadow_policy_ids = Some(sh.policy_ids.clone());
-                }
-                row
-            })
-            .collect();
-        crate::audit::append(store, rows, &d.decision_id, false);
-    }
-
-    /// Writes decision rows (every sub-request, capability requests included), with the
-    /// shadow set's answer beside each when there is one. A store failure is logged and never
-    /// turns a deny into an allow.
-    fn audit(
-        &self,
-        snap: &PolicySnapshot,
-        d: &Decision,
-        shadow: Option<&Decision>,
-        facts: &WorkspaceFacts,
-        reqs: &[SubRequest],
-        session: &Session,
-    ) {
-        let Some(store) = &self.store else { return };
-        let at = RowContext::now(snap, facts, session);
-        let rows = rows_with_shadow(
-            &self.config.profiles,
-            &self.config.redaction.current(),
-            &at,
-            d,
-            shadow,
-            reqs,
-        );
-        // Allowed mutations are written ahead of the runner; everything else is group-committed.
-        let write_ahead = d.allowed() && crate::audit::writes_ahead(&d.tool);
-        crate::audit::append(store, rows, &d.decision_id, write_ahead);
+        self.decider.decision_cache_len()
     }
 
     /// Builds and decides the requests of a call on a workspace; `Err` is the refusal.
@@ -811,8 +364,13 @@ impl Gateway {
         call: &ToolCall,
         session: &Session,
         process: Option<&ProcessFacts>,
-    ) -> Result<Decision, ToolError> {
-        let mut reqs = build_requests(call, session, process)?;
+    ) -> Result<Decided, ToolError> {
+        let crate::request::Built {
+            action,
+            mut reqs,
+            targets,
+            patch,
+        } = crate::request::build(call, session, process)?;
         crate::links::fill_links_async(&ws.root, &mut reqs).await?;
         // Secrets in a command line never reach the log or the caller's error text; Cedar
         // still decides on the real context.
@@ -821,9 +379,16 @@ impl Gateway {
                 r.subject = red;
             }
         }
-        let decision = self.decide_reqs(snap, &ws.facts, call.tool(), &reqs, session, Audit::All);
+        let decision = self
+            .decider
+            .decide(snap, &ws.facts, call.tool(), &reqs, session);
         if decision.allowed() {
-            Ok(decision)
+            Ok(Decided {
+                decision,
+                action,
+                targets,
+                patch,
+            })
         } else {
             Err(decision.to_error(snap))
         }
@@ -839,8 +404,8 @@ impl Gateway {
         session: &'a Session,
     ) -> Result<Authorized<'a>, ToolError> {
         let ws = self.workspace(workspace_id)?;
-        let decision = self.authorize(snap, ws, call, session, None).await?;
-        Ok(Authorized::new(self, snap, ws, session, decision))
+        let decided = self.authorize(snap, ws, call, session, None).await?;
+        Ok(Authorized::new(self, snap, ws, session, decided))
     }
 
     /// Resolves the caller's operation `operation_status` names and decides the call on its
@@ -868,7 +433,8 @@ impl Gateway {
     ) -> Result<(Authorized<'a>, codespace_store::ApprovalRow), ToolError> {
         let (row, ws) = self.served_hold(&p.approval_id)?;
         let decision = self.decide_resolve(snap, session, call, p, &row, ws)?;
-        Ok((Authorized::new(self, snap, ws, session, decision), row))
+        let decided = Decided::bare(decision, crate::policy::Action::Tool(call.name()));
+        Ok((Authorized::new(self, snap, ws, session, decided), row))
     }
 
     /// `workspace_info` without a workspace under `snap` (nothing is decided: it names none).
@@ -889,10 +455,10 @@ impl Gateway {
         confirm: bool,
     ) -> Result<Authorized<'a>, ToolError> {
         let ws = self.workspace(workspace_id)?;
-        let decision = self.authorize(snap, ws, call, session, None).await?;
+        let decided = self.authorize(snap, ws, call, session, None).await?;
         if confirm && self.confirm_holds(snap, ws, call, session).await? {
             return Err(self.hold(ws, call, session).await);
         }
-        Ok(Authorized::new(self, snap, ws, session, decision))
+        Ok(Authorized::new(self, snap, ws, session, decided))
     }
 }

@@ -11,18 +11,14 @@
 //! the policies that refused every class, or the default deny). Otherwise the name is looked up and the connection decided on
 //! its address as before; a name that does not resolve is audited as a refusal too.
 
-use crate::config::{Limits, Profile};
+use crate::config::Limits;
 use crate::error::{ErrorCode, ToolError};
-use crate::policy::decide::{Decision, SubDecision, decide, workspace_entities};
-use crate::policy::{PolicySnapshot, PolicyStore};
 use crate::redact::LiveRedactor;
 use crate::request::{
     NetTarget, ProcessFacts, Session, SubRequest, WorkspaceFacts, connect_request,
 };
-use cedar_policy::Entities;
-use codespace_runner_netproxy::{Decider, Name, ProxyLimits, Refusal, Target, Verdict};
-use codespace_store::Store;
-use std::collections::{BTreeMap, HashMap};
+use codespace_policy::Decider;
+use codespace_runner_netproxy::{Name, ProxyLimits, Refusal, Target, Verdict};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
@@ -32,40 +28,43 @@ pub fn proxy_address() -> String {
     format!("127.0.0.1:{}", codespace_runner_sandbox::PROXY_PORT)
 }
 
-/// What every process's decider shares: the policy store, the profile tree, the store, the
-/// redactor, this server's own HTTP listener and the proxy limits.
+/// What every process's egress proxy shares: the one [`Decider`], the redactor of error texts,
+/// this server's own HTTP listeners and the proxy limits. It decides nothing itself.
 #[derive(Debug)]
-pub(crate) struct NetState {
-    policy: Arc<PolicyStore>,
-    profiles: BTreeMap<String, Profile>,
-    store: Option<Arc<Store>>,
+pub(crate) struct Egress {
+    decider: Arc<Decider>,
     redaction: LiveRedactor,
     listeners: Mutex<Vec<SocketAddr>>,
-    entities: Mutex<HashMap<String, (String, Entities)>>,
     pub(crate) limits: ProxyLimits,
 }
 
-impl NetState {
-    pub(crate) fn new(
-        policy: Arc<PolicyStore>,
-        profiles: BTreeMap<String, Profile>,
-        store: Option<Arc<Store>>,
-        redaction: LiveRedactor,
-        limits: &Limits,
-    ) -> NetState {
-        NetState {
-            policy,
-            profiles,
-            store,
+impl Egress {
+    pub(crate) fn new(decider: Arc<Decider>, redaction: LiveRedactor, limits: &Limits) -> Egress {
+        Egress {
+            decider,
             redaction,
             listeners: Mutex::new(Vec::new()),
-            entities: Mutex::new(HashMap::new()),
             limits: ProxyLimits {
                 max_connections: limits.proxy_max_connections_per_process,
                 idle_timeout: Duration::from_millis(limits.proxy_idle_timeout_ms),
                 ..ProxyLimits::default()
             },
         }
+    }
+
+    /// The proxy's decider for one process of `facts`' workspace started by `session` (its
+    /// process facts are set once it is spawned).
+    pub(crate) fn process_decider(
+        self: &Arc<Self>,
+        facts: &WorkspaceFacts,
+        session: &Session,
+    ) -> Arc<ProcessDecider> {
+        Arc::new(ProcessDecider {
+            net: Arc::clone(self),
+            facts: facts.clone(),
+            session: session.clone(),
+            process: OnceLock::new(),
+        })
     }
 
     /// Records an HTTP listener of this server: connections to it are `server_owned`.
@@ -95,154 +94,6 @@ impl NetState {
             })
     }
 
-    fn entities(&self, snap: &PolicySnapshot, facts: &WorkspaceFacts) -> Result<Entities, String> {
-        let mut cache = self.entities.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((sha, e)) = cache.get(&facts.id)
-            && *sha == snap.sha256
-        {
-            return Ok(e.clone());
-        }
-        let e = workspace_entities(snap, &self.profiles, facts)?;
-        cache.insert(facts.id.clone(), (snap.sha256.clone(), e.clone()));
-        Ok(e)
-    }
-
-    /// Decides one connection request under the live set (and the shadow set, logged only),
-    /// and writes its audit row.
-    pub(crate) fn decide(
-        &self,
-        facts: &WorkspaceFacts,
-        session: &Session,
-        req: SubRequest,
-    ) -> (Arc<PolicySnapshot>, Decision) {
-        let snap = self.policy.snapshot();
-        let reqs = [req];
-        let decision = self.evaluate(&snap, facts, &reqs);
-        let shadow = self.policy.shadow().map(|sh| {
-            let base = workspace_entities(&sh, &self.profiles, facts)
-                .unwrap_or_else(|_| Entities::empty());
-            decide(&sh, &base, facts, "network_connect", &reqs)
-        });
-        self.audit(
-            &snap,
-            &decision,
-            shadow.as_ref(),
-            facts,
-            &reqs,
-            session,
-            None,
-        );
-        (snap, decision)
-    }
-
-    /// Decides `reqs` under `snap` without writing anything.
-    fn evaluate(
-        &self,
-        snap: &PolicySnapshot,
-        facts: &WorkspaceFacts,
-        reqs: &[SubRequest],
-    ) -> Decision {
-        match self.entities(snap, facts) {
-            Ok(base) => decide(snap, &base, facts, "network_connect", reqs),
-            Err(e) => {
-                let mut d = decide(snap, &Entities::empty(), facts, "network_connect", &[]);
-                d.subs = reqs
-                    .iter()
-                    .enumerate()
-                    .map(|(i, r)| SubDecision::refused(i, r, format!("entities: {e}")))
-                    .collect();
-                d
-            }
-        }
-    }
-
-    /// The name phase: `name_req` (no `ip_class`) asked once per request of `variants` (one
-    /// per address class it could resolve to). `None` when any variant is allowed (the name
-    /// may be looked up; no row is written). Otherwise the refusal, audited as one row for
-    /// `name_req` naming the policies that refused every variant (none: the default deny).
-    pub(crate) fn decide_name(
-        &self,
-        facts: &WorkspaceFacts,
-        session: &Session,
-        name_req: SubRequest,
-        variants: &[SubRequest],
-    ) -> Option<(Arc<PolicySnapshot>, Decision)> {
-        let snap = self.policy.snapshot();
-        let decided = self.evaluate(&snap, facts, variants);
-        if decided.subs.iter().any(|s| s.allowed) || decided.subs.is_empty() {
-            return None;
-        }
-        // The policies that refused every class (e.g. a forbid on the host) are the row's
-        // determining policies; when none refused them all, no permit covers any class: the
-        // default deny.
-        let mut sub = SubDecision::refused(0, &name_req, String::new());
-        sub.errors.clear();
-        sub.policy_ids = decided
-            .subs
-            .first()
-            .map(|s| s.policy_ids.clone())
-            .unwrap_or_default();
-        for s in &decided.subs {
-            sub.policy_ids.retain(|id| s.policy_ids.contains(id));
-            for e in &s.errors {
-                if !sub.errors.contains(e) {
-                    sub.errors.push(e.clone());
-                }
-            }
-            sub.duration_us = sub.duration_us.saturating_add(s.duration_us);
-        }
-        sub.default_deny = sub.policy_ids.is_empty() && sub.errors.is_empty();
-        let decision = Decision {
-            subs: vec![sub],
-            ..decided
-        };
-        self.audit(&snap, &decision, None, facts, &[name_req], session, None);
-        Some((snap, decision))
-    }
-
-    /// A name the name phase allowed did not resolve: audited as a refusal of `name_req` with
-    /// `message`; returns the decision id of that row.
-    pub(crate) fn unresolved(
-        &self,
-        facts: &WorkspaceFacts,
-        session: &Session,
-        name_req: SubRequest,
-        message: &str,
-    ) -> String {
-        let snap = self.policy.snapshot();
-        let mut d = decide(&snap, &Entities::empty(), facts, "network_connect", &[]);
-        d.subs = vec![SubDecision::refused(0, &name_req, message.to_string())];
-        let reason = format!(
-            "refused by the egress proxy: the name may be looked up but did not resolve ({message}); no connection was made"
-        );
-        self.audit(&snap, &d, None, facts, &[name_req], session, Some(reason));
-        d.decision_id
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn audit(
-        &self,
-        snap: &PolicySnapshot,
-        d: &Decision,
-        shadow: Option<&Decision>,
-        facts: &WorkspaceFacts,
-        reqs: &[SubRequest],
-        session: &Session,
-        reason: Option<String>,
-    ) {
-        let Some(store) = &self.store else { return };
-        let at = crate::gateway::RowContext::now(snap, facts, session);
-        let redactor = self.redaction.current();
-        let mut rows =
-            crate::gateway::rows_with_shadow(&self.profiles, &redactor, &at, d, shadow, reqs);
-        if let Some(reason) = reason {
-            for row in &mut rows {
-                row.reason = Some(redactor.text(&reason).into_owned());
-            }
-        }
-        crate::audit::append(store, rows, &d.decision_id, false);
-    }
-
     /// Whether this server has an HTTP listener on `port` (a name on that port may resolve to
     /// it, so the name phase asks both ways).
     fn listens_on(&self, port: u16) -> bool {
@@ -269,17 +120,18 @@ fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// The decider of one process: its workspace, the client that started it, and (once spawned)
-/// its process facts.
+/// The egress proxy's decider of one process: its workspace, the client that started it, and
+/// (once spawned) its process facts; it asks the one [`Decider`]. Built by
+/// [`Egress::process_decider`].
 #[derive(Debug)]
 pub(crate) struct ProcessDecider {
-    pub(crate) net: Arc<NetState>,
-    pub(crate) facts: WorkspaceFacts,
-    pub(crate) session: Session,
+    net: Arc<Egress>,
+    facts: WorkspaceFacts,
+    session: Session,
     pub(crate) process: OnceLock<ProcessFacts>,
 }
 
-impl Decider for ProcessDecider {
+impl codespace_runner_netproxy::Decider for ProcessDecider {
     fn decide(&self, target: &Target) -> Verdict {
         let Some(process) = self.process.get() else {
             return Verdict::Deny {
@@ -298,7 +150,10 @@ impl Decider for ProcessDecider {
             server_owned: self.net.is_server_listener(target.addr),
         };
         let req = connect_request(&self.session, process, &net);
-        let (snap, decision) = self.net.decide(&self.facts, &self.session, req);
+        let (snap, decision) = self
+            .net
+            .decider
+            .decide_connection(&self.facts, &self.session, req);
         if decision.allowed() {
             Verdict::Allow
         } else {
@@ -341,6 +196,7 @@ impl Decider for ProcessDecider {
         let name_req = name_request(&self.session, process, name);
         match self
             .net
+            .decider
             .decide_name(&self.facts, &self.session, name_req, &variants)
         {
             None => Verdict::Allow,
@@ -368,9 +224,16 @@ impl Decider for ProcessDecider {
         );
         if let Some(process) = self.process.get() {
             let name_req = name_request(&self.session, process, name);
-            let id = self
-                .net
-                .unresolved(&self.facts, &self.session, name_req, message);
+            let reason = format!(
+                "refused by the egress proxy: the name may be looked up but did not resolve ({message}); no connection was made"
+            );
+            let id = self.net.decider.refuse_unresolved(
+                &self.facts,
+                &self.session,
+                name_req,
+                message,
+                reason,
+            );
             e.decision_id = Some(id);
         }
         e.to_json()

@@ -52,10 +52,10 @@ impl Gateway {
             env_names: entry.env_names.clone(),
             background: entry.background,
         };
-        let decision = self
+        let decided = self
             .authorize(snap, ws, call, session, Some(&facts))
             .await?;
-        Ok(Authorized::new(self, snap, ws, session, decision))
+        Ok(Authorized::new(self, snap, ws, session, decided))
     }
 
     /// Kills every process group the gateway owns (stdin EOF, SIGTERM): no orphans.

@@ -4,13 +4,11 @@
 //! command's own decision id, and the answers become the sandbox's writable directories and
 //! read-only mounts.
 
-use super::{Audit, Gateway, WorkspaceRuntime};
+use super::{Gateway, WorkspaceRuntime};
 use crate::error::{ErrorCode, ToolError};
 use crate::policy::PolicySnapshot;
 use crate::policy::decide::Decision;
-use crate::request::{
-    ExecFacts, Session, SubRequest, write_scope_candidates, write_scope_requests,
-};
+use crate::request::{ExecFacts, Session, write_scope_candidates, write_scope_requests};
 use crate::wire::WritePaths;
 use codespace_runner_fs::{Kind, RelPath, Root};
 use std::sync::Arc;
@@ -65,15 +63,12 @@ impl Gateway {
             .is_some_and(|s| s.allowed);
         let rest: Vec<RelPath> = candidates.iter().skip(1).cloned().collect();
         let reqs = write_scope_requests(exec, &rest);
-        let d = self.decide_reqs(
-            snap,
-            &ws.facts,
-            &exec_decision.tool,
-            &reqs,
-            session,
-            Audit::None,
-        );
-        let rows = self.write_scope_rows(snap, exec_decision, &d, ws, &reqs, session);
+        let d = self
+            .decider
+            .probe(snap, &ws.facts, &exec_decision.tool, &reqs, session);
+        let rows = self
+            .decider
+            .shaping_rows(snap, exec_decision, &d, &ws.facts, &reqs, session);
         let mut decided = vec![Decided {
             path: exec.cwd.clone(),
             allowed: cwd_allowed,
@@ -118,41 +113,6 @@ impl Gateway {
             .filter_map(|e| RelPath::parse(&e.path).ok())
             .take(MAX_NESTED_GIT)
             .collect()
-    }
-
-    /// The audit rows of the scope's decisions, under the command's decision id right after its
-    /// own rows (none without a store).
-    fn write_scope_rows(
-        &self,
-        snap: &PolicySnapshot,
-        exec_decision: &Decision,
-        d: &Decision,
-        ws: &WorkspaceRuntime,
-        reqs: &[SubRequest],
-        session: &Session,
-    ) -> Vec<codespace_store::DecisionRow> {
-        if self.store.is_none() || d.subs.is_empty() {
-            return Vec::new();
-        }
-        let shadow = self.shadow_decision(&ws.facts, &d.tool, reqs);
-        let at = super::RowContext::now(snap, &ws.facts, session);
-        let first = exec_decision.subs.len();
-        super::rows_with_shadow(
-            &self.config.profiles,
-            &self.config.redaction.current(),
-            &at,
-            d,
-            shadow.as_ref(),
-            reqs,
-        )
-        .into_iter()
-        .enumerate()
-        .map(|(i, mut row)| {
-            row.decision_id.clone_from(&exec_decision.decision_id);
-            row.sub_index = i64::try_from(first + i).unwrap_or(i64::MAX);
-            row
-        })
-        .collect()
     }
 }
 

@@ -51,15 +51,19 @@ pub(crate) fn capabilities(auth: &Authorized<'_>) -> BTreeMap<&'static str, Capa
     let (ws, session) = (auth.ws(), auth.session());
     let mut probes: Vec<(&'static str, Vec<SubRequest>)> = Vec::new();
     for path in READ_PROBES {
-        probes.push(("read", vec![path_request("read", path, "", session)]));
+        probes.push(("read", vec![path_request(crate::policy::Action::READ, path, "", session)]));
     }
-    for tool in ["find", "grep", "find_files"] {
-        probes.push((tool, vec![path_request(tool, ".", "", session)]));
+    for tool in [
+        crate::policy::Action::FIND,
+        crate::policy::Action::GREP,
+        crate::policy::Action::FIND_FILES,
+    ] {
+        probes.push((tool.as_str(), vec![path_request(tool, ".", "", session)]));
     }
     for (path, kind) in WRITE_PROBES {
         probes.push((
             "write",
-            vec![path_request("apply_patch", path, kind, session)],
+            vec![path_request(crate::policy::Action::APPLY_PATCH, path, kind, session)],
         ));
     }
     for (argv, env) in EXEC_PROBES {

@@ -34,11 +34,11 @@ pub(crate) fn workspace_info(
         stderr: None,
     });
     let mut probes: Vec<SubRequest> = vec![
-        path_request("read", ".", "", session),
-        path_request("find", ".", "", session),
-        path_request("apply_patch", ".", "update", session),
-        path_request("grep", ".", "", session),
-        path_request("find_files", ".", "", session),
+        path_request(crate::policy::Action::READ, ".", "", session),
+        path_request(crate::policy::Action::FIND, ".", "", session),
+        path_request(crate::policy::Action::APPLY_PATCH, ".", "update", session),
+        path_request(crate::policy::Action::GREP, ".", "", session),
+        path_request(crate::policy::Action::FIND_FILES, ".", "", session),
     ];
     probes.extend(build_requests(&exec_probe, session, None)?);
     let d = auth.decide_quietly("workspace_info", &probes);

@@ -62,12 +62,7 @@ fn proxy_for(
             ),
         )
     })?;
-    let decider = Arc::new(crate::gateway::net::ProcessDecider {
-        net: Arc::clone(&auth.net),
-        facts: ws.facts.clone(),
-        session: session.clone(),
-        process: std::sync::OnceLock::new(),
-    });
+    let decider = auth.net.process_decider(&ws.facts, session);
     let proxy = codespace_runner_netproxy::ProcessProxy::new(
         Arc::clone(&decider) as Arc<dyn codespace_runner_netproxy::Decider>,
         auth.net.limits,

@@ -148,7 +148,7 @@ async fn read_decisions(
         .zip(&groups.rep_links)
         .filter_map(|(&i, &links)| listing.entries.get(i as usize).map(|e| (e, links)))
         .map(|(e, links)| {
-            let mut r = path_request("read", &e.path, "", session);
+            let mut r = path_request(crate::policy::Action::READ, &e.path, "", session);
             r.links = links;
             r
         })
@@ -190,11 +190,11 @@ fn audit_withheld_entries(
     // shadow set is asked the same questions.
     let groups = rows.iter().map(|(_, g)| *g + 1).max().unwrap_or(0);
     let mut reqs: Vec<SubRequest> = (0..groups)
-        .map(|_| path_request("read", ".", "", session))
+        .map(|_| path_request(crate::policy::Action::READ, ".", "", session))
         .collect();
     for (path, g) in &rows {
         if let Some(r) = reqs.get_mut(*g) {
-            *r = path_request("read", path, "", session);
+            *r = path_request(crate::policy::Action::READ, path, "", session);
         }
     }
     auth.audit_withheld(&decision, &reqs, &rows);

@@ -1,4 +1,4 @@
-//! Fail closed: Cedar skips a policy whose evaluation errors (even a forbid), so `decide()` must
+//! Fail closed: Cedar skips a policy whose evaluation errors (even a forbid), so a decision must
 //! deny whenever any policy errored — and say so.
 #![allow(
     clippy::unwrap_used,
@@ -7,7 +7,7 @@
     clippy::indexing_slicing
 )]
 
-use codespace_engine::policy::decide::{decide, workspace_entities};
+use codespace_engine::policy::{Decider, NoRows};
 use codespace_engine::policy::{
     EMBEDDED_POLICIES, EMBEDDED_SCHEMA, PolicyBundle, SourceFile, compile,
 };
@@ -15,6 +15,12 @@ use codespace_engine::request::{Session, WorkspaceFacts, build_requests};
 use codespace_engine::{Config, ToolCall};
 use serde_json::json;
 use std::path::Path;
+use std::sync::Arc;
+
+/// A decider over one set, keeping no rows.
+fn decider(snap: &Arc<codespace_engine::policy::PolicySnapshot>, cfg: &Config) -> Decider {
+    Decider::over(Arc::clone(snap), cfg.profiles.clone(), Arc::new(NoRows))
+}
 
 fn facts(profile: &str) -> WorkspaceFacts {
     WorkspaceFacts {
@@ -50,17 +56,19 @@ forbid (principal, action == CodeSpace::Action::"apply_patch", resource)
 when { context has patch && context.patch.files * 9223372036854775807 < 0 };"#
             .into(),
     });
-    let snap = compile(PolicyBundle {
-        schema_name: "schema".into(),
-        schema_text: EMBEDDED_SCHEMA.into(),
-        files,
-        dir: None,
-    })
-    .unwrap();
+    let snap = Arc::new(
+        compile(PolicyBundle {
+            schema_name: "schema".into(),
+            schema_text: EMBEDDED_SCHEMA.into(),
+            files,
+            dir: None,
+        })
+        .unwrap(),
+    );
     let dir = tempfile::tempdir().unwrap();
     let cfg = Config::embedded_default(dir.path()).unwrap();
     let f = facts("workspace-write");
-    let base = workspace_entities(&snap, &cfg.profiles, &f).unwrap();
+    let base = decider(&snap, &cfg);
     let session = Session::stdio();
     let call = |patch: &str| {
         ToolCall::parse("apply_patch", &json!({"workspace_id": "w", "patch": patch})).unwrap()
@@ -68,12 +76,12 @@ when { context has patch && context.patch.files * 9223372036854775807 < 0 };"#
 
     // One file: 1 * MAX does not overflow, the forbid's condition is false: allowed.
     let one = call("*** Begin Patch\n*** Add File: a.txt\n+a\n*** End Patch\n");
-    let d = decide(
+    let d = base.probe_uncached(
         &snap,
-        &base,
         &f,
         "apply_patch",
         &build_requests(&one, &session, None).unwrap(),
+        &Session::stdio(),
     );
     assert!(d.allowed(), "{d:?}");
 
@@ -81,12 +89,12 @@ when { context has patch && context.patch.files * 9223372036854775807 < 0 };"#
     // forbid is skipped); we deny and report the error.
     let two =
         call("*** Begin Patch\n*** Add File: a.txt\n+a\n*** Add File: b.txt\n+b\n*** End Patch\n");
-    let d = decide(
+    let d = base.probe_uncached(
         &snap,
-        &base,
         &f,
         "apply_patch",
         &build_requests(&two, &session, None).unwrap(),
+        &Session::stdio(),
     );
     assert!(!d.allowed());
     for s in &d.subs {
@@ -106,19 +114,19 @@ when { context has patch && context.patch.files * 9223372036854775807 < 0 };"#
 
 #[test]
 fn an_unknown_principal_is_a_deny_with_reasons() {
-    let snap = compile(codespace_engine::PolicySource::Embedded.read().unwrap()).unwrap();
+    let snap = Arc::new(compile(codespace_engine::PolicySource::Embedded.read().unwrap()).unwrap());
     let cfg = Config::embedded_default(Path::new("/")).unwrap();
     // A profile that is not among the entities: every policy that dereferences it cannot match,
     // and no permit applies.
     let f = facts("ghost");
-    let base = workspace_entities(&snap, &cfg.profiles, &f).unwrap();
+    let base = decider(&snap, &cfg);
     let call = ToolCall::parse("read", &json!({"workspace_id": "w", "path": "a.txt"})).unwrap();
-    let d = decide(
+    let d = base.probe_uncached(
         &snap,
-        &base,
         &f,
         "read",
         &build_requests(&call, &Session::stdio(), None).unwrap(),
+        &Session::stdio(),
     );
     assert!(!d.allowed());
     assert!(d.subs[0].default_deny || !d.subs[0].errors.is_empty());
@@ -126,14 +134,14 @@ fn an_unknown_principal_is_a_deny_with_reasons() {
 
 #[test]
 fn a_context_that_does_not_match_the_schema_is_a_deny() {
-    let snap = compile(codespace_engine::PolicySource::Embedded.read().unwrap()).unwrap();
+    let snap = Arc::new(compile(codespace_engine::PolicySource::Embedded.read().unwrap()).unwrap());
     let cfg = Config::embedded_default(Path::new("/")).unwrap();
     let f = facts("workspace-write");
-    let base = workspace_entities(&snap, &cfg.profiles, &f).unwrap();
+    let base = decider(&snap, &cfg);
     let call = ToolCall::parse("read", &json!({"workspace_id": "w", "path": "a.txt"})).unwrap();
     let mut reqs = build_requests(&call, &Session::stdio(), None).unwrap();
     reqs[0].context = json!({"session": {"client": 7}});
-    let d = decide(&snap, &base, &f, "read", &reqs);
+    let d = base.probe_uncached(&snap, &f, "read", &reqs, &Session::stdio());
     assert!(!d.allowed());
     assert!(
         d.subs[0].errors.iter().any(|e| e.starts_with("context")),

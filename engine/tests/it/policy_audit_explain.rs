@@ -8,11 +8,11 @@
 )]
 
 use codespace_engine::policy::explain::{Tri, explain_call, render_text, to_json};
-use codespace_engine::policy::suite::{
-    Coverage, Fixture, RunOptions, parse_file, profile_tree, run_file, run_file_with,
-};
 use codespace_engine::policy::{PolicySource, compile};
 use codespace_engine::{Config, ErrorCode, Gateway, PolicyStore, SandboxFacts, Session, ToolCall};
+use codespace_policy_tools::suite::{
+    Coverage, Fixture, RunOptions, parse_file, profile_tree, run_file, run_file_with,
+};
 use codespace_store::{DecisionQuery, Store};
 use serde_json::json;
 use std::collections::BTreeMap;

@@ -71,6 +71,7 @@ fn opts() -> ReloadOptions {
         settle: Duration::from_millis(50),
         tests_dir: None,
         profiles: None,
+        test_gate: Some(codespace_policy_tools::reload_gate),
     }
 }
 

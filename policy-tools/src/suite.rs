@@ -1,442 +1,23 @@
 //! The policy test runner core: YAML test files whose cases are tool calls (as an MCP host
 //! would send them) on a virtual workspace, decided through the same request builder and
-//! `decide()` the server uses. Cases may be parameterized (`params` + `{{name}}` placeholders);
+//! `Decider` the server uses. Cases may be parameterized (`params` + `{{name}}` placeholders);
 //! results carry policy-id coverage, JSON and JUnit reports, and an export of every resolved
 //! Cedar request in the upstream `cedar run-tests` format.
 
-use crate::config::Profile;
-use crate::policy::PolicySnapshot;
-use crate::policy::decide::{Decision, decide, workspace_entities};
-use crate::policy::explain::{build_cedar_request, entities_json, evaluate};
-use crate::request::{ProcessFacts, Session, SubRequest, WorkspaceFacts, build_requests};
-use crate::wire::{CallParseError, ToolCall};
 use cedar_policy::Decision as CedarDecision;
-use serde::{Deserialize, Serialize};
+use codespace_policy::PolicySnapshot;
+use codespace_policy::config::Profile;
+use codespace_policy::decide::{Decision, workspace_entities};
+use codespace_policy::explain::{build_cedar_request, entities_json, evaluate};
+use codespace_policy::request::{ProcessFacts, Session, SubRequest, build_requests};
+use codespace_policy::wire::{CallParseError, ToolCall};
+use codespace_policy::{Decider, NoRows};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
-/// A test file.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TestFile {
-    /// What the file tests.
-    #[serde(default)]
-    pub description: Option<String>,
-    /// Operator profiles the file's workspaces may use (`id: {extends}`).
-    #[serde(default)]
-    pub profiles: BTreeMap<String, TestProfile>,
-    /// The virtual workspace.
-    pub workspace: Fixture,
-    /// The caller (default: client `local` over stdio).
-    #[serde(default)]
-    pub session: Option<TestSession>,
-    /// The cases.
-    pub cases: Vec<TestCase>,
-}
-
-/// An operator profile declared by a test file.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TestProfile {
-    /// Parent profile.
-    #[serde(default)]
-    pub extends: Option<String>,
-}
-
-/// The virtual workspace fixture.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Fixture {
-    /// Workspace id (calls must name it).
-    pub id: String,
-    /// Profile.
-    pub profile: String,
-    /// Environment kind.
-    #[serde(default)]
-    pub environment_kind: crate::config::EnvironmentKind,
-    /// Can the command sandbox be enforced (default `enforced`).
-    #[serde(default = "enforced_sandbox")]
-    pub sandbox: crate::facts::SandboxFact,
-    /// Can a command's network be cut off (default `enforced`).
-    #[serde(default = "enforced_network")]
-    pub network_enforcement: crate::facts::NetworkEnforcement,
-    /// The operator's network switch (default `restricted`).
-    #[serde(default)]
-    pub network: crate::config::Network,
-    /// The operator's approvals switch (default `off`).
-    #[serde(default)]
-    pub approvals: crate::config::Approvals,
-    /// Server-owned workspace-relative paths.
-    #[serde(default)]
-    pub server_owned: Vec<String>,
-    /// The workspace's own sandbox switch, `resource.workspace.sandbox` (default `required`;
-    /// `sandbox` above is the environment's probe result).
-    #[serde(default)]
-    pub workspace_sandbox: crate::config::SandboxMode,
-    /// `resource.workspace.environment.secret_masking` (default `enforced`).
-    #[serde(default = "enforced_masking")]
-    pub secret_masking: crate::facts::MaskingFact,
-}
-
-fn enforced_sandbox() -> crate::facts::SandboxFact {
-    crate::facts::SandboxFact::Enforced
-}
-fn enforced_network() -> crate::facts::NetworkEnforcement {
-    crate::facts::NetworkEnforcement::Enforced
-}
-fn enforced_masking() -> crate::facts::MaskingFact {
-    crate::facts::MaskingFact::Enforced
-}
-
-/// The caller of a test file.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TestSession {
-    /// Client name.
-    pub client: String,
-    /// Transport.
-    #[serde(default = "default_transport")]
-    pub transport: String,
-}
-
-fn default_transport() -> String {
-    "stdio".into()
-}
-
-/// A process the case's call refers to (for the process tools).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TestProcess {
-    /// Whether the caller started it.
-    #[serde(default = "yes")]
-    pub same_client: bool,
-    /// Its argv.
-    #[serde(default)]
-    pub command: Vec<String>,
-    /// PTY?
-    #[serde(default)]
-    pub tty: bool,
-    /// Names of the `env` variables it was started with.
-    #[serde(default)]
-    pub env_names: Vec<String>,
-    /// Started as a background service?
-    #[serde(default)]
-    pub background: bool,
-}
-
-fn yes() -> bool {
-    true
-}
-
-/// The hold of an approval case.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TestApproval {
-    /// `tool`, `elicitation`, `mrtr`, `cli` or `web`.
-    #[serde(default = "default_channel")]
-    pub channel: String,
-    /// The client that asked for the hold (default: the file's caller).
-    #[serde(default)]
-    pub requested_by: Option<String>,
-}
-
-fn default_channel() -> String {
-    "tool".into()
-}
-
-/// Sets `context.approval` of an approval case's requests from its `approval:` fixture.
-fn case_approval(case: &TestCase, call: &ToolCall, session: &Session, reqs: &mut [SubRequest]) {
-    let Some(a) = &case.approval else { return };
-    let decision = match call {
-        ToolCall::ApprovalResolve(p) => p.decision.as_str(),
-        _ => "grant",
-    };
-    crate::request::with_approval(
-        reqs,
-        &crate::request::ApprovalFacts {
-            channel: a.channel.clone(),
-            requested_by: a
-                .requested_by
-                .clone()
-                .unwrap_or_else(|| session.client.clone()),
-            resolved_by: session.client.clone(),
-            decision: decision.into(),
-        },
-    );
-}
-
-/// One case.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TestCase {
-    /// Name shown in the report.
-    pub name: String,
-    /// The `tools/call` params: `{name, arguments}`.
-    pub call: CallSpec,
-    /// Process facts for the process tools.
-    #[serde(default)]
-    pub process: Option<TestProcess>,
-    /// Expected decision of the call (`allow` / `deny`).
-    pub decision: String,
-    /// Policy ids that must be among the determining ones.
-    #[serde(default)]
-    pub reason: Vec<String>,
-    /// Expected sandbox-capability decisions (`process_write: allow`; `process_write` is the
-    /// command's `cwd`).
-    #[serde(default)]
-    pub capabilities: BTreeMap<String, String>,
-    /// Expected `process_write` decisions of an `exec_command`'s write scope, per candidate
-    /// directory (`{".git": deny, "target": allow}`): each path is decided as the server decides
-    /// it when the command starts.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub write_paths: BTreeMap<String, String>,
-    /// Expect evaluation errors (default: none allowed).
-    #[serde(default)]
-    pub errors: bool,
-    /// `resource.links` of every path the call names (default 1: a file with one name; the
-    /// server reads the real count from disk).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub links: Option<i64>,
-    /// Expected `confirm` outcome of an allowed apply_patch / exec_command: `hold` (a permit on
-    /// `confirm` matched, or evaluation failed) or `run`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub confirm: Option<String>,
-    /// The hold an `approval_resolve` / `operation_resume` case answers (default: the caller's
-    /// own hold, answered over the tool).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub approval: Option<TestApproval>,
-    /// Parameter sets: the case runs once per set, with every `{{name}}` in its strings
-    /// replaced by the set's value (a string that is exactly `{{name}}` takes the value's type).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub params: Vec<BTreeMap<String, Value>>,
-}
-
-/// `{name, arguments}`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CallSpec {
-    /// Tool name.
-    pub name: String,
-    /// Arguments.
-    #[serde(default)]
-    pub arguments: serde_json::Value,
-}
-
-/// The outcome of one case.
-#[derive(Debug, Clone)]
-pub struct CaseResult {
-    /// File name.
-    pub file: String,
-    /// Case name.
-    pub name: String,
-    /// Passed?
-    pub passed: bool,
-    /// Why it failed (empty when passed).
-    pub failures: Vec<String>,
-    /// The decision, when one was made.
-    pub decision: Option<Decision>,
-    /// The `||` alternatives (`policy-id#n`) some sub-request of the case reached (when
-    /// [`RunOptions::alternatives`] is on).
-    pub alternatives_reached: BTreeSet<String>,
-}
-
-/// Parses a YAML test file.
-pub fn parse_file(text: &str) -> Result<TestFile, String> {
-    serde_yaml_ng::from_str(text).map_err(|e| e.to_string())
-}
-
-/// What a run collects besides pass/fail.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RunOptions {
-    /// Build the upstream `cedar run-tests` cases of every sub-request.
-    pub emit_cedar: bool,
-    /// Record which alternatives of `||` chains each case reaches.
-    pub alternatives: bool,
-}
-
-impl Fixture {
-    /// A fixture with the defaults of a test file: host environment, sandbox and network
-    /// enforcement available, network restricted, approvals off, nothing server-owned.
-    pub fn new(id: &str, profile: &str) -> Fixture {
-        Fixture {
-            id: id.to_string(),
-            profile: profile.to_string(),
-            environment_kind: crate::config::EnvironmentKind::Host,
-            sandbox: enforced_sandbox(),
-            network_enforcement: enforced_network(),
-            network: crate::config::Network::Restricted,
-            approvals: crate::config::Approvals::Off,
-            server_owned: Vec::new(),
-            workspace_sandbox: crate::config::SandboxMode::Required,
-            secret_masking: enforced_masking(),
-        }
-    }
-
-    /// The workspace facts of the fixture (environment id `env`).
-    pub fn facts(&self) -> WorkspaceFacts {
-        WorkspaceFacts {
-            id: self.id.clone(),
-            profile: self.profile.clone(),
-            environment: "env".into(),
-            environment_kind: self.environment_kind,
-            sandbox: self.sandbox,
-            network_enforcement: self.network_enforcement,
-            network: self.network,
-            approvals: self.approvals,
-            server_owned: self.server_owned.clone(),
-            workspace_sandbox: self.workspace_sandbox,
-            secret_masking: self.secret_masking,
-        }
-    }
-}
-
-/// The built-in profiles plus `extra` (`id → extends`).
-pub fn profile_tree(extra: &BTreeMap<String, Option<String>>) -> BTreeMap<String, Profile> {
-    let mut m = crate::config::builtin_profiles();
-    for (id, extends) in extra {
-        m.insert(
-            id.clone(),
-            Profile {
-                id: id.clone(),
-                extends: extends.clone(),
-                description: None,
-            },
-        );
-    }
-    m
-}
-
-/// Replaces `{{name}}` placeholders in every string of `v`. A string that is exactly one
-/// placeholder takes the parameter's JSON value; otherwise values are spliced in as text.
-fn substitute(
-    v: &mut Value,
-    params: &BTreeMap<String, Value>,
-    used: &mut BTreeSet<String>,
-    unknown: &mut BTreeSet<String>,
-) {
-    match v {
-        Value::String(text) => {
-            let trimmed = text.trim();
-            if let Some(inner) = trimmed
-                .strip_prefix("{{")
-                .and_then(|r| r.strip_suffix("}}"))
-                .map(str::trim)
-                .filter(|k| !k.contains("{{") && !k.contains("}}"))
-            {
-                match params.get(inner) {
-                    Some(p) => {
-                        used.insert(inner.to_string());
-                        *v = p.clone();
-                    }
-                    None => {
-                        unknown.insert(inner.to_string());
-                    }
-                }
-                return;
-            }
-            let mut out = String::with_capacity(text.len());
-            let mut rest = text.as_str();
-            while let Some(open) = rest.find("{{") {
-                let (before, after) = rest.split_at(open);
-                out.push_str(before);
-                let after = after.get(2..).unwrap_or("");
-                match after.find("}}") {
-                    Some(close) => {
-                        let key = after.get(..close).unwrap_or("").trim();
-                        match params.get(key) {
-                            Some(Value::String(p)) => out.push_str(p),
-                            Some(p) => out.push_str(&p.to_string()),
-                            None => {
-                                unknown.insert(key.to_string());
-                            }
-                        }
-                        used.insert(key.to_string());
-                        rest = after.get(close + 2..).unwrap_or("");
-                    }
-                    None => {
-                        out.push_str("{{");
-                        rest = after;
-                    }
-                }
-            }
-            out.push_str(rest);
-            *text = out;
-        }
-        Value::Array(items) => {
-            for i in items {
-                substitute(i, params, used, unknown);
-            }
-        }
-        Value::Object(map) => {
-            for (_, i) in map.iter_mut() {
-                substitute(i, params, used, unknown);
-            }
-        }
-        _ => {}
-    }
-}
-
-fn param_label(params: &BTreeMap<String, Value>) -> String {
-    params
-        .iter()
-        .map(|(k, v)| match v {
-            Value::String(s) => format!("{k}={s}"),
-            other => format!("{k}={other}"),
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// Expands a parameterized case into one case per parameter set (a plain case yields itself).
-/// `Err` carries the name of the instance and why it could not be built.
-pub fn expand_case(case: &TestCase) -> Vec<Result<TestCase, (String, String)>> {
-    if case.params.is_empty() {
-        return vec![Ok(case.clone())];
-    }
-    let mut template = case.clone();
-    template.params.clear();
-    let template = match serde_json::to_value(&template) {
-        Ok(t) => t,
-        Err(e) => return vec![Err((case.name.clone(), format!("params: {e}")))],
-    };
-    case.params
-        .iter()
-        .enumerate()
-        .map(|(i, params)| {
-            let mut v = template.clone();
-            let (mut used, mut unknown) = (BTreeSet::new(), BTreeSet::new());
-            substitute(&mut v, params, &mut used, &mut unknown);
-            let label = param_label(params);
-            let fallback = format!("{} [{label}]", case.name);
-            if !unknown.is_empty() {
-                return Err((
-                    fallback,
-                    format!(
-                        "params[{i}]: no value for placeholder(s) {}",
-                        unknown
-                            .iter()
-                            .map(|k| format!("{{{{{k}}}}}"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                ));
-            }
-            let unused: Vec<&String> = params.keys().filter(|k| !used.contains(*k)).collect();
-            if !unused.is_empty() {
-                return Err((
-                    fallback,
-                    format!("params[{i}]: {unused:?} used by no placeholder (a typo?)"),
-                ));
-            }
-            let mut inst: TestCase = serde_json::from_value(v)
-                .map_err(|e| (fallback.clone(), format!("params[{i}]: {e}")))?;
-            if !case.name.contains("{{") {
-                inst.name = fallback;
-            }
-            Ok(inst)
-        })
-        .collect()
-}
+pub use crate::cases::*;
+use crate::cases::{case_approval, connect_case};
 
 /// One resolved Cedar request in the upstream `cedar run-tests` JSON format.
 pub type CedarCase = Value;
@@ -468,7 +49,7 @@ pub fn run_file_with(
 ) -> Vec<CaseOutcome> {
     run_file_in(
         snap,
-        &crate::config::builtin_profiles(),
+        &codespace_policy::config::builtin_profiles(),
         file_name,
         file,
         opts,
@@ -508,7 +89,7 @@ pub fn file_profiles(
         {
             return Err(format!(
                 "profiles.{id}.extends: unknown profile `{parent}`{}",
-                crate::suggest::hint(parent, tree.keys().map(String::as_str))
+                codespace_policy::suggest::hint(parent, tree.keys().map(String::as_str))
             ));
         }
     }
@@ -516,7 +97,10 @@ pub fn file_profiles(
         return Err(format!(
             "workspace.profile: unknown profile `{}`{}; declare it under `profiles:` or in the config",
             file.workspace.profile,
-            crate::suggest::hint(&file.workspace.profile, tree.keys().map(String::as_str))
+            codespace_policy::suggest::hint(
+                &file.workspace.profile,
+                tree.keys().map(String::as_str)
+            )
         ));
     }
     Ok(tree)
@@ -558,8 +142,10 @@ pub fn run_file_in(
         }
     };
     let base = workspace_entities(snap, &profiles, &facts);
+    // Cases are decided as the server decides them: through a decider (keeping no rows).
+    let decider = Decider::over(Arc::new(snap.clone()), profiles.clone(), Arc::new(NoRows));
     let alts = if opts.alternatives {
-        crate::policy::alternatives::alternatives(snap)
+        crate::alternatives::alternatives(snap)
     } else {
         Vec::new()
     };
@@ -643,7 +229,7 @@ pub fn run_file_in(
                             call,
                             Some(ToolCall::ApplyPatch(_) | ToolCall::ExecCommand(_))
                         ) {
-                            crate::request::confirm_requests(&reqs)
+                            codespace_policy::request::confirm_requests(&reqs)
                         } else {
                             Vec::new()
                         };
@@ -701,14 +287,20 @@ pub fn run_file_in(
                                 }
                             }
                         }
-                        let mut d = decide(snap, base, &facts, &tool, &reqs);
+                        let mut d = decider.probe_uncached(snap, &facts, &tool, &reqs, &session);
                         // An allowed patch or command is then asked `confirm` (the server
                         // holds it when a permit matches or evaluation fails).
                         if d.allowed() && !confirm_reqs.is_empty() {
-                            let c = decide(snap, base, &facts, &tool, &confirm_reqs);
+                            let c = decider.probe_uncached(
+                                snap,
+                                &facts,
+                                &tool,
+                                &confirm_reqs,
+                                &session,
+                            );
                             let offset = d.subs.len();
                             d.subs.extend(c.subs.into_iter().map(|s| {
-                                crate::policy::decide::SubDecision {
+                                codespace_policy::decide::SubDecision {
                                     index: s.index + offset,
                                     gating: false,
                                     ..s
@@ -745,72 +337,6 @@ pub fn run_file_in(
     out
 }
 
-/// The arguments of a `network_connect` case.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ConnectArgs {
-    host: String,
-    port: u16,
-    #[serde(default = "default_scheme")]
-    scheme: String,
-    ip_class: String,
-    #[serde(default)]
-    server_owned: bool,
-}
-
-fn default_scheme() -> String {
-    "connect".into()
-}
-
-/// A parsed case: the action, the workspace it names, its requests, and the tool call (none for
-/// a `network_connect` case, which is not a tool).
-type ParsedCase = (
-    String,
-    Option<String>,
-    Result<Vec<SubRequest>, crate::error::ToolError>,
-    Option<ToolCall>,
-);
-
-/// The request of a `network_connect` case: `arguments: {host, port, scheme [connect],
-/// ip_class, server_owned [false]}`, the process from `process:` (default: no command).
-fn connect_case(
-    case: &TestCase,
-    session: &Session,
-    process: Option<&ProcessFacts>,
-) -> Result<ParsedCase, String> {
-    let args: ConnectArgs = serde_json::from_value(case.call.arguments.clone())
-        .map_err(|e| format!("network_connect arguments: {e}"))?;
-    if !matches!(args.scheme.as_str(), "connect" | "http") {
-        return Err("network_connect arguments: scheme must be `connect` or `http`".into());
-    }
-    if !matches!(
-        args.ip_class.as_str(),
-        "public" | "private" | "loopback" | "link_local"
-    ) {
-        return Err(
-            "network_connect arguments: ip_class must be public, private, loopback or link_local"
-                .into(),
-        );
-    }
-    let fallback = ProcessFacts {
-        id: "proc-test".into(),
-        same_client: true,
-        argv: Vec::new(),
-        tty: false,
-        env_names: Vec::new(),
-        background: false,
-    };
-    let target = crate::request::NetTarget {
-        host: args.host.to_ascii_lowercase(),
-        port: args.port,
-        scheme: args.scheme,
-        ip_class: args.ip_class,
-        server_owned: args.server_owned,
-    };
-    let req = crate::request::connect_request(session, process.unwrap_or(&fallback), &target);
-    Ok(("network_connect".into(), None, Ok(vec![req]), None))
-}
-
 /// Which policies ever determined a decision.
 #[derive(Debug, Clone)]
 pub struct Coverage {
@@ -840,7 +366,7 @@ impl Coverage {
             .iter()
             .flat_map(|r| r.alternatives_reached.iter().cloned())
             .collect();
-        let alternatives = crate::policy::alternatives::alternatives(snap)
+        let alternatives = crate::alternatives::alternatives(snap)
             .into_iter()
             .map(|a| (a.key(), a.text))
             .collect();
@@ -1074,7 +600,7 @@ fn check(snap: &PolicySnapshot, case: &TestCase, d: &Decision, failures: &mut Ve
         ));
     }
     for (cap, want) in &case.capabilities {
-        let found = d.subs.iter().find(|s| &s.action == cap);
+        let found = d.subs.iter().find(|s| s.action.as_str() == cap.as_str());
         expect_sub(snap, found, want, &format!("capability {cap}"), failures);
     }
     for (path, want) in &case.write_paths {
@@ -1100,7 +626,7 @@ fn check(snap: &PolicySnapshot, case: &TestCase, d: &Decision, failures: &mut Ve
 /// (`allow` / `deny`), naming what determined it when it differs.
 fn expect_sub(
     snap: &PolicySnapshot,
-    found: Option<&crate::policy::decide::SubDecision>,
+    found: Option<&codespace_policy::decide::SubDecision>,
     want: &str,
     what: &str,
     failures: &mut Vec<String>,
@@ -1130,16 +656,19 @@ fn expect_sub(
 
 /// The `process_write` requests of a case's `write_paths` (each path normalized).
 fn write_case_requests(
-    p: &crate::wire::ExecCommandParams,
+    p: &codespace_policy::wire::ExecCommandParams,
     session: &Session,
     paths: &BTreeMap<String, String>,
 ) -> Result<Vec<SubRequest>, String> {
-    let exec = crate::request::exec_facts(p, session).map_err(|e| e.message)?;
+    let exec = codespace_policy::request::exec_facts(p, session).map_err(|e| e.message)?;
     let candidates = paths
         .keys()
         .map(|k| codespace_runner_fs::RelPath::parse(k).map_err(|e| format!("`{k}`: {e}")))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(crate::request::write_scope_requests(&exec, &candidates))
+    Ok(codespace_policy::request::write_scope_requests(
+        &exec,
+        &candidates,
+    ))
 }
 
 /// A `tools/call` that cannot be parsed, in the contract's terms: an unknown tool is
@@ -1148,7 +677,7 @@ pub fn call_error_text(name: &str, e: &CallParseError) -> String {
     match e {
         CallParseError::UnknownTool(t) => format!(
             "tool not found: `{t}`{}",
-            crate::suggest::hint(t, crate::tool_table::tool_names())
+            codespace_policy::suggest::hint(t, codespace_policy::tool_table::tool_names())
         ),
         CallParseError::InvalidArguments(m) => {
             format!("INVALID_ARGUMENTS: invalid arguments for {name}: {m}")
@@ -1163,7 +692,7 @@ pub fn case_records(
     base_profiles: &BTreeMap<String, Profile>,
     file_name: &str,
     file: &TestFile,
-) -> Result<Vec<(String, crate::policy::replay::RecordedRequest)>, String> {
+) -> Result<Vec<(String, codespace_policy::recorded::RecordedRequest)>, String> {
     let profiles = file_profiles(base_profiles, file)?;
     let facts = file.workspace.facts();
     let session = file
@@ -1193,13 +722,18 @@ pub fn case_records(
         case_approval(&case, &call, &session, &mut reqs);
         // The `confirm` requests the server asks beside an allowed patch or command.
         if matches!(call, ToolCall::ApplyPatch(_) | ToolCall::ExecCommand(_)) {
-            let confirm = crate::request::confirm_requests(&reqs);
+            let confirm = codespace_policy::request::confirm_requests(&reqs);
             reqs.extend(confirm);
         }
         for req in &reqs {
             out.push((
                 format!("{file_name} :: {}", case.name),
-                crate::policy::replay::RecordedRequest::new(&profiles, &facts, call.tool(), req),
+                codespace_policy::recorded::RecordedRequest::new(
+                    &profiles,
+                    &facts,
+                    call.tool(),
+                    req,
+                ),
             ));
         }
     }

@@ -3,9 +3,9 @@
 //! the `when` replaced by that alternative alone, other conditions kept) that is evaluated alone
 //! against every request the test cases build; an alternative is reached when its variant holds.
 
-use crate::policy::PolicySnapshot;
-use crate::policy::explain::BuiltRequest;
 use cedar_policy::{Authorizer, Policy, PolicyId, PolicySet};
+use codespace_policy::PolicySnapshot;
+use codespace_policy::explain::BuiltRequest;
 use serde_json::Value;
 
 /// One alternative of a policy's `||` chain.
@@ -134,7 +134,7 @@ pub fn alternatives(snap: &PolicySnapshot) -> Vec<Alternative> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::{PolicySource, compile};
+    use codespace_policy::{PolicySource, compile};
 
     #[test]
     fn the_secret_files_chain_splits_into_its_alternatives() {

@@ -5,8 +5,7 @@
 //! the last good one in force. Every attempt is an `events` row (`policy_reload`).
 
 use crate::config::Profile;
-use crate::policy::suite::{RunOptions, parse_file, run_file_in};
-use crate::policy::{PolicyBundle, PolicyErrors, PolicySource, PolicyStore, bundle_hash};
+use crate::{PolicyBundle, PolicyErrors, PolicySource, PolicyStore, bundle_hash};
 use codespace_store::Store;
 use notify::{EventKind, RecursiveMode, Watcher};
 use serde_json::json;
@@ -29,7 +28,14 @@ pub struct ReloadOptions {
     pub tests_dir: Option<PathBuf>,
     /// The profile tree those tests run with (the config's); None: the built-ins.
     pub profiles: Option<BTreeMap<String, Profile>>,
+    /// What runs those tests (the policy tooling's `reload_gate`); without one, a set that must
+    /// pass tests is refused.
+    pub test_gate: Option<TestGate>,
 }
+
+/// Runs the `.yaml` policy tests of a directory against a candidate set with a profile tree;
+/// one line per failure (none: the set may be swapped in).
+pub type TestGate = fn(&crate::PolicySnapshot, &Path, &BTreeMap<String, Profile>) -> Vec<String>;
 
 impl Default for ReloadOptions {
     fn default() -> ReloadOptions {
@@ -38,6 +44,7 @@ impl Default for ReloadOptions {
             settle: Duration::from_millis(50),
             tests_dir: None,
             profiles: None,
+            test_gate: None,
         }
     }
 }
@@ -84,54 +91,6 @@ pub enum ReloadError {
     Thread(String),
 }
 
-fn run_tests(
-    snap: &crate::policy::PolicySnapshot,
-    dir: &Path,
-    profiles: &BTreeMap<String, Profile>,
-) -> Vec<String> {
-    let mut problems = Vec::new();
-    let mut files: Vec<PathBuf> = match std::fs::read_dir(dir) {
-        Ok(rd) => rd
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
-            .collect(),
-        Err(e) => {
-            return vec![format!(
-                "tests: cannot list the test directory: {}",
-                e.kind()
-            )];
-        }
-    };
-    files.sort();
-    for f in files {
-        let name = f
-            .file_name()
-            .map(|n| format!("tests/{}", n.to_string_lossy()))
-            .unwrap_or_default();
-        let parsed = std::fs::read_to_string(&f)
-            .map_err(|e| e.to_string())
-            .and_then(|t| parse_file(&t));
-        match parsed {
-            Ok(tf) => {
-                for r in run_file_in(snap, profiles, &name, &tf, RunOptions::default())
-                    .into_iter()
-                    .map(|o| o.result)
-                    .filter(|r| !r.passed)
-                {
-                    problems.push(format!(
-                        "test {} :: {}: {}",
-                        r.file,
-                        r.name,
-                        r.failures.join("; ")
-                    ));
-                }
-            }
-            Err(e) => problems.push(format!("test {name}: cannot parse: {e}")),
-        }
-    }
-    problems
-}
-
 /// One reload attempt with a bundle already read: compile, test, swap or reject, log the event.
 pub fn reload_with(
     policy: &PolicyStore,
@@ -150,7 +109,13 @@ pub fn reload_with(
                 .as_deref()
                 .map(|d| {
                     let builtins = crate::config::builtin_profiles();
-                    run_tests(&snap, d, opts.profiles.as_ref().unwrap_or(&builtins))
+                    match opts.test_gate {
+                        Some(gate) => gate(&snap, d, opts.profiles.as_ref().unwrap_or(&builtins)),
+                        None => vec![
+                            "tests: this build runs no policy tests, and a set that must pass them is refused"
+                                .to_string(),
+                        ],
+                    }
                 })
                 .unwrap_or_default();
             if problems.is_empty() {

@@ -13,7 +13,7 @@ const NOT_LIVE: [&str; 3] = ["tests", "examples", "shadow"];
 
 fn main() -> Result<(), Box<dyn Error>> {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
-    let repo = manifest.parent().ok_or("engine/ has no parent")?;
+    let repo = manifest.parent().ok_or("policy/ has no parent")?;
     let mut files = Vec::new();
     for top in ["policies", "schema"] {
         let dir = repo.join(top);

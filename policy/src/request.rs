@@ -1,7 +1,10 @@
 //! The request builder: turns a [`ToolCall`] into the Cedar sub-requests it needs, from facts
 //! alone (no disk, no clock), so the server and the policy test runner build identical requests.
 
+use crate::action::Action;
+pub use crate::command_facts::command_facts;
 use crate::error::{ErrorCode, ToolError};
+pub use crate::read_args::check_read_args;
 use crate::wire::ToolCall;
 use codespace_runner_fs::RelPath;
 use serde_json::{Value, json};
@@ -114,32 +117,39 @@ impl ApprovalFacts {
 
 /// One Cedar request of a tool call. Serialized into its audit row (redacted) so it can be
 /// re-decided later; fields added later need a default.
-#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct SubRequest {
-    /// The action id (a tool name or a sandbox capability).
-    pub action: String,
+    /// The action (a tool, a sandbox capability, `confirm`, `network_connect`).
+    pub action: Action,
     /// Workspace-relative normalized path (`.` for the root).
+    #[serde(default)]
     pub path: String,
     /// apply_patch kind (add/update/delete/move_from/move_to), else "".
+    #[serde(default)]
     pub kind: String,
     /// False for sandbox-shaping requests (`process_write`, `process_network`): their deny
     /// narrows the sandbox instead of refusing the call.
+    #[serde(default)]
     pub gating: bool,
     /// The Cedar context as JSON.
+    #[serde(default)]
     pub context: Value,
     /// What the audit log shows: the path or a command summary (never contents).
+    #[serde(default)]
     pub subject: String,
     /// `resource.tool` when it is not the call's tool: the version-oracle `read` of an
     /// `apply_patch` `expected_versions` key asks exactly what a `read` of that path would.
+    #[serde(default)]
     pub resource_tool: Option<String>,
     /// `resource.links`: how many names the file at `path` has (`st_nlink` of an existing
     /// non-directory; 1 for a directory, for the workspace root and for requests that name no
     /// file; 0 when the path does not exist). The builder is pure and says 1; the gateway fills
     /// the real count from disk ([`crate::links`]).
+    #[serde(default)]
     pub links: i64,
     /// `network_connect` only: the connection's target (`resource.host`, `port`, `scheme`,
     /// `ip_class`, and `server_owned` for this server's own listener).
+    #[serde(default)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub network: Option<NetTarget>,
 }
@@ -182,7 +192,7 @@ pub fn connect_request(
         format!("{}:{}", target.host, target.port)
     };
     let mut r = sub(
-        "network_connect",
+        Action::NetworkConnect,
         ".",
         "",
         ctx,
@@ -190,54 +200,6 @@ pub fn connect_request(
     );
     r.network = Some(target.clone());
     r
-}
-
-/// The shells whose `-c` makes a command `via_shell`.
-const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ksh", "fish", "busybox"];
-
-/// Quotes one argv word for display.
-fn shell_quote(w: &str) -> String {
-    if !w.is_empty()
-        && w.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
-    {
-        w.to_string()
-    } else {
-        format!("'{}'", w.replace('\'', "'\\''"))
-    }
-}
-
-/// The `context.command` record of an argv.
-pub fn command_facts(argv: &[String], tty: bool) -> Value {
-    let program = argv
-        .first()
-        .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
-        .unwrap_or_default();
-    let line = argv
-        .iter()
-        .map(|w| shell_quote(w))
-        .collect::<Vec<_>>()
-        .join(" ");
-    let mut words: Vec<String> = Vec::new();
-    words.push(program.clone());
-    words.extend(argv.iter().skip(1).take(2).cloned());
-    let prefixes: Vec<String> = (1..=words.len())
-        .map(|n| words.iter().take(n).cloned().collect::<Vec<_>>().join(" "))
-        .collect();
-    let via_shell = SHELLS.contains(&program.as_str())
-        && argv
-            .iter()
-            .skip(1)
-            .any(|a| a.starts_with('-') && !a.starts_with("--") && a.contains('c'));
-    json!({
-        "program": program,
-        "line": line,
-        "prefixes": prefixes,
-        "via_shell": via_shell,
-        "tty": tty,
-        "env_names": [],
-        "background": false,
-    })
 }
 
 /// Brings a context recorded by an older build up to the current schema: commands recorded
@@ -266,9 +228,9 @@ fn path_error(e: codespace_runner_fs::FsError) -> ToolError {
     ToolError::from(e)
 }
 
-fn sub(action: &str, path: &str, kind: &str, ctx: Value, subject: String) -> SubRequest {
+fn sub(action: Action, path: &str, kind: &str, ctx: Value, subject: String) -> SubRequest {
     SubRequest {
-        action: action.to_string(),
+        action,
         path: path.to_string(),
         kind: kind.to_string(),
         gating: true,
@@ -291,38 +253,19 @@ fn process_command_facts(pf: &ProcessFacts) -> Value {
     cmd
 }
 
-/// The argument rules of `read` (`INVALID_ARGUMENTS`): exactly one of `path`/`paths`, at most
-/// [`READ_MAX_PATHS`] paths, `head_lines`/`tail_lines` positive and exclusive with each other and
-/// with `offset`/`limit`.
-pub fn check_read_args(p: &crate::wire::ReadParams) -> Result<(), ToolError> {
-    use crate::wire::READ_MAX_PATHS;
-    let bad = |m: String| Err(ToolError::new(ErrorCode::InvalidArguments, m));
-    match &p.paths {
-        Some(_) if p.path.is_some() => {
-            return bad("`path` and `paths` are exclusive: send one".into());
-        }
-        Some(list) if list.is_empty() => return bad("`paths` must name at least one path".into()),
-        Some(list) if list.len() > READ_MAX_PATHS => {
-            return bad(format!(
-                "`paths` names {} paths; at most {READ_MAX_PATHS}",
-                list.len()
-            ));
-        }
-        None if p.path.is_none() => return bad("`path` (or `paths`) is required".into()),
-        _ => {}
-    }
-    let lines = match (p.head_lines, p.tail_lines) {
-        (Some(_), Some(_)) => return bad("`head_lines` and `tail_lines` are exclusive".into()),
-        (Some(n), None) | (None, Some(n)) => Some(n),
-        (None, None) => None,
-    };
-    match lines {
-        Some(0) => bad("`head_lines`/`tail_lines` must be at least 1".into()),
-        Some(_) if p.offset.is_some() || p.limit.is_some() => {
-            bad("`head_lines`/`tail_lines` are exclusive with `offset`/`limit`".into())
-        }
-        _ => Ok(()),
-    }
+/// The sub-requests of a call and what the builder parsed on the way, so nothing downstream
+/// parses it again: the typed action, the target paths in request order (a `read`'s paths, the
+/// searched directory, a patch's touched paths, a command's cwd) and the parsed patch.
+#[derive(Debug)]
+pub struct Built {
+    /// The call's own action.
+    pub action: Action,
+    /// The sub-requests.
+    pub reqs: Vec<SubRequest>,
+    /// The paths the call targets, parsed.
+    pub targets: Vec<RelPath>,
+    /// `apply_patch`: the parsed patch.
+    pub patch: Option<codespace_runner_patch::Patch>,
 }
 
 /// Builds the sub-requests of a call. Request-builder failures are errors the caller turns into
@@ -332,6 +275,15 @@ pub fn build_requests(
     session: &Session,
     process: Option<&ProcessFacts>,
 ) -> Result<Vec<SubRequest>, ToolError> {
+    build(call, session, process).map(|b| b.reqs)
+}
+
+/// [`build_requests`], with what was parsed on the way.
+pub fn build(
+    call: &ToolCall,
+    session: &Session,
+    process: Option<&ProcessFacts>,
+) -> Result<Built, ToolError> {
     let base = json!({ "session": session_ctx(session) });
     let with = |key: &str, v: Value| {
         let mut c = base.clone();
@@ -340,8 +292,10 @@ pub fn build_requests(
         }
         c
     };
-    let tool = call.tool();
-    Ok(match call {
+    let tool = Action::Tool(call.name());
+    let mut targets: Vec<RelPath> = Vec::new();
+    let mut parsed_patch = None;
+    let reqs = match call {
         ToolCall::WorkspaceInfo(_) | ToolCall::OperationStatus(_) => {
             vec![sub(tool, ".", "", base.clone(), ".".into())]
         }
@@ -363,6 +317,7 @@ pub fn build_requests(
                     base.clone(),
                     rel.as_str().into(),
                 ));
+                targets.push(rel);
             }
             out
         }
@@ -372,7 +327,7 @@ pub fn build_requests(
                 Some(path) => RelPath::parse(path).map_err(path_error)?,
                 None => RelPath::root(),
             };
-            vec![sub(
+            let out = vec![sub(
                 tool,
                 rel.as_str(),
                 "",
@@ -382,7 +337,9 @@ pub fn build_requests(
                     (false, true) => format!("glob {glob}"),
                     (false, false) => format!("{} glob {glob}", rel.as_str()),
                 },
-            )]
+            )];
+            targets.push(rel);
+            out
         }
         ToolCall::Grep(p) => {
             // One request on the searched directory; every file is then withheld unless a `read`
@@ -391,13 +348,15 @@ pub fn build_requests(
                 Some(path) => RelPath::parse(path).map_err(path_error)?,
                 None => RelPath::root(),
             };
-            vec![sub(
+            let out = vec![sub(
                 tool,
                 rel.as_str(),
                 "",
                 base.clone(),
                 rel.as_str().into(),
-            )]
+            )];
+            targets.push(rel);
+            out
         }
         ToolCall::FindFiles(_) => vec![sub(tool, ".", "", base.clone(), ".".into())],
         ToolCall::ApplyPatch(p) => {
@@ -417,16 +376,24 @@ pub fn build_requests(
                     ctx.clone(),
                     format!("{kind} {}", rel.as_str()),
                 ));
+                targets.push(rel);
             }
             // Version oracle: a version is only compared (and named in a conflict) for a path the
             // caller may read, so each expected_versions key is also the `read` a later `read` of
             // that path would make.
             for key in p.expected_versions.keys() {
                 let rel = RelPath::parse(key).map_err(path_error)?;
-                let mut r = sub("read", rel.as_str(), "", base.clone(), rel.as_str().into());
+                let mut r = sub(
+                    Action::READ,
+                    rel.as_str(),
+                    "",
+                    base.clone(),
+                    rel.as_str().into(),
+                );
                 r.resource_tool = Some("read".into());
                 out.push(r);
             }
+            parsed_patch = Some(patch);
             out
         }
         ToolCall::ExecCommand(p) => {
@@ -446,9 +413,16 @@ pub fn build_requests(
             // operator's `command_write_paths` and `.git`) are decided when the command starts
             // ([`write_scope_requests`]).
             out.extend(write_scope_requests(&exec, std::slice::from_ref(&exec.cwd)));
-            let mut net = sub("process_network", cwd, "", exec.ctx.clone(), exec.summary);
+            let mut net = sub(
+                Action::ProcessNetwork,
+                cwd,
+                "",
+                exec.ctx.clone(),
+                exec.summary,
+            );
             net.gating = false;
             out.push(net);
+            targets.push(exec.cwd);
             out
         }
         ToolCall::ApprovalCreate(p) => {
@@ -520,6 +494,12 @@ pub fn build_requests(
             );
             vec![sub(tool, ".", "", ctx, pf.id.clone())]
         }
+    };
+    Ok(Built {
+        action: tool,
+        reqs,
+        targets,
+        patch: parsed_patch,
     })
 }
 
@@ -592,7 +572,7 @@ pub fn write_scope_requests(exec: &ExecFacts, candidates: &[RelPath]) -> Vec<Sub
         .iter()
         .map(|c| {
             let mut s = sub(
-                "process_write",
+                Action::ProcessWrite,
                 c.as_str(),
                 "",
                 exec.ctx.clone(),
@@ -643,7 +623,7 @@ pub fn confirm_requests(reqs: &[SubRequest]) -> Vec<SubRequest> {
     let mut out: Vec<SubRequest> = Vec::new();
     for r in reqs.iter().filter(|r| r.resource_tool.is_none()) {
         let c = SubRequest {
-            action: "confirm".into(),
+            action: Action::Confirm,
             gating: false,
             ..r.clone()
         };
@@ -701,7 +681,7 @@ pub fn touch_kind_name(kind: codespace_runner_patch::TouchKind) -> &'static str 
 }
 
 /// A sub-request for a single path (used by `find` filtering and capability probes).
-pub fn path_request(action: &str, path: &str, kind: &str, session: &Session) -> SubRequest {
+pub fn path_request(action: Action, path: &str, kind: &str, session: &Session) -> SubRequest {
     sub(
         action,
         path,
@@ -714,6 +694,36 @@ pub fn path_request(action: &str, path: &str, kind: &str, session: &Session) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn build_hands_on_the_paths_and_the_patch_it_parsed() {
+        let s = Session::stdio();
+        let read =
+            ToolCall::parse("read", &json!({"workspace_id": "w", "path": "./a//b.txt"})).unwrap();
+        let b = build(&read, &s, None).unwrap();
+        assert_eq!(b.action, Action::READ);
+        assert_eq!(
+            b.targets.iter().map(RelPath::as_str).collect::<Vec<_>>(),
+            ["a/b.txt"]
+        );
+        assert!(b.patch.is_none());
+        let patch = ToolCall::parse(
+            "apply_patch",
+            &json!({"workspace_id": "w", "patch": "*** Begin Patch\n*** Add File: x/y.txt\n+y\n*** End Patch\n"}),
+        )
+        .unwrap();
+        let b = build(&patch, &s, None).unwrap();
+        assert_eq!(b.action, Action::APPLY_PATCH);
+        assert_eq!(
+            b.targets.iter().map(RelPath::as_str).collect::<Vec<_>>(),
+            ["x/y.txt"]
+        );
+        assert_eq!(b.patch.map(|p| p.touched_paths().len()), Some(1));
+        assert_eq!(
+            b.reqs.len(),
+            build_requests(&patch, &s, None).unwrap().len()
+        );
+    }
 
     #[test]
     fn command_facts_prefixes_and_shell() {

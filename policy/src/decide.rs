@@ -1,10 +1,11 @@
-//! Cedar evaluation: entities for a workspace, one Operation entity per sub-request, and
-//! `decide()`, which never fails: a Cedar deny, any evaluation error or any request-building
+//! Cedar evaluation: entities for a workspace, one Operation entity per sub-request (public:
+//! building entities decides nothing), and `decide()` (private: the crate's [`crate::Decider`] is
+//! the only way to it), which never fails: a Cedar deny, any evaluation error or any request-building
 //! error is a deny with reasons.
 
+use crate::PolicySnapshot;
 use crate::config::Profile;
 use crate::error::{ErrorCode, ToolError};
-use crate::policy::PolicySnapshot;
 use crate::request::{SubRequest, WorkspaceFacts};
 use cedar_policy::{
     Authorizer, Context, Decision as CedarDecision, Entities, Entity, EntityId, EntityTypeName,
@@ -87,7 +88,7 @@ pub struct SubDecision {
     /// Index within the call.
     pub index: usize,
     /// The action.
-    pub action: String,
+    pub action: crate::action::Action,
     /// Path or command summary (for the audit log).
     pub subject: String,
     /// Allowed?
@@ -266,7 +267,7 @@ impl SubDecision {
     pub fn refused(index: usize, req: &SubRequest, error: String) -> SubDecision {
         SubDecision {
             index,
-            action: req.action.clone(),
+            action: req.action,
             subject: req.subject.clone(),
             allowed: false,
             gating: req.gating,
@@ -286,7 +287,7 @@ fn deny_with(index: usize, req: &SubRequest, err: String, started: Instant) -> S
 }
 
 /// Evaluates every sub-request. Never fails: errors become denies.
-pub fn decide(
+pub(crate) fn decide(
     snap: &PolicySnapshot,
     base: &Entities,
     facts: &WorkspaceFacts,
@@ -342,7 +343,7 @@ pub fn decide(
                 continue;
             }
         };
-        let built = uid("Action", &req.action).and_then(|action| {
+        let built = uid("Action", req.action.as_str()).and_then(|action| {
             let resource = uid("Operation", op_id)?;
             let ctx = Context::from_json_value(req.context.clone(), Some((&snap.schema, &action)))
                 .map_err(|e| format!("context: {e}"))?;
@@ -366,7 +367,7 @@ pub fn decide(
         let default_deny = !allowed && errors.is_empty() && policy_ids.is_empty();
         subs.push(SubDecision {
             index,
-            action: req.action.clone(),
+            action: req.action,
             subject: req.subject.clone(),
             allowed,
             gating: req.gating,

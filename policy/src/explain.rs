@@ -3,9 +3,9 @@
 //! whether its scope matched and whether its condition held. Built from the same request
 //! builder and `decide()` the server uses; nothing here touches the store or the disk.
 
+use crate::PolicySnapshot;
 use crate::config::Profile;
-use crate::policy::PolicySnapshot;
-use crate::policy::decide::{Decision, decide, operation_entity, uid, workspace_entities};
+use crate::decide::{Decision, decide, operation_entity, uid, workspace_entities};
 use crate::request::{ProcessFacts, Session, SubRequest, WorkspaceFacts, build_requests};
 use crate::wire::ToolCall;
 use cedar_policy::{
@@ -44,7 +44,7 @@ pub fn build_cedar_request(
 ) -> Result<BuiltRequest, String> {
     let principal =
         uid("PermissionProfile", &facts.profile).map_err(|e| format!("principal: {e}"))?;
-    let action = uid("Action", &req.action).map_err(|e| format!("action: {e}"))?;
+    let action = uid("Action", req.action.as_str()).map_err(|e| format!("action: {e}"))?;
     let resource = uid("Operation", op_id).map_err(|e| format!("resource: {e}"))?;
     let op = operation_entity(facts, tool, req, op_id).map_err(|e| format!("entities: {e}"))?;
     let entities = base
@@ -367,7 +367,7 @@ fn explain_built(
         let op_id = format!("explain/{index}");
         let mut row = ExplainedRequest {
             index,
-            action: req.action.clone(),
+            action: req.action.to_string(),
             subject: req.subject.clone(),
             gating: req.gating,
             principal: String::new(),
