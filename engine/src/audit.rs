@@ -4,26 +4,27 @@
 //! queue makes the caller wait for room; nothing is dropped. Waits run as blocking sections, so
 //! a multi-threaded runtime moves its other tasks off the waiting worker.
 
+use crate::ToolName;
 use codespace_store::{AuditWriterConfig, DecisionRow, Store, TryAppendError};
 use std::sync::Arc;
 
 /// Tools whose decisions need not be on disk before they run: they change nothing. Every other
 /// tool (apply_patch, exec_command, write_stdin, process_resize, terminate_process, approvals,
 /// and any tool added later) writes its allowed decision ahead of acting.
-const READ_ONLY_TOOLS: &[&str] = &[
-    "workspace_info",
-    "read",
-    "find",
-    "grep",
-    "find_files",
-    "operation_status",
-    "read_process",
-    "process_status",
+const READ_ONLY_TOOLS: &[ToolName] = &[
+    ToolName::WorkspaceInfo,
+    ToolName::Read,
+    ToolName::Find,
+    ToolName::Grep,
+    ToolName::FindFiles,
+    ToolName::OperationStatus,
+    ToolName::ReadProcess,
+    ToolName::ProcessStatus,
 ];
 
 /// Whether an allowed call of `tool` must have its decision committed before it acts.
 pub(crate) fn writes_ahead(tool: &str) -> bool {
-    !READ_ONLY_TOOLS.contains(&tool)
+    !ToolName::parse(tool).is_some_and(|t| READ_ONLY_TOOLS.contains(&t))
 }
 
 /// Starts the store's audit writer (idempotent; in-memory stores write synchronously).

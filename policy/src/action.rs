@@ -30,6 +30,10 @@ impl Action {
     pub const FIND_FILES: Action = Action::Tool(ToolName::FindFiles);
     /// `apply_patch`.
     pub const APPLY_PATCH: Action = Action::Tool(ToolName::ApplyPatch);
+    /// `exec_command`.
+    pub const EXEC_COMMAND: Action = Action::Tool(ToolName::ExecCommand);
+    /// `workspace_info`.
+    pub const WORKSPACE_INFO: Action = Action::Tool(ToolName::WorkspaceInfo);
 
     /// The Cedar action id.
     pub const fn as_str(self) -> &'static str {

@@ -130,7 +130,7 @@ impl Decision {
     }
 
     /// Whether the sub-request for `action` was allowed (false when absent).
-    pub fn allows(&self, action: &str) -> bool {
+    pub fn allows(&self, action: crate::action::Action) -> bool {
         self.subs.iter().any(|s| s.action == action && s.allowed)
     }
 

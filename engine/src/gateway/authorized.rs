@@ -39,6 +39,7 @@ pub(crate) struct Authorized<'a> {
     gateway: &'a Gateway,
     snap: &'a Arc<PolicySnapshot>,
     ws: &'a WorkspaceRuntime,
+    ws_config: Option<&'a crate::config::Workspace>,
     session: &'a Session,
     decision: Decision,
     action: Action,
@@ -72,6 +73,7 @@ impl<'a> Authorized<'a> {
             gateway,
             snap,
             ws,
+            ws_config: gateway.svc.config.workspaces.get(&ws.facts.id),
             session,
             decision,
             action,
@@ -81,33 +83,41 @@ impl<'a> Authorized<'a> {
     }
 
     /// The call's action, typed.
-    #[allow(dead_code)] // handlers switch to the parsed values when they become free functions
     pub(crate) fn action(&self) -> Action {
         self.action
     }
 
     /// The call's first target path as the request builder parsed it (a `read`'s path, the
     /// searched directory, a patch's first touched path, a command's cwd).
-    #[allow(dead_code)] // handlers switch to the parsed values when they become free functions
-    pub(crate) fn target(&self) -> Option<&RelPath> {
-        self.targets.first()
+    /// `INTERNAL` if the builder parsed none (a call of another tool).
+    pub(crate) fn target(&self) -> Result<&RelPath, crate::ToolError> {
+        self.targets.first().ok_or_else(|| {
+            crate::ToolError::new(
+                crate::ErrorCode::Internal,
+                format!("{}: the request builder parsed no path", self.action),
+            )
+        })
     }
 
-    /// Every target path the request builder parsed, in request order.
-    #[allow(dead_code)] // handlers switch to the parsed values when they become free functions
-    pub(crate) fn targets(&self) -> &[RelPath] {
-        &self.targets
-    }
-
-    /// `apply_patch`: the patch the request builder parsed.
-    #[allow(dead_code)] // handlers switch to the parsed values when they become free functions
-    pub(crate) fn patch(&self) -> Option<&codespace_runner_patch::Patch> {
-        self.patch.as_ref()
+    /// `apply_patch`: the patch the request builder parsed (`INTERNAL` for another tool).
+    pub(crate) fn patch(&self) -> Result<&codespace_runner_patch::Patch, crate::ToolError> {
+        self.patch.as_ref().ok_or_else(|| {
+            crate::ToolError::new(
+                crate::ErrorCode::Internal,
+                format!("{}: the request builder parsed no patch", self.action),
+            )
+        })
     }
 
     /// The workspace the call was decided on.
     pub(crate) fn ws(&self) -> &'a WorkspaceRuntime {
         self.ws
+    }
+
+    /// The operator's config of the call's workspace, looked up once when the call was
+    /// authorized (`None` only if the config no longer names it).
+    pub(crate) fn ws_config(&self) -> Option<&'a crate::config::Workspace> {
+        self.ws_config
     }
 
     /// The policy snapshot the call was decided under (for denial texts and signatures).
@@ -128,13 +138,16 @@ impl<'a> Authorized<'a> {
     /// A further decision of this call on its workspace, audited: `Err` is the refusal.
     pub(crate) fn decide_more(
         &self,
-        tool: &str,
+        tool: Action,
         reqs: &[SubRequest],
     ) -> Result<Decision, crate::ToolError> {
-        let d = self
-            .gateway
-            .decider
-            .decide(self.snap, &self.ws.facts, tool, reqs, self.session);
+        let d = self.gateway.decider.decide(
+            self.snap,
+            &self.ws.facts,
+            tool.as_str(),
+            reqs,
+            self.session,
+        );
         if d.allowed() {
             Ok(d)
         } else {
@@ -144,10 +157,10 @@ impl<'a> Authorized<'a> {
 
     /// Further decisions of this call that write no audit row: probes whose answers are
     /// reported, not acted on, and listings that audit only what they withhold.
-    pub(crate) fn decide_quietly(&self, tool: &str, reqs: &[SubRequest]) -> Decision {
+    pub(crate) fn decide_quietly(&self, tool: Action, reqs: &[SubRequest]) -> Decision {
         self.gateway
             .decider
-            .probe(self.snap, &self.ws.facts, tool, reqs, self.session)
+            .probe(self.snap, &self.ws.facts, tool.as_str(), reqs, self.session)
     }
 
     /// The decision-signature plan of the call's policy snapshot.
@@ -174,36 +187,37 @@ impl<'a> Authorized<'a> {
 }
 
 impl Authorized<'_> {
-    /// Mints the call's operation on its workspace (or finds the replay of its key).
+    /// Mints the call's operation (of its own tool) on its workspace (or finds the replay of
+    /// its key).
     pub(crate) fn begin_operation(
         &self,
-        tool: &str,
         key: Option<&str>,
         fingerprint: &str,
     ) -> Result<crate::gateway::ops::Begin, crate::ToolError> {
-        self.gateway
-            .begin_operation(tool, &self.ws.facts.id, key, fingerprint, self.session)
+        self.gateway.begin_operation(
+            self.action.as_str(),
+            &self.ws.facts.id,
+            key,
+            fingerprint,
+            self.session,
+        )
     }
 
     /// The unexpired operations the caller keyed with `key` (see [`Gateway::keyed_operations`]).
     pub(crate) fn keyed_operations(
         &self,
         key: &str,
-        tool: Option<&str>,
+        tool: Option<Action>,
     ) -> Result<Vec<codespace_store::OperationRow>, crate::ToolError> {
-        self.gateway.keyed_operations(self.session, key, tool)
+        self.gateway
+            .keyed_operations(self.session, key, tool.map(Action::as_str))
     }
 
     /// Waits for the call's workspace lease (FIFO, bounded by `limits.max_waiters`) on behalf
     /// of the caller, under the operator's `lease_scope`; the handler says when (after its
     /// operation key showed the call is not a replay).
     pub(crate) async fn lease(&self) -> Result<crate::lease::RequestLease, crate::ToolError> {
-        let scope = self
-            .config
-            .workspaces
-            .get(&self.ws.facts.id)
-            .map(|w| w.lease_scope)
-            .unwrap_or_default();
+        let scope = self.ws_config.map(|w| w.lease_scope).unwrap_or_default();
         self.leases
             .acquire_as(&self.ws.facts.id, &self.session.client, scope)
             .await
@@ -233,9 +247,10 @@ impl Authorized<'_> {
     /// audit rows: the listing tools audit what they withhold).
     pub(crate) async fn decide_on_blocking_pool(
         &self,
-        tool: &'static str,
+        tool: Action,
         reqs: Vec<SubRequest>,
     ) -> Result<Decision, crate::ToolError> {
+        let tool = tool.as_str();
         let decider = Arc::clone(&self.gateway.decider);
         let snap = Arc::clone(self.snap);
         let facts = self.ws.facts.clone();

@@ -95,7 +95,7 @@ pub(crate) fn capabilities(auth: &Authorized<'_>) -> BTreeMap<&'static str, Capa
     }
     let mut seen: BTreeMap<&'static str, (usize, usize, BTreeSet<String>)> = BTreeMap::new();
     for (cap, reqs) in probes {
-        let d = auth.decide_quietly("workspace_info", &reqs);
+        let d = auth.decide_quietly(crate::policy::Action::WORKSPACE_INFO, &reqs);
         let entry = seen.entry(cap).or_default();
         let allowed = d.allowed();
         if allowed {

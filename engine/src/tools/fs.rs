@@ -3,15 +3,16 @@
 
 use crate::error::{ErrorCode, ToolError};
 use crate::gateway::Authorized;
+use crate::policy::Action;
 use crate::request::{check_read_args, path_request};
 use crate::wire::{READ_MAX_BYTES, ReadEncoding, ReadParams, ReadResult};
 use base64::Engine as _;
-use codespace_runner_fs::{Kind, RelPath};
+use codespace_runner_fs::Kind;
 
 /// `read` of one file (`path`; `paths` is served by the gateway, one such read per path).
 pub(crate) async fn read(auth: &Authorized<'_>, p: &ReadParams) -> Result<ReadResult, ToolError> {
     check_read_args(p)?;
-    read_one(auth, p.path.as_deref().unwrap_or_default(), p).await
+    read_one(auth, p).await
 }
 
 /// One file of `read`: a window (bytes, or the first/last lines) of a regular file and the
@@ -19,11 +20,7 @@ pub(crate) async fn read(auth: &Authorized<'_>, p: &ReadParams) -> Result<ReadRe
 /// `limits.max_hash_bytes` is `FILE_TOO_LARGE`). The call was authorized with the file's link
 /// count from a stat; if the file that was actually opened has another count (a hardlink
 /// made in between), the read is decided again with that count.
-async fn read_one(
-    auth: &Authorized<'_>,
-    path: &str,
-    p: &ReadParams,
-) -> Result<ReadResult, ToolError> {
+async fn read_one(auth: &Authorized<'_>, p: &ReadParams) -> Result<ReadResult, ToolError> {
     let ws = auth.ws();
     let limit = p.limit.unwrap_or(READ_MAX_BYTES);
     if limit == 0 || limit > READ_MAX_BYTES {
@@ -33,7 +30,7 @@ async fn read_one(
         ));
     }
     let offset = p.offset.unwrap_or(0);
-    let rel = RelPath::parse(path)?;
+    let rel = auth.target()?.clone();
     let max_hash = auth.config.limits.max_hash_bytes;
     let mut out = auth
         .file_versions
@@ -50,14 +47,9 @@ async fn read_one(
     }
     let opened_links = crate::links::links_value(Kind::File, out.links);
     if opened_links != 1 {
-        let mut req = path_request(
-            crate::policy::Action::READ,
-            rel.as_str(),
-            "",
-            auth.session(),
-        );
+        let mut req = path_request(Action::READ, rel.as_str(), "", auth.session());
         req.links = opened_links;
-        auth.decide_more("read", &[req])?;
+        auth.decide_more(Action::READ, &[req])?;
     }
     let mut data = out.data;
     if let Some(n) = p.head_lines {

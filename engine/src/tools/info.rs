@@ -3,6 +3,7 @@
 
 use crate::error::ToolError;
 use crate::gateway::Authorized;
+use crate::policy::Action;
 use crate::request::{SubRequest, build_requests, path_request};
 use crate::wire::{
     Available, EnvironmentInfo, ExecCommandParams, ExecutionInfo, FIND_MAX_PATHS, FileCapabilities,
@@ -34,33 +35,35 @@ pub(crate) fn workspace_info(
         stderr: None,
     });
     let mut probes: Vec<SubRequest> = vec![
-        path_request(crate::policy::Action::READ, ".", "", session),
-        path_request(crate::policy::Action::FIND, ".", "", session),
-        path_request(crate::policy::Action::APPLY_PATCH, ".", "update", session),
-        path_request(crate::policy::Action::GREP, ".", "", session),
-        path_request(crate::policy::Action::FIND_FILES, ".", "", session),
+        path_request(Action::READ, ".", "", session),
+        path_request(Action::FIND, ".", "", session),
+        path_request(Action::APPLY_PATCH, ".", "update", session),
+        path_request(Action::GREP, ".", "", session),
+        path_request(Action::FIND_FILES, ".", "", session),
     ];
     probes.extend(build_requests(&exec_probe, session, None)?);
-    let d = auth.decide_quietly("workspace_info", &probes);
+    let d = auth.decide_quietly(Action::WORKSPACE_INFO, &probes);
     // Each capability over a documented probe set: allowed / denied / conditional. The
     // booleans are true when allowed or conditional (a host should try).
     let caps = crate::tools::capabilities::capabilities(auth);
     let possible = |cap: &str| caps.get(cap).is_some_and(|c| c.possible());
-    let allowed = |action: &str| {
+    // A capability is named by its action, but for `write` (`apply_patch`) and `exec`
+    // (`exec_command`).
+    let allowed = |action: Action| {
         d.allows(action)
             || possible(match action {
-                "apply_patch" => "write",
-                "exec_command" => "exec",
-                other => other,
+                Action::APPLY_PATCH => "write",
+                Action::EXEC_COMMAND => "exec",
+                other => other.as_str(),
             })
     };
     let (read, find, write, exec) = (
-        allowed("read"),
-        allowed("find"),
-        allowed("apply_patch"),
-        allowed("exec_command"),
+        allowed(Action::READ),
+        allowed(Action::FIND),
+        allowed(Action::APPLY_PATCH),
+        allowed(Action::EXEC_COMMAND),
     );
-    let (grep, find_files) = (allowed("grep"), allowed("find_files"));
+    let (grep, find_files) = (allowed(Action::GREP), allowed(Action::FIND_FILES));
     let env_kind = ws.facts.environment_kind.as_str();
     let host = ws.facts.environment_kind == crate::config::EnvironmentKind::Host;
     let process_available = exec && host;
@@ -91,7 +94,7 @@ pub(crate) fn workspace_info(
     let sandbox_on = ws.facts.sandbox == crate::facts::SandboxFact::Enforced
         && ws.facts.workspace_sandbox != crate::config::SandboxMode::Off;
     let pids = auth.processes.pids_isolation();
-    let ws_config = auth.config.workspaces.get(id);
+    let ws_config = auth.ws_config();
     // Names only: the absolute paths behind them are the server's business.
     let read_path_names: Vec<String> = ws_config
         .map(|w| w.read_paths.keys().cloned().collect())
@@ -214,7 +217,7 @@ fn write_paths_view(auth: &Authorized<'_>, id: &str) -> crate::wire::WritePaths 
         env_names: Vec::new(),
     };
     let reqs = crate::request::write_scope_requests(&exec, &candidates);
-    let d = auth.decide_quietly("exec_command", &reqs);
+    let d = auth.decide_quietly(Action::EXEC_COMMAND, &reqs);
     let mut view = crate::wire::WritePaths::default();
     for (c, sub) in candidates.iter().zip(&d.subs) {
         let list = if sub.allowed {

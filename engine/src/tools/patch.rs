@@ -254,7 +254,7 @@ pub(crate) async fn apply_patch(
         "check_only": p.check_only.unwrap_or(false),
     }));
     let lease = auth.lease().await?;
-    let op_id = match auth.begin_operation("apply_patch", p.operation_key.as_deref(), &fp)? {
+    let op_id = match auth.begin_operation(p.operation_key.as_deref(), &fp)? {
         Begin::New(id) => id,
         Begin::Replay(row) => return replay(&row),
     };
@@ -292,8 +292,7 @@ async fn apply_locked(
 ) -> Result<ApplyPatchResult, (crate::facts::OperationStatus, ToolError)> {
     let ws = auth.ws();
     let rejected = |e: ToolError| (crate::facts::OperationStatus::Rejected, e);
-    let patch = codespace_runner_patch::parse(&p.patch)
-        .map_err(|e| rejected(ToolError::new(ErrorCode::InvalidPatch, e.to_string())))?;
+    let patch = auth.patch().map_err(rejected)?.clone();
     let root = Arc::clone(&ws.root);
     let seq0 = ws.versions.seq();
     let planned = {

@@ -77,11 +77,9 @@ fn proxy_for(
 }
 
 /// The read paths and home directory of `workspace`'s commands; creates the home.
-fn command_paths(auth: &Authorized<'_>, workspace: &str) -> Result<CommandPaths, ToolError> {
+fn command_paths(auth: &Authorized<'_>) -> Result<CommandPaths, ToolError> {
     let ws = auth
-        .config
-        .workspaces
-        .get(workspace)
+        .ws_config()
         .ok_or_else(|| ToolError::new(ErrorCode::WorkspaceNotFound, "workspace is gone"))?;
     let home = crate::isolation::home_dir(&auth.config, ws);
     if let Some(h) = &home {
@@ -245,7 +243,7 @@ pub(crate) async fn exec_command(
             "timeout_ms must be at least 1",
         ));
     }
-    let cwd = exec_cwd(ws, p.cwd.as_deref())?;
+    let cwd = exec_cwd(ws, auth.target()?)?;
     let tty = p.tty.unwrap_or(false);
     let separate = p.stderr == Some(StderrMode::Separate);
     if tty && separate {
@@ -282,7 +280,7 @@ pub(crate) async fn exec_command(
     // A retry of a keyed exec replays without taking the lease (its own process may hold it).
     let known_key = match key {
         Some(k) => auth
-            .keyed_operations(k, Some("exec_command"))?
+            .keyed_operations(k, Some(auth.action()))?
             .iter()
             .any(|r| r.workspace == ws.facts.id),
         None => false,
@@ -292,7 +290,7 @@ pub(crate) async fn exec_command(
     } else {
         Some(auth.lease().await?)
     };
-    let op_id = match auth.begin_operation("exec_command", key, &fp)? {
+    let op_id = match auth.begin_operation(key, &fp)? {
         Begin::New(id) => id,
         Begin::Replay(row) => return replay(&row),
     };
@@ -449,13 +447,13 @@ async fn live_limit_error(auth: &Authorized<'_>, session: &Session) -> ToolError
     )
 }
 
-/// The working directory of an exec: workspace-relative, an existing directory reached
-/// without any symlink (the request builder already refused `..` and absolute paths).
-fn exec_cwd(ws: &WorkspaceRuntime, cwd: Option<&str>) -> Result<RelPath, ToolError> {
-    let rel = match cwd.filter(|c| !c.is_empty()) {
-        Some(c) => RelPath::parse(c).map_err(ToolError::from)?,
-        None => return Ok(RelPath::root()),
-    };
+/// The working directory of an exec, as the request builder parsed it: workspace-relative, an
+/// existing directory reached without any symlink.
+fn exec_cwd(ws: &WorkspaceRuntime, rel: &RelPath) -> Result<RelPath, ToolError> {
+    if rel.is_root() {
+        return Ok(RelPath::root());
+    }
+    let rel = rel.clone();
     match ws.root.stat(&rel).map_err(ToolError::from)? {
         None => Err(ToolError::new(
             ErrorCode::FileNotFound,
@@ -483,14 +481,12 @@ async fn start(
 ) -> Result<Started, ToolError> {
     let (ws, session, decision) = (auth.ws(), auth.session(), auth.decision());
     let root = auth
-        .config
-        .workspaces
-        .get(&ws.facts.id)
+        .ws_config()
         .map(|w| w.root.clone())
         .ok_or_else(|| ToolError::new(ErrorCode::WorkspaceNotFound, "workspace is gone"))?;
     let tty = p.tty.unwrap_or(false);
     let sandboxed = requires_sandbox(ws);
-    let paths = command_paths(auth, &ws.facts.id)?;
+    let paths = command_paths(auth)?;
     // Where the command may write: `process_write` decided per candidate directory.
     let scope = if sandboxed {
         let exec = crate::request::exec_facts(p, session)?;
@@ -512,7 +508,7 @@ async fn start(
     // The network: the whole network when policy grants `process_network`; else, on a
     // `network: proxy` workspace, only the egress proxy (one decision per connection);
     // else none.
-    let network = if decision.allows("process_network") {
+    let network = if decision.allows(crate::policy::Action::ProcessNetwork) {
         NetworkMode::Enabled
     } else if sandboxed && ws.facts.network == crate::config::Network::Proxy {
         NetworkMode::Proxy

@@ -9,6 +9,7 @@
 use crate::error::{ErrorCode, ToolError};
 use crate::gateway::Authorized;
 use crate::index::{Derived, Groups, Listing};
+use crate::policy::Action;
 use crate::policy::decide::Decision;
 use crate::request::{SubRequest, path_request};
 use crate::wire::{
@@ -148,16 +149,16 @@ async fn read_decisions(
         .zip(&groups.rep_links)
         .filter_map(|(&i, &links)| listing.entries.get(i as usize).map(|e| (e, links)))
         .map(|(e, links)| {
-            let mut r = path_request(crate::policy::Action::READ, &e.path, "", session);
+            let mut r = path_request(Action::READ, &e.path, "", session);
             r.links = links;
             r
         })
         .collect();
     let decision = if reqs.len() <= INLINE_DECISIONS {
-        auth.decide_quietly("read", &reqs)
+        auth.decide_quietly(Action::READ, &reqs)
     } else {
         // Paths the policy set tells apart one by one: evaluate them off the async workers.
-        auth.decide_on_blocking_pool("read", reqs).await?
+        auth.decide_on_blocking_pool(Action::READ, reqs).await?
     };
     Ok((groups, decision))
 }
@@ -166,7 +167,6 @@ async fn read_decisions(
 /// tool.
 fn audit_withheld_entries(
     auth: &Authorized<'_>,
-    tool: &str,
     decision: &Decision,
     listing: &Listing,
     withheld: &[(u32, u32)],
@@ -176,7 +176,7 @@ fn audit_withheld_entries(
         return;
     }
     let mut decision = decision.clone();
-    decision.tool = tool.to_string();
+    decision.tool = auth.action().to_string();
     let rows: Vec<(String, usize)> = withheld
         .iter()
         .filter_map(|&(e, g)| {
@@ -190,11 +190,11 @@ fn audit_withheld_entries(
     // shadow set is asked the same questions.
     let groups = rows.iter().map(|(_, g)| *g + 1).max().unwrap_or(0);
     let mut reqs: Vec<SubRequest> = (0..groups)
-        .map(|_| path_request(crate::policy::Action::READ, ".", "", session))
+        .map(|_| path_request(Action::READ, ".", "", session))
         .collect();
     for (path, g) in &rows {
         if let Some(r) = reqs.get_mut(*g) {
-            *r = path_request(crate::policy::Action::READ, path, "", session);
+            *r = path_request(Action::READ, path, "", session);
         }
     }
     auth.audit_withheld(&decision, &reqs, &rows);
@@ -233,10 +233,7 @@ pub(crate) async fn find(auth: &Authorized<'_>, p: &FindParams) -> Result<FindRe
         .filter(|g| !g.is_empty())
         .map(|g| compile_glob("exclude", g))
         .collect::<Result<_, _>>()?;
-    let base = match p.path.as_deref().filter(|s| !s.is_empty()) {
-        Some(s) => RelPath::parse(s)?,
-        None => RelPath::root(),
-    };
+    let base = auth.target()?.clone();
     if !base.is_root() {
         // The listing's root must be a directory reachable without a symlink.
         let root = Arc::clone(&ws.root);
@@ -361,7 +358,7 @@ pub(crate) async fn find(auth: &Authorized<'_>, p: &FindParams) -> Result<FindRe
             d
         }
     };
-    audit_withheld_entries(auth, "find", &decision, &listing, &derived.withheld);
+    audit_withheld_entries(auth, &decision, &listing, &derived.withheld);
     let total = derived.visible.len() as u64;
     let start = usize::try_from(offset.min(total)).unwrap_or(usize::MAX);
     let take = usize::try_from(limit).unwrap_or(usize::MAX);
@@ -440,10 +437,7 @@ pub(crate) async fn grep(auth: &Authorized<'_>, p: &GrepParams) -> Result<GrepRe
         Some(g) => Some(compile_glob("glob", g)?),
         None => None,
     };
-    let base = match p.path.as_deref().filter(|s| !s.is_empty()) {
-        Some(s) => RelPath::parse(s)?,
-        None => RelPath::root(),
-    };
+    let base = auth.target()?.clone();
     let gitignore = p.respect_gitignore.unwrap_or(true);
     if !base.is_root() {
         // The named directory (or file) must exist and be reachable without a symlink.
@@ -540,7 +534,7 @@ pub(crate) async fn grep(auth: &Authorized<'_>, p: &GrepParams) -> Result<GrepRe
         (withheld, files, outcome, version)
     })
     .await?;
-    audit_withheld_entries(auth, "grep", &decision, &listing, &withheld);
+    audit_withheld_entries(auth, &decision, &listing, &withheld);
     let path_of = |file: usize| -> String {
         files
             .get(file)
@@ -651,7 +645,7 @@ pub(crate) async fn find_files(
     })
     .await?;
     let (withheld, matched) = withheld;
-    audit_withheld_entries(auth, "find_files", &decision, &listing, &matched);
+    audit_withheld_entries(auth, &decision, &listing, &matched);
     let matches = ranked
         .into_iter()
         .filter_map(|r| {

@@ -22,7 +22,6 @@ pub(crate) async fn write_stdin(
     let table = &auth.processes.table;
     acked_operation(
         auth,
-        "write_stdin",
         &p.process_id,
         &fp,
         crate::facts::OperationStatus::Written,
@@ -35,13 +34,12 @@ pub(crate) async fn write_stdin(
 /// finish it with `done` or with the error, and answer `{ok, process_id, operation_id}`.
 async fn acked_operation(
     auth: &Authorized<'_>,
-    tool: &str,
     process_id: &str,
     fp: &str,
     done: crate::facts::OperationStatus,
     action: impl std::future::Future<Output = Result<(), ProcError>>,
 ) -> Result<ProcessAckResult, ToolError> {
-    let op_id = match auth.begin_operation(tool, None, fp)? {
+    let op_id = match auth.begin_operation(None, fp)? {
         Begin::New(id) => id,
         Begin::Replay(_) => return Err(internal("unexpected replay without a key")),
     };
@@ -181,7 +179,7 @@ pub(crate) async fn terminate_process(
     p: &ProcessIdParams,
 ) -> Result<ProcessAckResult, ToolError> {
     let fp = fingerprint(&json!({"process_id": p.process_id}));
-    let op_id = match auth.begin_operation("terminate_process", None, &fp)? {
+    let op_id = match auth.begin_operation(None, &fp)? {
         Begin::New(id) => id,
         Begin::Replay(_) => return Err(internal("unexpected replay without a key")),
     };
