@@ -6,15 +6,15 @@ use std::path::{Path, PathBuf};
 
 use super::limits::Limits;
 use super::profiles;
-use codespace_policy::config::builtin_profiles;
 use super::raw::RawConfig;
 use super::switches::{LeaseScope, SecretMasking};
-use codespace_policy::config::{Approvals, EnvironmentKind, Network, SandboxMode};
 use super::validate::{
     canonical_root, command_env, command_path, command_write_paths, default_command_write_paths,
     io_reason, read_paths,
 };
 use super::{Client, Config, ConfigError, Environment, LOCAL_ENVIRONMENT, Workspace};
+use codespace_policy::config::builtin_profiles;
+use codespace_policy::config::{Approvals, EnvironmentKind, Network, SandboxMode};
 
 fn local_environments() -> BTreeMap<String, Environment> {
     let mut m = BTreeMap::new();

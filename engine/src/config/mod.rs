@@ -18,14 +18,14 @@ mod raw;
 mod switches;
 mod validate;
 
+pub use codespace_policy::config::{
+    Approvals, BUILTIN_PROFILES, EnvironmentKind, Network, Profile, SandboxMode, builtin_profiles,
+    is_env_name,
+};
 pub use error::ConfigError;
 pub use limits::{
     DEFAULT_MAX_HASH_BYTES, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_PATCH_FILE_BYTES,
     DEFAULT_MAX_SESSIONS_PER_CLIENT, Limits,
-};
-pub use codespace_policy::config::{
-    Approvals, BUILTIN_PROFILES, EnvironmentKind, Network, Profile, SandboxMode, builtin_profiles,
-    is_env_name,
 };
 pub use raw::json_schema;
 pub use switches::{LeaseScope, SecretMasking};

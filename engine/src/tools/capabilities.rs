@@ -51,7 +51,10 @@ pub(crate) fn capabilities(auth: &Authorized<'_>) -> BTreeMap<&'static str, Capa
     let (ws, session) = (auth.ws(), auth.session());
     let mut probes: Vec<(&'static str, Vec<SubRequest>)> = Vec::new();
     for path in READ_PROBES {
-        probes.push(("read", vec![path_request(crate::policy::Action::READ, path, "", session)]));
+        probes.push((
+            "read",
+            vec![path_request(crate::policy::Action::READ, path, "", session)],
+        ));
     }
     for tool in [
         crate::policy::Action::FIND,
@@ -63,7 +66,12 @@ pub(crate) fn capabilities(auth: &Authorized<'_>) -> BTreeMap<&'static str, Capa
     for (path, kind) in WRITE_PROBES {
         probes.push((
             "write",
-            vec![path_request(crate::policy::Action::APPLY_PATCH, path, kind, session)],
+            vec![path_request(
+                crate::policy::Action::APPLY_PATCH,
+                path,
+                kind,
+                session,
+            )],
         ));
     }
     for (argv, env) in EXEC_PROBES {

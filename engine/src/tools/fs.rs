@@ -50,7 +50,12 @@ async fn read_one(
     }
     let opened_links = crate::links::links_value(Kind::File, out.links);
     if opened_links != 1 {
-        let mut req = path_request(crate::policy::Action::READ, rel.as_str(), "", auth.session());
+        let mut req = path_request(
+            crate::policy::Action::READ,
+            rel.as_str(),
+            "",
+            auth.session(),
+        );
         req.links = opened_links;
         auth.decide_more("read", &[req])?;
     }
