@@ -16,51 +16,48 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-impl Gateway {
-    /// `read` with `paths`: each path authorized and read exactly as a single `read` of it (its
-    /// own decision and audit row); a path's refusal or failure becomes that file's `error`, so
-    /// the call itself fails only on invalid arguments or an unknown workspace.
-    async fn read_many(
-        &self,
-        snap: &Arc<PolicySnapshot>,
-        p: &ReadParams,
-        session: &Session,
-    ) -> Result<ReadManyResult, ToolError> {
-        crate::request::check_read_args(p)?;
-        self.workspace(&p.workspace_id)?;
-        let paths = p.paths.as_deref().unwrap_or_default();
-        let mut files = Vec::with_capacity(paths.len());
-        for path in paths {
-            let one = ReadParams {
-                path: Some(path.clone()),
-                paths: None,
-                ..p.clone()
-            };
-            let call = ToolCall::Read(one.clone());
-            let r = match self
-                .authorize_on(snap, &p.workspace_id, &call, session)
-                .await
-            {
-                Ok(a) => crate::tools::fs::read(&a, &one).await,
-                Err(e) => Err(e),
-            };
-            files.push(match r {
-                Ok(v) => ReadManyFile::Read(v),
-                Err(mut e) => {
-                    // A file's error text passes the redactor as a call's error does.
-                    if let std::borrow::Cow::Owned(red) = self.config.redaction.text(&e.message) {
-                        e.message = red;
-                    }
-                    ReadManyFile::Failed {
-                        path: path.clone(),
-                        error: e,
-                    }
+/// `read` with `paths`: each path authorized and read exactly as a single `read` of it (its
+/// own decision and audit row); a path's refusal or failure becomes that file's `error`, so
+/// the call itself fails only on invalid arguments or an unknown workspace.
+async fn read_many(
+    gw: &Gateway,
+    snap: &Arc<PolicySnapshot>,
+    p: &ReadParams,
+    session: &Session,
+) -> Result<ReadManyResult, ToolError> {
+    crate::request::check_read_args(p)?;
+    gw.workspace(&p.workspace_id)?;
+    let paths = p.paths.as_deref().unwrap_or_default();
+    let mut files = Vec::with_capacity(paths.len());
+    for path in paths {
+        let one = ReadParams {
+            path: Some(path.clone()),
+            paths: None,
+            ..p.clone()
+        };
+        let call = ToolCall::Read(one.clone());
+        let r = match gw.authorize_on(snap, &p.workspace_id, &call, session).await {
+            Ok(a) => crate::tools::fs::read(&a, &one).await,
+            Err(e) => Err(e),
+        };
+        files.push(match r {
+            Ok(v) => ReadManyFile::Read(v),
+            Err(mut e) => {
+                // A file's error text passes the redactor as a call's error does.
+                if let std::borrow::Cow::Owned(red) = gw.config.redaction.text(&e.message) {
+                    e.message = red;
                 }
-            });
-        }
-        Ok(ReadManyResult { files })
+                ReadManyFile::Failed {
+                    path: path.clone(),
+                    error: e,
+                }
+            }
+        });
     }
+    Ok(ReadManyResult { files })
+}
 
+impl Gateway {
     /// Serves one tool call. The result is the tool's result object.
     pub async fn call(&self, session: &Session, call: ToolCall) -> Result<ToolResult, ToolError> {
         // Calls in flight finish under the snapshot they started with.
@@ -77,8 +74,7 @@ impl Gateway {
                 }
                 .map(|r| ToolResult::WorkspaceInfo(Box::new(r)))
             }
-            ToolCall::Read(p) if p.paths.is_some() => self
-                .read_many(&snap, p, session)
+            ToolCall::Read(p) if p.paths.is_some() => read_many(self, &snap, p, session)
                 .await
                 .map(ToolResult::ReadMany),
             ToolCall::Read(p) => {
@@ -112,7 +108,11 @@ impl Gateway {
                     .map(ToolResult::FindFiles)
             }
             ToolCall::OperationStatus(p) => {
-                let (auth, row) = self.authorize_operation(&snap, session, &call, p).await?;
+                // The caller's operation, then the call decided on its workspace.
+                let (row, _) = crate::gateway::ops::operation_target(self, session, p)?;
+                let auth = self
+                    .authorize_on(&snap, &row.workspace, &call, session)
+                    .await?;
                 crate::tools::ops::operation_status(&auth, &row)
                     .map(|r| ToolResult::OperationStatus(Box::new(r)))
             }
@@ -141,6 +141,7 @@ impl Gateway {
                     .map(ToolResult::ApprovalState)
             }
             ToolCall::OperationResume(p) => self
+                .holds()
                 .operation_resume(&snap, session, p, run_held)
                 .await
                 .map(|r| ToolResult::OperationResume(Box::new(r))),
@@ -213,7 +214,8 @@ impl Gateway {
         id: &str,
         decision: ApprovalDecision,
     ) -> Result<ToolResult, ToolError> {
-        self.answer_in_band_with(session, id, decision, run_held)
+        self.holds()
+            .answer_in_band_with(session, id, decision, run_held)
             .await
     }
 }

@@ -457,7 +457,7 @@ fn serve(
             .with_helper_exe(std::env::current_exe().unwrap_or_default()),
     );
     // Roll back patches a crash interrupted; mark unfinished operations `unknown`.
-    let recovered = gateway.recover();
+    let recovered = codespace_engine::gateway::patches::recover(&gateway);
     if !recovered.is_empty() {
         tracing::warn!(operations = ?recovered, "rolled back interrupted patches at start-up");
     }

@@ -59,7 +59,7 @@ pub async fn decision(
     if !supports_form(&context.peer) {
         return None;
     }
-    let (summary, details) = gateway.pending_summary(session, &id)?;
+    let (summary, details) = gateway.holds().pending_summary(session, &id)?;
     let schema = form()?;
     let request = ServerRequest::ElicitRequest(ElicitRequest::new(
         ElicitRequestParams::FormElicitationParams {

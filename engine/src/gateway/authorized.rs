@@ -194,7 +194,8 @@ impl Authorized<'_> {
         key: Option<&str>,
         fingerprint: &str,
     ) -> Result<crate::gateway::ops::Begin, crate::ToolError> {
-        self.gateway.begin_operation(
+        super::ops::begin_operation(
+            self.gateway,
             self.action.as_str(),
             &self.ws.facts.id,
             key,
@@ -203,14 +204,13 @@ impl Authorized<'_> {
         )
     }
 
-    /// The unexpired operations the caller keyed with `key` (see [`Gateway::keyed_operations`]).
+    /// The unexpired operations the caller keyed with `key` (see [`super::ops::keyed_operations`]).
     pub(crate) fn keyed_operations(
         &self,
         key: &str,
         tool: Option<Action>,
     ) -> Result<Vec<codespace_store::OperationRow>, crate::ToolError> {
-        self.gateway
-            .keyed_operations(self.session, key, tool.map(Action::as_str))
+        super::ops::keyed_operations(self.gateway, self.session, key, tool.map(Action::as_str))
     }
 
     /// Waits for the call's workspace lease (FIFO, bounded by `limits.max_waiters`) on behalf
@@ -238,9 +238,15 @@ impl Authorized<'_> {
         &self,
         exec: &crate::request::ExecFacts,
     ) -> Result<super::write_scope::WriteScope, crate::ToolError> {
-        self.gateway
-            .write_scope(self.snap, self.ws, self.session, &self.decision, exec)
-            .await
+        super::write_scope::write_scope(
+            self.gateway,
+            self.snap,
+            self.ws,
+            self.session,
+            &self.decision,
+            exec,
+        )
+        .await
     }
 
     /// Decides a large batch of this call's sub-requests on the blocking pool (no cache, no

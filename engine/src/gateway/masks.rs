@@ -92,71 +92,13 @@ impl Gateway {
                  secret_masking: off)"
             ))
         })?;
-        self.note_widened_masks(ws, &listing, wanted, &widened)
-            .await;
+        note_widened_masks(self, ws, &listing, wanted, &widened).await;
         // Only an error-free decision is reused: an evaluation error denies (masks) this time,
         // and is asked again next time.
         if decision.subs.iter().all(|s| s.errors.is_empty()) {
             cache.put_set(key, Arc::new(masks.clone()));
         }
         Ok(masks)
-    }
-}
-
-impl Gateway {
-    /// Says (a `masks_widened` event and a warning in the log) which directories were masked
-    /// whole: those the listing could not hold, and those that replaced too many masks.
-    async fn note_widened_masks(
-        &self,
-        ws: &WorkspaceRuntime,
-        listing: &crate::index::Listing,
-        wanted: usize,
-        widened: &[String],
-    ) {
-        let mut notes: Vec<String> = unlisted_note(listing).into_iter().collect();
-        if !widened.is_empty() {
-            let shown: Vec<&str> = widened.iter().take(10).map(String::as_str).collect();
-            notes.push(format!(
-                "secret masking: policy withholds {wanted} paths, more than the {MAX_MASKS} one \
-                 command can have masked, so {} director{} masked whole for commands (their other \
-                 files are hidden from commands too): {}{}; remove withheld files there, or \
-                 withhold whole directories, to see the rest again",
-                widened.len(),
-                if widened.len() == 1 {
-                    "y is"
-                } else {
-                    "ies are"
-                },
-                shown.join(", "),
-                if widened.len() > shown.len() {
-                    format!(" and {} more", widened.len() - shown.len())
-                } else {
-                    String::new()
-                }
-            ));
-        }
-        if notes.is_empty() {
-            return;
-        }
-        for note in &notes {
-            tracing::warn!(workspace = %ws.facts.id, "{note}");
-        }
-        if let Some(store) = self.store() {
-            let detail = serde_json::json!({
-                "workspace": ws.facts.id,
-                "unlisted": listing.unlisted.iter().map(|u| u.path.as_str()).collect::<Vec<_>>(),
-                "coalesced": widened,
-                "notes": notes,
-            });
-            let store = Arc::clone(store);
-            // A write to the store: off the async workers, recorded before the command starts.
-            let written =
-                tokio::task::spawn_blocking(move || store.insert_event("masks_widened", &detail))
-                    .await;
-            if !matches!(written, Ok(Ok(_))) {
-                tracing::warn!("masks_widened event not recorded");
-            }
-        }
     }
 }
 
@@ -208,6 +150,60 @@ impl Services {
         // written ahead; these rows say how its sandbox was shaped and follow in the next group
         // commit, so a command's start does not wait for a second commit.
         crate::audit::append(store, rows, &exec.decision_id, false);
+    }
+}
+
+/// Says (a `masks_widened` event and a warning in the log) which directories were masked
+/// whole: those the listing could not hold, and those that replaced too many masks.
+async fn note_widened_masks(
+    gw: &Gateway,
+    ws: &WorkspaceRuntime,
+    listing: &crate::index::Listing,
+    wanted: usize,
+    widened: &[String],
+) {
+    let mut notes: Vec<String> = unlisted_note(listing).into_iter().collect();
+    if !widened.is_empty() {
+        let shown: Vec<&str> = widened.iter().take(10).map(String::as_str).collect();
+        notes.push(format!(
+            "secret masking: policy withholds {wanted} paths, more than the {MAX_MASKS} one \
+             command can have masked, so {} director{} masked whole for commands (their other \
+             files are hidden from commands too): {}{}; remove withheld files there, or \
+             withhold whole directories, to see the rest again",
+            widened.len(),
+            if widened.len() == 1 {
+                "y is"
+            } else {
+                "ies are"
+            },
+            shown.join(", "),
+            if widened.len() > shown.len() {
+                format!(" and {} more", widened.len() - shown.len())
+            } else {
+                String::new()
+            }
+        ));
+    }
+    if notes.is_empty() {
+        return;
+    }
+    for note in &notes {
+        tracing::warn!(workspace = %ws.facts.id, "{note}");
+    }
+    if let Some(store) = gw.store() {
+        let detail = serde_json::json!({
+            "workspace": ws.facts.id,
+            "unlisted": listing.unlisted.iter().map(|u| u.path.as_str()).collect::<Vec<_>>(),
+            "coalesced": widened,
+            "notes": notes,
+        });
+        let store = Arc::clone(store);
+        // A write to the store: off the async workers, recorded before the command starts.
+        let written =
+            tokio::task::spawn_blocking(move || store.insert_event("masks_widened", &detail)).await;
+        if !matches!(written, Ok(Ok(_))) {
+            tracing::warn!("masks_widened event not recorded");
+        }
     }
 }
 

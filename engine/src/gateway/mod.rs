@@ -13,6 +13,7 @@ pub mod approvals;
 mod authorized;
 mod explain;
 mod hold_summary;
+pub mod holds;
 mod info;
 mod masks;
 pub mod net;
@@ -231,34 +232,12 @@ impl Gateway {
         })
     }
 
-    /// Records an HTTP listener of this server (the transport calls it once bound): egress-proxy
-    /// connections to it are `resource.server_owned`, which a base guardrail forbids.
-    pub fn add_http_listener(&self, addr: std::net::SocketAddr) {
-        self.net.add_listener(addr);
-    }
-
     /// The workspace identity (store registration) `workspace` is served under, if registered.
     pub fn registration(&self, workspace: &str) -> Option<&str> {
         self.workspaces
             .get(workspace)
             .map(|w| w.registration.as_str())
             .filter(|r| !r.is_empty())
-    }
-
-    /// Starts the background retention pruner on `store` (open a second connection to the same
-    /// file for it) with the configured retention; its statistics feed `workspace_info.store`.
-    /// Dropping the returned handle stops it.
-    pub fn start_retention(
-        &self,
-        store: Arc<Store>,
-        interval: std::time::Duration,
-    ) -> std::io::Result<crate::retention::Pruner> {
-        crate::retention::Pruner::spawn(
-            store,
-            self.config.retention,
-            interval,
-            self.store_stats.clone(),
-        )
     }
 
     /// Sets the transports this server serves (`workspace_info.transports`).
@@ -275,29 +254,9 @@ impl Gateway {
         self
     }
 
-    /// The services, to configure them before the gateway serves.
-    pub(crate) fn services_mut(&mut self) -> &mut Services {
-        &mut self.svc
-    }
-
-    /// What the start-up probe found about the command sandbox.
-    pub fn sandbox(&self) -> SandboxFacts {
-        self.sandbox
-    }
-
     /// The live policy store.
     pub fn policy(&self) -> &Arc<PolicyStore> {
         &self.policy
-    }
-
-    /// The store, when there is one.
-    pub fn store(&self) -> Option<&Arc<Store>> {
-        self.store.as_ref()
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &Config {
-        &self.config
     }
 
     /// Records this start in the store's events: version, policy set, the host `probe` the
@@ -324,20 +283,6 @@ impl Gateway {
         });
         if let Err(e) = store.insert_event("startup", &detail) {
             tracing::error!(error = %e, "cannot record the start-up event");
-        }
-    }
-
-    /// Commits every audit row queued so far (the barrier of in-process readers and tests).
-    pub fn flush_audit(&self) {
-        if let Some(store) = &self.store {
-            crate::audit::flush(store);
-        }
-    }
-
-    /// Drains the audit queue and stops its writer; later rows are written synchronously.
-    pub fn stop_audit(&self) {
-        if let Some(store) = &self.store {
-            crate::audit::stop(store);
         }
     }
 
@@ -408,20 +353,6 @@ impl Gateway {
         Ok(Authorized::new(self, snap, ws, session, decided))
     }
 
-    /// Resolves the caller's operation `operation_status` names and decides the call on its
-    /// workspace: the handler's [`Authorized`] value with the operation's row, or the refusal.
-    pub(crate) async fn authorize_operation<'a>(
-        &'a self,
-        snap: &'a Arc<PolicySnapshot>,
-        session: &'a Session,
-        call: &ToolCall,
-        p: &crate::wire::OperationStatusParams,
-    ) -> Result<(Authorized<'a>, codespace_store::OperationRow), ToolError> {
-        let (row, ws) = self.operation_target(session, p)?;
-        let decision = self.authorize(snap, ws, call, session, None).await?;
-        Ok((Authorized::new(self, snap, ws, session, decision), row))
-    }
-
     /// Finds the hold `approval_resolve` names (one this server serves) and decides the
     /// resolution: the handler's [`Authorized`] value with the hold's row, or the refusal.
     pub(crate) fn authorize_resolve<'a>(
@@ -431,8 +362,10 @@ impl Gateway {
         call: &ToolCall,
         p: &crate::wire::ApprovalResolveParams,
     ) -> Result<(Authorized<'a>, codespace_store::ApprovalRow), ToolError> {
-        let (row, ws) = self.served_hold(&p.approval_id)?;
-        let decision = self.decide_resolve(snap, session, call, p, &row, ws)?;
+        let (row, ws) = self.holds().served_hold(&p.approval_id)?;
+        let decision = self
+            .holds()
+            .decide_resolve(snap, session, call, p, &row, ws)?;
         let decided = Decided::bare(decision, crate::policy::Action::Tool(call.name()));
         Ok((Authorized::new(self, snap, ws, session, decided), row))
     }
@@ -456,9 +389,62 @@ impl Gateway {
     ) -> Result<Authorized<'a>, ToolError> {
         let ws = self.workspace(workspace_id)?;
         let decided = self.authorize(snap, ws, call, session, None).await?;
-        if confirm && self.confirm_holds(snap, ws, call, session).await? {
-            return Err(self.hold(ws, call, session).await);
+        if confirm && self.holds().confirm_holds(snap, ws, call, session).await? {
+            return Err(self.holds().hold(ws, call, session).await);
         }
         Ok(Authorized::new(self, snap, ws, session, decided))
+    }
+}
+
+impl Services {
+    /// Records an HTTP listener of this server (the transport calls it once bound): egress-proxy
+    /// connections to it are `resource.server_owned`, which a base guardrail forbids.
+    pub fn add_http_listener(&self, addr: std::net::SocketAddr) {
+        self.net.add_listener(addr);
+    }
+
+    /// Starts the background retention pruner on `store` (open a second connection to the same
+    /// file for it) with the configured retention; its statistics feed `workspace_info.store`.
+    /// Dropping the returned handle stops it.
+    pub fn start_retention(
+        &self,
+        store: Arc<Store>,
+        interval: std::time::Duration,
+    ) -> std::io::Result<crate::retention::Pruner> {
+        crate::retention::Pruner::spawn(
+            store,
+            self.config.retention,
+            interval,
+            self.store_stats.clone(),
+        )
+    }
+
+    /// What the start-up probe found about the command sandbox.
+    pub fn sandbox(&self) -> SandboxFacts {
+        self.sandbox
+    }
+
+    /// The store, when there is one.
+    pub fn store(&self) -> Option<&Arc<Store>> {
+        self.store.as_ref()
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Commits every audit row queued so far (the barrier of in-process readers and tests).
+    pub fn flush_audit(&self) {
+        if let Some(store) = &self.store {
+            crate::audit::flush(store);
+        }
+    }
+
+    /// Drains the audit queue and stops its writer; later rows are written synchronously.
+    pub fn stop_audit(&self) {
+        if let Some(store) = &self.store {
+            crate::audit::stop(store);
+        }
     }
 }

@@ -3,7 +3,7 @@
 //! within its scope — the calling client, the workspace identity (its registration: the id bound
 //! to this root) and the tool — until the key expires (`retention.operation_keys`); outside that
 //! scope the key is unknown and the call runs as new. `operation_status` (`tools/ops.rs`) reads
-//! the rows back; the gateway resolves which row (`Gateway::operation_target`).
+//! the rows back; the gateway resolves which row (`operation_target`).
 
 use crate::error::{ErrorCode, ToolError};
 use crate::gateway::{Gateway, Services, WorkspaceRuntime};
@@ -58,132 +58,6 @@ fn store_err(e: codespace_store::StoreError) -> ToolError {
     ToolError::new(ErrorCode::Internal, format!("store: {e}"))
 }
 
-impl Gateway {
-    /// Mints an operation (or finds the replay) for a mutating call.
-    pub(crate) fn begin_operation(
-        &self,
-        tool: &str,
-        workspace: &str,
-        key: Option<&str>,
-        fingerprint: &str,
-        session: &Session,
-    ) -> Result<Begin, ToolError> {
-        let store = self.require_store()?;
-        let id = format!("op-{}", uuid::Uuid::new_v4());
-        let scope = self.key_scope(workspace, session);
-        let row = OperationRow {
-            operation_id: id.clone(),
-            operation_key: key.map(str::to_string),
-            fingerprint: fingerprint.to_string(),
-            tool: tool.to_string(),
-            workspace: workspace.to_string(),
-            client: Some(session.client.clone()),
-            status: crate::facts::OperationStatus::Running.as_str().into(),
-            created_ms: codespace_store::now_ms(),
-            finished_ms: None,
-            result: None,
-        };
-        // Owned by this server instance: another server starting on the same store leaves the
-        // operation, its journal and its processes alone while this one runs.
-        match store
-            .create_owned_operation(&row, scope.as_ref(), Some(self.temps.instance()))
-            .map_err(store_err)?
-        {
-            KeyClaim::Created => {
-                store
-                    .add_operation_event(&id, "minted", None, None)
-                    .map_err(store_err)?;
-                Ok(Begin::New(id))
-            }
-            KeyClaim::Existing(prev) => {
-                if prev.fingerprint == fingerprint {
-                    Ok(Begin::Replay(prev))
-                } else {
-                    Err(ToolError::new(
-                        ErrorCode::OperationKeyConflict,
-                        format!(
-                            "operation_key was already used for a different {tool} request (operation {})",
-                            prev.operation_id
-                        ),
-                    )
-                    .with_operation(prev.operation_id.clone()))
-                }
-            }
-        }
-    }
-
-    /// The scope a key used now by `session` in `workspace` is claimed in (None when the
-    /// workspace has no registration, i.e. without a store).
-    fn key_scope(&self, workspace: &str, session: &Session) -> Option<KeyScope> {
-        let registration = self.registration(workspace)?;
-        let ttl =
-            i64::try_from(self.config.retention.operation_keys.as_millis()).unwrap_or(i64::MAX);
-        Some(KeyScope {
-            client: session.client.clone(),
-            registration: registration.to_string(),
-            expires_ms: codespace_store::now_ms().saturating_add(ttl),
-        })
-    }
-
-    /// The unexpired operations `session` keyed with `key` in the workspaces this server serves
-    /// under their current registration, oldest first; `tool` narrows to one tool.
-    pub(crate) fn keyed_operations(
-        &self,
-        session: &Session,
-        key: &str,
-        tool: Option<&str>,
-    ) -> Result<Vec<OperationRow>, ToolError> {
-        let store = self.require_store()?;
-        let rows = store
-            .keyed_operations(&session.client, key, codespace_store::now_ms())
-            .map_err(store_err)?;
-        Ok(rows
-            .into_iter()
-            .filter(|(reg, row)| {
-                self.registration(&row.workspace) == Some(reg.as_str())
-                    && tool.is_none_or(|t| row.tool == t)
-            })
-            .map(|(_, row)| row)
-            .collect())
-    }
-
-    /// The operation `operation_status` asks about: by exactly one of id and key, only among
-    /// the caller's own operations (another client's reads exactly like a missing one, and is
-    /// never decided on), with the workspace it ran in. Nothing is decided here: the gateway
-    /// decides the call on that workspace next.
-    pub(crate) fn operation_target(
-        &self,
-        session: &Session,
-        p: &OperationStatusParams,
-    ) -> Result<(OperationRow, &WorkspaceRuntime), ToolError> {
-        let store = self.require_store()?;
-        let not_found = |m: &str| ToolError::new(ErrorCode::OperationNotFound, m.to_string());
-        let id = p.operation_id.as_deref().filter(|s| !s.is_empty());
-        let key = p.operation_key.as_deref().filter(|s| !s.is_empty());
-        let row = match (id, key) {
-            (Some(id), None) => store
-                .operation_by_id(id)
-                .map_err(store_err)?
-                .filter(|row| row.client.as_deref().is_none_or(|c| c == session.client))
-                .ok_or_else(|| not_found("no operation with that operation_id"))?,
-            (None, Some(key)) => self
-                .keyed_operations(session, key, None)?
-                .into_iter()
-                .max_by_key(|r| r.created_ms)
-                .ok_or_else(|| not_found("no operation with that operation_key"))?,
-            _ => {
-                return Err(not_found(
-                    "give exactly one of operation_id and operation_key",
-                ));
-            }
-        };
-        let ws = self
-            .workspace(&row.workspace)
-            .map_err(|_| not_found("the operation's workspace is no longer registered"))?;
-        Ok((row, ws))
-    }
-}
-
 impl Services {
     /// The store, required by mutating tools.
     pub(crate) fn require_store(&self) -> Result<&Arc<Store>, ToolError> {
@@ -208,4 +82,126 @@ impl Services {
             tracing::error!(operation_id = id, error = %e, "cannot add operation event");
         }
     }
+}
+
+/// Mints an operation (or finds the replay) for a mutating call.
+pub(crate) fn begin_operation(
+    gw: &Gateway,
+    tool: &str,
+    workspace: &str,
+    key: Option<&str>,
+    fingerprint: &str,
+    session: &Session,
+) -> Result<Begin, ToolError> {
+    let store = gw.require_store()?;
+    let id = format!("op-{}", uuid::Uuid::new_v4());
+    let scope = key_scope(gw, workspace, session);
+    let row = OperationRow {
+        operation_id: id.clone(),
+        operation_key: key.map(str::to_string),
+        fingerprint: fingerprint.to_string(),
+        tool: tool.to_string(),
+        workspace: workspace.to_string(),
+        client: Some(session.client.clone()),
+        status: crate::facts::OperationStatus::Running.as_str().into(),
+        created_ms: codespace_store::now_ms(),
+        finished_ms: None,
+        result: None,
+    };
+    // Owned by this server instance: another server starting on the same store leaves the
+    // operation, its journal and its processes alone while this one runs.
+    match store
+        .create_owned_operation(&row, scope.as_ref(), Some(gw.temps.instance()))
+        .map_err(store_err)?
+    {
+        KeyClaim::Created => {
+            store
+                .add_operation_event(&id, "minted", None, None)
+                .map_err(store_err)?;
+            Ok(Begin::New(id))
+        }
+        KeyClaim::Existing(prev) => {
+            if prev.fingerprint == fingerprint {
+                Ok(Begin::Replay(prev))
+            } else {
+                Err(ToolError::new(
+                    ErrorCode::OperationKeyConflict,
+                    format!(
+                        "operation_key was already used for a different {tool} request (operation {})",
+                        prev.operation_id
+                    ),
+                )
+                .with_operation(prev.operation_id.clone()))
+            }
+        }
+    }
+}
+
+/// The scope a key used now by `session` in `workspace` is claimed in (None when the
+/// workspace has no registration, i.e. without a store).
+fn key_scope(gw: &Gateway, workspace: &str, session: &Session) -> Option<KeyScope> {
+    let registration = gw.registration(workspace)?;
+    let ttl = i64::try_from(gw.config.retention.operation_keys.as_millis()).unwrap_or(i64::MAX);
+    Some(KeyScope {
+        client: session.client.clone(),
+        registration: registration.to_string(),
+        expires_ms: codespace_store::now_ms().saturating_add(ttl),
+    })
+}
+
+/// The unexpired operations `session` keyed with `key` in the workspaces this server serves
+/// under their current registration, oldest first; `tool` narrows to one tool.
+pub(crate) fn keyed_operations(
+    gw: &Gateway,
+    session: &Session,
+    key: &str,
+    tool: Option<&str>,
+) -> Result<Vec<OperationRow>, ToolError> {
+    let store = gw.require_store()?;
+    let rows = store
+        .keyed_operations(&session.client, key, codespace_store::now_ms())
+        .map_err(store_err)?;
+    Ok(rows
+        .into_iter()
+        .filter(|(reg, row)| {
+            gw.registration(&row.workspace) == Some(reg.as_str())
+                && tool.is_none_or(|t| row.tool == t)
+        })
+        .map(|(_, row)| row)
+        .collect())
+}
+
+/// The operation `operation_status` asks about: by exactly one of id and key, only among
+/// the caller's own operations (another client's reads exactly like a missing one, and is
+/// never decided on), with the workspace it ran in. Nothing is decided here: the gateway
+/// decides the call on that workspace next.
+pub(crate) fn operation_target<'a>(
+    gw: &'a Gateway,
+    session: &Session,
+    p: &OperationStatusParams,
+) -> Result<(OperationRow, &'a WorkspaceRuntime), ToolError> {
+    let store = gw.require_store()?;
+    let not_found = |m: &str| ToolError::new(ErrorCode::OperationNotFound, m.to_string());
+    let id = p.operation_id.as_deref().filter(|s| !s.is_empty());
+    let key = p.operation_key.as_deref().filter(|s| !s.is_empty());
+    let row = match (id, key) {
+        (Some(id), None) => store
+            .operation_by_id(id)
+            .map_err(store_err)?
+            .filter(|row| row.client.as_deref().is_none_or(|c| c == session.client))
+            .ok_or_else(|| not_found("no operation with that operation_id"))?,
+        (None, Some(key)) => keyed_operations(gw, session, key, None)?
+            .into_iter()
+            .max_by_key(|r| r.created_ms)
+            .ok_or_else(|| not_found("no operation with that operation_key"))?,
+        _ => {
+            return Err(not_found(
+                "give exactly one of operation_id and operation_key",
+            ));
+        }
+    };
+    let ws = gw
+        .workspace(&row.workspace)
+        .map_err(|_| not_found("the operation's workspace is no longer registered"))?;
+    Ok((row, ws))
 }

@@ -101,140 +101,6 @@ impl Services {
     }
 }
 
-impl Gateway {
-    /// Start-up recovery: every open journal this server's store wrote for a workspace it
-    /// serves under the same registration is rolled back and its operation marked `unknown`;
-    /// operations that never finished are marked `unknown` too. Work owned by another server
-    /// instance still running on the same store (several MCP hosts may each start a server on
-    /// the default store) is left alone: its journal is that server's live apply, its
-    /// operations and processes are running. A journal whose seal does not
-    /// verify (written around the store API, changed, or from before sealing) or whose paths do
-    /// not parse as workspace paths is never applied: it is recorded as a `journal_refused`
-    /// event and dropped. A sealed journal of another root bound to the same workspace id is
-    /// kept for that root. Then the temporary files crashed server instances left behind are
-    /// swept ([`Gateway::sweep_temp_files`]).
-    pub fn recover(&self) -> Vec<String> {
-        let Some(store) = &self.store else {
-            return Vec::new();
-        };
-        let mut recovered = Vec::new();
-        // Journals left alone are counted and reported in one line each kind, not one per journal
-        // (a shared default store can hold many of other roots).
-        let (mut of_live, mut of_other_roots) = (0usize, 0usize);
-        let owned_by_live = self.owned_by_live_instance(store);
-        let refuse = |j: &codespace_store::OpenJournal, reason: &str| {
-            tracing::error!(operation_id = %j.operation_id, workspace = %j.workspace, reason, "patch journal refused at start-up; not applied");
-            let paths: Vec<&str> = j.entries.iter().map(|e| e.path.as_str()).collect();
-            let _ = store.insert_event(
-                "journal_refused",
-                &json!({
-                    "operation_id": j.operation_id,
-                    "workspace": j.workspace,
-                    "reason": reason,
-                    "paths": paths,
-                }),
-            );
-            if let Err(e) = store.journal_clear(&j.operation_id) {
-                tracing::error!(operation_id = %j.operation_id, error = %e, "cannot drop a refused journal");
-            }
-        };
-        match store.open_journals() {
-            Ok(journals) => {
-                for j in journals {
-                    if owned_by_live(j.instance_id.as_deref()) {
-                        tracing::debug!(operation_id = %j.operation_id, "journal of a running server on this store left alone");
-                        of_live += 1;
-                        continue;
-                    }
-                    match j.seal {
-                        JournalSeal::Valid => {}
-                        JournalSeal::Missing => {
-                            refuse(&j, "the journal carries no seal of this store");
-                            continue;
-                        }
-                        JournalSeal::Invalid => {
-                            refuse(&j, "the journal's seal does not verify");
-                            continue;
-                        }
-                    }
-                    let Some(ws) = self.workspaces.get(&j.workspace) else {
-                        tracing::debug!(operation_id = %j.operation_id, workspace = %j.workspace, "journal of a workspace this server does not serve kept");
-                        of_other_roots += 1;
-                        continue;
-                    };
-                    if j.registration.as_deref() != Some(ws.registration.as_str()) {
-                        tracing::debug!(operation_id = %j.operation_id, workspace = %j.workspace, "journal of another root bound to this workspace id kept for that root");
-                        of_other_roots += 1;
-                        continue;
-                    }
-                    let parsed: Result<Vec<Backup>, _> = j
-                        .entries
-                        .iter()
-                        .map(|e| {
-                            e.created_dirs
-                                .iter()
-                                .try_for_each(|d| RelPath::parse(d).map(drop))?;
-                            RelPath::parse(&e.path).map(|path| Backup {
-                                path,
-                                before: e.before.clone().map(|d| (d, e.mode.unwrap_or(0o644))),
-                            })
-                        })
-                        .collect();
-                    let Ok(backups) = parsed else {
-                        refuse(&j, "a journal path lies outside its workspace");
-                        continue;
-                    };
-                    let op = j.operation_id;
-                    match restore(&ws.root, &backups) {
-                        Ok(()) => {
-                            let _ = store.journal_clear(&op);
-                            self.finish_operation(
-                                &op,
-                                crate::facts::OperationStatus::Unknown,
-                                &json!({"recovered": "rolled back at start-up"}),
-                                Some("unknown"),
-                            );
-                            recovered.push(op);
-                        }
-                        Err(files) => {
-                            tracing::error!(operation_id = %op, ?files, "start-up rollback incomplete; journal kept");
-                        }
-                    }
-                }
-            }
-            Err(e) => tracing::error!(error = %e, "cannot read open journals"),
-        }
-        if of_live > 0 {
-            tracing::info!(
-                journals = of_live,
-                "patch journals of servers running on this store left alone"
-            );
-        }
-        if of_other_roots > 0 {
-            tracing::warn!(
-                journals = of_other_roots,
-                "{of_other_roots} patch journal(s) of other roots or workspaces kept in the store for the server that serves them; list them with `codespace doctor`, discard them with `codespace ops journals --discard`"
-            );
-        }
-        if let Ok(rows) = store.unfinished_operations_with_owner() {
-            for (row, owner) in rows {
-                if owned_by_live(owner.as_deref()) {
-                    continue;
-                }
-                self.finish_operation(
-                    &row.operation_id,
-                    crate::facts::OperationStatus::Unknown,
-                    &json!({"recovered": "unfinished at start-up"}),
-                    Some("unknown"),
-                );
-            }
-        }
-        let _ = store.mark_running_processes_unknown_unless(&owned_by_live);
-        self.sweep_temp_files();
-        recovered
-    }
-}
-
 /// A patch journal in the store, as `codespace ops journals` and `doctor` list it.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct StoredJournal {
@@ -298,4 +164,136 @@ pub fn discard_stray_journals(store: &Store, by: &str) -> Result<Vec<StoredJourn
         discarded.push(j);
     }
     Ok(discarded)
+}
+
+/// Start-up recovery: every open journal this server's store wrote for a workspace it
+/// serves under the same registration is rolled back and its operation marked `unknown`;
+/// operations that never finished are marked `unknown` too. Work owned by another server
+/// instance still running on the same store (several MCP hosts may each start a server on
+/// the default store) is left alone: its journal is that server's live apply, its
+/// operations and processes are running. A journal whose seal does not
+/// verify (written around the store API, changed, or from before sealing) or whose paths do
+/// not parse as workspace paths is never applied: it is recorded as a `journal_refused`
+/// event and dropped. A sealed journal of another root bound to the same workspace id is
+/// kept for that root. Then the temporary files crashed server instances left behind are
+/// swept ([`crate::gateway::temp_files::sweep_temp_files`]).
+pub fn recover(gw: &Gateway) -> Vec<String> {
+    let Some(store) = &gw.store else {
+        return Vec::new();
+    };
+    let mut recovered = Vec::new();
+    // Journals left alone are counted and reported in one line each kind, not one per journal
+    // (a shared default store can hold many of other roots).
+    let (mut of_live, mut of_other_roots) = (0usize, 0usize);
+    let owned_by_live = gw.owned_by_live_instance(store);
+    let refuse = |j: &codespace_store::OpenJournal, reason: &str| {
+        tracing::error!(operation_id = %j.operation_id, workspace = %j.workspace, reason, "patch journal refused at start-up; not applied");
+        let paths: Vec<&str> = j.entries.iter().map(|e| e.path.as_str()).collect();
+        let _ = store.insert_event(
+            "journal_refused",
+            &json!({
+                "operation_id": j.operation_id,
+                "workspace": j.workspace,
+                "reason": reason,
+                "paths": paths,
+            }),
+        );
+        if let Err(e) = store.journal_clear(&j.operation_id) {
+            tracing::error!(operation_id = %j.operation_id, error = %e, "cannot drop a refused journal");
+        }
+    };
+    match store.open_journals() {
+        Ok(journals) => {
+            for j in journals {
+                if owned_by_live(j.instance_id.as_deref()) {
+                    tracing::debug!(operation_id = %j.operation_id, "journal of a running server on this store left alone");
+                    of_live += 1;
+                    continue;
+                }
+                match j.seal {
+                    JournalSeal::Valid => {}
+                    JournalSeal::Missing => {
+                        refuse(&j, "the journal carries no seal of this store");
+                        continue;
+                    }
+                    JournalSeal::Invalid => {
+                        refuse(&j, "the journal's seal does not verify");
+                        continue;
+                    }
+                }
+                let Some(ws) = gw.workspaces.get(&j.workspace) else {
+                    tracing::debug!(operation_id = %j.operation_id, workspace = %j.workspace, "journal of a workspace this server does not serve kept");
+                    of_other_roots += 1;
+                    continue;
+                };
+                if j.registration.as_deref() != Some(ws.registration.as_str()) {
+                    tracing::debug!(operation_id = %j.operation_id, workspace = %j.workspace, "journal of another root bound to this workspace id kept for that root");
+                    of_other_roots += 1;
+                    continue;
+                }
+                let parsed: Result<Vec<Backup>, _> = j
+                    .entries
+                    .iter()
+                    .map(|e| {
+                        e.created_dirs
+                            .iter()
+                            .try_for_each(|d| RelPath::parse(d).map(drop))?;
+                        RelPath::parse(&e.path).map(|path| Backup {
+                            path,
+                            before: e.before.clone().map(|d| (d, e.mode.unwrap_or(0o644))),
+                        })
+                    })
+                    .collect();
+                let Ok(backups) = parsed else {
+                    refuse(&j, "a journal path lies outside its workspace");
+                    continue;
+                };
+                let op = j.operation_id;
+                match restore(&ws.root, &backups) {
+                    Ok(()) => {
+                        let _ = store.journal_clear(&op);
+                        gw.finish_operation(
+                            &op,
+                            crate::facts::OperationStatus::Unknown,
+                            &json!({"recovered": "rolled back at start-up"}),
+                            Some("unknown"),
+                        );
+                        recovered.push(op);
+                    }
+                    Err(files) => {
+                        tracing::error!(operation_id = %op, ?files, "start-up rollback incomplete; journal kept");
+                    }
+                }
+            }
+        }
+        Err(e) => tracing::error!(error = %e, "cannot read open journals"),
+    }
+    if of_live > 0 {
+        tracing::info!(
+            journals = of_live,
+            "patch journals of servers running on this store left alone"
+        );
+    }
+    if of_other_roots > 0 {
+        tracing::warn!(
+            journals = of_other_roots,
+            "{of_other_roots} patch journal(s) of other roots or workspaces kept in the store for the server that serves them; list them with `codespace doctor`, discard them with `codespace ops journals --discard`"
+        );
+    }
+    if let Ok(rows) = store.unfinished_operations_with_owner() {
+        for (row, owner) in rows {
+            if owned_by_live(owner.as_deref()) {
+                continue;
+            }
+            gw.finish_operation(
+                &row.operation_id,
+                crate::facts::OperationStatus::Unknown,
+                &json!({"recovered": "unfinished at start-up"}),
+                Some("unknown"),
+            );
+        }
+    }
+    let _ = store.mark_running_processes_unknown_unless(&owned_by_live);
+    crate::gateway::temp_files::sweep_temp_files(gw);
+    recovered
 }

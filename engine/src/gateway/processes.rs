@@ -2,7 +2,7 @@
 //! facts Cedar reads: same client, argv, tty, env names, background), the sandbox helper, and the
 //! live count.
 
-use super::{Authorized, Gateway};
+use super::{Authorized, Gateway, Services};
 use crate::error::{ErrorCode, ToolError};
 use crate::policy::PolicySnapshot;
 use crate::request::{ProcessFacts, Session};
@@ -14,18 +14,8 @@ impl Gateway {
     /// Sets the executable that acts as the sandbox helper (`codespace __sandbox-exec`). Without
     /// it, a workspace whose sandbox is enforced refuses every command (fail closed).
     pub fn with_helper_exe(mut self, exe: PathBuf) -> Gateway {
-        self.services_mut().processes.set_helper_exe(exe);
+        self.svc.processes.set_helper_exe(exe);
         self
-    }
-
-    /// Number of managed processes still running.
-    pub fn live_processes(&self) -> usize {
-        self.processes.live_count()
-    }
-
-    /// The per-process task limit and how this host enforces it.
-    pub fn pids_isolation(&self) -> codespace_runner_process::PidsIsolation {
-        self.processes.pids_isolation()
     }
 
     /// Finds the process a call is about and decides the call on its workspace with the
@@ -56,6 +46,18 @@ impl Gateway {
             .authorize(snap, ws, call, session, Some(&facts))
             .await?;
         Ok(Authorized::new(self, snap, ws, session, decided))
+    }
+}
+
+impl Services {
+    /// Number of managed processes still running.
+    pub fn live_processes(&self) -> usize {
+        self.processes.live_count()
+    }
+
+    /// The per-process task limit and how this host enforces it.
+    pub fn pids_isolation(&self) -> codespace_runner_process::PidsIsolation {
+        self.processes.pids_isolation()
     }
 
     /// Kills every process group the gateway owns (stdin EOF, SIGTERM): no orphans.

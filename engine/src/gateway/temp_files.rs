@@ -15,7 +15,7 @@ use codespace_runner_fs::{TempNames, WalkLimits};
 use codespace_store::{InstanceRow, Store};
 use serde_json::json;
 
-use crate::gateway::{Gateway, StartError};
+use crate::gateway::{Gateway, Services, StartError};
 
 /// Bounds of the start-up sweep walk of one workspace (it only runs after a crash).
 const SWEEP_LIMITS: WalkLimits = WalkLimits {
@@ -78,19 +78,8 @@ fn maybe_alive(row: &InstanceRow) -> bool {
     process_start(pid).is_some_and(|now| now == row.process_start)
 }
 
-impl Gateway {
-    /// Whether work owned by `owner` (an operation, its patch journal, its processes) belongs to
-    /// another server still running on this store, and so is never recovered by this start: an
-    /// instance recorded in the store, not shut down, whose process is alive or cannot be told
-    /// dead. When the store cannot list its instances, every owned piece of work counts as live
-    /// (only unowned work, written before owners were recorded, is recovered).
-    pub(crate) fn owned_by_live_instance(&self, store: &Store) -> impl Fn(Option<&str>) -> bool {
-        owned_by_live(store, Some(self.temps.instance()))
-    }
-}
-
 /// Whether work owned by an instance belongs to a server still running on `store` (the test
-/// [`Gateway::owned_by_live_instance`] makes, for a caller that is no server: `own` = `None`):
+/// [`Services::owned_by_live_instance`] makes, for a caller that is no server: `own` = `None`):
 /// an instance recorded in the store, not shut down, whose process is alive or cannot be told
 /// dead. When the store cannot list its instances, every owned piece of work counts as live.
 pub(crate) fn owned_by_live(store: &Store, own: Option<&str>) -> impl Fn(Option<&str>) -> bool {
@@ -127,72 +116,19 @@ pub struct SweepReport {
     pub complete: bool,
 }
 
-impl Gateway {
+impl Services {
+    /// Whether work owned by `owner` (an operation, its patch journal, its processes) belongs to
+    /// another server still running on this store, and so is never recovered by this start: an
+    /// instance recorded in the store, not shut down, whose process is alive or cannot be told
+    /// dead. When the store cannot list its instances, every owned piece of work counts as live
+    /// (only unowned work, written before owners were recorded, is recovered).
+    pub(crate) fn owned_by_live_instance(&self, store: &Store) -> impl Fn(Option<&str>) -> bool {
+        owned_by_live(store, Some(self.temps.instance()))
+    }
+
     /// The names of this server's temporary files (and the test of any name: `is_server_temp`).
     pub fn temp_names(&self) -> &Arc<TempNames> {
         &self.temps
-    }
-
-    /// Start-up sweep: removes, in every workspace, the temporary files of each recorded instance that
-    /// is dead and neither shut down cleanly nor was swept before; records a `temp_sweep` event per
-    /// workspace when there was anything to look for. Blocking (a bounded walk per workspace).
-    pub fn sweep_temp_files(&self) -> SweepReport {
-        let mut report = SweepReport::default();
-        let Some(store) = &self.store else {
-            return report;
-        };
-        let rows = match store.instances() {
-            Ok(rows) => rows,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot read server instances; temporary files not swept");
-                return report;
-            }
-        };
-        let own = self.temps.instance();
-        let dead: HashSet<String> = rows
-            .iter()
-            .filter(|r| r.instance_id != own && r.ended_ms.is_none() && r.swept_ms.is_none())
-            .filter(|r| !maybe_alive(r))
-            .map(|r| r.instance_id.clone())
-            .collect();
-        report.complete = true;
-        if !dead.is_empty() {
-            report.instances = dead.iter().cloned().collect();
-            report.instances.sort();
-            let is_dead = |id: &str| dead.contains(id);
-            for (id, ws) in &self.workspaces {
-                let detail = match ws.root.sweep_server_temps(&is_dead, &SWEEP_LIMITS) {
-                    Ok(s) => {
-                        report.removed += s.removed;
-                        report.complete &= !s.incomplete && s.failed == 0;
-                        json!({"workspace": id, "instances": report.instances,
-                            "removed": s.removed, "failed": s.failed, "incomplete": s.incomplete})
-                    }
-                    Err(e) => {
-                        report.complete = false;
-                        json!({"workspace": id, "instances": report.instances, "error": e.to_string()})
-                    }
-                };
-                if let Err(e) = store.insert_event("temp_sweep", &detail) {
-                    tracing::warn!(error = %e, "cannot record the temp_sweep event");
-                }
-            }
-            if report.complete {
-                if let Err(e) = store.instances_swept(&report.instances) {
-                    tracing::warn!(error = %e, "cannot mark instances swept");
-                }
-            } else {
-                tracing::warn!(
-                    removed = report.removed,
-                    "temporary files of crashed instances may remain; the next start looks again"
-                );
-            }
-        }
-        let cutoff = codespace_store::now_ms().saturating_sub(INSTANCE_RETENTION_MS);
-        if let Err(e) = store.prune_instances(cutoff) {
-            tracing::warn!(error = %e, "cannot prune old server instances");
-        }
-        report
     }
 
     /// At shutdown, after serving: refuses every later temporary file and, when none exists, records
@@ -207,6 +143,68 @@ impl Gateway {
             None => true,
         }
     }
+}
+
+/// Start-up sweep: removes, in every workspace, the temporary files of each recorded instance that
+/// is dead and neither shut down cleanly nor was swept before; records a `temp_sweep` event per
+/// workspace when there was anything to look for. Blocking (a bounded walk per workspace).
+pub fn sweep_temp_files(gw: &Gateway) -> SweepReport {
+    let mut report = SweepReport::default();
+    let Some(store) = &gw.store else {
+        return report;
+    };
+    let rows = match store.instances() {
+        Ok(rows) => rows,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot read server instances; temporary files not swept");
+            return report;
+        }
+    };
+    let own = gw.temps.instance();
+    let dead: HashSet<String> = rows
+        .iter()
+        .filter(|r| r.instance_id != own && r.ended_ms.is_none() && r.swept_ms.is_none())
+        .filter(|r| !maybe_alive(r))
+        .map(|r| r.instance_id.clone())
+        .collect();
+    report.complete = true;
+    if !dead.is_empty() {
+        report.instances = dead.iter().cloned().collect();
+        report.instances.sort();
+        let is_dead = |id: &str| dead.contains(id);
+        for (id, ws) in &gw.workspaces {
+            let detail = match ws.root.sweep_server_temps(&is_dead, &SWEEP_LIMITS) {
+                Ok(s) => {
+                    report.removed += s.removed;
+                    report.complete &= !s.incomplete && s.failed == 0;
+                    json!({"workspace": id, "instances": report.instances,
+                        "removed": s.removed, "failed": s.failed, "incomplete": s.incomplete})
+                }
+                Err(e) => {
+                    report.complete = false;
+                    json!({"workspace": id, "instances": report.instances, "error": e.to_string()})
+                }
+            };
+            if let Err(e) = store.insert_event("temp_sweep", &detail) {
+                tracing::warn!(error = %e, "cannot record the temp_sweep event");
+            }
+        }
+        if report.complete {
+            if let Err(e) = store.instances_swept(&report.instances) {
+                tracing::warn!(error = %e, "cannot mark instances swept");
+            }
+        } else {
+            tracing::warn!(
+                removed = report.removed,
+                "temporary files of crashed instances may remain; the next start looks again"
+            );
+        }
+    }
+    let cutoff = codespace_store::now_ms().saturating_sub(INSTANCE_RETENTION_MS);
+    if let Err(e) = store.prune_instances(cutoff) {
+        tracing::warn!(error = %e, "cannot prune old server instances");
+    }
+    report
 }
 
 #[cfg(test)]

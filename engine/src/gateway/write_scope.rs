@@ -41,81 +41,6 @@ struct Decided {
     create: bool,
 }
 
-impl Gateway {
-    /// Decides the write scope of a command about to start in `ws` (see the module doc). The
-    /// cwd's `process_write` was decided with the call (`exec`); the other candidates are
-    /// decided here.
-    pub(crate) async fn write_scope(
-        &self,
-        snap: &PolicySnapshot,
-        ws: &WorkspaceRuntime,
-        session: &Session,
-        exec_decision: &Decision,
-        exec: &ExecFacts,
-    ) -> Result<WriteScope, ToolError> {
-        let configured = self.config().command_write_paths(&ws.facts.id);
-        let nested = self.nested_git(ws).await;
-        let candidates = write_scope_candidates(&exec.cwd, &configured, &nested);
-        let cwd_allowed = exec_decision
-            .subs
-            .iter()
-            .find(|s| s.action == "process_write")
-            .is_some_and(|s| s.allowed);
-        let rest: Vec<RelPath> = candidates.iter().skip(1).cloned().collect();
-        let reqs = write_scope_requests(exec, &rest);
-        let d = self
-            .decider
-            .probe(snap, &ws.facts, &exec_decision.tool, &reqs, session);
-        let rows = self
-            .decider
-            .shaping_rows(snap, exec_decision, &d, &ws.facts, &reqs, session);
-        let mut decided = vec![Decided {
-            path: exec.cwd.clone(),
-            allowed: cwd_allowed,
-            create: false,
-        }];
-        for (path, sub) in rest.into_iter().zip(&d.subs) {
-            let create = configured.iter().any(|c| c == path.as_str());
-            decided.push(Decided {
-                path,
-                allowed: sub.allowed,
-                create,
-            });
-        }
-        let root = Arc::clone(&ws.root);
-        let mut scope = tokio::task::spawn_blocking(move || shape(&root, decided))
-            .await
-            .map_err(|e| {
-                ToolError::new(
-                    ErrorCode::ProcessSpawnFailed,
-                    format!("write scope task: {e}"),
-                )
-            })??;
-        scope.rows = rows;
-        Ok(scope)
-    }
-
-    /// The nested `.git` entries the workspace's path index lists (not the root's own `.git`,
-    /// always a candidate), at most [`MAX_NESTED_GIT`]; none when the index cannot list.
-    async fn nested_git(&self, ws: &WorkspaceRuntime) -> Vec<RelPath> {
-        crate::index::ensure_reaper(&ws.index);
-        let index = Arc::clone(&ws.index);
-        let versions = Arc::clone(&ws.versions);
-        let Ok(Ok((listing, _))) =
-            tokio::task::spawn_blocking(move || index.listing(&versions)).await
-        else {
-            return Vec::new();
-        };
-        listing
-            .entries
-            .iter()
-            .filter(|e| e.path.ends_with("/.git"))
-            .filter_map(|e| RelPath::parse(&e.path).ok())
-            .take(MAX_NESTED_GIT)
-            .collect()
-    }
-}
-
 /// Turns decided candidates into the scope (blocking: it stats and may create directories).
 /// A missing allowed candidate of the operator's is created; a missing `.git` is not (nothing
 /// to protect yet), nor anything behind a symlink (it stays unwritable and is named nowhere).
@@ -175,6 +100,78 @@ fn push(list: &mut Vec<RelPath>, p: RelPath) {
     if !list.contains(&p) {
         list.push(p);
     }
+}
+
+/// Decides the write scope of a command about to start in `ws` (see the module doc). The
+/// cwd's `process_write` was decided with the call (`exec`); the other candidates are
+/// decided here.
+pub(crate) async fn write_scope(
+    gw: &Gateway,
+    snap: &PolicySnapshot,
+    ws: &WorkspaceRuntime,
+    session: &Session,
+    exec_decision: &Decision,
+    exec: &ExecFacts,
+) -> Result<WriteScope, ToolError> {
+    let configured = gw.config().command_write_paths(&ws.facts.id);
+    let nested = nested_git(ws).await;
+    let candidates = write_scope_candidates(&exec.cwd, &configured, &nested);
+    let cwd_allowed = exec_decision
+        .subs
+        .iter()
+        .find(|s| s.action == "process_write")
+        .is_some_and(|s| s.allowed);
+    let rest: Vec<RelPath> = candidates.iter().skip(1).cloned().collect();
+    let reqs = write_scope_requests(exec, &rest);
+    let d = gw
+        .decider
+        .probe(snap, &ws.facts, &exec_decision.tool, &reqs, session);
+    let rows = gw
+        .decider
+        .shaping_rows(snap, exec_decision, &d, &ws.facts, &reqs, session);
+    let mut decided = vec![Decided {
+        path: exec.cwd.clone(),
+        allowed: cwd_allowed,
+        create: false,
+    }];
+    for (path, sub) in rest.into_iter().zip(&d.subs) {
+        let create = configured.iter().any(|c| c == path.as_str());
+        decided.push(Decided {
+            path,
+            allowed: sub.allowed,
+            create,
+        });
+    }
+    let root = Arc::clone(&ws.root);
+    let mut scope = tokio::task::spawn_blocking(move || shape(&root, decided))
+        .await
+        .map_err(|e| {
+            ToolError::new(
+                ErrorCode::ProcessSpawnFailed,
+                format!("write scope task: {e}"),
+            )
+        })??;
+    scope.rows = rows;
+    Ok(scope)
+}
+
+/// The nested `.git` entries the workspace's path index lists (not the root's own `.git`,
+/// always a candidate), at most [`MAX_NESTED_GIT`]; none when the index cannot list.
+async fn nested_git(ws: &WorkspaceRuntime) -> Vec<RelPath> {
+    crate::index::ensure_reaper(&ws.index);
+    let index = Arc::clone(&ws.index);
+    let versions = Arc::clone(&ws.versions);
+    let Ok(Ok((listing, _))) = tokio::task::spawn_blocking(move || index.listing(&versions)).await
+    else {
+        return Vec::new();
+    };
+    listing
+        .entries
+        .iter()
+        .filter(|e| e.path.ends_with("/.git"))
+        .filter_map(|e| RelPath::parse(&e.path).ok())
+        .take(MAX_NESTED_GIT)
+        .collect()
 }
 
 #[cfg(test)]

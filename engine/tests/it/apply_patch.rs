@@ -718,7 +718,7 @@ async fn start_up_recovery_rolls_back_an_open_journal() {
         "workspace-write",
         PatchHooks::default(),
     );
-    let recovered = gw.recover();
+    let recovered = codespace_engine::gateway::patches::recover(&gw);
     assert_eq!(recovered, vec!["op-crashed".to_string()]);
     assert_eq!(
         std::fs::read_to_string(e.root.join("a.txt")).unwrap(),
@@ -783,7 +783,10 @@ async fn start_up_recovery_leaves_a_running_servers_apply_alone() {
         "workspace-write",
         PatchHooks::default(),
     );
-    assert_eq!(b.recover(), Vec::<String>::new());
+    assert_eq!(
+        codespace_engine::gateway::patches::recover(&b),
+        Vec::<String>::new()
+    );
     let store = Store::open(&e.store_path).unwrap();
     assert_eq!(
         store.open_journals().unwrap().len(),
@@ -846,7 +849,10 @@ async fn start_up_recovery_rolls_back_a_dead_servers_journal() {
         "workspace-write",
         PatchHooks::default(),
     );
-    assert_eq!(gw.recover(), vec!["op-dead".to_string()]);
+    assert_eq!(
+        codespace_engine::gateway::patches::recover(&gw),
+        vec!["op-dead".to_string()]
+    );
     assert_eq!(
         std::fs::read_to_string(e.root.join("a.txt")).unwrap(),
         "old\n"

@@ -145,7 +145,7 @@ async fn start_up_sweep_removes_only_a_dead_instances_files() {
     std::fs::create_dir_all(e.root.join(temp(DEAD, 9))).unwrap();
 
     let gw = gateway(&e);
-    assert!(gw.recover().is_empty());
+    assert!(codespace_engine::gateway::patches::recover(&gw).is_empty());
     assert!(!e.root.join(temp(DEAD, 1)).exists());
     assert!(!e.root.join(format!("deep/er/{}", temp(DEAD, 2))).exists());
     for kept in [
@@ -171,7 +171,7 @@ async fn start_up_sweep_removes_only_a_dead_instances_files() {
     assert!(dead.swept_ms.is_some());
     // The next start has nothing to look for: no walk, no event.
     let again = gateway(&e);
-    let report = again.sweep_temp_files();
+    let report = codespace_engine::gateway::temp_files::sweep_temp_files(&again);
     assert!(report.instances.is_empty() && report.complete);
     assert_eq!(e.store.events(Some("temp_sweep"), 10).unwrap().len(), 1);
 }
