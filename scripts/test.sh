@@ -2,7 +2,7 @@
 # The CodeSpace test command (what the README and CI run):
 #   1. scripts/check-no-model-deps.sh, and its --self-test
 #   2. cargo build --workspace, cargo test --workspace (both with the test-hooks feature); the
-#      outside programs the tests run (cvc5, curl, openssl, util-linux, gzip) are installed
+#      outside programs the tests run (cvc5, curl, openssl, util-linux, gzip, python3-pytest) are installed
 #      first (Debian packages) when missing
 #   3. codespace policy validate, codespace policy test (the shipped policies/)
 #   4. python3 -m pytest -q tests/py (official MCP SDK over stdio/HTTP against the built binary)
@@ -102,7 +102,8 @@ pytest_e2e() {
 # The outside programs the tests run (each test that lacks its program skips, and fails under
 # CODESPACE_REQUIRE_ISOLATION=1 or CI=true): cvc5 (`policy verify`), curl + openssl (the
 # documented HTTP session), setpriv + unshare (util-linux: dropping to an unprivileged uid, a
-# PID namespace), zcat (gzip: the kernel config the sandbox tests read). Each missing one is
+# PID namespace), zcat (gzip: the kernel config the sandbox tests read), pytest for the system
+# python3 (python3-pytest: the python-tester worked example). Each missing one is
 # installed from Debian, as root or with passwordless sudo, and the step says what it installed;
 # otherwise a note (an error under CI).
 test_programs() {
@@ -115,6 +116,12 @@ test_programs() {
     fi
     missing+=("${package[$prog]}")
   done
+  # pytest for the system python3 (the worked example of the python-tester profile runs
+  # `python3 -m pytest` inside the sandbox, outside the project venv).
+  if ! python3 -c 'import pytest' >/dev/null 2>&1 &&
+    ! /usr/bin/python3 -c 'import pytest' >/dev/null 2>&1; then
+    missing+=(python3-pytest)
+  fi
   if [[ ${#missing[@]} -eq 0 ]]; then
     echo "all present; cvc5: $("${CVC5:-cvc5}" --version | head -1)"
     return 0
@@ -144,7 +151,7 @@ before=${#failed[@]}
 HOOKS=(--features codespace-mcp/test-hooks)
 step "cargo build --workspace" cargo build --workspace "${HOOKS[@]}" "${LOCKED[@]+"${LOCKED[@]}"}"
 if [[ ${#failed[@]} -eq $before && -x "$BIN" ]]; then
-  step "test programs (cvc5, curl, openssl, util-linux, gzip)" test_programs
+  step "test programs (cvc5, curl, openssl, util-linux, gzip, python3-pytest)" test_programs
   step "cargo test --workspace" cargo test --workspace --no-fail-fast "${HOOKS[@]}" "${LOCKED[@]+"${LOCKED[@]}"}"
   step "codespace policy validate" "$BIN" policy validate --policies policies
   step "codespace policy test" "$BIN" policy test --policies policies --coverage-min 100 --fail-on-empty

@@ -113,13 +113,17 @@ fn cargo_toolchain() -> Result<Toolchain, String> {
     Ok(tc)
 }
 
-/// python3 with pytest, found through `command -v python3`: the real interpreter's directory,
-/// its prefixes and pytest's site directory.
+/// python3 with pytest: the one `command -v python3` finds, else the distribution's
+/// `/usr/bin/python3` (where `scripts/test.sh` installs `python3-pytest` when no python3 has
+/// pytest); the real interpreter's directory, its prefixes and pytest's site directory.
 fn python_toolchain() -> Result<Toolchain, String> {
-    let python = command_v("python3").ok_or("no python3 on PATH")?;
     let probe = "import sys, os, pytest; print(sys.executable); print(sys.prefix); \
                  print(sys.base_prefix); print(os.path.dirname(os.path.dirname(pytest.__file__)))";
-    let out = output_of(&python, &["-c", probe], &[]).ok_or("pytest is not installed")?;
+    let out = command_v("python3")
+        .into_iter()
+        .chain(std::iter::once(PathBuf::from("/usr/bin/python3")))
+        .find_map(|python| output_of(&python, &["-c", probe], &[]))
+        .ok_or("no python3 with pytest (on PATH or /usr/bin/python3)")?;
     let lines: Vec<&str> = out.lines().collect();
     let [exe, prefix, base, site] = lines[..] else {
         return Err(format!("unexpected probe output {out:?}"));
