@@ -169,6 +169,28 @@ fn server_temps(dir: &Path, unknown: &str) -> Vec<String> {
         .collect()
 }
 
+/// Waits until every thread of `pid` is in the stopped state (`T` in `/proc/<pid>/task/*/stat`),
+/// which a SIGSTOP reaches asynchronously.
+fn wait_all_threads_stopped(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+        let all_stopped = tasks.filter_map(Result::ok).all(|t| {
+            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+            // The state follows the parenthesised command name, which may hold spaces.
+            let state = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next());
+            matches!(state, Some('T' | 't' | 'Z' | 'X') | None)
+        });
+        if all_stopped {
+            return;
+        }
+        assert!(Instant::now() < deadline, "server threads did not stop");
+        std::thread::yield_now();
+    }
+}
+
 fn signal(pid: u32, sig: Signal) {
     let pid = Pid::from_raw(i32::try_from(pid).unwrap()).unwrap();
     rustix::process::kill_process(pid, sig).unwrap();
@@ -218,6 +240,9 @@ fn kill_nine_while_a_temp_file_exists_then_restart_leaves_none() {
                 continue;
             }
             signal(s.pid(), Signal::STOP);
+            // kill(2) returns before every thread has stopped: a thread mid-rename could still
+            // finish it. Look only once the kernel reports every thread stopped.
+            wait_all_threads_stopped(s.pid());
             let still = server_temps(&root, UNKNOWN);
             if still.is_empty() {
                 signal(s.pid(), Signal::CONT);
