@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs the official MCP conformance suite against `codespace serve --http` and compares the
-# failures with scripts/conformance-expected-failures.txt.
+# Runs the official MCP conformance suite against `codespace serve --http`, once per spec version
+# the server speaks (2025-11-25: initialize and sessions; 2026-07-28: stateless requests), and
+# compares each run's failures with scripts/conformance-expected-failures.txt.
 #
 #   scripts/ci-conformance.sh            # builds the debug binary if needed
 #   CODESPACE_BIN=path/to/codespace scripts/ci-conformance.sh
@@ -12,7 +13,9 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
 expected_file="$here/conformance-expected-failures.txt"
-suite="@modelcontextprotocol/conformance@0.1.16"
+suite="@modelcontextprotocol/conformance@0.2.0-alpha.12"
+spec_versions=(2025-11-25 2026-07-28)
+# Scenarios that must pass at each spec version (when the suite runs them there).
 must_pass=(server-initialize ping tools-list server-sse-multiple-streams dns-rebinding-protection)
 
 if [[ -z "${CODESPACE_BIN:-}" ]]; then
@@ -54,55 +57,75 @@ if [[ -z "$url" ]]; then
 fi
 echo "conformance: running $suite against $url"
 
-set +e
-timeout 600 npx -y -p node@22 -p "$suite" conformance server --url "$url" \
-  -o "$work/results" > "$work/suite.log" 2>&1
-suite_rc=$?
-set -e
+# The expected failures of one spec version: `SCENARIO [SPEC_VERSION]  # reason` lines; a line
+# without a spec version applies to every run.
+expected_for() {
+  sed -e 's/#.*//' -e 's/[[:space:]]*$//' "$expected_file" | grep -v '^$' \
+    | awk -v v="$1" 'NF == 1 || $2 == v { print $1 }' | sort -u
+}
 
-# Show the summary with the pass/fail counts reworded.
-sed -n '/=== SUMMARY ===/,$p' "$work/suite.log" \
-  | sed -E 's/^Total: ([0-9]+) passed, ([0-9]+) failed(.*)$/conformance: suite checks \1 ok, \2 not ok\3 (expected failures below)/' \
-  | sed -E 's/: ([0-9]+) passed, ([0-9]+) failed/: \1 ok, \2 not ok/'
-
-if ! grep -q '=== SUMMARY ===' "$work/suite.log"; then
-  echo "conformance: the suite did not finish (exit $suite_rc):" >&2
-  grep -v '^npm warn' "$work/suite.log" | tail -n 40 >&2
-  exit 1
-fi
-
-mapfile -t expected < <(sed -e 's/#.*//' -e 's/[[:space:]]*$//' "$expected_file" | grep -v '^$' | sort -u)
-mapfile -t failed < <(sed -n '/=== SUMMARY ===/,$p' "$work/suite.log" | sed -nE 's/^✗ ([^:]+):.*/\1/p' | sort -u)
-mapfile -t passed < <(sed -n '/=== SUMMARY ===/,$p' "$work/suite.log" | sed -nE 's/^✓ ([^:]+):.*/\1/p' | sort -u)
-
-status=0
-unexpected="$(comm -13 <(printf '%s\n' "${expected[@]}") <(printf '%s\n' "${failed[@]}") | grep -v '^$' || true)"
-stale="$(comm -12 <(printf '%s\n' "${expected[@]}") <(printf '%s\n' "${passed[@]}") | grep -v '^$' || true)"
-missing="$(comm -23 <(printf '%s\n' "${expected[@]}") <(printf '%s\n' "${failed[@]}" "${passed[@]}" | sort -u) | grep -v '^$' || true)"
-if [[ -n "$unexpected" ]]; then
-  echo "conformance: UNEXPECTED failures (not in $(basename "$expected_file")):"
-  sed 's/^/  /' <<< "$unexpected"
-  status=1
-fi
-if [[ -n "$stale" ]]; then
-  echo "conformance: stale expected failures (these pass now; remove them):"
-  sed 's/^/  /' <<< "$stale"
-  status=1
-fi
-if [[ -n "$missing" ]]; then
-  echo "conformance: expected failures the suite did not run (rename or remove them):"
-  sed 's/^/  /' <<< "$missing"
-  status=1
-fi
-for s in "${must_pass[@]}"; do
-  if ! printf '%s\n' "${passed[@]}" | grep -qx "$s"; then
-    echo "conformance: required scenario $s did not pass"
+# Runs the suite at one spec version and compares; returns 1 on any difference.
+run_version() {
+  local version="$1" log="$work/suite-$1.log" suite_rc status=0
+  set +e
+  timeout 600 npx -y -p node@22 -p "$suite" conformance server --url "$url" \
+    --spec-version "$version" -o "$work/results-$version" > "$log" 2>&1
+  suite_rc=$?
+  set -e
+  echo "conformance: spec version $version"
+  # Show the summary with the pass/fail counts reworded.
+  sed -n '/=== SUMMARY ===/,$p' "$log" \
+    | sed -E 's/^Total: ([0-9]+) passed, ([0-9]+) failed(.*)$/conformance: suite checks \1 ok, \2 not ok\3 (expected failures below)/' \
+    | sed -E 's/: ([0-9]+) passed, ([0-9]+) failed/: \1 ok, \2 not ok/'
+  if ! grep -q '=== SUMMARY ===' "$log"; then
+    echo "conformance: the suite did not finish at $version (exit $suite_rc):" >&2
+    grep -v '^npm warn' "$log" | tail -n 40 >&2
+    return 1
+  fi
+  local expected failed passed
+  mapfile -t expected < <(expected_for "$version")
+  mapfile -t failed < <(sed -n '/=== SUMMARY ===/,$p' "$log" | sed -nE 's/^✗ ([^:]+):.*/\1/p' | sort -u)
+  mapfile -t passed < <(sed -n '/=== SUMMARY ===/,$p' "$log" | sed -nE 's/^✓ ([^:]+):.*/\1/p' | sort -u)
+  local unexpected stale missing
+  unexpected="$(comm -13 <(printf '%s\n' "${expected[@]}") <(printf '%s\n' "${failed[@]}") | grep -v '^$' || true)"
+  stale="$(comm -12 <(printf '%s\n' "${expected[@]}") <(printf '%s\n' "${passed[@]}") | grep -v '^$' || true)"
+  missing="$(comm -23 <(printf '%s\n' "${expected[@]}") <(printf '%s\n' "${failed[@]}" "${passed[@]}" | sort -u) | grep -v '^$' || true)"
+  # An expected failure of every version that this version does not run is not stale.
+  missing="$(comm -12 <(printf '%s\n' "$missing" | sort -u) \
+    <(sed -e 's/#.*//' -e 's/[[:space:]]*$//' "$expected_file" | awk -v v="$version" '$2 == v { print $1 }' | sort -u) || true)"
+  if [[ -n "$unexpected" ]]; then
+    echo "conformance: UNEXPECTED failures at $version (not in $(basename "$expected_file")):"
+    sed 's/^/  /' <<< "$unexpected"
     status=1
   fi
+  if [[ -n "$stale" ]]; then
+    echo "conformance: stale expected failures at $version (these pass now; remove them):"
+    sed 's/^/  /' <<< "$stale"
+    status=1
+  fi
+  if [[ -n "$missing" ]]; then
+    echo "conformance: expected failures of $version the suite did not run (rename or remove them):"
+    sed 's/^/  /' <<< "$missing"
+    status=1
+  fi
+  local s
+  for s in "${must_pass[@]}"; do
+    if printf '%s\n' "${failed[@]}" | grep -qx "$s"; then
+      echo "conformance: required scenario $s did not pass at $version"
+      status=1
+    fi
+  done
+  if [[ $status -eq 0 ]]; then
+    echo "conformance: $version OK (${#passed[@]} scenarios pass, ${#failed[@]} fail as expected)"
+  fi
+  return $status
+}
+
+status=0
+for v in "${spec_versions[@]}"; do
+  run_version "$v" || status=1
 done
-if [[ $status -eq 0 ]]; then
-  echo "conformance: OK (${#passed[@]} scenarios pass, ${#failed[@]} fail as expected; required: ${must_pass[*]})"
-else
+if [[ $status -ne 0 ]]; then
   echo "conformance: FAILED; server log tail:"
   tail -n 20 "$work/server.log"
 fi

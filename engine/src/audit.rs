@@ -2,7 +2,8 @@
 //! go on (the rows are group-committed within the writer's delay, 50 ms); allowed calls of any
 //! other tool wait until their rows are committed before the runner acts (write-ahead). A full
 //! queue makes the caller wait for room; nothing is dropped. Waits run as blocking sections, so
-//! a multi-threaded runtime moves its other tasks off the waiting worker.
+//! a multi-threaded runtime moves its other tasks off the waiting worker. The W3C trace context
+//! of the MCP request being served ([`with_trace_parent`]) goes into each row it decides.
 
 use crate::ToolName;
 use codespace_store::{AuditWriterConfig, DecisionRow, Store, TryAppendError};
@@ -21,6 +22,52 @@ const READ_ONLY_TOOLS: &[ToolName] = &[
     ToolName::ReadProcess,
     ToolName::ProcessStatus,
 ];
+
+tokio::task_local! {
+    /// The `traceparent` of the request the current task serves.
+    static TRACE_PARENT: Option<Arc<str>>;
+}
+
+/// Runs `work` (one MCP request's tool call) with `trace_parent` recorded in the decision rows
+/// it writes. The value must already be a valid [`w3c_trace_parent`].
+pub async fn with_trace_parent<F: std::future::Future>(
+    trace_parent: Option<Arc<str>>,
+    work: F,
+) -> F::Output {
+    TRACE_PARENT.scope(trace_parent, work).await
+}
+
+fn current_trace_parent() -> Option<String> {
+    TRACE_PARENT
+        .try_with(|t| t.as_deref().map(str::to_string))
+        .ok()
+        .flatten()
+}
+
+/// `value` when it is a W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16
+/// hex parent id>-<2 hex flags>`, ids not all zero; lower-case hex), else None: nothing a client
+/// sends unchecked reaches the audit log.
+pub fn w3c_trace_parent(value: &str) -> Option<&str> {
+    let v = value.trim();
+    let mut parts = v.split('-');
+    let (Some(version), Some(trace), Some(parent), Some(flags), None) = (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) else {
+        return None;
+    };
+    let hex = |s: &str, n: usize| {
+        s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    let zero = |s: &str| s.bytes().all(|b| b == b'0');
+    (version == "00" && hex(trace, 32) && hex(parent, 16) && hex(flags, 2))
+        .then_some(())
+        .filter(|()| !zero(trace) && !zero(parent))
+        .map(|()| v)
+}
 
 /// Whether an allowed call of `tool` must have its decision committed before it acts.
 pub(crate) fn writes_ahead(tool: &str) -> bool {
@@ -166,8 +213,10 @@ impl codespace_policy::AuditSink for StoreSink {
             return;
         }
         let redactor = self.redaction.current();
+        let trace_parent = current_trace_parent();
         for row in &mut rows {
             redact_row(&redactor, row);
+            row.trace_parent.clone_from(&trace_parent);
         }
         if self.synchronous {
             if let Err(e) = store.append_decisions(rows).and_then(|t| t.wait()) {
@@ -178,5 +227,37 @@ impl codespace_policy::AuditSink for StoreSink {
         let write_ahead =
             matches!(kind, RowKind::Call { tool, allowed } if allowed && writes_ahead(tool));
         append(store, rows, decision_id, write_ahead);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_w3c_traceparent_is_kept() {
+        let ok = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        assert_eq!(w3c_trace_parent(ok), Some(ok));
+        assert_eq!(w3c_trace_parent(&format!(" {ok} ")), Some(ok));
+        for bad in [
+            "",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-xx",
+            "00-4bf92f3577b34da6a3ce929d0e0e473\n-00f067aa0ba902b7-01",
+        ] {
+            assert_eq!(w3c_trace_parent(bad), None, "{bad}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_trace_parent_is_scoped_to_its_request() {
+        assert_eq!(current_trace_parent(), None);
+        let got = with_trace_parent(Some(Arc::from("t")), async { current_trace_parent() }).await;
+        assert_eq!(got.as_deref(), Some("t"));
+        assert_eq!(current_trace_parent(), None);
     }
 }

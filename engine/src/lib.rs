@@ -31,6 +31,7 @@ pub mod versions;
 pub use codespace_policy as policy;
 pub use codespace_policy::{error, facts, request, suggest, tool_table, wire};
 
+pub use audit::{w3c_trace_parent, with_trace_parent};
 pub use config::Config;
 pub use error::{ErrorCode, ToolError};
 pub use facts::SandboxFacts;

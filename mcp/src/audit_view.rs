@@ -106,7 +106,7 @@ pub fn table_line(shown: &ShownRow) -> String {
         format!("{}/{}#{}", r.tool, r.action, r.sub_index)
     };
     let subject = codespace_engine::shown::cut(&r.subject, SUBJECT_CHARS);
-    format!(
+    let line = format!(
         "{:<24}  {:<8}  {:<12}  {:<15}  {:<16}  {:<30}  {:<40}  {}",
         codespace_engine::wire::rfc3339_ms(r.at_ms),
         escape(&r.decision),
@@ -116,7 +116,12 @@ pub fn table_line(shown: &ShownRow) -> String {
         escape(&subject),
         escape(&why),
         escape(&r.decision_id)
-    )
+    );
+    // The request's W3C trace context, when it carried one, after the decision id.
+    match &r.trace_parent {
+        Some(t) => format!("{line}  traceparent={}", escape(t)),
+        None => line,
+    }
 }
 
 /// How many characters of a subject the table shows (then a `… [cut: N more chars]` marker;
@@ -177,5 +182,28 @@ mod tests {
         assert!(line.contains("echo \\x1b]0;owned\\x07 "), "{line}");
         assert!(line.contains("w\\x9b2K"), "{line}");
         assert!(line.contains("… [cut: 36 more chars]"), "{line}");
+    }
+
+    #[test]
+    fn the_table_and_the_export_show_the_trace_parent() {
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let mut r = row("d1", 0, "read", "allow", false);
+        let plain = ShownRow {
+            row: r.clone(),
+            collapsed: Vec::new(),
+        };
+        assert!(!table_line(&plain).contains("traceparent"));
+        assert!(export_json(&plain).get("trace_parent").is_none());
+        r.trace_parent = Some(tp.into());
+        let traced = ShownRow {
+            row: r,
+            collapsed: Vec::new(),
+        };
+        assert!(
+            table_line(&traced).ends_with(&format!("traceparent={tp}")),
+            "{}",
+            table_line(&traced)
+        );
+        assert_eq!(export_json(&traced)["trace_parent"], tp);
     }
 }

@@ -12,6 +12,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::Response;
 use codespace_engine::{Gateway, Session};
+use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use sha2::{Digest, Sha256};
@@ -584,8 +585,11 @@ async fn gate(State(g): State<Arc<Gate>>, mut req: Request, next: Next) -> Respo
         // Closed already (expired, or deleted before): nothing to terminate.
         return plain(StatusCode::NOT_FOUND, "session not found");
     }
-    // A POST without a session opens one (initialize): the client's session cap applies.
-    let opening = if method == Method::POST && sid.is_none() {
+    // A POST without a session opens one (initialize): the client's session cap applies. A
+    // request that declares the stateless revision opens none and takes no slot; should it be
+    // an `initialize` after all, the session it opened is counted below.
+    let stateless = stateless_revision(req.headers());
+    let opening = if method == Method::POST && sid.is_none() && !stateless {
         match g.reserve_session(&client) {
             Some(slot) => Some(slot),
             None => {
@@ -622,8 +626,16 @@ async fn gate(State(g): State<Arc<Gate>>, mut req: Request, next: Next) -> Respo
                 .headers()
                 .get(SESSION_HEADER)
                 .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
             {
-                g.record_owner(new.to_string(), client);
+                if stateless && opening.is_none() && g.reserve_session(&client).is_none() {
+                    // An `initialize` sent under the stateless revision's header opened a
+                    // session past the client's cap: close it and refuse, as for any other.
+                    let _ = g.sessions.close_session(&Arc::from(new.as_str())).await;
+                    tracing::warn!(client = %client, "HTTP request refused: too many sessions");
+                    return json_error(StatusCode::TOO_MANY_REQUESTS, "too many sessions");
+                }
+                g.record_owner(new, client);
             }
         }
         Some(sid) if method == Method::DELETE && resp.status().is_success() => {
@@ -649,6 +661,15 @@ async fn gate(State(g): State<Arc<Gate>>, mut req: Request, next: Next) -> Respo
             )
         }
     }
+}
+
+/// True when the request declares MCP 2026-07-28 or later in `MCP-Protocol-Version`: a stateless
+/// request (rmcp requires the header beside `_meta`'s protocol version), which opens no session.
+fn stateless_revision(headers: &HeaderMap) -> bool {
+    headers
+        .get("mcp-protocol-version")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v >= crate::server::NEWEST_PROTOCOL_VERSION.as_str())
 }
 
 /// A bound, not yet running HTTP server.
@@ -748,7 +769,10 @@ impl HttpServer {
         let config = StreamableHttpServerConfig::default()
             .with_allowed_hosts(host_entries)
             .with_allowed_origins(guard.rmcp_origins())
-            .with_max_request_body_bytes(max_body_bytes);
+            .with_max_request_body_bytes(max_body_bytes)
+            // A stateless (2026-07-28) request's reply is plain JSON unless the call sends
+            // progress first; the session era keeps its SSE streams unchanged.
+            .with_json_response(true);
         let token = config.cancellation_token.clone();
         let fallback = Session {
             client: anonymous.to_string(),

@@ -18,11 +18,11 @@ use codespace_engine::wire::{
     FindFilesParams, FindFilesResult, GrepParams, GrepResult, ReadManyFile, ToolResult,
 };
 use codespace_engine::{
-    ErrorCode, Gateway, Session, TOOLS, ToolCall, ToolError, ToolName, ToolSpec,
+    ErrorCode, Gateway, Session, TOOLS, ToolCall, ToolError, ToolName, ToolSpec, with_trace_parent,
 };
 use rmcp::handler::server::common::schema_for_type;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
     Tool, ToolAnnotations,
 };
@@ -33,6 +33,12 @@ use std::sync::Arc;
 
 /// The transport name in `Session.transport`, decision rows and `workspace_info.transports`.
 pub const HTTP_TRANSPORT: &str = "streamable-http";
+
+/// The newest MCP revision served: 2026-07-28 (stateless, per-request `_meta`) beside every
+/// revision with an `initialize` handshake (2024-11-05 … 2025-11-25), each client getting the
+/// one it asks for. rmcp routes by the request: `initialize` opens the session era, a request
+/// whose `_meta` carries the 2026 protocol fields is served statelessly.
+pub const NEWEST_PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion::V_2026_07_28;
 
 /// The authenticated caller of one HTTP request, set by the gate in the request extensions.
 #[derive(Debug, Clone)]
@@ -91,7 +97,8 @@ impl CodeSpaceServer {
     ) -> Option<Result<ToolResult, ToolError>> {
         let detach = matches!(call, ToolCall::ExecCommand(_));
         let (gateway, s) = (Arc::clone(&self.gateway), session.clone());
-        let work = async move { gateway.call(&s, call).await };
+        let trace = trace_parent(context);
+        let work = with_trace_parent(trace.clone(), async move { gateway.call(&s, call).await });
         let e = match crate::long_call::run(work, detach, wait_ms, context).await? {
             Err(e) if held(name, &e) => e,
             other => return Some(other),
@@ -102,8 +109,40 @@ impl CodeSpaceServer {
         };
         let id = e.approval_id.clone().unwrap_or_default();
         let (gateway, s) = (Arc::clone(&self.gateway), session.clone());
-        let work = async move { gateway.answer_in_band(&s, &id, answer).await };
+        let work = with_trace_parent(trace, async move {
+            gateway.answer_in_band(&s, &id, answer).await
+        });
         crate::long_call::run(work, detach, wait_ms, context).await
+    }
+}
+
+/// The W3C trace context of a request: the HTTP `traceparent` header, else the request's
+/// `_meta.traceparent` (SEP-414); only a well-formed value, which goes into its decision rows.
+fn trace_parent(ctx: &RequestContext<RoleServer>) -> Option<Arc<str>> {
+    let header = ctx
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|p| p.headers.get("traceparent"))
+        .and_then(|v| v.to_str().ok())
+        .and_then(codespace_engine::w3c_trace_parent);
+    header
+        .or_else(|| ctx.meta.get_traceparent().and_then(codespace_engine::w3c_trace_parent))
+        .map(Arc::from)
+}
+
+/// How long a 2026-07-28 client or gateway may reuse `tools/list` (`ttlMs`): the list is fixed
+/// for the life of the server process (nothing of it reloads).
+pub const TOOLS_LIST_TTL_MS: u64 = 5 * 60 * 1000;
+
+/// Who may cache `tools/list` (`cacheScope`). Its hints depend on the workspaces' network
+/// (`openWorldHint`): behind bearer tokens (configured clients) that is `private`, never served
+/// by a shared cache to a caller the gate did not admit; without clients (stdio, loopback) the
+/// one user sees one list, `public`.
+fn tools_cache_scope(gateway: &Gateway) -> CacheScope {
+    if gateway.config().clients.is_empty() {
+        CacheScope::Public
+    } else {
+        CacheScope::Private
     }
 }
 
@@ -564,13 +603,13 @@ impl ServerHandler for CodeSpaceServer {
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
+        Cow::Borrowed(ProtocolVersion::known_up_to(&NEWEST_PROTOCOL_VERSION))
     }
 
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let mut tools = tool_list();
         // A command reaches other hosts only where some workspace's network is not restricted.
@@ -587,7 +626,17 @@ impl ServerHandler for CodeSpaceServer {
                 }
             }
         }
-        Ok(ListToolsResult::with_all_items(tools))
+        let list = ListToolsResult::with_all_items(tools);
+        // Cache hints are a 2026-07-28 field; earlier revisions get the list as before.
+        let modern = context
+            .protocol_version()
+            .is_some_and(|v| v.as_str() >= NEWEST_PROTOCOL_VERSION.as_str());
+        Ok(if modern {
+            list.with_ttl_ms(TOOLS_LIST_TTL_MS)
+                .with_cache_scope(tools_cache_scope(&self.gateway))
+        } else {
+            list
+        })
     }
 
     async fn call_tool(
@@ -619,6 +668,7 @@ impl ServerHandler for CodeSpaceServer {
             }
         };
         let started = std::time::Instant::now();
+        let trace = trace_parent(&context);
         let out = match crate::long_call::wait_of(&call) {
             // A long poll reports progress and stops waiting when cancelled; a held one is asked
             // in-band like any other, and its resume waits the same way.
@@ -629,13 +679,18 @@ impl ServerHandler for CodeSpaceServer {
                 Some(out) => out,
                 None => return Err(McpError::internal_error("request cancelled", None)),
             },
-            None => match self.gateway.call(&session, call).await {
-                // A held call: ask the human in-band when the client can (elicitation).
-                Err(e) if held(name, &e) => {
-                    crate::elicit::ask(&self.gateway, &session, &context, e).await
-                }
-                other => other,
-            },
+            None => {
+                with_trace_parent(trace, async {
+                    match self.gateway.call(&session, call).await {
+                        // A held call: ask the human in-band when the client can (elicitation).
+                        Err(e) if held(name, &e) => {
+                            crate::elicit::ask(&self.gateway, &session, &context, e).await
+                        }
+                        other => other,
+                    }
+                })
+                .await
+            }
         };
         tracing::debug!(
             tool = name,

@@ -143,6 +143,7 @@ pub(crate) fn row_of(
         reason: Some(sub.reason_text(snap, &d.profile)),
         shadow_decision: None,
         shadow_policy_ids: None,
+        trace_parent: None,
         seq: 0,
     }
 }

@@ -27,6 +27,7 @@ impl HeldTool {
 
 /// Parameters of `approval_create`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ApprovalCreateParams {
     /// The tool to hold: `apply_patch` or `exec_command`.
     pub tool: HeldTool,
@@ -56,6 +57,7 @@ impl ApprovalDecision {
 
 /// Parameters of `approval_resolve`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ApprovalResolveParams {
     /// The hold (`appr-…`).
     pub approval_id: String,
@@ -65,6 +67,7 @@ pub struct ApprovalResolveParams {
 
 /// Parameters of `operation_resume`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct OperationResumeParams {
     /// The granted hold (`appr-…`).
     pub approval_id: String,

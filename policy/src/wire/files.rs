@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 /// Parameters of `workspace_info`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct WorkspaceInfoParams {
     /// The workspace to describe; omit (or send "") for server identity only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -15,6 +16,7 @@ pub struct WorkspaceInfoParams {
 
 /// Parameters of `read`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ReadParams {
     /// The workspace id (a selector, not a credential).
     pub workspace_id: String,
@@ -89,6 +91,7 @@ pub struct ReadResult {
 
 /// Parameters of `find`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct FindParams {
     /// The workspace id.
     pub workspace_id: String,
@@ -209,6 +212,7 @@ pub struct FindResult {
 
 /// Parameters of `grep`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct GrepParams {
     /// The workspace id.
     pub workspace_id: String,
@@ -310,6 +314,7 @@ pub struct GrepResult {
 
 /// Parameters of `find_files`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct FindFilesParams {
     /// The workspace id.
     pub workspace_id: String,
@@ -350,6 +355,7 @@ pub struct FindFilesResult {
 
 /// Parameters of `apply_patch`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ApplyPatchParams {
     /// The workspace id.
     pub workspace_id: String,
@@ -401,6 +407,7 @@ pub struct ApplyPatchResult {
 
 /// Parameters of `operation_status`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct OperationStatusParams {
     /// The operation id (`op-…`); give exactly one of id and key.
     #[serde(default, skip_serializing_if = "Option::is_none")]

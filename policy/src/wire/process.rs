@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 /// Parameters of `exec_command`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ExecCommandParams {
     /// The workspace id.
     pub workspace_id: String,
@@ -55,6 +56,7 @@ pub enum StderrMode {
 
 /// Parameters of `write_stdin`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct WriteStdinParams {
     /// The process handle (`proc-…`).
     pub process_id: String,
@@ -64,6 +66,7 @@ pub struct WriteStdinParams {
 
 /// Parameters of `read_process`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ReadProcessParams {
     /// The process handle.
     pub process_id: String,
@@ -86,6 +89,7 @@ pub struct ReadProcessParams {
 
 /// Parameters of `process_status` and `terminate_process`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ProcessIdParams {
     /// The process handle.
     pub process_id: String,
@@ -93,6 +97,7 @@ pub struct ProcessIdParams {
 
 /// Parameters of `process_resize`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ProcessResizeParams {
     /// The process handle.
     pub process_id: String,

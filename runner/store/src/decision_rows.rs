@@ -59,6 +59,9 @@ pub struct DecisionRow {
     /// The shadow set's determining policy ids.
     #[serde(default)]
     pub shadow_policy_ids: Option<Vec<String>>,
+    /// The W3C `traceparent` of the request this decision answered, when it carried one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_parent: Option<String>,
     /// The row's position in the log (increasing; 0 before it is stored).
     #[serde(default)]
     pub seq: i64,
@@ -75,9 +78,9 @@ pub(crate) fn insert_rows(
         "INSERT INTO decisions (decision_id, at_ms, policy_set_sha256, profile, workspace, \
          tool, action, sub_index, subject, client, transport, decision, policy_ids, errors, \
          default_deny, duration_us, request, path, kind, reason, shadow_decision, \
-         shadow_policy_ids) \
+         shadow_policy_ids, trace_parent) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, \
-         ?17, ?18, ?19, ?20, ?21, ?22)",
+         ?17, ?18, ?19, ?20, ?21, ?22, ?23)",
     )?;
     for r in rows {
         st.execute(params![
@@ -106,6 +109,7 @@ pub(crate) fn insert_rows(
                 .as_ref()
                 .map(serde_json::to_string)
                 .transpose()?,
+            r.trace_parent,
         ])?;
     }
     Ok(())

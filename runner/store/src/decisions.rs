@@ -39,7 +39,7 @@ pub struct DecisionQuery {
 
 const COLUMNS: &str = "decision_id, at_ms, policy_set_sha256, profile, workspace, tool, action, \
      sub_index, subject, client, transport, decision, policy_ids, errors, default_deny, duration_us, \
-     request, path, kind, reason, shadow_decision, shadow_policy_ids, id";
+     request, path, kind, reason, shadow_decision, shadow_policy_ids, id, trace_parent";
 
 fn from_row(row: &Row<'_>) -> rusqlite::Result<DecisionRow> {
     Ok(DecisionRow {
@@ -66,6 +66,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<DecisionRow> {
         shadow_decision: row.get(20)?,
         shadow_policy_ids: opt_json_col(row, 21)?,
         seq: row.get(22)?,
+        trace_parent: row.get(23)?,
     })
 }
 
