@@ -121,7 +121,7 @@ async def every_tool(client: Client, mode: str) -> None:
     patched = await call_ok("apply_patch", {"workspace_id": WS, "patch": PATCH.format(mode=mode)})
     assert patched["status"] == "applied"
     st = await call_ok("operation_status", {"operation_id": patched["operation_id"]})
-    assert st["status"] == "succeeded"
+    assert st["status"] == "applied", st
     # A misspelt optional argument is named, not ignored.
     bad = await err(client, "read", {"workspace_id": WS, "path": "a.txt", "ofset": 1})
     assert bad["code"] == "INVALID_ARGUMENTS" and "ofset" in bad["message"], bad
