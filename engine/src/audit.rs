@@ -60,7 +60,9 @@ pub fn w3c_trace_parent(value: &str) -> Option<&str> {
         return None;
     };
     let hex = |s: &str, n: usize| {
-        s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        s.len() == n
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
     };
     let zero = |s: &str| s.bytes().all(|b| b == b'0');
     (version == "00" && hex(trace, 32) && hex(parent, 16) && hex(flags, 2))

@@ -22,9 +22,9 @@ use codespace_engine::{
 };
 use rmcp::handler::server::common::schema_for_type;
 use rmcp::model::{
-    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
-    Tool, ToolAnnotations,
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock,
+    Implementation, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities,
+    ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -126,7 +126,11 @@ fn trace_parent(ctx: &RequestContext<RoleServer>) -> Option<Arc<str>> {
         .and_then(|v| v.to_str().ok())
         .and_then(codespace_engine::w3c_trace_parent);
     header
-        .or_else(|| ctx.meta.get_traceparent().and_then(codespace_engine::w3c_trace_parent))
+        .or_else(|| {
+            ctx.meta
+                .get_traceparent()
+                .and_then(codespace_engine::w3c_trace_parent)
+        })
         .map(Arc::from)
 }
 

@@ -233,9 +233,13 @@ async fn mcp_method_and_name_must_match_the_body() {
         json!({"name": "read", "arguments": {"workspace_id": "main", "path": "a.txt"}}),
         "py",
     );
-    let wrong_method =
-        post_modern(s.addr, ALICE, &msg, &[("Mcp-Method", "tools/list"), ("Mcp-Name", "read")])
-            .await;
+    let wrong_method = post_modern(
+        s.addr,
+        ALICE,
+        &msg,
+        &[("Mcp-Method", "tools/list"), ("Mcp-Name", "read")],
+    )
+    .await;
     assert_eq!(wrong_method.status, 400, "{wrong_method:?}");
     let wrong_name = post_modern(
         s.addr,
@@ -307,7 +311,12 @@ async fn every_input_schema_is_closed_and_a_misspelt_argument_is_named() {
     let c = post_modern(
         s.addr,
         ALICE,
-        &modern(2, "tools/call", json!({"name": "read", "arguments": args}), "py"),
+        &modern(
+            2,
+            "tools/call",
+            json!({"name": "read", "arguments": args}),
+            "py",
+        ),
         &call_headers("read"),
     )
     .await;
