@@ -28,6 +28,7 @@ mod http_sessions_cap;
 mod http_state;
 mod long_policies;
 mod masks_bench;
+mod mrtr_tasks;
 mod ops_journals;
 mod patch_crash;
 mod policy_cli;
