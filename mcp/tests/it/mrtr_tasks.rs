@@ -280,20 +280,23 @@ async fn get_until(
     process_id: &str,
     want: impl Fn(&TaskPayload) -> bool,
 ) -> TaskPayload {
+    let mut cursor = 0;
     for _ in 0..200 {
         let t = s.client.get_task(GetTaskParams::new(id)).await.unwrap();
         if want(&t.task.payload) {
             return t.task.payload;
         }
+        // Returns on new output or the exit (at once once both are behind us).
         let r = s
             .client
             .call_tool(params(
                 "read_process",
-                &json!({"process_id": process_id, "cursor": 1 << 40, "wait_ms": 2000}),
+                &json!({"process_id": process_id, "cursor": cursor, "wait_ms": 2000}),
             ))
             .await
             .unwrap();
         assert_ne!(r.is_error, Some(true), "{r:?}");
+        cursor = r.structured_content.unwrap()["cursor"].as_u64().unwrap();
     }
     panic!("task {id} never reached the state wanted");
 }
