@@ -5,7 +5,7 @@
 //! through [`run_held`].
 
 use crate::error::ToolError;
-use crate::gateway::approvals::Resumed;
+use crate::gateway::approvals::{InBandChannel, Resumed};
 use crate::gateway::{Authorized, Gateway};
 use crate::policy::PolicySnapshot;
 use crate::request::Session;
@@ -214,8 +214,21 @@ impl Gateway {
         id: &str,
         decision: ApprovalDecision,
     ) -> Result<ToolResult, ToolError> {
+        self.answer_in_band_via(session, id, decision, InBandChannel::Elicitation)
+            .await
+    }
+
+    /// [`Gateway::answer_in_band`] over `channel` (`mrtr`: the answer of an `input_required`
+    /// retry, single-use).
+    pub async fn answer_in_band_via(
+        &self,
+        session: &Session,
+        id: &str,
+        decision: ApprovalDecision,
+        channel: InBandChannel,
+    ) -> Result<ToolResult, ToolError> {
         self.holds()
-            .answer_in_band_with(session, id, decision, run_held)
+            .answer_in_band_with(session, id, decision, channel, run_held)
             .await
     }
 }

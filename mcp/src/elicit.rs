@@ -2,15 +2,16 @@
 //! and the client declared the `elicitation` capability, the server asks the human through the
 //! client (a form: what the call does, where and with which environment, and grant or deny). A grant resumes the held call in the
 //! same request and returns its own result; decline, cancel, a client error or no answer leave
-//! the hold pending and return `APPROVAL_REQUIRED` as usual.
+//! the hold pending and return `APPROVAL_REQUIRED` as usual. The same question is what an MCP
+//! 2026-07-28 client gets inside `input_required` ([`crate::mrtr`]).
 
 use codespace_engine::shown::escape;
 use codespace_engine::wire::{ApprovalDecision, ToolResult};
 use codespace_engine::{Gateway, Session, ToolError};
 use rmcp::RoleServer;
 use rmcp::model::{
-    ClientResult, ElicitRequest, ElicitRequestParams, ElicitationAction, ElicitationSchema,
-    EnumSchema, ServerRequest,
+    ClientResult, ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction,
+    ElicitationSchema, EnumSchema, ServerRequest,
 };
 use rmcp::service::{Peer, RequestContext};
 use serde_json::Value;
@@ -59,36 +60,45 @@ pub async fn decision(
     if !supports_form(&context.peer) {
         return None;
     }
-    let (summary, details) = gateway.holds().pending_summary(session, &id)?;
-    let schema = form()?;
-    let request = ServerRequest::ElicitRequest(ElicitRequest::new(
-        ElicitRequestParams::FormElicitationParams {
-            meta: None,
-            message: message(&id, &summary, &details),
-            requested_schema: schema,
-        },
-    ));
+    let request = ServerRequest::ElicitRequest(question(gateway, session, &id)?);
     let answer = tokio::select! {
         answer = tokio::time::timeout(ANSWER_WAIT, context.peer.send_request(request)) => answer,
         () = context.ct.cancelled() => return None,
     };
-    let decision = match answer {
-        Ok(Ok(ClientResult::ElicitResult(r))) if r.action == ElicitationAction::Accept => r
-            .content
-            .as_ref()
-            .and_then(|c| c.get("decision"))
-            .and_then(Value::as_str)
-            .map(str::to_string),
+    match answer {
+        Ok(Ok(ClientResult::ElicitResult(r))) => answer_of(&r),
         Ok(Ok(_)) => None,
         Ok(Err(e)) => {
             tracing::debug!(approval_id = %id, error = %e, "elicitation failed; the hold stays pending");
             None
         }
         Err(_) => None,
-    };
-    match decision.as_deref() {
-        Some("grant") => Some(ApprovalDecision::Grant),
-        Some("deny") => Some(ApprovalDecision::Deny),
+    }
+}
+
+/// The question about the pending hold `id` that `session` asked for: the form request, the
+/// same for `elicitation/create` and for an `input_required` result (`None` for a hold that is
+/// not this caller's or not pending).
+pub fn question(gateway: &Gateway, session: &Session, id: &str) -> Option<ElicitRequest> {
+    let (summary, details) = gateway.holds().pending_summary(session, id)?;
+    Some(ElicitRequest::new(
+        ElicitRequestParams::FormElicitationParams {
+            meta: None,
+            message: message(id, &summary, &details),
+            requested_schema: form()?,
+        },
+    ))
+}
+
+/// The human's decision in an elicitation answer: accepted with `decision` grant or deny;
+/// `None` for decline, cancel or anything else.
+pub fn answer_of(r: &ElicitResult) -> Option<ApprovalDecision> {
+    if r.action != ElicitationAction::Accept {
+        return None;
+    }
+    match r.content.as_ref()?.get("decision").and_then(Value::as_str)? {
+        "grant" => Some(ApprovalDecision::Grant),
+        "deny" => Some(ApprovalDecision::Deny),
         _ => None,
     }
 }

@@ -17,6 +17,7 @@ use codespace_engine::wire::{
 use codespace_engine::wire::{
     FindFilesParams, FindFilesResult, GrepParams, GrepResult, ReadManyFile, ToolResult,
 };
+use codespace_engine::gateway::approvals::InBandChannel;
 use codespace_engine::{
     ErrorCode, Gateway, Session, TOOLS, ToolCall, ToolError, ToolName, ToolSpec, with_trace_parent,
 };
@@ -100,7 +101,8 @@ impl CodeSpaceServer {
         let trace = trace_parent(context);
         let work = with_trace_parent(trace.clone(), async move { gateway.call(&s, call).await });
         let e = match crate::long_call::run(work, detach, wait_ms, context).await? {
-            Err(e) if held(name, &e) => e,
+            // A 2026 client is asked through `input_required` instead (no server requests).
+            Err(e) if held(name, &e) && !crate::mrtr::is_2026(context) => e,
             other => return Some(other),
         };
         let Some(answer) = crate::elicit::decision(&self.gateway, session, context, &e).await
@@ -147,6 +149,42 @@ fn tools_cache_scope(gateway: &Gateway) -> CacheScope {
         CacheScope::Public
     } else {
         CacheScope::Private
+    }
+}
+
+impl CodeSpaceServer {
+    /// The retry of an `input_required` hold (MCP 2026-07-28): the `requestState` opened for
+    /// this caller and call, the answer decided over channel `mrtr`, a grant run once (waited
+    /// like a long poll when the call is one); `None` when the request was cancelled.
+    async fn mrtr_retry(
+        &self,
+        request: (&str, &serde_json::Value, &str),
+        responses: Option<&rmcp::model::InputResponses>,
+        session: &Session,
+        call: &ToolCall,
+        context: &RequestContext<RoleServer>,
+    ) -> Option<Result<ToolResult, ToolError>> {
+        let (name, args, state) = request;
+        let id = match crate::mrtr::open(session, name, args, state) {
+            Ok(id) => id,
+            Err(e) => return Some(Err(e)),
+        };
+        let Some(answer) = crate::mrtr::decision(responses) else {
+            return Some(Err(crate::mrtr::still_pending(&id)));
+        };
+        let (gateway, s) = (Arc::clone(&self.gateway), session.clone());
+        let work = async move {
+            gateway
+                .answer_in_band_via(&s, &id, answer, InBandChannel::Mrtr)
+                .await
+        };
+        match crate::long_call::wait_of(call) {
+            Some(wait_ms) => {
+                let detach = matches!(call, ToolCall::ExecCommand(_));
+                crate::long_call::run(work, detach, wait_ms, context).await
+            }
+            None => Some(work.await),
+        }
     }
 }
 
@@ -503,7 +541,7 @@ fn plain_schema(v: &mut serde_json::Value) {
 
 /// The success result of a tool: its typed result serialized as `structuredContent` (the
 /// engine's result types leave optional fields out rather than sending null).
-fn tool_result(r: ToolResult) -> CallToolResult {
+pub(crate) fn tool_result(r: ToolResult) -> CallToolResult {
     match result_value(r) {
         Ok(v) => structured_result(v),
         Err(e) => error_result(&ToolError::new(ErrorCode::Internal, e.to_string())),
@@ -550,7 +588,7 @@ fn structured_result(v: serde_json::Value) -> CallToolResult {
 
 /// A tool error: the ErrorBody as one text item and, for SDKs that read only structured
 /// results, as `structuredContent` too (every output schema admits it: [`with_error_branch`]).
-fn error_result(e: &ToolError) -> CallToolResult {
+pub(crate) fn error_result(e: &ToolError) -> CallToolResult {
     let mut r = CallToolResult::error(vec![ContentBlock::text(e.to_json())]);
     r.structured_content = serde_json::to_value(e).ok();
     r
@@ -599,11 +637,46 @@ fn with_error_branch(mut result: rmcp::model::JsonObject) -> rmcp::model::JsonOb
 
 impl ServerHandler for CodeSpaceServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tasks()
+                .build(),
+        )
             .with_server_info(
                 Implementation::new("codespace", env!("CARGO_PKG_VERSION")).with_title("CodeSpace"),
             )
             .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn initialize(
+        &self,
+        request: rmcp::model::InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::InitializeResult, McpError> {
+        context.peer.set_peer_info(request.clone());
+        let mut result = self.negotiate_initialize(&request)?;
+        // Tasks are a 2026-07-28 extension: a session that initializes does not see them.
+        crate::tasks::hide_from_legacy(&mut result.capabilities);
+        Ok(result)
+    }
+
+    async fn get_task(
+        &self,
+        request: rmcp::model::GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetTaskResult, McpError> {
+        let session = request_session(&context).unwrap_or_else(|| self.session.clone());
+        crate::tasks::get(&self.gateway, &session, &request.task_id).await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: rmcp::model::CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let session = request_session(&context).unwrap_or_else(|| self.session.clone());
+        crate::tasks::cancel(&self.gateway, &session, &request.task_id).await
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
@@ -673,6 +746,34 @@ impl ServerHandler for CodeSpaceServer {
         };
         let started = std::time::Instant::now();
         let trace = trace_parent(&context);
+        let era_2026 = crate::mrtr::is_2026(&context);
+        if era_2026
+            && let Some(state) = request.request_state.as_deref()
+        {
+            let out = self
+                .mrtr_retry(
+                    (name, &args, state),
+                    request.input_responses.as_ref(),
+                    &session,
+                    &call,
+                    &context,
+                )
+                .await;
+            return match out {
+                Some(Ok(r)) => Ok(tool_result(r).into()),
+                Some(Err(e)) => Ok(error_result(&e).into()),
+                None => Err(McpError::internal_error("request cancelled", None)),
+            };
+        }
+        if matches!(call, ToolCall::ExecCommand(_) | ToolCall::ApplyPatch(_))
+            && crate::tasks::requested(&context)
+        {
+            let out = match crate::tasks::start(&self.gateway, &session, call).await {
+                crate::tasks::Started::Task(t) => return Ok(t.into()),
+                crate::tasks::Started::Plain(out) => out,
+            };
+            return Ok(self.finish_2026(name, &args, &session, out, true));
+        }
         let out = match crate::long_call::wait_of(&call) {
             // A long poll reports progress and stops waiting when cancelled; a held one is asked
             // in-band like any other, and its resume waits the same way.
@@ -687,7 +788,7 @@ impl ServerHandler for CodeSpaceServer {
                 with_trace_parent(trace, async {
                     match self.gateway.call(&session, call).await {
                         // A held call: ask the human in-band when the client can (elicitation).
-                        Err(e) if held(name, &e) => {
+                        Err(e) if held(name, &e) && !era_2026 => {
                             crate::elicit::ask(&self.gateway, &session, &context, e).await
                         }
                         other => other,
@@ -702,10 +803,34 @@ impl ServerHandler for CodeSpaceServer {
             ok = out.is_ok(),
             "tool call"
         );
-        Ok(match out {
+        Ok(self.finish_2026(name, &args, &session, out, era_2026))
+    }
+}
+
+impl CodeSpaceServer {
+    /// The response of a call: its result or ErrorBody, or for a held call of a 2026 client
+    /// the hold's `input_required` ([`crate::mrtr`]).
+    fn finish_2026(
+        &self,
+        name: &str,
+        args: &serde_json::Value,
+        session: &Session,
+        out: Result<ToolResult, ToolError>,
+        era_2026: bool,
+    ) -> CallToolResponse {
+        match out {
             Ok(r) => tool_result(r).into(),
-            Err(e) => error_result(&e).into(),
-        })
+            Err(e) => {
+                if era_2026
+                    && held(name, &e)
+                    && let Some(ask) =
+                        crate::mrtr::input_required(&self.gateway, session, name, args, &e)
+                {
+                    return ask.into();
+                }
+                error_result(&e).into()
+            }
+        }
     }
 }
 

@@ -40,8 +40,27 @@ pub(crate) fn held_of(p: &ApprovalCreateParams) -> Result<ToolCall, ToolError> {
 }
 
 /// The channels a hold can be answered on in this build (`elicitation` when the client
-/// declared the capability).
-pub const APPROVAL_CHANNELS: &[&str] = &["tool", "elicitation", "cli"];
+/// declared the capability, `mrtr` for MCP 2026-07-28 clients: `input_required`).
+pub const APPROVAL_CHANNELS: &[&str] = &["tool", "elicitation", "mrtr", "cli"];
+
+/// The channels through which the asking client's user answers a hold in-band.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InBandChannel {
+    /// A server-initiated `elicitation/create` request (MCP 2025 sessions).
+    Elicitation,
+    /// An `input_required` result answered by the retried `tools/call` (MCP 2026-07-28).
+    Mrtr,
+}
+
+impl InBandChannel {
+    /// The name in `context.approval.channel` and the hold's row.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InBandChannel::Elicitation => "elicitation",
+            InBandChannel::Mrtr => "mrtr",
+        }
+    }
+}
 
 /// What a resumed call carries into its tool: the hold and the file versions pinned when it
 /// was requested (a patch whose files changed since then is `VERSION_CONFLICT`).

@@ -5,7 +5,7 @@
 
 use crate::error::{ErrorCode, ToolError};
 use crate::gateway::approvals::{
-    InFlight, Resumed, RunHeld, conflict, held_call, held_details, not_found, pinned_of,
+    InBandChannel, InFlight, Resumed, RunHeld, conflict, held_call, held_details, not_found, pinned_of,
     replay_outcome, resolve_in_store, resume_result, store_err, to_value, wire_state, with_id,
 };
 use crate::gateway::{Gateway, WorkspaceRuntime};
@@ -250,20 +250,22 @@ impl<'a> Holds<'a> {
         Some((row.summary, details))
     }
 
-    /// A human's answer in-band (channel `elicitation`, through the asking client): decided by
-    /// policy as `approval_resolve`; a grant resumes the held call at once and returns the held
-    /// tool's own result; a deny is final (`APPROVAL_CONFLICT`, nothing ran). `run` runs the
-    /// held call through its handler.
+    /// A human's answer in-band (channel `elicitation` or `mrtr`, through the asking client):
+    /// decided by policy as `approval_resolve`; a grant resumes the held call at once and returns
+    /// the held tool's own result; a deny is final (`APPROVAL_CONFLICT`, nothing ran). `run` runs
+    /// the held call through its handler. Over `mrtr` the answer is single-use: a hold no longer
+    /// pending is `APPROVAL_CONFLICT` (a replayed `requestState` never returns the stored result).
     pub(crate) async fn answer_in_band_with(
         &self,
         session: &Session,
         id: &str,
         decision: ApprovalDecision,
+        channel: InBandChannel,
         run: RunHeld,
     ) -> Result<ToolResult, ToolError> {
         let snap = self.policy.snapshot();
         let out = self
-            .answer_in_band_under(&snap, session, id, decision, run)
+            .answer_in_band_under(&snap, session, id, decision, channel, run)
             .await;
         out.map_err(|mut e| {
             if let std::borrow::Cow::Owned(red) = self.config.redaction.text(&e.message) {
@@ -279,11 +281,15 @@ impl<'a> Holds<'a> {
         session: &Session,
         id: &str,
         decision: ApprovalDecision,
+        channel: InBandChannel,
         run: RunHeld,
     ) -> Result<ToolResult, ToolError> {
         let (row, ws) = self.served_hold(id)?;
         if row.requested_by != session.client {
             return Err(not_found(id));
+        }
+        if channel == InBandChannel::Mrtr && row.state != ApprovalState::Pending {
+            return Err(conflict(id, Some(row.state)));
         }
         let call = ToolCall::ApprovalResolve(ApprovalResolveParams {
             approval_id: id.to_string(),
@@ -293,7 +299,7 @@ impl<'a> Holds<'a> {
         with_approval(
             &mut reqs,
             &ApprovalFacts {
-                channel: "elicitation".into(),
+                channel: channel.as_str().into(),
                 requested_by: row.requested_by.clone(),
                 resolved_by: session.client.clone(),
                 decision: decision.as_str().into(),
@@ -306,7 +312,7 @@ impl<'a> Holds<'a> {
             return Err(with_id(d.to_error(snap), id));
         }
         let store = self.require_store()?;
-        resolve_in_store(store, &row, decision, &session.client, "elicitation")?;
+        resolve_in_store(store, &row, decision, &session.client, channel.as_str())?;
         if decision == ApprovalDecision::Deny {
             return Err(with_id(
                 ToolError::new(

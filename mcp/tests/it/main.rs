@@ -29,6 +29,7 @@ mod http_state;
 mod long_policies;
 mod masks_bench;
 mod mcp_2026;
+mod mrtr_tasks;
 mod ops_journals;
 mod patch_crash;
 mod policy_cli;
