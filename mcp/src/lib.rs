@@ -24,3 +24,4 @@ pub mod server;
 pub mod setup;
 pub mod stdio;
 mod stdio_pipes;
+pub mod worker_cli;

@@ -154,9 +154,10 @@ where
             build: me.build.clone(),
             secret: secret.expose().to_string(),
         })?;
-        output.send(hello).await.map_err(|e| {
-            WorkerError::Handshake(format!("the worker does not take input: {e}"))
-        })?;
+        output
+            .send(hello)
+            .await
+            .map_err(|e| WorkerError::Handshake(format!("the worker does not take input: {e}")))?;
         let peer = match input.next().await {
             None => {
                 return Err(WorkerError::Handshake(
@@ -164,12 +165,20 @@ where
                 ));
             }
             Some(Err(e)) => return Err(WorkerError::Handshake(format!("unreadable answer: {e}"))),
-            Some(Ok(b)) => match serde_json::from_slice::<ServerFrame<IgnoredAny, IgnoredAny>>(&b) {
-                Ok(ServerFrame::Ack { protocol, build }) => Identity { protocol, build },
-                Ok(ServerFrame::Error { message }) => return Err(WorkerError::Handshake(message)),
-                Ok(_) => return Err(WorkerError::Handshake("the worker did not answer hello with ack".into())),
-                Err(e) => return Err(WorkerError::Handshake(format!("malformed answer: {e}"))),
-            },
+            Some(Ok(b)) => {
+                match serde_json::from_slice::<ServerFrame<IgnoredAny, IgnoredAny>>(&b) {
+                    Ok(ServerFrame::Ack { protocol, build }) => Identity { protocol, build },
+                    Ok(ServerFrame::Error { message }) => {
+                        return Err(WorkerError::Handshake(message));
+                    }
+                    Ok(_) => {
+                        return Err(WorkerError::Handshake(
+                            "the worker did not answer hello with ack".into(),
+                        ));
+                    }
+                    Err(e) => return Err(WorkerError::Handshake(format!("malformed answer: {e}"))),
+                }
+            }
         };
         if peer != *me {
             return Err(WorkerError::Mismatch {
@@ -245,13 +254,7 @@ where
             guard: None,
             _msg: PhantomData,
         };
-        Ok((
-            client,
-            EventReceiver {
-                rx: ev_rx,
-                dropped,
-            },
-        ))
+        Ok((client, EventReceiver { rx: ev_rx, dropped }))
     }
 
     /// Sends `req` and waits for its answer. Calls run concurrently; if the connection ends
@@ -282,6 +285,11 @@ impl<Req, Resp, Ev> Client<Req, Resp, Ev> {
     /// The worker's protocol version and build id, from its `ack`.
     pub fn peer(&self) -> &Identity {
         &self.peer
+    }
+
+    /// Calls waiting for their answer.
+    pub fn in_flight(&self) -> usize {
+        lock(&self.shared.pending).as_ref().map_or(0, |m| m.len())
     }
 
     /// Why the connection closed, once it has.

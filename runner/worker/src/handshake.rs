@@ -83,7 +83,9 @@ impl Secret {
 /// Reads the secret line a worker started for stdio or a socket gets first on its stdin
 /// (never in argv, which `ps` and ssh logs show; never in its environment, which its
 /// children would inherit). Reads at most [`MAX_SECRET_LEN`] + 1 bytes.
-pub async fn read_secret_line<R: AsyncBufRead + Unpin>(input: &mut R) -> Result<Secret, WorkerError> {
+pub async fn read_secret_line<R: AsyncBufRead + Unpin>(
+    input: &mut R,
+) -> Result<Secret, WorkerError> {
     let mut line = Vec::new();
     loop {
         let buf = input
@@ -126,7 +128,9 @@ mod tests {
         let s = read_secret_line(&mut r).await.unwrap();
         assert!(s.matches("0123456789abcdef0123"));
         let mut rest = Vec::new();
-        tokio::io::AsyncReadExt::read_to_end(&mut r, &mut rest).await.unwrap();
+        tokio::io::AsyncReadExt::read_to_end(&mut r, &mut rest)
+            .await
+            .unwrap();
         assert_eq!(rest, b"\x00\x00\x00\x02{}");
     }
 

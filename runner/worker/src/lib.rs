@@ -37,8 +37,8 @@ pub mod unix;
 
 pub use client::{Client, EventReceiver};
 pub use error::WorkerError;
-pub use handshake::{Identity, Secret};
 pub use futures_util::future::BoxFuture;
+pub use handshake::{Identity, Secret};
 pub use server::{EventSender, Handler, serve, serve_stream};
 pub use supervisor::{Supervisor, WorkerState, WorkerStatus};
 

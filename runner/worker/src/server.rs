@@ -131,7 +131,11 @@ where
             secret: given,
         }) if secret.matches(&given) => (protocol, build),
         // Not a hello, or the wrong secret: nothing is written back.
-        _ => return Err(WorkerError::Handshake("refused: no hello with the right secret".into())),
+        _ => {
+            return Err(WorkerError::Handshake(
+                "refused: no hello with the right secret".into(),
+            ));
+        }
     };
     let ack = encode(&ServerFrame::<(), ()>::Ack {
         protocol: me.protocol,

@@ -95,7 +95,9 @@ where
     let (Some(mut stdin), Some(stdout), Some(mut stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
-        return Err(WorkerError::Transport("the child's pipes are missing".into()));
+        return Err(WorkerError::Transport(
+            "the child's pipes are missing".into(),
+        ));
     };
     let tail = StderrTail::default();
     let t = tail.clone();
@@ -113,7 +115,9 @@ where
     let line = format!("{}\n", secret.expose());
     let started = stdin.write_all(line.as_bytes()).await;
     let result = match started {
-        Err(e) => Err(WorkerError::Handshake(format!("the worker does not take input: {e}"))),
+        Err(e) => Err(WorkerError::Handshake(format!(
+            "the worker does not take input: {e}"
+        ))),
         Ok(()) => Client::handshake(stdout, stdin, secret, me).await,
     };
     match result {

@@ -2,8 +2,8 @@
 //! next call after a death (exponential backoff, capped, after failed attempts), reports each
 //! disconnect once, and keeps the state `workspace_info` shows.
 
-use crate::client::{Client, CloseSignal, EventReceiver};
 use crate::WorkerError;
+use crate::client::{Client, CloseSignal, EventReceiver};
 use futures_util::future::BoxFuture;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -255,7 +255,8 @@ where
                         // Died before answering anything: a crash loop backs off.
                         g.failures = g.failures.saturating_add(1);
                         let shift = g.failures.saturating_sub(1).min(20);
-                        g.retry_at = Some(Instant::now() + base.saturating_mul(1u32 << shift).min(cap));
+                        g.retry_at =
+                            Some(Instant::now() + base.saturating_mul(1u32 << shift).min(cap));
                     }
                 }
             }

@@ -1,4 +1,11 @@
 //! The worker protocol end to end in one process: in-memory streams and real Unix sockets.
+// Test code: helpers outside #[test] fns fail loudly, as the tests themselves do.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod protocol;
 mod sockets;

@@ -80,12 +80,26 @@ async fn a_version_or_build_mismatch_names_both_sides() {
     let s = Secret::generate().unwrap();
     let (c, server) = pair(&s, &s, id("abc"), id("def")).await;
     let e = c.err().unwrap();
-    assert_eq!(e.to_string(), "worker protocol mismatch: gateway 3/abc met worker 3/def");
+    assert_eq!(
+        e.to_string(),
+        "worker protocol mismatch: gateway 3/abc met worker 3/def"
+    );
     let e = server.await.unwrap().unwrap_err();
-    assert_eq!(e.to_string(), "worker protocol mismatch: gateway 3/abc met worker 3/def");
-    let other = Identity { protocol: 2, build: "abc".into() };
+    assert_eq!(
+        e.to_string(),
+        "worker protocol mismatch: gateway 3/abc met worker 3/def"
+    );
+    let other = Identity {
+        protocol: 2,
+        build: "abc".into(),
+    };
     let (c, _) = pair(&s, &s, id("abc"), other).await;
-    assert!(c.err().unwrap().to_string().contains("gateway 3/abc met worker 2/abc"));
+    assert!(
+        c.err()
+            .unwrap()
+            .to_string()
+            .contains("gateway 3/abc met worker 2/abc")
+    );
 }
 
 #[tokio::test]
@@ -95,8 +109,12 @@ async fn a_wrong_secret_gets_no_byte_back() {
     let (h, s) = (handler(), right.clone());
     let server = tokio::spawn(async move { serve_stream(b, h, &s, &id("a")).await });
     let mut framed = Framed::new(a, codec());
-    let hello = serde_json::json!({"t": "hello", "protocol": 3, "build": "a", "secret": wrong.expose()});
-    framed.send(bytes(serde_json::to_vec(&hello).unwrap())).await.unwrap();
+    let hello =
+        serde_json::json!({"t": "hello", "protocol": 3, "build": "a", "secret": wrong.expose()});
+    framed
+        .send(bytes(serde_json::to_vec(&hello).unwrap()))
+        .await
+        .unwrap();
     assert!(server.await.unwrap().is_err());
     let mut a = framed.into_inner();
     let mut rest = Vec::new();
@@ -117,9 +135,14 @@ async fn raw_after_handshake() -> (
     let (h, s2) = (handler(), s.clone());
     let server = tokio::spawn(async move { serve_stream(b, h, &s2, &id("a")).await });
     let mut framed = Framed::new(a, codec());
-    let hello = serde_json::json!({"t": "hello", "protocol": 3, "build": "a", "secret": s.expose()});
-    framed.send(bytes(serde_json::to_vec(&hello).unwrap())).await.unwrap();
-    let ack: serde_json::Value = serde_json::from_slice(&framed.next().await.unwrap().unwrap()).unwrap();
+    let hello =
+        serde_json::json!({"t": "hello", "protocol": 3, "build": "a", "secret": s.expose()});
+    framed
+        .send(bytes(serde_json::to_vec(&hello).unwrap()))
+        .await
+        .unwrap();
+    let ack: serde_json::Value =
+        serde_json::from_slice(&framed.next().await.unwrap().unwrap()).unwrap();
     assert_eq!(ack["t"], "ack");
     (framed, server)
 }
@@ -134,14 +157,25 @@ async fn a_malformed_frame_gets_an_error_frame_and_the_connection_closes() {
     ] {
         let (mut framed, server) = raw_after_handshake().await;
         // A good request first: it is answered.
-        framed.send(bytes(br#"{"t":"request","id":7,"body":"Ping"}"#.to_vec())).await.unwrap();
-        let r: serde_json::Value = serde_json::from_slice(&framed.next().await.unwrap().unwrap()).unwrap();
-        assert_eq!(r, serde_json::json!({"t": "response", "id": 7, "body": "Pong"}));
+        framed
+            .send(bytes(br#"{"t":"request","id":7,"body":"Ping"}"#.to_vec()))
+            .await
+            .unwrap();
+        let r: serde_json::Value =
+            serde_json::from_slice(&framed.next().await.unwrap().unwrap()).unwrap();
+        assert_eq!(
+            r,
+            serde_json::json!({"t": "response", "id": 7, "body": "Pong"})
+        );
         framed.send(bytes(bad)).await.unwrap();
-        let e: serde_json::Value = serde_json::from_slice(&framed.next().await.unwrap().unwrap()).unwrap();
+        let e: serde_json::Value =
+            serde_json::from_slice(&framed.next().await.unwrap().unwrap()).unwrap();
         assert_eq!(e["t"], "error", "{e}");
         assert!(framed.next().await.is_none(), "the connection stays open");
-        assert!(matches!(server.await.unwrap(), Err(WorkerError::Protocol(_))));
+        assert!(matches!(
+            server.await.unwrap(),
+            Err(WorkerError::Protocol(_))
+        ));
     }
 }
 
@@ -149,11 +183,17 @@ async fn a_malformed_frame_gets_an_error_frame_and_the_connection_closes() {
 async fn an_oversized_length_prefix_is_refused_before_its_bytes_are_buffered() {
     let (framed, server) = raw_after_handshake().await;
     let mut a = framed.into_inner();
-    tokio::io::AsyncWriteExt::write_all(&mut a, &[0xff, 0xff, 0xff, 0xff]).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut a, &[0xff, 0xff, 0xff, 0xff])
+        .await
+        .unwrap();
     let mut framed = Framed::new(a, codec());
-    let e: serde_json::Value = serde_json::from_slice(&framed.next().await.unwrap().unwrap()).unwrap();
+    let e: serde_json::Value =
+        serde_json::from_slice(&framed.next().await.unwrap().unwrap()).unwrap();
     assert_eq!(e["t"], "error");
-    assert!(matches!(server.await.unwrap(), Err(WorkerError::Protocol(_))));
+    assert!(matches!(
+        server.await.unwrap(),
+        Err(WorkerError::Protocol(_))
+    ));
 }
 
 #[tokio::test]
@@ -169,5 +209,8 @@ async fn in_flight_calls_fail_disconnected_when_the_worker_goes_and_later_ones_t
     let e = waiting.await.unwrap().unwrap_err();
     assert!(matches!(e, WorkerError::Disconnected(_)), "{e}");
     assert!(!c.closed().await.is_empty());
-    assert!(matches!(c.call(&Req::Ping).await, Err(WorkerError::Disconnected(_))));
+    assert!(matches!(
+        c.call(&Req::Ping).await,
+        Err(WorkerError::Disconnected(_))
+    ));
 }

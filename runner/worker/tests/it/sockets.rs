@@ -16,21 +16,34 @@ async fn the_socket_is_0600_in_a_0700_directory_and_serves_the_allowed_uid() {
     let path = tmp.path().join("w").join("sock");
     let l = unix::bind(&path, uid()).unwrap();
     assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
-    assert_eq!(std::fs::metadata(path.parent().unwrap()).unwrap().mode() & 0o777, 0o700);
+    assert_eq!(
+        std::fs::metadata(path.parent().unwrap()).unwrap().mode() & 0o777,
+        0o700
+    );
     let s = Secret::generate().unwrap();
     let me = Identity::this_build();
     let (s2, m2) = (s.clone(), me.clone());
     let server = tokio::spawn(async move { l.serve_forever(handler(), &s2, &m2).await });
-    let (c, _ev) = unix::connect::<Req, Resp, u32>(&path, Some(uid()), &s, &me).await.unwrap();
+    let (c, _ev) = unix::connect::<Req, Resp, u32>(&path, Some(uid()), &s, &me)
+        .await
+        .unwrap();
     assert_eq!(c.call(&Req::Ping).await.unwrap(), Resp::Pong);
     // A wrong secret: closed without an answer; the listener goes on serving.
     let wrong = Secret::generate().unwrap();
-    let e = unix::connect::<Req, Resp, u32>(&path, None, &wrong, &me).await.err().unwrap();
+    let e = unix::connect::<Req, Resp, u32>(&path, None, &wrong, &me)
+        .await
+        .err()
+        .unwrap();
     assert!(matches!(e, WorkerError::Handshake(_)), "{e}");
     // Expecting the worker under another uid: refused before hello.
-    let e = unix::connect::<Req, Resp, u32>(&path, Some(uid() + 1), &s, &me).await.err().unwrap();
+    let e = unix::connect::<Req, Resp, u32>(&path, Some(uid() + 1), &s, &me)
+        .await
+        .err()
+        .unwrap();
     assert!(e.to_string().contains("not the expected"), "{e}");
-    let (c2, _ev) = unix::connect::<Req, Resp, u32>(&path, None, &s, &me).await.unwrap();
+    let (c2, _ev) = unix::connect::<Req, Resp, u32>(&path, None, &s, &me)
+        .await
+        .unwrap();
     assert_eq!(c2.call(&Req::Ping).await.unwrap(), Resp::Pong);
     server.abort();
 }
@@ -45,7 +58,10 @@ async fn a_peer_of_another_uid_is_closed_unserved() {
     let me = Identity::this_build();
     let (s2, m2) = (s.clone(), me.clone());
     let _server = tokio::spawn(async move { l.serve_forever(handler(), &s2, &m2).await });
-    let e = unix::connect::<Req, Resp, u32>(&path, None, &s, &me).await.err().unwrap();
+    let e = unix::connect::<Req, Resp, u32>(&path, None, &s, &me)
+        .await
+        .err()
+        .unwrap();
     assert!(matches!(e, WorkerError::Handshake(_)), "{e}");
 }
 

@@ -53,7 +53,10 @@ async fn a_death_fails_the_call_in_flight_is_reported_once_and_the_next_call_res
     // The wait is in flight once a ping behind it is answered (one connection, in order).
     assert_eq!(sup.call(&Req::Ping).await.unwrap(), Resp::Pong);
     servers.lock().unwrap()[0].abort();
-    assert!(matches!(waiting.await.unwrap(), Err(WorkerError::Disconnected(_))));
+    assert!(matches!(
+        waiting.await.unwrap(),
+        Err(WorkerError::Disconnected(_))
+    ));
     let reason = drx.recv().await.unwrap();
     assert!(!reason.is_empty());
     assert_eq!(sup.status().state, WorkerState::Down);
@@ -69,13 +72,19 @@ async fn failed_attempts_back_off_and_say_why() {
     let servers: Servers = Arc::default();
     let fail = Arc::new(Mutex::new(true));
     let sup = Supervisor::new(connector(servers, fail.clone()), Arc::new(|_: &str| {}))
-        .with_backoff(std::time::Duration::from_secs(3600), std::time::Duration::from_secs(7200));
+        .with_backoff(
+            std::time::Duration::from_secs(3600),
+            std::time::Duration::from_secs(7200),
+        );
     let e = sup.call(&Req::Ping).await.unwrap_err();
     assert!(e.to_string().contains("no worker today"), "{e}");
     *fail.lock().unwrap() = false;
     // Within the backoff the supervisor does not try: the last reason and the wait.
     match sup.call(&Req::Ping).await.unwrap_err() {
-        WorkerError::Unavailable { reason, retry_in_ms } => {
+        WorkerError::Unavailable {
+            reason,
+            retry_in_ms,
+        } => {
             assert!(reason.contains("no worker today"));
             assert!(retry_in_ms > 3_000_000);
         }
