@@ -78,6 +78,9 @@ enum Command {
         #[command(subcommand)]
         command: crate::approvals_cli::ApprovalsCommand,
     },
+    /// Serve the worker protocol (a gateway's hands in a container, over ssh, as another uid):
+    /// over stdin/stdout, or on a Unix socket. The secret is the first line of stdin.
+    Worker(crate::worker_cli::WorkerArgs),
 }
 
 #[derive(Subcommand)]
@@ -281,6 +284,9 @@ pub fn main() -> ExitCode {
             args,
         } => crate::policy_cli::audit(&args, crate::setup::default_store_path),
         Command::Approvals { command } => crate::approvals_cli::run(command),
+        Command::Worker(args) => {
+            crate::worker_cli::run(&args, Arc::new(crate::worker_cli::PingHandler))
+        }
         Command::Ops { command } => crate::ops_cli::run(command),
         Command::Policy { command } => match command {
             PolicyCommand::Validate { loc } => policy_validate(&loc),

@@ -26,3 +26,4 @@ pub mod setup;
 pub mod stdio;
 pub mod tasks;
 mod stdio_pipes;
+pub mod worker_cli;

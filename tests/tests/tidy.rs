@@ -335,6 +335,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "runner/sandbox",
             "runner/store",
             "runner/fs",
+            "runner/worker",
         ],
     ),
     ("policy-tools", &["engine", "policy", "runner/*"]),
@@ -812,6 +813,8 @@ const STDOUT_WRITERS: &[&str] = &[
     // The transport: replies go out here.
     "mcp/src/stdio.rs",
     "mcp/src/stdio_pipes.rs",
+    // The worker: frames over stdout (`--stdio`), the `listening` line (`--socket`).
+    "mcp/src/worker_cli.rs",
 ];
 
 /// The places in `files` (product code: unit-test modules may print, the harness captures it)

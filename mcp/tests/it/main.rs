@@ -52,4 +52,5 @@ mod stdio_jsonrpc;
 mod stdio_limits;
 mod store_files;
 mod worked_examples;
+mod worker;
 mod write_scope;

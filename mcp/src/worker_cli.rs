@@ -1,0 +1,120 @@
+//! `codespace worker --stdio | --socket PATH [--allow-uid UID]`: serves the worker protocol
+//! (`codespace-runner-worker`) through a handler the caller passes to [`run`]. The secret comes
+//! as the first line of stdin (never argv, which `ps` and ssh logs show; never the environment,
+//! which the worker's children would inherit); over stdio the frames follow that line; on a
+//! socket the worker prints `listening` on stdout once it accepts. Until the
+//! runner is plugged in, the binary serves [`PingHandler`].
+
+use anyhow::{Context, Result, anyhow};
+use codespace_runner_worker::handshake::read_secret_line;
+use codespace_runner_worker::{BoxFuture, Handler, Identity};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::process::ExitCode;
+use std::sync::Arc;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+
+/// Where the worker serves.
+#[derive(clap::Args, Debug)]
+pub struct WorkerArgs {
+    /// Serve one gateway over stdin/stdout (ssh, `podman exec -i`, `kubectl exec -i`).
+    #[arg(long, required_unless_present = "socket", conflicts_with = "socket")]
+    pub stdio: bool,
+    /// Listen on this Unix socket (created 0600 in a directory only this uid may enter).
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// The uid a connecting gateway must have (default: this process's uid).
+    #[arg(long, value_name = "UID", requires = "socket")]
+    pub allow_uid: Option<u32>,
+}
+
+/// Serves `handler` as `args` say; returns when the gateway closes stdio (or, for a socket,
+/// when accepting fails).
+pub fn run<H: Handler>(args: &WorkerArgs, handler: Arc<H>) -> Result<ExitCode> {
+    crate::setup::init_logging();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    rt.block_on(serve(args, handler))
+}
+
+async fn serve<H: Handler>(args: &WorkerArgs, handler: Arc<H>) -> Result<ExitCode> {
+    let me = Identity::this_build();
+    let input: Pin<Box<dyn AsyncRead + Send>> = match crate::stdio_pipes::stdin_pipe() {
+        Some(p) => Box::pin(p),
+        None => Box::pin(tokio::io::stdin()),
+    };
+    let mut input = BufReader::new(input);
+    let secret = read_secret_line(&mut input)
+        .await
+        .map_err(|e| anyhow!("worker: {e}"))?;
+    if let Some(path) = &args.socket {
+        drop(input);
+        let uid = args
+            .allow_uid
+            .unwrap_or_else(|| rustix::process::geteuid().as_raw());
+        let listener = codespace_runner_worker::unix::bind(path, uid)?;
+        // One line once the socket accepts: whoever started the worker can connect now.
+        let mut out = tokio::io::stdout();
+        out.write_all(b"listening\n").await?;
+        out.flush().await?;
+        drop(out);
+        listener.serve_forever(handler, &secret, &me).await?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let output: Pin<Box<dyn AsyncWrite + Send>> = match crate::stdio_pipes::stdout_pipe() {
+        Some(p) => Box::pin(p),
+        None => Box::pin(tokio::io::stdout()),
+    };
+    codespace_runner_worker::serve(input, output, handler, &secret, &me)
+        .await
+        .map_err(|e| anyhow!("worker: {e}"))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The calls the placeholder worker answers (the runner's `Call` replaces them).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PingCall {
+    /// Answered with [`PingReply::Pong`].
+    Ping,
+    /// Never answered (tests kill the worker under it).
+    #[cfg(feature = "test-hooks")]
+    Hang,
+}
+
+/// Its answers.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PingReply {
+    /// The worker's pid.
+    Pong {
+        /// `getpid()` of the worker.
+        pid: u32,
+    },
+}
+
+/// The placeholder handler: answers `ping`, pushes no events.
+#[derive(Debug, Default)]
+pub struct PingHandler;
+
+impl Handler for PingHandler {
+    type Req = PingCall;
+    type Resp = PingReply;
+    type Ev = ();
+
+    fn handle(&self, req: PingCall) -> BoxFuture<'_, PingReply> {
+        Box::pin(async move {
+            match req {
+                PingCall::Ping => PingReply::Pong {
+                    pid: std::process::id(),
+                },
+                #[cfg(feature = "test-hooks")]
+                PingCall::Hang => std::future::pending().await,
+            }
+        })
+    }
+}

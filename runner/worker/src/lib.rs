@@ -1,0 +1,53 @@
+//! The worker protocol: a gateway talks to a worker (`codespace worker --stdio|--socket`) over
+//! any byte stream with small framed serde messages, generic over the message types.
+//!
+//! **Wire.** Each frame is a 4-byte big-endian length and a JSON document
+//! (`tokio_util::codec::LengthDelimitedCodec` + `serde_json`), at most [`MAX_FRAME`] bytes.
+//! The gateway sends [`frame::ClientFrame`]s (`hello`, `request {id, body}`), the worker
+//! [`frame::ServerFrame`]s (`ack`, `response {id, body}`, `event {body}`, `error`). Requests
+//! are multiplexed by id: the worker runs each in its own task, so a long poll never holds up a
+//! ping; the client matches replies by id.
+//!
+//! **Handshake** ([`handshake`]): the gateway's `hello` carries the protocol version, the build
+//! id ([`BUILD_ID`], computed at build time) and the per-start secret; a worker that finds the
+//! secret wrong closes without a byte; otherwise it answers with its own version and build id,
+//! and either side refuses a mismatch with an error naming both (`gateway 3/abc met worker 2/def`).
+//!
+//! **Why not tarpc.** tarpc is request/response only (the worker pushes events: process exits,
+//! version bumps), its transport starts serving at once (our handshake must refuse a wrong
+//! secret or a foreign build before any request is read), and it brings its own context,
+//! deadline and tracing types across the seam, plus a dependency tree that is not in our
+//! `Cargo.lock`. What we need — ids, a map of pending replies, an events queue — is a few hundred
+//! lines over `tokio-util`'s codec, which we already link.
+//!
+//! Transports: [`spawn`] (an argv whose stdin/stdout is the worker: ssh, `podman exec -i`,
+//! `kubectl exec -i`, `command`), [`unix`] (socket listen with peer-uid check, connect).
+//! [`supervisor`] reconnects after a death with backoff and reports the worker's state.
+
+#![forbid(unsafe_code)]
+
+pub mod client;
+pub mod error;
+pub mod frame;
+pub mod handshake;
+pub mod server;
+pub mod spawn;
+pub mod supervisor;
+pub mod unix;
+
+pub use client::{Client, EventReceiver};
+pub use error::WorkerError;
+pub use futures_util::future::BoxFuture;
+pub use handshake::{Identity, Secret};
+pub use server::{EventSender, Handler, serve, serve_stream};
+pub use supervisor::{Supervisor, WorkerState, WorkerStatus};
+
+/// The protocol version: bumped on any incompatible change of the frames or the messages.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// This build's id: `CODESPACE_BUILD_ID` at build time, else `<crate version>+<git commit>`.
+pub const BUILD_ID: &str = env!("CODESPACE_BUILD_ID");
+
+/// The largest frame either side sends or accepts (16 MiB): a longer length prefix is a
+/// malformed frame, refused before its bytes are buffered.
+pub const MAX_FRAME: usize = 16 * 1024 * 1024;
