@@ -349,10 +349,14 @@ const RESERVED_SSH_OPTIONS: &[&str] = &[
 
 fn ssh_option(field: &str, opt: &str) -> Result<String, ConfigError> {
     let Some((name, value)) = opt.split_once('=') else {
-        return Err(ConfigError(format!("{field}: `{opt}` must be `Name=value`")));
+        return Err(ConfigError(format!(
+            "{field}: `{opt}` must be `Name=value`"
+        )));
     };
     if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric()) || value.is_empty() {
-        return Err(ConfigError(format!("{field}: `{opt}` must be `Name=value`")));
+        return Err(ConfigError(format!(
+            "{field}: `{opt}` must be `Name=value`"
+        )));
     }
     if RESERVED_SSH_OPTIONS.contains(&name.to_ascii_lowercase().as_str()) {
         return Err(ConfigError(format!(
@@ -388,7 +392,11 @@ pub(super) fn resolve(
             blocks.kubernetes.is_some(),
             EnvironmentKind::Kubernetes,
         ),
-        ("command", blocks.command.is_some(), EnvironmentKind::Command),
+        (
+            "command",
+            blocks.command.is_some(),
+            EnvironmentKind::Command,
+        ),
     ];
     for (name, set, its_kind) in given {
         if set && its_kind != kind {
@@ -399,21 +407,17 @@ pub(super) fn resolve(
             )));
         }
     }
-    let missing = |name: &str| {
-        ConfigError(format!(
-            "{}: required for kind `{name}`",
-            at(name)
-        ))
-    };
+    let missing = |name: &str| ConfigError(format!("{}: required for kind `{name}`", at(name)));
     match kind {
         EnvironmentKind::Host => Ok(EnvironmentSpec::Host),
         EnvironmentKind::LinuxContainer => Ok(EnvironmentSpec::LinuxContainer),
         EnvironmentKind::Worker => {
             let w = blocks.worker.ok_or_else(|| missing("worker"))?;
             match (w.socket, w.user) {
-                (Some(socket), None) => Ok(EnvironmentSpec::Worker(WorkerSpec::Socket(
-                    absolute(&format!("{}.socket", at("worker")), socket)?,
-                ))),
+                (Some(socket), None) => Ok(EnvironmentSpec::Worker(WorkerSpec::Socket(absolute(
+                    &format!("{}.socket", at("worker")),
+                    socket,
+                )?))),
                 (None, Some(user)) => Ok(EnvironmentSpec::Worker(WorkerSpec::User(word(
                     &format!("{}.user", at("worker")),
                     &user,
@@ -445,7 +449,10 @@ pub(super) fn resolve(
             if let Some(u) = &user
                 && u.contains('@')
             {
-                return Err(ConfigError(format!("{}: `{u}` must not contain `@`", f("user"))));
+                return Err(ConfigError(format!(
+                    "{}: `{u}` must not contain `@`",
+                    f("user")
+                )));
             }
             let identity_file = s
                 .identity_file

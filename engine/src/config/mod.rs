@@ -19,11 +19,11 @@ mod raw;
 mod switches;
 mod validate;
 
+pub use codespace_policy::config::EnvironmentTransport;
 pub use codespace_policy::config::{
     Approvals, BUILTIN_PROFILES, EnvironmentKind, Network, Profile, SandboxMode, builtin_profiles,
     is_env_name,
 };
-pub use codespace_policy::config::EnvironmentTransport;
 pub use environments::{
     CONTAINER_WORKER_MOUNT, ContainerEngine, ContainerSpec, ContainerTarget, DEFAULT_WORKER_PATH,
     EnvironmentSpec, KubernetesSpec, SshSpec, WorkerSpec,

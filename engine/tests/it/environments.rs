@@ -4,11 +4,17 @@
 //! from a rootfs of host files with the worker mounted, exec'd into, and removed.
 
 use codespace_engine::Config;
+use codespace_engine::config::KubernetesSpec;
 use codespace_engine::config::{
     ContainerEngine, ContainerSpec, ContainerTarget, EnvironmentKind, EnvironmentSpec,
     EnvironmentTransport, SshSpec, WorkerSpec,
 };
 use codespace_engine::environments as envs;
+use codespace_engine::environments::{
+    ArgvContext, container_exec_argv, container_exists_argv, container_name, container_run_argv,
+    container_start_argv, container_stop_argv, kubernetes_argv, ssh_argv, ssh_close_argv,
+    ssh_run_argv, stdio_argv,
+};
 use codespace_test_fixtures::{PodmanRootfs, Sshd};
 use serde_json::{Value, json};
 use std::io::{Read, Write};
@@ -104,14 +110,26 @@ fn bad_kinds_and_blocks_are_load_errors_naming_the_field() {
     let dir = tempfile::tempdir().unwrap();
     let kh = "/etc/cs/known_hosts";
     for (envs, want) in [
-        (json!({"e": {"kind": "vm"}}), "environments.e.kind: unknown variant `vm`"),
-        (json!({"e": {"kind": "ssh"}}), "environments.e.ssh: required for kind `ssh`"),
+        (
+            json!({"e": {"kind": "vm"}}),
+            "environments.e.kind: unknown variant `vm`",
+        ),
+        (
+            json!({"e": {"kind": "ssh"}}),
+            "environments.e.ssh: required for kind `ssh`",
+        ),
         (
             json!({"e": {"kind": "host", "container": {"name": "x"}}}),
             "environments.e.container: only for kind `container` (this environment's kind is `host`)",
         ),
-        (json!({"e": {"kind": "ssh", "ssh": {"known_hosts": kh}}}), "environments.e.ssh.host: missing"),
-        (json!({"e": {"kind": "ssh", "ssh": {"host": "h"}}}), "environments.e.ssh.known_hosts: required"),
+        (
+            json!({"e": {"kind": "ssh", "ssh": {"known_hosts": kh}}}),
+            "environments.e.ssh.host: missing",
+        ),
+        (
+            json!({"e": {"kind": "ssh", "ssh": {"host": "h"}}}),
+            "environments.e.ssh.known_hosts: required",
+        ),
         (
             json!({"e": {"kind": "ssh", "ssh": {"host": "-oProxyCommand=x", "known_hosts": kh}}}),
             "environments.e.ssh.host: `-oProxyCommand=x` must not start with `-`",
@@ -183,9 +201,19 @@ fn pipe(argv: &[String], input: &[u8]) -> (bool, String, String) {
         .unwrap();
     child.stdin.take().unwrap().write_all(input).unwrap();
     let mut out = String::new();
-    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
     let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     (child.wait().unwrap().success(), out, err)
 }
 
@@ -225,7 +253,11 @@ fn the_ssh_argv_reaches_a_worker_through_a_loopback_sshd_and_checks_its_host_key
     assert_eq!(out, "called: worker --stdio\nping\n");
     // One master connection serves both: its socket exists while it persists, and the close
     // argv ends it.
-    assert!(control.exists(), "no control socket at {}", control.display());
+    assert!(
+        control.exists(),
+        "no control socket at {}",
+        control.display()
+    );
     let (ok, _, err) = pipe(&envs::ssh_close_argv(&spec, &control), b"");
     assert!(ok, "{err}");
 
@@ -295,12 +327,214 @@ fn a_rootfs_container_starts_with_the_worker_mounted_serves_its_stdio_and_is_rem
     let exec = envs::stdio_argv(&EnvironmentSpec::Container(spec.clone()), &ctx).unwrap();
     assert_eq!(exec[..4], ["podman", "exec", "-i", name.as_str()]);
     let out = pod.pipe(&exec, b"ping\n").unwrap();
-    assert_eq!(String::from_utf8_lossy(&out), "called: worker --stdio\nping\n");
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "called: worker --stdio\nping\n"
+    );
     // The workspace root is mounted at its own path.
-    let mut cat = vec!["podman".to_string(), "exec".into(), name.clone(), "/bin/cat".into()];
+    let mut cat = vec![
+        "podman".to_string(),
+        "exec".into(),
+        name.clone(),
+        "/bin/cat".into(),
+    ];
     cat.push(root.join("a.txt").display().to_string());
     assert_eq!(pod.run(&cat).unwrap(), "alpha\n");
     // Stopping removes it (not kept).
     pod.run(&stop).unwrap();
     assert!(pod.run(&envs::container_exists_argv(&spec, &name)).is_err());
+}
+
+// The argv builders, word for word.
+
+fn ssh() -> SshSpec {
+    SshSpec {
+        host: "build-1.example".into(),
+        port: 2222,
+        user: Some("ci".into()),
+        identity_file: Some("/etc/codespace/id_ed25519".into()),
+        known_hosts: "/etc/codespace/known_hosts".into(),
+        options: vec!["ConnectTimeout=5".into()],
+        worker_path: "/opt/codespace/bin/codespace".into(),
+    }
+}
+
+fn words(v: &[String]) -> String {
+    v.join(" ")
+}
+
+#[test]
+fn the_ssh_argv_checks_the_host_key_and_multiplexes_one_session() {
+    let argv = ssh_argv(&ssh(), Path::new("/run/cs/ssh-b1"));
+    assert_eq!(
+        words(&argv),
+        "ssh -T -o BatchMode=yes -o StrictHostKeyChecking=yes \
+         -o UserKnownHostsFile=/etc/codespace/known_hosts -o GlobalKnownHostsFile=/dev/null \
+         -o ControlMaster=auto -o ControlPath=/run/cs/ssh-b1 -o ControlPersist=60 \
+         -o ConnectTimeout=5 -p 2222 -i /etc/codespace/id_ed25519 -o IdentitiesOnly=yes \
+         ci@build-1.example /opt/codespace/bin/codespace worker --stdio"
+    );
+    let mut bare = ssh();
+    bare.user = None;
+    bare.identity_file = None;
+    bare.options.clear();
+    bare.port = 22;
+    bare.worker_path = "codespace".into();
+    let argv = ssh_argv(&bare, Path::new("/c"));
+    assert_eq!(
+        argv[argv.len() - 6..].join(" "),
+        "-p 22 build-1.example codespace worker --stdio"
+    );
+    assert!(!argv.contains(&"-i".to_string()));
+    assert_eq!(
+        words(&ssh_run_argv(&bare, Path::new("/c"), &["true"]))
+            .rsplit_once(' ')
+            .map(|x| x.1),
+        Some("true")
+    );
+    assert_eq!(
+        words(&ssh_close_argv(&ssh(), Path::new("/c"))),
+        "ssh -O exit -o ControlPath=/c ci@build-1.example"
+    );
+}
+
+fn container(target: ContainerTarget, keep: bool) -> ContainerSpec {
+    ContainerSpec {
+        engine: ContainerEngine::Podman,
+        worker_path: match target {
+            ContainerTarget::Named(_) => "codespace".into(),
+            _ => "/codespace".into(),
+        },
+        target,
+        keep,
+    }
+}
+
+#[test]
+fn a_named_container_is_exec_ed_into_and_never_started_or_removed() {
+    let c = container(ContainerTarget::Named("dev".into()), false);
+    assert_eq!(
+        words(&container_exec_argv(&c, "dev")),
+        "podman exec -i dev codespace worker --stdio"
+    );
+    assert_eq!(
+        container_run_argv(&c, "dev", Path::new("/bin/cs"), &[]),
+        None
+    );
+    assert_eq!(container_stop_argv(&c, "dev"), None);
+    let ctx = ArgvContext {
+        ssh_control_path: "/c".into(),
+        container_name: "ignored".into(),
+    };
+    assert_eq!(
+        stdio_argv(&EnvironmentSpec::Container(c), &ctx).map(|a| words(&a)),
+        Some("podman exec -i dev codespace worker --stdio".into())
+    );
+}
+
+#[test]
+fn an_image_or_rootfs_container_is_started_with_the_worker_mounted_and_removed_unless_kept() {
+    let c = container(ContainerTarget::Rootfs("/srv/rootfs".into()), false);
+    let run = container_run_argv(
+        &c,
+        "codespace-box-abc",
+        Path::new("/usr/local/bin/codespace"),
+        &["/home/me/proj".into()],
+    );
+    assert_eq!(
+        run.map(|a| words(&a)),
+        Some(
+            "podman run -d --rm --name codespace-box-abc \
+             -v /usr/local/bin/codespace:/codespace:ro -v /home/me/proj:/home/me/proj \
+             --rootfs /srv/rootfs sleep infinity"
+                .into()
+        )
+    );
+    assert_eq!(
+        container_stop_argv(&c, "codespace-box-abc").map(|a| words(&a)),
+        Some("podman rm -f -t 0 codespace-box-abc".into())
+    );
+    let mut kept = container(ContainerTarget::Image("localhost/dev:1".into()), true);
+    kept.engine = ContainerEngine::Docker;
+    let run = container_run_argv(&kept, "codespace-box", Path::new("/cs"), &[]);
+    assert_eq!(
+        run.map(|a| words(&a)),
+        Some(
+            "docker run -d --name codespace-box -v /cs:/codespace:ro localhost/dev:1 \
+             sleep infinity"
+                .into()
+        )
+    );
+    assert_eq!(
+        container_stop_argv(&kept, "codespace-box").map(|a| words(&a)),
+        Some("docker stop -t 0 codespace-box".into())
+    );
+    assert_eq!(
+        words(&container_exists_argv(&kept, "codespace-box")),
+        "docker container inspect codespace-box"
+    );
+    assert_eq!(
+        words(&container_start_argv(&kept, "codespace-box")),
+        "docker start codespace-box"
+    );
+    let ctx = ArgvContext {
+        ssh_control_path: "/c".into(),
+        container_name: "codespace-box".into(),
+    };
+    assert_eq!(
+        stdio_argv(&EnvironmentSpec::Container(kept), &ctx).map(|a| words(&a)),
+        Some("docker exec -i codespace-box /codespace worker --stdio".into())
+    );
+}
+
+#[test]
+fn container_names_are_stable_when_kept_and_per_instance_otherwise() {
+    assert_eq!(container_name("box", true, "inst-1234"), "codespace-box");
+    assert_eq!(
+        container_name("a b/c", false, "0f3a-99c1-77aa-bb01"),
+        "codespace-a_b_c-0f3a99c177aa"
+    );
+}
+
+#[test]
+fn the_kubectl_argv_names_namespace_pod_and_optional_context_and_container() {
+    let mut k = KubernetesSpec {
+        namespace: "agents".into(),
+        pod: "hands-0".into(),
+        container: None,
+        context: None,
+        kubectl: "kubectl".into(),
+        worker_path: "codespace".into(),
+    };
+    assert_eq!(
+        words(&kubernetes_argv(&k)),
+        "kubectl exec -i -n agents hands-0 -- codespace worker --stdio"
+    );
+    k.context = Some("prod".into());
+    k.container = Some("worker".into());
+    k.kubectl = "/usr/local/bin/kubectl".into();
+    assert_eq!(
+        words(&kubernetes_argv(&k)),
+        "/usr/local/bin/kubectl --context prod exec -i -n agents hands-0 -c worker -- \
+         codespace worker --stdio"
+    );
+}
+
+#[test]
+fn a_command_is_its_argv_and_in_process_kinds_have_none() {
+    let ctx = ArgvContext {
+        ssh_control_path: "/c".into(),
+        container_name: String::new(),
+    };
+    let argv = vec!["sudo".to_string(), "-u".into(), "cs".into()];
+    assert_eq!(
+        stdio_argv(&EnvironmentSpec::Command(argv.clone()), &ctx),
+        Some(argv)
+    );
+    assert_eq!(stdio_argv(&EnvironmentSpec::Host, &ctx), None);
+    assert_eq!(stdio_argv(&EnvironmentSpec::LinuxContainer, &ctx), None);
+    assert!(
+        stdio_argv(&EnvironmentSpec::Ssh(ssh()), &ctx)
+            .is_some_and(|a| a.first().is_some_and(|p| p == "ssh"))
+    );
 }

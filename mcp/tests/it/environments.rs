@@ -49,8 +49,7 @@ fn config(dir: &Path) -> std::path::PathBuf {
 }
 
 #[test]
-fn unreachable_environments_load_report_their_state_and_refuse_calls_without_touching_the_host()
-{
+fn unreachable_environments_load_report_their_state_and_refuse_calls_without_touching_the_host() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path());
     let store_path = dir.path().join("store.db");
