@@ -182,7 +182,7 @@ fn bad_kinds_and_blocks_are_load_errors_naming_the_field() {
         ),
         (
             json!({"e": {"kind": "worker", "worker": {"sockt": "/s"}}}),
-            "environments.e.worker: unknown field `sockt`",
+            "environments.e.worker.sockt: unknown field `sockt`",
         ),
     ] {
         let err = load(dir.path(), envs.clone()).expect_err(&envs.to_string());
