@@ -2,7 +2,8 @@
 # The CodeSpace test command (what the README and CI run):
 #   1. scripts/check-no-model-deps.sh, and its --self-test
 #   2. cargo build --workspace, cargo test --workspace (both with the test-hooks feature); the
-#      outside programs the tests run (cvc5, curl, openssl, util-linux, gzip, python3-pytest) are installed
+#      outside programs the tests run (cvc5, curl, openssl, util-linux, gzip, python3-pytest,
+#      openssh-server/-client, podman, crun) are installed
 #      first (Debian packages) when missing
 #   3. codespace policy validate, codespace policy test (the shipped policies/)
 #   4. python3 -m pytest -q tests/py (official MCP SDK over stdio/HTTP against the built binary)
@@ -103,14 +104,17 @@ pytest_e2e() {
 # CODESPACE_REQUIRE_ISOLATION=1 or CI=true): cvc5 (`policy verify`), curl + openssl (the
 # documented HTTP session), setpriv + unshare (util-linux: dropping to an unprivileged uid, a
 # PID namespace), zcat (gzip: the kernel config the sandbox tests read), pytest for the system
-# python3 (python3-pytest: the python-tester worked example). Each missing one is
+# python3 (python3-pytest: the python-tester worked example), sshd + ssh + ssh-keygen
+# (openssh-server, openssh-client: the loopback sshd of the ssh environment tests), podman + crun
+# (the container environment tests; docs/environments.md). Each missing one is
 # installed from Debian, as root or with passwordless sudo, and the step says what it installed;
 # otherwise a note (an error under CI).
 test_programs() {
   local -A package=([cvc5]=cvc5 [curl]=curl [openssl]=openssl [setpriv]=util-linux
-    [unshare]=util-linux [zcat]=gzip)
+    [unshare]=util-linux [zcat]=gzip [/usr/sbin/sshd]=openssh-server [ssh]=openssh-client
+    [ssh-keygen]=openssh-client [podman]=podman [crun]=crun)
   local missing=() prog
-  for prog in cvc5 curl openssl setpriv unshare zcat; do
+  for prog in cvc5 curl openssl setpriv unshare zcat /usr/sbin/sshd ssh ssh-keygen podman crun; do
     if [[ "$prog" == cvc5 && -n "${CVC5:-}" ]] || command -v "$prog" >/dev/null 2>&1; then
       continue
     fi
@@ -151,7 +155,7 @@ before=${#failed[@]}
 HOOKS=(--features codespace-mcp/test-hooks)
 step "cargo build --workspace" cargo build --workspace "${HOOKS[@]}" "${LOCKED[@]+"${LOCKED[@]}"}"
 if [[ ${#failed[@]} -eq $before && -x "$BIN" ]]; then
-  step "test programs (cvc5, curl, openssl, util-linux, gzip, python3-pytest)" test_programs
+  step "test programs (cvc5, curl, openssl, util-linux, gzip, python3-pytest, openssh, podman)" test_programs
   step "cargo test --workspace" cargo test --workspace --no-fail-fast "${HOOKS[@]}" "${LOCKED[@]+"${LOCKED[@]}"}"
   step "codespace policy validate" "$BIN" policy validate --policies policies
   step "codespace policy test" "$BIN" policy test --policies policies --coverage-min 100 --fail-on-empty

@@ -63,6 +63,8 @@ fn main() {
         profile: "workspace-write".into(),
         environment: "local".into(),
         environment_kind: codespace_engine::config::EnvironmentKind::Host,
+        environment_transport: codespace_engine::config::EnvironmentTransport::InProcess,
+        environment_host: String::new(),
         sandbox: codespace_engine::facts::SandboxFact::Enforced,
         network_enforcement: codespace_engine::facts::NetworkEnforcement::Enforced,
         network: codespace_engine::config::Network::Restricted,

@@ -7,6 +7,7 @@
 mod audit;
 pub mod config;
 mod dispatch;
+pub mod environments;
 mod fence_dirs;
 mod file_versions;
 pub mod gateway;

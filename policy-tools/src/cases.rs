@@ -49,6 +49,12 @@ pub struct Fixture {
     /// Environment kind.
     #[serde(default)]
     pub environment_kind: codespace_policy::config::EnvironmentKind,
+    /// Environment transport (`resource.workspace.environment.transport`; default `in-process`).
+    #[serde(default)]
+    pub environment_transport: codespace_policy::config::EnvironmentTransport,
+    /// Environment host (`resource.workspace.environment.host`; default "").
+    #[serde(default)]
+    pub environment_host: String,
     /// Can the command sandbox be enforced (default `enforced`).
     #[serde(default = "enforced_sandbox")]
     pub sandbox: codespace_policy::facts::SandboxFact,
@@ -262,6 +268,8 @@ impl Fixture {
             id: id.to_string(),
             profile: profile.to_string(),
             environment_kind: codespace_policy::config::EnvironmentKind::Host,
+            environment_transport: codespace_policy::config::EnvironmentTransport::InProcess,
+            environment_host: String::new(),
             sandbox: enforced_sandbox(),
             network_enforcement: enforced_network(),
             network: codespace_policy::config::Network::Restricted,
@@ -279,6 +287,8 @@ impl Fixture {
             profile: self.profile.clone(),
             environment: "env".into(),
             environment_kind: self.environment_kind,
+            environment_transport: self.environment_transport,
+            environment_host: self.environment_host.clone(),
             sandbox: self.sandbox,
             network_enforcement: self.network_enforcement,
             network: self.network,

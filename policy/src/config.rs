@@ -9,23 +9,93 @@ use std::collections::BTreeMap;
 pub const BUILTIN_PROFILES: &[(&str, Option<&str>)] =
     &[("read-only", None), ("workspace-write", Some("read-only"))];
 
-/// Environment kinds.
+/// Environment kinds (`environments.<id>.kind`): where a workspace's files live and its
+/// commands run. Spelled the same in the config, Cedar (`resource.workspace.environment.kind`),
+/// the audit rows and `workspace_info`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum EnvironmentKind {
-    /// The local host.
+    /// The local host, served in-process.
     #[default]
     Host,
-    /// Loads, but exec and patch fail closed.
+    /// A `codespace worker` on this machine reached over a Unix socket (`worker.socket`), or
+    /// started by the server as another user (`worker.user`).
+    Worker,
+    /// A `codespace worker --stdio` on a remote host over one multiplexed `ssh` session.
+    Ssh,
+    /// A worker inside a podman or docker container (`exec -i` into a named one, or one the
+    /// server starts from an image or a root file system).
+    Container,
+    /// A worker inside a Kubernetes pod (`kubectl exec -i`).
+    Kubernetes,
+    /// Any argv whose stdio is a worker's.
+    Command,
+    /// The old name (kept so existing configs load): exec and patch fail closed.
     LinuxContainer,
 }
 
 impl EnvironmentKind {
+    /// Every kind, in documentation order.
+    pub const ALL: &'static [EnvironmentKind] = &[
+        EnvironmentKind::Host,
+        EnvironmentKind::Worker,
+        EnvironmentKind::Ssh,
+        EnvironmentKind::Container,
+        EnvironmentKind::Kubernetes,
+        EnvironmentKind::Command,
+        EnvironmentKind::LinuxContainer,
+    ];
+
     /// Wire and Cedar spelling.
     pub fn as_str(self) -> &'static str {
         match self {
             EnvironmentKind::Host => "host",
+            EnvironmentKind::Worker => "worker",
+            EnvironmentKind::Ssh => "ssh",
+            EnvironmentKind::Container => "container",
+            EnvironmentKind::Kubernetes => "kubernetes",
+            EnvironmentKind::Command => "command",
             EnvironmentKind::LinuxContainer => "linux-container",
+        }
+    }
+}
+
+/// How the server reaches an environment's worker
+/// (`resource.workspace.environment.transport`): the program or channel that carries its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum EnvironmentTransport {
+    /// No worker: the server itself (`host`).
+    #[default]
+    InProcess,
+    /// A Unix socket to a worker on this machine (`worker`).
+    Unix,
+    /// `ssh` (`ssh`).
+    Ssh,
+    /// `podman exec -i` (`container` with engine podman).
+    Podman,
+    /// `docker exec -i` (`container` with engine docker).
+    Docker,
+    /// `kubectl exec -i` (`kubernetes`).
+    Kubectl,
+    /// The operator's argv (`command`).
+    Command,
+    /// Nothing reaches it (`linux-container`, which fails closed).
+    None,
+}
+
+impl EnvironmentTransport {
+    /// Wire and Cedar spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EnvironmentTransport::InProcess => "in-process",
+            EnvironmentTransport::Unix => "unix",
+            EnvironmentTransport::Ssh => "ssh",
+            EnvironmentTransport::Podman => "podman",
+            EnvironmentTransport::Docker => "docker",
+            EnvironmentTransport::Kubectl => "kubectl",
+            EnvironmentTransport::Command => "command",
+            EnvironmentTransport::None => "none",
         }
     }
 }

@@ -44,6 +44,8 @@ pub fn workspace_entities(
     let env_uid = uid("Environment", &facts.environment)?;
     let env_attrs: HashMap<String, RestrictedExpression> = [
         ("kind", facts.environment_kind.as_str()),
+        ("transport", facts.environment_transport.as_str()),
+        ("host", facts.environment_host.as_str()),
         ("sandbox", facts.sandbox.as_str()),
         ("network_enforcement", facts.network_enforcement.as_str()),
         ("secret_masking", facts.secret_masking.as_str()),

@@ -590,6 +590,8 @@ mod tests {
             profile: "read-only".into(),
             environment: "local".into(),
             environment_kind: crate::config::EnvironmentKind::Host,
+            environment_transport: crate::config::EnvironmentTransport::InProcess,
+            environment_host: String::new(),
             sandbox: crate::facts::SandboxFact::Enforced,
             network_enforcement: crate::facts::NetworkEnforcement::Enforced,
             network: crate::config::Network::Restricted,

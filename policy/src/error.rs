@@ -39,6 +39,10 @@ pub enum ErrorCode {
     Internal,
     FileTooLarge,
     BinaryFile,
+    /// The workspace's environment cannot be reached (no worker, a worker of another version,
+    /// a host key that does not match, a container that does not exist, ...). Nothing ran; the
+    /// call never falls back to the host.
+    EnvironmentUnavailable,
 }
 
 impl ErrorCode {
@@ -77,6 +81,7 @@ impl ErrorCode {
             ErrorCode::Internal => "INTERNAL",
             ErrorCode::FileTooLarge => "FILE_TOO_LARGE",
             ErrorCode::BinaryFile => "BINARY_FILE",
+            ErrorCode::EnvironmentUnavailable => "ENVIRONMENT_UNAVAILABLE",
         }
     }
 
@@ -114,6 +119,7 @@ impl ErrorCode {
         ErrorCode::Internal,
         ErrorCode::FileTooLarge,
         ErrorCode::BinaryFile,
+        ErrorCode::EnvironmentUnavailable,
     ];
 
     /// Maps a code string (runner crates and stored results speak the same codes) onto the

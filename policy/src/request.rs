@@ -39,8 +39,14 @@ pub struct WorkspaceFacts {
     pub profile: String,
     /// Environment id.
     pub environment: String,
-    /// Environment kind.
+    /// Environment kind (`resource.workspace.environment.kind`).
     pub environment_kind: crate::config::EnvironmentKind,
+    /// How the server reaches the environment's worker
+    /// (`resource.workspace.environment.transport`; `in-process` for `host`).
+    pub environment_transport: crate::config::EnvironmentTransport,
+    /// Where the environment's worker runs (`resource.workspace.environment.host`): the ssh
+    /// host, the container, `namespace/pod`; "" for `host`, `worker` and `command`.
+    pub environment_host: String,
     /// Can the command sandbox be enforced here.
     pub sandbox: crate::facts::SandboxFact,
     /// Can a command's network be cut off.
@@ -751,6 +757,8 @@ mod tests {
             profile: "read-only".into(),
             environment: "local".into(),
             environment_kind: crate::config::EnvironmentKind::Host,
+            environment_transport: crate::config::EnvironmentTransport::InProcess,
+            environment_host: String::new(),
             sandbox: crate::facts::SandboxFact::Enforced,
             network_enforcement: crate::facts::NetworkEnforcement::Enforced,
             network: crate::config::Network::Restricted,

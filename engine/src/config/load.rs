@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use super::environments::{EnvironmentSpec, RawBlocks, resolve as resolve_environment};
 use super::limits::Limits;
 use super::profiles;
 use super::raw::RawConfig;
@@ -23,6 +24,7 @@ fn local_environments() -> BTreeMap<String, Environment> {
         Environment {
             id: LOCAL_ENVIRONMENT.to_string(),
             kind: EnvironmentKind::Host,
+            spec: EnvironmentSpec::Host,
             read_paths: BTreeMap::new(),
             path: Vec::new(),
             env: BTreeMap::new(),
@@ -146,11 +148,23 @@ impl Config {
                     )
                 })
                 .transpose()?;
+            let spec = resolve_environment(
+                &id,
+                env.kind,
+                RawBlocks {
+                    worker: env.worker,
+                    ssh: env.ssh,
+                    container: env.container,
+                    kubernetes: env.kubernetes,
+                    command: env.command,
+                },
+            )?;
             environments.insert(
                 id.clone(),
                 Environment {
                     id,
                     kind: env.kind,
+                    spec,
                     read_paths,
                     path,
                     env: vars,

@@ -2,7 +2,7 @@
 //! from JSON and validated so that an invalid config names the offending field in one line.
 //!
 //! `error.rs` `ConfigError`; `raw.rs` the file's serde shapes and its JSON Schema; `switches.rs`
-//! the typed switches; `limits.rs` the limits; `profiles.rs` the profiles; `validate.rs` the
+//! the typed switches; `environments.rs` the per-kind blocks of an environment; `limits.rs` the limits; `profiles.rs` the profiles; `validate.rs` the
 //! checks of single fields; `load.rs` loading and resolving. This file holds the resolved types.
 //! The children it re-exports never use an item defined here (that would be an import circle);
 //! `load.rs` does, and this file names nothing of it.
@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+mod environments;
 mod error;
 mod limits;
 mod load;
@@ -18,9 +19,14 @@ mod raw;
 mod switches;
 mod validate;
 
+pub use codespace_policy::config::EnvironmentTransport;
 pub use codespace_policy::config::{
     Approvals, BUILTIN_PROFILES, EnvironmentKind, Network, Profile, SandboxMode, builtin_profiles,
     is_env_name,
+};
+pub use environments::{
+    CONTAINER_WORKER_MOUNT, ContainerEngine, ContainerSpec, ContainerTarget, DEFAULT_WORKER_PATH,
+    EnvironmentSpec, KubernetesSpec, SshSpec, WorkerSpec,
 };
 pub use error::ConfigError;
 pub use limits::{
@@ -41,6 +47,8 @@ pub struct Environment {
     pub id: String,
     /// Its kind.
     pub kind: EnvironmentKind,
+    /// Its kind's block, typed: how the server reaches its worker.
+    pub spec: EnvironmentSpec,
     /// Operator-declared read-only paths of every workspace in it (name → canonical path).
     pub read_paths: BTreeMap<String, PathBuf>,
     /// Directories prepended to its commands' `PATH`.

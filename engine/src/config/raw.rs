@@ -5,6 +5,7 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use super::environments::{RawCommand, RawContainer, RawKubernetes, RawSsh, RawWorker};
 use super::limits::Limits;
 use super::profiles::RawProfile;
 use super::switches::{LeaseScope, SecretMasking};
@@ -86,8 +87,26 @@ impl Default for RawRedaction {
 #[serde(deny_unknown_fields)]
 #[schemars(rename = "Environment")]
 pub(super) struct RawEnvironment {
-    /// `host` (the local machine) or `linux-container` (loads, but exec and patch fail closed).
+    /// `host` [default] (this machine, in-process), `worker`, `ssh`, `container`, `kubernetes`,
+    /// `command` (a worker reached through the block of the same name), or `linux-container`
+    /// (the old name: loads, but exec and patch fail closed). See docs/environments.md.
+    #[serde(default)]
     pub(super) kind: EnvironmentKind,
+    /// kind `worker`: `{socket}` (connect) or `{user}` (started as that user).
+    #[serde(default)]
+    pub(super) worker: Option<RawWorker>,
+    /// kind `ssh`: `{host, port, user, identity_file, known_hosts, options, worker_path}`.
+    #[serde(default)]
+    pub(super) ssh: Option<RawSsh>,
+    /// kind `container`: `{engine, name | image | rootfs, keep, worker_path}`.
+    #[serde(default)]
+    pub(super) container: Option<RawContainer>,
+    /// kind `kubernetes`: `{namespace, pod, container, context, kubectl, worker_path}`.
+    #[serde(default)]
+    pub(super) kubernetes: Option<RawKubernetes>,
+    /// kind `command`: `{argv}`, any argv whose stdio is a worker's.
+    #[serde(default)]
+    pub(super) command: Option<RawCommand>,
     /// Extra read-only paths commands may read (toolchains), by name; absolute.
     #[serde(default)]
     pub(super) read_paths: BTreeMap<String, PathBuf>,

@@ -66,5 +66,6 @@ pub(super) fn server_info(
         store: store_block(svc),
         profile: None,
         execution: None,
+        environment: None,
     }
 }

@@ -11,6 +11,7 @@ use crate::wire::ToolCall;
 
 pub mod approvals;
 mod authorized;
+mod environment;
 mod explain;
 mod hold_summary;
 pub mod holds;
@@ -141,16 +142,18 @@ impl Gateway {
                 }
                 None => String::new(),
             };
-            let env_kind = config
+            let env_spec = config
                 .environments
                 .get(&ws.environment)
-                .map(|e| e.kind)
+                .map(|e| e.spec.clone())
                 .unwrap_or_default();
             let facts = WorkspaceFacts {
                 id: id.clone(),
                 profile: ws.profile.clone(),
                 environment: ws.environment.clone(),
-                environment_kind: env_kind,
+                environment_kind: env_spec.kind(),
+                environment_transport: env_spec.transport(),
+                environment_host: env_spec.host_fact(),
                 sandbox: if sandbox.sandbox_enforced {
                     crate::facts::SandboxFact::Enforced
                 } else {
@@ -328,6 +331,8 @@ impl Gateway {
             .decider
             .decide(snap, &ws.facts, call.tool(), &reqs, session);
         if decision.allowed() {
+            self.environment_gate(ws, call, &decision.decision_id)
+                .await?;
             Ok(Decided {
                 decision,
                 action,

@@ -193,6 +193,11 @@ pub(crate) fn workspace_info(
     out.workspace_id = Some(id.to_string());
     out.profile = Some(ws.facts.profile.clone());
     out.execution = Some(Box::new(execution));
+    out.environment = auth
+        .config
+        .environments
+        .get(&ws.facts.environment)
+        .map(crate::environments::environment_status);
     Ok(out)
 }
 

@@ -51,6 +51,15 @@ fn schema_fields(schema: &Value) -> BTreeMap<String, Value> {
         if let Some(map) = node.get("additionalProperties").filter(|v| v.is_object()) {
             walk(schema, map, &format!("{prefix}.<id>"), out);
         }
+        // An optional block (`environments.<id>.ssh`) is `anyOf: [{$ref}, null]`.
+        for variant in node
+            .get("anyOf")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            walk(schema, variant, prefix, out);
+        }
     }
     let mut out = BTreeMap::new();
     walk(schema, schema, "", &mut out);

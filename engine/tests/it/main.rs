@@ -15,6 +15,7 @@ mod audit_write_ahead;
 mod config_docs;
 mod decide_errors;
 mod decision_cache;
+mod environments;
 mod policy_audit_explain;
 mod policy_reload;
 mod policy_shadow;

@@ -16,6 +16,7 @@ mod dev_loop;
 mod dev_loop_stdio;
 mod docs_http_session;
 mod egress_proxy;
+mod environments;
 mod fence_dirs;
 mod file_limits;
 mod first_hour;

@@ -307,6 +307,63 @@ fn the_approval_reviewer_example_passes_its_tests() {
     assert_eq!(last_line(&out), "3 passed, 0 failed");
 }
 
+/// The environment guardrails of docs/environments.md ("commands only in containers", "network
+/// only on ssh host X"), each copied into a policies directory with the shipped set (the way an
+/// operator rolls one out), pass their tests and are exercised by them.
+#[test]
+fn the_environment_guardrail_examples_pass_their_tests() {
+    for (example, tests, passed) in [
+        (
+            "commands-only-in-containers",
+            &["", "-host", "-ssh"][..],
+            "5 passed, 0 failed",
+        ),
+        (
+            "network-only-on-ssh-host",
+            &["", "-other", "-local"][..],
+            "4 passed, 0 failed",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let pol = dir.path().join("policies");
+        for sub in ["base", "profiles"] {
+            std::fs::create_dir_all(pol.join(sub)).unwrap();
+            for e in std::fs::read_dir(repo().join("policies").join(sub)).unwrap() {
+                let p = e.unwrap().path();
+                std::fs::copy(&p, pol.join(sub).join(p.file_name().unwrap())).unwrap();
+            }
+        }
+        std::fs::copy(
+            repo().join(format!("policies/examples/base/{example}.cedar")),
+            pol.join("base").join(format!("{example}.cedar")),
+        )
+        .unwrap();
+        let schema = repo().join("schema/codespace.cedarschema");
+        let mut args: Vec<String> = vec![
+            "policy".into(),
+            "test".into(),
+            "--policies".into(),
+            pol.display().to_string(),
+            "--schema".into(),
+            schema.display().to_string(),
+            "--fail-on-empty".into(),
+        ];
+        for t in tests {
+            args.push(
+                repo()
+                    .join(format!("policies/examples/tests/{example}{t}.yaml"))
+                    .display()
+                    .to_string(),
+            );
+        }
+        let o = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        let out = stdout(&o);
+        assert!(o.status.success(), "{example}: {out}");
+        assert!(!out.contains(&format!("uncovered: {example}.")), "{out}");
+        assert_eq!(last_line(&out), passed, "{example}");
+    }
+}
+
 /// `codespace …` run in `cwd` (a directory outside the checkout in the tests below).
 fn run_in(cwd: &Path, args: &[&str]) -> Output {
     Command::new(BIN)

@@ -36,6 +36,57 @@ pub struct WorkspaceInfoResult {
     /// The selected workspace's effective execution contract.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub execution: Option<Box<ExecutionInfo>>,
+    /// The selected workspace's environment and the state of its worker.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub environment: Option<EnvironmentStatus>,
+}
+
+/// `workspace_info.environment`: where the selected workspace's files live and its commands
+/// run (the same three facts Cedar sees as `resource.workspace.environment`), and its worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EnvironmentStatus {
+    /// The environment id.
+    pub id: String,
+    /// `host`, `worker`, `ssh`, `container`, `kubernetes`, `command` or `linux-container`.
+    pub kind: &'static str,
+    /// `in-process`, `unix`, `ssh`, `podman`, `docker`, `kubectl`, `command` or `none`.
+    pub transport: &'static str,
+    /// The ssh host, the container, `namespace/pod`; "" for `host`, `worker` and `command`.
+    pub host: String,
+    /// The worker serving it.
+    pub worker: WorkerStatus,
+}
+
+/// The state of an environment's worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WorkerState {
+    /// No worker: the server serves the environment itself (`host`, and `linux-container`,
+    /// whose reads the server serves and whose writes and commands a guardrail refuses).
+    InProcess,
+    /// The worker is being started (or its handshake is under way).
+    Starting,
+    /// The worker answered the handshake and serves calls.
+    Ready,
+    /// The worker died or disconnected; it is started again on the next call, after a backoff.
+    Restarting,
+    /// The worker cannot be reached; calls fail with `ENVIRONMENT_UNAVAILABLE` (`reason`).
+    Unavailable,
+}
+
+/// `workspace_info.environment.worker`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WorkerStatus {
+    /// Its state.
+    pub state: WorkerState,
+    /// The worker's version (from its handshake; the server's own for `in-process`); `null`
+    /// before a handshake.
+    pub version: Option<String>,
+    /// How many times it was started again after dying or disconnecting.
+    pub restarts: u64,
+    /// Why it is unavailable (a message safe to show a model), when it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// `workspace_info.policy`.

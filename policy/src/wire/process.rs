@@ -128,7 +128,8 @@ pub struct ExecCommandResult {
     /// With `yield_ms`: the cursor to pass to read_process next.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<u64>,
-    /// With `yield_ms`: `running` or `exited`.
+    /// With `yield_ms`: `running`, `exited` or `lost` (its environment's worker died while it
+    /// ran; see docs/environments.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
     /// With `yield_ms`, once it exited on its own: the exit code.
@@ -215,7 +216,8 @@ pub struct ReadProcessResult {
 pub struct ProcessStatusResult {
     /// The process handle (ours).
     pub process_id: String,
-    /// `running` or `exited`.
+    /// `running`, `exited` or `lost` (its environment's worker died while it ran: killed with
+    /// the worker, exit status unknowable, lease released; see docs/environments.md).
     pub state: String,
     /// The exit code, when it exited on its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]

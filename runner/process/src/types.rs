@@ -170,14 +170,19 @@ pub enum ProcState {
     Running,
     /// Exited and reaped.
     Exited,
+    /// Its worker died or disconnected while it ran: it was killed with the worker (a worker's
+    /// children die with it), its exit status is unknowable, its lease is released and its id
+    /// is never served again. The in-process table never reports it; a worker client does.
+    Lost,
 }
 
 impl ProcState {
-    /// Wire name: `running` or `exited`.
+    /// Wire name: `running`, `exited` or `lost`.
     pub fn as_str(self) -> &'static str {
         match self {
             ProcState::Running => "running",
             ProcState::Exited => "exited",
+            ProcState::Lost => "lost",
         }
     }
 }

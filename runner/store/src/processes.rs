@@ -23,7 +23,8 @@ pub struct ProcessRow {
     pub tty: bool,
     /// OS process id, once spawned.
     pub pid: Option<i64>,
-    /// `"running"`, `"exited"`, `"unknown"`, ...
+    /// `"running"`, `"exited"`, `"lost"` (its worker died while it ran: see
+    /// [`Store::mark_processes_lost`]), `"unknown"` (a previous server's), ...
     pub state: String,
     /// Exit code, once exited.
     pub exit_code: Option<i64>,
@@ -94,6 +95,26 @@ impl Store {
             })
             .optional()?;
         Ok(row)
+    }
+
+    /// The worker that ran these processes died or disconnected: each of them still recorded as
+    /// `"running"` becomes `"lost"` (ended now, no exit code). Returns how many rows changed.
+    pub fn mark_processes_lost(&self, process_ids: &[String]) -> Result<usize, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut changed = 0;
+        {
+            let mut st = tx.prepare_cached(
+                "UPDATE processes SET state = 'lost', ended_ms = ?2 \
+                 WHERE process_id = ?1 AND state = 'running'",
+            )?;
+            let now = crate::store::now_ms();
+            for id in process_ids {
+                changed += st.execute(params![id, now])?;
+            }
+        }
+        tx.commit()?;
+        Ok(changed)
     }
 
     /// At start-up: every process recorded as `"running"` belonged to a previous server, so its

@@ -509,6 +509,30 @@ fn owned_work_reports_its_owner_and_a_live_owners_processes_stay_running() {
 }
 
 #[test]
+fn a_dead_workers_running_processes_become_lost_and_ended_ones_stay() {
+    let store = Store::open_in_memory().unwrap();
+    store
+        .create_operation(&operation("op1", "default", "exec_command", None), None)
+        .unwrap();
+    store.upsert_process(&process("p1", "op1")).unwrap();
+    let mut ended = process("p2", "op1");
+    ended.state = "exited".to_owned();
+    ended.exit_code = Some(0);
+    ended.ended_ms = Some(9_000);
+    store.upsert_process(&ended).unwrap();
+    let ids = ["p1".to_owned(), "p2".to_owned(), "nope".to_owned()];
+    assert_eq!(store.mark_processes_lost(&ids).unwrap(), 1);
+    let lost = store.process("p1").unwrap().unwrap();
+    assert_eq!(lost.state, "lost");
+    assert!(lost.ended_ms.is_some());
+    assert_eq!(lost.exit_code, None);
+    assert_eq!(store.process("p2").unwrap(), Some(ended));
+    // Once lost, a start-up sweep leaves it alone (it is not running).
+    assert_eq!(store.mark_running_processes_unknown().unwrap(), 0);
+    assert_eq!(store.mark_processes_lost(&ids).unwrap(), 0);
+}
+
+#[test]
 fn process_requires_an_existing_operation() {
     let store = Store::open_in_memory().unwrap();
     assert!(store.upsert_process(&process("p1", "missing-op")).is_err());
