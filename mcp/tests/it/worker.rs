@@ -33,6 +33,8 @@ async fn exited(pid: u32) {
     let Ok(fd) = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) else {
         return; // already gone
     };
+    // `AsyncFd::register` is the unsafe replacement; the pidfd is ours, owned and open.
+    #[allow(deprecated)]
     let fd = tokio::io::unix::AsyncFd::new(fd).unwrap();
     let _ = fd.readable().await.unwrap();
 }

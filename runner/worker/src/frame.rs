@@ -3,15 +3,19 @@
 use serde::{Deserialize, Serialize};
 use tokio_util::codec::LengthDelimitedCodec;
 
+/// The largest frame either side sends or accepts (16 MiB): a longer length prefix is a
+/// malformed frame, refused before its bytes are buffered.
+pub const MAX_FRAME: usize = 16 * 1024 * 1024;
+
 /// What the gateway (client) sends.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
 pub enum ClientFrame<Req> {
     /// First frame: who the gateway is, and the worker's per-start secret.
     Hello {
-        /// [`crate::PROTOCOL_VERSION`] of the gateway.
+        /// [`crate::handshake::PROTOCOL_VERSION`] of the gateway.
         protocol: u32,
-        /// [`crate::BUILD_ID`] of the gateway.
+        /// [`crate::handshake::BUILD_ID`] of the gateway.
         build: String,
         /// The per-start secret (hex).
         secret: String,
@@ -31,9 +35,9 @@ pub enum ClientFrame<Req> {
 pub enum ServerFrame<Resp, Ev> {
     /// Answer to a good `hello`: the worker's own version and build id.
     Ack {
-        /// [`crate::PROTOCOL_VERSION`] of the worker.
+        /// [`crate::handshake::PROTOCOL_VERSION`] of the worker.
         protocol: u32,
-        /// [`crate::BUILD_ID`] of the worker.
+        /// [`crate::handshake::BUILD_ID`] of the worker.
         build: String,
     },
     /// The answer to request `id`.
@@ -55,10 +59,10 @@ pub enum ServerFrame<Resp, Ev> {
     },
 }
 
-/// The length-delimited codec both sides use (4-byte big-endian length, [`crate::MAX_FRAME`]).
+/// The length-delimited codec both sides use (4-byte big-endian length, [`MAX_FRAME`]).
 pub fn codec() -> LengthDelimitedCodec {
     LengthDelimitedCodec::builder()
         .length_field_length(4)
-        .max_frame_length(crate::MAX_FRAME)
+        .max_frame_length(MAX_FRAME)
         .new_codec()
 }

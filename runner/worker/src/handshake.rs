@@ -4,12 +4,18 @@
 use crate::WorkerError;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 
+/// The protocol version: bumped on any incompatible change of the frames or the messages.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// This build's id: `CODESPACE_BUILD_ID` at build time, else `<crate version>+<git commit>`.
+pub const BUILD_ID: &str = env!("CODESPACE_BUILD_ID");
+
 /// A side's protocol version and build id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
-    /// [`crate::PROTOCOL_VERSION`], unless a test pretends otherwise.
+    /// [`PROTOCOL_VERSION`], unless a test pretends otherwise.
     pub protocol: u32,
-    /// [`crate::BUILD_ID`], unless a test pretends otherwise.
+    /// [`BUILD_ID`], unless a test pretends otherwise.
     pub build: String,
 }
 
@@ -17,8 +23,8 @@ impl Identity {
     /// This build's identity.
     pub fn this_build() -> Identity {
         Identity {
-            protocol: crate::PROTOCOL_VERSION,
-            build: crate::BUILD_ID.to_string(),
+            protocol: PROTOCOL_VERSION,
+            build: BUILD_ID.to_string(),
         }
     }
 

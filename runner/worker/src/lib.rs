@@ -37,17 +37,8 @@ pub mod unix;
 
 pub use client::{Client, EventReceiver};
 pub use error::WorkerError;
+pub use frame::MAX_FRAME;
 pub use futures_util::future::BoxFuture;
-pub use handshake::{Identity, Secret};
+pub use handshake::{BUILD_ID, Identity, PROTOCOL_VERSION, Secret};
 pub use server::{EventSender, Handler, serve, serve_stream};
 pub use supervisor::{Supervisor, WorkerState, WorkerStatus};
-
-/// The protocol version: bumped on any incompatible change of the frames or the messages.
-pub const PROTOCOL_VERSION: u32 = 1;
-
-/// This build's id: `CODESPACE_BUILD_ID` at build time, else `<crate version>+<git commit>`.
-pub const BUILD_ID: &str = env!("CODESPACE_BUILD_ID");
-
-/// The largest frame either side sends or accepts (16 MiB): a longer length prefix is a
-/// malformed frame, refused before its bytes are buffered.
-pub const MAX_FRAME: usize = 16 * 1024 * 1024;

@@ -90,11 +90,11 @@ impl<Ev: Serialize> EventSender<Ev> {
 
 pub(crate) fn encode<T: Serialize>(frame: &T) -> Result<Bytes, WorkerError> {
     let v = serde_json::to_vec(frame).map_err(|e| WorkerError::Protocol(e.to_string()))?;
-    if v.len() > crate::MAX_FRAME {
+    if v.len() > crate::frame::MAX_FRAME {
         return Err(WorkerError::Protocol(format!(
             "a frame of {} bytes is over the {} byte cap",
             v.len(),
-            crate::MAX_FRAME
+            crate::frame::MAX_FRAME
         )));
     }
     Ok(Bytes::from(v))
