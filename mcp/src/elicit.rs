@@ -96,7 +96,12 @@ pub fn answer_of(r: &ElicitResult) -> Option<ApprovalDecision> {
     if r.action != ElicitationAction::Accept {
         return None;
     }
-    match r.content.as_ref()?.get("decision").and_then(Value::as_str)? {
+    match r
+        .content
+        .as_ref()?
+        .get("decision")
+        .and_then(Value::as_str)?
+    {
         "grant" => Some(ApprovalDecision::Grant),
         "deny" => Some(ApprovalDecision::Deny),
         _ => None,

@@ -24,6 +24,6 @@ pub mod policy_verify_props;
 pub mod server;
 pub mod setup;
 pub mod stdio;
-pub mod tasks;
 mod stdio_pipes;
+pub mod tasks;
 pub mod worker_cli;

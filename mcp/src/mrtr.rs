@@ -33,7 +33,9 @@ const DOMAIN: &str = "codespace-mrtr-v1";
 /// True when the request speaks MCP 2026-07-28 or later (no `initialize`; MRTR instead of
 /// server-initiated requests).
 pub fn is_2026(context: &RequestContext<RoleServer>) -> bool {
-    context.protocol_version().is_some_and(|v| !v.has_initialize())
+    context
+        .protocol_version()
+        .is_some_and(|v| !v.has_initialize())
 }
 
 /// The codec of this server start: a random 256-bit key (two v4 UUIDs' 244 random bits plus

@@ -1,6 +1,7 @@
 //! The rmcp server: tools/list from the wire types, and one `call_tool` that parses the
 //! arguments, hands the call to the gateway and encodes the result or the ErrorBody.
 
+use codespace_engine::gateway::approvals::InBandChannel;
 use codespace_engine::wire::{
     ApplyPatchParams, ApplyPatchResult, CallParseError, ExecCommandParams, FindParams, FindResult,
     OperationStatusParams, ProcessIdParams, ProcessResizeParams, ReadParams, ReadProcessParams,
@@ -17,7 +18,6 @@ use codespace_engine::wire::{
 use codespace_engine::wire::{
     FindFilesParams, FindFilesResult, GrepParams, GrepResult, ReadManyFile, ToolResult,
 };
-use codespace_engine::gateway::approvals::InBandChannel;
 use codespace_engine::{
     ErrorCode, Gateway, Session, TOOLS, ToolCall, ToolError, ToolName, ToolSpec, with_trace_parent,
 };
@@ -643,10 +643,10 @@ impl ServerHandler for CodeSpaceServer {
                 .enable_tasks()
                 .build(),
         )
-            .with_server_info(
-                Implementation::new("codespace", env!("CARGO_PKG_VERSION")).with_title("CodeSpace"),
-            )
-            .with_instructions(INSTRUCTIONS)
+        .with_server_info(
+            Implementation::new("codespace", env!("CARGO_PKG_VERSION")).with_title("CodeSpace"),
+        )
+        .with_instructions(INSTRUCTIONS)
     }
 
     async fn initialize(
@@ -747,9 +747,7 @@ impl ServerHandler for CodeSpaceServer {
         let started = std::time::Instant::now();
         let trace = trace_parent(&context);
         let era_2026 = crate::mrtr::is_2026(&context);
-        if era_2026
-            && let Some(state) = request.request_state.as_deref()
-        {
+        if era_2026 && let Some(state) = request.request_state.as_deref() {
             let out = self
                 .mrtr_retry(
                     (name, &args, state),

@@ -20,8 +20,8 @@ use codespace_engine::{ErrorCode, Gateway, Session, ToolCall, ToolError};
 use rmcp::ErrorData as McpError;
 use rmcp::RoleServer;
 use rmcp::model::{
-    CallToolResult, CreateTaskResult, DetailedTask, GetTaskResult, JsonObject, Task,
-    TaskPayload, TaskStatus,
+    CallToolResult, CreateTaskResult, DetailedTask, GetTaskResult, JsonObject, Task, TaskPayload,
+    TaskStatus,
 };
 use rmcp::service::RequestContext;
 use std::collections::VecDeque;
@@ -215,7 +215,11 @@ fn failed(e: &ToolError) -> TaskPayload {
 }
 
 /// `tasks/get`.
-pub async fn get(gateway: &Gateway, session: &Session, id: &str) -> Result<GetTaskResult, McpError> {
+pub async fn get(
+    gateway: &Gateway,
+    session: &Session,
+    id: &str,
+) -> Result<GetTaskResult, McpError> {
     if let Some((created_at, result)) = patch_task(session, id) {
         let task = Task::new(id, TaskStatus::Completed, created_at.clone(), created_at);
         return Ok(GetTaskResult::new(DetailedTask::new(
@@ -284,7 +288,11 @@ pub async fn cancel(gateway: &Gateway, session: &Session, id: &str) -> Result<()
     {
         Ok(_) => Ok(()),
         Err(e) => Err(McpError::invalid_request(
-            format!("task `{id}` was not cancelled: {}: {}", e.code.as_str(), e.message),
+            format!(
+                "task `{id}` was not cancelled: {}: {}",
+                e.code.as_str(),
+                e.message
+            ),
             serde_json::to_value(&e).ok(),
         )),
     }

@@ -5,8 +5,9 @@
 
 use crate::error::{ErrorCode, ToolError};
 use crate::gateway::approvals::{
-    InBandChannel, InFlight, Resumed, RunHeld, conflict, held_call, held_details, not_found, pinned_of,
-    replay_outcome, resolve_in_store, resume_result, store_err, to_value, wire_state, with_id,
+    InBandChannel, InFlight, Resumed, RunHeld, conflict, held_call, held_details, not_found,
+    pinned_of, replay_outcome, resolve_in_store, resume_result, store_err, to_value, wire_state,
+    with_id,
 };
 use crate::gateway::{Gateway, WorkspaceRuntime};
 use crate::policy::PolicySnapshot;

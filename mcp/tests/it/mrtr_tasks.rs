@@ -168,11 +168,9 @@ fn add_patch(path: &str) -> Value {
 }
 
 fn patch_operations(store: &Path) -> i64 {
-    let conn = rusqlite::Connection::open_with_flags(
-        store,
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )
-    .unwrap();
+    let conn =
+        rusqlite::Connection::open_with_flags(store, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
     conn.query_row(
         "SELECT count(*) FROM operations WHERE tool = 'apply_patch'",
         [],
@@ -198,7 +196,10 @@ async fn a_2026_hold_answered_through_input_required_runs_once() {
     assert_eq!(r.structured_content.unwrap()["status"], "applied");
     let asked = human.asked.lock().unwrap().clone();
     assert_eq!(asked.len(), 1, "{asked:?}");
-    assert!(asked[0].starts_with("Approve this call? apply_patch"), "{asked:?}");
+    assert!(
+        asked[0].starts_with("Approve this call? apply_patch"),
+        "{asked:?}"
+    );
 
     // By hand: the retry with the grant applies; the same requestState again is refused.
     let args = add_patch("a.txt");
@@ -373,11 +374,7 @@ async fn a_task_mode_exec_works_completes_with_read_process_body_and_cancels() {
     );
 
     // A 5 s command cancelled: terminated, the task cancelled.
-    let id = start_task(
-        &s,
-        &json!({"workspace_id": "w", "command": ["sleep", "5"]}),
-    )
-    .await;
+    let id = start_task(&s, &json!({"workspace_id": "w", "command": ["sleep", "5"]})).await;
     let process = process_of(&s, &id).await;
     let t = s.client.get_task(GetTaskParams::new(&id)).await.unwrap();
     assert_eq!(t.task.task.status, TaskStatus::Working, "{t:?}");
