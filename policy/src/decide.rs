@@ -11,16 +11,53 @@ use cedar_policy::{
     Authorizer, Context, Decision as CedarDecision, Entities, Entity, EntityId, EntityTypeName,
     EntityUid, Request, RestrictedExpression,
 };
+use cedar_policy_core::ast::{Entity as CoreEntity, PartialValue, Value as CoreValue};
+use cedar_policy_core::entities::{Entities as CoreEntities, NoEntitiesSchema, TCComputation};
+use cedar_policy_core::extensions::Extensions;
+use ref_cast::RefCast;
+use smol_str::SmolStr;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::str::FromStr;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 const NS: &str = "CodeSpace";
 
+/// The entity types requests name, parsed once: parsing a Cedar name runs Cedar's parser, which
+/// cost more than the evaluation itself when done per request.
+const TYPES: &[&str] = &[
+    "Action",
+    "Environment",
+    "Operation",
+    "PermissionProfile",
+    "Workspace",
+];
+
+/// The parsed type name `CodeSpace::<ty>` (from [`TYPES`] when it is one of them).
+fn type_name(ty: &str) -> Result<EntityTypeName, String> {
+    static PARSED: OnceLock<Vec<(&'static str, EntityTypeName)>> = OnceLock::new();
+    let parsed = PARSED.get_or_init(|| {
+        TYPES
+            .iter()
+            .filter_map(|t| {
+                EntityTypeName::from_str(&format!("{NS}::{t}"))
+                    .ok()
+                    .map(|n| (*t, n))
+            })
+            .collect()
+    });
+    match parsed.iter().find(|(t, _)| *t == ty) {
+        Some((_, n)) => Ok(n.clone()),
+        None => EntityTypeName::from_str(&format!("{NS}::{ty}")).map_err(|e| e.to_string()),
+    }
+}
+
 /// An entity uid in the CodeSpace namespace.
 pub fn uid(ty: &str, id: &str) -> Result<EntityUid, String> {
-    let tn = EntityTypeName::from_str(&format!("{NS}::{ty}")).map_err(|e| e.to_string())?;
-    Ok(EntityUid::from_type_name_and_id(tn, EntityId::new(id)))
+    Ok(EntityUid::from_type_name_and_id(
+        type_name(ty)?,
+        EntityId::new(id),
+    ))
 }
 
 /// The entities every request of a workspace shares: actions, profiles, environment, workspace.
@@ -288,7 +325,164 @@ fn deny_with(index: usize, req: &SubRequest, err: String, started: Instant) -> S
     }
 }
 
-/// Evaluates every sub-request. Never fails: errors become denies.
+/// What every request of one workspace under one policy set shares, built once per (policy
+/// set, workspace) generation: the workspace's entities, the principal, the parents of every
+/// Operation, and the schema-validated Cedar requests already asked (keyed by action, slot and
+/// context: parsing and validating a context against the schema cost more than evaluating it).
+#[derive(Debug)]
+pub struct Prepared {
+    entities: Entities,
+    principal: Result<EntityUid, String>,
+    workspace: Result<EntityUid, String>,
+    /// The Operation's ancestors besides its workspace: the workspace's environment.
+    environment: Result<EntityUid, String>,
+    requests: Mutex<HashMap<String, Request>>,
+}
+
+/// Validated requests kept per [`Prepared`] before they are cleared.
+const REQUESTS_MAX: usize = 1024;
+
+impl Prepared {
+    /// Prepares `entities` (the workspace's, from [`workspace_entities`]) for `facts`.
+    pub fn new(entities: Entities, facts: &WorkspaceFacts) -> Prepared {
+        Prepared {
+            entities,
+            principal: uid("PermissionProfile", &facts.profile),
+            workspace: uid("Workspace", &facts.id),
+            environment: uid("Environment", &facts.environment),
+            requests: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The workspace's entities (without any Operation).
+    pub fn entities(&self) -> &Entities {
+        &self.entities
+    }
+
+    /// Requests kept (for tests of the bound).
+    pub fn requests_len(&self) -> usize {
+        self.requests.lock().map_or(0, |r| r.len())
+    }
+
+    /// The schema-validated request of `req` in slot `slot` (its resource is
+    /// `Operation::"<slot>"`), built once per action, slot and context.
+    fn request(
+        &self,
+        snap: &PolicySnapshot,
+        req: &SubRequest,
+        slot: usize,
+    ) -> Result<Request, String> {
+        let key = format!("{}\0{slot}\0{}", req.action.as_str(), req.context);
+        if let Ok(kept) = self.requests.lock()
+            && let Some(r) = kept.get(&key)
+        {
+            return Ok(r.clone());
+        }
+        let principal = self
+            .principal
+            .clone()
+            .map_err(|e| format!("principal: {e}"))?;
+        let action = uid("Action", req.action.as_str())?;
+        let resource = uid("Operation", &slot.to_string())?;
+        let ctx = Context::from_json_value(req.context.clone(), Some((&snap.schema, &action)))
+            .map_err(|e| format!("context: {e}"))?;
+        let request = Request::new(principal, action, resource, ctx, Some(&snap.schema))
+            .map_err(|e| format!("request: {e}"))?;
+        if let Ok(mut kept) = self.requests.lock() {
+            if kept.len() >= REQUESTS_MAX {
+                kept.clear();
+            }
+            kept.insert(key, request.clone());
+        }
+        Ok(request)
+    }
+
+    /// The workspace's entities with one Operation per request (`Operation::"<slot>"`), its
+    /// ancestors (workspace, environment) given directly, so the store's transitive closure
+    /// holds without recomputing it over every entity.
+    fn with_operations(
+        &self,
+        facts: &WorkspaceFacts,
+        tool: &str,
+        reqs: &[SubRequest],
+    ) -> Result<CoreEntities, String> {
+        let ws = self.workspace.clone()?;
+        let env = self.environment.clone()?;
+        let ops = reqs
+            .iter()
+            .enumerate()
+            .map(|(slot, r)| {
+                let op = uid("Operation", &slot.to_string())?;
+                let attrs = operation_attrs(facts, tool, r, &ws)
+                    .into_iter()
+                    .map(|(k, v)| (SmolStr::new_static(k), PartialValue::from(v)));
+                Ok(Arc::new(CoreEntity::new_with_attr_partial_value(
+                    op.into(),
+                    attrs,
+                    HashSet::from([env.clone().into()]),
+                    HashSet::from([ws.clone().into()]),
+                    [],
+                )))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        self.entities
+            .as_ref()
+            .clone()
+            .add_entities(
+                ops,
+                None::<&NoEntitiesSchema>,
+                TCComputation::AssumeAlreadyComputed,
+                Extensions::all_available(),
+            )
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// The attributes of one sub-request's Operation, as Cedar values (see [`operation_entity`]).
+fn operation_attrs(
+    facts: &WorkspaceFacts,
+    tool: &str,
+    req: &SubRequest,
+    ws: &EntityUid,
+) -> Vec<(&'static str, CoreValue)> {
+    let basename = if req.path == "." {
+        ""
+    } else {
+        req.path.rsplit('/').next().unwrap_or("")
+    };
+    let ext = match basename.rsplit_once('.') {
+        Some((stem, ext)) if !stem.is_empty() => ext,
+        _ => "",
+    };
+    let tool = req.resource_tool.as_deref().unwrap_or(tool);
+    let server_owned = match &req.network {
+        Some(n) => n.server_owned,
+        None => facts.is_server_owned(&req.path),
+    };
+    let mut attrs: Vec<(&'static str, CoreValue)> = vec![
+        ("workspace", CoreValue::from(ws.as_ref().clone())),
+        ("tool", CoreValue::from(SmolStr::new(tool))),
+        ("path", CoreValue::from(SmolStr::new(&req.path))),
+        ("basename", CoreValue::from(SmolStr::new(basename))),
+        ("ext", CoreValue::from(SmolStr::new(ext))),
+        ("kind", CoreValue::from(SmolStr::new(&req.kind))),
+        ("server_owned", CoreValue::from(server_owned)),
+        ("links", CoreValue::from(req.links)),
+    ];
+    if let Some(n) = &req.network {
+        attrs.push(("host", CoreValue::from(SmolStr::new(&n.host))));
+        attrs.push(("port", CoreValue::from(i64::from(n.port))));
+        attrs.push(("scheme", CoreValue::from(SmolStr::new(&n.scheme))));
+        // Absent before the name is looked up (the proxy's name phase): `resource has ip_class`.
+        if !n.ip_class.is_empty() {
+            attrs.push(("ip_class", CoreValue::from(SmolStr::new(&n.ip_class))));
+        }
+    }
+    attrs
+}
+
+/// Evaluates every sub-request against the workspace's entities `base`. Never fails: errors
+/// become denies.
 pub(crate) fn decide(
     snap: &PolicySnapshot,
     base: &Entities,
@@ -296,66 +490,48 @@ pub(crate) fn decide(
     tool: &str,
     reqs: &[SubRequest],
 ) -> Decision {
+    decide_prepared(snap, &Prepared::new(base.clone(), facts), facts, tool, reqs)
+}
+
+/// [`decide`] with the workspace's shared pieces prepared once.
+pub(crate) fn decide_prepared(
+    snap: &PolicySnapshot,
+    base: &Prepared,
+    facts: &WorkspaceFacts,
+    tool: &str,
+    reqs: &[SubRequest],
+) -> Decision {
     let decision_id = format!("dec-{}", uuid::Uuid::new_v4());
+    let mut d = Decision {
+        decision_id,
+        tool: tool.to_string(),
+        profile: facts.profile.clone(),
+        workspace: facts.id.clone(),
+        policy_sha256: snap.sha256.clone(),
+        subs: Vec::with_capacity(reqs.len()),
+    };
     if reqs.is_empty() {
-        // Nothing to evaluate (every sub-request came from the decision cache): no entities,
-        // no principal to parse.
-        return Decision {
-            decision_id,
-            tool: tool.to_string(),
-            profile: facts.profile.clone(),
-            workspace: facts.id.clone(),
-            policy_sha256: snap.sha256.clone(),
-            subs: Vec::new(),
-        };
+        // Nothing to evaluate (every sub-request came from the decision cache).
+        return d;
     }
-    let principal = uid("PermissionProfile", &facts.profile);
-    // One Operation entity per sub-request, added in one batch.
-    let op_ids: Vec<String> = reqs
-        .iter()
-        .enumerate()
-        .map(|(i, _)| format!("{decision_id}/{i}"))
-        .collect();
     let started = Instant::now();
-    let entities: Result<Entities, String> = reqs
-        .iter()
-        .zip(op_ids.iter())
-        .map(|(r, id)| operation_entity(facts, tool, r, id))
-        .collect::<Result<Vec<_>, _>>()
-        .and_then(|ops| {
-            base.clone()
-                .add_entities(ops, None)
-                .map_err(|e| e.to_string())
-        });
+    // One Operation entity per sub-request, added in one batch.
+    let entities = base.with_operations(facts, tool, reqs);
     let authorizer = Authorizer::new();
-    let mut subs = Vec::with_capacity(reqs.len());
-    for (index, (req, op_id)) in reqs.iter().zip(op_ids.iter()).enumerate() {
+    for (index, req) in reqs.iter().enumerate() {
         let t0 = if index == 0 { started } else { Instant::now() };
         let entities = match &entities {
-            Ok(e) => e,
+            Ok(e) => Entities::ref_cast(e),
             Err(e) => {
-                subs.push(deny_with(index, req, format!("entities: {e}"), t0));
+                d.subs
+                    .push(deny_with(index, req, format!("entities: {e}"), t0));
                 continue;
             }
         };
-        let principal = match &principal {
-            Ok(p) => p.clone(),
-            Err(e) => {
-                subs.push(deny_with(index, req, format!("principal: {e}"), t0));
-                continue;
-            }
-        };
-        let built = uid("Action", req.action.as_str()).and_then(|action| {
-            let resource = uid("Operation", op_id)?;
-            let ctx = Context::from_json_value(req.context.clone(), Some((&snap.schema, &action)))
-                .map_err(|e| format!("context: {e}"))?;
-            Request::new(principal, action, resource, ctx, Some(&snap.schema))
-                .map_err(|e| format!("request: {e}"))
-        });
-        let request = match built {
+        let request = match base.request(snap, req, index) {
             Ok(r) => r,
             Err(e) => {
-                subs.push(deny_with(index, req, e, t0));
+                d.subs.push(deny_with(index, req, e, t0));
                 continue;
             }
         };
@@ -367,7 +543,7 @@ pub(crate) fn decide(
         let policy_ids: Vec<String> = resp.diagnostics().reason().map(|p| p.to_string()).collect();
         let allowed = resp.decision() == CedarDecision::Allow && errors.is_empty();
         let default_deny = !allowed && errors.is_empty() && policy_ids.is_empty();
-        subs.push(SubDecision {
+        d.subs.push(SubDecision {
             index,
             action: req.action,
             subject: req.subject.clone(),
@@ -379,12 +555,5 @@ pub(crate) fn decide(
             duration_us: u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX),
         });
     }
-    Decision {
-        decision_id,
-        tool: tool.to_string(),
-        profile: facts.profile.clone(),
-        workspace: facts.id.clone(),
-        policy_sha256: snap.sha256.clone(),
-        subs,
-    }
+    d
 }

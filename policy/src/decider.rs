@@ -5,14 +5,16 @@
 //! every sub-request is refused with the reason (fail closed, one behaviour everywhere).
 
 use crate::config::Profile;
-use crate::decide::{Decision, SubDecision, decide, workspace_entities};
+use crate::decide::{Decision, Prepared, SubDecision, decide, decide_prepared, workspace_entities};
 use crate::load::{PolicySnapshot, PolicyStore};
 use crate::request::{Session, SubRequest, WorkspaceFacts};
 use crate::rows::{AuditSink, RowContext, RowKind, row_of, rows_with_shadow, with_shadow};
 use crate::signature::SignaturePlan;
 use cedar_policy::Entities;
 use codespace_store::DecisionRow;
+use std::any::Any;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Where the decider's policy sets come from.
@@ -40,8 +42,30 @@ struct DecisionCache {
     entries: HashMap<String, CachedDecision>,
 }
 
-/// Entries kept in the decision cache before it is cleared.
-const DECISION_CACHE_MAX: usize = 100_000;
+/// Entries kept in the decision cache before it is cleared (an entry is a few hundred bytes:
+/// a full cache is a few MB).
+const DECISION_CACHE_MAX: usize = 16_384;
+
+/// Answers derived from quiet probes (e.g. `workspace_info`'s capability set), kept for one
+/// policy set: caching under a new set drops the old set's answers.
+#[derive(Default)]
+struct ProbeMemo {
+    set: String,
+    entries: HashMap<String, Arc<dyn Any + Send + Sync>>,
+}
+
+impl std::fmt::Debug for ProbeMemo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProbeMemo")
+            .field("set", &self.set)
+            .field("entries", &self.entries.len())
+            .finish()
+    }
+}
+
+/// Answers kept in the probe memo before it is cleared (one per workspace, session and
+/// probe kind in practice).
+const PROBE_MEMO_MAX: usize = 1024;
 
 /// The decider: see the module documentation.
 #[derive(Debug)]
@@ -49,9 +73,12 @@ pub struct Decider {
     source: Source,
     profiles: BTreeMap<String, Profile>,
     sink: Arc<dyn AuditSink>,
-    entity_cache: Mutex<HashMap<String, (String, Entities)>>,
+    entity_cache: Mutex<HashMap<String, (String, Arc<Prepared>)>>,
     signatures: Mutex<Option<(String, Arc<SignaturePlan>)>>,
     decision_cache: Mutex<DecisionCache>,
+    probe_memo: Mutex<ProbeMemo>,
+    /// Sub-requests asked of the decider (cache hits included): a test counter.
+    asked: AtomicU64,
 }
 
 impl Decider {
@@ -85,6 +112,8 @@ impl Decider {
             entity_cache: Mutex::new(HashMap::new()),
             signatures: Mutex::new(None),
             decision_cache: Mutex::new(DecisionCache::default()),
+            probe_memo: Mutex::new(ProbeMemo::default()),
+            asked: AtomicU64::new(0),
         }
     }
 
@@ -149,6 +178,7 @@ impl Decider {
         reqs: &[SubRequest],
         session: &Session,
     ) -> Decision {
+        self.count(reqs.len());
         let d = self.evaluate(snap, facts, tool, reqs);
         self.hand_probe(snap, &d, facts, reqs, session);
         d
@@ -275,24 +305,31 @@ impl Decider {
         Some(self.decide_cached(&shadow, facts, tool, reqs))
     }
 
-    /// The workspace's shared entities under `snap` (cached per policy-set hash; the shadow set
-    /// has its own slot, so live and shadow decisions do not evict each other).
-    fn entities(&self, snap: &PolicySnapshot, facts: &WorkspaceFacts) -> Result<Entities, String> {
-        if let Ok(cache) = self.entity_cache.lock()
-            && let Some((_, ents)) = [facts.id.clone(), format!("{}\0shadow", facts.id)]
-                .iter()
-                .filter_map(|k| cache.get(k))
-                .find(|(sha, _)| *sha == snap.sha256)
-        {
-            return Ok(ents.clone());
+    /// The workspace's shared entities and request pieces under `snap`, built once per
+    /// policy-set hash (the shadow set has its own slot, so live and shadow decisions do not
+    /// evict each other).
+    fn entities(
+        &self,
+        snap: &PolicySnapshot,
+        facts: &WorkspaceFacts,
+    ) -> Result<Arc<Prepared>, String> {
+        if let Ok(cache) = self.entity_cache.lock() {
+            let current = |k: &str| cache.get(k).filter(|(sha, _)| *sha == snap.sha256);
+            if let Some((_, ents)) = current(&facts.id).or_else(|| current(&shadow_key(&facts.id)))
+            {
+                return Ok(Arc::clone(ents));
+            }
         }
-        let ents = workspace_entities(snap, &self.profiles, facts)?;
+        let ents = Arc::new(Prepared::new(
+            workspace_entities(snap, &self.profiles, facts)?,
+            facts,
+        ));
         let key = match self.shadow() {
-            Some(sh) if sh.sha256 == snap.sha256 => format!("{}\0shadow", facts.id),
+            Some(sh) if sh.sha256 == snap.sha256 => shadow_key(&facts.id),
             _ => facts.id.clone(),
         };
         if let Ok(mut cache) = self.entity_cache.lock() {
-            cache.insert(key, (snap.sha256.clone(), ents.clone()));
+            cache.insert(key, (snap.sha256.clone(), Arc::clone(&ents)));
         }
         Ok(ents)
     }
@@ -310,7 +347,7 @@ impl Decider {
             return decide(snap, &Entities::empty(), facts, tool, &[]);
         }
         match self.entities(snap, facts) {
-            Ok(base) => decide(snap, &base, facts, tool, reqs),
+            Ok(base) => decide_prepared(snap, &base, facts, tool, reqs),
             Err(e) => {
                 let mut d = decide(snap, &Entities::empty(), facts, tool, &[]);
                 d.subs = reqs
@@ -321,6 +358,12 @@ impl Decider {
                 d
             }
         }
+    }
+
+    /// Counts `n` sub-requests asked.
+    fn count(&self, n: usize) {
+        self.asked
+            .fetch_add(u64::try_from(n).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 
     /// Evaluation behind a cache of error-free sub-decisions. The key holds everything a
@@ -337,6 +380,7 @@ impl Decider {
         tool: &str,
         reqs: &[SubRequest],
     ) -> Decision {
+        self.count(reqs.len());
         let plan = self.signature_plan(snap);
         let keys: Vec<Option<String>> = reqs
             .iter()
@@ -417,6 +461,44 @@ impl Decider {
         }
         d.subs = subs;
         d
+    }
+
+    /// The answer `derive` computes from quiet probes under `snap`, kept per policy set under
+    /// `key`, which must name everything else the answer depends on (workspace facts, session,
+    /// probe kind). A reload (a new set hash) drops every kept answer. `derive` runs outside
+    /// the memo's lock; two callers racing on a new key both derive, one answer is kept.
+    pub fn memo<T: Any + Send + Sync>(
+        &self,
+        snap: &PolicySnapshot,
+        key: &str,
+        derive: impl FnOnce() -> T,
+    ) -> Arc<T> {
+        if let Ok(memo) = self.probe_memo.lock()
+            && memo.set == snap.sha256
+            && let Some(hit) = memo.entries.get(key)
+            && let Ok(hit) = Arc::clone(hit).downcast::<T>()
+        {
+            return hit;
+        }
+        let answer = Arc::new(derive());
+        if let Ok(mut memo) = self.probe_memo.lock() {
+            if memo.set != snap.sha256 || memo.entries.len() >= PROBE_MEMO_MAX {
+                memo.entries.clear();
+                memo.set.clone_from(&snap.sha256);
+            }
+            memo.entries.insert(
+                key.to_string(),
+                Arc::clone(&answer) as Arc<dyn Any + Send + Sync>,
+            );
+        }
+        answer
+    }
+
+    /// Sub-requests asked of the decider so far, cache hits included (for tests that a cached
+    /// answer asks nothing).
+    #[doc(hidden)]
+    pub fn asked(&self) -> u64 {
+        self.asked.load(Ordering::Relaxed)
     }
 
     /// Entries in the decision cache (for tests of its bounds).
@@ -555,6 +637,11 @@ impl Decider {
     }
 }
 
+/// The entity cache's slot of a workspace's entities under the shadow set.
+fn shadow_key(workspace: &str) -> String {
+    format!("{workspace}\0shadow")
+}
+
 /// The tool of the egress proxy's decisions.
 const CONNECT: &str = "network_connect";
 
@@ -650,5 +737,38 @@ mod tests {
         .map(|(k, n)| ((*k).to_string(), *n))
         .collect();
         assert_eq!(kinds, want);
+    }
+
+    /// A long-running server decides for many clients and paths: the decision cache and the
+    /// probe memo stay within their bounds however many distinct requests they see.
+    #[test]
+    fn the_decision_cache_and_the_probe_memo_stay_bounded() {
+        let snap = Arc::new(compile(PolicySource::Embedded.read().unwrap()).unwrap());
+        let d = Decider::over(
+            Arc::clone(&snap),
+            crate::config::builtin_profiles(),
+            Arc::new(crate::NoRows),
+        );
+        // Each client name is its own context, so its own cache key.
+        for i in 0..DECISION_CACHE_MAX + 500 {
+            let s = Session {
+                client: format!("client-{i}"),
+                transport: "stdio".into(),
+            };
+            let read = [path_request(crate::Action::READ, "a.txt", "", &s)];
+            assert!(d.decide(&snap, &facts(), "read", &read, &s).allowed());
+            assert!(d.decision_cache_len() <= DECISION_CACHE_MAX);
+        }
+        assert!(d.decision_cache_len() > 0);
+        for i in 0..PROBE_MEMO_MAX + 10 {
+            let kept = d.memo(&snap, &format!("k{i}"), || i);
+            assert_eq!(*kept, i);
+            let memo = d.probe_memo.lock().unwrap();
+            assert!(memo.entries.len() <= PROBE_MEMO_MAX);
+        }
+        // A kept answer is returned without deriving it again.
+        let first = d.memo(&snap, "same", || 1_usize);
+        let again = d.memo(&snap, "same", || 2_usize);
+        assert_eq!((*first, *again), (1, 1));
     }
 }

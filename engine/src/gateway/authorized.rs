@@ -163,6 +163,16 @@ impl<'a> Authorized<'a> {
             .probe(self.snap, &self.ws.facts, tool.as_str(), reqs, self.session)
     }
 
+    /// An answer derived from quiet probes under the call's policy snapshot, kept until a
+    /// reload (see [`codespace_policy::Decider::memo`]); `key` names what else it depends on.
+    pub(crate) fn probe_memo<T: std::any::Any + Send + Sync>(
+        &self,
+        key: &str,
+        derive: impl FnOnce() -> T,
+    ) -> Arc<T> {
+        self.gateway.decider.memo(self.snap, key, derive)
+    }
+
     /// The decision-signature plan of the call's policy snapshot.
     pub(crate) fn signature_plan(&self) -> Arc<crate::policy::signature::SignaturePlan> {
         self.gateway.decider.signature_plan(self.snap)

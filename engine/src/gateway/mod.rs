@@ -304,6 +304,12 @@ impl Gateway {
         self.decider.decision_cache_len()
     }
 
+    /// Sub-requests asked of the decider so far (for tests that a kept answer asks nothing).
+    #[doc(hidden)]
+    pub fn decisions_asked(&self) -> u64 {
+        self.decider.asked()
+    }
+
     /// Builds and decides the requests of a call on a workspace; `Err` is the refusal.
     pub(crate) async fn authorize(
         &self,

@@ -12,6 +12,7 @@ use crate::wire::{
     WorkspaceInfoResult,
 };
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 
 /// `workspace_info` on a workspace: the server block (`server`, from the gateway) with
 /// the workspace's effective execution contract.
@@ -19,51 +20,22 @@ pub(crate) fn workspace_info(
     auth: &Authorized<'_>,
     mut out: WorkspaceInfoResult,
 ) -> Result<WorkspaceInfoResult, ToolError> {
-    let (ws, session) = (auth.ws(), auth.session());
+    let ws = auth.ws();
     let id = ws.facts.id.as_str();
-    // "May this profile ever do it here": one probe request per capability.
-    let exec_probe = ToolCall::ExecCommand(ExecCommandParams {
-        workspace_id: id.to_string(),
-        command: vec!["true".into()],
-        tty: None,
-        timeout_ms: None,
-        yield_ms: None,
-        operation_key: None,
-        env: None,
-        cwd: None,
-        background: None,
-        stderr: None,
-    });
-    let mut probes: Vec<SubRequest> = vec![
-        path_request(Action::READ, ".", "", session),
-        path_request(Action::FIND, ".", "", session),
-        path_request(Action::APPLY_PATCH, ".", "update", session),
-        path_request(Action::GREP, ".", "", session),
-        path_request(Action::FIND_FILES, ".", "", session),
-    ];
-    probes.extend(build_requests(&exec_probe, session, None)?);
-    let d = auth.decide_quietly(Action::WORKSPACE_INFO, &probes);
-    // Each capability over a documented probe set: allowed / denied / conditional. The
-    // booleans are true when allowed or conditional (a host should try).
-    let caps = crate::tools::capabilities::capabilities(auth);
-    let possible = |cap: &str| caps.get(cap).is_some_and(|c| c.possible());
-    // A capability is named by its action, but for `write` (`apply_patch`) and `exec`
-    // (`exec_command`).
-    let allowed = |action: Action| {
-        d.allows(action)
-            || possible(match action {
-                Action::APPLY_PATCH => "write",
-                Action::EXEC_COMMAND => "exec",
-                other => other.as_str(),
-            })
-    };
-    let (read, find, write, exec) = (
-        allowed(Action::READ),
-        allowed(Action::FIND),
-        allowed(Action::APPLY_PATCH),
-        allowed(Action::EXEC_COMMAND),
-    );
-    let (grep, find_files) = (allowed(Action::GREP), allowed(Action::FIND_FILES));
+    // Every answer below that Cedar gives depends on the policy set, the workspace's facts,
+    // the session and the operator's write-path candidates only: decided once per policy set.
+    let key = probe_key(auth);
+    let probed = auth.probe_memo(&key, || probe(auth));
+    let Probed {
+        read,
+        find,
+        write,
+        exec,
+        grep,
+        find_files,
+        ref caps,
+        ref write_paths,
+    } = *probed;
     let env_kind = ws.facts.environment_kind.as_str();
     let host = ws.facts.environment_kind == crate::config::EnvironmentKind::Host;
     let process_available = exec && host;
@@ -173,7 +145,7 @@ pub(crate) fn workspace_info(
             command_sandbox: if sandbox_on { "linux-sandbox" } else { "none" },
             sandbox: ws.facts.workspace_sandbox.as_str(),
             read_paths: read_path_names,
-            write_paths: sandbox_on.then(|| write_paths_view(auth, id)),
+            write_paths: sandbox_on.then(|| write_paths.clone()),
             toolchains,
             pids: PidsInfo {
                 limit: pids.limit,
@@ -199,6 +171,92 @@ pub(crate) fn workspace_info(
         .get(&ws.facts.environment)
         .map(crate::environments::environment_status);
     Ok(out)
+}
+
+/// What `workspace_info` asks Cedar: the permission booleans, the capability verdicts and the
+/// write scope of a command at the root.
+struct Probed {
+    read: bool,
+    find: bool,
+    write: bool,
+    exec: bool,
+    grep: bool,
+    find_files: bool,
+    caps: BTreeMap<&'static str, crate::wire::Capability>,
+    write_paths: crate::wire::WritePaths,
+}
+
+/// The probe memo's key: everything besides the policy set that the probes' answers depend on
+/// (the workspace's facts are its Cedar entities; the session is `context.session`).
+fn probe_key(auth: &Authorized<'_>) -> String {
+    let (ws, session) = (auth.ws(), auth.session());
+    let facts = serde_json::to_string(&ws.facts).unwrap_or_default();
+    let write_paths = auth.config.command_write_paths(&ws.facts.id).join("\0");
+    format!(
+        "workspace_info\0{facts}\0{}\0{}\0{write_paths}",
+        session.client, session.transport
+    )
+}
+
+/// Decides every probe of `workspace_info` (quietly: probes are not audited).
+fn probe(auth: &Authorized<'_>) -> Probed {
+    let (ws, session) = (auth.ws(), auth.session());
+    let id = ws.facts.id.as_str();
+    // "May this profile ever do it here": one probe request per capability.
+    let exec_probe = ToolCall::ExecCommand(ExecCommandParams {
+        workspace_id: id.to_string(),
+        command: vec!["true".into()],
+        tty: None,
+        timeout_ms: None,
+        yield_ms: None,
+        operation_key: None,
+        env: None,
+        cwd: None,
+        background: None,
+        stderr: None,
+    });
+    let mut probes: Vec<SubRequest> = vec![
+        path_request(Action::READ, ".", "", session),
+        path_request(Action::FIND, ".", "", session),
+        path_request(Action::APPLY_PATCH, ".", "update", session),
+        path_request(Action::GREP, ".", "", session),
+        path_request(Action::FIND_FILES, ".", "", session),
+    ];
+    // The probe is a fixed, valid call: a build error leaves its requests out (exec then
+    // reads as not allowed unless the capability probes say otherwise).
+    probes.extend(build_requests(&exec_probe, session, None).unwrap_or_default());
+    let d = auth.decide_quietly(Action::WORKSPACE_INFO, &probes);
+    // Each capability over a documented probe set: allowed / denied / conditional. The
+    // booleans are true when allowed or conditional (a host should try).
+    let caps = crate::tools::capabilities::capabilities(auth);
+    let possible = |cap: &str| caps.get(cap).is_some_and(|c| c.possible());
+    // A capability is named by its action, but for `write` (`apply_patch`) and `exec`
+    // (`exec_command`).
+    let allowed = |action: Action| {
+        d.allows(action)
+            || possible(match action {
+                Action::APPLY_PATCH => "write",
+                Action::EXEC_COMMAND => "exec",
+                other => other.as_str(),
+            })
+    };
+    let (read, find, write, exec) = (
+        allowed(Action::READ),
+        allowed(Action::FIND),
+        allowed(Action::APPLY_PATCH),
+        allowed(Action::EXEC_COMMAND),
+    );
+    let (grep, find_files) = (allowed(Action::GREP), allowed(Action::FIND_FILES));
+    Probed {
+        read,
+        find,
+        write,
+        exec,
+        grep,
+        find_files,
+        write_paths: write_paths_view(auth, id),
+        caps,
+    }
 }
 
 /// The write scope of a command at the workspace root whose facts no policy names

@@ -185,3 +185,77 @@ async fn the_cache_holds_one_policy_set_and_no_per_process_entries() {
     }
     assert_eq!(gw.decision_cache_len(), with_exec);
 }
+
+/// `workspace_info`'s probes (~30 sub-requests) are decided once per policy set: a second call
+/// asks the decider only its own request, and a reload that forbids commands changes the answer.
+#[tokio::test]
+async fn workspace_info_probes_are_decided_once_per_policy_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    for sub in ["policies/base", "policies/profiles"] {
+        copy_dir(&repo.join(sub), &dir.path().join(sub));
+    }
+    copy_dir(&repo.join("schema"), &dir.path().join("schema"));
+    let root = dir.path().join("ws");
+    std::fs::create_dir(&root).unwrap();
+    let cfg = Config::from_json(
+        &format!(
+            r#"{{"workspaces": {{"w": {{"root": "{}", "profile": "workspace-write"}}}}}}"#,
+            root.display()
+        ),
+        Path::new("/"),
+    )
+    .unwrap();
+    let policy = Arc::new(
+        PolicyStore::load(PolicySource::Dir {
+            policies: dir.path().join("policies"),
+            schema: dir.path().join("schema/codespace.cedarschema"),
+        })
+        .unwrap(),
+    );
+    let gw = Gateway::new(
+        cfg,
+        Arc::clone(&policy),
+        None,
+        SandboxFacts {
+            sandbox_enforced: true,
+            network_enforced: true,
+            masking_enforced: true,
+        },
+    )
+    .unwrap();
+    let s = Session::stdio();
+    let info = || ToolCall::parse("workspace_info", &json!({"workspace_id": "w"})).unwrap();
+    let mut asked = Vec::new();
+    let mut answers = Vec::new();
+    for _ in 0..3 {
+        let before = gw.decisions_asked();
+        answers.push(serde_json::to_value(gw.call(&s, info()).await.unwrap()).unwrap());
+        asked.push(gw.decisions_asked() - before);
+    }
+    assert!(
+        asked[0] >= 27,
+        "the first call decides every probe: {asked:?}"
+    );
+    assert!(
+        asked[1] <= 2 && asked[2] == asked[1],
+        "later calls ask only their own request: {asked:?}"
+    );
+    assert_eq!(answers[0], answers[1]);
+    assert_eq!(answers[1], answers[2]);
+    let exec = |v: &serde_json::Value| v["execution"]["capabilities"]["exec"]["decision"].clone();
+    assert_eq!(exec(&answers[0]), "allowed", "{}", answers[0]);
+    assert_eq!(answers[0]["execution"]["permissions"]["exec"], true);
+
+    std::fs::write(
+        dir.path().join("policies/base/no-exec.cedar"),
+        "@id(\"base.forbid.no-exec\")\n@reason(\"test\")\nforbid (principal, action == CodeSpace::Action::\"exec_command\", resource);\n",
+    )
+    .unwrap();
+    policy.reload().unwrap();
+    let before = gw.decisions_asked();
+    let after = serde_json::to_value(gw.call(&s, info()).await.unwrap()).unwrap();
+    assert!(gw.decisions_asked() - before >= 27, "a reload decides anew");
+    assert_eq!(exec(&after), "denied", "{after}");
+    assert_eq!(after["execution"]["permissions"]["exec"], false);
+}

@@ -322,6 +322,8 @@ fn open_writer_connection(path: &str) -> Result<Connection, StoreError> {
     conn.busy_timeout(Duration::from_secs(5))?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "foreign_keys", true)?;
+    // It only appends: a page cache of the store's size bounds its growth with the audit log.
+    conn.pragma_update(None, "cache_size", -crate::store::CACHE_KIB)?;
     Ok(conn)
 }
 
