@@ -66,8 +66,8 @@ pub use harden::{
 pub use helper::{helper_main, run_helper};
 pub use launch::{SandboxCommand, SandboxLaunch};
 pub use mask::MAX_MASKS;
-pub use netns::{NETNS_ARG, prepare_shared_network_namespace};
 pub use mountns::{MAX_AGE as PREPARED_NAMESPACE_MAX_AGE, prepare_mount_namespace};
+pub use netns::{NETNS_ARG, prepare_shared_network_namespace};
 pub use plan::{
     ARGV_SEPARATOR, HELPER_ARG, LauncherParts, MAX_PLAN_BYTES, NetworkMode, PLAN_ENV, PROXY_PORT,
     SandboxPlan, launcher_parts,

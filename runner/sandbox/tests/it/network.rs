@@ -197,7 +197,10 @@ fn restricted_commands_share_one_namespace_but_not_their_abstract_sockets() {
     assert_eq!(first, second, "both commands are in the shared namespace");
     assert_ne!(first, own.to_string_lossy(), "not the host's namespace");
     let fds = ns_of(&["ls", "-l", "/proc/self/fd/"]);
-    assert!(!fds.contains("net:["), "the target holds no namespace: {fds}");
+    assert!(
+        !fds.contains("net:["),
+        "the target holds no namespace: {fds}"
+    );
 
     let socket = format!("codespace-shared-netns-{}", std::process::id());
     let mut listener = spawn_launched(plan(), &["python3", "-c", PY_ABSTRACT_LISTEN, &socket]);
@@ -212,5 +215,8 @@ fn restricted_commands_share_one_namespace_but_not_their_abstract_sockets() {
     drop(listener.stdin.take());
     let out = listener.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(reached, "errno 1", "another command's abstract socket is out of reach");
+    assert_eq!(
+        reached, "errno 1",
+        "another command's abstract socket is out of reach"
+    );
 }

@@ -350,7 +350,11 @@ fn the_launch_hands_over_the_namespace_prepared_for_its_scope() {
     let launched = loop {
         let l = launch(&plan);
         // The handshake, the shared network namespace (once built) and the mount namespace.
-        if SandboxPlan::from_json(&l.env[0].1).unwrap().mount_ns_fd.is_some() {
+        if SandboxPlan::from_json(&l.env[0].1)
+            .unwrap()
+            .mount_ns_fd
+            .is_some()
+        {
             break l;
         }
         assert!(
