@@ -349,7 +349,12 @@ fn the_launch_hands_over_the_namespace_prepared_for_its_scope() {
     let guard = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let launched = loop {
         let l = launch(&plan);
-        if l.inherit_fds.len() == 2 {
+        // The handshake, the shared network namespace (once built) and the mount namespace.
+        if SandboxPlan::from_json(&l.env[0].1)
+            .unwrap()
+            .mount_ns_fd
+            .is_some()
+        {
             break l;
         }
         assert!(
@@ -358,7 +363,7 @@ fn the_launch_hands_over_the_namespace_prepared_for_its_scope() {
         );
         std::thread::yield_now();
     };
-    let ns = &launched.inherit_fds[1];
+    let ns = launched.inherit_fds.last().unwrap();
     let decoded: SandboxPlan = SandboxPlan::from_json(&launched.env[0].1).unwrap();
     assert_eq!(
         decoded.mount_ns_fd,
@@ -373,5 +378,7 @@ fn the_launch_hands_over_the_namespace_prepared_for_its_scope() {
     // A plan with masks never gets one.
     let mut masked = plan.clone();
     masked.masks = vec![fx.ws.join("Cargo.toml")];
-    assert_eq!(launch(&masked).inherit_fds.len(), 1);
+    let masked_launch = launch(&masked);
+    let decoded = SandboxPlan::from_json(&masked_launch.env[0].1).unwrap();
+    assert_eq!(decoded.mount_ns_fd, None);
 }
