@@ -5,7 +5,7 @@
 #      outside programs the tests run (cvc5, curl, openssl, util-linux, gzip, python3-pytest,
 #      openssh-server/-client, podman, crun) are installed
 #      first (Debian packages) when missing
-#   3. codespace policy validate, codespace policy test (the shipped policies/)
+#   3. codespace policy validate, policy fmt --check, policy test (the shipped policies/)
 #   4. python3 -m pytest -q tests/py (official MCP SDK over stdio/HTTP against the built binary)
 # Every step runs and prints its own summary; the script exits non-zero when any step failed.
 # At the end: `skips: N`, the tests that could not run their invariant on this host, grouped by
@@ -158,7 +158,9 @@ if [[ ${#failed[@]} -eq $before && -x "$BIN" ]]; then
   step "test programs (cvc5, curl, openssl, util-linux, gzip, python3-pytest, openssh, podman)" test_programs
   step "cargo test --workspace" cargo test --workspace --no-fail-fast "${HOOKS[@]}" "${LOCKED[@]+"${LOCKED[@]}"}"
   step "codespace policy validate" "$BIN" policy validate --policies policies
-  step "codespace policy test" "$BIN" policy test --policies policies --coverage-min 100 --fail-on-empty
+  step "codespace policy fmt --check" "$BIN" policy fmt --check --policies policies
+  step "codespace policy test" "$BIN" policy test --policies policies --coverage-min 100 \
+    --coverage-min-profile 100 --coverage-min-action 100 --fail-on-empty
   step "pytest tests/py" pytest_e2e
 else
   echo "the build failed or $BIN is missing: skipping cargo test, policy and Python steps"

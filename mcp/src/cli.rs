@@ -103,6 +103,21 @@ enum PolicyCommand {
     /// Parse, lint and strictly validate the schema and policies.
     #[command(after_help = crate::help::POLICY_VALIDATE)]
     Validate {
+        /// Also check the set's signature (`<policies>/policy-set.sig`) against this OpenSSH
+        /// `allowed_signers` file (default: the config's `policies.allowed_signers` when it
+        /// requires a signature) and name the signer.
+        #[arg(long, value_name = "FILE")]
+        allowed_signers: Option<PathBuf>,
+        #[command(flatten)]
+        loc: PolicyLocation,
+    },
+    /// Sign the policy set with an SSH key (`ssh-keygen -Y sign -n codespace-policy` over the
+    /// set's manifest): writes `<policies>/policy-set.sig`.
+    #[command(after_help = crate::help::POLICY_SIGN)]
+    Sign {
+        /// The private key (an OpenSSH key file, as for `ssh-keygen -Y sign -f`).
+        #[arg(long, value_name = "FILE")]
+        key: PathBuf,
         #[command(flatten)]
         loc: PolicyLocation,
     },
@@ -289,7 +304,13 @@ pub fn main() -> ExitCode {
         }
         Command::Ops { command } => crate::ops_cli::run(command),
         Command::Policy { command } => match command {
-            PolicyCommand::Validate { loc } => policy_validate(&loc),
+            PolicyCommand::Validate {
+                allowed_signers,
+                loc,
+            } => policy_validate(&loc, allowed_signers),
+            PolicyCommand::Sign { key, loc } => loc
+                .source()
+                .and_then(|src| crate::policy_admin::sign(&src, &key)),
             PolicyCommand::Test { args, loc } => loc
                 .source()
                 .and_then(|src| crate::policy_cli::test(&args, &src, loc.config()?.as_ref())),
@@ -407,8 +428,12 @@ fn serve(
         return Err(e.into());
     }
     let policy = Arc::new(
-        PolicyStore::load_for_profiles(source, cfg.profiles.keys().cloned().collect())
-            .map_err(|e| anyhow!("policies rejected:\n{e}"))?,
+        PolicyStore::load_signed(
+            source,
+            cfg.profiles.keys().cloned().collect(),
+            cfg.policy_signing.clone(),
+        )
+        .map_err(|e| anyhow!("policies rejected:\n{e}"))?,
     );
     let store = Arc::new(codespace_store::Store::open(&store_path).map_err(|e| {
         anyhow!(crate::setup::store_error(
@@ -575,20 +600,31 @@ async fn shutdown_signal() {
     }
 }
 
-fn policy_validate(loc: &PolicyLocation) -> Result<ExitCode> {
+fn policy_validate(loc: &PolicyLocation, allowed_signers: Option<PathBuf>) -> Result<ExitCode> {
     let source = loc.source()?;
     let config = loc.config()?;
+    let signing = match allowed_signers {
+        Some(p) => Some(codespace_engine::policy::set_signature::SigningRule {
+            allowed_signers: std::path::absolute(&p)?,
+        }),
+        None => config.as_ref().and_then(|c| c.policy_signing.clone()),
+    };
     let known = crate::policy_cli::known_profiles(
         &crate::policy_cli::base_profiles(config.as_ref()),
         &crate::policy_cli::parsed_default_tests(&source),
     );
-    let checked = source.read().and_then(compile).and_then(|snap| {
+    let checked = source.read().and_then(compile).and_then(|mut snap| {
         let errs = codespace_engine::policy::unknown_profile_errors(&snap, &known);
-        if errs.is_empty() {
-            Ok(snap)
-        } else {
-            Err(codespace_engine::policy::PolicyErrors(errs))
+        if !errs.is_empty() {
+            return Err(codespace_engine::policy::PolicyErrors(errs));
         }
+        if let Some(rule) = &signing {
+            snap.signer = Some(
+                codespace_engine::policy::set_signature::verify(&snap.bundle, rule)
+                    .map_err(codespace_engine::policy::PolicyErrors::one_line)?,
+            );
+        }
+        Ok(snap)
     });
     match checked {
         Ok(snap) => {
@@ -607,6 +643,17 @@ fn policy_validate(loc: &PolicyLocation) -> Result<ExitCode> {
                 snap.meta.len() - forbids,
                 snap.sha256
             );
+            if let Some(signer) = &snap.signer {
+                println!(
+                    "ok: signed by {} ({}), checked against {}",
+                    signer.principal,
+                    signer.key,
+                    signing
+                        .as_ref()
+                        .map(|r| r.allowed_signers.display().to_string())
+                        .unwrap_or_default()
+                );
+            }
             crate::policy_cli::validate_shadow(&source, &known)
         }
         Err(e) => {

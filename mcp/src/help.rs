@@ -167,6 +167,12 @@ Examples:
   codespace ops journals --discard              # those no running server owns; audited as events
   codespace ops journals --json";
 
+/// `policy sign`.
+pub const POLICY_SIGN: &str = "\
+Examples:
+  codespace policy sign --policies policies --key ~/.ssh/id_ed25519
+  codespace policy validate --policies policies --allowed-signers /etc/codespace/allowed_signers";
+
 /// `policy fmt`.
 pub const POLICY_FMT: &str = "\
 Examples:

@@ -239,6 +239,38 @@ pub fn fmt(source: &PolicySource, check: bool) -> Result<ExitCode> {
     })
 }
 
+/// `codespace policy sign --key KEY`: signs the set of the policies directory (schema and
+/// policy files, by their parsed form) with an SSH key and writes `<policies>/policy-set.sig`.
+/// A set that does not compile is not signed.
+pub fn sign(source: &PolicySource, key: &Path) -> Result<ExitCode> {
+    let PolicySource::Dir { policies, .. } = source else {
+        return Err(anyhow!(
+            "no policies directory to sign (pass --policies DIR or --config FILE)"
+        ));
+    };
+    let snap = match source.read().and_then(codespace_engine::policy::compile) {
+        Ok(s) => s,
+        Err(e) => {
+            for line in &e.0 {
+                eprintln!("{line}");
+            }
+            return Err(anyhow!("the policy set is rejected; nothing signed"));
+        }
+    };
+    let sig =
+        codespace_engine::policy::set_signature::sign(&snap.bundle, key).map_err(|e| anyhow!(e))?;
+    let path = codespace_engine::policy::set_signature::sig_path(policies);
+    std::fs::write(&path, sig).with_context(|| format!("cannot write {}", path.display()))?;
+    println!(
+        "signed set {} ({} policies) with {}: wrote {}",
+        snap.sha256,
+        snap.meta.len(),
+        key.display(),
+        path.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 /// The store of `policy unused`: `--store`, else the config's, else the default.
 pub fn store_path(
     store: Option<PathBuf>,

@@ -28,6 +28,8 @@ pub enum Format {
     Json,
     /// JUnit XML.
     Junit,
+    /// A Markdown summary for a pull-request comment.
+    Markdown,
 }
 
 /// Flags of `policy test`.
@@ -35,15 +37,22 @@ pub enum Format {
 pub struct TestArgs {
     /// Test files (default: every .yaml under <policies>/tests).
     pub files: Vec<PathBuf>,
-    /// Report format on stdout (json and junit print the summary line on stderr).
+    /// Report format on stdout (json, junit and markdown print the summary line on stderr).
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
-    /// Write the json/junit report to FILE and keep the text report on stdout.
+    /// Write the json/junit/markdown report to FILE and keep the text report on stdout.
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Fail when fewer than N percent of the policies determined some decision.
     #[arg(long, value_name = "N")]
     pub coverage_min: Option<f64>,
+    /// Fail when the policies of some profile (those whose principal scope names it) are
+    /// covered below N percent.
+    #[arg(long, value_name = "N")]
+    pub coverage_min_profile: Option<f64>,
+    /// Fail when the policies naming some action in their scope are covered below N percent.
+    #[arg(long, value_name = "N")]
+    pub coverage_min_action: Option<f64>,
     /// Fail when no test case ran.
     #[arg(long)]
     pub fail_on_empty: bool,
@@ -183,7 +192,10 @@ pub fn test(args: &TestArgs, source: &PolicySource, config: Option<&Config>) -> 
     };
     if files.is_empty() {
         // Nothing to run: a coverage figure would only say 0 %.
-        let gated = args.coverage_min.is_some() || args.fail_on_empty;
+        let gated = args.coverage_min.is_some()
+            || args.coverage_min_profile.is_some()
+            || args.coverage_min_action.is_some()
+            || args.fail_on_empty;
         let line = format!(
             "no test files under {}: nothing ran, no coverage measured (write cases there, see docs/policy.md, or start from `codespace policy init DIR`)",
             default_tests_location(source)
@@ -220,6 +232,7 @@ pub fn test(args: &TestArgs, source: &PolicySource, config: Option<&Config>) -> 
                 passed: false,
                 failures: vec![format!("cannot parse: {e}")],
                 decision: None,
+                refused: None,
                 alternatives_reached: Default::default(),
             }),
         }
@@ -260,6 +273,8 @@ pub fn test(args: &TestArgs, source: &PolicySource, config: Option<&Config>) -> 
     let gates = Gates {
         coverage_min: args.coverage_min,
         fail_on_empty: args.fail_on_empty,
+        coverage_min_profile: args.coverage_min_profile,
+        coverage_min_action: args.coverage_min_action,
     };
 
     let machine = match args.format {
@@ -268,6 +283,9 @@ pub fn test(args: &TestArgs, source: &PolicySource, config: Option<&Config>) -> 
             &results, &coverage, &gates,
         ))?),
         Format::Junit => Some(report_junit(&results, &coverage, &gates)),
+        Format::Markdown => Some(codespace_policy_tools::markdown::report_markdown(
+            &results, &coverage, &gates,
+        )),
     };
     let text_on_stdout = machine.is_none() || args.output.is_some();
     let mut out = std::io::stdout().lock();
@@ -302,6 +320,18 @@ pub fn test(args: &TestArgs, source: &PolicySource, config: Option<&Config>) -> 
         )?;
         for id in coverage.uncovered() {
             writeln!(out, "  uncovered: {id}")?;
+        }
+        for (kind, groups) in [
+            ("profile", &coverage.by_profile),
+            ("action", &coverage.by_action),
+        ] {
+            let line: Vec<String> = coverage
+                .groups(groups)
+                .map(|(g, pct, _)| format!("{g} {pct:.0}%"))
+                .collect();
+            if !line.is_empty() {
+                writeln!(out, "  by {kind}: {}", line.join(", "))?;
+            }
         }
         let unreached = coverage.unreached_alternatives();
         writeln!(
@@ -771,8 +801,9 @@ pub struct AuditArgs {
     /// Only rows at or after T: RFC 3339, unix milliseconds, or an age like 15m, 2h, 7d.
     #[arg(long, value_name = "T")]
     pub since: Option<String>,
-    /// Only allow or only deny rows.
-    #[arg(long, value_parser = ["allow", "deny"])]
+    /// Only allow, deny or masked rows (`masked`: a path withheld from an allowed command,
+    /// not a refused call; `deny` never shows them).
+    #[arg(long, value_parser = ["allow", "deny", codespace_store::MASKED])]
     pub decision: Option<String>,
     /// Only this workspace.
     #[arg(long)]
@@ -979,7 +1010,7 @@ pub fn audit(
     }
     writeln!(
         out,
-        "{} row(s), {}; {} deny{}",
+        "{} row(s), {}; {} deny{}{}",
         rows.len(),
         if args.oldest || args.follow {
             "oldest first"
@@ -987,6 +1018,14 @@ pub fn audit(
             "newest first"
         },
         rows.iter().filter(|r| r.row.decision == "deny").count(),
+        match rows
+            .iter()
+            .filter(|r| r.row.decision == codespace_store::MASKED)
+            .count()
+        {
+            0 => String::new(),
+            n => format!(", {n} masked"),
+        },
         if limit.is_some_and(|n| rows.len() >= n) {
             " (more may exist: --limit N)"
         } else {

@@ -43,9 +43,66 @@ pub struct DiffArgs {
     /// Examples shown per group.
     #[arg(long, value_name = "N", default_value_t = 3)]
     pub examples: usize,
-    /// One JSON document instead of text.
-    #[arg(long)]
+    /// Replay the rows of an exported audit log (the JSON lines `codespace audit --json`
+    /// prints) instead of the store: what CI can do with a log shipped from production.
+    #[arg(long, value_name = "FILE", alias = "against-log")]
+    pub log: Option<PathBuf>,
+    /// One JSON document instead of text (same as --format json).
+    #[arg(long, conflicts_with = "format")]
     pub json: bool,
+    /// Report format: text, json, or markdown (a summary to post as a pull-request comment).
+    #[arg(long, value_enum)]
+    pub format: Option<DiffFormat>,
+}
+
+/// Report formats of `policy diff`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DiffFormat {
+    /// Groups with examples, then the totals.
+    Text,
+    /// One JSON document.
+    Json,
+    /// A Markdown summary for a pull-request comment.
+    Markdown,
+}
+
+/// The rows of an exported audit log (JSON lines, one `codespace audit --json` row each;
+/// event lines and blank lines are skipped): (rows, rows without a replayable request).
+fn log_samples(
+    path: &Path,
+) -> Result<(Vec<(&'static str, String, RecordedRequest)>, usize, usize)> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let (mut samples, mut rows, mut unreplayable) = (Vec::new(), 0usize, 0usize);
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: Value = serde_json::from_str(line)
+            .with_context(|| format!("{}:{}: not a JSON line", path.display(), n + 1))?;
+        if v.get("decision_id").is_none() {
+            continue;
+        }
+        rows += 1;
+        match v
+            .get("request")
+            .filter(|r| !r.is_null())
+            .map(RecordedRequest::from_json)
+        {
+            Some(Ok(rec)) => samples.push((
+                "log",
+                format!(
+                    "{} #{} `{}`",
+                    v["decision_id"].as_str().unwrap_or("?"),
+                    v["sub_index"],
+                    v["subject"].as_str().unwrap_or("")
+                ),
+                rec,
+            )),
+            _ => unreplayable += 1,
+        }
+    }
+    Ok((samples, rows, unreplayable))
 }
 
 /// One re-decided request and its two answers.
@@ -180,7 +237,19 @@ pub fn diff(
     let mut samples: Vec<(&'static str, String, RecordedRequest)> = Vec::new();
     let mut unreplayable = 0usize;
     let mut recorded = 0usize;
-    match store_path.filter(|p| p.exists()) {
+    let from_store = if args.log.is_some() {
+        None
+    } else {
+        store_path.filter(|p| p.exists())
+    };
+    if let Some(log) = &args.log {
+        let (s, rows, skipped) = log_samples(log)?;
+        samples = s;
+        recorded = rows;
+        unreplayable = skipped;
+    }
+    match from_store {
+        _ if args.log.is_some() => {}
         Some(path) => {
             let store =
                 Store::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
@@ -287,11 +356,38 @@ pub fn diff(
     });
 
     let mut out = std::io::stdout().lock();
-    if args.json {
+    let format = match (args.format, args.json) {
+        (Some(f), _) => f,
+        (None, true) => DiffFormat::Json,
+        (None, false) => DiffFormat::Text,
+    };
+    let replayed_from = match &args.log {
+        Some(p) => format!("the log {}", p.display()),
+        None => format!(
+            "the store since {}",
+            codespace_engine::wire::rfc3339_ms(since)
+        ),
+    };
+    if format == DiffFormat::Markdown {
+        let md = markdown(&MdSummary {
+            live: &before_snap.sha256,
+            candidate: &after_snap.sha256,
+            replayed: recorded - unreplayable,
+            unreplayable,
+            from: &replayed_from,
+            tests: args.tests.then_some(test_count),
+            widening,
+            narrowing,
+            groups: &ordered,
+            examples: args.examples,
+        });
+        write!(out, "{md}")?;
+    } else if format == DiffFormat::Json {
         let doc = json!({
             "live_sha256": before_snap.sha256,
             "candidate_sha256": after_snap.sha256,
             "since": codespace_engine::wire::rfc3339_ms(since),
+            "log": args.log,
             "recorded_rows": recorded,
             "unreplayable_rows": unreplayable,
             "test_requests": test_count,
@@ -315,9 +411,9 @@ pub fn diff(
         )?;
         writeln!(
             out,
-            "replayed {} recorded request(s) since {}{}{}",
+            "replayed {} recorded request(s) from {}{}{}",
             recorded - unreplayable,
-            codespace_engine::wire::rfc3339_ms(since),
+            replayed_from,
             if unreplayable > 0 {
                 format!(" ({unreplayable} row(s) without a recorded request skipped)")
             } else {
@@ -381,4 +477,102 @@ fn example_json(r: &Replayed) -> Value {
         "after_policies": r.after.policy_ids,
         "after_errors": r.after.errors,
     })
+}
+
+/// What the Markdown report summarizes.
+struct MdSummary<'a> {
+    live: &'a str,
+    candidate: &'a str,
+    replayed: usize,
+    unreplayable: usize,
+    from: &'a str,
+    tests: Option<usize>,
+    widening: usize,
+    narrowing: usize,
+    groups: &'a [(&'a GroupKey, &'a Vec<Replayed>)],
+    examples: usize,
+}
+
+/// A cell of a Markdown table: pipes escaped, newlines flattened, code spans kept.
+fn md_cell(s: &str) -> String {
+    s.replace('|', "\\|").replace(['\n', '\r'], " ")
+}
+
+/// The Markdown report: a verdict line a reviewer reads first, a table of flip groups (widening
+/// first) and a few examples each, in a collapsed block.
+fn markdown(m: &MdSummary<'_>) -> String {
+    let short = |h: &str| h.get(..19).unwrap_or(h).to_string();
+    let mut o = String::from("### Policy diff\n\n");
+    o.push_str(&if m.widening > 0 {
+        format!(
+            "**:warning: {} widening** and {} narrowing flip(s): the candidate allows what the live set refused.\n\n",
+            m.widening, m.narrowing
+        )
+    } else if m.narrowing > 0 {
+        format!(
+            "**{} narrowing** flip(s), no widening: the candidate refuses what the live set allowed.\n\n",
+            m.narrowing
+        )
+    } else {
+        "**No flip**: every replayed request gets the same answer.\n\n".to_string()
+    });
+    o.push_str(&format!(
+        "Live `{}` → candidate `{}`; replayed {} recorded request(s) from {}{}{}.\n",
+        short(m.live),
+        short(m.candidate),
+        m.replayed,
+        md_cell(m.from),
+        if m.unreplayable > 0 {
+            format!(
+                " ({} row(s) without a recorded request skipped)",
+                m.unreplayable
+            )
+        } else {
+            String::new()
+        },
+        m.tests
+            .map(|n| format!(" and {n} test sub-request(s)"))
+            .unwrap_or_default()
+    ));
+    if m.groups.is_empty() {
+        return o;
+    }
+    o.push_str(
+        "\n| Direction | Count | Tool / action | Policies that changed |\n|---|---:|---|---|\n",
+    );
+    for (k, v) in m.groups {
+        o.push_str(&format!(
+            "| {} | {} | `{}{}` | {} |\n",
+            k.flip.as_str(),
+            v.len(),
+            md_cell(&k.tool),
+            if k.action == k.tool {
+                String::new()
+            } else {
+                format!("/{}", md_cell(&k.action))
+            },
+            k.policies
+                .iter()
+                .map(|p| format!("`{}`", md_cell(p)))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ));
+    }
+    o.push_str("\n<details><summary>Examples</summary>\n\n");
+    for (k, v) in m.groups {
+        for r in v.iter().take(m.examples) {
+            o.push_str(&format!(
+                "- {} {}: {} (workspace `{}`, profile `{}`): {} → {}\n",
+                k.flip.as_str(),
+                r.source,
+                md_cell(&r.label),
+                md_cell(&r.rec.workspace.id),
+                md_cell(&r.rec.workspace.profile),
+                verdict(r.before.allowed),
+                verdict(r.after.allowed)
+            ));
+        }
+    }
+    o.push_str("\n</details>\n");
+    o
 }

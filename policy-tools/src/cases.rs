@@ -182,8 +182,15 @@ pub struct TestCase {
     /// Process facts for the process tools.
     #[serde(default)]
     pub process: Option<TestProcess>,
-    /// Expected decision of the call (`allow` / `deny`).
+    /// Expected outcome of the call: `allow` / `deny` (Cedar decided) or `refused` (the request
+    /// builder refused the call before Cedar was asked, e.g. a path outside the workspace).
+    /// `expect:` is accepted as another name for it.
+    #[serde(alias = "expect")]
     pub decision: String,
+    /// The error code a `refused` case expects (`INVALID_ARGUMENTS`, `PATH_ESCAPE`,
+    /// ...); any code when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
     /// Policy ids that must be among the determining ones.
     #[serde(default)]
     pub reason: Vec<String>,
@@ -241,9 +248,23 @@ pub struct CaseResult {
     pub failures: Vec<String>,
     /// The decision, when one was made.
     pub decision: Option<Decision>,
+    /// The error code when the call was refused before Cedar (then `decision` is `None`).
+    pub refused: Option<String>,
     /// The `||` alternatives (`policy-id#n`) some sub-request of the case reached (when
     /// [`RunOptions::alternatives`] is on).
     pub alternatives_reached: BTreeSet<String>,
+}
+
+impl CaseResult {
+    /// What happened to the call: `allow` / `deny` (Cedar decided), `refused` (refused before
+    /// Cedar), or `None` (the case could not be run).
+    pub fn outcome(&self) -> Option<&'static str> {
+        match (&self.decision, &self.refused) {
+            (Some(d), _) => Some(if d.allowed() { "allow" } else { "deny" }),
+            (None, Some(_)) => Some("refused"),
+            (None, None) => None,
+        }
+    }
 }
 
 /// Parses a YAML test file.
@@ -378,8 +399,17 @@ fn substitute(
             }
         }
         Value::Object(map) => {
-            for (_, i) in map.iter_mut() {
-                substitute(i, params, used, unknown);
+            // Keys are strings too (`write_paths: {"{{dir}}": deny}`): substituted as text.
+            let old = std::mem::take(map);
+            for (k, mut i) in old {
+                let mut key = Value::String(k);
+                substitute(&mut key, params, used, unknown);
+                let key = match key {
+                    Value::String(s) => s,
+                    other => other.to_string(),
+                };
+                substitute(&mut i, params, used, unknown);
+                map.insert(key, i);
             }
         }
         _ => {}

@@ -82,6 +82,7 @@ mod tests {
             passed: failures.is_empty(),
             failures: failures.iter().map(|s| (*s).to_string()).collect(),
             decision: None,
+            refused: None,
             alternatives_reached: Default::default(),
         }
     }
@@ -97,6 +98,8 @@ mod tests {
             covered: Default::default(),
             alternatives: Vec::new(),
             alternatives_reached: Default::default(),
+            by_profile: Default::default(),
+            by_action: Default::default(),
         };
         let x = report_junit(&results, &coverage, &Gates::default());
         assert!(x.contains("failures=\"1\""), "{x}");

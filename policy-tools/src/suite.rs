@@ -135,6 +135,7 @@ pub fn run_file_in(
                     passed: false,
                     failures: vec![why],
                     decision: None,
+                    refused: None,
                     alternatives_reached: BTreeSet::new(),
                 },
                 cedar: Vec::new(),
@@ -161,6 +162,7 @@ pub fn run_file_in(
                         passed: false,
                         failures: vec![why],
                         decision: None,
+                        refused: None,
                         alternatives_reached: BTreeSet::new(),
                     },
                     cedar: Vec::new(),
@@ -169,6 +171,15 @@ pub fn run_file_in(
             }
         };
         let mut failures = Vec::new();
+        if !matches!(case.decision.as_str(), "allow" | "deny" | "refused") {
+            failures.push(format!(
+                "decision: `{}` is not one of allow, deny, refused",
+                case.decision
+            ));
+        }
+        if case.code.is_some() && case.decision != "refused" {
+            failures.push("code: only a `decision: refused` case names a code".into());
+        }
         let mut cedar = Vec::new();
         let mut reached = BTreeSet::new();
         let pf = case.process.as_ref().map(|p| ProcessFacts {
@@ -181,7 +192,7 @@ pub fn run_file_in(
         });
         // `network_connect` is not a tool: its case names the connection's target directly.
         let parsed = if case.call.name == "network_connect" {
-            connect_case(&case, &session, pf.as_ref())
+            connect_case(&case, &session, pf.as_ref()).map_err(Refusal::Broken)
         } else {
             ToolCall::parse(&case.call.name, &case.call.arguments)
                 .map(|call| {
@@ -193,15 +204,31 @@ pub fn run_file_in(
                         Some(call),
                     )
                 })
-                .map_err(|e| call_error_text(&case.call.name, &e))
+                .map_err(|e| match &e {
+                    // The server refuses bad arguments before Cedar: a `refused` case may
+                    // expect it; an unknown tool is always a mistake of the case.
+                    CallParseError::InvalidArguments(_) => Refusal::Refused {
+                        code: "INVALID_ARGUMENTS".into(),
+                        message: call_error_text(&case.call.name, &e),
+                    },
+                    CallParseError::UnknownTool(_) => {
+                        Refusal::Broken(call_error_text(&case.call.name, &e))
+                    }
+                })
         };
+        let mut refused = None;
         let decision = match (&base, parsed) {
             (Err(e), _) => {
                 failures.push(format!("fixture entities: {e}"));
                 None
             }
-            (_, Err(e)) => {
+            (_, Err(Refusal::Broken(e))) => {
                 failures.push(format!("call: {e}"));
+                None
+            }
+            (_, Err(Refusal::Refused { code, message })) => {
+                check_refusal(&case, &code, &message, &mut failures);
+                refused = Some(code);
                 None
             }
             (Ok(base), Ok((tool, workspace, built, call))) => {
@@ -310,10 +337,10 @@ pub fn run_file_in(
                         Some(d)
                     }
                     Err(e) => {
-                        // A request-builder refusal counts as a deny.
-                        if case.decision != "deny" {
-                            failures.push(format!("request refused: {e}"));
-                        }
+                        // The request builder refused the call: Cedar never saw it. That is
+                        // not a `deny`; only a `refused` case passes.
+                        check_refusal(&case, e.code.as_str(), &e.message, &mut failures);
+                        refused = Some(e.code.as_str().to_string());
                         None
                     }
                 }
@@ -329,12 +356,45 @@ pub fn run_file_in(
                 passed: failures.is_empty(),
                 failures,
                 decision,
+                refused,
                 alternatives_reached: reached,
             },
             cedar,
         });
     }
     out
+}
+
+/// Why a case's call never reached Cedar.
+enum Refusal {
+    /// The case itself is wrong (unknown tool, malformed `network_connect` target).
+    Broken(String),
+    /// The server would refuse the call before Cedar with this code.
+    Refused {
+        /// The error code (`INVALID_ARGUMENTS`, ...).
+        code: String,
+        /// The server's message.
+        message: String,
+    },
+}
+
+/// Checks a call the server refuses before Cedar against the case: only `decision: refused`
+/// (with the same `code:` when one is given) passes; a `deny` case fails, so a negative case
+/// cannot pass because its request was malformed.
+fn check_refusal(case: &TestCase, code: &str, message: &str, failures: &mut Vec<String>) {
+    if case.decision != "refused" {
+        failures.push(format!(
+            "decision: expected {}, but the call is refused before Cedar ({code}: {message}); \
+             Cedar decided nothing. Say `decision: refused` (and `code: {code}`) if that is the intent",
+            case.decision
+        ));
+        return;
+    }
+    if let Some(want) = &case.code
+        && want != code
+    {
+        failures.push(format!("code: expected {want}, got {code}: {message}"));
+    }
 }
 
 /// Which policies ever determined a decision.
@@ -348,6 +408,66 @@ pub struct Coverage {
     pub alternatives: Vec<(String, String)>,
     /// The alternatives some case reached.
     pub alternatives_reached: BTreeSet<String>,
+    /// Policy ids by the profile their principal scope names (`principal in
+    /// PermissionProfile::"p"`); policies for any principal belong to no profile.
+    pub by_profile: BTreeMap<String, BTreeSet<String>>,
+    /// Policy ids by each action their action scope names (`action in [..]`); policies for
+    /// any action belong to no action group.
+    pub by_action: BTreeMap<String, BTreeSet<String>>,
+}
+
+/// The profile and action groups of every policy of `snap` (see [`Coverage::by_profile`]).
+pub fn scope_groups(
+    snap: &PolicySnapshot,
+) -> (
+    BTreeMap<String, BTreeSet<String>>,
+    BTreeMap<String, BTreeSet<String>>,
+) {
+    use cedar_policy::{ActionConstraint, PrincipalConstraint};
+    let (mut profiles, mut actions) = (BTreeMap::new(), BTreeMap::new());
+    for p in snap.set.policies() {
+        let id = p.id().to_string();
+        if !snap.meta.contains_key(&id) {
+            continue;
+        }
+        let principal = match p.principal_constraint() {
+            PrincipalConstraint::In(u)
+            | PrincipalConstraint::Eq(u)
+            | PrincipalConstraint::IsIn(_, u) => Some(u),
+            PrincipalConstraint::Any | PrincipalConstraint::Is(_) => None,
+        };
+        if let Some(u) = principal
+            && u.type_name().basename() == "PermissionProfile"
+        {
+            profiles
+                .entry(u.id().unescaped().to_string())
+                .or_insert_with(BTreeSet::new)
+                .insert(id.clone());
+        }
+        let named = match p.action_constraint() {
+            ActionConstraint::Any => Vec::new(),
+            ActionConstraint::In(v) => v,
+            ActionConstraint::Eq(u) => vec![u],
+        };
+        for a in named {
+            actions
+                .entry(a.id().unescaped().to_string())
+                .or_insert_with(BTreeSet::new)
+                .insert(id.clone());
+        }
+    }
+    (profiles, actions)
+}
+
+/// Percent of `group` in `covered` (100 for an empty group).
+fn group_percent(group: &BTreeSet<String>, covered: &BTreeSet<String>) -> f64 {
+    if group.is_empty() {
+        return 100.0;
+    }
+    // Counts of policies are small; the conversion is exact.
+    #[allow(clippy::cast_precision_loss)]
+    let pct = group.intersection(covered).count() as f64 * 100.0 / group.len() as f64;
+    pct
 }
 
 impl Coverage {
@@ -370,12 +490,29 @@ impl Coverage {
             .into_iter()
             .map(|a| (a.key(), a.text))
             .collect();
+        let (by_profile, by_action) = scope_groups(snap);
         Coverage {
             all,
             covered,
             alternatives,
             alternatives_reached,
+            by_profile,
+            by_action,
         }
+    }
+
+    /// Per-group coverage: (group, percent, uncovered ids), for `by_profile` or `by_action`.
+    pub fn groups<'a>(
+        &'a self,
+        groups: &'a BTreeMap<String, BTreeSet<String>>,
+    ) -> impl Iterator<Item = (&'a str, f64, Vec<&'a String>)> + 'a {
+        groups.iter().map(|(g, ids)| {
+            (
+                g.as_str(),
+                group_percent(ids, &self.covered),
+                ids.difference(&self.covered).collect(),
+            )
+        })
     }
 
     /// Alternatives no case reached: (`policy-id#n`, text).
@@ -405,7 +542,24 @@ impl Coverage {
 
     /// The machine form.
     pub fn to_json(&self) -> Value {
+        let groups = |g: &BTreeMap<String, BTreeSet<String>>| -> Value {
+            self.groups(g)
+                .map(|(name, pct, uncovered)| {
+                    (
+                        name.to_string(),
+                        json!({
+                            "policies": g.get(name).map_or(0, BTreeSet::len),
+                            "percent": (pct * 10.0).round() / 10.0,
+                            "uncovered_ids": uncovered,
+                        }),
+                    )
+                })
+                .collect::<serde_json::Map<String, Value>>()
+                .into()
+        };
         json!({
+            "by_profile": groups(&self.by_profile),
+            "by_action": groups(&self.by_action),
             "policies": self.all.len(),
             "covered": self.covered.len(),
             "percent": (self.percent() * 10.0).round() / 10.0,
@@ -428,6 +582,10 @@ pub struct Gates {
     pub coverage_min: Option<f64>,
     /// Fail when no case ran.
     pub fail_on_empty: bool,
+    /// Fail when the policies of some profile (principal scope) are covered below this percent.
+    pub coverage_min_profile: Option<f64>,
+    /// Fail when the policies naming some action (action scope) are covered below this percent.
+    pub coverage_min_action: Option<f64>,
 }
 
 /// The verdict of one gate.
@@ -472,6 +630,44 @@ impl Gates {
                 },
             });
         }
+        for (kind, flag, min, groups) in [
+            (
+                "profile",
+                "--coverage-min-profile",
+                self.coverage_min_profile,
+                &coverage.by_profile,
+            ),
+            (
+                "action",
+                "--coverage-min-action",
+                self.coverage_min_action,
+                &coverage.by_action,
+            ),
+        ] {
+            let Some(min) = min else { continue };
+            let below: Vec<String> = coverage
+                .groups(groups)
+                .filter(|(_, pct, _)| *pct + 1e-9 < min)
+                .map(|(g, pct, unc)| {
+                    format!(
+                        "{kind} {g} {pct:.1}% (uncovered: {})",
+                        unc.iter()
+                            .map(|s| s.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                })
+                .collect();
+            out.push(GateResult {
+                name: format!("policy coverage of every {kind} >= {min}% ({flag})"),
+                passed: below.is_empty(),
+                message: if below.is_empty() {
+                    format!("each of {} {kind}(s) meets {flag} {min}", groups.len())
+                } else {
+                    format!("below {flag} {min}: {}", below.join("; "))
+                },
+            });
+        }
         out
     }
 }
@@ -505,7 +701,8 @@ pub fn report_json(results: &[CaseResult], coverage: &Coverage, gates: &Gates) -
             "name": r.name,
             "passed": r.passed,
             "failures": r.failures,
-            "decision": r.decision.as_ref().map(|d| if d.allowed() { "allow" } else { "deny" }),
+            "decision": r.outcome(),
+            "refused_code": r.refused,
             "determining_policies": r.decision.as_ref().map(|d| d.subs.iter()
                 .flat_map(|s| s.policy_ids.iter().cloned()).collect::<BTreeSet<_>>()),
         })).collect::<Vec<_>>(),
@@ -543,7 +740,12 @@ fn policy_with_reason(snap: &PolicySnapshot, id: &str) -> String {
 
 fn check(snap: &PolicySnapshot, case: &TestCase, d: &Decision, failures: &mut Vec<String>) {
     let got = if d.allowed() { "allow" } else { "deny" };
-    if got != case.decision {
+    if case.decision == "refused" {
+        failures.push(format!(
+            "decision: expected refused before Cedar, but the call reached Cedar and got {got}: {}",
+            decision_summary(snap, d)
+        ));
+    } else if got != case.decision {
         failures.push(format!(
             "decision: expected {}, got {got}: {}",
             case.decision,

@@ -1,6 +1,6 @@
 //! Decisions, a floor below the engine: the parsed tool calls and the Cedar request model built
 //! from them, loading and linting the Cedar files, deciding requests (the one `Decider`),
-//! explaining a decision, hot reload, recorded requests, decision signatures. The policy test
+//! explaining a decision, hot reload, recorded requests, decision signatures, signed policy sets. The policy test
 //! suite, replay and coverage live in `codespace-policy-tools`. It depends on Cedar and the
 //! runner crates, never on the engine.
 
@@ -21,6 +21,7 @@ pub mod recorded;
 pub mod reload;
 pub mod request;
 pub mod rows;
+pub mod set_signature;
 pub mod signature;
 pub mod suggest;
 pub mod tool_table;

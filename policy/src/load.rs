@@ -183,6 +183,11 @@ impl PolicyErrors {
     fn one(msg: String) -> PolicyErrors {
         PolicyErrors(vec![msg])
     }
+
+    /// One diagnostic.
+    pub fn one_line(msg: String) -> PolicyErrors {
+        PolicyErrors(vec![msg])
+    }
 }
 
 /// What we keep about each policy for decisions, lint and explain.
@@ -215,6 +220,8 @@ pub struct PolicySnapshot {
     pub loaded_at_ms: i64,
     /// The bundle it was compiled from.
     pub bundle: PolicyBundle,
+    /// Who signed it, when the store requires a signature (`policies.require_signature`).
+    pub signer: Option<crate::set_signature::Signer>,
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
@@ -339,6 +346,7 @@ pub fn compile(bundle: PolicyBundle) -> Result<PolicySnapshot, PolicyErrors> {
                 sha256,
                 loaded_at_ms: now_ms(),
                 bundle,
+                signer: None,
             })
         }
         _ => Err(PolicyErrors(errs)),
@@ -366,31 +374,72 @@ fn nth_policy_line(text: &str, index: usize) -> Option<usize> {
 }
 
 /// The canonical hash of a policy set, the one `policy validate`, `workspace_info.policy` and
-/// every decision row show: SHA-256 over the schema text, then each policy file in byte order of
-/// its name relative to the policies directory (`base/guardrails.cedar`), as name and text. Texts
-/// enter with CRLF line ends read as LF; where the set was read from (embedded or a directory,
-/// which path, the schema's file name) does not enter. So the embedded shipped set and the same
-/// files on disk hash the same.
+/// every decision row show: SHA-256 over the schema, then each policy file in byte order of its
+/// name relative to the policies directory (`base/guardrails.cedar`), as name and content.
+///
+/// The content is the parsed form, not the text, so formatting does not change the hash: the
+/// schema enters as its JSON form (Cedar's `SchemaFragment` as JSON), each policy file as the
+/// JSON (Cedar's EST: scope, conditions and annotations such as `@id`/`@reason`) of each of its
+/// policies in file order. Whitespace, comments, line ends and `policy fmt` leave the hash as
+/// it is; any change Cedar sees (a condition, an annotation, the order of policies in a file, a
+/// file's name) changes it. A text that does not parse (a set that will not load) enters as
+/// text with CRLF read as LF. Where the set was read from (embedded or a directory, which
+/// path, the schema's file name) does not enter. So the embedded shipped set and the same files
+/// on disk hash the same.
 pub fn bundle_hash(bundle: &PolicyBundle) -> String {
-    fn text(h: &mut Sha256, t: &str) {
-        if t.contains("\r\n") {
-            h.update(t.replace("\r\n", "\n").as_bytes());
-        } else {
-            h.update(t.as_bytes());
-        }
-    }
     let mut files: Vec<&SourceFile> = bundle.files.iter().collect();
     files.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
     let mut h = Sha256::new();
     h.update(b"schema\0");
-    text(&mut h, &bundle.schema_text);
+    h.update(normal_schema(&bundle.schema_text).as_bytes());
     for f in files {
         h.update(b"\0file\0");
         h.update(f.name.as_bytes());
         h.update(b"\0");
-        text(&mut h, &f.text);
+        h.update(normal_policies(&f.text).as_bytes());
     }
     format!("sha256:{}", hex::encode(h.finalize()))
+}
+
+/// Text with CRLF read as LF, tagged so it never equals a parsed form.
+fn normal_text(t: &str) -> String {
+    format!("text\0{}", t.replace("\r\n", "\n"))
+}
+
+/// The schema's JSON form, or its text when it does not parse.
+pub(crate) fn normal_schema(text: &str) -> String {
+    cedar_policy::SchemaFragment::from_cedarschema_str(text)
+        .ok()
+        .and_then(|(frag, _warnings)| frag.to_json_string().ok())
+        .map_or_else(|| normal_text(text), |j| format!("json\0{j}"))
+}
+
+/// The JSON form of each policy of a file in file order, or its text when it does not parse.
+pub(crate) fn normal_policies(text: &str) -> String {
+    let parsed = PolicySet::from_str(text).ok().and_then(|set| {
+        // The parser names policies and templates `policy0`, `policy1`, ... in file order.
+        let order = |id: &PolicyId| {
+            id.to_string()
+                .trim_start_matches("policy")
+                .parse::<usize>()
+                .unwrap_or(usize::MAX)
+        };
+        let mut items: Vec<(usize, String)> = Vec::new();
+        for p in set.policies() {
+            items.push((order(p.id()), p.to_json().ok()?.to_string()));
+        }
+        for t in set.templates() {
+            items.push((order(t.id()), format!("template{}", t.to_json().ok()?)));
+        }
+        items.sort();
+        let mut out = String::from("json");
+        for (_, j) in items {
+            out.push('\0');
+            out.push_str(&j);
+        }
+        Some(out)
+    });
+    parsed.unwrap_or_else(|| normal_text(text))
 }
 
 /// Unix milliseconds now.
@@ -441,6 +490,8 @@ pub struct PolicyStore {
     shadow: RwLock<Option<Arc<PolicySnapshot>>>,
     /// The last refused shadow set since the last accepted one.
     shadow_error: RwLock<Option<RejectedReload>>,
+    /// Every live set must carry a signature by one of these signers (None: not required).
+    signing: Option<crate::set_signature::SigningRule>,
 }
 
 /// A reload that was refused (the last good set stayed in force).
@@ -463,6 +514,7 @@ impl PolicyStore {
             known_profiles: None,
             shadow: RwLock::new(None),
             shadow_error: RwLock::new(None),
+            signing: None,
         };
         store.reload_shadow();
         Ok(store)
@@ -474,13 +526,32 @@ impl PolicyStore {
         source: PolicySource,
         profiles: BTreeSet<String>,
     ) -> Result<PolicyStore, PolicyErrors> {
+        PolicyStore::load_signed(source, profiles, None)
+    }
+
+    /// [`PolicyStore::load_for_profiles`], and with `signing` every live set (this one and
+    /// every reload) must carry a good signature by one of its signers: an unsigned or badly
+    /// signed set is refused (the server does not start; a reload keeps the last good set).
+    pub fn load_signed(
+        source: PolicySource,
+        profiles: BTreeSet<String>,
+        signing: Option<crate::set_signature::SigningRule>,
+    ) -> Result<PolicyStore, PolicyErrors> {
+        let bundle = source.read()?;
+        let mut snap = compile(bundle)?;
+        if let Some(rule) = &signing {
+            snap.signer = Some(
+                crate::set_signature::verify(&snap.bundle, rule).map_err(PolicyErrors::one_line)?,
+            );
+        }
         let store = PolicyStore {
-            current: RwLock::new(Arc::new(compile(source.read()?)?)),
+            current: RwLock::new(Arc::new(snap)),
             source,
             last_error: RwLock::new(None),
             known_profiles: Some(profiles),
             shadow: RwLock::new(None),
             shadow_error: RwLock::new(None),
+            signing,
         };
         let errs = unknown_profile_errors(
             &store.snapshot(),
@@ -574,6 +645,24 @@ impl PolicyStore {
         Ok(snap)
     }
 
+    /// Compiles a bundle as this store would put it in force: [`PolicyStore::compile_checked`]
+    /// plus, when the store requires one, a good signature (recorded as the snapshot's signer).
+    /// The shadow set, never enforced, is not asked for one.
+    pub fn compile_live(&self, bundle: PolicyBundle) -> Result<PolicySnapshot, PolicyErrors> {
+        let mut snap = self.compile_checked(bundle)?;
+        if let Some(rule) = &self.signing {
+            snap.signer = Some(
+                crate::set_signature::verify(&snap.bundle, rule).map_err(PolicyErrors::one_line)?,
+            );
+        }
+        Ok(snap)
+    }
+
+    /// The signature requirement of this store, if any.
+    pub fn signing(&self) -> Option<&crate::set_signature::SigningRule> {
+        self.signing.as_ref()
+    }
+
     /// The snapshot in force now.
     pub fn snapshot(&self) -> Arc<PolicySnapshot> {
         match self.current.read() {
@@ -591,7 +680,7 @@ impl PolicyStore {
     /// failure. Returns (old hash, new hash) or the diagnostics.
     pub fn reload(&self) -> Result<(String, String), PolicyErrors> {
         let old = self.snapshot().sha256.clone();
-        match self.source.read().and_then(|b| self.compile_checked(b)) {
+        match self.source.read().and_then(|b| self.compile_live(b)) {
             Ok(snap) => {
                 let new = snap.sha256.clone();
                 match self.current.write() {
@@ -684,6 +773,19 @@ mod tests {
         assert_ne!(bundle_hash(&a), bundle_hash(&changed));
         let renamed = bundle(&[("base/b.cedar", "x\n"), ("profiles/c.cedar", "y\n")]);
         assert_ne!(bundle_hash(&a), bundle_hash(&renamed));
+        // Formatting and comments do not enter; what Cedar sees does.
+        let p = "@id(\"p\")\npermit (principal, action, resource) when { resource.links == 1 };\n";
+        let reformatted = "// a comment\n@id(\"p\")\npermit (\n  principal,\n  action,\n  resource\n)\nwhen {\n  resource.links == 1\n};\n";
+        let changed_cond =
+            "@id(\"p\")\npermit (principal, action, resource) when { resource.links == 2 };\n";
+        let h = |t: &str| bundle_hash(&bundle(&[("profiles/a.cedar", t)]));
+        assert_eq!(h(p), h(reformatted));
+        assert_ne!(h(p), h(changed_cond));
+        assert_ne!(h(p), h(&p.replace("@id(\"p\")", "@id(\"q\")")));
+        let mut schema_reformatted = bundle(&[("profiles/a.cedar", p)]);
+        schema_reformatted.schema_text =
+            format!("// note\n\n{}", EMBEDDED_SCHEMA.replace('\n', "\n\n"));
+        assert_eq!(h(p), bundle_hash(&schema_reformatted));
         // The embedded set is the sorted shipped tree, named as on disk.
         let embedded = PolicySource::Embedded.read().unwrap();
         let names: Vec<&str> = embedded.files.iter().map(|f| f.name.as_str()).collect();

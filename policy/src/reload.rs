@@ -102,7 +102,7 @@ pub fn reload_with(
     let old = policy.snapshot().sha256.clone();
     let new_sha = bundle.as_ref().ok().map(bundle_hash);
     let result = bundle
-        .and_then(|b| policy.compile_checked(b))
+        .and_then(|b| policy.compile_live(b))
         .and_then(|snap| {
             let problems = opts
                 .tests_dir
@@ -165,6 +165,11 @@ pub fn reload_with(
             "in_force_sha256": policy.snapshot().sha256,
             "diagnostics": outcome.diagnostics,
             "tests_run": opts.tests_dir.is_some(),
+            "signature_required": policy.signing().is_some(),
+            "in_force_signer": policy.snapshot().signer.as_ref().map(|s| json!({
+                "principal": s.principal,
+                "key": s.key,
+            })),
         });
         if let Err(e) = store.insert_event("policy_reload", &detail) {
             tracing::error!(error = %e, "cannot log the policy reload event");

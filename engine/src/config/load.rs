@@ -76,7 +76,8 @@ impl Config {
             limits: Limits::default(),
             clients: BTreeMap::new(),
             config_file: None,
-            policy_tests_on_reload: false,
+            policy_tests_on_reload: true,
+            policy_signing: None,
             retention: crate::retention::Retention::default(),
             redaction: crate::redact::LiveRedactor::default(),
         })
@@ -298,11 +299,43 @@ impl Config {
             );
         }
 
+        let (policies_dir, policy_signing) = match raw.policies {
+            None => (None, None),
+            Some(super::raw::RawPolicies::Dir(d)) => (Some(resolve(d)), None),
+            Some(super::raw::RawPolicies::Block(b)) => {
+                let signing = match (b.require_signature, b.allowed_signers) {
+                    (false, None) => None,
+                    (false, Some(_)) => {
+                        return Err(ConfigError(
+                            "policies.allowed_signers is only read with policies.require_signature: true"
+                                .into(),
+                        ));
+                    }
+                    (true, None) => {
+                        return Err(ConfigError(
+                            "policies.require_signature needs policies.allowed_signers (an absolute path)"
+                                .into(),
+                        ));
+                    }
+                    (true, Some(p)) if !p.is_absolute() => {
+                        return Err(ConfigError(format!(
+                            "policies.allowed_signers must be an absolute path, not {}",
+                            p.display()
+                        )));
+                    }
+                    (true, Some(p)) => {
+                        Some(codespace_policy::set_signature::SigningRule { allowed_signers: p })
+                    }
+                };
+                (Some(resolve(b.dir)), signing)
+            }
+        };
         Ok(Config {
             environments,
             workspaces,
             profiles,
-            policies_dir: raw.policies.map(resolve),
+            policies_dir,
+            policy_signing,
             schema_file: raw.schema.map(resolve),
             store: raw.store.map(resolve),
             limits,

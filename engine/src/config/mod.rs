@@ -133,6 +133,8 @@ pub struct Config {
     pub config_file: Option<PathBuf>,
     /// Run `<policies>/tests/*.yaml` against a changed policy set before swapping it in.
     pub policy_tests_on_reload: bool,
+    /// `policies.require_signature` with its `allowed_signers`: every live set must be signed.
+    pub policy_signing: Option<codespace_policy::set_signature::SigningRule>,
     /// How long the store keeps audit rows, operations and operation keys.
     pub retention: crate::retention::Retention,
     /// Secret patterns redacted from audit rows and error texts; swapped in place when the

@@ -28,9 +28,10 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) profiles: BTreeMap<String, RawProfile>,
     /// The policies directory (`base/`, `profiles/`, `tests/`); relative to the config file.
-    /// Absent: the shipped policy set embedded in the binary.
+    /// Absent: the shipped policy set embedded in the binary. Or an object: `{dir,
+    /// require_signature, allowed_signers}`.
     #[serde(default)]
-    pub(super) policies: Option<PathBuf>,
+    pub(super) policies: Option<RawPolicies>,
     /// The Cedar schema file; relative to the config file. Absent: the embedded schema, or
     /// `<policies>/../schema/codespace.cedarschema` when `policies` is set.
     #[serde(default)]
@@ -47,8 +48,8 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) clients: BTreeMap<String, RawClient>,
     /// Run `<policies>/tests/*.yaml` against a changed policy set before a hot reload swaps
-    /// it in; a failing test keeps the running set.
-    #[serde(default)]
+    /// it in; a failing test keeps the running set (default on).
+    #[serde(default = "tests_on_reload_default")]
     pub(super) policy_tests_on_reload: bool,
     /// How long the store keeps audit rows, operations and operation keys.
     #[serde(default)]
@@ -202,4 +203,36 @@ pub fn json_schema() -> serde_json::Value {
         top.insert("required".into(), serde_json::json!(["workspaces"]));
     }
     schema
+}
+
+/// `policy_tests_on_reload` when the config does not say: on, so a set that fails its own
+/// tests does not go live.
+fn tests_on_reload_default() -> bool {
+    true
+}
+
+/// `policies`: the directory, or the directory with its signature requirement.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub(super) enum RawPolicies {
+    /// The policies directory.
+    Dir(PathBuf),
+    /// The directory and how its sets must be signed.
+    Block(RawPoliciesBlock),
+}
+
+/// `policies` as an object.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPoliciesBlock {
+    /// The policies directory; relative to the config file.
+    pub(super) dir: PathBuf,
+    /// Refuse (at start-up and on every hot reload) a set without a good SSH signature
+    /// (`<dir>/policy-set.sig`, made by `codespace policy sign`) by a key of `allowed_signers`.
+    #[serde(default)]
+    pub(super) require_signature: bool,
+    /// Absolute path of an OpenSSH `allowed_signers` file (the format git uses) naming the keys
+    /// that may sign a set.
+    #[serde(default)]
+    pub(super) allowed_signers: Option<PathBuf>,
 }

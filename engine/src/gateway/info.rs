@@ -18,6 +18,10 @@ fn policy_block(snap: &PolicySnapshot, rejected: Option<RejectedReload>) -> Poli
             at: rfc3339_ms(rej.at_ms),
             errors: rej.errors,
         }),
+        signer: snap.signer.as_ref().map(|s| crate::wire::SignerInfo {
+            principal: s.principal.clone(),
+            key: s.key.clone(),
+        }),
     }
 }
 

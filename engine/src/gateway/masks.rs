@@ -104,7 +104,8 @@ impl Gateway {
 
 impl Services {
     /// Audit rows of the sandbox a command is about to get, queued before its start for one
-    /// group commit: its write scope's rows (`scope_rows`), then one `read` deny row per masked path,
+    /// group commit: its write scope's rows (`scope_rows`), then one `read` row per masked path
+    /// with decision `masked` (not `deny`: the call was allowed, the path withheld from it),
     /// under the command's own decision id after its own rows (paths and policy ids only,
     /// never contents).
     pub(crate) fn audit_masks(
@@ -135,7 +136,8 @@ impl Services {
                 subject: m.path.clone(),
                 client: Some(session.client.clone()),
                 transport: Some(session.transport.clone()),
-                decision: "deny".into(),
+                // Not a refused call: the command runs, this path is withheld from it.
+                decision: codespace_store::MASKED.into(),
                 policy_ids: m.policy_ids.clone(),
                 errors: Vec::new(),
                 default_deny: m.policy_ids.is_empty(),

@@ -10,6 +10,7 @@
 )]
 
 mod approvals_human;
+mod audit_masked;
 mod audit_visibility;
 mod cli_startup;
 mod dev_loop;
@@ -34,9 +35,12 @@ mod mrtr_tasks;
 mod ops_journals;
 mod patch_crash;
 mod policy_cli;
+mod policy_honest;
 mod policy_operator_profile;
 mod policy_ops;
+mod policy_review;
 mod policy_rollout;
+mod policy_signed;
 mod policy_verify;
 mod process_bench;
 mod process_common;

@@ -276,7 +276,7 @@ async fn the_mask_set_is_in_the_audit_log_without_contents() {
     );
     assert!(
         rows.iter()
-            .all(|r| r.decision == "deny" || r.action != "read")
+            .all(|r| r.decision == codespace_store::MASKED || r.action != "read")
     );
     let dump = format!("{rows:?}");
     assert!(!dump.contains(SECRET), "contents in the audit log");

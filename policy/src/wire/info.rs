@@ -99,6 +99,18 @@ pub struct PolicyInfo {
     /// The last reload that was refused, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_reload_rejected: Option<RejectedReloadInfo>,
+    /// Who signed the set in force (only when the config requires a signature).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signer: Option<SignerInfo>,
+}
+
+/// `workspace_info.policy.signer`.
+#[derive(Debug, Clone, Serialize)]
+pub struct SignerInfo {
+    /// The `allowed_signers` principal whose key signed the set.
+    pub principal: String,
+    /// The key (`ED25519 key SHA256:…`).
+    pub key: String,
 }
 
 /// `workspace_info.policy.last_reload_rejected`.

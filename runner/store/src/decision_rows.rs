@@ -6,6 +6,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::StoreError;
 
+/// The `decision` of a row that records a path withheld (masked) from an allowed command: not a
+/// refused call, so `audit --decision deny` and deny alerts do not see it.
+pub const MASKED: &str = "masked";
+
 /// One audited Cedar sub-request. Never holds file contents, patches or stdin.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DecisionRow {
@@ -31,7 +35,8 @@ pub struct DecisionRow {
     pub client: Option<String>,
     /// Transport (stdio, http, ...), when known.
     pub transport: Option<String>,
-    /// `"allow"` or `"deny"`.
+    /// `"allow"` or `"deny"` (Cedar's answer to the sub-request), or [`MASKED`] (a path
+    /// withheld from an allowed command: Cedar denied its `read`, the call itself ran).
     pub decision: String,
     /// Ids of the determining policies.
     pub policy_ids: Vec<String>,

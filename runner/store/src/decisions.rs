@@ -13,7 +13,7 @@ use crate::store::Store;
 pub struct DecisionQuery {
     /// Only rows with `at_ms >= since_ms`.
     pub since_ms: Option<i64>,
-    /// Only `"allow"` or only `"deny"` rows.
+    /// Only the rows with this decision (`"allow"`, `"deny"` or `"masked"`).
     pub decision: Option<String>,
     /// Only this workspace.
     pub workspace: Option<String>,

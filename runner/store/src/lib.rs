@@ -31,7 +31,7 @@ pub use audit_writer::{
     AuditErrorHook, AuditTicket, AuditWriterConfig, DEFAULT_BATCH_ROWS, DEFAULT_CAPACITY,
     DEFAULT_MAX_DELAY, TryAppendError,
 };
-pub use decision_rows::DecisionRow;
+pub use decision_rows::{DecisionRow, MASKED};
 pub use decisions::DecisionQuery;
 pub use error::StoreError;
 pub use events::EventRow;

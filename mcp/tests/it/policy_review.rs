@@ -1,0 +1,160 @@
+//! Review output (issue 32 item 5), through the real binary: `policy test --format markdown`
+//! and `policy diff --format markdown` fit a pull-request comment; `policy diff --log FILE`
+//! replays the JSON lines `codespace audit --json` exported, without the store.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use crate::stdio_common;
+
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use stdio_common::{BIN, StdioServer};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .current_dir(repo())
+        .env_remove("CODESPACE_CONFIG")
+        .output()
+        .unwrap()
+}
+
+fn both(o: &Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn policy_test_markdown_names_the_failed_cases_and_the_gates() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("t.yaml");
+    std::fs::write(
+        &f,
+        "workspace: { id: w, profile: read-only }\ncases:\n  - name: reads\n    call: { name: read, arguments: { workspace_id: w, path: a } }\n    decision: allow\n  - name: runs | pipes\n    call: { name: exec_command, arguments: { workspace_id: w, command: [ls] } }\n    decision: allow\n",
+    )
+    .unwrap();
+    let o = run(&[
+        "policy",
+        "test",
+        f.to_str().unwrap(),
+        "--format",
+        "markdown",
+        "--coverage-min-profile",
+        "100",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", both(&o));
+    let md = String::from_utf8(o.stdout).unwrap();
+    assert!(md.starts_with("### Policy tests\n"), "{md}");
+    assert!(md.contains("**:x: 1 failed**, 1 passed"), "{md}");
+    // The case name's pipe is escaped so the table holds.
+    assert!(
+        md.contains("| runs \\| pipes | decision: expected allow"),
+        "{md}"
+    );
+    assert!(md.contains("**missed**"), "{md}");
+    assert!(md.contains("| `read-only` |"), "{md}");
+}
+
+#[test]
+fn policy_diff_replays_an_exported_log_as_markdown() {
+    let mut s = StdioServer::serve_temp_workspace().spawn();
+    s.initialize("review");
+    s.tool_ok("read", json!({"workspace_id": "default", "path": "a.txt"}));
+    // A mutating call's reply means the read's queued row is committed.
+    s.tool_ok(
+        "apply_patch",
+        json!({"workspace_id": "default",
+               "patch": "*** Begin Patch\n*** Add File: b.txt\n+x\n*** End Patch\n"}),
+    );
+    let store = s.dir().join("store.db");
+    let export = run(&[
+        "audit",
+        "--json",
+        "--all-rows",
+        "--store",
+        store.to_str().unwrap(),
+    ]);
+    assert!(export.status.success(), "{}", both(&export));
+    let log = s.dir().join("traffic.jsonl");
+    std::fs::write(&log, &export.stdout).unwrap();
+
+    // A candidate that withholds a.txt: a narrowing flip of the logged read.
+    let cand = s.dir().join("candidate");
+    for sub in ["base", "profiles"] {
+        std::fs::create_dir_all(cand.join(sub)).unwrap();
+        for e in std::fs::read_dir(repo().join("policies").join(sub)).unwrap() {
+            let p = e.unwrap().path();
+            std::fs::copy(&p, cand.join(sub).join(p.file_name().unwrap())).unwrap();
+        }
+    }
+    std::fs::write(
+        cand.join("base/extra.cedar"),
+        "@id(\"operator.forbid.a\")\n@reason(\"a.txt is private\")\nforbid (principal, action, resource)\nwhen { resource has path && resource.path == \"a.txt\" };\n",
+    )
+    .unwrap();
+    let o = run(&[
+        "policy",
+        "diff",
+        "--policies",
+        "policies",
+        "--schema",
+        "schema/codespace.cedarschema",
+        "--against",
+        cand.to_str().unwrap(),
+        "--against-schema",
+        "schema/codespace.cedarschema",
+        "--store",
+        "/nonexistent/never-read.db",
+        "--log",
+        log.to_str().unwrap(),
+        "--format",
+        "markdown",
+    ]);
+    let md = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(o.status.code(), Some(2), "{}", both(&o));
+    assert!(md.starts_with("### Policy diff\n"), "{md}");
+    assert!(md.contains("narrowing** flip(s), no widening"), "{md}");
+    assert!(md.contains("from the log "), "{md}");
+    assert!(
+        md.contains("| narrowing | 1 | `read` | `+operator.forbid.a` |")
+            || md.contains("| narrowing | 1 | `read/read` | `+operator.forbid.a` |"),
+        "{md}"
+    );
+    assert!(md.contains("<details><summary>Examples</summary>"), "{md}");
+
+    // The same log as JSON says where it came from.
+    let o = run(&[
+        "policy",
+        "diff",
+        "--policies",
+        "policies",
+        "--schema",
+        "schema/codespace.cedarschema",
+        "--against",
+        cand.to_str().unwrap(),
+        "--against-schema",
+        "schema/codespace.cedarschema",
+        "--log",
+        log.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", both(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["narrowing"], 1, "{v}");
+    assert_eq!(v["widening"], 0, "{v}");
+}
