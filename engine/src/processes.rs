@@ -145,6 +145,11 @@ impl Processes {
         }
     }
 
+    /// The limits of the table (the host runner's own table takes the same).
+    pub(crate) fn table_limits(&self) -> TableLimits {
+        self.table.limits().clone()
+    }
+
     /// Sets the sandbox helper executable (the `codespace` binary).
     /// An empty path clears it (fail closed).
     pub(crate) fn set_helper_exe(&mut self, exe: PathBuf) {

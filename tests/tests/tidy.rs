@@ -341,6 +341,9 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("policy-tools", &["engine", "policy", "runner/*"]),
     ("engine", &["policy", "runner/*"]),
     ("policy", &["runner/*"]),
+    // The one seam (the `Runner` trait and its DTOs) sits below the engine, beside the other
+    // runner crates, and depends on none of them: a worker and the gateway share it as is.
+    ("runner/api", &[]),
     ("tests", &["mcp", "engine", "policy", "runner/store"]),
 ];
 

@@ -55,6 +55,11 @@ pub(crate) struct WorkspaceRuntime {
     pub(crate) versions: Arc<crate::versions::Versions>,
     /// The path index `find`, `grep` and `find_files` read (fed by the versions watcher).
     pub(crate) index: Arc<crate::index::PathIndex>,
+    /// The runner of the workspace's environment: everything the handlers ask after a decision
+    /// goes through it (today every environment is this host: the gateway's one [`HostRunner`]).
+    ///
+    /// [`HostRunner`]: crate::host_runner::HostRunner
+    pub(crate) runner: Arc<dyn codespace_runner_api::Runner>,
     /// The workspace identity: the store's registration of this id bound to this root
     /// (operation keys and patch journals are scoped to it); empty without a store.
     pub(crate) registration: String,
@@ -75,10 +80,10 @@ pub struct Services {
     pub(crate) temps: Arc<codespace_runner_fs::TempNames>,
     /// The store statistics the retention pruner last computed.
     pub(crate) store_stats: crate::retention::StatsCell,
-    /// File reads off the async workers, versions cached by file identity.
-    pub(crate) file_versions: Arc<crate::file_versions::FileVersions>,
     /// `network: proxy`: what every process's egress-proxy decider shares.
     pub(crate) net: Arc<crate::gateway::net::Egress>,
+    /// The in-process runner every environment uses today.
+    pub(crate) host: Arc<crate::host_runner::HostRunner>,
 }
 
 /// The gateway: the one place that resolves a call's target, decides it and audits it. Tool
@@ -127,6 +132,13 @@ impl Gateway {
         let temps = crate::gateway::temp_files::start_instance(store.as_ref())?;
         let owned_files = crate::server_files::server_files(&config, policy.source());
         let mut workspaces = BTreeMap::new();
+        // File reads off the async workers, versions cached by file identity: the host
+        // runner's.
+        let host = Arc::new(crate::host_runner::HostRunner::new(
+            Arc::new(crate::file_versions::FileVersions::new()),
+            processes.table_limits(),
+            None,
+        ));
         // The path indexes' fence directories, beside the store (dead servers' ones swept now).
         let fences = crate::fence_dirs::prepare(config.store.as_deref());
         for (id, ws) in &config.workspaces {
@@ -174,6 +186,7 @@ impl Gateway {
                 secret_masking: crate::masks::masking_fact(ws.secret_masking, sandbox),
             };
             let root = Arc::new(root);
+            host.add_workspace(id, Arc::clone(&root), ws.root.clone());
             let index = Arc::new(crate::index::PathIndex::new_in(
                 Arc::clone(&root),
                 &ws.root,
@@ -192,6 +205,7 @@ impl Gateway {
                         index.fence_dir(),
                     )),
                     index,
+                    runner: Arc::clone(&host) as Arc<dyn codespace_runner_api::Runner>,
                     registration,
                 },
             );
@@ -226,8 +240,8 @@ impl Gateway {
                 processes,
                 temps,
                 store_stats: crate::retention::StatsCell::default(),
-                file_versions: Arc::new(crate::file_versions::FileVersions::new()),
                 net,
+                host,
             },
             policy,
             workspaces,

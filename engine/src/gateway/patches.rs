@@ -88,12 +88,17 @@ impl Services {
         if let Some(k) = ws.versions.known(rel.as_str()) {
             return Ok(k);
         }
-        let k = match self
-            .file_versions
-            .version(&ws.root, rel, self.config.limits.max_hash_bytes)
-            .await?
+        let k = match ws
+            .runner
+            .version(codespace_runner_api::VersionRequest {
+                workspace: ws.facts.id.clone(),
+                path: rel.as_str().to_string(),
+                max_hash_bytes: self.config.limits.max_hash_bytes,
+            })
+            .await
+            .map_err(crate::host_runner::to_tool_error)?
         {
-            Some(v) => Known::Version(v.as_str().to_string()),
+            Some(v) => Known::Version(v),
             None => Known::Absent,
         };
         ws.versions.record(rel.as_str(), k.clone());

@@ -15,6 +15,9 @@ impl Gateway {
     /// it, a workspace whose sandbox is enforced refuses every command (fail closed).
     pub fn with_helper_exe(mut self, exe: PathBuf) -> Gateway {
         self.svc.processes.set_helper_exe(exe);
+        self.svc
+            .host
+            .set_helper_exe(self.svc.processes.helper_exe.clone());
         self
     }
 

@@ -32,18 +32,28 @@ async fn read_one(auth: &Authorized<'_>, p: &ReadParams) -> Result<ReadResult, T
     let offset = p.offset.unwrap_or(0);
     let rel = auth.target()?.clone();
     let max_hash = auth.config.limits.max_hash_bytes;
-    let mut out = auth
-        .file_versions
-        .read(&ws.root, &rel, offset, limit, max_hash)
-        .await?;
+    // Through the workspace's runner (the one seam; today the host's).
+    let window = |offset: u64, limit: u64| codespace_runner_api::ReadRequest {
+        workspace: ws.facts.id.clone(),
+        path: rel.as_str().to_string(),
+        offset,
+        limit,
+        max_hash_bytes: max_hash,
+    };
+    let mut out = ws
+        .runner
+        .read(window(offset, limit))
+        .await
+        .map_err(crate::host_runner::to_tool_error)?;
     let mut offset = offset;
     if p.tail_lines.is_some() && out.size > READ_MAX_BYTES {
         // The last window of the file (its version is cached by the first read).
         offset = out.size - READ_MAX_BYTES;
-        out = auth
-            .file_versions
-            .read(&ws.root, &rel, offset, READ_MAX_BYTES, max_hash)
-            .await?;
+        out = ws
+            .runner
+            .read(window(offset, READ_MAX_BYTES))
+            .await
+            .map_err(crate::host_runner::to_tool_error)?;
     }
     let opened_links = crate::links::links_value(Kind::File, out.links);
     if opened_links != 1 {

@@ -178,9 +178,13 @@ async fn stale_version(
         };
         // From disk, not the version table: an outside edit may not have reached it yet.
         // A path that cannot be hashed (too large, unreadable) says nothing here.
-        let Ok(on_disk) = auth
-            .file_versions
-            .version(&ws.root, &rel, auth.config.limits.max_hash_bytes)
+        let Ok(on_disk) = ws
+            .runner
+            .version(codespace_runner_api::VersionRequest {
+                workspace: ws.facts.id.clone(),
+                path: rel.as_str().to_string(),
+                max_hash_bytes: auth.config.limits.max_hash_bytes,
+            })
             .await
         else {
             continue;

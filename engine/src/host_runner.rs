@@ -1,0 +1,1011 @@
+//! [`HostRunner`]: the in-process [`Runner`], today's code paths behind the one seam. It serves
+//! the workspaces of this host by id (their opened roots), reads through the gateway's
+//! [`FileVersions`] (the no-wait read and the version cache), walks and greps with the runner
+//! crates on the blocking pool, commits patches with `runner/fs`'s journaled transaction, and runs
+//! processes in a table of its own (sandboxed through `runner/sandbox`'s helper when the request
+//! carries a plan). `to_tool_error`/`from_tool_error` map its errors to the wire's and back,
+//! code for code and message for message.
+
+use crate::error::{ErrorCode, ToolError};
+use crate::file_versions::FileVersions;
+use codespace_runner_api::{self as api, BoxFuture, EventSink, Runner, RunnerError, RunnerResult};
+use codespace_runner_fs::txn::{self, Change, Journal};
+use codespace_runner_fs::{FsError, Kind, RelPath, Root, WalkLimits};
+use codespace_runner_process::{
+    InheritedFd, Launcher, ProcError, ProcessInfo, ProcessTable, ReadWindow, SpawnError,
+    SpawnOptions, SpawnSpec, TableLimits,
+};
+use codespace_runner_sandbox::{HelperOutcome, NetworkMode, SandboxCommand, SandboxPlan};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
+
+/// The runner of the host the server runs on.
+pub struct HostRunner {
+    roots: RwLock<HashMap<String, (Arc<Root>, PathBuf)>>,
+    file_versions: Arc<FileVersions>,
+    /// Its process table, set up (cgroups) on the first process call.
+    table: tokio::sync::OnceCell<ProcessTable>,
+    limits: TableLimits,
+    helper_exe: Mutex<Option<PathBuf>>,
+    sink: Arc<Mutex<Option<EventSink>>>,
+}
+
+impl std::fmt::Debug for HostRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostRunner").finish_non_exhaustive()
+    }
+}
+
+impl HostRunner {
+    /// A runner reading through `file_versions`, its processes limited by `limits`, sandboxed
+    /// through the helper `helper_exe` (none: a spawn with a sandbox plan fails closed).
+    pub(crate) fn new(
+        file_versions: Arc<FileVersions>,
+        limits: TableLimits,
+        helper_exe: Option<PathBuf>,
+    ) -> HostRunner {
+        HostRunner {
+            roots: RwLock::new(HashMap::new()),
+            file_versions,
+            table: tokio::sync::OnceCell::new(),
+            limits,
+            helper_exe: Mutex::new(helper_exe),
+            sink: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// Sets the sandbox helper (the `codespace` binary; `None`: sandboxed spawns fail closed).
+    pub(crate) fn set_helper_exe(&self, exe: Option<PathBuf>) {
+        *self
+            .helper_exe
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = exe;
+    }
+
+    /// The process table, set up on the blocking pool the first time.
+    async fn table(&self) -> RunnerResult<&ProcessTable> {
+        self.table
+            .get_or_try_init(|| {
+                let limits = self.limits.clone();
+                blocking(move || Ok(ProcessTable::new(limits)))
+            })
+            .await
+    }
+
+    /// Serves the workspace `id`: `root` opened at the absolute path `path`.
+    pub(crate) fn add_workspace(&self, id: &str, root: Arc<Root>, path: PathBuf) {
+        self.roots
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id.to_string(), (root, path));
+    }
+
+    fn workspace(&self, id: &str) -> RunnerResult<(Arc<Root>, PathBuf)> {
+        self.roots
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+            .cloned()
+            .ok_or_else(|| RunnerError::internal(format!("no workspace {id} on this runner")))
+    }
+
+    fn root(&self, id: &str) -> RunnerResult<Arc<Root>> {
+        self.roots
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+            .map(|(r, _)| Arc::clone(r))
+            .ok_or_else(|| RunnerError::internal(format!("no workspace {id} on this runner")))
+    }
+
+    /// Reports `event` to the subscriber, if any.
+    fn emit(sink: &Mutex<Option<EventSink>>, event: api::Event) {
+        let sink = sink.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        if let Some(sink) = sink {
+            sink(event);
+        }
+    }
+}
+
+fn rel(path: &str) -> RunnerResult<RelPath> {
+    RelPath::parse(path).map_err(fs_err)
+}
+
+/// A `runner/fs` error as the runner's (the message is the one the wire carries).
+pub(crate) fn fs_err(e: FsError) -> RunnerError {
+    from_tool_error(ToolError::from(e))
+}
+
+/// A tool error of the runner's work as a [`RunnerError`] (same code, same message).
+pub(crate) fn from_tool_error(e: ToolError) -> RunnerError {
+    let message = e.message;
+    match e.code {
+        ErrorCode::PathEscape => RunnerError::PathEscape { message },
+        ErrorCode::FileNotFound => RunnerError::NotFound { message },
+        ErrorCode::PathNotDirectory => RunnerError::NotDirectory { message },
+        ErrorCode::SymlinkRejected => RunnerError::Symlink { message },
+        ErrorCode::SpecialFileRejected => RunnerError::SpecialFile { message },
+        ErrorCode::FileTooLarge => RunnerError::TooLarge { message },
+        ErrorCode::StaleRead => RunnerError::Stale { message },
+        ErrorCode::AddFileExists => RunnerError::AddFileExists { message },
+        ErrorCode::MoveDestinationExists => RunnerError::MoveDestinationExists { message },
+        ErrorCode::FileOperationFailed => RunnerError::FileOperation { message },
+        ErrorCode::InvalidCommand => RunnerError::InvalidCommand { message },
+        ErrorCode::InvalidArguments => RunnerError::InvalidArguments { message },
+        ErrorCode::ProcessSpawnFailed => RunnerError::SpawnFailed { message },
+        ErrorCode::ProcessNotFound => RunnerError::ProcessNotFound { message },
+        ErrorCode::ProcessNotTty => RunnerError::ProcessNotTty { message },
+        ErrorCode::ProcessNotRunning => RunnerError::ProcessNotRunning { message },
+        _ => RunnerError::Internal { message },
+    }
+}
+
+/// A runner's error as the tool error the wire carries (an `Unavailable` runner is
+/// `ENVIRONMENT_UNAVAILABLE` where the contract has that code, else `INTERNAL`).
+pub(crate) fn to_tool_error(e: RunnerError) -> ToolError {
+    let code = ErrorCode::from_code(e.code());
+    ToolError::new(code, e.to_string())
+}
+
+fn proc_err(e: &ProcError) -> RunnerError {
+    from_tool_error(crate::processes::proc_error(e))
+}
+
+fn spawn_err(e: &SpawnError) -> RunnerError {
+    from_tool_error(crate::processes::spawn_error(e))
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> RunnerResult<T> + Send + 'static,
+) -> RunnerResult<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| RunnerError::internal(format!("file task: {e}")))?
+}
+
+fn kind(k: Kind) -> api::FileKind {
+    match k {
+        Kind::File => api::FileKind::File,
+        Kind::Dir => api::FileKind::Dir,
+        Kind::Symlink => api::FileKind::Symlink,
+        Kind::Other => api::FileKind::Other,
+    }
+}
+
+fn change(c: &api::FileChange) -> RunnerResult<Change> {
+    Ok(match c {
+        api::FileChange::Write { path, data, mode } => Change::Write {
+            path: rel(path)?,
+            data: data.clone(),
+            mode: *mode,
+        },
+        api::FileChange::Delete { path } => Change::Delete { path: rel(path)? },
+        api::FileChange::Move {
+            from,
+            to,
+            data,
+            mode,
+        } => Change::Move {
+            from: rel(from)?,
+            to: rel(to)?,
+            data: data.clone(),
+            mode: *mode,
+        },
+    })
+}
+
+fn backup_dto(b: &txn::Backup) -> api::Backup {
+    api::Backup {
+        path: b.path.as_str().to_string(),
+        before: b.before.clone(),
+    }
+}
+
+/// The journal of an apply: the gateway recorded the snapshot already, so recording checks that
+/// the state about to be overwritten is still exactly what was journaled.
+struct Journaled<'a>(&'a [api::Backup]);
+
+impl Journal for Journaled<'_> {
+    fn record(&mut self, backups: &[txn::Backup]) -> Result<(), String> {
+        let now: Vec<api::Backup> = backups.iter().map(backup_dto).collect();
+        if now == self.0 {
+            Ok(())
+        } else {
+            Err("the files changed after the journal was recorded".into())
+        }
+    }
+    fn finish(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// The journal of a snapshot: keeps the backups and stops the commit before any write.
+struct Snapshot(Vec<txn::Backup>);
+
+const SNAPSHOT_ONLY: &str = "snapshot only";
+
+impl Journal for Snapshot {
+    fn record(&mut self, backups: &[txn::Backup]) -> Result<(), String> {
+        self.0 = backups.to_vec();
+        Err(SNAPSHOT_ONLY.into())
+    }
+    fn finish(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+fn commit_err(e: txn::CommitError) -> RunnerError {
+    match e {
+        txn::CommitError::Refused { cause }
+        | txn::CommitError::RolledBack { cause }
+        | txn::CommitError::Partial { cause, .. } => fs_err(cause),
+        txn::CommitError::Journal { message } => RunnerError::Stale { message },
+        other => RunnerError::FileOperation {
+            message: other.to_string(),
+        },
+    }
+}
+
+fn status(info: &ProcessInfo) -> api::ProcessStatus {
+    api::ProcessStatus {
+        process_id: info.id.clone(),
+        state: match info.state {
+            codespace_runner_process::ProcState::Running => api::ProcessState::Running,
+            codespace_runner_process::ProcState::Exited => api::ProcessState::Exited,
+        },
+        exit_code: info.exit_code,
+        signal: info.signal,
+        termination: info.termination.map(|t| t.as_str().to_string()),
+    }
+}
+
+fn plan(root: &std::path::Path, s: &api::SandboxSpec) -> SandboxPlan {
+    let paths = |v: &[String]| v.iter().map(PathBuf::from).collect::<Vec<_>>();
+    let mut plan = SandboxPlan::new(root);
+    plan.write_workspace = s.write_workspace;
+    plan.write_paths = paths(&s.write_paths);
+    plan.read_only = paths(&s.read_only);
+    plan.masks = paths(&s.masks);
+    plan.network = match s.network {
+        api::SandboxNetwork::Restricted => NetworkMode::Restricted,
+        api::SandboxNetwork::Enabled => NetworkMode::Enabled,
+    };
+    plan.tmp_dir = s.tmp_dir.as_ref().map(PathBuf::from);
+    plan.extra_read = paths(&s.extra_read);
+    plan.home_dir = s.home_dir.as_ref().map(PathBuf::from);
+    plan
+}
+
+impl Runner for HostRunner {
+    fn read(&self, req: api::ReadRequest) -> BoxFuture<'_, RunnerResult<api::FileWindow>> {
+        Box::pin(async move {
+            let root = self.root(&req.workspace)?;
+            let path = rel(&req.path)?;
+            let w = self
+                .file_versions
+                .read(&root, &path, req.offset, req.limit, req.max_hash_bytes)
+                .await
+                .map_err(from_tool_error)?;
+            Ok(api::FileWindow {
+                data: w.data,
+                size: w.size,
+                version: w.version.as_str().to_string(),
+                links: w.links,
+            })
+        })
+    }
+
+    fn version(&self, req: api::VersionRequest) -> BoxFuture<'_, RunnerResult<Option<String>>> {
+        Box::pin(async move {
+            let root = self.root(&req.workspace)?;
+            let path = rel(&req.path)?;
+            let v = self
+                .file_versions
+                .version(&root, &path, req.max_hash_bytes)
+                .await
+                .map_err(from_tool_error)?;
+            Ok(v.map(|v| v.as_str().to_string()))
+        })
+    }
+
+    fn stat(&self, req: api::PathRequest) -> BoxFuture<'_, RunnerResult<Option<api::FileStat>>> {
+        Box::pin(async move {
+            let root = self.root(&req.workspace)?;
+            let path = rel(&req.path)?;
+            blocking(move || {
+                Ok(root.stat(&path).map_err(fs_err)?.map(|m| api::FileStat {
+                    kind: kind(m.kind),
+                    mode: m.mode,
+                    size: m.size,
+                    links: m.links,
+                }))
+            })
+            .await
+        })
+    }
+
+    fn walk(&self, req: api::WalkRequest) -> BoxFuture<'_, RunnerResult<api::Listing>> {
+        Box::pin(async move {
+            let root = self.root(&req.workspace)?;
+            let path = rel(&req.path)?;
+            let limits = WalkLimits {
+                max_depth: usize::try_from(req.max_depth).unwrap_or(usize::MAX),
+                max_entries: usize::try_from(req.max_entries).unwrap_or(usize::MAX),
+                stat_links: req.stat_links,
+            };
+            blocking(move || {
+                let w = root.walk_under_all(&path, &limits).map_err(fs_err)?;
+                Ok(api::Listing {
+                    entries: w
+                        .entries
+                        .into_iter()
+                        .map(|e| api::ListedEntry {
+                            path: e.path,
+                            kind: kind(e.kind),
+                            ino: e.ino,
+                            links: e.links,
+                        })
+                        .collect(),
+                    incomplete: w.incomplete,
+                    capped: w.capped,
+                    non_utf8_skipped: w.non_utf8_skipped as u64,
+                    unlisted: w
+                        .unlisted
+                        .into_iter()
+                        .map(|u| api::UnlistedDir {
+                            path: u.path,
+                            why: match u.why {
+                                codespace_runner_fs::UnlistedWhy::Depth => {
+                                    api::UnlistedReason::Depth
+                                }
+                                codespace_runner_fs::UnlistedWhy::Unreadable => {
+                                    api::UnlistedReason::Unreadable
+                                }
+                                codespace_runner_fs::UnlistedWhy::NonUtf8Name => {
+                                    api::UnlistedReason::NonUtf8Name
+                                }
+                            },
+                            name: u.name,
+                        })
+                        .collect(),
+                })
+            })
+            .await
+        })
+    }
+
+    fn grep(&self, req: api::GrepRequest) -> BoxFuture<'_, RunnerResult<api::GrepPage>> {
+        use codespace_runner_search::{GrepLimits, OpenError, Pattern, PatternOptions, Window};
+        Box::pin(async move {
+            let root = self.root(&req.workspace)?;
+            let opts = PatternOptions {
+                regex: req.regex,
+                case_insensitive: req.case_insensitive,
+                context_lines: usize::try_from(req.context_lines).unwrap_or(usize::MAX),
+            };
+            let pattern =
+                Pattern::new(&req.pattern, &opts).map_err(|e| RunnerError::InvalidArguments {
+                    message: e.to_string(),
+                })?;
+            blocking(move || {
+                let open = |p: &String| {
+                    let r = RelPath::parse(p).map_err(|_| OpenError::Unreadable)?;
+                    root.open_file(&r)
+                        .map(|(f, _)| f)
+                        .map_err(|_| OpenError::Unreadable)
+                };
+                let limits = GrepLimits {
+                    max_file_bytes: req.max_file_bytes,
+                    max_line_chars: usize::try_from(req.max_line_chars).unwrap_or(usize::MAX),
+                    max_output_bytes: usize::try_from(req.max_output_bytes).unwrap_or(usize::MAX),
+                    ..GrepLimits::default()
+                };
+                let window = Window {
+                    offset: req.offset,
+                    max_matches: req.max_matches,
+                };
+                let o = codespace_runner_search::grep::search(
+                    &pattern, &req.files, open, window, &limits,
+                );
+                Ok(api::GrepPage {
+                    matches: o
+                        .matches
+                        .into_iter()
+                        .map(|m| api::GrepMatch {
+                            file: m.file as u64,
+                            line_number: m.line_number,
+                            line: m.line,
+                            line_truncated: m.line_truncated,
+                            before: m.before,
+                            after: m.after,
+                        })
+                        .collect(),
+                    file_counts: o
+                        .file_counts
+                        .into_iter()
+                        .map(|(f, n)| (f as u64, n))
+                        .collect(),
+                    skipped_binary: o.skipped.binary,
+                    skipped_too_large: o.skipped.too_large,
+                    skipped_unreadable: o.skipped.unreadable,
+                    truncated: o.truncated,
+                    next_offset: o.next_offset,
+                    files_examined: o.files_examined as u64,
+                })
+            })
+            .await
+        })
+    }
+
+    fn snapshot(&self, req: api::SnapshotRequest) -> BoxFuture<'_, RunnerResult<Vec<api::Backup>>> {
+        Box::pin(async move {
+            let root = self.root(&req.workspace)?;
+            let changes = req
+                .changes
+                .iter()
+                .map(change)
+                .collect::<RunnerResult<Vec<_>>>()?;
+            blocking(move || {
+                let mut snap = Snapshot(Vec::new());
+                match txn::commit(&root, &changes, &mut snap, &mut |_| Ok(())) {
+                    Err(txn::CommitError::Journal { message }) if message == SNAPSHOT_ONLY => {
+                        Ok(snap.0.iter().map(backup_dto).collect())
+                    }
+                    Err(e) => Err(commit_err(e)),
+                    Ok(_) => Err(RunnerError::internal("a snapshot wrote files")),
+                }
+            })
+            .await
+        })
+    }
+
+    fn apply(&self, req: api::ApplyRequest) -> BoxFuture<'_, RunnerResult<api::AppliedPatch>> {
+        Box::pin(async move {
+            let root = self.root(&req.workspace)?;
+            let changes = req
+                .changes
+                .iter()
+                .map(change)
+                .collect::<RunnerResult<Vec<_>>>()?;
+            blocking(move || {
+                let mut journal = Journaled(&req.journaled);
+                let report = txn::commit(&root, &changes, &mut journal, &mut |_| Ok(()))
+                    .map_err(commit_err)?;
+                let v = |v: Option<codespace_runner_fs::Version>| v.map(|v| v.as_str().to_string());
+                Ok(api::AppliedPatch {
+                    files: report
+                        .files
+                        .into_iter()
+                        .map(|f| api::FileVersions {
+                            path: f.path.as_str().to_string(),
+                            before: v(f.before),
+                            after: v(f.after),
+                        })
+                        .collect(),
+                    created_dirs: report
+                        .created_dirs
+                        .iter()
+                        .map(|d| d.as_str().to_string())
+                        .collect(),
+                })
+            })
+            .await
+        })
+    }
+
+    fn restore(&self, req: api::RestoreRequest) -> BoxFuture<'_, RunnerResult<()>> {
+        Box::pin(async move {
+            let root = self.root(&req.workspace)?;
+            let backups = req
+                .backups
+                .iter()
+                .map(|b| {
+                    Ok(txn::Backup {
+                        path: rel(&b.path)?,
+                        before: b.before.clone(),
+                    })
+                })
+                .collect::<RunnerResult<Vec<_>>>()?;
+            blocking(move || {
+                txn::restore(&root, &backups).map_err(|files| RunnerError::FileOperation {
+                    message: format!("could not restore: {}", files.join(", ")),
+                })
+            })
+            .await
+        })
+    }
+
+    fn spawn(&self, req: api::SpawnRequest) -> BoxFuture<'_, RunnerResult<api::SpawnedProcess>> {
+        Box::pin(async move {
+            let (_, root_path) = self.workspace(&req.workspace)?;
+            let cwd_rel = rel(&req.cwd)?;
+            let cwd = if cwd_rel.is_root() {
+                root_path.clone()
+            } else {
+                root_path.join(cwd_rel.as_str())
+            };
+            let mut handshake = None;
+            let launcher = match &req.sandbox {
+                None => None,
+                Some(spec) => {
+                    let helper = self
+                        .helper_exe
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .clone();
+                    let Some(helper) = helper else {
+                        return Err(RunnerError::SpawnFailed {
+                            message: "command sandbox unavailable: this runner has no sandbox \
+                                      helper"
+                                .into(),
+                        });
+                    };
+                    let launch = SandboxCommand {
+                        helper,
+                        plan: plan(&root_path, spec),
+                        proxy_control: None,
+                    }
+                    .launch()
+                    .map_err(|e| RunnerError::SpawnFailed {
+                        message: format!("command sandbox unavailable: {e}"),
+                    })?;
+                    handshake = Some(launch.handshake);
+                    Some(Launcher {
+                        program: launch.program,
+                        args: launch.args,
+                        env: launch.env,
+                        inherit_fds: launch.inherit_fds.into_iter().map(InheritedFd).collect(),
+                    })
+                }
+            };
+            let spec = SpawnSpec {
+                argv: req.argv,
+                cwd,
+                env: req.env,
+                tty: req.tty.is_some(),
+                timeout: req.timeout_ms.map(Duration::from_millis),
+                launcher,
+                owner: req.owner,
+            };
+            let sink = Arc::clone(&self.sink);
+            let opts = SpawnOptions {
+                on_exit: Some(Box::new(move |id: &str| {
+                    HostRunner::emit(
+                        &sink,
+                        api::Event::ProcessExited {
+                            status: api::ProcessStatus {
+                                process_id: id.to_string(),
+                                state: api::ProcessState::Exited,
+                                exit_code: None,
+                                signal: None,
+                                termination: None,
+                            },
+                        },
+                    );
+                })),
+                separate_stderr: req.separate_stderr,
+            };
+            let table = self.table().await?;
+            let spawned = table
+                .spawn_with(spec, opts)
+                .await
+                .map_err(|e| spawn_err(&e))?;
+            if let Some(size) = req.tty {
+                let _ = table.resize(&spawned.id, size.rows, size.cols).await;
+            }
+            if let Some(h) = handshake {
+                let id = spawned.id.clone();
+                let exited = async move {
+                    let _ = table.wait_exit(&id).await;
+                };
+                if let HelperOutcome::Refused(why) = h.outcome(exited).await {
+                    let _ = table.terminate(&spawned.id).await;
+                    return Err(RunnerError::SpawnFailed { message: why });
+                }
+            }
+            Ok(api::SpawnedProcess {
+                process_id: spawned.id,
+                pid: spawned.pid,
+            })
+        })
+    }
+
+    fn write_stdin(&self, req: api::StdinRequest) -> BoxFuture<'_, RunnerResult<()>> {
+        Box::pin(async move {
+            self.table()
+                .await?
+                .write_stdin(&req.process_id, &req.data)
+                .await
+                .map_err(|e| proc_err(&e))
+        })
+    }
+
+    fn resize(&self, req: api::ResizeRequest) -> BoxFuture<'_, RunnerResult<()>> {
+        Box::pin(async move {
+            self.table()
+                .await?
+                .resize(&req.process_id, req.size.rows, req.size.cols)
+                .await
+                .map_err(|e| proc_err(&e))
+        })
+    }
+
+    fn read_output(&self, req: api::OutputRequest) -> BoxFuture<'_, RunnerResult<api::OutputPage>> {
+        Box::pin(async move {
+            let window = ReadWindow {
+                cursor: req.cursor,
+                max_bytes: req
+                    .max_bytes
+                    .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+                tail: false,
+            };
+            let wait = Some(Duration::from_millis(req.wait_ms));
+            let (out, err) = match req.stream {
+                api::OutputStream::Stdout => self
+                    .table()
+                    .await?
+                    .read_windows(&req.process_id, window, None, wait)
+                    .await
+                    .map(|(o, _)| (Some(o), None)),
+                api::OutputStream::Stderr => self
+                    .table()
+                    .await?
+                    .read_windows(&req.process_id, ReadWindow::default(), Some(window), wait)
+                    .await
+                    .map(|(_, e)| (None, e)),
+            }
+            .map_err(|e| proc_err(&e))?;
+            let c = out.or(err).ok_or_else(|| RunnerError::InvalidArguments {
+                message: "this process keeps no separate stderr".into(),
+            })?;
+            Ok(api::OutputPage {
+                data: c.data,
+                cursor: c.cursor,
+                eof: c.eof,
+                output_lost: c.output_lost,
+                retained_from: c.retained_from,
+            })
+        })
+    }
+
+    fn wait(&self, req: api::ProcessRef) -> BoxFuture<'_, RunnerResult<api::ProcessStatus>> {
+        Box::pin(async move {
+            let info = self
+                .table()
+                .await?
+                .wait_exit(&req.process_id)
+                .await
+                .map_err(|e| proc_err(&e))?;
+            Ok(status(&info))
+        })
+    }
+
+    fn status(&self, req: api::ProcessRef) -> BoxFuture<'_, RunnerResult<api::ProcessStatus>> {
+        Box::pin(async move {
+            let info = self
+                .table()
+                .await?
+                .status(&req.process_id)
+                .await
+                .map_err(|e| proc_err(&e))?;
+            Ok(status(&info))
+        })
+    }
+
+    fn terminate(&self, req: api::ProcessRef) -> BoxFuture<'_, RunnerResult<api::ProcessStatus>> {
+        Box::pin(async move {
+            self.table()
+                .await?
+                .terminate(&req.process_id)
+                .await
+                .map_err(|e| proc_err(&e))?;
+            let info = self
+                .table()
+                .await?
+                .wait_exit(&req.process_id)
+                .await
+                .map_err(|e| proc_err(&e))?;
+            Ok(status(&info))
+        })
+    }
+
+    fn probe_sandbox(&self) -> BoxFuture<'_, RunnerResult<api::SandboxProbe>> {
+        Box::pin(async move {
+            let p = blocking(|| Ok(codespace_runner_sandbox::probe())).await?;
+            Ok(api::SandboxProbe {
+                landlock_abi: p.landlock_abi,
+                seccomp: p.seccomp,
+                user_namespaces: p.user_namespaces,
+                net_namespaces: p.net_namespaces,
+                mount_namespaces: p.mount_namespaces,
+            })
+        })
+    }
+
+    fn subscribe(&self, sink: EventSink) {
+        *self.sink.lock().unwrap_or_else(PoisonError::into_inner) = Some(sink);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+    use codespace_runner_api::{Call, RemoteRunner, Reply, Wire, serve_call};
+
+    /// A worker in memory: every call and reply crosses as JSON, answered by a host runner.
+    struct JsonWire(Arc<HostRunner>);
+
+    impl Wire for JsonWire {
+        fn call(&self, call: Call) -> BoxFuture<'_, Result<Reply, RunnerError>> {
+            Box::pin(async move {
+                let sent = serde_json::to_string(&call).unwrap();
+                let call: Call = serde_json::from_str(&sent).unwrap();
+                let reply = serve_call(&*self.0, call).await;
+                let back = serde_json::to_string(&reply).unwrap();
+                Ok(serde_json::from_str(&back).unwrap())
+            })
+        }
+        fn subscribe(&self, sink: EventSink) {
+            self.0.subscribe(sink);
+        }
+    }
+
+    fn host(dir: &std::path::Path) -> Arc<HostRunner> {
+        let path = std::fs::canonicalize(dir).unwrap();
+        let h = HostRunner::new(
+            Arc::new(FileVersions::new()),
+            TableLimits {
+                cgroups: false,
+                ..TableLimits::default()
+            },
+            None,
+        );
+        h.add_workspace("w", Arc::new(Root::open(&path).unwrap()), path);
+        Arc::new(h)
+    }
+
+    fn ws() -> String {
+        "w".to_string()
+    }
+
+    #[tokio::test]
+    async fn a_remote_runner_over_json_behaves_like_the_host_runner() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "hello\nworld\n").unwrap();
+        std::fs::create_dir(dir.path().join("d")).unwrap();
+        std::fs::write(dir.path().join("d/b.txt"), "b\n").unwrap();
+        std::os::unix::fs::symlink("a.txt", dir.path().join("link")).unwrap();
+        let local = host(dir.path());
+        let remote: Arc<dyn Runner> = Arc::new(RemoteRunner::new(JsonWire(host(dir.path()))));
+        let local_dyn: Arc<dyn Runner> = local;
+        for r in [&local_dyn, &remote] {
+            // read: a window and the whole file's facts; errors keep their code and message.
+            let read = |path: &str, offset, limit| api::ReadRequest {
+                workspace: ws(),
+                path: path.into(),
+                offset,
+                limit,
+                max_hash_bytes: 1 << 20,
+            };
+            let w = r.read(read("a.txt", 6, 5)).await.unwrap();
+            assert_eq!((w.data.as_slice(), w.size, w.links), (&b"world"[..], 12, 1));
+            assert!(w.version.starts_with("sha256:"));
+            let e = r.read(read("missing", 0, 1)).await.unwrap_err();
+            assert_eq!(e.code(), "FILE_NOT_FOUND");
+            assert_eq!(e.to_string(), "file not found: missing");
+            let e = r.read(read("link", 0, 1)).await.unwrap_err();
+            assert_eq!(e.code(), "SYMLINK_REJECTED");
+            let mut big = read("a.txt", 0, 1);
+            big.max_hash_bytes = 3;
+            let e = r.read(big).await.unwrap_err();
+            assert_eq!(e.code(), "FILE_TOO_LARGE");
+            assert!(e.to_string().ends_with("(limits.max_hash_bytes)"), "{e}");
+            // stat and version.
+            let path = |p: &str| api::PathRequest {
+                workspace: ws(),
+                path: p.into(),
+            };
+            let st = r.stat(path("d")).await.unwrap().unwrap();
+            assert_eq!(st.kind, api::FileKind::Dir);
+            assert_eq!(r.stat(path("nope")).await.unwrap(), None);
+            let v = r
+                .version(api::VersionRequest {
+                    workspace: ws(),
+                    path: "a.txt".into(),
+                    max_hash_bytes: 1 << 20,
+                })
+                .await
+                .unwrap();
+            assert_eq!(v.as_deref(), Some(w.version.as_str()));
+            // walk.
+            let l = r
+                .walk(api::WalkRequest {
+                    workspace: ws(),
+                    path: ".".into(),
+                    max_depth: 8,
+                    max_entries: 100,
+                    stat_links: true,
+                })
+                .await
+                .unwrap();
+            let names: Vec<&str> = l.entries.iter().map(|e| e.path.as_str()).collect();
+            assert!(
+                names.contains(&"d/b.txt") && names.contains(&"link"),
+                "{names:?}"
+            );
+            // grep.
+            let g = r
+                .grep(api::GrepRequest {
+                    workspace: ws(),
+                    files: vec!["a.txt".into(), "d/b.txt".into()],
+                    pattern: "wor".into(),
+                    regex: false,
+                    case_insensitive: false,
+                    context_lines: 0,
+                    offset: 0,
+                    max_matches: 10,
+                    max_file_bytes: 1 << 20,
+                    max_line_chars: 100,
+                    max_output_bytes: 1 << 20,
+                })
+                .await
+                .unwrap();
+            assert_eq!(g.matches.len(), 1);
+            assert_eq!((g.matches[0].file, g.matches[0].line_number), (0, 2));
+        }
+        // patch: snapshot, journal (kept by the caller), apply; a change after the snapshot
+        // is refused before anything is written.
+        for (r, name) in [(&local_dyn, "l.txt"), (&remote, "r.txt")] {
+            let changes = vec![api::FileChange::Write {
+                path: name.into(),
+                data: b"new\n".to_vec(),
+                mode: 0o644,
+            }];
+            let snap = r
+                .snapshot(api::SnapshotRequest {
+                    workspace: ws(),
+                    changes: changes.clone(),
+                })
+                .await
+                .unwrap();
+            assert_eq!(
+                snap,
+                vec![api::Backup {
+                    path: name.into(),
+                    before: None
+                }]
+            );
+            assert!(!dir.path().join(name).exists(), "a snapshot writes nothing");
+            std::fs::write(dir.path().join(name), "outside\n").unwrap();
+            let e = r
+                .apply(api::ApplyRequest {
+                    workspace: ws(),
+                    changes: changes.clone(),
+                    journaled: snap,
+                })
+                .await
+                .unwrap_err();
+            assert_eq!(e.code(), "STALE_READ", "{e}");
+            assert_eq!(std::fs::read(dir.path().join(name)).unwrap(), b"outside\n");
+            let snap = r
+                .snapshot(api::SnapshotRequest {
+                    workspace: ws(),
+                    changes: changes.clone(),
+                })
+                .await
+                .unwrap();
+            let done = r
+                .apply(api::ApplyRequest {
+                    workspace: ws(),
+                    changes,
+                    journaled: snap.clone(),
+                })
+                .await
+                .unwrap();
+            assert_eq!(done.files.len(), 1);
+            assert_eq!(std::fs::read(dir.path().join(name)).unwrap(), b"new\n");
+            r.restore(api::RestoreRequest {
+                workspace: ws(),
+                backups: snap,
+            })
+            .await
+            .unwrap();
+            assert_eq!(std::fs::read(dir.path().join(name)).unwrap(), b"outside\n");
+        }
+        // exec: spawn (no sandbox plan: the operator turned it off), read, wait; exit events.
+        for r in [&local_dyn, &remote] {
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+            r.subscribe(Arc::new(move |e| {
+                let _ = tx.send(e);
+            }));
+            let p = r
+                .spawn(api::SpawnRequest {
+                    workspace: ws(),
+                    argv: vec!["/bin/sh".into(), "-c".into(), "cat a.txt; exit 3".into()],
+                    cwd: ".".into(),
+                    env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+                    tty: None,
+                    timeout_ms: None,
+                    separate_stderr: false,
+                    owner: "test".into(),
+                    sandbox: None,
+                })
+                .await
+                .unwrap();
+            let id = api::ProcessRef {
+                process_id: p.process_id.clone(),
+            };
+            let st = r.wait(id.clone()).await.unwrap();
+            assert_eq!(
+                (st.state, st.exit_code),
+                (api::ProcessState::Exited, Some(3))
+            );
+            let out = r
+                .read_output(api::OutputRequest {
+                    process_id: p.process_id.clone(),
+                    stream: api::OutputStream::Stdout,
+                    cursor: 0,
+                    max_bytes: None,
+                    wait_ms: 0,
+                })
+                .await
+                .unwrap();
+            assert_eq!(out.data, b"hello\nworld\n");
+            match rx.recv().await.unwrap() {
+                api::Event::ProcessExited { status } => {
+                    assert_eq!(status.process_id, p.process_id)
+                }
+                other => panic!("{other:?}"),
+            }
+            let e = r
+                .status(api::ProcessRef {
+                    process_id: "nope".into(),
+                })
+                .await
+                .unwrap_err();
+            assert_eq!(e.code(), "PROCESS_NOT_FOUND");
+            // A sandbox plan without a helper fails closed: nothing runs.
+            let e = r
+                .spawn(api::SpawnRequest {
+                    workspace: ws(),
+                    argv: vec!["/bin/true".into()],
+                    cwd: ".".into(),
+                    env: Vec::new(),
+                    tty: None,
+                    timeout_ms: None,
+                    separate_stderr: false,
+                    owner: "test".into(),
+                    sandbox: Some(api::SandboxSpec {
+                        write_workspace: false,
+                        write_paths: Vec::new(),
+                        read_only: Vec::new(),
+                        masks: Vec::new(),
+                        network: api::SandboxNetwork::Restricted,
+                        tmp_dir: None,
+                        extra_read: Vec::new(),
+                        home_dir: None,
+                    }),
+                })
+                .await
+                .unwrap_err();
+            assert_eq!(e.code(), "PROCESS_SPAWN_FAILED");
+        }
+    }
+
+    #[test]
+    fn errors_map_to_the_tool_error_they_came_from() {
+        for code in ErrorCode::ALL {
+            let t = ToolError::new(*code, "m");
+            let back = to_tool_error(from_tool_error(t.clone()));
+            if from_tool_error(t.clone()).code() == "INTERNAL" {
+                assert_eq!(back.code, ErrorCode::Internal);
+            } else {
+                assert_eq!(back, t);
+            }
+        }
+    }
+}
