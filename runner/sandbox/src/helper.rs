@@ -2,7 +2,6 @@
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
@@ -12,23 +11,21 @@ use crate::fs_rules;
 use crate::handshake::{HANDSHAKE_ARG, HelperEnd};
 use crate::mask;
 use crate::mountns;
-use crate::netns::{self, NETNS_ARG};
+use crate::netns;
 use crate::plan::{ARGV_SEPARATOR, NetworkMode, PLAN_ENV, SandboxPlan};
 use crate::probe;
 use crate::relay;
 use crate::seccomp::Filters;
 
 /// Entry for the helper. `args` are what followed [`crate::HELPER_ARG`]: optionally
-/// [`crate::HANDSHAKE_ARG`] and a descriptor number, optionally [`crate::NETNS_ARG`] and a
-/// descriptor number (the server's shared network namespace), then `--` and the target argv.
+/// [`crate::HANDSHAKE_ARG`] and a descriptor number, then `--` and the target argv.
 ///
 /// Steps: take the handshake descriptor (see [`crate::handshake`]) and mark it close-on-exec,
 /// read the plan from [`PLAN_ENV`] (and drop it from the target's environment), build the
 /// seccomp filters, set `PR_SET_NO_NEW_PRIVS`, leave the caller's session unless already a session
 /// leader (so a pipe-mode command has no controlling terminal), in `Restricted` mode enter a
 /// private network namespace (best-effort; in `Proxy` mode it is required and the relay is
-/// started in it, see [`crate::relay`]; in `Restricted` mode the server's shared namespace when
-/// it passed one and Landlock scopes abstract sockets, see [`crate::netns`]), enter the mount namespace the server prepared for the
+/// started in it, see [`crate::relay`]), enter the mount namespace the server prepared for the
 /// plan's write scope when it holds exactly that scope ([`crate::mountns`]), else cover the
 /// plan's secret masks and write scope in a private mount namespace of its own (or fail
 /// closed), drop every capability, apply Landlock (fully enforced or fail
@@ -44,16 +41,7 @@ pub fn helper_main(args: &[OsString]) -> SandboxError {
         Ok(split) => split,
         Err(e) => return e,
     };
-    let (shared_netns, args) = match split_netns(args) {
-        Ok(split) => split,
-        Err(e) => {
-            if let Some(end) = handshake {
-                end.refuse(&e);
-            }
-            return e;
-        }
-    };
-    let err = match prepare(args, handshake.as_ref(), shared_netns) {
+    let err = match prepare(args, handshake.as_ref()) {
         Ok(mut command) => {
             let program = args
                 .get(1)
@@ -93,11 +81,7 @@ fn split_handshake(args: &[OsString]) -> Result<(Option<HelperEnd>, &[OsString])
 }
 
 /// Everything up to (not including) the exec: returns the command to exec.
-fn prepare(
-    args: &[OsString],
-    handshake: Option<&HelperEnd>,
-    shared_netns: Option<OwnedFd>,
-) -> Result<Command, SandboxError> {
+fn prepare(args: &[OsString], handshake: Option<&HelperEnd>) -> Result<Command, SandboxError> {
     let (program, rest) = split_argv(args)?;
     let plan = read_plan()?;
     // Build everything that can fail for a non-security reason before restricting anything.
@@ -116,10 +100,7 @@ fn prepare(
     own_session()?;
     match plan.network {
         NetworkMode::Restricted => {
-            let shared = shared_netns.is_some_and(|ns| netns::enter_shared(ns, kernel_abi));
-            if !shared {
-                netns::enter_private_netns()?;
-            }
+            netns::enter_private_netns()?;
         }
         NetworkMode::Proxy => {
             // Inet sockets are allowed in this mode: without a namespace of its own the command
@@ -172,20 +153,6 @@ fn own_session() -> Result<(), SandboxError> {
     rustix::process::setsid()
         .map(|_| ())
         .map_err(|e| SandboxError::Hardening(format!("setsid failed: {e}")))
-}
-
-/// Takes the shared network namespace's descriptor when `args` start with [`NETNS_ARG`] and its
-/// number (marked close-on-exec at once); returns the rest.
-fn split_netns(args: &[OsString]) -> Result<(Option<OwnedFd>, &[OsString]), SandboxError> {
-    match args {
-        [flag, number, rest @ ..] if flag == NETNS_ARG => {
-            Ok((Some(netns::take_shared(number)?), rest))
-        }
-        [flag, ..] if flag == NETNS_ARG => Err(SandboxError::Usage(format!(
-            "{NETNS_ARG} needs a descriptor number"
-        ))),
-        _ => Ok((None, args)),
-    }
 }
 
 fn split_argv(args: &[OsString]) -> Result<(&OsString, &[OsString]), SandboxError> {

@@ -8,8 +8,7 @@ use std::sync::Arc;
 
 use crate::error::SandboxError;
 use crate::handshake::{HANDSHAKE_ARG, Handshake, handshake_pipe};
-use crate::netns::NETNS_ARG;
-use crate::plan::{NetworkMode, SandboxPlan, launcher_parts};
+use crate::plan::{SandboxPlan, launcher_parts};
 
 /// One sandboxed command to launch: what the caller fills, field by field.
 #[derive(Debug)]
@@ -18,8 +17,7 @@ pub struct SandboxCommand {
     pub helper: PathBuf,
     /// What the command may do. Its `proxy_control_fd` is set here from `proxy_control`, and its
     /// `mount_ns_fd` from the namespace prepared for its write scope when one is ready; leave
-    /// both `None`. A `Restricted` plan also gets the server's shared network namespace (after
-    /// [`crate::NETNS_ARG`]) once it is built.
+    /// both `None`.
     pub plan: SandboxPlan,
     /// `network: proxy`: the helper's end of the egress proxy's control socket (close-on-exec
     /// in the server; only this command's helper inherits it).
@@ -64,14 +62,6 @@ impl SandboxCommand {
         args.push(HANDSHAKE_ARG.to_owned());
         args.push(helper_end.as_raw_fd().to_string());
         let mut inherit_fds = vec![Arc::new(helper_end)];
-        // `Restricted`: the server's shared empty network namespace, when it has one.
-        if plan.network == NetworkMode::Restricted
-            && let Some(ns) = crate::netns::shared_for_launch()
-        {
-            args.push(NETNS_ARG.to_owned());
-            args.push(ns.as_raw_fd().to_string());
-            inherit_fds.push(ns);
-        }
         inherit_fds.extend(proxy_control);
         inherit_fds.extend(mount_ns);
         Ok(SandboxLaunch {
@@ -87,15 +77,13 @@ impl SandboxCommand {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::HELPER_ARG;
+    use crate::plan::{HELPER_ARG, NetworkMode};
 
     #[test]
     fn the_launch_names_the_handshake_descriptor_it_hands_over() {
-        let mut plan = SandboxPlan::new("/srv/ws");
-        plan.network = NetworkMode::Enabled;
         let launch = SandboxCommand {
             helper: "/usr/bin/codespace".into(),
-            plan,
+            plan: SandboxPlan::new("/srv/ws"),
             proxy_control: None,
         }
         .launch()
@@ -134,36 +122,5 @@ mod tests {
         let json = &launch.env[0].1;
         let decoded = SandboxPlan::from_json(json).unwrap();
         assert_eq!(decoded.proxy_control_fd, Some(control.as_raw_fd()));
-    }
-
-    #[test]
-    fn a_restricted_launch_names_the_shared_network_namespace_once_there_is_one() {
-        if !crate::prepare_shared_network_namespace() {
-            // No CAP_SYS_ADMIN here: launches go without, and the helper creates its own.
-            println!("skip: the kernel refused this process a network namespace");
-            assert_ne!(std::env::var("CI").as_deref(), Ok("true"));
-            return;
-        }
-        let launch = SandboxCommand {
-            helper: "/usr/bin/codespace".into(),
-            plan: SandboxPlan::new("/srv/ws"),
-            proxy_control: None,
-        }
-        .launch()
-        .unwrap();
-        assert_eq!(launch.inherit_fds.len(), 2);
-        let ns = launch.inherit_fds[1].as_raw_fd();
-        assert_eq!(
-            launch.args[3..],
-            [NETNS_ARG.to_owned(), ns.to_string()],
-            "{:?}",
-            launch.args
-        );
-        let flags = rustix::io::fcntl_getfd(&*launch.inherit_fds[1]).unwrap();
-        assert!(flags.contains(rustix::io::FdFlags::CLOEXEC));
-        // Not the server's own namespace.
-        let own = rustix::fs::stat("/proc/self/ns/net").unwrap();
-        let shared = rustix::fs::fstat(&*launch.inherit_fds[1]).unwrap();
-        assert_ne!(own.st_ino, shared.st_ino);
     }
 }

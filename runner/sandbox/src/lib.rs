@@ -24,9 +24,7 @@
 //!   `Restricted` adds `socket`/`socketpair` with a domain other than `AF_UNIX` → `EPERM`).
 //! - **No capabilities**: bounding, permitted, effective, inheritable and ambient sets emptied.
 //! - `PR_SET_NO_NEW_PRIVS`, its own session (no controlling terminal in pipe mode), and in
-//!   `Restricted` mode a network namespace with no interface up (best-effort): the one the server
-//!   shares among its `Restricted` commands when Landlock scopes abstract sockets (ABI ≥ 6),
-//!   else the command's own (`netns.rs`).
+//!   `Restricted` mode a private network namespace (best-effort).
 //! - **Secret masks** (`SandboxPlan::masks`): a private mount namespace in which each withheld
 //!   path is covered by an empty read-only file or directory; the command cannot undo them
 //!   (seccomp) nor hardlink them (`EXDEV`). Every directory between the workspace root and a
@@ -67,7 +65,6 @@ pub use helper::{helper_main, run_helper};
 pub use launch::{SandboxCommand, SandboxLaunch};
 pub use mask::MAX_MASKS;
 pub use mountns::{MAX_AGE as PREPARED_NAMESPACE_MAX_AGE, prepare_mount_namespace};
-pub use netns::{NETNS_ARG, prepare_shared_network_namespace};
 pub use plan::{
     ARGV_SEPARATOR, HELPER_ARG, LauncherParts, MAX_PLAN_BYTES, NetworkMode, PLAN_ENV, PROXY_PORT,
     SandboxPlan, launcher_parts,

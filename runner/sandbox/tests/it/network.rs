@@ -1,5 +1,4 @@
-//! Network modes seen from a sandboxed command: inet sockets denied when Restricted, open when
-//! Enabled; Restricted commands in the server's shared namespace keep their abstract sockets apart.
+//! Network modes seen from a sandboxed command: inet sockets denied when Restricted, open when Enabled.
 // Helper functions of this test crate are test code too (clippy.toml only covers #[test] fns).
 #![allow(
     clippy::unwrap_used,
@@ -11,16 +10,10 @@
 use crate::common;
 
 use std::net::TcpListener;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use codespace_runner_sandbox::{
-    ARGV_SEPARATOR, NETNS_ARG, NetworkMode, SandboxCommand, SandboxPlan,
-    prepare_shared_network_namespace, probe,
-};
-use common::{
-    Fixture, SYSTEM_PATH, helper_exe, python_or_skip, run, sandbox_or_skip, stderr, stdout,
-};
+use codespace_runner_sandbox::{NetworkMode, probe};
+use common::{Fixture, python_or_skip, run, sandbox_or_skip, stderr, stdout};
 
 const PY_CONNECT: &str = "import socket, sys\ntry:\n    socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=5).close(); print('ok')\nexcept OSError as e:\n    print('errno', e.errno)";
 
@@ -122,101 +115,4 @@ fn restricted_mode_gets_a_private_network_namespace() {
     );
     assert_ne!(stdout(&restricted), own, "{}", stderr(&restricted));
     assert_eq!(stdout(&enabled), own, "{}", stderr(&enabled));
-}
-
-/// Starts `argv` through [`SandboxCommand::launch`] the way the process runner does (the
-/// launch's descriptors kept across `exec` in the child only), piped stdio.
-fn spawn_launched(plan: SandboxPlan, argv: &[&str]) -> std::process::Child {
-    use std::os::fd::AsRawFd;
-    use std::os::unix::process::CommandExt;
-    let launch = SandboxCommand {
-        helper: helper_exe().to_path_buf(),
-        plan,
-        proxy_control: None,
-    }
-    .launch()
-    .unwrap();
-    assert!(
-        launch.args.iter().any(|a| a == NETNS_ARG),
-        "the launch names the shared namespace: {:?}",
-        launch.args
-    );
-    let keep: Vec<i32> = launch.inherit_fds.iter().map(|f| f.as_raw_fd()).collect();
-    let mut cmd = std::process::Command::new(&launch.program);
-    cmd.args(&launch.args)
-        .arg(ARGV_SEPARATOR)
-        .args(argv)
-        .envs(launch.env.iter().cloned())
-        .env("PATH", SYSTEM_PATH)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    // SAFETY: fcntl(F_SETFD) is async-signal-safe; it only clears the flag in the child.
-    unsafe {
-        cmd.pre_exec(move || {
-            for fd in &keep {
-                if libc::fcntl(*fd, libc::F_SETFD, 0) == -1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
-    cmd.spawn().unwrap()
-}
-
-const PY_ABSTRACT_LISTEN: &str = "import socket, sys\ns = socket.socket(socket.AF_UNIX)\ns.bind('\\0' + sys.argv[1])\ns.listen(1)\nprint('ready', flush=True)\nsys.stdin.read()";
-const PY_ABSTRACT_CONNECT: &str = "import socket, sys\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect('\\0' + sys.argv[1]); print('ok')\nexcept OSError as e:\n    print('errno', e.errno)";
-
-/// `Restricted` commands share the server's one empty network namespace (not the host's) where
-/// Landlock scopes abstract sockets, and one command cannot reach another's abstract socket in
-/// it; the target never holds the namespace's descriptor.
-#[test]
-fn restricted_commands_share_one_namespace_but_not_their_abstract_sockets() {
-    let name = "restricted_commands_share_one_namespace_but_not_their_abstract_sockets";
-    if !sandbox_or_skip(name) || !python_or_skip(name) {
-        return;
-    }
-    if probe().landlock_abi.unwrap_or(0) < 6 || !prepare_shared_network_namespace() {
-        codespace_test_skip::skip(
-            name,
-            "no shared network namespace here (Landlock ABI < 6 or no CAP_SYS_ADMIN)",
-        );
-        return;
-    }
-    let fx = Fixture::new();
-    let plan = || fx.plan(false, NetworkMode::Restricted);
-    let own = std::fs::read_link("/proc/self/ns/net").unwrap();
-    let ns_of = |argv: &[&str]| {
-        let out = spawn_launched(plan(), argv).wait_with_output().unwrap();
-        assert!(out.status.success(), "{}", stderr(&out));
-        stdout(&out)
-    };
-    let first = ns_of(&["readlink", "/proc/self/ns/net"]);
-    let second = ns_of(&["readlink", "/proc/self/ns/net"]);
-    assert_eq!(first, second, "both commands are in the shared namespace");
-    assert_ne!(first, own.to_string_lossy(), "not the host's namespace");
-    let fds = ns_of(&["ls", "-l", "/proc/self/fd/"]);
-    assert!(
-        !fds.contains("net:["),
-        "the target holds no namespace: {fds}"
-    );
-
-    let socket = format!("codespace-shared-netns-{}", std::process::id());
-    let mut listener = spawn_launched(plan(), &["python3", "-c", PY_ABSTRACT_LISTEN, &socket]);
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(listener.stdout.as_mut().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    assert_eq!(line.trim(), "ready");
-    let reached = ns_of(&["python3", "-c", PY_ABSTRACT_CONNECT, &socket]);
-    drop(listener.stdin.take());
-    let out = listener.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(
-        reached, "errno 1",
-        "another command's abstract socket is out of reach"
-    );
 }
