@@ -254,6 +254,7 @@ fn status(info: &ProcessInfo) -> api::ProcessStatus {
         state: match info.state {
             codespace_runner_process::ProcState::Running => api::ProcessState::Running,
             codespace_runner_process::ProcState::Exited => api::ProcessState::Exited,
+            codespace_runner_process::ProcState::Lost => api::ProcessState::Lost,
         },
         exit_code: info.exit_code,
         signal: info.signal,

@@ -38,16 +38,15 @@ pub fn is_2026(context: &RequestContext<RoleServer>) -> bool {
         .is_some_and(|v| !v.has_initialize())
 }
 
-/// The codec of this server start: a random 256-bit key (two v4 UUIDs' 244 random bits plus
-/// their fixed version bits) made on first use and kept in memory only.
+/// The codec of this server start: a 256-bit key from the kernel's CSPRNG (`getrandom`), made on
+/// first use and kept in memory only (holds answered through `input_required` do not survive a
+/// restart; the tool channel does). No key, no codec: the call fails closed.
 fn codec() -> Option<&'static RequestStateCodec> {
     static CODEC: OnceLock<Option<RequestStateCodec>> = OnceLock::new();
     CODEC
         .get_or_init(|| {
-            let mut key = Vec::with_capacity(32);
-            for _ in 0..2 {
-                key.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
-            }
+            let mut key = vec![0u8; 32];
+            getrandom::fill(&mut key).ok()?;
             RequestStateCodec::try_new(key).ok()
         })
         .as_ref()

@@ -18,7 +18,8 @@ use codespace_policy::request::{
 };
 use codespace_policy::wire::{ExecCommandParams, ToolCall};
 use codespace_policy::{Action, Decider, NoRows, PolicySnapshot, PolicySource, compile};
-use criterion::{Criterion, black_box};
+use criterion::Criterion;
+use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,6 +29,8 @@ fn facts() -> WorkspaceFacts {
         profile: "workspace-write".into(),
         environment: "local".into(),
         environment_kind: EnvironmentKind::Host,
+        environment_transport: codespace_policy::config::EnvironmentTransport::InProcess,
+        environment_host: String::new(),
         sandbox: SandboxFact::Enforced,
         network_enforcement: NetworkEnforcement::Enforced,
         network: Network::Restricted,

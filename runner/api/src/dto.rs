@@ -446,6 +446,8 @@ pub enum ProcessState {
     Running,
     /// Exited (or killed).
     Exited,
+    /// Its worker died: nothing more is known of it.
+    Lost,
 }
 
 /// A process's status.
