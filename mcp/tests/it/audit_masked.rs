@@ -59,7 +59,8 @@ fn a_commands_masks_are_masked_rows_not_denials() {
         "exec_command",
         json!({"workspace_id": "default", "command": ["true"]}),
     );
-    assert_eq!(r["exit_code"], 0, "{r}");
+    // Its masks were queued for the log before it started.
+    assert!(r["process_id"].is_string(), "{r}");
     // A refused call beside it: a real deny.
     let e = s.tool_err("read", json!({"workspace_id": "default", "path": ".env"}));
     assert_eq!(e["code"], "UNAUTHORIZED", "{e}");
