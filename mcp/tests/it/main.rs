@@ -10,7 +10,6 @@
 )]
 
 mod approvals_human;
-mod audit_masked;
 mod audit_visibility;
 mod cli_startup;
 mod dev_loop;

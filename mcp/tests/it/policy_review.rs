@@ -131,8 +131,7 @@ fn policy_diff_replays_an_exported_log_as_markdown() {
     assert!(md.contains("narrowing** flip(s), no widening"), "{md}");
     assert!(md.contains("from the log "), "{md}");
     assert!(
-        md.contains("| narrowing | 1 | `read` | `+operator.forbid.a` |")
-            || md.contains("| narrowing | 1 | `read/read` | `+operator.forbid.a` |"),
+        md.contains("| narrowing | 1 | `read` | `+operator.forbid.a`"),
         "{md}"
     );
     assert!(md.contains("<details><summary>Examples</summary>"), "{md}");
