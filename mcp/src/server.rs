@@ -104,7 +104,11 @@ impl CodeSpaceServer {
         };
         let id = e.approval_id.clone().unwrap_or_default();
         let (gateway, s) = (Arc::clone(&self.gateway), session.clone());
-        let work = async move { gateway.answer_in_band(&s, &id, answer).await };
+        let work = async move {
+            gateway
+                .answer_in_band(&s, &id, answer, InBandChannel::Elicitation)
+                .await
+        };
         crate::long_call::run(work, detach, wait_ms, context).await
     }
 }
@@ -132,7 +136,7 @@ impl CodeSpaceServer {
         let (gateway, s) = (Arc::clone(&self.gateway), session.clone());
         let work = async move {
             gateway
-                .answer_in_band_via(&s, &id, answer, InBandChannel::Mrtr)
+                .answer_in_band(&s, &id, answer, InBandChannel::Mrtr)
                 .await
         };
         match crate::long_call::wait_of(call) {
