@@ -205,22 +205,11 @@ impl Gateway {
         Ok(result)
     }
 
-    /// A human's answer in-band (channel `elicitation`, through the asking client): decided by
-    /// policy as `approval_resolve`; a grant resumes the held call at once and returns the held
-    /// tool's own result; a deny is final (`APPROVAL_CONFLICT`, nothing ran).
+    /// A human's answer in-band through the asking client (channel `elicitation`, or `mrtr`:
+    /// the answer of an MCP 2026 `input_required` retry, single-use): decided by policy as
+    /// `approval_resolve`; a grant resumes the held call at once and returns the held tool's own
+    /// result; a deny is final (`APPROVAL_CONFLICT`, nothing ran).
     pub async fn answer_in_band(
-        &self,
-        session: &Session,
-        id: &str,
-        decision: ApprovalDecision,
-    ) -> Result<ToolResult, ToolError> {
-        self.answer_in_band_via(session, id, decision, InBandChannel::Elicitation)
-            .await
-    }
-
-    /// [`Gateway::answer_in_band`] over `channel` (`mrtr`: the answer of an `input_required`
-    /// retry, single-use).
-    pub async fn answer_in_band_via(
         &self,
         session: &Session,
         id: &str,

@@ -5,6 +5,7 @@
 //! the hold pending and return `APPROVAL_REQUIRED` as usual. The same question is what an MCP
 //! 2026-07-28 client gets inside `input_required` ([`crate::mrtr`]).
 
+use codespace_engine::gateway::approvals::InBandChannel;
 use codespace_engine::shown::escape;
 use codespace_engine::wire::{ApprovalDecision, ToolResult};
 use codespace_engine::{Gateway, Session, ToolError};
@@ -121,7 +122,9 @@ pub async fn ask(
     let Some(id) = held.approval_id.as_deref() else {
         return Err(held);
     };
-    gateway.answer_in_band(session, id, answer).await
+    gateway
+        .answer_in_band(session, id, answer, InBandChannel::Elicitation)
+        .await
 }
 
 #[cfg(test)]

@@ -112,7 +112,9 @@ impl CodeSpaceServer {
         let id = e.approval_id.clone().unwrap_or_default();
         let (gateway, s) = (Arc::clone(&self.gateway), session.clone());
         let work = with_trace_parent(trace, async move {
-            gateway.answer_in_band(&s, &id, answer).await
+            gateway
+                .answer_in_band(&s, &id, answer, InBandChannel::Elicitation)
+                .await
         });
         crate::long_call::run(work, detach, wait_ms, context).await
     }
@@ -175,7 +177,7 @@ impl CodeSpaceServer {
         let (gateway, s) = (Arc::clone(&self.gateway), session.clone());
         let work = async move {
             gateway
-                .answer_in_band_via(&s, &id, answer, InBandChannel::Mrtr)
+                .answer_in_band(&s, &id, answer, InBandChannel::Mrtr)
                 .await
         };
         match crate::long_call::wait_of(call) {
