@@ -43,8 +43,11 @@ struct DecisionCache {
 }
 
 /// Entries kept in the decision cache before it is cleared (an entry is a few hundred bytes:
-/// a full cache is a few MB).
+/// a full cache is a few MB). Unit tests fill a small one: the bound is the same code.
+#[cfg(not(test))]
 const DECISION_CACHE_MAX: usize = 16_384;
+#[cfg(test)]
+const DECISION_CACHE_MAX: usize = 256;
 
 /// Answers derived from quiet probes (e.g. `workspace_info`'s capability set), kept for one
 /// policy set: caching under a new set drops the old set's answers.
