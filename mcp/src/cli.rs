@@ -80,6 +80,7 @@ enum Command {
     },
     /// Serve the worker protocol (a gateway's hands in a container, over ssh, as another uid):
     /// over stdin/stdout, or on a Unix socket. The secret is the first line of stdin.
+    #[command(after_help = crate::help::WORKER)]
     Worker(crate::worker_cli::WorkerArgs),
 }
 

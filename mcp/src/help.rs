@@ -36,6 +36,16 @@ Over stdio the server reads JSON-RPC on stdin and writes only protocol messages 
 go to stderr. Stop it with Ctrl-C (or Ctrl-D on a terminal). See docs/config.md and
 docs/operations.md.";
 
+/// `worker`.
+pub const WORKER: &str = "\
+Examples:
+  codespace worker --stdio                      # what ssh, podman exec and kubectl exec start
+  codespace worker --socket /run/codespace/w/worker.sock --allow-uid 1000
+
+The gateway writes the per-start secret as the first line of stdin (never in argv). This build's
+worker answers the protocol's handshake and ping; the runner is not served through it yet
+(docs/environments.md).";
+
 /// `doctor`.
 pub const DOCTOR: &str = "\
 Examples:

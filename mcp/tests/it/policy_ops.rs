@@ -104,7 +104,7 @@ fn test_failures_speak_contract_terms_and_name_the_determining_policies() {
     );
     assert!(!out.contains("UnknownTool"), "{out}");
     assert!(
-        out.contains("request refused: INVALID_ARGUMENTS: `path` (or `paths`) is required"),
+        out.contains("refused before Cedar (INVALID_ARGUMENTS: `path` (or `paths`) is required)"),
         "{out}"
     );
     assert!(
