@@ -66,11 +66,12 @@ pub enum DiffFormat {
     Markdown,
 }
 
+/// A replayable sample: its source, a label, the recorded request.
+type Sample = (&'static str, String, RecordedRequest);
+
 /// The rows of an exported audit log (JSON lines, one `codespace audit --json` row each;
-/// event lines and blank lines are skipped): (rows, rows without a replayable request).
-fn log_samples(
-    path: &Path,
-) -> Result<(Vec<(&'static str, String, RecordedRequest)>, usize, usize)> {
+/// event lines and blank lines are skipped): (samples, rows, rows without a replayable request).
+fn log_samples(path: &Path) -> Result<(Vec<Sample>, usize, usize)> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let (mut samples, mut rows, mut unreplayable) = (Vec::new(), 0usize, 0usize);
@@ -93,9 +94,9 @@ fn log_samples(
                 "log",
                 format!(
                     "{} #{} `{}`",
-                    v["decision_id"].as_str().unwrap_or("?"),
-                    v["sub_index"],
-                    v["subject"].as_str().unwrap_or("")
+                    v.get("decision_id").and_then(Value::as_str).unwrap_or("?"),
+                    v.get("sub_index").unwrap_or(&Value::Null),
+                    v.get("subject").and_then(Value::as_str).unwrap_or("")
                 ),
                 rec,
             )),

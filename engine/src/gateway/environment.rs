@@ -8,45 +8,43 @@ use crate::error::{ErrorCode, ToolError};
 use crate::wire::ToolCall;
 use std::sync::Arc;
 
-impl Gateway {
-    /// `Err(ENVIRONMENT_UNAVAILABLE)` when `call` needs the environment of `ws` and it cannot
-    /// be reached (recorded in the store's events first).
-    pub(crate) async fn environment_gate(
-        &self,
-        ws: &WorkspaceRuntime,
-        call: &ToolCall,
-        decision_id: &str,
-    ) -> Result<(), ToolError> {
-        if !crate::environments::needs_environment(call) {
-            return Ok(());
-        }
-        let Some(env) = self.config.environments.get(&ws.facts.environment) else {
-            return Ok(());
-        };
-        let Err(reason) = crate::environments::availability(&env.spec) else {
-            return Ok(());
-        };
-        let message = format!("environment `{}` is unavailable: {reason}", env.id);
-        if let Some(store) = self.store() {
-            let detail = serde_json::json!({
-                "decision_id": decision_id,
-                "workspace": ws.facts.id,
-                "environment": env.id,
-                "kind": env.spec.kind().as_str(),
-                "transport": env.spec.transport().as_str(),
-                "host": env.spec.host_fact(),
-                "tool": call.tool(),
-                "reason": reason,
-            });
-            let store = Arc::clone(store);
-            let written = tokio::task::spawn_blocking(move || {
-                store.insert_event("environment_unavailable", &detail)
-            })
-            .await;
-            if !matches!(written, Ok(Ok(_))) {
-                tracing::warn!("environment_unavailable event not recorded");
-            }
-        }
-        Err(ToolError::new(ErrorCode::EnvironmentUnavailable, message))
+/// `Err(ENVIRONMENT_UNAVAILABLE)` when `call` needs the environment of `ws` and it cannot
+/// be reached (recorded in the store's events first).
+pub(crate) async fn gate(
+    gw: &Gateway,
+    ws: &WorkspaceRuntime,
+    call: &ToolCall,
+    decision_id: &str,
+) -> Result<(), ToolError> {
+    if !crate::environments::needs_environment(call) {
+        return Ok(());
     }
+    let Some(env) = gw.config.environments.get(&ws.facts.environment) else {
+        return Ok(());
+    };
+    let Err(reason) = crate::environments::availability(&env.spec) else {
+        return Ok(());
+    };
+    let message = format!("environment `{}` is unavailable: {reason}", env.id);
+    if let Some(store) = gw.store() {
+        let detail = serde_json::json!({
+            "decision_id": decision_id,
+            "workspace": ws.facts.id,
+            "environment": env.id,
+            "kind": env.spec.kind().as_str(),
+            "transport": env.spec.transport().as_str(),
+            "host": env.spec.host_fact(),
+            "tool": call.tool(),
+            "reason": reason,
+        });
+        let store = Arc::clone(store);
+        let written = tokio::task::spawn_blocking(move || {
+            store.insert_event("environment_unavailable", &detail)
+        })
+        .await;
+        if !matches!(written, Ok(Ok(_))) {
+            tracing::warn!("environment_unavailable event not recorded");
+        }
+    }
+    Err(ToolError::new(ErrorCode::EnvironmentUnavailable, message))
 }

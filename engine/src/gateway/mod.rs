@@ -312,16 +312,11 @@ impl Gateway {
         })
     }
 
-    /// Entries in the decision cache (for tests of its bounds).
+    /// The decider's counters, for tests: `(entries in the decision cache, sub-requests asked
+    /// so far)`.
     #[doc(hidden)]
-    pub fn decision_cache_len(&self) -> usize {
-        self.decider.decision_cache_len()
-    }
-
-    /// Sub-requests asked of the decider so far (for tests that a kept answer asks nothing).
-    #[doc(hidden)]
-    pub fn decisions_asked(&self) -> u64 {
-        self.decider.asked()
+    pub fn decider_counters(&self) -> (usize, u64) {
+        (self.decider.decision_cache_len(), self.decider.asked())
     }
 
     /// Builds and decides the requests of a call on a workspace; `Err` is the refusal.
@@ -351,8 +346,7 @@ impl Gateway {
             .decider
             .decide(snap, &ws.facts, call.tool(), &reqs, session);
         if decision.allowed() {
-            self.environment_gate(ws, call, &decision.decision_id)
-                .await?;
+            environment::gate(self, ws, call, &decision.decision_id).await?;
             Ok(Decided {
                 decision,
                 action,

@@ -145,7 +145,7 @@ async fn the_cache_holds_one_policy_set_and_no_per_process_entries() {
     let read = || call("read", json!({"workspace_id": "w", "path": "a.txt"}));
 
     gw.call(&s, read()).await.unwrap();
-    let one_set = gw.decision_cache_len();
+    let one_set = gw.decider_counters().0;
     assert!(one_set > 0, "a read is cached");
     for i in 0..3 {
         std::fs::write(
@@ -158,7 +158,7 @@ async fn the_cache_holds_one_policy_set_and_no_per_process_entries() {
         policy.reload().unwrap();
         gw.call(&s, read()).await.unwrap();
         assert_eq!(
-            gw.decision_cache_len(),
+            gw.decider_counters().0,
             one_set,
             "reload {i}: entries of superseded sets are dropped"
         );
@@ -173,7 +173,7 @@ async fn the_cache_holds_one_policy_set_and_no_per_process_entries() {
     };
     let first = serde_json::to_value(gw.call(&s, exec()).await.unwrap()).unwrap();
     assert_eq!(first["exit_code"], 0, "{first}");
-    let with_exec = gw.decision_cache_len();
+    let with_exec = gw.decider_counters().0;
     for _ in 0..5 {
         let r = serde_json::to_value(gw.call(&s, exec()).await.unwrap()).unwrap();
         let pid = r["process_id"].as_str().unwrap().to_string();
@@ -183,7 +183,7 @@ async fn the_cache_holds_one_policy_set_and_no_per_process_entries() {
                 .unwrap();
         }
     }
-    assert_eq!(gw.decision_cache_len(), with_exec);
+    assert_eq!(gw.decider_counters().0, with_exec);
 }
 
 /// `workspace_info`'s probes (~30 sub-requests) are decided once per policy set: a second call
@@ -229,9 +229,9 @@ async fn workspace_info_probes_are_decided_once_per_policy_set() {
     let mut asked = Vec::new();
     let mut answers = Vec::new();
     for _ in 0..3 {
-        let before = gw.decisions_asked();
+        let before = gw.decider_counters().1;
         answers.push(serde_json::to_value(gw.call(&s, info()).await.unwrap()).unwrap());
-        asked.push(gw.decisions_asked() - before);
+        asked.push(gw.decider_counters().1 - before);
     }
     assert!(
         asked[0] >= 27,
@@ -254,9 +254,12 @@ async fn workspace_info_probes_are_decided_once_per_policy_set() {
     )
     .unwrap();
     policy.reload().unwrap();
-    let before = gw.decisions_asked();
+    let before = gw.decider_counters().1;
     let after = serde_json::to_value(gw.call(&s, info()).await.unwrap()).unwrap();
-    assert!(gw.decisions_asked() - before >= 27, "a reload decides anew");
+    assert!(
+        gw.decider_counters().1 - before >= 27,
+        "a reload decides anew"
+    );
     assert_eq!(exec(&after), "denied", "{after}");
     assert_eq!(after["execution"]["permissions"]["exec"], false);
 }
