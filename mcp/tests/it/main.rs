@@ -11,6 +11,7 @@
 
 mod approvals_human;
 mod audit_visibility;
+mod cli_common;
 mod cli_startup;
 mod dev_loop;
 mod dev_loop_stdio;

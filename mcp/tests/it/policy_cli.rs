@@ -8,26 +8,11 @@
     clippy::indexing_slicing
 )]
 
-use std::path::{Path, PathBuf};
+use crate::cli_common::{repo, run};
+use std::path::Path;
 use std::process::{Command, Output};
 
 const BIN: &str = env!("CARGO_BIN_EXE_codespace");
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn run(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .current_dir(repo())
-        .env_remove("CODESPACE_CONFIG")
-        .output()
-        .unwrap()
-}
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).to_string()

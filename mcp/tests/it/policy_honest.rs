@@ -9,39 +9,15 @@
     clippy::indexing_slicing
 )]
 
+use crate::cli_common::{both, repo, run};
 use crate::stdio_common;
 
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::time::{Duration, Instant};
-use stdio_common::{BIN, StdioServer};
+use stdio_common::StdioServer;
 
 const DEADLINE: Duration = Duration::from_secs(30);
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn run(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .current_dir(repo())
-        .env_remove("CODESPACE_CONFIG")
-        .output()
-        .unwrap()
-}
-
-fn both(o: &Output) -> String {
-    format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 fn write_case(dir: &Path, name: &str, yaml: &str) -> String {
     let f = dir.join(name);

@@ -8,36 +8,11 @@
     clippy::indexing_slicing
 )]
 
+use crate::cli_common::{both, repo, run};
 use crate::stdio_common;
 
 use serde_json::json;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use stdio_common::{BIN, StdioServer};
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn run(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .current_dir(repo())
-        .env_remove("CODESPACE_CONFIG")
-        .output()
-        .unwrap()
-}
-
-fn both(o: &Output) -> String {
-    format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use stdio_common::StdioServer;
 
 #[test]
 fn policy_test_markdown_names_the_failed_cases_and_the_gates() {

@@ -10,6 +10,7 @@
     clippy::indexing_slicing
 )]
 
+use crate::cli_common::{both, repo};
 use crate::stdio_common;
 
 use serde_json::json;
@@ -19,21 +20,6 @@ use std::time::{Duration, Instant};
 use stdio_common::{BIN, StdioServer};
 
 const DEADLINE: Duration = Duration::from_secs(30);
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn both(o: &Output) -> String {
-    format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 fn cli(args: &[&str]) -> Output {
     Command::new(BIN)
