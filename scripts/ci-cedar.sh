@@ -3,8 +3,9 @@
 #   1. strictly validate schema/ + the policy files (base + profiles, concatenated), and
 #   2. agree with our engine on every resolved request of our policy tests
 #      (`codespace policy test --emit-cedar DIR` → `cedar run-tests`).
-# Three sets are checked: the shipped one (policies/{base,profiles}) and the worked example of
-# docs/policy.md (shipped + policies/examples/profiles), and that plus policies/examples/base.
+# These sets are checked: the shipped one (policies/{base,profiles}) and the worked example of
+# docs/policy.md (shipped + policies/examples/profiles), that plus policies/examples/base, and
+# the shipped one with each environment guardrail of policies/examples/environments alone.
 # Exits non-zero on any disagreement.
 #
 # Env: CEDAR_VERSION (default 4.14.1); CODESPACE (a built `codespace` binary; default: build it).
@@ -101,6 +102,17 @@ mkdir -p "$example_base"
 cp -r "$example"/base "$example"/profiles "$example_base"/
 cp policies/examples/base/*.cedar "$example_base"/base/
 check_set example-base "$example_base" "${profile_tests[@]}" "${base_tests[@]}"
+
+# The environment guardrails (docs/environments.md) exclude each other: each joins the shipped
+# set alone, with its own tests.
+for f in policies/examples/environments/*.cedar; do
+    n="$(basename "$f" .cedar)"
+    env_set="$work/env-$n-policies"
+    mkdir -p "$env_set"
+    cp -r policies/base policies/profiles "$env_set"/
+    cp "$f" "$env_set"/base/
+    check_set "env-$n" "$env_set" policies/examples/environments/tests/"$n"*.yaml
+done
 
 if [ "$problems" != 0 ]; then
     echo "ci-cedar: FAILED with $problems problem(s)"

@@ -319,7 +319,7 @@ fn the_environment_guardrail_examples_pass_their_tests() {
             }
         }
         std::fs::copy(
-            repo().join(format!("policies/examples/base/{example}.cedar")),
+            repo().join(format!("policies/examples/environments/{example}.cedar")),
             pol.join("base").join(format!("{example}.cedar")),
         )
         .unwrap();
@@ -336,7 +336,7 @@ fn the_environment_guardrail_examples_pass_their_tests() {
         for t in tests {
             args.push(
                 repo()
-                    .join(format!("policies/examples/tests/{example}{t}.yaml"))
+                    .join(format!("policies/examples/environments/tests/{example}{t}.yaml"))
                     .display()
                     .to_string(),
             );
