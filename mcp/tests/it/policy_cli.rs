@@ -336,7 +336,9 @@ fn the_environment_guardrail_examples_pass_their_tests() {
         for t in tests {
             args.push(
                 repo()
-                    .join(format!("policies/examples/environments/tests/{example}{t}.yaml"))
+                    .join(format!(
+                        "policies/examples/environments/tests/{example}{t}.yaml"
+                    ))
                     .display()
                     .to_string(),
             );
