@@ -228,6 +228,16 @@ impl Leases {
         }
     }
 
+    /// Releases every process-owned lease of `workspace`: its worker died or disconnected, and
+    /// its processes with it (the environment's disconnect hook). Returns the released ids.
+    pub fn release_all_processes(&self, workspace: &str) -> Vec<String> {
+        let mut g = self.lock();
+        match g.by_ws.get_mut(workspace) {
+            Some(ws) => ws.processes.drain(..).map(|p| p.id).collect(),
+            None => Vec::new(),
+        }
+    }
+
     /// Releases the lease a process's exec took, once the process exited: whether the exec
     /// already turned it into the process's lease or still holds it as request `ticket` (the
     /// process exited before the exec finished registering it). Runs from the process table's

@@ -40,12 +40,92 @@ pub(crate) struct ConnectPlan {
     pub(crate) argv: ArgvContext,
     /// The private directory of the ssh control socket (removed with the plan).
     pub(crate) _private: Option<tempfile::TempDir>,
+    /// For an `image` / `rootfs` container: the server started (or restarted) it.
+    pub(crate) started: AtomicBool,
+}
+
+/// Runs `argv` to completion (its stdin closed): `Ok` on exit 0, else its stderr's tail.
+async fn run_argv(argv: &[String]) -> Result<(), String> {
+    let Some((program, args)) = argv.split_first() else {
+        return Err("an empty argv".into());
+    };
+    let out = tokio::process::Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|e| format!("cannot run {program}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail: String = err.trim().chars().rev().take(2000).collect::<Vec<_>>().into_iter().rev().collect();
+        Err(format!("`{}` failed ({}): {tail}", argv.join(" "), out.status))
+    }
+}
+
+/// For a container the server starts (`image` / `rootfs`): makes sure it runs before the worker
+/// is exec'ed into it — started again when it exists (a kept one from an earlier start, or one
+/// stopped since), run (with the server's own binary mounted at `/codespace` and every
+/// workspace root at its own path) when it does not (never started, or removed after it died).
+async fn ensure_container(plan: &ConnectPlan) -> Result<(), WorkerError> {
+    let EnvironmentSpec::Container(spec) = &plan.spec else {
+        return Ok(());
+    };
+    if matches!(spec.target, crate::config::ContainerTarget::Named(_)) {
+        return Ok(());
+    }
+    let name = &plan.argv.container_name;
+    let exists = run_argv(&crate::environments::container_exists_argv(spec, name))
+        .await
+        .is_ok();
+    let started = if exists {
+        run_argv(&crate::environments::container_start_argv(spec, name)).await
+    } else {
+        let exe = std::env::current_exe()
+            .map_err(|e| WorkerError::Transport(format!("the server's own binary: {e}")))?;
+        let roots: Vec<PathBuf> = plan.workspaces.iter().map(|(_, r)| PathBuf::from(r)).collect();
+        match crate::environments::container_run_argv(spec, name, &exe, &roots) {
+            Some(argv) => run_argv(&argv).await,
+            None => Ok(()),
+        }
+    };
+    started.map_err(|e| WorkerError::Transport(format!("container {name}: {e}")))?;
+    plan.started.store(true, Ordering::Release);
+    Ok(())
+}
+
+impl ConnectPlan {
+    /// What ends with the server: a container it started is removed (stopped when kept); an
+    /// ssh master connection is closed.
+    async fn shutdown(&self) {
+        match &self.spec {
+            EnvironmentSpec::Container(spec) if self.started.load(Ordering::Acquire) => {
+                if let Some(argv) =
+                    crate::environments::container_stop_argv(spec, &self.argv.container_name)
+                    && let Err(e) = run_argv(&argv).await
+                {
+                    tracing::warn!(environment = %self.env_id, error = %e, "container not stopped");
+                }
+            }
+            EnvironmentSpec::Ssh(spec) => {
+                let argv = crate::environments::ssh_close_argv(spec, &self.argv.ssh_control_path);
+                let _ = run_argv(&argv).await;
+            }
+            _ => {}
+        }
+    }
 }
 
 /// One environment's worker, as the gateway sees it.
 pub struct EnvironmentWorker {
     env_id: String,
+    plan: Arc<ConnectPlan>,
     sup: Supervisor<Call, Reply, Event>,
+    lost_hooks: Arc<Mutex<Vec<LostHook>>>,
     sink: Arc<Mutex<Option<EventSink>>>,
     forwarding: AtomicBool,
 }
@@ -66,16 +146,23 @@ fn unavailable(e: &WorkerError) -> RunnerError {
 impl EnvironmentWorker {
     /// A worker reached as `plan` says (not connected yet: the first call connects); each lost
     /// connection is reported to `on_disconnect` once.
-    pub(crate) fn new(plan: ConnectPlan, on_disconnect: DisconnectFn) -> EnvironmentWorker {
+    pub(crate) fn new(
+        plan: ConnectPlan,
+        on_disconnect: DisconnectFn,
+        lost_hooks: Arc<Mutex<Vec<LostHook>>>,
+    ) -> EnvironmentWorker {
         let env_id = plan.env_id.clone();
         let plan = Arc::new(plan);
+        let p = Arc::clone(&plan);
         let connect: ConnectFn<Call, Reply, Event> = Arc::new(move || {
-            let plan = Arc::clone(&plan);
+            let plan = Arc::clone(&p);
             Box::pin(async move { connect(&plan).await })
         });
         EnvironmentWorker {
             env_id,
+            plan,
             sup: Supervisor::new(connect, on_disconnect),
+            lost_hooks,
             sink: Arc::new(Mutex::new(None)),
             forwarding: AtomicBool::new(false),
         }
@@ -84,6 +171,20 @@ impl EnvironmentWorker {
     /// The environment id.
     pub fn env_id(&self) -> &str {
         &self.env_id
+    }
+
+    /// Ends the environment's transport when the server stops (see [`ConnectPlan::shutdown`]).
+    pub async fn shutdown(&self) {
+        self.plan.shutdown().await;
+    }
+
+    /// Registers `hook`, run each time this environment's worker is lost (after the store rows
+    /// and the leases are done).
+    pub fn on_lost(&self, hook: LostHook) {
+        self.lost_hooks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(hook);
     }
 
     /// Connects when there is no live connection; `Err` is why the environment is unavailable.
@@ -175,6 +276,7 @@ async fn connect(plan: &ConnectPlan) -> Result<Conn, WorkerError> {
             start_as_user(user, &Secret::generate()?, &me).await?
         }
         spec => {
+            ensure_container(plan).await?;
             let argv = crate::environments::stdio_argv(spec, &plan.argv).ok_or_else(|| {
                 WorkerError::Transport(format!(
                     "environment kind `{}` has no worker",
@@ -360,6 +462,7 @@ pub fn served_by_worker(spec: &EnvironmentSpec) -> bool {
 pub(crate) fn workers_of(
     config: &crate::config::Config,
     store: Option<&Arc<codespace_store::Store>>,
+    leases: &Arc<crate::lease::Leases>,
 ) -> Result<std::collections::BTreeMap<String, Arc<EnvironmentWorker>>, String> {
     let instance = uuid::Uuid::new_v4().simple().to_string();
     let mut out = std::collections::BTreeMap::new();
@@ -398,38 +501,96 @@ pub(crate) fn workers_of(
             workspaces,
             argv,
             _private: private,
+            started: AtomicBool::new(false),
+        };
+        let lost = LostContext {
+            store: store.cloned(),
+            leases: Arc::clone(leases),
+            hooks: Arc::new(Mutex::new(Vec::new())),
         };
         let hook_env = env_id.clone();
-        let hook_store = store.cloned();
+        let ctx = lost.clone();
         let on_disconnect: DisconnectFn = Arc::new(move |reason: &str| {
-            environment_lost(hook_store.as_ref(), &hook_env, &ids, reason);
+            let hooks = ctx.hooks.lock().unwrap_or_else(PoisonError::into_inner).clone();
+            environment_lost(
+                ctx.store.as_ref(),
+                &ctx.leases,
+                &hooks,
+                &hook_env,
+                &ids,
+                reason,
+            );
         });
         out.insert(
             env_id.clone(),
-            Arc::new(EnvironmentWorker::new(plan, on_disconnect)),
+            Arc::new(EnvironmentWorker::new(plan, on_disconnect, lost.hooks)),
         );
     }
     Ok(out)
 }
 
+/// Called when an environment's worker is lost, with the environment's workspaces and why:
+/// what else keeps state about the worker's processes (a process table routed through the
+/// runner) registers one with [`EnvironmentWorker::on_lost`].
+pub type LostHook = Arc<dyn Fn(&[String], &str) + Send + Sync>;
+
+/// What the disconnect hook of one environment needs.
+#[derive(Clone)]
+pub(crate) struct LostContext {
+    pub(crate) store: Option<Arc<codespace_store::Store>>,
+    pub(crate) leases: Arc<crate::lease::Leases>,
+    pub(crate) hooks: Arc<Mutex<Vec<LostHook>>>,
+}
+
 /// The supervisor's disconnect hook: the worker of `env_id` (serving `workspaces`) died or
-/// disconnected. Its children died with it; what the gateway knew of them is recorded.
+/// disconnected, and every process it ran died with it (the worker is their parent and kills
+/// them; `process_id`s are never served again). Their store rows still `running` become
+/// `lost`, every process-owned lease of those workspaces is released, the registered
+/// [`LostHook`]s run, and an `environment_worker_lost` event records it. Runs on the
+/// supervisor's watcher task: the store writes go to the blocking pool.
 pub fn environment_lost(
     store: Option<&Arc<codespace_store::Store>>,
+    leases: &crate::lease::Leases,
+    hooks: &[LostHook],
     env_id: &str,
     workspaces: &[String],
     reason: &str,
 ) {
     tracing::warn!(environment = env_id, reason, "environment worker lost");
-    if let Some(store) = store {
+    let mut released = Vec::new();
+    for ws in workspaces {
+        released.extend(leases.release_all_processes(ws));
+    }
+    for hook in hooks {
+        hook(workspaces, reason);
+    }
+    let Some(store) = store.cloned() else { return };
+    let (env, wss, why) = (env_id.to_string(), workspaces.to_vec(), reason.to_string());
+    let work = move || {
+        let mut lost = Vec::new();
+        for ws in &wss {
+            match store.running_processes(ws) {
+                Ok(ids) => lost.extend(ids),
+                Err(e) => tracing::warn!(error = %e, "cannot list the lost worker's processes"),
+            }
+        }
+        if let Err(e) = store.mark_processes_lost(&lost) {
+            tracing::warn!(error = %e, "cannot mark the lost worker's processes");
+        }
         let detail = serde_json::json!({
-            "environment": env_id,
-            "workspaces": workspaces,
-            "reason": reason,
+            "environment": env,
+            "workspaces": wss,
+            "reason": why,
+            "processes_lost": lost,
+            "leases_released": released,
         });
         if let Err(e) = store.insert_event("environment_worker_lost", &detail) {
             tracing::warn!(error = %e, "environment_worker_lost event not recorded");
         }
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) => drop(h.spawn_blocking(work)),
+        Err(_) => work(),
     }
 }
 

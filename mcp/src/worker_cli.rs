@@ -179,6 +179,10 @@ impl Handler for RunnerHandler {
     fn handle(&self, req: WorkerRequest) -> BoxFuture<'_, WorkerResponse> {
         Box::pin(async move {
             match req {
+                #[cfg(feature = "test-hooks")]
+                WorkerRequest::Runner(codespace_runner_api::Call::Read(r)) if hang_here(&r.path) => {
+                    std::future::pending().await
+                }
                 WorkerRequest::Runner(call) => WorkerResponse::Runner(self.service.handle(call).await),
                 WorkerRequest::Ping(p) => WorkerResponse::Ping(PingHandler.handle(p).await),
             }
@@ -188,4 +192,16 @@ impl Handler for RunnerHandler {
     fn attach(&self, events: codespace_runner_worker::EventSender<codespace_runner_api::Event>) {
         self.service.attach(events);
     }
+}
+
+/// Test hook (`test-hooks` builds only): a `read` of the path in `CODESPACE_TEST_WORKER_HANG_ON`
+/// never answers; first the worker writes its pid to the FIFO (or file) named by
+/// `CODESPACE_TEST_WORKER_HANG_MARK`, so a test knows the call reached it.
+#[cfg(feature = "test-hooks")]
+fn hang_here(path: &str) -> bool {
+    let hit = std::env::var_os("CODESPACE_TEST_WORKER_HANG_ON").is_some_and(|p| p == path);
+    if hit && let Some(mark) = std::env::var_os("CODESPACE_TEST_WORKER_HANG_MARK") {
+        let _ = std::fs::write(mark, format!("{}\n", std::process::id()));
+    }
+    hit
 }

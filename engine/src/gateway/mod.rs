@@ -186,7 +186,8 @@ impl Gateway {
         ));
         // The path indexes' fence directories, beside the store (dead servers' ones swept now).
         let fences = crate::fence_dirs::prepare(config.store.as_deref());
-        let workers = crate::worker_wire::workers_of(&config, store.as_ref())
+        let leases = Leases::new(config_max_waiters);
+        let workers = crate::worker_wire::workers_of(&config, store.as_ref(), &leases)
             .map_err(StartError::Environment)?;
         let mut remote_runners: BTreeMap<String, Arc<dyn codespace_runner_api::Runner>> =
             BTreeMap::new();
@@ -314,7 +315,7 @@ impl Gateway {
                 store,
                 sandbox,
                 transports: vec!["stdio".to_string()],
-                leases: Leases::new(config_max_waiters),
+                leases,
                 patch_hooks: Arc::new(crate::gateway::patches::PatchHooks::default()),
                 processes,
                 temps,

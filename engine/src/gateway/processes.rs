@@ -66,6 +66,11 @@ impl Services {
     /// Kills every process group the gateway owns (stdin EOF, SIGTERM): no orphans.
     pub async fn shutdown(&self) {
         self.processes.shutdown().await;
+        // Each worker environment's transport ends: workers disconnected, containers the
+        // server started removed (stopped when kept), ssh master connections closed.
+        for w in self.workers.values() {
+            w.shutdown().await;
+        }
         // The queued audit rows reach the store before the process exits.
         self.stop_audit();
     }

@@ -97,6 +97,20 @@ impl Store {
         Ok(row)
     }
 
+    /// The ids of the processes of `workspace` still recorded as `"running"` (the ones its
+    /// worker's death makes `lost`).
+    pub fn running_processes(&self, workspace: &str) -> Result<Vec<String>, StoreError> {
+        let conn = self.conn();
+        let mut st = conn.prepare_cached(
+            "SELECT process_id FROM processes WHERE workspace = ?1 AND state = 'running' \
+             ORDER BY process_id",
+        )?;
+        let ids = st
+            .query_map(params![workspace], |r| r.get::<_, String>(0))?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ids)
+    }
+
     /// The worker that ran these processes died or disconnected: each of them still recorded as
     /// `"running"` becomes `"lost"` (ended now, no exit code). Returns how many rows changed.
     pub fn mark_processes_lost(&self, process_ids: &[String]) -> Result<usize, StoreError> {
