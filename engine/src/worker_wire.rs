@@ -12,7 +12,9 @@
 
 use crate::config::{EnvironmentSpec, WorkerSpec};
 use crate::environments::ArgvContext;
-use codespace_runner_api::{BoxFuture, Call, Event, EventSink, OpenWorkspace, Reply, RunnerError, Wire};
+use codespace_runner_api::{
+    BoxFuture, Call, Event, EventSink, OpenWorkspace, Reply, RunnerError, Wire,
+};
 use codespace_runner_worker::client::{Client, EventReceiver};
 use codespace_runner_worker::spawn::SpawnSpec;
 use codespace_runner_worker::supervisor::{ConnectFn, DisconnectFn};
@@ -62,8 +64,20 @@ async fn run_argv(argv: &[String]) -> Result<(), String> {
         Ok(())
     } else {
         let err = String::from_utf8_lossy(&out.stderr);
-        let tail: String = err.trim().chars().rev().take(2000).collect::<Vec<_>>().into_iter().rev().collect();
-        Err(format!("`{}` failed ({}): {tail}", argv.join(" "), out.status))
+        let tail: String = err
+            .trim()
+            .chars()
+            .rev()
+            .take(2000)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        Err(format!(
+            "`{}` failed ({}): {tail}",
+            argv.join(" "),
+            out.status
+        ))
     }
 }
 
@@ -87,7 +101,11 @@ async fn ensure_container(plan: &ConnectPlan) -> Result<(), WorkerError> {
     } else {
         let exe = std::env::current_exe()
             .map_err(|e| WorkerError::Transport(format!("the server's own binary: {e}")))?;
-        let roots: Vec<PathBuf> = plan.workspaces.iter().map(|(_, r)| PathBuf::from(r)).collect();
+        let roots: Vec<PathBuf> = plan
+            .workspaces
+            .iter()
+            .map(|(_, r)| PathBuf::from(r))
+            .collect();
         match crate::environments::container_run_argv(spec, name, &exe, &roots) {
             Some(argv) => run_argv(&argv).await,
             None => Ok(()),
@@ -190,7 +208,11 @@ impl EnvironmentWorker {
     /// Connects when there is no live connection; `Err` is why the environment is unavailable.
     pub async fn ensure(&self) -> Result<(), String> {
         self.forward_events();
-        self.sup.client().await.map(|_| ()).map_err(|e| e.to_string())
+        self.sup
+            .client()
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 
     /// `workspace_info.environment.worker` now.
@@ -370,7 +392,9 @@ async fn lookup_user(user: &str) -> Result<(u32, u32), WorkerError> {
         gid.and_then(|g| g.parse().ok()),
     ) {
         (Some(u), Some(g)) if out.status.success() => Ok((u, g)),
-        _ => Err(WorkerError::Transport(format!("no user `{user}` on this host"))),
+        _ => Err(WorkerError::Transport(format!(
+            "no user `{user}` on this host"
+        ))),
     }
 }
 
@@ -409,7 +433,9 @@ async fn start_as_user(user: &str, secret: &Secret, me: &Identity) -> Result<Con
     let (Some(mut stdin), Some(stdout), Some(mut stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
-        return Err(WorkerError::Transport("the child's pipes are missing".into()));
+        return Err(WorkerError::Transport(
+            "the child's pipes are missing".into(),
+        ));
     };
     let guard = UserWorker { child, pgid, dir };
     stdin
@@ -511,7 +537,11 @@ pub(crate) fn workers_of(
         let hook_env = env_id.clone();
         let ctx = lost.clone();
         let on_disconnect: DisconnectFn = Arc::new(move |reason: &str| {
-            let hooks = ctx.hooks.lock().unwrap_or_else(PoisonError::into_inner).clone();
+            let hooks = ctx
+                .hooks
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
             environment_lost(
                 ctx.store.as_ref(),
                 &ctx.leases,

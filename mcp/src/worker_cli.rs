@@ -150,7 +150,7 @@ impl Handler for PingHandler {
 #[serde(untagged)]
 pub enum WorkerRequest {
     /// A method of the runner (or `open_workspace`).
-    Runner(codespace_runner_api::Call),
+    Runner(Box<codespace_runner_api::Call>),
     /// `ping` (and the tests' `hang`).
     Ping(PingCall),
 }
@@ -160,7 +160,7 @@ pub enum WorkerRequest {
 #[serde(untagged)]
 pub enum WorkerResponse {
     /// A runner call's reply.
-    Runner(codespace_runner_api::Reply),
+    Runner(Box<codespace_runner_api::Reply>),
     /// `pong`.
     Ping(PingReply),
 }
@@ -179,11 +179,15 @@ impl Handler for RunnerHandler {
     fn handle(&self, req: WorkerRequest) -> BoxFuture<'_, WorkerResponse> {
         Box::pin(async move {
             match req {
-                #[cfg(feature = "test-hooks")]
-                WorkerRequest::Runner(codespace_runner_api::Call::Read(r)) if hang_here(&r.path) => {
-                    std::future::pending().await
+                WorkerRequest::Runner(call) => {
+                    #[cfg(feature = "test-hooks")]
+                    if let codespace_runner_api::Call::Read(r) = call.as_ref()
+                        && hang_here(&r.path)
+                    {
+                        std::future::pending::<()>().await;
+                    }
+                    WorkerResponse::Runner(Box::new(self.service.handle(*call).await))
                 }
-                WorkerRequest::Runner(call) => WorkerResponse::Runner(self.service.handle(call).await),
                 WorkerRequest::Ping(p) => WorkerResponse::Ping(PingHandler.handle(p).await),
             }
         })

@@ -415,7 +415,12 @@ impl Gateway {
             targets,
             patch,
         } = crate::request::build(call, session, process)?;
-        ws.fill_links(&mut reqs).await?;
+        // A `read` on a worker's workspace is decided with the builder's one link and decided
+        // again with the count of the file the worker actually opened, before anything is
+        // returned (tools/fs.rs): a stat round trip to the worker first would only repeat it.
+        if !(ws.remote && matches!(call, ToolCall::Read(_))) {
+            ws.fill_links(&mut reqs).await?;
+        }
         // Secrets in a command line never reach the log or the caller's error text; Cedar
         // still decides on the real context.
         for r in &mut reqs {

@@ -51,13 +51,22 @@ impl SocketWorker {
             root = root.display()
         );
         let mut cmd = Command::new("unshare");
-        cmd.args(["-m", "--propagation", "private", "sh", "-c", &script, "sh", BIN])
-            .args(["worker", "--socket"])
-            .arg(sock)
-            .envs(env.iter().copied())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+        cmd.args([
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            &script,
+            "sh",
+            BIN,
+        ])
+        .args(["worker", "--socket"])
+        .arg(sock)
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
         let mut child = cmd.spawn().unwrap();
         writeln!(child.stdin.take().unwrap(), "{secret}").unwrap();
         let mut line = String::new();
@@ -67,7 +76,6 @@ impl SocketWorker {
         assert_eq!(line.trim(), "listening");
         SocketWorker { child }
     }
-
 }
 
 impl Drop for SocketWorker {
@@ -103,7 +111,8 @@ fn serve(dir: &Path, cfg: &Path) -> StdioServer {
 
 #[test]
 fn read_and_workspace_info_go_through_a_socket_worker_that_alone_sees_the_files() {
-    let test = "env_workers::read_and_workspace_info_go_through_a_socket_worker_that_alone_sees_the_files";
+    let test =
+        "env_workers::read_and_workspace_info_go_through_a_socket_worker_that_alone_sees_the_files";
     if !codespace_test_skip::require(
         rustix::process::geteuid().is_root() && unshare_works(),
         test,
@@ -166,7 +175,11 @@ fn worker_children(server: u32) -> Vec<u32> {
         let Some(rest) = stat.rsplit_once(") ").map(|(_, r)| r) else {
             continue;
         };
-        let ppid: u32 = rest.split(' ').nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+        let ppid: u32 = rest
+            .split(' ')
+            .nth(1)
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0);
         let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
         if ppid == server && String::from_utf8_lossy(&cmd).contains("worker") {
             out.push(pid);
@@ -296,7 +309,11 @@ fn unreachable_workers_are_unavailable_with_their_reason_and_nothing_runs_on_the
             json!({"kind": "command", "command": {"argv": ["env",
                   format!("CODESPACE_TEST_WORKER_BUILD_ID={other_build}"), BIN, "worker", "--stdio"]}}),
             // Both builds named.
-            vec!["mismatch".to_string(), other_build.to_string(), "met worker".to_string()],
+            vec![
+                "mismatch".to_string(),
+                other_build.to_string(),
+                "met worker".to_string(),
+            ],
         ),
         (
             "missing",
@@ -316,7 +333,10 @@ fn unreachable_workers_are_unavailable_with_their_reason_and_nothing_runs_on_the
             vec!["codespace-test-no-such-container".to_string()],
         ));
     } else {
-        codespace_test_skip::skip(test, "podman is not installed: the missing-container case is not run");
+        codespace_test_skip::skip(
+            test,
+            "podman is not installed: the missing-container case is not run",
+        );
     }
     for (id, env, _) in &cases {
         let root = dir.path().join("roots").join(id);
@@ -543,10 +563,16 @@ fn read_goes_through_a_container_the_server_starts_and_removes() {
     // finds `podman` on its PATH as that wrapper around the real one.
     let bin = dir.path().join("bin");
     std::fs::create_dir(&bin).unwrap();
-    let real = String::from_utf8(Command::new("sh").args(["-c", "command -v podman"]).output().unwrap().stdout)
-        .unwrap()
-        .trim()
-        .to_string();
+    let real = String::from_utf8(
+        Command::new("sh")
+            .args(["-c", "command -v podman"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .to_string();
     let wrapper = bin.join("podman");
     std::fs::write(
         &wrapper,
@@ -556,7 +582,11 @@ fn read_goes_through_a_container_the_server_starts_and_removes() {
     )
     .unwrap();
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let root = dir.path().join("root");
     std::fs::create_dir(&root).unwrap();
     std::fs::write(root.join("a.txt"), "in the box\n").unwrap();
@@ -581,15 +611,29 @@ fn read_goes_through_a_container_the_server_starts_and_removes() {
     assert_eq!(info["environment"]["transport"], "podman", "{info}");
     assert_eq!(info["environment"]["worker"]["state"], "ready", "{info}");
     let names = fs
-        .run(&["podman".into(), "ps".into(), "-a".into(), "--format".into(), "{{.Names}}".into()])
+        .run(&[
+            "podman".into(),
+            "ps".into(),
+            "-a".into(),
+            "--format".into(),
+            "{{.Names}}".into(),
+        ])
         .unwrap();
-    let ours: Vec<&str> = names.lines().filter(|n| n.starts_with("codespace-e-")).collect();
+    let ours: Vec<&str> = names
+        .lines()
+        .filter(|n| n.starts_with("codespace-e-"))
+        .collect();
     assert_eq!(ours.len(), 1, "{names}");
     let name = ours[0].to_string();
     s.close_and_wait(std::time::Duration::from_secs(60));
     assert!(
-        fs.run(&["podman".into(), "container".into(), "inspect".into(), name.clone()])
-            .is_err(),
+        fs.run(&[
+            "podman".into(),
+            "container".into(),
+            "inspect".into(),
+            name.clone()
+        ])
+        .is_err(),
         "{name} outlived the server"
     );
 }
