@@ -325,7 +325,8 @@ fn expand_into(prefix: &[String], tree: &str, out: &mut Vec<Import>) {
 /// test runner, explain, replay, lint) serves the CLI only.
 const LAYERS: &[(&str, &[&str])] = &[
     // The binary: the engine, the policy crates, the sandbox helper entry and probe, the store
-    // (serve, doctor, audit, policy tooling) and the fs error type (the test fault hook).
+    // (serve, doctor, audit, policy tooling), the fs error type (the test fault hook), and the
+    // worker protocol with the runner's wire types (`codespace worker`).
     (
         "mcp",
         &[
@@ -336,6 +337,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "runner/store",
             "runner/fs",
             "runner/worker",
+            "runner/api",
         ],
     ),
     ("policy-tools", &["engine", "policy", "runner/*"]),

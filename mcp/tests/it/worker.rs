@@ -250,3 +250,70 @@ async fn a_socket_worker_of_another_uid_refuses_a_peer_it_does_not_allow() {
     let PingReply::Pong { pid } = c.call(&PingCall::Ping).await.unwrap();
     assert_ne!(pid, std::process::id());
 }
+
+type RunnerClient = codespace_runner_worker::Client<
+    codespace_runner_api::Call,
+    codespace_runner_api::Reply,
+    codespace_runner_api::Event,
+>;
+
+async fn open(c: &RunnerClient, root: &std::path::Path) -> codespace_runner_api::Reply {
+    c.call(&codespace_runner_api::Call::OpenWorkspace(
+        codespace_runner_api::OpenWorkspace {
+            workspace: "w".into(),
+            root: root.display().to_string(),
+        },
+    ))
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn the_worker_serves_the_runner_for_the_roots_it_is_given_and_reports_changes() {
+    use codespace_runner_api::{Call, Event, ReadRequest, Reply};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(root.join("a.txt"), "alpha\n").unwrap();
+    std::os::unix::fs::symlink(&root, dir.path().join("link")).unwrap();
+    let s = Secret::generate().unwrap();
+    let (c, mut events): (RunnerClient, _) = spawn(&stdio_spec(), &s, &Identity::this_build())
+        .await
+        .unwrap();
+    let read = Call::Read(ReadRequest {
+        workspace: "w".into(),
+        path: "a.txt".into(),
+        offset: 0,
+        limit: 100,
+        max_hash_bytes: 1 << 20,
+    });
+    // No workspace yet: nothing is served.
+    assert!(matches!(c.call(&read).await.unwrap(), Reply::Error(_)));
+    // A root reached through a symlink, or a relative one, is refused with why.
+    for bad in [dir.path().join("link"), std::path::PathBuf::from("root")] {
+        match open(&c, &bad).await {
+            Reply::Error(e) => assert_eq!(e.code(), "FILE_OPERATION_FAILED", "{e}"),
+            other => panic!("{bad:?}: {other:?}"),
+        }
+    }
+    assert_eq!(open(&c, &root).await, Reply::Done);
+    match c.call(&read).await.unwrap() {
+        Reply::Window(w) => {
+            assert_eq!(w.data, b"alpha\n");
+            assert!(w.version.starts_with("sha256:"));
+        }
+        other => panic!("{other:?}"),
+    }
+    // A change made on the worker's side is reported by its watcher.
+    std::fs::write(root.join("b.txt"), "beta\n").unwrap();
+    loop {
+        match events.recv().await.unwrap() {
+            Event::FileChanged { workspace, paths } if paths.iter().any(|p| p == "b.txt") => {
+                assert_eq!(workspace, "w");
+                break;
+            }
+            Event::WatchLost { .. } => panic!("the watcher lost events"),
+            _ => {}
+        }
+    }
+}
