@@ -49,12 +49,12 @@ class Client:
         return r["structuredContent"]
 
 
-def rss_kb(pid: int) -> int:
+def rss_kb(pid: int, field: str = "VmRSS") -> int:
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
+    raise RuntimeError(f"no {field}")
 
 
 def start_sshd(tmp: str) -> dict:
@@ -131,6 +131,8 @@ def main() -> None:
         worker.stdin.write((SECRET + "\n").encode())
         worker.stdin.close()
         assert worker.stdout.readline().strip() == b"listening"
+        time.sleep(0.5)
+        fresh = (rss_kb(worker.pid), rss_kb(worker.pid, "RssAnon"))
         envs = {"host": {"kind": "host"},
                 "unix": {"kind": "worker", "worker": {"socket": sock, "secret_file": secret_file}}}
         sshd = None
@@ -163,7 +165,7 @@ def main() -> None:
                     c.tool("read", {"workspace_id": k, "path": "ten.txt"})
                     times[k].append(time.perf_counter() - t0)
         time.sleep(1.0)
-        idle_rss = rss_kb(worker.pid)
+        idle_rss, idle_anon = rss_kb(worker.pid), rss_kb(worker.pid, "RssAnon")
         print(f"binary: {exe}")
         print(f"reads per workspace: {args.reads * args.rounds} (10 KB file, one client, serial)")
         for k in kinds:
@@ -177,7 +179,9 @@ def main() -> None:
             sp = pct(times["ssh"], 0.5)
             print(f"ssh per-call overhead over the unix worker, p50: {(sp - u) * 1e3:.3f} ms "
                   f"(target <= 1 ms)")
-        print(f"unix worker idle RSS after the run: {idle_rss / 1024:.1f} MB (target <= 15 MB)")
+        print(f"unix worker idle RSS (target <= 15 MB): fresh {fresh[0] / 1024:.1f} MB "
+              f"(anonymous {fresh[1] / 1024:.1f} MB), after the run {idle_rss / 1024:.1f} MB "
+              f"(anonymous {idle_anon / 1024:.1f} MB); the rest is the binary's mapped pages")
         server.stdin.close()
         server.wait(timeout=30)
         worker.kill()

@@ -637,3 +637,46 @@ fn read_goes_through_a_container_the_server_starts_and_removes() {
         "{name} outlived the server"
     );
 }
+
+#[test]
+fn a_worker_user_is_started_as_that_user_and_serves_read() {
+    let test = "env_workers::a_worker_user_is_started_as_that_user_and_serves_read";
+    let setpriv = Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let nobody = Command::new("getent")
+        .args(["passwd", "nobody"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !codespace_test_skip::require(
+        rustix::process::geteuid().is_root() && setpriv && nobody,
+        test,
+        "needs root, setpriv (util-linux) and a `nobody` account to start a worker as another user",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(root.join("a.txt"), "as nobody\n").unwrap();
+    let cfg = config(
+        dir.path(),
+        &root,
+        json!({"kind": "worker", "worker": {"user": "nobody"}}),
+    );
+    let mut s = serve(dir.path(), &cfg);
+    let r = s.tool_ok("read", json!({"workspace_id": "w", "path": "a.txt"}));
+    assert_eq!(r["content"], "as nobody\n", "{r}");
+    let info = s.tool_ok("workspace_info", json!({"workspace_id": "w"}));
+    assert_eq!(info["environment"]["worker"]["state"], "ready", "{info}");
+    // The worker runs as nobody (its socket's peer uid was checked before the secret went out).
+    let workers = worker_children(s.pid());
+    assert_eq!(workers.len(), 1, "{workers:?}");
+    let status = std::fs::read_to_string(format!("/proc/{}/status", workers[0])).unwrap();
+    let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    assert!(uid_line.contains("65534"), "{uid_line}");
+    s.close_and_wait(std::time::Duration::from_secs(30));
+}
