@@ -16,7 +16,7 @@ pub(crate) async fn gate(
     call: &ToolCall,
     decision_id: &str,
 ) -> Result<(), ToolError> {
-    if !crate::environments::needs_environment(call) {
+    if !crate::environments::needs_environment(call) || ws.runner_attached {
         return Ok(());
     }
     let Some(env) = gw.config.environments.get(&ws.facts.environment) else {

@@ -21,6 +21,7 @@ pub mod net;
 pub mod ops;
 pub mod patches;
 mod processes;
+mod remote;
 pub mod temp_files;
 mod write_scope;
 pub(crate) use authorized::{Authorized, Decided};
@@ -51,7 +52,9 @@ pub enum StartError {
 #[derive(Debug)]
 pub(crate) struct WorkspaceRuntime {
     pub(crate) facts: WorkspaceFacts,
-    pub(crate) root: Arc<Root>,
+    /// The opened root when the workspace's files are on this host (`host`, `linux-container`);
+    /// `None` when they are a worker's: then the engine reaches them only through `runner`.
+    pub(crate) root: Option<Arc<Root>>,
     pub(crate) versions: Arc<crate::versions::Versions>,
     /// The path index `find`, `grep` and `find_files` read (fed by the versions watcher).
     pub(crate) index: Arc<crate::index::PathIndex>,
@@ -63,6 +66,25 @@ pub(crate) struct WorkspaceRuntime {
     /// The workspace identity: the store's registration of this id bound to this root
     /// (operation keys and patch journals are scoped to it); empty without a store.
     pub(crate) registration: String,
+    /// A worker's workspace whose runner is connected (set when a client is attached): the
+    /// environment gate lets its calls through.
+    pub(crate) runner_attached: bool,
+}
+
+impl WorkspaceRuntime {
+    /// The host root of a workspace whose files are on this host; `ENVIRONMENT_UNAVAILABLE`
+    /// for a worker's workspace (nothing of it is ever opened on the host).
+    pub(crate) fn host_root(&self) -> Result<&Arc<Root>, ToolError> {
+        self.root.as_ref().ok_or_else(|| {
+            ToolError::new(
+                ErrorCode::EnvironmentUnavailable,
+                format!(
+                    "workspace `{}`: this is not served through its environment's worker in this build",
+                    self.facts.id
+                ),
+            )
+        })
+    }
 }
 
 /// What tool handlers may use besides their decision: the operator's config, the store, the
@@ -142,23 +164,35 @@ impl Gateway {
         // The path indexes' fence directories, beside the store (dead servers' ones swept now).
         let fences = crate::fence_dirs::prepare(config.store.as_deref());
         for (id, ws) in &config.workspaces {
-            let root = Root::open(&ws.root)
-                .map_err(|e| StartError::Root(id.clone(), e.to_string()))?
-                .with_temp_names(Arc::clone(&temps));
+            let env_spec = config
+                .environments
+                .get(&ws.environment)
+                .map(|e| e.spec.clone())
+                .unwrap_or_default();
+            // A worker's workspace is never opened on this host: its root names a directory
+            // where the worker runs.
+            let on_host = remote::on_host(&env_spec);
+            let root = if on_host {
+                Some(Arc::new(
+                    Root::open(&ws.root)
+                        .map_err(|e| StartError::Root(id.clone(), e.to_string()))?
+                        .with_temp_names(Arc::clone(&temps)),
+                ))
+            } else {
+                None
+            };
             let registration = match &store {
                 Some(store) => {
-                    let rid = root_id(&root).map_err(|e| StartError::Root(id.clone(), e))?;
+                    let rid = match &root {
+                        Some(root) => root_id(root).map_err(|e| StartError::Root(id.clone(), e))?,
+                        None => remote::root_identity(&ws.environment, &ws.root),
+                    };
                     store
                         .register_workspace(id, &rid, &format!("reg-{}", uuid::Uuid::new_v4()))
                         .map_err(|e| StartError::Register(id.clone(), e.to_string()))?
                 }
                 None => String::new(),
             };
-            let env_spec = config
-                .environments
-                .get(&ws.environment)
-                .map(|e| e.spec.clone())
-                .unwrap_or_default();
             let facts = WorkspaceFacts {
                 id: id.clone(),
                 profile: ws.profile.clone(),
@@ -185,7 +219,16 @@ impl Gateway {
                 workspace_sandbox: ws.sandbox,
                 secret_masking: crate::masks::masking_fact(ws.secret_masking, sandbox),
             };
-            let root = Arc::new(root);
+            let Some(root) = root else {
+                let runtime = remote::runtime(
+                    facts,
+                    remote::no_worker(),
+                    registration,
+                    config.limits.max_walk_entries,
+                );
+                workspaces.insert(id.clone(), runtime);
+                continue;
+            };
             host.add_workspace(id, Arc::clone(&root), ws.root.clone());
             let index = Arc::new(crate::index::PathIndex::new_in(
                 Arc::clone(&root),
@@ -197,7 +240,7 @@ impl Gateway {
                 id.clone(),
                 WorkspaceRuntime {
                     facts,
-                    root,
+                    root: Some(root),
                     versions: Arc::new(crate::versions::Versions::with_observer(
                         &ws.root,
                         Arc::clone(&temps),
@@ -207,6 +250,7 @@ impl Gateway {
                     index,
                     runner: Arc::clone(&host) as Arc<dyn codespace_runner_api::Runner>,
                     registration,
+                    runner_attached: false,
                 },
             );
         }
@@ -334,7 +378,7 @@ impl Gateway {
             targets,
             patch,
         } = crate::request::build(call, session, process)?;
-        crate::links::fill_links_async(&ws.root, &mut reqs).await?;
+        crate::links::fill_links_via(ws.root.as_ref(), &*ws.runner, &ws.facts.id, &mut reqs).await?;
         // Secrets in a command line never reach the log or the caller's error text; Cedar
         // still decides on the real context.
         for r in &mut reqs {

@@ -55,7 +55,22 @@ impl PathIndex {
                     }
                 })
                 .collect();
-            let mut metas = self.root.stat_many(rels.iter().flatten()).into_iter();
+            let mut metas: Box<dyn Iterator<Item = Result<Option<(Kind, u64)>, ()>>> =
+                match (&self.root, &self.runner) {
+                    (Some(root), _) => Box::new(
+                        root.stat_many(rels.iter().flatten())
+                            .into_iter()
+                            .map(|m| m.map(|m| m.map(|m| (m.kind, m.links))).map_err(drop)),
+                    ),
+                    (None, Some(files)) => Box::new(
+                        rels.iter()
+                            .flatten()
+                            .map(|r| files.kind_and_links(r.as_str()))
+                            .collect::<Vec<_>>()
+                            .into_iter(),
+                    ),
+                    (None, None) => Box::new(std::iter::empty()),
+                };
             listing
                 .entries
                 .iter()
@@ -66,7 +81,7 @@ impl PathIndex {
                     (_, Some(_)) => metas
                         .next()
                         .and_then(|m| m.ok().flatten())
-                        .map_or(0, |m| crate::links::links_value(m.kind, m.links)),
+                        .map_or(0, |(kind, links)| crate::links::links_value(kind, links)),
                 })
                 .collect()
         } else {
@@ -129,15 +144,21 @@ impl PathIndex {
             let Ok(rel) = RelPath::parse(&e.path) else {
                 continue;
             };
-            let Ok((file, _)) = self.root.open_file(&rel) else {
-                continue;
+            let content = match (&self.root, &self.runner) {
+                (Some(root), _) => {
+                    let Ok((file, _)) = root.open_file(&rel) else {
+                        continue;
+                    };
+                    let mut content = Vec::new();
+                    file.take(MAX_IGNORE_FILE_BYTES)
+                        .read_to_end(&mut content)
+                        .map(|_| content)
+                        .ok()
+                }
+                (None, Some(files)) => files.head(rel.as_str(), MAX_IGNORE_FILE_BYTES),
+                (None, None) => None,
             };
-            let mut content = Vec::new();
-            if file
-                .take(MAX_IGNORE_FILE_BYTES)
-                .read_to_end(&mut content)
-                .is_ok()
-            {
+            if let Some(content) = content {
                 files.push(IgnoreFile {
                     kind,
                     dir: dir.to_string(),
