@@ -46,6 +46,9 @@ pub enum StartError {
     /// A path commands may read or write reaches the store.
     #[error("{0}")]
     StoreReachable(String),
+    /// An environment's worker transport could not be prepared.
+    #[error("{0}")]
+    Environment(String),
 }
 
 /// One registered workspace at run time.
@@ -59,9 +62,11 @@ pub(crate) struct WorkspaceRuntime {
     /// The path index `find`, `grep` and `find_files` read (fed by the versions watcher).
     pub(crate) index: Arc<crate::index::PathIndex>,
     /// The runner of the workspace's environment: everything the handlers ask after a decision
-    /// goes through it (today every environment is this host: the gateway's one [`HostRunner`]).
+    /// goes through it (the gateway's one [`HostRunner`] for `host`, a [`RemoteRunner`] over the
+    /// environment's worker otherwise).
     ///
     /// [`HostRunner`]: crate::host_runner::HostRunner
+    /// [`RemoteRunner`]: codespace_runner_api::RemoteRunner
     pub(crate) runner: Arc<dyn codespace_runner_api::Runner>,
     /// The workspace identity: the store's registration of this id bound to this root
     /// (operation keys and patch journals are scoped to it); empty without a store.
@@ -69,6 +74,12 @@ pub(crate) struct WorkspaceRuntime {
     /// A worker's workspace whose runner is connected (set when a client is attached): the
     /// environment gate lets its calls through.
     pub(crate) runner_attached: bool,
+    /// The worker connection whose journals were last recovered (its restart count; `u64::MAX`:
+    /// none yet): a new connection recovers before it serves a call.
+    pub(crate) recovered_for: std::sync::atomic::AtomicU64,
+    /// Operations of this server committing through the runner now: recovery leaves their
+    /// journals alone.
+    pub(crate) applying: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl WorkspaceRuntime {
@@ -84,6 +95,17 @@ impl WorkspaceRuntime {
                 ),
             )
         })
+    }
+
+    /// Fills `links` of every sub-request that names a path: beneath the host root, or for a
+    /// worker's workspace from the worker's `stat` (a path it cannot stat, or a worker that
+    /// cannot be reached, says 0; the call then fails on the same path or at the gate).
+    pub(crate) async fn fill_links(
+        &self,
+        reqs: &mut Vec<crate::request::SubRequest>,
+    ) -> Result<(), ToolError> {
+        crate::links::fill_links_via(self.root.as_ref(), &*self.runner, &self.facts.id, reqs)
+            .await
     }
 }
 
@@ -104,8 +126,11 @@ pub struct Services {
     pub(crate) store_stats: crate::retention::StatsCell,
     /// `network: proxy`: what every process's egress-proxy decider shares.
     pub(crate) net: Arc<crate::gateway::net::Egress>,
-    /// The in-process runner every environment uses today.
+    /// The in-process runner of the `host` (and `linux-container`) environments.
     pub(crate) host: Arc<crate::host_runner::HostRunner>,
+    /// The worker of every environment served by one (kinds worker, ssh, container,
+    /// kubernetes, command), by environment id.
+    pub(crate) workers: BTreeMap<String, Arc<crate::worker_wire::EnvironmentWorker>>,
 }
 
 /// The gateway: the one place that resolves a call's target, decides it and audits it. Tool
@@ -163,16 +188,21 @@ impl Gateway {
         ));
         // The path indexes' fence directories, beside the store (dead servers' ones swept now).
         let fences = crate::fence_dirs::prepare(config.store.as_deref());
+        let workers = crate::worker_wire::workers_of(&config, store.as_ref())
+            .map_err(StartError::Environment)?;
+        let mut remote_runners: BTreeMap<String, Arc<dyn codespace_runner_api::Runner>> =
+            BTreeMap::new();
         for (id, ws) in &config.workspaces {
             let env_spec = config
                 .environments
                 .get(&ws.environment)
                 .map(|e| e.spec.clone())
                 .unwrap_or_default();
-            // A worker's workspace is never opened on this host: its root names a directory
-            // where the worker runs.
-            let on_host = remote::on_host(&env_spec);
-            let root = if on_host {
+            // A workspace of a worker's environment: its root is the worker's path, never
+            // opened here (it has no host root at all: its files are reached only through its
+            // runner, see `remote.rs`).
+            let worker = workers.get(&ws.environment);
+            let root = if remote::on_host(&env_spec) {
                 Some(Arc::new(
                     Root::open(&ws.root)
                         .map_err(|e| StartError::Root(id.clone(), e.to_string()))?
@@ -220,16 +250,23 @@ impl Gateway {
                 secret_masking: crate::masks::masking_fact(ws.secret_masking, sandbox),
             };
             let Some(root) = root else {
-                let runtime = remote::runtime(
-                    facts,
-                    remote::no_worker(),
-                    registration,
-                    config.limits.max_walk_entries,
-                );
+                let runner = match worker {
+                    Some(w) => Arc::clone(remote_runners.entry(ws.environment.clone()).or_insert_with(
+                        || {
+                            Arc::new(codespace_runner_api::RemoteRunner::new(
+                                crate::worker_wire::WorkerWire(Arc::clone(w)),
+                            ))
+                        },
+                    )),
+                    None => remote::no_worker(),
+                };
+                let runtime =
+                    remote::runtime(facts, runner, registration, config.limits.max_walk_entries);
                 workspaces.insert(id.clone(), runtime);
                 continue;
             };
             host.add_workspace(id, Arc::clone(&root), ws.root.clone());
+            let runner = Arc::clone(&host) as Arc<dyn codespace_runner_api::Runner>;
             let index = Arc::new(crate::index::PathIndex::new_in(
                 Arc::clone(&root),
                 &ws.root,
@@ -248,11 +285,25 @@ impl Gateway {
                         index.fence_dir(),
                     )),
                     index,
-                    runner: Arc::clone(&host) as Arc<dyn codespace_runner_api::Runner>,
+                    runner,
                     registration,
                     runner_attached: false,
+                    recovered_for: std::sync::atomic::AtomicU64::new(u64::MAX),
+                    applying: std::sync::Mutex::default(),
                 },
             );
+        }
+        // Each worker's file events feed the version tables of its workspaces.
+        for (env, runner) in &remote_runners {
+            let tables: std::collections::HashMap<String, Arc<crate::versions::Versions>> =
+                workspaces
+                    .values()
+                    .filter(|w| w.facts.environment == *env)
+                    .map(|w| (w.facts.id.clone(), Arc::clone(&w.versions)))
+                    .collect();
+            runner.subscribe(Arc::new(move |e: codespace_runner_api::Event| {
+                remote::file_event(&tables, &e)
+            }));
         }
         // Decision rows leave the request path through the store's batching writer (read-only
         // rows group-committed, mutations written ahead); see `crate::audit`.
@@ -286,6 +337,7 @@ impl Gateway {
                 store_stats: crate::retention::StatsCell::default(),
                 net,
                 host,
+                workers,
             },
             policy,
             workspaces,
@@ -378,7 +430,7 @@ impl Gateway {
             targets,
             patch,
         } = crate::request::build(call, session, process)?;
-        crate::links::fill_links_via(ws.root.as_ref(), &*ws.runner, &ws.facts.id, &mut reqs).await?;
+        ws.fill_links(&mut reqs).await?;
         // Secrets in a command line never reach the log or the caller's error text; Cedar
         // still decides on the real context.
         for r in &mut reqs {

@@ -329,8 +329,21 @@ pub async fn recover_worker(gw: &Gateway, workspace: &str) -> Vec<String> {
         return Vec::new();
     }
     let owned_by_live = gw.owned_by_live_instance(store);
-    let journals = match store.open_journals() {
-        Ok(j) => j,
+    let read = {
+        let store = std::sync::Arc::clone(store);
+        tokio::task::spawn_blocking(move || store.open_journals()).await
+    };
+    let applying = ws
+        .applying
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    let journals = match read {
+        Ok(Ok(j)) => j,
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "cannot read open journals");
+            return Vec::new();
+        }
         Err(e) => {
             tracing::error!(error = %e, "cannot read open journals");
             return Vec::new();
@@ -339,6 +352,7 @@ pub async fn recover_worker(gw: &Gateway, workspace: &str) -> Vec<String> {
     let mut recovered = Vec::new();
     for j in journals {
         if j.workspace != workspace
+            || applying.contains(&j.operation_id)
             || j.registration.as_deref() != Some(ws.registration.as_str())
             || owned_by_live(j.instance_id.as_deref())
             || j.seal != JournalSeal::Valid

@@ -21,7 +21,7 @@ pub(crate) fn on_host(spec: &EnvironmentSpec) -> bool {
 /// The store identity of a worker's workspace root (its registration key): the environment and
 /// the root as the worker sees it (no host stat: the path is not this host's).
 pub(crate) fn root_identity(environment: &str, root: &Path) -> String {
-    format!("env:{environment}:{}", root.display())
+    format!("environment:{environment}:{}", root.display())
 }
 
 /// The wire of an environment no worker client serves yet: every call is `Unavailable`.
@@ -62,6 +62,22 @@ pub(crate) fn runtime(
         runner,
         registration,
         runner_attached: false,
+        recovered_for: std::sync::atomic::AtomicU64::new(u64::MAX),
+        applying: std::sync::Mutex::default(),
+    }
+}
+
+/// Once per worker connection (`connection`: its restart count), before the connection serves
+/// a call of `ws`: the journals a dead connection left are restored through the worker
+/// ([`crate::gateway::patches::recover_worker`]).
+pub(crate) async fn recover_on_connect(gw: &Gateway, ws: &WorkspaceRuntime, connection: u64) {
+    use std::sync::atomic::Ordering;
+    if ws.recovered_for.swap(connection, Ordering::AcqRel) == connection {
+        return;
+    }
+    let recovered = crate::gateway::patches::recover_worker(gw, &ws.facts.id).await;
+    if !recovered.is_empty() {
+        tracing::warn!(workspace = %ws.facts.id, operations = ?recovered, "rolled back interrupted patches through the worker");
     }
 }
 

@@ -716,6 +716,18 @@ async fn apply_locked(
     let hooks = Arc::clone(&auth.patch_hooks);
     let at_plan_c = at_plan.clone();
     let Some(root) = root else {
+        let applying = |on: bool| {
+            let mut set = ws
+                .applying
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if on {
+                set.insert(op.clone());
+            } else {
+                set.remove(&op);
+            }
+        };
+        applying(true);
         let applied = commit_remote(
             ws.runner.as_ref(),
             &store,
@@ -727,6 +739,7 @@ async fn apply_locked(
             &hooks,
         )
         .await;
+        applying(false);
         return finish_applied(ws, applied, op_id, files, wire);
     };
     let applied = tokio::task::spawn_blocking(move || {
