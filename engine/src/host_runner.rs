@@ -346,7 +346,7 @@ impl Runner for HostRunner {
                         .entries
                         .into_iter()
                         .map(|e| api::ListedEntry {
-                            temp: crate::index::is_server_temp(temps, &e.path, e.kind),
+                            temp: crate::index::walk::is_server_temp(temps, &e.path, e.kind),
                             path: e.path,
                             kind: kind(e.kind),
                             ino: e.ino,

@@ -298,6 +298,28 @@ impl Versions {
     }
 }
 
+/// Feeds a runner's file events to the version tables of its workspaces (`FileChanged`: those
+/// paths' versions unknown; `WatchLost`: every version unknown). Other events are not files'.
+pub(crate) fn runner_event(
+    tables: &HashMap<String, Arc<Versions>>,
+    event: &codespace_runner_api::Event,
+) {
+    use codespace_runner_api::Event;
+    match event {
+        Event::FileChanged { workspace, paths } => {
+            if let Some(v) = tables.get(workspace) {
+                v.runner_changed(paths);
+            }
+        }
+        Event::WatchLost { workspace } => {
+            if let Some(v) = tables.get(workspace) {
+                v.runner_lost();
+            }
+        }
+        Event::ProcessExited { .. } => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

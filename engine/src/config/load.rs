@@ -10,8 +10,8 @@ use super::profiles;
 use super::raw::RawConfig;
 use super::switches::{LeaseScope, SecretMasking};
 use super::validate::{
-    canonical_root, command_env, worker_root, command_path, command_write_paths, default_command_write_paths,
-    io_reason, read_paths,
+    canonical_root, command_env, command_path, command_write_paths, default_command_write_paths,
+    io_reason, read_paths, worker_root,
 };
 use super::{Client, Config, ConfigError, Environment, LOCAL_ENVIRONMENT, Workspace};
 use codespace_policy::config::builtin_profiles;

@@ -38,7 +38,7 @@ pub(crate) async fn gate(
         Some(w) => match w.ensure().await {
             Ok(()) => {
                 // Journals of a connection that died are restored by the worker first.
-                super::remote::recover_on_connect(gw, ws, w.status().restarts).await;
+                super::patches::recover_on_connect(gw, ws, w.status().restarts).await;
                 return Ok(());
             }
             Err(reason) => reason,

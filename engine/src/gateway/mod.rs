@@ -21,7 +21,7 @@ pub mod net;
 pub mod ops;
 pub mod patches;
 mod processes;
-mod remote;
+pub mod remote;
 pub mod temp_files;
 mod write_scope;
 pub(crate) use authorized::{Authorized, Decided};
@@ -83,6 +83,31 @@ pub(crate) struct WorkspaceRuntime {
 }
 
 impl WorkspaceRuntime {
+    /// The runtime of a worker's workspace served by `runner`: no host root, a path index
+    /// listing through the runner, a version table that never watches the host.
+    pub(crate) fn remote(
+        facts: WorkspaceFacts,
+        runner: Arc<dyn codespace_runner_api::Runner>,
+        registration: String,
+        max_walk_entries: usize,
+    ) -> WorkspaceRuntime {
+        let files = crate::index::RunnerFiles {
+            runner: Arc::clone(&runner),
+            workspace: facts.id.clone(),
+        };
+        WorkspaceRuntime {
+            index: Arc::new(crate::index::PathIndex::new_remote(files, max_walk_entries)),
+            versions: Arc::new(crate::versions::Versions::remote()),
+            facts,
+            root: None,
+            runner,
+            registration,
+            runner_attached: false,
+            recovered_for: std::sync::atomic::AtomicU64::new(u64::MAX),
+            applying: std::sync::Mutex::default(),
+        }
+    }
+
     /// The host root of a workspace whose files are on this host; `ENVIRONMENT_UNAVAILABLE`
     /// for a worker's workspace (nothing of it is ever opened on the host).
     pub(crate) fn host_root(&self) -> Result<&Arc<Root>, ToolError> {
@@ -104,8 +129,7 @@ impl WorkspaceRuntime {
         &self,
         reqs: &mut Vec<crate::request::SubRequest>,
     ) -> Result<(), ToolError> {
-        crate::links::fill_links_via(self.root.as_ref(), &*self.runner, &self.facts.id, reqs)
-            .await
+        crate::links::fill_links_via(self.root.as_ref(), &*self.runner, &self.facts.id, reqs).await
     }
 }
 
@@ -202,7 +226,11 @@ impl Gateway {
             // opened here (it has no host root at all: its files are reached only through its
             // runner, see `remote.rs`).
             let worker = workers.get(&ws.environment);
-            let root = if remote::on_host(&env_spec) {
+            let root = if matches!(
+                env_spec,
+                crate::config::EnvironmentSpec::Host
+                    | crate::config::EnvironmentSpec::LinuxContainer
+            ) {
                 Some(Arc::new(
                     Root::open(&ws.root)
                         .map_err(|e| StartError::Root(id.clone(), e.to_string()))?
@@ -215,7 +243,7 @@ impl Gateway {
                 Some(store) => {
                     let rid = match &root {
                         Some(root) => root_id(root).map_err(|e| StartError::Root(id.clone(), e))?,
-                        None => remote::root_identity(&ws.environment, &ws.root),
+                        None => format!("environment:{}:{}", ws.environment, ws.root.display()),
                     };
                     store
                         .register_workspace(id, &rid, &format!("reg-{}", uuid::Uuid::new_v4()))
@@ -251,17 +279,23 @@ impl Gateway {
             };
             let Some(root) = root else {
                 let runner = match worker {
-                    Some(w) => Arc::clone(remote_runners.entry(ws.environment.clone()).or_insert_with(
-                        || {
-                            Arc::new(codespace_runner_api::RemoteRunner::new(
-                                crate::worker_wire::WorkerWire(Arc::clone(w)),
-                            ))
-                        },
-                    )),
-                    None => remote::no_worker(),
+                    Some(w) => {
+                        Arc::clone(remote_runners.entry(ws.environment.clone()).or_insert_with(
+                            || {
+                                Arc::new(codespace_runner_api::RemoteRunner::new(
+                                    crate::worker_wire::WorkerWire(Arc::clone(w)),
+                                ))
+                            },
+                        ))
+                    }
+                    None => crate::worker_wire::no_worker(),
                 };
-                let runtime =
-                    remote::runtime(facts, runner, registration, config.limits.max_walk_entries);
+                let runtime = WorkspaceRuntime::remote(
+                    facts,
+                    runner,
+                    registration,
+                    config.limits.max_walk_entries,
+                );
                 workspaces.insert(id.clone(), runtime);
                 continue;
             };
@@ -302,7 +336,7 @@ impl Gateway {
                     .map(|w| (w.facts.id.clone(), Arc::clone(&w.versions)))
                     .collect();
             runner.subscribe(Arc::new(move |e: codespace_runner_api::Event| {
-                remote::file_event(&tables, &e)
+                crate::versions::runner_event(&tables, &e)
             }));
         }
         // Decision rows leave the request path through the store's batching writer (read-only

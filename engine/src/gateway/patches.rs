@@ -393,3 +393,17 @@ pub async fn recover_worker(gw: &Gateway, workspace: &str) -> Vec<String> {
     }
     recovered
 }
+
+/// Once per worker connection (`connection`: its restart count), before that connection serves
+/// a call of `ws`: the journals a dead connection left are restored through the worker
+/// ([`recover_worker`]).
+pub(crate) async fn recover_on_connect(gw: &Gateway, ws: &WorkspaceRuntime, connection: u64) {
+    use std::sync::atomic::Ordering;
+    if ws.recovered_for.swap(connection, Ordering::AcqRel) == connection {
+        return;
+    }
+    let recovered = recover_worker(gw, &ws.facts.id).await;
+    if !recovered.is_empty() {
+        tracing::warn!(workspace = %ws.facts.id, operations = ?recovered, "rolled back interrupted patches through the worker");
+    }
+}

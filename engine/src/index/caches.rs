@@ -55,22 +55,21 @@ impl PathIndex {
                     }
                 })
                 .collect();
-            let mut metas: Box<dyn Iterator<Item = Result<Option<(Kind, u64)>, ()>>> =
-                match (&self.root, &self.runner) {
-                    (Some(root), _) => Box::new(
-                        root.stat_many(rels.iter().flatten())
-                            .into_iter()
-                            .map(|m| m.map(|m| m.map(|m| (m.kind, m.links))).map_err(drop)),
-                    ),
-                    (None, Some(files)) => Box::new(
-                        rels.iter()
-                            .flatten()
-                            .map(|r| files.kind_and_links(r.as_str()))
-                            .collect::<Vec<_>>()
-                            .into_iter(),
-                    ),
-                    (None, None) => Box::new(std::iter::empty()),
-                };
+            // What each path is and its link count (`None`: gone or not examinable).
+            let metas: Vec<Option<(Kind, u64)>> = match (&self.root, &self.runner) {
+                (Some(root), _) => root
+                    .stat_many(rels.iter().flatten())
+                    .into_iter()
+                    .map(|m| m.ok().flatten().map(|m| (m.kind, m.links)))
+                    .collect(),
+                (None, Some(files)) => rels
+                    .iter()
+                    .flatten()
+                    .map(|r| files.kind_and_links(r.as_str()).ok().flatten())
+                    .collect(),
+                (None, None) => Vec::new(),
+            };
+            let mut metas = metas.into_iter();
             listing
                 .entries
                 .iter()
@@ -80,7 +79,7 @@ impl PathIndex {
                     (_, None) => 0,
                     (_, Some(_)) => metas
                         .next()
-                        .and_then(|m| m.ok().flatten())
+                        .flatten()
                         .map_or(0, |(kind, links)| crate::links::links_value(kind, links)),
                 })
                 .collect()

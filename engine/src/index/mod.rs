@@ -29,11 +29,18 @@ use crate::wire::WalkReason;
 
 mod caches;
 mod remote;
-mod walk;
+pub(crate) mod walk;
 mod watch;
 
-pub(crate) use remote::RunnerFiles;
-pub(crate) use walk::is_server_temp;
+/// A workspace's files as its runner serves them (the index's source for a worker's workspace;
+/// its methods are in `remote.rs`).
+#[derive(Debug, Clone)]
+pub(crate) struct RunnerFiles {
+    /// The runner of the workspace's environment.
+    pub(crate) runner: Arc<dyn codespace_runner_api::Runner>,
+    /// The workspace id the runner knows it by.
+    pub(crate) workspace: String,
+}
 
 /// Dirty paths one refresh re-checks one by one; more than this and the tree is walked again.
 const MAX_INCREMENTAL: usize = 2_000;

@@ -7,26 +7,19 @@
 //! (`walk_reason: watcher_unavailable`): the index stays a cache of the disk, never a source of
 //! truth. Called on blocking threads only (each call waits for the runner's future there).
 
-use codespace_runner_api::{self as api, Runner, RunnerError};
+use codespace_runner_api::{self as api, RunnerError};
 use codespace_runner_fs::{FsError, Kind, Unlisted, UnlistedWhy};
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::walk::{next_generation, outermost};
-use super::{Entry, Listing, PathIndex, lock};
+use super::{Entry, Listing, PathIndex, RunnerFiles, lock};
 use crate::wire::WalkReason;
 
-/// A workspace's files as its runner serves them.
-#[derive(Debug, Clone)]
-pub(crate) struct RunnerFiles {
-    /// The runner of the workspace's environment.
-    pub(crate) runner: Arc<dyn Runner>,
-    /// The workspace id the runner knows it by.
-    pub(crate) workspace: String,
-}
-
 /// Waits for `fut` on this (blocking) thread, on the runtime the thread belongs to.
-fn wait<T>(fut: impl std::future::Future<Output = Result<T, RunnerError>>) -> Result<T, RunnerError> {
+fn wait<T>(
+    fut: impl std::future::Future<Output = Result<T, RunnerError>>,
+) -> Result<T, RunnerError> {
     match tokio::runtime::Handle::try_current() {
         Ok(handle) => handle.block_on(fut),
         Err(_) => Err(RunnerError::internal("no runtime to reach the runner from")),

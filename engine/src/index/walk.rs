@@ -339,7 +339,11 @@ mod tests {
         std::fs::remove_dir_all(d.join("a/b")).unwrap();
         std::fs::create_dir_all(d.join("n/m")).unwrap();
         std::fs::write(d.join("n/m/f"), b"").unwrap();
-        std::fs::write(d.join(ix.root.as_ref().unwrap().temp_names().next_name()), b"").unwrap();
+        std::fs::write(
+            d.join(ix.root.as_ref().unwrap().temp_names().next_name()),
+            b"",
+        )
+        .unwrap();
         let (l2, why) = ix.get();
         assert_eq!(why, None);
         assert_ne!(l2.generation, l.generation);
@@ -360,7 +364,11 @@ mod tests {
         ix.get();
         let name = ix.root.as_ref().unwrap().temp_names().next_name();
         std::fs::rename(d.join("config"), d.join(&name)).unwrap();
-        std::os::unix::fs::symlink("x", d.join(ix.root.as_ref().unwrap().temp_names().next_name())).unwrap();
+        std::os::unix::fs::symlink(
+            "x",
+            d.join(ix.root.as_ref().unwrap().temp_names().next_name()),
+        )
+        .unwrap();
         let (l, why) = ix.get();
         assert_eq!(why, None);
         let env = format!("{name}/.env");

@@ -153,16 +153,19 @@ fn setup_with(hooks: PatchHooks) -> Setup {
     let sink = Arc::new(Mutex::new(None));
     let calls = Arc::new(AtomicUsize::new(0));
     let wire = MemWire {
-        worker: worker.host_runner(),
+        worker: codespace_engine::gateway::remote::host_runner(&worker),
         tree: tree.clone(),
         alive: Arc::clone(&alive),
         on_apply: Arc::clone(&on_apply),
         sink: Arc::clone(&sink),
         calls: Arc::clone(&calls),
     };
-    let remote = remote_gateway(&store_path, hooks)
-        .with_worker_runner("w", Arc::new(RemoteRunner::new(wire)))
-        .unwrap();
+    let remote = codespace_engine::gateway::remote::with_worker_runner(
+        remote_gateway(&store_path, hooks),
+        "w",
+        Arc::new(RemoteRunner::new(wire)),
+    )
+    .unwrap();
     Setup {
         _dir: dir,
         tree,
@@ -205,13 +208,19 @@ async fn find_grep_and_find_files_through_the_runner_match_the_host() {
             "find",
             json!({"workspace_id": "w", "respect_gitignore": true, "details": true}),
         ),
-        ("find", json!({"workspace_id": "w", "glob": "**/*.rs", "limit": 2})),
+        (
+            "find",
+            json!({"workspace_id": "w", "glob": "**/*.rs", "limit": 2}),
+        ),
         ("grep", json!({"workspace_id": "w", "pattern": "hello"})),
         (
             "grep",
             json!({"workspace_id": "w", "pattern": "HELLO", "case_insensitive": true, "respect_gitignore": false, "context_lines": 1}),
         ),
-        ("grep", json!({"workspace_id": "w", "pattern": "hel+o", "regex": true, "path": "src"})),
+        (
+            "grep",
+            json!({"workspace_id": "w", "pattern": "hel+o", "regex": true, "path": "src"}),
+        ),
         ("find_files", json!({"workspace_id": "w", "query": "util"})),
         ("find_files", json!({"workspace_id": "w", "query": "main"})),
     ];
@@ -230,9 +239,13 @@ async fn find_grep_and_find_files_through_the_runner_match_the_host() {
     }
     // A change made in the worker's tree is in the next listing (no event needed).
     std::fs::write(s.tree.join("src/new.rs"), "hello again\n").unwrap();
-    let found = call(&s.remote, "find", json!({"workspace_id": "w", "path": "src"}))
-        .await
-        .unwrap();
+    let found = call(
+        &s.remote,
+        "find",
+        json!({"workspace_id": "w", "path": "src"}),
+    )
+    .await
+    .unwrap();
     assert!(
         found["paths"]
             .as_array()
@@ -254,9 +267,13 @@ async fn find_grep_and_find_files_through_the_runner_match_the_host() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apply_patch_through_the_runner_with_expected_versions() {
     let s = setup();
-    let read = call(&s.remote, "read", json!({"workspace_id": "w", "path": "src/lib.rs"}))
-        .await
-        .unwrap();
+    let read = call(
+        &s.remote,
+        "read",
+        json!({"workspace_id": "w", "path": "src/lib.rs"}),
+    )
+    .await
+    .unwrap();
     let v = read["version"].as_str().unwrap().to_string();
     let patch = "*** Begin Patch\n*** Update File: src/lib.rs\n-pub fn hello() {}\n+pub fn hello() { println!(\"hi\"); }\n*** Add File: src/added.rs\n+// added\n*** End Patch";
     let out = call(
@@ -276,9 +293,13 @@ async fn apply_patch_through_the_runner_with_expected_versions() {
         "// added\n"
     );
     // The version the patch reports is the one a read through the runner sees.
-    let after = call(&s.remote, "read", json!({"workspace_id": "w", "path": "src/lib.rs"}))
-        .await
-        .unwrap();
+    let after = call(
+        &s.remote,
+        "read",
+        json!({"workspace_id": "w", "path": "src/lib.rs"}),
+    )
+    .await
+    .unwrap();
     assert_eq!(out["changes"][0]["after_version"], after["version"]);
     // An edit made inside the environment: the version pinned by the earlier read no longer
     // holds, whether the path is touched by the patch or not, and whatever events said.
@@ -400,9 +421,13 @@ async fn a_remote_workspace_is_never_touched_on_the_host() {
     // files through the runner alone.
     assert!(!Path::new(NOT_ON_HOST).exists());
     let s = setup();
-    call(&s.remote, "read", json!({"workspace_id": "w", "path": "README.md"}))
-        .await
-        .unwrap();
+    call(
+        &s.remote,
+        "read",
+        json!({"workspace_id": "w", "path": "README.md"}),
+    )
+    .await
+    .unwrap();
     call(&s.remote, "find", json!({"workspace_id": "w"}))
         .await
         .unwrap();

@@ -110,9 +110,16 @@ fn find_grep_find_files_and_apply_patch_go_through_a_command_worker() {
     let mut s = serve(dir.path(), &root, None);
 
     let found = s.tool_ok("find", json!({"workspace_id": "w", "path": "src"}));
-    assert_eq!(paths(&found["paths"]), ["src/lib.rs", "src/main.rs"], "{found}");
+    assert_eq!(
+        paths(&found["paths"]),
+        ["src/lib.rs", "src/main.rs"],
+        "{found}"
+    );
     assert_eq!(found["walk_reason"], "watcher_unavailable", "{found}");
-    let ignored = s.tool_ok("find", json!({"workspace_id": "w", "respect_gitignore": true}));
+    let ignored = s.tool_ok(
+        "find",
+        json!({"workspace_id": "w", "respect_gitignore": true}),
+    );
     assert!(
         !paths(&ignored["paths"]).contains(&"target/gen.rs".to_string()),
         "{ignored}"
@@ -141,7 +148,10 @@ fn find_grep_find_files_and_apply_patch_go_through_a_command_worker() {
         "pub fn hello() { 1 }\n"
     );
     // An edit made in the worker's tree: the version the client holds is stale.
-    let after = out["changes"][0]["after_version"].as_str().unwrap().to_string();
+    let after = out["changes"][0]["after_version"]
+        .as_str()
+        .unwrap()
+        .to_string();
     std::fs::write(root.join("src/lib.rs"), "pub fn hello() { 2 }\n").unwrap();
     let patch2 = "*** Begin Patch\n*** Update File: src/lib.rs\n-pub fn hello() { 2 }\n+pub fn hello() { 3 }\n*** End Patch";
     let e = s.tool_err(
@@ -166,7 +176,11 @@ fn an_edit_in_the_workers_tree_during_the_apply_is_stale_read() {
     let dir = tempfile::tempdir().unwrap();
     let root = tree(dir.path());
     let gate = dir.path().join("gate");
-    let mut s = serve(dir.path(), &root, Some(("CODESPACE_TEST_PATCH_GATE", &gate)));
+    let mut s = serve(
+        dir.path(),
+        &root,
+        Some(("CODESPACE_TEST_PATCH_GATE", &gate)),
+    );
     let patch = "*** Begin Patch\n*** Update File: src/lib.rs\n-pub fn hello() {}\n+pub fn hello() { 1 }\n*** Update File: README.md\n-hello readme\n+bye\n*** End Patch";
     let id = s.send_request(
         "tools/call",
@@ -201,7 +215,11 @@ fn kill_nine_of_the_worker_mid_patch_leaves_all_old_or_all_new_after_restart() {
     let root = tree(dir.path());
     let store = dir.path().join("store.db");
     let gate = dir.path().join("gate");
-    let mut s = serve(dir.path(), &root, Some(("CODESPACE_TEST_PATCH_GATE", &gate)));
+    let mut s = serve(
+        dir.path(),
+        &root,
+        Some(("CODESPACE_TEST_PATCH_GATE", &gate)),
+    );
     let old: Vec<(String, String)> = ["src/lib.rs", "README.md"]
         .iter()
         .map(|p| {
@@ -242,8 +260,7 @@ fn kill_nine_of_the_worker_mid_patch_leaves_all_old_or_all_new_after_restart() {
     let was: Vec<String> = old.iter().map(|(_, c)| c.clone()).collect();
     let new = vec!["pub fn hello() { 1 }\n".to_string(), "bye\n".to_string()];
     assert!(
-        now == was && !root.join("new.txt").exists()
-            || now == new && root.join("new.txt").exists(),
+        now == was && !root.join("new.txt").exists() || now == new && root.join("new.txt").exists(),
         "files are neither all old nor all new: {now:?}"
     );
     assert_eq!(read["content"], now[1], "{read}");
