@@ -318,11 +318,14 @@ pub fn environment_status(
 
 /// Whether `call`, on a workspace whose environment is served by a worker, is served through
 /// the `Runner` seam in this build (so it reaches the worker). A tool still on a host code path
-/// is refused with `ENVIRONMENT_UNAVAILABLE` instead of touching the gateway's placeholder root.
+/// is refused with `ENVIRONMENT_UNAVAILABLE` (a worker's workspace has no host root to touch).
 /// Routing a tool through the runner adds it here.
 pub fn served_through_runner(call: &crate::wire::ToolCall) -> bool {
     use crate::wire::ToolCall as T;
-    matches!(call, T::Read(_)) || !needs_environment(call)
+    matches!(
+        call,
+        T::Read(_) | T::Find(_) | T::Grep(_) | T::FindFiles(_) | T::ApplyPatch(_)
+    ) || !needs_environment(call)
 }
 
 /// Whether `call` needs its workspace's environment (files or processes): every tool but

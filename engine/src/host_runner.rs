@@ -321,6 +321,8 @@ impl Runner for HostRunner {
                     mode: m.mode,
                     size: m.size,
                     links: m.links,
+                    mtime_ms: m.mtime_ms,
+                    ino: m.ino,
                 }))
             })
             .await
@@ -338,11 +340,13 @@ impl Runner for HostRunner {
             };
             blocking(move || {
                 let w = root.walk_under_all(&path, &limits).map_err(fs_err)?;
+                let temps = root.temp_names();
                 Ok(api::Listing {
                     entries: w
                         .entries
                         .into_iter()
                         .map(|e| api::ListedEntry {
+                            temp: crate::index::walk::is_server_temp(temps, &e.path, e.kind),
                             path: e.path,
                             kind: kind(e.kind),
                             ino: e.ino,

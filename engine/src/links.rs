@@ -73,6 +73,40 @@ pub async fn fill_links_async(
     Ok(())
 }
 
+/// [`fill_links_async`] for a workspace: beneath its host `root`, or, for a worker's workspace
+/// (no host root), through its `runner` (`Runner::stat`; nothing is examined on this host).
+pub(crate) async fn fill_links_via(
+    root: Option<&std::sync::Arc<Root>>,
+    runner: &dyn codespace_runner_api::Runner,
+    workspace: &str,
+    reqs: &mut Vec<SubRequest>,
+) -> Result<(), crate::ToolError> {
+    if let Some(root) = root {
+        return fill_links_async(root, reqs).await;
+    }
+    for r in reqs.iter_mut().filter(|r| r.path != ".") {
+        let stat = runner
+            .stat(codespace_runner_api::PathRequest {
+                workspace: workspace.to_string(),
+                path: r.path.clone(),
+            })
+            .await;
+        r.links = match stat {
+            Ok(Some(s)) => links_value(
+                match s.kind {
+                    codespace_runner_api::FileKind::Dir => Kind::Dir,
+                    codespace_runner_api::FileKind::File => Kind::File,
+                    codespace_runner_api::FileKind::Symlink => Kind::Symlink,
+                    codespace_runner_api::FileKind::Other => Kind::Other,
+                },
+                s.links,
+            ),
+            Ok(None) | Err(_) => 0,
+        };
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -44,6 +44,9 @@ pub struct Versions {
     extra_watch: Option<PathBuf>,
     /// When the watcher last failed to start (retried at most once per [`WATCH_RETRY`]).
     failed_at: Mutex<Option<std::time::Instant>>,
+    /// The files are a runner's (a worker's environment): no watcher here; the runner's events
+    /// feed [`Versions::runner_changed`] and [`Versions::runner_lost`].
+    remote: bool,
 }
 
 /// How long a watcher that failed to start is left alone before it is tried again.
@@ -78,7 +81,42 @@ impl Versions {
             observer: None,
             extra_watch: None,
             failed_at: Mutex::new(None),
+            remote: false,
         }
+    }
+
+    /// The table of a workspace whose files are its runner's: it never watches the host. No
+    /// event proves that the runner's watcher delivered every change before a call, so the
+    /// table keeps nothing (degraded): every version is asked of the runner, and every path of
+    /// a patch is checked against it before and during the apply.
+    pub fn remote() -> Versions {
+        let v = Versions {
+            remote: true,
+            ..Versions::new(Path::new(""), TempNames::unregistered())
+        };
+        lock(&v.table).degraded = true;
+        v
+    }
+
+    /// The runner reported `paths` changed (`Event::FileChanged`): their versions (and what lies
+    /// beneath them) are unknown from now on.
+    pub fn runner_changed(&self, paths: &[String]) {
+        let mut t = lock(&self.table);
+        t.seq += 1;
+        let seq = t.seq;
+        for rel in paths {
+            let prefix = format!("{rel}/");
+            t.known.retain(|k, _| k != rel && !k.starts_with(&prefix));
+            t.touched.insert(rel.clone(), seq);
+        }
+    }
+
+    /// The runner's watcher lost events (`Event::WatchLost`): every version is unknown.
+    pub fn runner_lost(&self) {
+        let mut t = lock(&self.table);
+        t.seq += 1;
+        t.degraded = true;
+        t.known.clear();
     }
 
     /// Like [`Versions::new`], with `observer` called on every watcher event as well, and
@@ -101,6 +139,9 @@ impl Versions {
     /// leaves the table degraded (every lookup re-hashes from disk). The watcher never follows a
     /// symlink (a link to `/` must not make it watch the whole file system).
     pub fn ensure_watching(&self) -> bool {
+        if self.remote {
+            return false;
+        }
         let mut w = match self.watcher.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
@@ -254,6 +295,28 @@ impl Versions {
         };
         self.record(path.as_str(), k.clone());
         Ok(k)
+    }
+}
+
+/// Feeds a runner's file events to the version tables of its workspaces (`FileChanged`: those
+/// paths' versions unknown; `WatchLost`: every version unknown). Other events are not files'.
+pub(crate) fn runner_event(
+    tables: &HashMap<String, Arc<Versions>>,
+    event: &codespace_runner_api::Event,
+) {
+    use codespace_runner_api::Event;
+    match event {
+        Event::FileChanged { workspace, paths } => {
+            if let Some(v) = tables.get(workspace) {
+                v.runner_changed(paths);
+            }
+        }
+        Event::WatchLost { workspace } => {
+            if let Some(v) = tables.get(workspace) {
+                v.runner_lost();
+            }
+        }
+        Event::ProcessExited { .. } => {}
     }
 }
 

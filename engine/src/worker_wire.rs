@@ -624,19 +624,22 @@ pub fn environment_lost(
     }
 }
 
-/// The gateway's handle on a workspace whose files are a worker's: an empty directory created
-/// for it and removed at once. Nothing can be created in a removed directory (`ENOENT`, even for
-/// root) and it lists nothing, so a host code path that is not routed through the runner reads
-/// nothing and writes nothing on this host. Returns the handle and the (gone) path.
-pub(crate) fn unreachable_root() -> Result<(codespace_runner_fs::Root, PathBuf), String> {
-    let dir = tempfile::Builder::new()
-        .prefix("cs-remote-")
-        .tempdir()
-        .map_err(|e| format!("cannot make the placeholder root: {e}"))?;
-    let path = dir.path().to_path_buf();
-    let root = codespace_runner_fs::Root::open(&path)
-        .map_err(|e| format!("cannot open the placeholder root: {e}"))?;
-    dir.close()
-        .map_err(|e| format!("cannot remove the placeholder root: {e}"))?;
-    Ok((root, path))
+/// The wire of a worker's environment no worker client serves: every call is `Unavailable`.
+struct NoWorker;
+
+impl Wire for NoWorker {
+    fn call(&self, call: Call) -> BoxFuture<'_, Result<Reply, RunnerError>> {
+        Box::pin(async move {
+            Err(RunnerError::unavailable(format!(
+                "no worker serves this environment ({})",
+                call.method()
+            )))
+        })
+    }
+    fn subscribe(&self, _sink: EventSink) {}
+}
+
+/// A runner that answers every call `Unavailable` (a worker's workspace without a worker).
+pub(crate) fn no_worker() -> std::sync::Arc<dyn codespace_runner_api::Runner> {
+    std::sync::Arc::new(codespace_runner_api::RemoteRunner::new(NoWorker))
 }

@@ -1520,6 +1520,12 @@ const KNOWN_CYCLES: &[&str] = &[
     "engine: gateway → host_runner → processes → gateway::net → gateway",
     // #29 (envconf): the environment gate, a free function beside the gateway it reads.
     "engine: gateway → gateway::environment → gateway",
+    // #29 (envfiles): the gate recovers a worker's patch journals on each new connection
+    // (`patches::recover_on_connect`); to go with the gateway's circles of #28 (recovery a
+    // free function over the store and the workspace runtime, not the gateway).
+    "engine: gateway → gateway::environment → gateway::patches → gateway",
+    "engine: gateway → gateway::environment → gateway::patches → gateway::temp_files → gateway",
+    "engine: gateway → gateway::environment → gateway::patches → host_runner → processes → gateway::net → gateway",
     // #32 (signed sets): the loader verifies the set's signature, which hashes the loader's
     // parsed form; to move the parsed-form hash into its own module.
     "policy: load → set_signature → load",

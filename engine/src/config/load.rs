@@ -11,7 +11,7 @@ use super::raw::RawConfig;
 use super::switches::{LeaseScope, SecretMasking};
 use super::validate::{
     canonical_root, command_env, command_path, command_write_paths, default_command_write_paths,
-    io_reason, read_paths,
+    io_reason, read_paths, worker_root,
 };
 use super::{Client, Config, ConfigError, Environment, LOCAL_ENVIRONMENT, Workspace};
 use codespace_policy::config::builtin_profiles;
@@ -189,7 +189,23 @@ impl Config {
             let root = w
                 .root
                 .ok_or_else(|| ConfigError(format!("workspaces.{id}.root: missing")))?;
-            let root = canonical_root(&format!("workspaces.{id}.root"), &root)?;
+            let on_host = w
+                .environment
+                .as_deref()
+                .and_then(|e| environments.get(e))
+                .is_none_or(|e| {
+                    matches!(
+                        e.spec,
+                        EnvironmentSpec::Host | EnvironmentSpec::LinuxContainer
+                    )
+                });
+            // A worker's workspace root is the worker's path: never resolved on this host.
+            let root = if on_host {
+                canonical_root(&format!("workspaces.{id}.root"), &root)?
+            } else {
+                worker_root(&format!("workspaces.{id}.root"), &root)?
+            };
+            let host_root = on_host.then_some(root.as_path());
             let profile = w.profile.unwrap_or_else(|| "workspace-write".to_string());
             if !profiles.contains_key(&profile) {
                 return Err(ConfigError(format!(
@@ -233,12 +249,12 @@ impl Config {
                 (Some(list), _) => command_write_paths(
                     &format!("workspaces.{id}.command_write_paths"),
                     list,
-                    Some(&root),
+                    host_root,
                 )?,
                 (None, Some(list)) => command_write_paths(
                     &format!("environments.{environment}.command_write_paths"),
                     list,
-                    Some(&root),
+                    host_root,
                 )?,
                 (None, None) => default_command_write_paths(),
             };

@@ -89,6 +89,25 @@ pub fn io_reason(e: &std::io::Error) -> String {
     }
 }
 
+/// The root of a worker's workspace: a path where the worker runs, never looked up on this host.
+/// It must be absolute and plain (no `.` or `..` component), since nothing here can resolve it.
+pub(super) fn worker_root(field: &str, root: &Path) -> Result<PathBuf, ConfigError> {
+    use std::path::Component;
+    if !root.is_absolute() {
+        return Err(ConfigError(format!("{field}: must be an absolute path")));
+    }
+    if root
+        .components()
+        .any(|c| matches!(c, Component::CurDir | Component::ParentDir))
+    {
+        return Err(ConfigError(format!(
+            "{field}: \"{}\" must not hold `.` or `..` (a worker's root is not resolved on this host)",
+            root.display()
+        )));
+    }
+    Ok(root.components().collect())
+}
+
 pub(super) fn canonical_root(field: &str, root: &Path) -> Result<PathBuf, ConfigError> {
     if !root.is_absolute() {
         return Err(ConfigError(format!("{field}: must be an absolute path")));

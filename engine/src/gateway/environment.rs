@@ -16,7 +16,7 @@ pub(crate) async fn gate(
     call: &ToolCall,
     decision_id: &str,
 ) -> Result<(), ToolError> {
-    if !crate::environments::needs_environment(call) {
+    if !crate::environments::needs_environment(call) || ws.runner_attached {
         return Ok(());
     }
     let Some(env) = gw.config.environments.get(&ws.facts.environment) else {
@@ -36,7 +36,11 @@ pub(crate) async fn gate(
         // Reach the worker now (a live connection is reused; a dead one is restarted after
         // its backoff): a worker that cannot be reached fails the call here, recorded.
         Some(w) => match w.ensure().await {
-            Ok(()) => return Ok(()),
+            Ok(()) => {
+                // Journals of a connection that died are restored by the worker first.
+                super::patches::recover_on_connect(gw, ws, w.status().restarts).await;
+                return Ok(());
+            }
             Err(reason) => reason,
         },
     };

@@ -21,6 +21,7 @@ pub mod net;
 pub mod ops;
 pub mod patches;
 mod processes;
+pub mod remote;
 pub mod temp_files;
 mod write_scope;
 pub(crate) use authorized::{Authorized, Decided};
@@ -54,7 +55,9 @@ pub enum StartError {
 #[derive(Debug)]
 pub(crate) struct WorkspaceRuntime {
     pub(crate) facts: WorkspaceFacts,
-    pub(crate) root: Arc<Root>,
+    /// The opened root when the workspace's files are on this host (`host`, `linux-container`);
+    /// `None` when they are a worker's: then the engine reaches them only through `runner`.
+    pub(crate) root: Option<Arc<Root>>,
     pub(crate) versions: Arc<crate::versions::Versions>,
     /// The path index `find`, `grep` and `find_files` read (fed by the versions watcher).
     pub(crate) index: Arc<crate::index::PathIndex>,
@@ -68,42 +71,65 @@ pub(crate) struct WorkspaceRuntime {
     /// The workspace identity: the store's registration of this id bound to this root
     /// (operation keys and patch journals are scoped to it); empty without a store.
     pub(crate) registration: String,
-    /// Its files are a worker's: `root` is the gateway's empty placeholder, every file fact
-    /// comes through `runner`.
-    pub(crate) remote: bool,
+    /// A worker's workspace whose runner is connected (set when a client is attached): the
+    /// environment gate lets its calls through.
+    pub(crate) runner_attached: bool,
+    /// The worker connection whose journals were last recovered (its restart count; `u64::MAX`:
+    /// none yet): a new connection recovers before it serves a call.
+    pub(crate) recovered_for: std::sync::atomic::AtomicU64,
+    /// Operations of this server committing through the runner now: recovery leaves their
+    /// journals alone.
+    pub(crate) applying: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl WorkspaceRuntime {
-    /// Fills `links` of every sub-request that names a path: from the host root, or for a
+    /// The runtime of a worker's workspace served by `runner`: no host root, a path index
+    /// listing through the runner, a version table that never watches the host.
+    pub(crate) fn remote(
+        facts: WorkspaceFacts,
+        runner: Arc<dyn codespace_runner_api::Runner>,
+        registration: String,
+        max_walk_entries: usize,
+    ) -> WorkspaceRuntime {
+        let files = crate::index::RunnerFiles {
+            runner: Arc::clone(&runner),
+            workspace: facts.id.clone(),
+        };
+        WorkspaceRuntime {
+            index: Arc::new(crate::index::PathIndex::new_remote(files, max_walk_entries)),
+            versions: Arc::new(crate::versions::Versions::remote()),
+            facts,
+            root: None,
+            runner,
+            registration,
+            runner_attached: false,
+            recovered_for: std::sync::atomic::AtomicU64::new(u64::MAX),
+            applying: std::sync::Mutex::default(),
+        }
+    }
+
+    /// The host root of a workspace whose files are on this host; `ENVIRONMENT_UNAVAILABLE`
+    /// for a worker's workspace (nothing of it is ever opened on the host).
+    pub(crate) fn host_root(&self) -> Result<&Arc<Root>, ToolError> {
+        self.root.as_ref().ok_or_else(|| {
+            ToolError::new(
+                ErrorCode::EnvironmentUnavailable,
+                format!(
+                    "workspace `{}`: this is not served through its environment's worker in this build",
+                    self.facts.id
+                ),
+            )
+        })
+    }
+
+    /// Fills `links` of every sub-request that names a path: beneath the host root, or for a
     /// worker's workspace from the worker's `stat` (a path it cannot stat, or a worker that
     /// cannot be reached, says 0; the call then fails on the same path or at the gate).
     pub(crate) async fn fill_links(
         &self,
         reqs: &mut Vec<crate::request::SubRequest>,
     ) -> Result<(), ToolError> {
-        if !self.remote {
-            return crate::links::fill_links_async(&self.root, reqs).await;
-        }
-        for r in reqs.iter_mut().filter(|r| r.path != ".") {
-            let stat = self
-                .runner
-                .stat(codespace_runner_api::PathRequest {
-                    workspace: self.facts.id.clone(),
-                    path: r.path.clone(),
-                })
-                .await;
-            r.links = match stat {
-                Ok(Some(s)) => {
-                    let kind = match s.kind {
-                        codespace_runner_api::FileKind::Dir => codespace_runner_fs::Kind::Dir,
-                        _ => codespace_runner_fs::Kind::File,
-                    };
-                    crate::links::links_value(kind, s.links)
-                }
-                Ok(None) | Err(_) => 0,
-            };
-        }
-        Ok(())
+        crate::links::fill_links_via(self.root.as_ref(), &*self.runner, &self.facts.id, reqs).await
     }
 }
 
@@ -192,28 +218,33 @@ impl Gateway {
         let mut remote_runners: BTreeMap<String, Arc<dyn codespace_runner_api::Runner>> =
             BTreeMap::new();
         for (id, ws) in &config.workspaces {
+            let env_spec = config
+                .environments
+                .get(&ws.environment)
+                .map(|e| e.spec.clone())
+                .unwrap_or_default();
             // A workspace of a worker's environment: its root is the worker's path, never
-            // opened here. The gateway's own handle is an empty directory already removed, so
-            // a host code path that is not routed through the runner finds nothing and can
-            // create nothing (see `worker_wire::unreachable_root`).
+            // opened here (it has no host root at all: its files are reached only through its
+            // runner, see `remote.rs`).
             let worker = workers.get(&ws.environment);
-            let (root, host_path) = match worker {
-                None => (
+            let root = if matches!(
+                env_spec,
+                crate::config::EnvironmentSpec::Host
+                    | crate::config::EnvironmentSpec::LinuxContainer
+            ) {
+                Some(Arc::new(
                     Root::open(&ws.root)
-                        .map_err(|e| StartError::Root(id.clone(), e.to_string()))?,
-                    ws.root.clone(),
-                ),
-                Some(_) => crate::worker_wire::unreachable_root()
-                    .map_err(|e| StartError::Root(id.clone(), e))?,
+                        .map_err(|e| StartError::Root(id.clone(), e.to_string()))?
+                        .with_temp_names(Arc::clone(&temps)),
+                ))
+            } else {
+                None
             };
-            let root = root.with_temp_names(Arc::clone(&temps));
             let registration = match &store {
                 Some(store) => {
-                    let rid = match worker {
-                        None => root_id(&root).map_err(|e| StartError::Root(id.clone(), e))?,
-                        Some(_) => {
-                            format!("environment:{}:{}", ws.environment, ws.root.display())
-                        }
+                    let rid = match &root {
+                        Some(root) => root_id(root).map_err(|e| StartError::Root(id.clone(), e))?,
+                        None => format!("environment:{}:{}", ws.environment, ws.root.display()),
                     };
                     store
                         .register_workspace(id, &rid, &format!("reg-{}", uuid::Uuid::new_v4()))
@@ -221,11 +252,6 @@ impl Gateway {
                 }
                 None => String::new(),
             };
-            let env_spec = config
-                .environments
-                .get(&ws.environment)
-                .map(|e| e.spec.clone())
-                .unwrap_or_default();
             let facts = WorkspaceFacts {
                 id: id.clone(),
                 profile: ws.profile.clone(),
@@ -252,23 +278,33 @@ impl Gateway {
                 workspace_sandbox: ws.sandbox,
                 secret_masking: crate::masks::masking_fact(ws.secret_masking, sandbox),
             };
-            let root = Arc::new(root);
-            let runner: Arc<dyn codespace_runner_api::Runner> = match worker {
-                None => {
-                    host.add_workspace(id, Arc::clone(&root), ws.root.clone());
-                    Arc::clone(&host) as Arc<dyn codespace_runner_api::Runner>
-                }
-                Some(w) => Arc::clone(remote_runners.entry(ws.environment.clone()).or_insert_with(
-                    || {
-                        Arc::new(codespace_runner_api::RemoteRunner::new(
-                            crate::worker_wire::WorkerWire(Arc::clone(w)),
+            let Some(root) = root else {
+                let runner = match worker {
+                    Some(w) => {
+                        Arc::clone(remote_runners.entry(ws.environment.clone()).or_insert_with(
+                            || {
+                                Arc::new(codespace_runner_api::RemoteRunner::new(
+                                    crate::worker_wire::WorkerWire(Arc::clone(w)),
+                                ))
+                            },
                         ))
-                    },
-                )),
+                    }
+                    None => crate::worker_wire::no_worker(),
+                };
+                let runtime = WorkspaceRuntime::remote(
+                    facts,
+                    runner,
+                    registration,
+                    config.limits.max_walk_entries,
+                );
+                workspaces.insert(id.clone(), runtime);
+                continue;
             };
+            host.add_workspace(id, Arc::clone(&root), ws.root.clone());
+            let runner = Arc::clone(&host) as Arc<dyn codespace_runner_api::Runner>;
             let index = Arc::new(crate::index::PathIndex::new_in(
                 Arc::clone(&root),
-                &host_path,
+                &ws.root,
                 config.limits.max_walk_entries,
                 fences.as_deref(),
             ));
@@ -276,9 +312,9 @@ impl Gateway {
                 id.clone(),
                 WorkspaceRuntime {
                     facts,
-                    root,
+                    root: Some(root),
                     versions: Arc::new(crate::versions::Versions::with_observer(
-                        &host_path,
+                        &ws.root,
                         Arc::clone(&temps),
                         index.observer(),
                         index.fence_dir(),
@@ -286,9 +322,23 @@ impl Gateway {
                     index,
                     runner,
                     registration,
-                    remote: worker.is_some(),
+                    runner_attached: false,
+                    recovered_for: std::sync::atomic::AtomicU64::new(u64::MAX),
+                    applying: std::sync::Mutex::default(),
                 },
             );
+        }
+        // Each worker's file events feed the version tables of its workspaces.
+        for (env, runner) in &remote_runners {
+            let tables: std::collections::HashMap<String, Arc<crate::versions::Versions>> =
+                workspaces
+                    .values()
+                    .filter(|w| w.facts.environment == *env)
+                    .map(|w| (w.facts.id.clone(), Arc::clone(&w.versions)))
+                    .collect();
+            runner.subscribe(Arc::new(move |e: codespace_runner_api::Event| {
+                crate::versions::runner_event(&tables, &e)
+            }));
         }
         // Decision rows leave the request path through the store's batching writer (read-only
         // rows group-committed, mutations written ahead); see `crate::audit`.

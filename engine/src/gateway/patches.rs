@@ -189,7 +189,7 @@ pub fn recover(gw: &Gateway) -> Vec<String> {
     let mut recovered = Vec::new();
     // Journals left alone are counted and reported in one line each kind, not one per journal
     // (a shared default store can hold many of other roots).
-    let (mut of_live, mut of_other_roots) = (0usize, 0usize);
+    let (mut of_live, mut of_other_roots, mut of_workers) = (0usize, 0usize, 0usize);
     let owned_by_live = gw.owned_by_live_instance(store);
     let refuse = |j: &codespace_store::OpenJournal, reason: &str| {
         tracing::error!(operation_id = %j.operation_id, workspace = %j.workspace, reason, "patch journal refused at start-up; not applied");
@@ -253,8 +253,14 @@ pub fn recover(gw: &Gateway) -> Vec<String> {
                     refuse(&j, "a journal path lies outside its workspace");
                     continue;
                 };
+                // A worker's files are restored by its runner once it is attached
+                // ([`recover_worker`]), never from this host.
+                let Some(root) = &ws.root else {
+                    of_workers += 1;
+                    continue;
+                };
                 let op = j.operation_id;
-                match restore(&ws.root, &backups) {
+                match restore(root, &backups) {
                     Ok(()) => {
                         let _ = store.journal_clear(&op);
                         gw.finish_operation(
@@ -279,12 +285,19 @@ pub fn recover(gw: &Gateway) -> Vec<String> {
             "patch journals of servers running on this store left alone"
         );
     }
+    if of_workers > 0 {
+        tracing::info!(
+            journals = of_workers,
+            "patch journals of workers' workspaces kept; each is restored through its worker once attached"
+        );
+    }
     if of_other_roots > 0 {
         tracing::warn!(
             journals = of_other_roots,
             "{of_other_roots} patch journal(s) of other roots or workspaces kept in the store for the server that serves them; list them with `codespace doctor`, discard them with `codespace ops journals --discard`"
         );
     }
+    let _ = of_workers;
     if let Ok(rows) = store.unfinished_operations_with_owner() {
         for (row, owner) in rows {
             if owned_by_live(owner.as_deref()) {
@@ -301,4 +314,96 @@ pub fn recover(gw: &Gateway) -> Vec<String> {
     let _ = store.mark_running_processes_unknown_unless(&owned_by_live);
     crate::gateway::temp_files::sweep_temp_files(gw);
     recovered
+}
+
+/// Recovery of a worker's workspace once its runner is attached (at start, or after the worker
+/// was started again): every sealed journal of `workspace` under its current registration that
+/// no running server owns is restored through the workspace's runner (`Runner::restore`: the
+/// runner that owns the files), cleared, and its operation marked `unknown`. Returns the
+/// recovered operation ids; a journal whose restore fails is kept for the next attach.
+pub async fn recover_worker(gw: &Gateway, workspace: &str) -> Vec<String> {
+    let (Some(store), Some(ws)) = (&gw.store, gw.workspaces.get(workspace)) else {
+        return Vec::new();
+    };
+    if ws.root.is_some() {
+        return Vec::new();
+    }
+    let owned_by_live = gw.owned_by_live_instance(store);
+    let read = {
+        let store = std::sync::Arc::clone(store);
+        tokio::task::spawn_blocking(move || store.open_journals()).await
+    };
+    let applying = ws
+        .applying
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    let journals = match read {
+        Ok(Ok(j)) => j,
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "cannot read open journals");
+            return Vec::new();
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "cannot read open journals");
+            return Vec::new();
+        }
+    };
+    let mut recovered = Vec::new();
+    for j in journals {
+        if j.workspace != workspace
+            || applying.contains(&j.operation_id)
+            || j.registration.as_deref() != Some(ws.registration.as_str())
+            || owned_by_live(j.instance_id.as_deref())
+            || j.seal != JournalSeal::Valid
+            || j.entries.iter().any(|e| RelPath::parse(&e.path).is_err())
+        {
+            continue;
+        }
+        let backups = j
+            .entries
+            .iter()
+            .map(|e| codespace_runner_api::Backup {
+                path: e.path.clone(),
+                before: e.before.clone().map(|d| (d, e.mode.unwrap_or(0o644))),
+            })
+            .collect();
+        let restored = ws
+            .runner
+            .restore(codespace_runner_api::RestoreRequest {
+                workspace: workspace.to_string(),
+                backups,
+            })
+            .await;
+        match restored {
+            Ok(()) => {
+                let _ = store.journal_clear(&j.operation_id);
+                gw.finish_operation(
+                    &j.operation_id,
+                    crate::facts::OperationStatus::Unknown,
+                    &json!({"recovered": "rolled back by the worker"}),
+                    Some("unknown"),
+                );
+                recovered.push(j.operation_id);
+            }
+            Err(e) => {
+                tracing::error!(operation_id = %j.operation_id, error = %e, "worker rollback failed; journal kept");
+            }
+        }
+    }
+    recovered
+}
+
+/// Once per worker connection (`connection`: its restart count), before that connection serves
+/// a call of `ws`: the journals a dead connection left are restored through the worker
+/// ([`recover_worker`]).
+pub(crate) async fn recover_on_connect(gw: &Gateway, ws: &WorkspaceRuntime, connection: u64) {
+    use std::sync::atomic::Ordering;
+    if ws.recovered_for.swap(connection, Ordering::AcqRel) == connection {
+        return;
+    }
+    let recovered = recover_worker(gw, &ws.facts.id).await;
+    if !recovered.is_empty() {
+        tracing::warn!(workspace = %ws.facts.id, operations = ?recovered, "rolled back interrupted patches through the worker");
+    }
 }

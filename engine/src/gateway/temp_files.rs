@@ -173,7 +173,9 @@ pub fn sweep_temp_files(gw: &Gateway) -> SweepReport {
         report.instances.sort();
         let is_dead = |id: &str| dead.contains(id);
         for (id, ws) in &gw.workspaces {
-            let detail = match ws.root.sweep_server_temps(&is_dead, &SWEEP_LIMITS) {
+            // A worker's workspace is swept by its worker, never from this host.
+            let Some(root) = &ws.root else { continue };
+            let detail = match root.sweep_server_temps(&is_dead, &SWEEP_LIMITS) {
                 Ok(s) => {
                     report.removed += s.removed;
                     report.complete &= !s.incomplete && s.failed == 0;

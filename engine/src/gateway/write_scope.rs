@@ -142,7 +142,7 @@ pub(crate) async fn write_scope(
             create,
         });
     }
-    let root = Arc::clone(&ws.root);
+    let root = Arc::clone(ws.host_root()?);
     let mut scope = tokio::task::spawn_blocking(move || shape(&root, decided))
         .await
         .map_err(|e| {

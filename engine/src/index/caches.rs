@@ -55,7 +55,21 @@ impl PathIndex {
                     }
                 })
                 .collect();
-            let mut metas = self.root.stat_many(rels.iter().flatten()).into_iter();
+            // What each path is and its link count (`None`: gone or not examinable).
+            let metas: Vec<Option<(Kind, u64)>> = match (&self.root, &self.runner) {
+                (Some(root), _) => root
+                    .stat_many(rels.iter().flatten())
+                    .into_iter()
+                    .map(|m| m.ok().flatten().map(|m| (m.kind, m.links)))
+                    .collect(),
+                (None, Some(files)) => rels
+                    .iter()
+                    .flatten()
+                    .map(|r| files.kind_and_links(r.as_str()).ok().flatten())
+                    .collect(),
+                (None, None) => Vec::new(),
+            };
+            let mut metas = metas.into_iter();
             listing
                 .entries
                 .iter()
@@ -65,8 +79,8 @@ impl PathIndex {
                     (_, None) => 0,
                     (_, Some(_)) => metas
                         .next()
-                        .and_then(|m| m.ok().flatten())
-                        .map_or(0, |m| crate::links::links_value(m.kind, m.links)),
+                        .flatten()
+                        .map_or(0, |(kind, links)| crate::links::links_value(kind, links)),
                 })
                 .collect()
         } else {
@@ -129,15 +143,21 @@ impl PathIndex {
             let Ok(rel) = RelPath::parse(&e.path) else {
                 continue;
             };
-            let Ok((file, _)) = self.root.open_file(&rel) else {
-                continue;
+            let content = match (&self.root, &self.runner) {
+                (Some(root), _) => {
+                    let Ok((file, _)) = root.open_file(&rel) else {
+                        continue;
+                    };
+                    let mut content = Vec::new();
+                    file.take(MAX_IGNORE_FILE_BYTES)
+                        .read_to_end(&mut content)
+                        .map(|_| content)
+                        .ok()
+                }
+                (None, Some(files)) => files.head(rel.as_str(), MAX_IGNORE_FILE_BYTES),
+                (None, None) => None,
             };
-            let mut content = Vec::new();
-            if file
-                .take(MAX_IGNORE_FILE_BYTES)
-                .read_to_end(&mut content)
-                .is_ok()
-            {
+            if let Some(content) = content {
                 files.push(IgnoreFile {
                     kind,
                     dir: dir.to_string(),

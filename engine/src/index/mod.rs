@@ -28,8 +28,19 @@ use std::time::{Duration, Instant};
 use crate::wire::WalkReason;
 
 mod caches;
-mod walk;
+mod remote;
+pub(crate) mod walk;
 mod watch;
+
+/// A workspace's files as its runner serves them (the index's source for a worker's workspace;
+/// its methods are in `remote.rs`).
+#[derive(Debug, Clone)]
+pub(crate) struct RunnerFiles {
+    /// The runner of the workspace's environment.
+    pub(crate) runner: Arc<dyn codespace_runner_api::Runner>,
+    /// The workspace id the runner knows it by.
+    pub(crate) workspace: String,
+}
 
 /// Dirty paths one refresh re-checks one by one; more than this and the tree is walked again.
 const MAX_INCREMENTAL: usize = 2_000;
@@ -136,10 +147,13 @@ struct Fence {
     broken: AtomicBool,
 }
 
-/// The path index of one workspace.
+/// The path index of one workspace. Its source is either this host (`root`: the walks of
+/// `walk.rs`, fed by the versions watcher) or the workspace's runner (`runner`: see `remote.rs`),
+/// never both.
 #[derive(Debug)]
 pub(crate) struct PathIndex {
-    root: Arc<Root>,
+    root: Option<Arc<Root>>,
+    runner: Option<RunnerFiles>,
     /// The root as the watcher reports it.
     root_abs: PathBuf,
     limits: WalkLimits,
@@ -170,7 +184,8 @@ impl PathIndex {
         fence_parent: Option<&Path>,
     ) -> PathIndex {
         PathIndex {
-            root,
+            root: Some(root),
+            runner: None,
             root_abs: root_abs.to_path_buf(),
             limits: WalkLimits {
                 max_entries,
@@ -194,6 +209,35 @@ impl PathIndex {
         }
     }
 
+    /// An index whose source is the workspace's runner (a worker's environment): no host root,
+    /// no watcher, no fence.
+    pub(crate) fn new_remote(runner: RunnerFiles, max_entries: usize) -> PathIndex {
+        PathIndex {
+            root: None,
+            runner: Some(runner),
+            root_abs: PathBuf::new(),
+            limits: WalkLimits {
+                max_entries,
+                ..WalkLimits::default()
+            },
+            events: Arc::new(Mutex::new(Events::default())),
+            state: Mutex::new(State::default()),
+            caches: Mutex::new(Caches::default()),
+            warmed: Condvar::new(),
+            reaper: AtomicBool::new(false),
+            masks: crate::mask_cache::MaskCache::default(),
+            fence: None,
+        }
+    }
+
+    /// The host root the local walks read (`Err` for a runner's workspace, which has none here).
+    fn local_root(&self) -> Result<&Arc<Root>, FsError> {
+        self.root.as_ref().ok_or_else(|| FsError::Io {
+            path: ".".into(),
+            message: "the workspace's files are not on this host".into(),
+        })
+    }
+
     /// The current listing, and why it was walked when it was. Blocking: call it off the async
     /// workers.
     ///
@@ -204,6 +248,9 @@ impl PathIndex {
         self: &Arc<Self>,
         versions: &Arc<crate::versions::Versions>,
     ) -> Result<(Arc<Listing>, Option<WalkReason>), FsError> {
+        if let Some(files) = &self.runner {
+            return self.listing_remote(files);
+        }
         let mut st = lock(&self.state);
         while st.warming {
             st = match self.warmed.wait(st) {

@@ -11,7 +11,7 @@ use super::{Entry, Listing, PathIndex};
 /// Listing generations are unique across the process.
 static GENERATION: AtomicU64 = AtomicU64::new(1);
 
-fn next_generation() -> u64 {
+pub(super) fn next_generation() -> u64 {
     GENERATION.fetch_add(1, Ordering::Relaxed)
 }
 
@@ -51,7 +51,7 @@ fn unreadable(dir: &str) -> Unlisted {
 
 /// `unlisted` sorted by path with every directory beneath another one dropped (the outer one
 /// covers it), one entry per directory.
-fn outermost(mut unlisted: Vec<Unlisted>) -> Vec<Unlisted> {
+pub(super) fn outermost(mut unlisted: Vec<Unlisted>) -> Vec<Unlisted> {
     unlisted.sort_by(|a, b| a.path.cmp(&b.path));
     let mut out: Vec<Unlisted> = Vec::with_capacity(unlisted.len());
     for u in unlisted {
@@ -78,7 +78,8 @@ impl PathIndex {
             max_depth: self.limits.max_depth.min(2),
             ..self.limits
         };
-        let top = self.root.walk_under_all(&RelPath::root(), &top_limits)?;
+        let root = self.local_root()?;
+        let top = root.walk_under_all(&RelPath::root(), &top_limits)?;
         let mut non_utf8 = top.non_utf8_skipped;
         let deeper = self.limits.max_depth > 2;
         let mut capped = top.capped || top.entries.len() >= self.limits.max_entries;
@@ -117,7 +118,7 @@ impl PathIndex {
                     part.capped = true;
                     break;
                 }
-                match RelPath::parse(dir).map(|rel| self.root.walk_under_all(&rel, &self.limits)) {
+                match RelPath::parse(dir).map(|rel| root.walk_under_all(&rel, &self.limits)) {
                     Ok(Ok(w)) => {
                         part.incomplete |= w.incomplete;
                         part.capped |= w.capped;
@@ -164,7 +165,7 @@ impl PathIndex {
             incomplete = true;
             capped = true;
         }
-        let temps = self.root.temp_names();
+        let temps = root.temp_names();
         let entries = all
             .into_iter()
             .map(|e| Entry {
@@ -186,6 +187,9 @@ impl PathIndex {
 
     /// Re-checks `dirty` paths against the disk and returns the updated listing.
     pub(super) fn apply(&self, current: Arc<Listing>, dirty: HashSet<String>) -> Arc<Listing> {
+        let Some(root) = self.root.as_deref() else {
+            return current;
+        };
         let mut dirty: Vec<String> = dirty.into_iter().collect();
         dirty.sort();
         let entries = &current.entries;
@@ -211,7 +215,7 @@ impl PathIndex {
             })
             .cloned()
             .collect();
-        let temps = self.root.temp_names();
+        let temps = root.temp_names();
         for p in &dirty {
             let at = find(p);
             if entries.get(at).is_some_and(|e| &*e.path == p.as_str()) {
@@ -229,7 +233,7 @@ impl PathIndex {
                 continue;
             }
             // Gone, or no longer reachable without a symlink: not listed.
-            if let Ok(Some(meta)) = self.root.stat(&rel) {
+            if let Ok(Some(meta)) = root.stat(&rel) {
                 additions.push(Entry {
                     path: p.clone().into_boxed_str(),
                     kind: meta.kind,
@@ -245,7 +249,7 @@ impl PathIndex {
                         name: None,
                     });
                 } else if meta.kind == Kind::Dir {
-                    match self.root.walk_under_all(&rel, &self.limits) {
+                    match root.walk_under_all(&rel, &self.limits) {
                         Ok(w) => {
                             incomplete |= w.incomplete;
                             capped |= w.capped;
@@ -335,7 +339,11 @@ mod tests {
         std::fs::remove_dir_all(d.join("a/b")).unwrap();
         std::fs::create_dir_all(d.join("n/m")).unwrap();
         std::fs::write(d.join("n/m/f"), b"").unwrap();
-        std::fs::write(d.join(ix.root.temp_names().next_name()), b"").unwrap();
+        std::fs::write(
+            d.join(ix.root.as_ref().unwrap().temp_names().next_name()),
+            b"",
+        )
+        .unwrap();
         let (l2, why) = ix.get();
         assert_eq!(why, None);
         assert_ne!(l2.generation, l.generation);
@@ -354,9 +362,13 @@ mod tests {
         std::fs::write(d.join("config/.env"), b"S=1").unwrap();
         let ix = index(d);
         ix.get();
-        let name = ix.root.temp_names().next_name();
+        let name = ix.root.as_ref().unwrap().temp_names().next_name();
         std::fs::rename(d.join("config"), d.join(&name)).unwrap();
-        std::os::unix::fs::symlink("x", d.join(ix.root.temp_names().next_name())).unwrap();
+        std::os::unix::fs::symlink(
+            "x",
+            d.join(ix.root.as_ref().unwrap().temp_names().next_name()),
+        )
+        .unwrap();
         let (l, why) = ix.get();
         assert_eq!(why, None);
         let env = format!("{name}/.env");

@@ -10,5 +10,6 @@ pub mod fs;
 pub mod info;
 pub mod ops;
 pub mod patch;
+mod patch_runner;
 pub mod process;
 pub mod search;

@@ -5,6 +5,7 @@
 use crate::error::{ErrorCode, ToolError};
 use crate::gateway::Authorized;
 use crate::gateway::ops::{Begin, fingerprint};
+use crate::tools::patch_runner::Applied;
 use crate::versions::Known;
 use crate::wire::{ApplyPatchParams, ApplyPatchResult, FileChange};
 use codespace_runner_fs::txn::{Backup, Change, CommitError, Journal, commit, restore};
@@ -150,16 +151,6 @@ fn to_change(c: &PlannedChange) -> Result<(Change, FileChange, Vec<String>), Too
     })
 }
 
-/// The outcome of the blocking part of an apply.
-enum Applied {
-    Done,
-    Stale(Vec<String>),
-    Failed {
-        status: crate::facts::OperationStatus,
-        err: ToolError,
-    },
-}
-
 /// The `VERSION_CONFLICT` of the first path in `expected` (the caller's `expected_versions`)
 /// or `pinned` (versions a granted approval pinned) whose version on disk differs, if any.
 async fn stale_version(
@@ -193,6 +184,7 @@ async fn stale_version(
         if have == want {
             continue;
         }
+
         let message = if resumed {
             format!(
                 "`{path}` changed since the approval was requested; nothing was written, ask for a new approval"
@@ -203,6 +195,34 @@ async fn stale_version(
         return Some(ToolError::new(ErrorCode::VersionConflict, message));
     }
     None
+}
+
+/// Where the planner reads a workspace's files: beneath the host root, or through the runner of
+/// a worker's workspace.
+enum Source {
+    Host(Arc<Root>),
+    Runner(Arc<dyn codespace_runner_api::Runner>, String),
+}
+
+impl Source {
+    /// [`lookup`] of one path (blocking: a runner's answer is waited for on this thread).
+    fn lookup(&self, path: &str, max_bytes: u64) -> Result<FileState, FsError> {
+        match self {
+            Source::Host(root) => lookup(root, path, max_bytes),
+            Source::Runner(runner, workspace) => {
+                let handle = tokio::runtime::Handle::try_current().map_err(|_| FsError::Io {
+                    path: path.to_string(),
+                    message: "no runtime to reach the runner from".into(),
+                })?;
+                handle.block_on(crate::tools::patch_runner::lookup_remote(
+                    runner.as_ref(),
+                    workspace,
+                    path,
+                    max_bytes,
+                ))
+            }
+        }
+    }
 }
 
 /// Reads one path for the planner, no-follow; a file above `max_bytes`
@@ -297,12 +317,16 @@ async fn apply_locked(
     let ws = auth.ws();
     let rejected = |e: ToolError| (crate::facts::OperationStatus::Rejected, e);
     let patch = auth.patch().map_err(rejected)?.clone();
-    let root = Arc::clone(&ws.root);
+    let root = ws.root.clone();
     let seq0 = ws.versions.seq();
     let planned = {
-        let root = Arc::clone(&root);
         let max = auth.config.limits.max_patch_file_bytes;
-        match tokio::task::spawn_blocking(move || plan(&patch, |path| lookup(&root, path, max)))
+        // A worker's workspace is read through its runner (no host root).
+        let source = match &root {
+            Some(root) => Source::Host(Arc::clone(root)),
+            None => Source::Runner(Arc::clone(&ws.runner), ws.facts.id.clone()),
+        };
+        match tokio::task::spawn_blocking(move || plan(&patch, |path| source.lookup(path, max)))
             .await
             .map_err(|e| rejected(ToolError::new(ErrorCode::Internal, e.to_string())))?
         {
@@ -404,6 +428,33 @@ async fn apply_locked(
     let versions_changed = ws.versions.changed_since(seq0, &touched);
     let hooks = Arc::clone(&auth.patch_hooks);
     let at_plan_c = at_plan.clone();
+    let Some(root) = root else {
+        let applying = |on: bool| {
+            let mut set = ws
+                .applying
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if on {
+                set.insert(op.clone());
+            } else {
+                set.remove(&op);
+            }
+        };
+        applying(true);
+        let applied = crate::tools::patch_runner::commit_remote(
+            ws.runner.as_ref(),
+            &store,
+            &workspace,
+            &registration,
+            &op,
+            &changes,
+            &at_plan,
+            &hooks,
+        )
+        .await;
+        applying(false);
+        return finish_applied(ws, applied, op_id, files, wire);
+    };
     let applied = tokio::task::spawn_blocking(move || {
         commit_checked(
             &root,
@@ -424,6 +475,18 @@ async fn apply_locked(
             ToolError::new(ErrorCode::Internal, e.to_string()),
         )
     })?;
+    finish_applied(ws, applied, op_id, files, wire)
+}
+
+/// The result of a commit (host or runner): versions recorded, the wire result or the error
+/// with the status to record.
+fn finish_applied(
+    ws: &crate::gateway::WorkspaceRuntime,
+    applied: Applied,
+    op_id: &str,
+    files: Vec<String>,
+    wire: Vec<FileChange>,
+) -> Result<ApplyPatchResult, (crate::facts::OperationStatus, ToolError)> {
     match applied {
         Applied::Done => {
             for fc in &wire {

@@ -454,7 +454,7 @@ fn exec_cwd(ws: &WorkspaceRuntime, rel: &RelPath) -> Result<RelPath, ToolError> 
         return Ok(RelPath::root());
     }
     let rel = rel.clone();
-    match ws.root.stat(&rel).map_err(ToolError::from)? {
+    match ws.host_root()?.stat(&rel).map_err(ToolError::from)? {
         None => Err(ToolError::new(
             ErrorCode::FileNotFound,
             format!("cwd `{}` does not exist", rel.as_str()),
@@ -480,6 +480,8 @@ async fn start(
     on_exit: Option<ExitHook>,
 ) -> Result<Started, ToolError> {
     let (ws, session, decision) = (auth.ws(), auth.session(), auth.decision());
+    // A worker's workspace: its commands are never started on this host.
+    ws.host_root()?;
     let root = auth
         .ws_config()
         .map(|w| w.root.clone())

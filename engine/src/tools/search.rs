@@ -120,6 +120,85 @@ impl Excluder<'_> {
     }
 }
 
+/// What the listing tools show of one path.
+#[derive(Debug, Clone, Copy)]
+struct PathMeta {
+    kind: Kind,
+    size: u64,
+    mtime_ms: i64,
+}
+
+/// lstat-style facts of `rel` (no symlink followed): beneath the host root on the blocking pool,
+/// or, for a worker's workspace, through its runner.
+async fn path_meta(
+    ws: &crate::gateway::WorkspaceRuntime,
+    rel: &RelPath,
+) -> Result<Option<PathMeta>, ToolError> {
+    match &ws.root {
+        Some(root) => {
+            let root = Arc::clone(root);
+            let r = rel.clone();
+            Ok(blocking(move || root.stat(&r)).await??.map(|m| PathMeta {
+                kind: m.kind,
+                size: m.size,
+                mtime_ms: m.mtime_ms,
+            }))
+        }
+        None => {
+            let stat = ws
+                .runner
+                .stat(codespace_runner_api::PathRequest {
+                    workspace: ws.facts.id.clone(),
+                    path: rel.as_str().to_string(),
+                })
+                .await
+                .map_err(crate::host_runner::to_tool_error)?;
+            Ok(stat.map(|s| PathMeta {
+                kind: match s.kind {
+                    codespace_runner_api::FileKind::File => Kind::File,
+                    codespace_runner_api::FileKind::Dir => Kind::Dir,
+                    codespace_runner_api::FileKind::Symlink => Kind::Symlink,
+                    codespace_runner_api::FileKind::Other => Kind::Other,
+                },
+                size: s.size,
+                mtime_ms: s.mtime_ms,
+            }))
+        }
+    }
+}
+
+/// A runner's grep page as the search crate's outcome (file indices into the same list).
+fn outcome_of(page: codespace_runner_api::GrepPage) -> codespace_runner_search::GrepOutcome {
+    let idx = |f: u64| usize::try_from(f).unwrap_or(usize::MAX);
+    codespace_runner_search::GrepOutcome {
+        matches: page
+            .matches
+            .into_iter()
+            .map(|m| codespace_runner_search::LineMatch {
+                file: idx(m.file),
+                line_number: m.line_number,
+                line: m.line,
+                line_truncated: m.line_truncated,
+                before: m.before,
+                after: m.after,
+            })
+            .collect(),
+        file_counts: page
+            .file_counts
+            .into_iter()
+            .map(|(f, n)| (idx(f), n))
+            .collect(),
+        skipped: codespace_runner_search::Skipped {
+            binary: page.skipped_binary,
+            too_large: page.skipped_too_large,
+            unreadable: page.skipped_unreadable,
+        },
+        truncated: page.truncated,
+        next_offset: page.next_offset,
+        files_examined: idx(page.files_examined),
+    }
+}
+
 /// The workspace listing from its index (or a walk), on the blocking pool.
 async fn workspace_listing(
     auth: &Authorized<'_>,
@@ -236,9 +315,7 @@ pub(crate) async fn find(auth: &Authorized<'_>, p: &FindParams) -> Result<FindRe
     let base = auth.target()?.clone();
     if !base.is_root() {
         // The listing's root must be a directory reachable without a symlink.
-        let root = Arc::clone(&ws.root);
-        let b = base.clone();
-        let meta = blocking(move || root.stat(&b)).await??;
+        let meta = path_meta(ws, &base).await?;
         let named = base.as_str();
         match meta {
             None => {
@@ -373,26 +450,50 @@ pub(crate) async fn find(auth: &Authorized<'_>, p: &FindParams) -> Result<FindRe
     let end = offset.min(total) + page.len() as u64;
     let more = end < total;
     let entries = if p.details.unwrap_or(false) {
-        let root = Arc::clone(&ws.root);
         let paths = page.clone();
+        let metas: Vec<Option<PathMeta>> = match &ws.root {
+            Some(root) => {
+                let root = Arc::clone(root);
+                let paths = paths.clone();
+                blocking(move || {
+                    paths
+                        .iter()
+                        .map(|path| {
+                            RelPath::parse(path)
+                                .ok()
+                                .and_then(|r| root.stat(&r).ok().flatten())
+                                .map(|m| PathMeta {
+                                    kind: m.kind,
+                                    size: m.size,
+                                    mtime_ms: m.mtime_ms,
+                                })
+                        })
+                        .collect()
+                })
+                .await?
+            }
+            None => {
+                let mut metas = Vec::with_capacity(paths.len());
+                for path in &paths {
+                    metas.push(match RelPath::parse(path) {
+                        Ok(rel) => path_meta(ws, &rel).await.ok().flatten(),
+                        Err(_) => None,
+                    });
+                }
+                metas
+            }
+        };
         Some(
-            blocking(move || {
-                paths
-                    .into_iter()
-                    .map(|path| {
-                        let meta = RelPath::parse(&path)
-                            .ok()
-                            .and_then(|r| root.stat(&r).ok().flatten());
-                        FindEntry {
-                            kind: meta.map_or("missing", |m| kind_name(m.kind)).to_string(),
-                            size: meta.map(|m| m.size),
-                            mtime: meta.map(|m| crate::wire::rfc3339_ms(m.mtime_ms)),
-                            path,
-                        }
-                    })
-                    .collect::<Vec<_>>()
-            })
-            .await?,
+            paths
+                .into_iter()
+                .zip(metas)
+                .map(|(path, meta)| FindEntry {
+                    kind: meta.map_or("missing", |m| kind_name(m.kind)).to_string(),
+                    size: meta.map(|m| m.size),
+                    mtime: meta.map(|m| crate::wire::rfc3339_ms(m.mtime_ms)),
+                    path,
+                })
+                .collect(),
         )
     } else {
         None
@@ -441,9 +542,7 @@ pub(crate) async fn grep(auth: &Authorized<'_>, p: &GrepParams) -> Result<GrepRe
     let gitignore = p.respect_gitignore.unwrap_or(true);
     if !base.is_root() {
         // The named directory (or file) must exist and be reachable without a symlink.
-        let root = Arc::clone(&ws.root);
-        let b = base.clone();
-        let meta = blocking(move || root.stat(&b)).await??;
+        let meta = path_meta(ws, &base).await?;
         match meta {
             None => {
                 return Err(ToolError::new(
@@ -464,8 +563,18 @@ pub(crate) async fn grep(auth: &Authorized<'_>, p: &GrepParams) -> Result<GrepRe
     let (groups, decision) = read_decisions(auth, &listing).await?;
     let allowed: Vec<bool> = decision.subs.iter().map(|s| s.allowed).collect();
     let index = Arc::clone(&ws.index);
-    let root = Arc::clone(&ws.root);
+    let root = ws.root.clone();
     let l = Arc::clone(&listing);
+    let window = Window {
+        offset,
+        max_matches,
+    };
+    let limits = GrepLimits {
+        max_file_bytes: GREP_MAX_FILE_BYTES,
+        max_line_chars: GREP_MAX_LINE_CHARS,
+        max_output_bytes: GREP_MAX_OUTPUT_BYTES,
+        ..GrepLimits::default()
+    };
     let (withheld, files, outcome, version) = blocking(move || {
         let rules = gitignore.then(|| index.ignore_rules(&l));
         let mut ignore = rules.as_ref().map(|r| {
@@ -509,31 +618,48 @@ pub(crate) async fn grep(auth: &Authorized<'_>, p: &GrepParams) -> Result<GrepRe
                 .map(|e| &*e.path),
             l.incomplete,
         );
-        let open = |&i: &u32| {
-            let e = l.entries.get(i as usize).ok_or(OpenError::Unreadable)?;
-            let rel = RelPath::parse(&e.path).map_err(|_| OpenError::Unreadable)?;
-            root.open_file(&rel)
-                .map(|(f, _)| f)
-                .map_err(|_| OpenError::Unreadable)
-        };
-        let outcome = codespace_runner_search::grep::search(
-            &pattern,
-            &files,
-            open,
-            Window {
-                offset,
-                max_matches,
-            },
-            &GrepLimits {
-                max_file_bytes: GREP_MAX_FILE_BYTES,
-                max_line_chars: GREP_MAX_LINE_CHARS,
-                max_output_bytes: GREP_MAX_OUTPUT_BYTES,
-                ..GrepLimits::default()
-            },
-        );
+        // A worker's workspace is searched by its runner (below), never opened here.
+        let outcome = root.map(|root| {
+            let open = |&i: &u32| {
+                let e = l.entries.get(i as usize).ok_or(OpenError::Unreadable)?;
+                let rel = RelPath::parse(&e.path).map_err(|_| OpenError::Unreadable)?;
+                root.open_file(&rel)
+                    .map(|(f, _)| f)
+                    .map_err(|_| OpenError::Unreadable)
+            };
+            codespace_runner_search::grep::search(&pattern, &files, open, window, &limits)
+        });
         (withheld, files, outcome, version)
     })
     .await?;
+    let outcome = match outcome {
+        Some(outcome) => outcome,
+        None => {
+            let paths: Vec<String> = files
+                .iter()
+                .filter_map(|&i| listing.entries.get(i as usize))
+                .map(|e| e.path.to_string())
+                .collect();
+            let page = ws
+                .runner
+                .grep(codespace_runner_api::GrepRequest {
+                    workspace: ws.facts.id.clone(),
+                    files: paths,
+                    pattern: p.pattern.clone(),
+                    regex: p.regex.unwrap_or(false),
+                    case_insensitive: p.case_insensitive.unwrap_or(false),
+                    context_lines,
+                    offset,
+                    max_matches,
+                    max_file_bytes: limits.max_file_bytes,
+                    max_line_chars: limits.max_line_chars as u64,
+                    max_output_bytes: limits.max_output_bytes as u64,
+                })
+                .await
+                .map_err(crate::host_runner::to_tool_error)?;
+            outcome_of(page)
+        }
+    };
     audit_withheld_entries(auth, &decision, &listing, &withheld);
     let path_of = |file: usize| -> String {
         files

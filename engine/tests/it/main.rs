@@ -19,4 +19,5 @@ mod environments;
 mod policy_audit_explain;
 mod policy_reload;
 mod policy_shadow;
+mod remote_files;
 mod temp_files;

@@ -77,6 +77,12 @@ pub struct FileStat {
     pub size: u64,
     /// Hard-link count.
     pub links: u64,
+    /// Last modification time, milliseconds since the Unix epoch.
+    #[serde(default)]
+    pub mtime_ms: i64,
+    /// Inode number.
+    #[serde(default)]
+    pub ino: u64,
 }
 
 /// A bounded listing beneath a directory.
@@ -105,6 +111,10 @@ pub struct ListedEntry {
     pub ino: u64,
     /// Link count, when asked for (non-directories only).
     pub links: Option<u64>,
+    /// A regular file named as a temporary file of a server instance the runner's store knows
+    /// (`.codespace-tmp-<instance>-<n>`): the listing tools leave it out, secret masks do not.
+    #[serde(default)]
+    pub temp: bool,
 }
 
 /// Why a directory's content is not (wholly) in a listing.
@@ -133,7 +143,7 @@ pub struct UnlistedDir {
 /// The result of a walk.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Listing {
-    /// Every entry, sorted by path in byte order (the server's temp files never listed).
+    /// Every entry, sorted by path in byte order (the server's temp files marked `temp`).
     pub entries: Vec<ListedEntry>,
     /// A cap cut the walk short, or a directory could not be read.
     pub incomplete: bool,
