@@ -136,9 +136,10 @@ impl Gateway {
         // runner's.
         let host = Arc::new(crate::host_runner::HostRunner::new(
             Arc::new(crate::file_versions::FileVersions::new()),
-            processes.table_limits(),
+            crate::processes::table_limits(&config.limits),
             None,
         ));
+        host.set_force_no_landlock(processes.force_no_landlock);
         // The path indexes' fence directories, beside the store (dead servers' ones swept now).
         let fences = crate::fence_dirs::prepare(config.store.as_deref());
         for (id, ws) in &config.workspaces {
@@ -281,7 +282,7 @@ impl Gateway {
     /// failure is logged.
     pub fn record_startup(&self, mut probe: serde_json::Value) {
         let Some(store) = &self.store else { return };
-        let pids = self.processes.pids_isolation();
+        let pids = self.host.pids_isolation();
         if let serde_json::Value::Object(m) = &mut probe {
             m.insert(
                 "pids".into(),

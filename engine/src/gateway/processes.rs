@@ -1,6 +1,6 @@
 //! The gateway's side of the process tools: which process a call is about (its workspace and the
-//! facts Cedar reads: same client, argv, tty, env names, background), the sandbox helper, and the
-//! live count.
+//! facts Cedar reads: same client, argv, tty, env names, background), the sandbox helper, the
+//! live count and `environment_lost` (a worker's processes become `lost`).
 
 use super::{Authorized, Gateway, Services};
 use crate::error::{ErrorCode, ToolError};
@@ -53,19 +53,35 @@ impl Gateway {
 }
 
 impl Services {
-    /// Number of managed processes still running.
+    /// Number of managed processes still running (this host's, and those of other
+    /// environments' runners not known to have ended).
     pub fn live_processes(&self) -> usize {
-        self.processes.live_count()
+        let host = Arc::clone(&self.host) as Arc<dyn codespace_runner_api::Runner>;
+        self.host.live_count() + self.processes.registry.live_elsewhere(&host)
     }
 
     /// The per-process task limit and how this host enforces it.
     pub fn pids_isolation(&self) -> codespace_runner_process::PidsIsolation {
-        self.processes.pids_isolation()
+        self.host.pids_isolation()
+    }
+
+    /// The worker of `environment` died or disconnected (its supervisor's disconnect hook
+    /// calls this): every process of it the gateway still counted as live becomes `lost` —
+    /// its lease released, its store row `lost`, every later call on it answered as lost
+    /// (`read_process` at end of output with `state: "lost"`, `process_status` `lost`). Its
+    /// id is never handed to the next worker. Returns how many processes were lost.
+    pub fn environment_lost(&self, environment: &str) -> usize {
+        let lost = self.processes.registry.lose_environment(environment);
+        if !lost.is_empty() {
+            tracing::warn!(environment, processes = lost.len(), "processes lost with their worker");
+        }
+        crate::processes::record_lost(&self.leases, self.store.as_ref(), &lost);
+        lost.len()
     }
 
     /// Kills every process group the gateway owns (stdin EOF, SIGTERM): no orphans.
     pub async fn shutdown(&self) {
-        self.processes.shutdown().await;
+        self.host.shutdown().await;
         // The queued audit rows reach the store before the process exits.
         self.stop_audit();
     }

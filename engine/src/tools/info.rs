@@ -65,7 +65,7 @@ pub(crate) fn workspace_info(
     };
     let sandbox_on = ws.facts.sandbox == crate::facts::SandboxFact::Enforced
         && ws.facts.workspace_sandbox != crate::config::SandboxMode::Off;
-    let pids = auth.processes.pids_isolation();
+    let pids = auth.host.pids_isolation();
     let ws_config = auth.ws_config();
     // Names only: the absolute paths behind them are the server's business.
     let read_path_names: Vec<String> = ws_config
