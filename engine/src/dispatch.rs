@@ -69,7 +69,7 @@ impl Gateway {
                     None => Ok(server),
                     Some(id) => {
                         let auth = self.authorize_on(&snap, id, &call, session).await?;
-                        crate::tools::info::workspace_info(&auth, server)
+                        crate::tools::info::workspace_info(&auth, server).await
                     }
                 }
                 .map(|r| ToolResult::WorkspaceInfo(Box::new(r)))

@@ -122,6 +122,12 @@ fn sandbox_check(auth: &Authorized<'_>, ws: &WorkspaceRuntime) -> Result<bool, T
     Ok(true)
 }
 
+/// Whether a kernel the runner probed can hold the command sandbox (Landlock and seccomp, as
+/// the helper requires).
+pub(crate) fn kernel_sandboxes(k: &api::SandboxProbe) -> bool {
+    k.landlock_abi.is_some_and(|abi| abi >= 1) && k.seccomp
+}
+
 /// Whether `ws` runs on this server's host (its runner is the in-process host runner).
 fn on_host(auth: &Authorized<'_>, ws: &WorkspaceRuntime) -> bool {
     let host = Arc::clone(&auth.host) as Arc<dyn Runner>;
@@ -592,6 +598,35 @@ async fn start(
     // starts; the decision that allowed it is already written ahead.
     auth.audit_masks(decision, scope_view.rows, &masks, session);
     sandbox_check(auth, ws)?;
+    // Another environment's kernel is asked, never assumed from this host's.
+    if sandboxed && !on_host {
+        let k = ws.runner.probe_sandbox().await.map_err(|e| {
+            ToolError::new(
+                ErrorCode::ProcessSpawnFailed,
+                format!("command sandbox unavailable: cannot probe the environment: {e}"),
+            )
+        })?;
+        if !kernel_sandboxes(&k) {
+            return Err(ToolError::new(
+                ErrorCode::ProcessSpawnFailed,
+                format!(
+                    "command sandbox unavailable in environment `{}`: its kernel offers no \
+                     Landlock and seccomp, and this workspace requires the sandbox",
+                    ws.facts.environment
+                ),
+            ));
+        }
+        if !masks.is_empty() && !k.mount_namespaces {
+            return Err(ToolError::new(
+                ErrorCode::ProcessSpawnFailed,
+                format!(
+                    "secret masks unavailable in environment `{}`: its kernel offers no mount \
+                     namespaces",
+                    ws.facts.environment
+                ),
+            ));
+        }
+    }
     let mut base: Vec<(String, String)> = vec![
         ("PATH".into(), CHILD_PATH.into()),
         ("LANG".into(), "C.UTF-8".into()),

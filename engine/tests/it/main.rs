@@ -19,4 +19,5 @@ mod environments;
 mod policy_audit_explain;
 mod policy_reload;
 mod policy_shadow;
+mod process_remote;
 mod temp_files;
