@@ -69,6 +69,11 @@ impl Gateway {
                     None => Ok(server),
                     Some(id) => {
                         let auth = self.authorize_on(&snap, id, &call, session).await?;
+                        // The worker's state is what reaching it says now (a live connection
+                        // is reused; a dead one is tried again after its backoff).
+                        if let Some(w) = self.workers.get(&auth.ws().facts.environment) {
+                            let _ = w.ensure().await;
+                        }
                         crate::tools::info::workspace_info(&auth, server).await
                     }
                 }

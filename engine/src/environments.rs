@@ -261,35 +261,50 @@ pub fn stdio_argv(spec: &EnvironmentSpec, ctx: &ArgvContext) -> Option<Vec<Strin
 }
 
 /// Whether calls that need the environment can run now, and else why (the message of their
-/// `ENVIRONMENT_UNAVAILABLE`). This build serves `host` (and `linux-container`'s reads)
-/// in-process; every worker kind is unavailable until a worker client serves it: the worker
-/// supervisor's state replaces this answer, and nothing ever falls back to the host.
-pub fn availability(spec: &EnvironmentSpec) -> Result<(), String> {
-    match spec {
-        EnvironmentSpec::Host | EnvironmentSpec::LinuxContainer => Ok(()),
-        other => Err(format!(
-            "environment kind `{}` has no worker client in this build; nothing ran, and nothing \
-             runs on the server's host instead",
+/// `ENVIRONMENT_UNAVAILABLE`): `host` (and `linux-container`'s reads) are served in-process;
+/// a worker kind is available unless its worker's state (`worker`, from its supervisor) is
+/// `unavailable`, and a worker kind without a worker is never available. Nothing ever falls
+/// back to the host.
+pub fn availability(
+    spec: &EnvironmentSpec,
+    worker: Option<&crate::wire::WorkerStatus>,
+) -> Result<(), String> {
+    use crate::wire::WorkerState;
+    match (spec, worker) {
+        (EnvironmentSpec::Host | EnvironmentSpec::LinuxContainer, _) => Ok(()),
+        (_, Some(w)) if w.state == WorkerState::Unavailable => Err(w
+            .reason
+            .clone()
+            .unwrap_or_else(|| "the worker cannot be reached".into())),
+        (_, Some(_)) => Ok(()),
+        (other, None) => Err(format!(
+            "environment kind `{}` has no worker; nothing ran, and nothing runs on the \
+             server's host instead",
             other.kind().as_str()
         )),
     }
 }
 
-/// `workspace_info.environment` of environment `env`.
-pub fn environment_status(env: &crate::config::Environment) -> crate::wire::EnvironmentStatus {
+/// `workspace_info.environment` of environment `env`, whose worker (if it has one) is in state
+/// `worker`.
+pub fn environment_status(
+    env: &crate::config::Environment,
+    worker: Option<crate::wire::WorkerStatus>,
+) -> crate::wire::EnvironmentStatus {
     use crate::wire::{WorkerState, WorkerStatus};
-    let worker = match availability(&env.spec) {
-        Ok(()) => WorkerStatus {
+    let worker = match (&env.spec, worker) {
+        (EnvironmentSpec::Host | EnvironmentSpec::LinuxContainer, _) => WorkerStatus {
             state: WorkerState::InProcess,
             version: Some(env!("CARGO_PKG_VERSION").to_string()),
             restarts: 0,
             reason: None,
         },
-        Err(reason) => WorkerStatus {
+        (_, Some(w)) => w,
+        (spec, None) => WorkerStatus {
             state: WorkerState::Unavailable,
             version: None,
             restarts: 0,
-            reason: Some(reason),
+            reason: availability(spec, None).err(),
         },
     };
     crate::wire::EnvironmentStatus {
@@ -299,6 +314,24 @@ pub fn environment_status(env: &crate::config::Environment) -> crate::wire::Envi
         host: env.spec.host_fact(),
         worker,
     }
+}
+
+/// Whether `call`, on a workspace whose environment is served by a worker, is served through
+/// the `Runner` seam in this build (so it reaches the worker). A tool still on a host code path
+/// is refused with `ENVIRONMENT_UNAVAILABLE` instead of touching the gateway's placeholder root.
+/// Routing a tool through the runner adds it here.
+pub fn served_through_runner(call: &crate::wire::ToolCall) -> bool {
+    use crate::wire::ToolCall as T;
+    matches!(
+        call,
+        T::Read(_)
+            | T::ExecCommand(_)
+            | T::WriteStdin(_)
+            | T::ReadProcess(_)
+            | T::ProcessStatus(_)
+            | T::ProcessResize(_)
+            | T::TerminateProcess(_)
+    ) || !needs_environment(call)
 }
 
 /// Whether `call` needs its workspace's environment (files or processes): every tool but

@@ -27,6 +27,8 @@ pub mod shown;
 pub mod toolchains;
 pub mod tools;
 pub mod versions;
+pub mod worker_serve;
+pub mod worker_wire;
 
 // The request model, the parsed calls and the policy store live in `codespace-policy`; their
 // old paths stay valid.
@@ -42,3 +44,4 @@ pub use policy::{PolicySource, PolicyStore};
 pub use request::Session;
 pub use tool_table::{TOOLS, ToolName, ToolSpec, tool_names};
 pub use wire::ToolCall;
+pub use worker_serve::{WorkerService, worker_runner};

@@ -300,9 +300,7 @@ pub fn main() -> ExitCode {
             args,
         } => crate::policy_cli::audit(&args, crate::setup::default_store_path),
         Command::Approvals { command } => crate::approvals_cli::run(command),
-        Command::Worker(args) => {
-            crate::worker_cli::run(&args, Arc::new(crate::worker_cli::PingHandler))
-        }
+        Command::Worker(args) => crate::worker_cli::run_runner(&args),
         Command::Ops { command } => crate::ops_cli::run(command),
         Command::Policy { command } => match command {
             PolicyCommand::Validate {

@@ -2,8 +2,9 @@
 //! (`codespace-runner-worker`) through a handler the caller passes to [`run`]. The secret comes
 //! as the first line of stdin (never argv, which `ps` and ssh logs show; never the environment,
 //! which the worker's children would inherit); over stdio the frames follow that line; on a
-//! socket the worker prints `listening` on stdout once it accepts. Until the
-//! runner is plugged in, the binary serves [`PingHandler`].
+//! socket the worker prints `listening` on stdout once it accepts. The binary serves
+//! [`RunnerHandler`]: the runner protocol (`codespace_runner_api::Call`, answered by the
+//! engine's standalone runner, [`codespace_engine::worker_runner`]) and `ping`.
 
 use anyhow::{Context, Result, anyhow};
 use codespace_runner_worker::handshake::read_secret_line;
@@ -41,8 +42,33 @@ pub fn run<H: Handler>(args: &WorkerArgs, handler: Arc<H>) -> Result<ExitCode> {
     rt.block_on(serve(args, handler))
 }
 
-async fn serve<H: Handler>(args: &WorkerArgs, handler: Arc<H>) -> Result<ExitCode> {
+/// `codespace worker`: serves the engine's standalone runner (sandboxed spawns through this
+/// same binary as the helper).
+pub fn run_runner(args: &WorkerArgs) -> Result<ExitCode> {
+    let exe = std::env::current_exe().ok();
+    let handler = RunnerHandler {
+        service: codespace_engine::worker_runner(exe),
+    };
+    run(args, Arc::new(handler))
+}
+
+/// This worker's identity in the handshake. A binary built with the `test-hooks` feature takes
+/// its build id from `CODESPACE_TEST_WORKER_BUILD_ID` when set (tests of a worker of another
+/// build); no other build reads the variable.
+fn identity() -> Identity {
     let me = Identity::this_build();
+    #[cfg(feature = "test-hooks")]
+    if let Some(build) = std::env::var_os("CODESPACE_TEST_WORKER_BUILD_ID") {
+        return Identity {
+            build: build.to_string_lossy().into_owned(),
+            ..me
+        };
+    }
+    me
+}
+
+async fn serve<H: Handler>(args: &WorkerArgs, handler: Arc<H>) -> Result<ExitCode> {
+    let me = identity();
     let input: Pin<Box<dyn AsyncRead + Send>> = match crate::stdio_pipes::stdin_pipe() {
         Some(p) => Box::pin(p),
         None => Box::pin(tokio::io::stdin()),
@@ -116,5 +142,50 @@ impl Handler for PingHandler {
                 PingCall::Hang => std::future::pending().await,
             }
         })
+    }
+}
+
+/// What the worker binary answers: a runner call, or a `ping` (the worker's pid).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum WorkerRequest {
+    /// A method of the runner (or `open_workspace`).
+    Runner(codespace_runner_api::Call),
+    /// `ping` (and the tests' `hang`).
+    Ping(PingCall),
+}
+
+/// Its answers.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum WorkerResponse {
+    /// A runner call's reply.
+    Runner(codespace_runner_api::Reply),
+    /// `pong`.
+    Ping(PingReply),
+}
+
+/// The worker binary's handler: runner calls go to the engine's [`codespace_engine::WorkerService`].
+#[derive(Debug)]
+pub struct RunnerHandler {
+    service: Arc<codespace_engine::WorkerService>,
+}
+
+impl Handler for RunnerHandler {
+    type Req = WorkerRequest;
+    type Resp = WorkerResponse;
+    type Ev = codespace_runner_api::Event;
+
+    fn handle(&self, req: WorkerRequest) -> BoxFuture<'_, WorkerResponse> {
+        Box::pin(async move {
+            match req {
+                WorkerRequest::Runner(call) => WorkerResponse::Runner(self.service.handle(call).await),
+                WorkerRequest::Ping(p) => WorkerResponse::Ping(PingHandler.handle(p).await),
+            }
+        })
+    }
+
+    fn attach(&self, events: codespace_runner_worker::EventSender<codespace_runner_api::Event>) {
+        self.service.attach(events);
     }
 }

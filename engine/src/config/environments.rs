@@ -27,6 +27,13 @@ pub(super) struct RawWorker {
     /// Start `codespace worker --socket` as this user.
     #[serde(default)]
     pub(super) user: Option<String>,
+    /// With `socket`: the file holding the secret line the worker was started with (absolute
+    /// path; without it the environment is unavailable: the worker answers no one else).
+    #[serde(default)]
+    pub(super) secret_file: Option<PathBuf>,
+    /// With `socket`: the uid the worker must run as (its peer credentials) [the server's own].
+    #[serde(default)]
+    pub(super) uid: Option<u32>,
 }
 
 /// `environments.<id>.ssh`: a worker on a remote host over one multiplexed ssh session.
@@ -154,7 +161,14 @@ pub(super) struct RawBlocks {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WorkerSpec {
     /// Connect to this socket.
-    Socket(PathBuf),
+    Socket {
+        /// The socket.
+        path: PathBuf,
+        /// The secret line's file.
+        secret_file: Option<PathBuf>,
+        /// The worker's uid (else the server's own).
+        uid: Option<u32>,
+    },
     /// Start `codespace worker --socket` as this user.
     User(String),
 }
@@ -414,10 +428,21 @@ pub(super) fn resolve(
         EnvironmentKind::Worker => {
             let w = blocks.worker.ok_or_else(|| missing("worker"))?;
             match (w.socket, w.user) {
-                (Some(socket), None) => Ok(EnvironmentSpec::Worker(WorkerSpec::Socket(absolute(
-                    &format!("{}.socket", at("worker")),
-                    socket,
-                )?))),
+                (Some(socket), None) => Ok(EnvironmentSpec::Worker(WorkerSpec::Socket {
+                    path: absolute(&format!("{}.socket", at("worker")), socket)?,
+                    secret_file: w
+                        .secret_file
+                        .map(|f| absolute(&format!("{}.secret_file", at("worker")), f))
+                        .transpose()?,
+                    uid: w.uid,
+                })),
+                (None, Some(_)) if w.secret_file.is_some() || w.uid.is_some() => {
+                    Err(ConfigError(format!(
+                        "{}: `secret_file` and `uid` go with `socket` (the server makes the secret \
+                         of a worker it starts)",
+                        at("worker")
+                    )))
+                }
                 (None, Some(user)) => Ok(EnvironmentSpec::Worker(WorkerSpec::User(word(
                     &format!("{}.user", at("worker")),
                     &user,

@@ -22,8 +22,23 @@ pub(crate) async fn gate(
     let Some(env) = gw.config.environments.get(&ws.facts.environment) else {
         return Ok(());
     };
-    let Err(reason) = crate::environments::availability(&env.spec) else {
-        return Ok(());
+    let reason = match gw.workers.get(&env.id) {
+        // Served in-process (`host`, `linux-container`), or a worker kind without a worker.
+        None => match crate::environments::availability(&env.spec, None) {
+            Ok(()) => return Ok(()),
+            Err(reason) => reason,
+        },
+        Some(_) if !crate::environments::served_through_runner(call) => format!(
+            "`{}` is not served through a worker in this build (only on the server's own \
+             host); nothing ran, and nothing runs on the server's host instead",
+            call.tool()
+        ),
+        // Reach the worker now (a live connection is reused; a dead one is restarted after
+        // its backoff): a worker that cannot be reached fails the call here, recorded.
+        Some(w) => match w.ensure().await {
+            Ok(()) => return Ok(()),
+            Err(reason) => reason,
+        },
     };
     let message = format!("environment `{}` is unavailable: {reason}", env.id);
     if let Some(store) = gw.store() {

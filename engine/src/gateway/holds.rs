@@ -48,7 +48,7 @@ impl<'a> Holds<'a> {
         session: &Session,
     ) -> Result<bool, ToolError> {
         let mut reqs = build_requests(call, session, None)?;
-        crate::links::fill_links_async(&ws.root, &mut reqs).await?;
+        ws.fill_links(&mut reqs).await?;
         for r in &mut reqs {
             if let std::borrow::Cow::Owned(red) = self.config.redaction.text(&r.subject) {
                 r.subject = red;

@@ -45,6 +45,9 @@ pub enum StartError {
     /// A path commands may read or write reaches the store.
     #[error("{0}")]
     StoreReachable(String),
+    /// An environment's worker transport could not be prepared.
+    #[error("{0}")]
+    Environment(String),
 }
 
 /// One registered workspace at run time.
@@ -56,13 +59,52 @@ pub(crate) struct WorkspaceRuntime {
     /// The path index `find`, `grep` and `find_files` read (fed by the versions watcher).
     pub(crate) index: Arc<crate::index::PathIndex>,
     /// The runner of the workspace's environment: everything the handlers ask after a decision
-    /// goes through it (today every environment is this host: the gateway's one [`HostRunner`]).
+    /// goes through it (the gateway's one [`HostRunner`] for `host`, a [`RemoteRunner`] over the
+    /// environment's worker otherwise).
     ///
     /// [`HostRunner`]: crate::host_runner::HostRunner
+    /// [`RemoteRunner`]: codespace_runner_api::RemoteRunner
     pub(crate) runner: Arc<dyn codespace_runner_api::Runner>,
     /// The workspace identity: the store's registration of this id bound to this root
     /// (operation keys and patch journals are scoped to it); empty without a store.
     pub(crate) registration: String,
+    /// Its files are a worker's: `root` is the gateway's empty placeholder, every file fact
+    /// comes through `runner`.
+    pub(crate) remote: bool,
+}
+
+impl WorkspaceRuntime {
+    /// Fills `links` of every sub-request that names a path: from the host root, or for a
+    /// worker's workspace from the worker's `stat` (a path it cannot stat, or a worker that
+    /// cannot be reached, says 0; the call then fails on the same path or at the gate).
+    pub(crate) async fn fill_links(
+        &self,
+        reqs: &mut Vec<crate::request::SubRequest>,
+    ) -> Result<(), ToolError> {
+        if !self.remote {
+            return crate::links::fill_links_async(&self.root, reqs).await;
+        }
+        for r in reqs.iter_mut().filter(|r| r.path != ".") {
+            let stat = self
+                .runner
+                .stat(codespace_runner_api::PathRequest {
+                    workspace: self.facts.id.clone(),
+                    path: r.path.clone(),
+                })
+                .await;
+            r.links = match stat {
+                Ok(Some(s)) => {
+                    let kind = match s.kind {
+                        codespace_runner_api::FileKind::Dir => codespace_runner_fs::Kind::Dir,
+                        _ => codespace_runner_fs::Kind::File,
+                    };
+                    crate::links::links_value(kind, s.links)
+                }
+                Ok(None) | Err(_) => 0,
+            };
+        }
+        Ok(())
+    }
 }
 
 /// What tool handlers may use besides their decision: the operator's config, the store, the
@@ -82,8 +124,11 @@ pub struct Services {
     pub(crate) store_stats: crate::retention::StatsCell,
     /// `network: proxy`: what every process's egress-proxy decider shares.
     pub(crate) net: Arc<crate::gateway::net::Egress>,
-    /// The in-process runner every environment uses today.
+    /// The in-process runner of the `host` (and `linux-container`) environments.
     pub(crate) host: Arc<crate::host_runner::HostRunner>,
+    /// The worker of every environment served by one (kinds worker, ssh, container,
+    /// kubernetes, command), by environment id.
+    pub(crate) workers: BTreeMap<String, Arc<crate::worker_wire::EnvironmentWorker>>,
 }
 
 /// The gateway: the one place that resolves a call's target, decides it and audits it. Tool
@@ -142,13 +187,44 @@ impl Gateway {
         host.set_force_no_landlock(processes.force_no_landlock);
         // The path indexes' fence directories, beside the store (dead servers' ones swept now).
         let fences = crate::fence_dirs::prepare(config.store.as_deref());
+        let leases = Leases::new(config_max_waiters);
+        // A worker's disconnect hook: its live processes are lost (leases, store rows).
+        let lost: crate::worker_wire::LostFn = {
+            let (registry, leases, store) =
+                (Arc::clone(&processes.registry), Arc::clone(&leases), store.clone());
+            Arc::new(move |env_id: &str| {
+                let lost = registry.lose_environment(env_id);
+                crate::processes::record_lost(&leases, store.as_ref(), &lost);
+            })
+        };
+        let workers = crate::worker_wire::workers_of(&config, store.as_ref(), lost)
+            .map_err(StartError::Environment)?;
+        let mut remote_runners: BTreeMap<String, Arc<dyn codespace_runner_api::Runner>> =
+            BTreeMap::new();
         for (id, ws) in &config.workspaces {
-            let root = Root::open(&ws.root)
-                .map_err(|e| StartError::Root(id.clone(), e.to_string()))?
-                .with_temp_names(Arc::clone(&temps));
+            // A workspace of a worker's environment: its root is the worker's path, never
+            // opened here. The gateway's own handle is an empty directory already removed, so
+            // a host code path that is not routed through the runner finds nothing and can
+            // create nothing (see `worker_wire::unreachable_root`).
+            let worker = workers.get(&ws.environment);
+            let (root, host_path) = match worker {
+                None => (
+                    Root::open(&ws.root)
+                        .map_err(|e| StartError::Root(id.clone(), e.to_string()))?,
+                    ws.root.clone(),
+                ),
+                Some(_) => crate::worker_wire::unreachable_root()
+                    .map_err(|e| StartError::Root(id.clone(), e))?,
+            };
+            let root = root.with_temp_names(Arc::clone(&temps));
             let registration = match &store {
                 Some(store) => {
-                    let rid = root_id(&root).map_err(|e| StartError::Root(id.clone(), e))?;
+                    let rid = match worker {
+                        None => root_id(&root).map_err(|e| StartError::Root(id.clone(), e))?,
+                        Some(_) => {
+                            format!("environment:{}:{}", ws.environment, ws.root.display())
+                        }
+                    };
                     store
                         .register_workspace(id, &rid, &format!("reg-{}", uuid::Uuid::new_v4()))
                         .map_err(|e| StartError::Register(id.clone(), e.to_string()))?
@@ -187,10 +263,22 @@ impl Gateway {
                 secret_masking: crate::masks::masking_fact(ws.secret_masking, sandbox),
             };
             let root = Arc::new(root);
-            host.add_workspace(id, Arc::clone(&root), ws.root.clone());
+            let runner: Arc<dyn codespace_runner_api::Runner> = match worker {
+                None => {
+                    host.add_workspace(id, Arc::clone(&root), ws.root.clone());
+                    Arc::clone(&host) as Arc<dyn codespace_runner_api::Runner>
+                }
+                Some(w) => Arc::clone(remote_runners.entry(ws.environment.clone()).or_insert_with(
+                    || {
+                        Arc::new(codespace_runner_api::RemoteRunner::new(
+                            crate::worker_wire::WorkerWire(Arc::clone(w)),
+                        ))
+                    },
+                )),
+            };
             let index = Arc::new(crate::index::PathIndex::new_in(
                 Arc::clone(&root),
-                &ws.root,
+                &host_path,
                 config.limits.max_walk_entries,
                 fences.as_deref(),
             ));
@@ -200,14 +288,15 @@ impl Gateway {
                     facts,
                     root,
                     versions: Arc::new(crate::versions::Versions::with_observer(
-                        &ws.root,
+                        &host_path,
                         Arc::clone(&temps),
                         index.observer(),
                         index.fence_dir(),
                     )),
                     index,
-                    runner: Arc::clone(&host) as Arc<dyn codespace_runner_api::Runner>,
+                    runner,
                     registration,
+                    remote: worker.is_some(),
                 },
             );
         }
@@ -236,13 +325,14 @@ impl Gateway {
                 store,
                 sandbox,
                 transports: vec!["stdio".to_string()],
-                leases: Leases::new(config_max_waiters),
+                leases,
                 patch_hooks: Arc::new(crate::gateway::patches::PatchHooks::default()),
                 processes,
                 temps,
                 store_stats: crate::retention::StatsCell::default(),
                 net,
                 host,
+                workers,
             },
             policy,
             workspaces,
@@ -335,7 +425,7 @@ impl Gateway {
             targets,
             patch,
         } = crate::request::build(call, session, process)?;
-        crate::links::fill_links_async(&ws.root, &mut reqs).await?;
+        ws.fill_links(&mut reqs).await?;
         // Secrets in a command line never reach the log or the caller's error text; Cedar
         // still decides on the real context.
         for r in &mut reqs {

@@ -176,11 +176,14 @@ pub(crate) async fn workspace_info(
     out.workspace_id = Some(id.to_string());
     out.profile = Some(ws.facts.profile.clone());
     out.execution = Some(Box::new(execution));
-    out.environment = auth
-        .config
-        .environments
-        .get(&ws.facts.environment)
-        .map(crate::environments::environment_status);
+    out.environment = match auth.config.environments.get(&ws.facts.environment) {
+        None => None,
+        Some(env) => {
+            // The dispatcher tried to reach the worker just before: its state now.
+            let worker = auth.workers.get(&env.id).map(|w| w.status());
+            Some(crate::environments::environment_status(env, worker))
+        }
+    };
     Ok(out)
 }
 

@@ -268,7 +268,7 @@ pub(crate) async fn exec_command(
             "timeout_ms must be at least 1",
         ));
     }
-    let cwd = exec_cwd(ws, auth.target()?)?;
+    let cwd = exec_cwd(ws, auth.target()?).await?;
     let tty = p.tty.unwrap_or(false);
     let separate = p.stderr == Some(StderrMode::Separate);
     if tty && separate {
@@ -474,22 +474,40 @@ async fn live_limit_error(auth: &Authorized<'_>, session: &Session) -> ToolError
 }
 
 /// The working directory of an exec, as the request builder parsed it: workspace-relative, an
-/// existing directory reached without any symlink.
-fn exec_cwd(ws: &WorkspaceRuntime, rel: &RelPath) -> Result<RelPath, ToolError> {
+/// existing directory reached without any symlink (asked of the environment's runner when its
+/// files are a worker's).
+async fn exec_cwd(ws: &WorkspaceRuntime, rel: &RelPath) -> Result<RelPath, ToolError> {
     if rel.is_root() {
         return Ok(RelPath::root());
     }
     let rel = rel.clone();
-    match ws.root.stat(&rel).map_err(ToolError::from)? {
+    let kind = if ws.remote {
+        ws.runner
+            .stat(api::PathRequest {
+                workspace: ws.facts.id.clone(),
+                path: rel.as_str().to_string(),
+            })
+            .await
+            .map_err(crate::host_runner::to_tool_error)?
+            .map(|s| match s.kind {
+                api::FileKind::Dir => Kind::Dir,
+                api::FileKind::Symlink => Kind::Symlink,
+                api::FileKind::File => Kind::File,
+                api::FileKind::Other => Kind::Other,
+            })
+    } else {
+        ws.root.stat(&rel).map_err(ToolError::from)?.map(|m| m.kind)
+    };
+    match kind {
         None => Err(ToolError::new(
             ErrorCode::FileNotFound,
             format!("cwd `{}` does not exist", rel.as_str()),
         )),
-        Some(m) if m.kind == Kind::Symlink => Err(ToolError::new(
+        Some(Kind::Symlink) => Err(ToolError::new(
             ErrorCode::SymlinkRejected,
             format!("cwd `{}` is a symlink", rel.as_str()),
         )),
-        Some(m) if m.kind != Kind::Dir => Err(ToolError::new(
+        Some(k) if k != Kind::Dir => Err(ToolError::new(
             ErrorCode::PathNotDirectory,
             format!("cwd `{}` is not a directory", rel.as_str()),
         )),
@@ -513,6 +531,22 @@ async fn start(
     let tty = p.tty.unwrap_or(false);
     let sandboxed = requires_sandbox(ws);
     let on_host = on_host(auth, ws);
+    // A worker's workspace: its write scope (candidates stat'ed and made, nested `.git` from the
+    // path index) and its secret masks (the index's listing) come from files this build reads
+    // on the gateway's host only. Rather than a scope or masks computed from nothing, a
+    // sandboxed command there is refused (fail closed).
+    if sandboxed && ws.remote {
+        return Err(ToolError::new(
+            ErrorCode::ProcessSpawnFailed,
+            format!(
+                "command sandbox unavailable in environment `{}`: the write scope and secret \
+                 masks of a worker's workspace are not computed through its worker in this \
+                 build, so no sandboxed command runs there (an operator's \"sandbox\": \"off\" \
+                 runs commands in the worker unsandboxed)",
+                ws.facts.environment
+            ),
+        ));
+    }
     let paths = command_paths(auth)?;
     // Where the command may write: `process_write` decided per candidate directory.
     let scope = if sandboxed {

@@ -65,7 +65,11 @@ fn every_kind_loads_typed_with_its_defaults_and_facts() {
     assert_eq!(cfg.environments["plain"].kind, EnvironmentKind::Host);
     assert_eq!(
         spec("sock"),
-        EnvironmentSpec::Worker(WorkerSpec::Socket("/run/cs/w.sock".into()))
+        EnvironmentSpec::Worker(WorkerSpec::Socket {
+            path: "/run/cs/w.sock".into(),
+            secret_file: None,
+            uid: None
+        })
     );
     assert_eq!(
         spec("asuser"),
@@ -101,8 +105,8 @@ fn every_kind_loads_typed_with_its_defaults_and_facts() {
     assert_eq!(spec("old").transport(), EnvironmentTransport::None);
     // Only the in-process kinds are reachable in this build; the others are unavailable, which
     // is a run-time state, not a load error.
-    assert!(envs::availability(&spec("plain")).is_ok());
-    assert!(envs::availability(&spec("remote")).is_err());
+    assert!(envs::availability(&spec("plain"), None).is_ok());
+    assert!(envs::availability(&spec("remote"), None).is_err());
 }
 
 #[test]

@@ -21,7 +21,7 @@ mod wire;
 pub use dto::*;
 pub use error::RunnerError;
 pub use remote::RemoteRunner;
-pub use wire::{Call, Event, Reply, Wire, serve_call};
+pub use wire::{Call, Event, OpenWorkspace, Reply, Wire, serve_call};
 
 use std::future::Future;
 use std::pin::Pin;

@@ -28,6 +28,22 @@ pub enum Call {
     Status(ProcessRef),
     Terminate(ProcessRef),
     ProbeSandbox,
+    /// Transport set-up, not a [`Runner`] method: the gateway registers a workspace with a
+    /// worker after each (re)connect, naming its root as an absolute path on the worker's side.
+    /// It stays out of the trait because an in-process runner is given its roots by the
+    /// gateway that opened them, and a [`RemoteRunner`](crate::RemoteRunner) never sends it:
+    /// only the worker transport does, and the worker's handler answers it before
+    /// [`serve_call`] (which refuses it).
+    OpenWorkspace(OpenWorkspace),
+}
+
+/// `open_workspace`: serve `workspace` from `root` (absolute, on the worker's side).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpenWorkspace {
+    /// The workspace id.
+    pub workspace: String,
+    /// Its root directory on the worker's side (absolute; opened without following a link).
+    pub root: String,
 }
 
 impl Call {
@@ -50,6 +66,7 @@ impl Call {
             Call::Status(_) => "status",
             Call::Terminate(_) => "terminate",
             Call::ProbeSandbox => "probe_sandbox",
+            Call::OpenWorkspace(_) => "open_workspace",
         }
     }
 }
@@ -135,5 +152,8 @@ pub async fn serve_call(runner: &dyn Runner, call: Call) -> Reply {
         Call::Status(r) => done(runner.status(r).await, Reply::Status),
         Call::Terminate(r) => done(runner.terminate(r).await, Reply::Status),
         Call::ProbeSandbox => done(runner.probe_sandbox().await, Reply::Probe),
+        Call::OpenWorkspace(_) => Reply::Error(RunnerError::internal(
+            "open_workspace is the worker transport's set-up, answered by the worker's handler",
+        )),
     }
 }

@@ -1,0 +1,459 @@
+//! The gateway's side of an environment served by a worker: [`EnvironmentWorker`] owns a
+//! [`Supervisor`] of the worker protocol (`codespace-runner-worker`) carrying the runner's
+//! [`Call`]/[`Reply`]/[`Event`], and [`WorkerWire`] is the [`Wire`] a [`RemoteRunner`] sends
+//! through. Connecting spawns the kind's argv (`environments::stdio_argv`: ssh, container exec,
+//! kubectl exec, the operator's command), connects to a `worker {socket}` (peer uid checked
+//! before the secret is sent), or starts `codespace worker --socket` as a `worker {user}`;
+//! then it registers every workspace of the environment (`open_workspace`, the root being the
+//! worker's path) before the connection serves a call. Every transport failure is
+//! [`RunnerError::Unavailable`]: nothing ever falls back to the host.
+//!
+//! [`RemoteRunner`]: codespace_runner_api::RemoteRunner
+
+use crate::config::{EnvironmentSpec, WorkerSpec};
+use crate::environments::ArgvContext;
+use codespace_runner_api::{BoxFuture, Call, Event, EventSink, OpenWorkspace, Reply, RunnerError, Wire};
+use codespace_runner_worker::client::{Client, EventReceiver};
+use codespace_runner_worker::spawn::SpawnSpec;
+use codespace_runner_worker::supervisor::{ConnectFn, DisconnectFn};
+use codespace_runner_worker::{Identity, Secret, Supervisor, WorkerError, WorkerState};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+type Conn = (Client<Call, Reply, Event>, EventReceiver<Event>);
+
+/// How long a worker the server starts as another user has to say `listening`.
+const LISTEN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What a connection attempt needs: the environment, its workspaces and the argv context.
+pub(crate) struct ConnectPlan {
+    /// The environment id.
+    pub(crate) env_id: String,
+    /// Its typed config.
+    pub(crate) spec: EnvironmentSpec,
+    /// `(workspace id, root on the worker's side)` of every workspace of the environment.
+    pub(crate) workspaces: Vec<(String, String)>,
+    /// The ssh control path and the container name.
+    pub(crate) argv: ArgvContext,
+    /// The private directory of the ssh control socket (removed with the plan).
+    pub(crate) _private: Option<tempfile::TempDir>,
+}
+
+/// One environment's worker, as the gateway sees it.
+pub struct EnvironmentWorker {
+    env_id: String,
+    sup: Supervisor<Call, Reply, Event>,
+    sink: Arc<Mutex<Option<EventSink>>>,
+    forwarding: AtomicBool,
+}
+
+impl std::fmt::Debug for EnvironmentWorker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnvironmentWorker")
+            .field("env", &self.env_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A transport failure as the runner's error: the environment is unavailable, with why.
+fn unavailable(e: &WorkerError) -> RunnerError {
+    RunnerError::unavailable(e.to_string())
+}
+
+impl EnvironmentWorker {
+    /// A worker reached as `plan` says (not connected yet: the first call connects); each lost
+    /// connection is reported to `on_disconnect` once.
+    pub(crate) fn new(plan: ConnectPlan, on_disconnect: DisconnectFn) -> EnvironmentWorker {
+        let env_id = plan.env_id.clone();
+        let plan = Arc::new(plan);
+        let connect: ConnectFn<Call, Reply, Event> = Arc::new(move || {
+            let plan = Arc::clone(&plan);
+            Box::pin(async move { connect(&plan).await })
+        });
+        EnvironmentWorker {
+            env_id,
+            sup: Supervisor::new(connect, on_disconnect),
+            sink: Arc::new(Mutex::new(None)),
+            forwarding: AtomicBool::new(false),
+        }
+    }
+
+    /// The environment id.
+    pub fn env_id(&self) -> &str {
+        &self.env_id
+    }
+
+    /// Connects when there is no live connection; `Err` is why the environment is unavailable.
+    pub async fn ensure(&self) -> Result<(), String> {
+        self.forward_events();
+        self.sup.client().await.map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    /// `workspace_info.environment.worker` now.
+    pub fn status(&self) -> crate::wire::WorkerStatus {
+        use crate::wire::WorkerState as W;
+        let s = self.sup.status();
+        let (state, reason) = match (s.state, &s.last_error, &s.version) {
+            (WorkerState::Connected, _, _) => (W::Ready, None),
+            (WorkerState::Connecting, _, None) => (W::Starting, None),
+            (WorkerState::Connecting, _, Some(_)) => (W::Restarting, s.last_error.clone()),
+            // Not started yet: the first call starts it.
+            (WorkerState::Down, None, _) => (W::Starting, None),
+            // It served and then died or disconnected: the next call starts it again.
+            (WorkerState::Down, Some(e), Some(_)) => (W::Restarting, Some(e.clone())),
+            // It never answered: it cannot be reached (a missing binary, a host key, a
+            // worker of another build...).
+            (WorkerState::Down, Some(e), None) => (W::Unavailable, Some(e.clone())),
+        };
+        crate::wire::WorkerStatus {
+            state,
+            version: s.version,
+            restarts: s.restarts,
+            reason,
+        }
+    }
+
+    /// Starts forwarding the supervisor's events to the subscriber (once; needs a runtime).
+    fn forward_events(&self) {
+        if self.forwarding.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Some(mut rx) = self.sup.take_events() else {
+            return;
+        };
+        let sink = Arc::clone(&self.sink);
+        tokio::spawn(async move {
+            while let Some(ev) = rx.recv().await {
+                let s = sink.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                if let Some(s) = s {
+                    s(ev);
+                }
+            }
+        });
+    }
+}
+
+/// The [`Wire`] of a [`codespace_runner_api::RemoteRunner`] over an [`EnvironmentWorker`].
+#[derive(Clone, Debug)]
+pub struct WorkerWire(pub Arc<EnvironmentWorker>);
+
+impl Wire for WorkerWire {
+    fn call(&self, call: Call) -> BoxFuture<'_, Result<Reply, RunnerError>> {
+        Box::pin(async move {
+            self.0.forward_events();
+            self.0.sup.call(&call).await.map_err(|e| unavailable(&e))
+        })
+    }
+
+    fn subscribe(&self, sink: EventSink) {
+        *self.0.sink.lock().unwrap_or_else(PoisonError::into_inner) = Some(sink);
+    }
+}
+
+/// This side's identity in the handshake.
+fn me() -> Identity {
+    Identity::this_build()
+}
+
+/// One connection attempt: reach the worker, then register every workspace.
+async fn connect(plan: &ConnectPlan) -> Result<Conn, WorkerError> {
+    let me = me();
+    let (client, events) = match &plan.spec {
+        EnvironmentSpec::Worker(WorkerSpec::Socket {
+            path,
+            secret_file,
+            uid,
+        }) => {
+            let secret = read_secret_file(secret_file.as_deref()).await?;
+            let uid = uid.unwrap_or_else(|| rustix::process::geteuid().as_raw());
+            codespace_runner_worker::unix::connect(path, Some(uid), &secret, &me).await?
+        }
+        EnvironmentSpec::Worker(WorkerSpec::User(user)) => {
+            start_as_user(user, &Secret::generate()?, &me).await?
+        }
+        spec => {
+            let argv = crate::environments::stdio_argv(spec, &plan.argv).ok_or_else(|| {
+                WorkerError::Transport(format!(
+                    "environment kind `{}` has no worker",
+                    spec.kind().as_str()
+                ))
+            })?;
+            let spec = SpawnSpec {
+                argv: argv.into_iter().map(OsString::from).collect(),
+                env: Vec::new(),
+            };
+            codespace_runner_worker::spawn::spawn(&spec, &Secret::generate()?, &me).await?
+        }
+    };
+    for (workspace, root) in &plan.workspaces {
+        let call = Call::OpenWorkspace(OpenWorkspace {
+            workspace: workspace.clone(),
+            root: root.clone(),
+        });
+        match client.call(&call).await? {
+            Reply::Done => {}
+            Reply::Error(e) => {
+                return Err(WorkerError::Transport(format!(
+                    "workspace `{workspace}`: {e}"
+                )));
+            }
+            _ => {
+                return Err(WorkerError::Protocol(
+                    "the worker answered open_workspace with something else".into(),
+                ));
+            }
+        }
+    }
+    Ok((client, events))
+}
+
+/// The secret line of a `worker {socket}` (its first line), from a file only its owner may read.
+async fn read_secret_file(file: Option<&Path>) -> Result<Secret, WorkerError> {
+    use std::os::unix::fs::PermissionsExt;
+    let file = file.ok_or_else(|| {
+        WorkerError::Transport(
+            "a `worker.socket` environment needs `worker.secret_file` (the secret line the \
+             worker was started with)"
+                .into(),
+        )
+    })?;
+    let err = |what: String| WorkerError::Transport(format!("{}: {what}", file.display()));
+    let meta = tokio::fs::metadata(file)
+        .await
+        .map_err(|e| err(e.to_string()))?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        return Err(err(
+            "the secret file must not be readable by group or others (mode 0600)".into(),
+        ));
+    }
+    let text = tokio::fs::read_to_string(file)
+        .await
+        .map_err(|e| err(e.to_string()))?;
+    Secret::parse(text.lines().next().unwrap_or_default().trim_end())
+}
+
+/// A worker the server started as another user: killed (its process group) and its socket
+/// directory removed with the connection.
+struct UserWorker {
+    child: tokio::process::Child,
+    pgid: Option<rustix::process::Pid>,
+    dir: PathBuf,
+}
+
+impl Drop for UserWorker {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.pgid {
+            let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+        }
+        let _ = self.child.start_kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `(uid, gid)` of `user` (through the system's user database: `getent passwd`).
+async fn lookup_user(user: &str) -> Result<(u32, u32), WorkerError> {
+    let out = tokio::process::Command::new("getent")
+        .args(["passwd", "--", user])
+        .output()
+        .await
+        .map_err(|e| WorkerError::Transport(format!("getent: {e}")))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut fields = text.lines().next().unwrap_or_default().split(':');
+    let (uid, gid) = (fields.nth(2), fields.next());
+    match (
+        uid.and_then(|u| u.parse().ok()),
+        gid.and_then(|g| g.parse().ok()),
+    ) {
+        (Some(u), Some(g)) if out.status.success() => Ok((u, g)),
+        _ => Err(WorkerError::Transport(format!("no user `{user}` on this host"))),
+    }
+}
+
+/// Starts `codespace worker --socket DIR/w.sock --allow-uid ME` as `user` (through `setpriv`,
+/// which needs the server to hold CAP_SETUID/CAP_SETGID), waits for `listening`, and connects,
+/// checking that the worker runs as that user.
+async fn start_as_user(user: &str, secret: &Secret, me: &Identity) -> Result<Conn, WorkerError> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+    let (uid, gid) = lookup_user(user).await?;
+    let exe = std::env::current_exe()
+        .map_err(|e| WorkerError::Transport(format!("the server's own binary: {e}")))?;
+    // The worker creates the directory itself (mode 0700, owned by it).
+    let dir = std::env::temp_dir().join(format!("cs-w-{}", uuid::Uuid::new_v4().simple()));
+    let sock = dir.join("w.sock");
+    let my_uid = rustix::process::geteuid().as_raw().to_string();
+    let mut cmd = tokio::process::Command::new("setpriv");
+    cmd.arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={gid}"))
+        .arg("--clear-groups")
+        .arg("--")
+        .arg(&exe)
+        .args(["worker", "--socket"])
+        .arg(&sock)
+        .args(["--allow-uid", &my_uid])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .process_group(0);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| WorkerError::Transport(format!("cannot start setpriv: {e}")))?;
+    let pgid = child
+        .id()
+        .and_then(|id| rustix::process::Pid::from_raw(i32::try_from(id).unwrap_or(0)));
+    let (Some(mut stdin), Some(stdout), Some(mut stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Err(WorkerError::Transport("the child's pipes are missing".into()));
+    };
+    let guard = UserWorker { child, pgid, dir };
+    stdin
+        .write_all(format!("{}\n", secret.expose()).as_bytes())
+        .await
+        .map_err(|e| WorkerError::Handshake(format!("the worker does not take input: {e}")))?;
+    drop(stdin);
+    let mut line = String::new();
+    let mut out = tokio::io::BufReader::new(stdout);
+    let said = tokio::time::timeout(LISTEN_TIMEOUT, out.read_line(&mut line)).await;
+    if !matches!(said, Ok(Ok(_))) || line.trim() != "listening" {
+        let mut tail = Vec::new();
+        let _ = tokio::time::timeout(
+            Duration::from_secs(2),
+            (&mut stderr).take(8192).read_to_end(&mut tail),
+        )
+        .await;
+        return Err(WorkerError::Handshake(format!(
+            "the worker started as `{user}` did not listen; its stderr: {}",
+            String::from_utf8_lossy(&tail).trim()
+        )));
+    }
+    // Its stderr is drained (a full pipe must not hold it up).
+    tokio::spawn(async move {
+        let mut sink = tokio::io::sink();
+        let _ = tokio::io::copy(&mut stderr, &mut sink).await;
+    });
+    let (mut client, events) =
+        codespace_runner_worker::unix::connect(&sock, Some(uid), secret, me).await?;
+    client.attach_transport(Box::new(guard), None);
+    Ok((client, events))
+}
+
+/// Whether environment `spec` is served by a worker (kinds worker, ssh, container,
+/// kubernetes, command).
+pub fn served_by_worker(spec: &EnvironmentSpec) -> bool {
+    matches!(
+        spec,
+        EnvironmentSpec::Worker(_)
+            | EnvironmentSpec::Ssh(_)
+            | EnvironmentSpec::Container(_)
+            | EnvironmentSpec::Kubernetes(_)
+            | EnvironmentSpec::Command(_)
+    )
+}
+
+/// What the gateway does when an environment's worker is lost (its processes become `lost`):
+/// called with the environment id by each worker's disconnect hook.
+pub(crate) type LostFn = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// The worker of every environment of `config` that has one, with the workspaces it serves
+/// (not connected: each connects on its first call). `Err`: a private directory for the ssh
+/// control sockets could not be made.
+pub(crate) fn workers_of(
+    config: &crate::config::Config,
+    store: Option<&Arc<codespace_store::Store>>,
+    lost: LostFn,
+) -> Result<std::collections::BTreeMap<String, Arc<EnvironmentWorker>>, String> {
+    let instance = uuid::Uuid::new_v4().simple().to_string();
+    let mut out = std::collections::BTreeMap::new();
+    for (env_id, env) in &config.environments {
+        if !served_by_worker(&env.spec) {
+            continue;
+        }
+        let workspaces: Vec<(String, String)> = config
+            .workspaces
+            .iter()
+            .filter(|(_, ws)| &ws.environment == env_id)
+            .map(|(id, ws)| (id.clone(), ws.root.display().to_string()))
+            .collect();
+        let private = match &env.spec {
+            // A Unix socket path is at most 107 bytes: a short directory of the server's.
+            EnvironmentSpec::Ssh(_) => Some(
+                tempfile::Builder::new()
+                    .prefix("cs-ssh-")
+                    .tempdir_in("/tmp")
+                    .map_err(|e| format!("environment {env_id}: ssh control directory: {e}"))?,
+            ),
+            _ => None,
+        };
+        let keep = matches!(&env.spec, EnvironmentSpec::Container(c) if c.keep);
+        let argv = ArgvContext {
+            ssh_control_path: private
+                .as_ref()
+                .map(|d| d.path().join("c"))
+                .unwrap_or_default(),
+            container_name: crate::environments::container_name(env_id, keep, &instance),
+        };
+        let ids: Vec<String> = workspaces.iter().map(|(id, _)| id.clone()).collect();
+        let plan = ConnectPlan {
+            env_id: env_id.clone(),
+            spec: env.spec.clone(),
+            workspaces,
+            argv,
+            _private: private,
+        };
+        let hook_env = env_id.clone();
+        let hook_store = store.cloned();
+        let hook_lost = Arc::clone(&lost);
+        let on_disconnect: DisconnectFn = Arc::new(move |reason: &str| {
+            // Its processes died with it: `lost`, their leases released, before the event.
+            hook_lost(&hook_env);
+            environment_lost(hook_store.as_ref(), &hook_env, &ids, reason);
+        });
+        out.insert(
+            env_id.clone(),
+            Arc::new(EnvironmentWorker::new(plan, on_disconnect)),
+        );
+    }
+    Ok(out)
+}
+
+/// The supervisor's disconnect hook: the worker of `env_id` (serving `workspaces`) died or
+/// disconnected. Its children died with it; what the gateway knew of them is recorded.
+pub fn environment_lost(
+    store: Option<&Arc<codespace_store::Store>>,
+    env_id: &str,
+    workspaces: &[String],
+    reason: &str,
+) {
+    tracing::warn!(environment = env_id, reason, "environment worker lost");
+    if let Some(store) = store {
+        let detail = serde_json::json!({
+            "environment": env_id,
+            "workspaces": workspaces,
+            "reason": reason,
+        });
+        if let Err(e) = store.insert_event("environment_worker_lost", &detail) {
+            tracing::warn!(error = %e, "environment_worker_lost event not recorded");
+        }
+    }
+}
+
+/// The gateway's handle on a workspace whose files are a worker's: an empty directory created
+/// for it and removed at once. Nothing can be created in a removed directory (`ENOENT`, even for
+/// root) and it lists nothing, so a host code path that is not routed through the runner reads
+/// nothing and writes nothing on this host. Returns the handle and the (gone) path.
+pub(crate) fn unreachable_root() -> Result<(codespace_runner_fs::Root, PathBuf), String> {
+    let dir = tempfile::Builder::new()
+        .prefix("cs-remote-")
+        .tempdir()
+        .map_err(|e| format!("cannot make the placeholder root: {e}"))?;
+    let path = dir.path().to_path_buf();
+    let root = codespace_runner_fs::Root::open(&path)
+        .map_err(|e| format!("cannot open the placeholder root: {e}"))?;
+    dir.close()
+        .map_err(|e| format!("cannot remove the placeholder root: {e}"))?;
+    Ok((root, path))
+}
