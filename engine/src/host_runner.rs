@@ -11,6 +11,7 @@
 
 use crate::error::{ErrorCode, ToolError};
 use crate::file_versions::FileVersions;
+use crate::processes::{TmpDir, make_tmp_dir, remove_tmp};
 use codespace_runner_api::{self as api, BoxFuture, EventSink, Runner, RunnerError, RunnerResult};
 use codespace_runner_fs::txn::{self, Change, Journal};
 use codespace_runner_fs::{FsError, Kind, RelPath, Root, WalkLimits};
@@ -19,7 +20,6 @@ use codespace_runner_process::{
     SpawnOptions, SpawnSpec, TableLimits,
 };
 use codespace_runner_sandbox::{HelperOutcome, NetworkMode, SandboxCommand, SandboxPlan};
-use crate::processes::{TmpDir, make_tmp_dir, remove_tmp};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -611,14 +611,16 @@ impl Runner for HostRunner {
     fn spawn(&self, req: api::SpawnRequest) -> BoxFuture<'_, RunnerResult<api::SpawnedProcess>> {
         Box::pin(async move {
             // A relay end handed over for this spawn is taken now, whatever happens next.
-            let relay = req.sandbox.as_ref().and_then(|s| s.proxy_relay.as_ref()).and_then(
-                |name| {
+            let relay = req
+                .sandbox
+                .as_ref()
+                .and_then(|s| s.proxy_relay.as_ref())
+                .and_then(|name| {
                     self.relays
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
                         .remove(name)
-                },
-            );
+                });
             let (_, root_path) = self.workspace(&req.workspace)?;
             let cwd_rel = rel(&req.cwd)?;
             let cwd = if cwd_rel.is_root() {
@@ -646,7 +648,8 @@ impl Runner for HostRunner {
                         });
                     };
                     let mut plan = plan(&root_path, spec);
-                    plan.force_landlock_unavailable = self.force_no_landlock.load(Ordering::Relaxed);
+                    plan.force_landlock_unavailable =
+                        self.force_no_landlock.load(Ordering::Relaxed);
                     if let Some(names) = &spec.private_tmp {
                         let dir = make_tmp_dir().map_err(from_tool_error)?;
                         let path = dir.path().to_string_lossy().into_owned();

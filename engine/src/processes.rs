@@ -300,11 +300,7 @@ impl Processes {
 
 /// The processes `lost` names (their worker died): their leases released, their store rows
 /// `lost` (off the async workers when called on one).
-pub(crate) fn record_lost(
-    leases: &Leases,
-    store: Option<&Arc<Store>>,
-    lost: &[(String, String)],
-) {
+pub(crate) fn record_lost(leases: &Leases, store: Option<&Arc<Store>>, lost: &[(String, String)]) {
     for (id, workspace) in lost {
         leases.release_process(workspace, id);
     }

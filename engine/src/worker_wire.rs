@@ -12,7 +12,9 @@
 
 use crate::config::{EnvironmentSpec, WorkerSpec};
 use crate::environments::ArgvContext;
-use codespace_runner_api::{BoxFuture, Call, Event, EventSink, OpenWorkspace, Reply, RunnerError, Wire};
+use codespace_runner_api::{
+    BoxFuture, Call, Event, EventSink, OpenWorkspace, Reply, RunnerError, Wire,
+};
 use codespace_runner_worker::client::{Client, EventReceiver};
 use codespace_runner_worker::spawn::SpawnSpec;
 use codespace_runner_worker::supervisor::{ConnectFn, DisconnectFn};
@@ -89,7 +91,11 @@ impl EnvironmentWorker {
     /// Connects when there is no live connection; `Err` is why the environment is unavailable.
     pub async fn ensure(&self) -> Result<(), String> {
         self.forward_events();
-        self.sup.client().await.map(|_| ()).map_err(|e| e.to_string())
+        self.sup
+            .client()
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 
     /// `workspace_info.environment.worker` now.
@@ -268,7 +274,9 @@ async fn lookup_user(user: &str) -> Result<(u32, u32), WorkerError> {
         gid.and_then(|g| g.parse().ok()),
     ) {
         (Some(u), Some(g)) if out.status.success() => Ok((u, g)),
-        _ => Err(WorkerError::Transport(format!("no user `{user}` on this host"))),
+        _ => Err(WorkerError::Transport(format!(
+            "no user `{user}` on this host"
+        ))),
     }
 }
 
@@ -307,7 +315,9 @@ async fn start_as_user(user: &str, secret: &Secret, me: &Identity) -> Result<Con
     let (Some(mut stdin), Some(stdout), Some(mut stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
-        return Err(WorkerError::Transport("the child's pipes are missing".into()));
+        return Err(WorkerError::Transport(
+            "the child's pipes are missing".into(),
+        ));
     };
     let guard = UserWorker { child, pgid, dir };
     stdin

@@ -190,8 +190,11 @@ impl Gateway {
         let leases = Leases::new(config_max_waiters);
         // A worker's disconnect hook: its live processes are lost (leases, store rows).
         let lost: crate::worker_wire::LostFn = {
-            let (registry, leases, store) =
-                (Arc::clone(&processes.registry), Arc::clone(&leases), store.clone());
+            let (registry, leases, store) = (
+                Arc::clone(&processes.registry),
+                Arc::clone(&leases),
+                store.clone(),
+            );
             Arc::new(move |env_id: &str| {
                 let lost = registry.lose_environment(env_id);
                 crate::processes::record_lost(&leases, store.as_ref(), &lost);

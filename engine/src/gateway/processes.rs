@@ -89,7 +89,11 @@ impl Services {
     pub fn environment_lost(&self, environment: &str) -> usize {
         let lost = self.processes.registry.lose_environment(environment);
         if !lost.is_empty() {
-            tracing::warn!(environment, processes = lost.len(), "processes lost with their worker");
+            tracing::warn!(
+                environment,
+                processes = lost.len(),
+                "processes lost with their worker"
+            );
         }
         crate::processes::record_lost(&self.leases, self.store.as_ref(), &lost);
         lost.len()

@@ -68,7 +68,9 @@ pub(crate) async fn workspace_info(
     let kernel = ws.runner.probe_sandbox().await.ok();
     let sandbox_on = ws.facts.sandbox == crate::facts::SandboxFact::Enforced
         && ws.facts.workspace_sandbox != crate::config::SandboxMode::Off
-        && kernel.as_ref().is_some_and(crate::tools::process::kernel_sandboxes);
+        && kernel
+            .as_ref()
+            .is_some_and(crate::tools::process::kernel_sandboxes);
     let pids = auth.host.pids_isolation();
     let ws_config = auth.ws_config();
     // Names only: the absolute paths behind them are the server's business.

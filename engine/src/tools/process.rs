@@ -224,8 +224,7 @@ async fn drain(
     let window = |cursor| (cursor, None, false);
     loop {
         let wait = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let Ok((c, e)) =
-            read_windows(runner, id, window(next), err_next.map(window), wait).await
+        let Ok((c, e)) = read_windows(runner, id, window(next), err_next.map(window), wait).await
         else {
             break;
         };
@@ -603,7 +602,11 @@ async fn start(
     }
     let sandbox = sandboxed.then(|| api::SandboxSpec {
         write_workspace: scope_view.root_writable,
-        write_paths: scope_view.writable.iter().map(|p| abs(p.as_str())).collect(),
+        write_paths: scope_view
+            .writable
+            .iter()
+            .map(|p| abs(p.as_str()))
+            .collect(),
         read_only: scope_view
             .read_only_mounts
             .iter()

@@ -99,7 +99,11 @@ impl Wire for Shared {
             self.0.seen.lock().unwrap().push(call.method());
             let (worker, mut gone, hung) = {
                 let c = self.0.conn.lock().unwrap();
-                (Arc::clone(&c.worker), c.gone.subscribe(), Arc::clone(&c.hung))
+                (
+                    Arc::clone(&c.worker),
+                    c.gone.subscribe(),
+                    Arc::clone(&c.hung),
+                )
             };
             if *gone.borrow() || hung.load(std::sync::atomic::Ordering::SeqCst) {
                 return Err(RunnerError::unavailable("the worker disconnected"));
@@ -220,19 +224,31 @@ async fn pipes_a_pty_stdin_cursors_and_terminate_run_in_the_workers_table() {
     // stdin and cursors.
     let r = exec(&e.gw, json!({"command": ["cat"]})).await;
     let id = r["process_id"].as_str().unwrap().to_string();
-    call(&e.gw, "write_stdin", json!({"process_id": id, "data": "hello\n"}))
-        .await
-        .unwrap();
+    call(
+        &e.gw,
+        "write_stdin",
+        json!({"process_id": id, "data": "hello\n"}),
+    )
+    .await
+    .unwrap();
     let (text, c1) = read_until(&e.gw, &id, 0, "hello\n").await;
     assert_eq!((text.as_str(), c1), ("hello\n", 6));
-    call(&e.gw, "write_stdin", json!({"process_id": id, "data": "x\n"}))
-        .await
-        .unwrap();
+    call(
+        &e.gw,
+        "write_stdin",
+        json!({"process_id": id, "data": "x\n"}),
+    )
+    .await
+    .unwrap();
     let (text, c2) = read_until(&e.gw, &id, c1, "x\n").await;
     assert_eq!((text.as_str(), c2), ("x\n", 8));
-    let again = call(&e.gw, "read_process", json!({"process_id": id, "cursor": 0}))
-        .await
-        .unwrap();
+    let again = call(
+        &e.gw,
+        "read_process",
+        json!({"process_id": id, "cursor": 0}),
+    )
+    .await
+    .unwrap();
     assert_eq!(again["chunk"], "hello\nx\n");
     let tail = call(
         &e.gw,
@@ -245,7 +261,10 @@ async fn pipes_a_pty_stdin_cursors_and_terminate_run_in_the_workers_table() {
     let st = call(&e.gw, "process_status", json!({"process_id": id}))
         .await
         .unwrap();
-    assert_eq!((st["state"].clone(), st["output_total"].clone()), (json!("running"), json!(8)));
+    assert_eq!(
+        (st["state"].clone(), st["output_total"].clone()),
+        (json!("running"), json!(8))
+    );
     let t = call(&e.gw, "terminate_process", json!({"process_id": id}))
         .await
         .unwrap();
@@ -260,17 +279,33 @@ async fn pipes_a_pty_stdin_cursors_and_terminate_run_in_the_workers_table() {
     let id = r["process_id"].as_str().unwrap().to_string();
     let (text, cursor) = read_until(&e.gw, &id, 0, "/dev/pts/").await;
     assert!(text.contains("/dev/pts/"), "{text}");
-    call(&e.gw, "process_resize", json!({"process_id": id, "rows": 40, "cols": 100}))
-        .await
-        .unwrap();
-    call(&e.gw, "write_stdin", json!({"process_id": id, "data": "abc\n"}))
-        .await
-        .unwrap();
+    call(
+        &e.gw,
+        "process_resize",
+        json!({"process_id": id, "rows": 40, "cols": 100}),
+    )
+    .await
+    .unwrap();
+    call(
+        &e.gw,
+        "write_stdin",
+        json!({"process_id": id, "data": "abc\n"}),
+    )
+    .await
+    .unwrap();
     let (text, _) = read_until(&e.gw, &id, cursor, "got:abc").await;
     assert!(text.contains("got:abc"), "{text}");
     // Every step crossed the wire; the gateway's own table ran nothing.
     let seen = e.wire.seen();
-    for m in ["spawn", "write_stdin", "read_output", "status", "terminate", "resize", "wait"] {
+    for m in [
+        "spawn",
+        "write_stdin",
+        "read_output",
+        "status",
+        "terminate",
+        "resize",
+        "wait",
+    ] {
         assert!(seen.contains(&m), "{m} never crossed the wire: {seen:?}");
     }
     e.gw.shutdown().await;
@@ -300,10 +335,18 @@ async fn a_dropped_worker_loses_its_processes_frees_the_lease_and_the_next_call_
         .await
         .unwrap();
     assert_eq!(st["state"], "lost", "{st}");
-    let rd = call(&e.gw, "read_process", json!({"process_id": id, "wait_ms": 1000}))
-        .await
-        .unwrap();
-    assert_eq!((rd["state"].clone(), rd["eof"].clone()), (json!("lost"), json!(true)), "{rd}");
+    let rd = call(
+        &e.gw,
+        "read_process",
+        json!({"process_id": id, "wait_ms": 1000}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (rd["state"].clone(), rd["eof"].clone()),
+        (json!("lost"), json!(true)),
+        "{rd}"
+    );
     let w = call(&e.gw, "write_stdin", json!({"process_id": id, "data": "x"}))
         .await
         .unwrap_err();
@@ -325,8 +368,16 @@ async fn a_dropped_worker_loses_its_processes_frees_the_lease_and_the_next_call_
     assert_eq!(row.map(|r| r.state), Some("lost".to_string()));
     // The next call runs on a new worker: the lease was released.
     e.wire.reconnect();
-    let r = exec(&e.gw, json!({"command": ["sh", "-c", "echo again"], "yield_ms": 10000})).await;
-    assert_eq!((r["state"].clone(), r["chunk"].clone()), (json!("exited"), json!("again\n")), "{r}");
+    let r = exec(
+        &e.gw,
+        json!({"command": ["sh", "-c", "echo again"], "yield_ms": 10000}),
+    )
+    .await;
+    assert_eq!(
+        (r["state"].clone(), r["chunk"].clone()),
+        (json!("exited"), json!("again\n")),
+        "{r}"
+    );
     // The lost id is never served by the new worker.
     let st = call(&e.gw, "process_status", json!({"process_id": id}))
         .await
