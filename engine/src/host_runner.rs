@@ -13,13 +13,13 @@ use crate::error::{ErrorCode, ToolError};
 use crate::file_versions::FileVersions;
 use crate::processes::{TmpDir, make_tmp_dir, remove_tmp};
 use codespace_runner_api::{self as api, BoxFuture, EventSink, Runner, RunnerError, RunnerResult};
-use codespace_runner_fs::txn::{self, Change, Journal};
-use codespace_runner_fs::{FsError, Kind, RelPath, Root, WalkLimits};
+use codespace_runner_fs::txn::{self, Change};
+use codespace_runner_fs::{FsError, RelPath, Root, WalkLimits};
 use codespace_runner_process::{
-    InheritedFd, Launcher, ProcError, ProcessInfo, ProcessTable, ReadWindow, SpawnError,
-    SpawnOptions, SpawnSpec, TableLimits,
+    InheritedFd, Launcher, ProcError, ProcessTable, ReadWindow, SpawnError, SpawnOptions,
+    SpawnSpec, TableLimits,
 };
-use codespace_runner_sandbox::{HelperOutcome, NetworkMode, SandboxCommand, SandboxPlan};
+use codespace_runner_sandbox::{HelperOutcome, SandboxCommand};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -249,15 +249,6 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| RunnerError::internal(format!("file task: {e}")))?
 }
 
-fn kind(k: Kind) -> api::FileKind {
-    match k {
-        Kind::File => api::FileKind::File,
-        Kind::Dir => api::FileKind::Dir,
-        Kind::Symlink => api::FileKind::Symlink,
-        Kind::Other => api::FileKind::Other,
-    }
-}
-
 fn change(c: &api::FileChange) -> RunnerResult<Change> {
     Ok(match c {
         api::FileChange::Write { path, data, mode } => Change::Write {
@@ -280,46 +271,6 @@ fn change(c: &api::FileChange) -> RunnerResult<Change> {
     })
 }
 
-fn backup_dto(b: &txn::Backup) -> api::Backup {
-    api::Backup {
-        path: b.path.as_str().to_string(),
-        before: b.before.clone(),
-    }
-}
-
-/// The journal of an apply: the gateway recorded the snapshot already, so recording checks that
-/// the state about to be overwritten is still exactly what was journaled.
-struct Journaled<'a>(&'a [api::Backup]);
-
-impl Journal for Journaled<'_> {
-    fn record(&mut self, backups: &[txn::Backup]) -> Result<(), String> {
-        let now: Vec<api::Backup> = backups.iter().map(backup_dto).collect();
-        if now == self.0 {
-            Ok(())
-        } else {
-            Err("the files changed after the journal was recorded".into())
-        }
-    }
-    fn finish(&mut self) -> Result<(), String> {
-        Ok(())
-    }
-}
-
-/// The journal of a snapshot: keeps the backups and stops the commit before any write.
-struct Snapshot(Vec<txn::Backup>);
-
-const SNAPSHOT_ONLY: &str = "snapshot only";
-
-impl Journal for Snapshot {
-    fn record(&mut self, backups: &[txn::Backup]) -> Result<(), String> {
-        self.0 = backups.to_vec();
-        Err(SNAPSHOT_ONLY.into())
-    }
-    fn finish(&mut self) -> Result<(), String> {
-        Ok(())
-    }
-}
-
 fn commit_err(e: txn::CommitError) -> RunnerError {
     match e {
         txn::CommitError::Refused { cause }
@@ -330,43 +281,6 @@ fn commit_err(e: txn::CommitError) -> RunnerError {
             message: other.to_string(),
         },
     }
-}
-
-fn status(info: &ProcessInfo) -> api::ProcessStatus {
-    api::ProcessStatus {
-        process_id: info.id.clone(),
-        state: match info.state {
-            codespace_runner_process::ProcState::Running => api::ProcessState::Running,
-            codespace_runner_process::ProcState::Exited => api::ProcessState::Exited,
-            codespace_runner_process::ProcState::Lost => api::ProcessState::Lost,
-        },
-        exit_code: info.exit_code,
-        signal: info.signal,
-        termination: info.termination.map(|t| t.as_str().to_string()),
-        tty: info.tty,
-        output_total: info.output_total,
-        output_retained_from: info.output_retained_from,
-        eof: info.eof,
-    }
-}
-
-fn plan(root: &std::path::Path, s: &api::SandboxSpec) -> SandboxPlan {
-    let paths = |v: &[String]| v.iter().map(PathBuf::from).collect::<Vec<_>>();
-    let mut plan = SandboxPlan::new(root);
-    plan.write_workspace = s.write_workspace;
-    plan.write_paths = paths(&s.write_paths);
-    plan.read_only = paths(&s.read_only);
-    plan.masks = paths(&s.masks);
-    plan.mask_non_utf8_top_level = s.mask_non_utf8_top_level;
-    plan.network = match s.network {
-        api::SandboxNetwork::Restricted => NetworkMode::Restricted,
-        api::SandboxNetwork::Proxy => NetworkMode::Proxy,
-        api::SandboxNetwork::Enabled => NetworkMode::Enabled,
-    };
-    plan.tmp_dir = s.tmp_dir.as_ref().map(PathBuf::from);
-    plan.extra_read = paths(&s.extra_read);
-    plan.home_dir = s.home_dir.as_ref().map(PathBuf::from);
-    plan
 }
 
 impl Runner for HostRunner {
@@ -868,6 +782,9 @@ impl Runner for HostRunner {
         *self.sink.lock().unwrap_or_else(PoisonError::into_inner) = Some(sink);
     }
 }
+
+mod convert;
+use convert::{Journaled, SNAPSHOT_ONLY, Snapshot, backup_dto, kind, plan, status};
 
 #[cfg(test)]
 mod tests;

@@ -20,7 +20,7 @@ mod masks;
 pub mod net;
 pub mod ops;
 pub mod patches;
-mod processes;
+pub mod processes;
 pub mod temp_files;
 mod write_scope;
 pub(crate) use authorized::{Authorized, Decided};

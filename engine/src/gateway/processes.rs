@@ -21,22 +21,6 @@ impl Gateway {
         self
     }
 
-    /// Serves every workspace of `environment` through `runner` instead (a worker client's
-    /// runner; the in-memory worker of the engine's tests).
-    #[doc(hidden)]
-    pub fn with_runner(
-        mut self,
-        environment: &str,
-        runner: Arc<dyn codespace_runner_api::Runner>,
-    ) -> Gateway {
-        for ws in self.workspaces.values_mut() {
-            if ws.facts.environment == environment {
-                ws.runner = Arc::clone(&runner);
-            }
-        }
-        self
-    }
-
     /// Finds the process a call is about and decides the call on its workspace with the
     /// process's facts: the handler's [`Authorized`] value, or the refusal.
     pub(crate) async fn authorize_process<'a>(
@@ -66,6 +50,23 @@ impl Gateway {
             .await?;
         Ok(Authorized::new(self, snap, ws, session, decided))
     }
+}
+
+/// `gw` with every workspace of `environment` served through `runner` instead (a worker
+/// client's runner; the in-memory worker of the engine's tests).
+#[doc(hidden)]
+pub fn with_runner(
+    mut gw: Gateway,
+    environment: &str,
+    runner: Arc<dyn codespace_runner_api::Runner>,
+) -> Gateway {
+    for ws in gw.workspaces.values_mut() {
+        if ws.facts.environment == environment {
+            ws.runner = Arc::clone(&runner);
+            ws.remote = true;
+        }
+    }
+    gw
 }
 
 impl Services {

@@ -165,8 +165,8 @@ fn env() -> Env {
             masking_enforced: false,
         },
     )
-    .unwrap()
-    .with_runner("box", remote);
+    .unwrap();
+    let gw = codespace_engine::gateway::processes::with_runner(gw, "box", remote);
     Env {
         _dir: dir,
         store,

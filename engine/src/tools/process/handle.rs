@@ -166,7 +166,7 @@ pub(crate) async fn read_process(
         None => None,
     };
     let window = |cursor: u64| (cursor, max_bytes, tail);
-    let read = super::read_windows(
+    let read = super::output::read_windows(
         &entry.runner,
         &p.process_id,
         window(p.cursor.unwrap_or(0)),
