@@ -23,7 +23,7 @@ struct Conn {
     /// Set: the transport saw the end (calls in flight and later fail `Unavailable`).
     gone: watch::Sender<bool>,
     /// Set: the worker died but the transport has not noticed (a worker that hangs, until the
-    /// supervisor's ping gives up): calls in flight never answer, later ones fail.
+    /// supervisor's ping gives up): no call, in flight or later, ever answers.
     hung: Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -105,7 +105,11 @@ impl Wire for Shared {
                     Arc::clone(&c.hung),
                 )
             };
-            if *gone.borrow() || hung.load(std::sync::atomic::Ordering::SeqCst) {
+            if hung.load(std::sync::atomic::Ordering::SeqCst) {
+                // A hung worker answers nothing, however late the call.
+                std::future::pending::<()>().await;
+            }
+            if *gone.borrow() {
                 return Err(RunnerError::unavailable("the worker disconnected"));
             }
             let sent = serde_json::to_string(&call).unwrap();
