@@ -74,7 +74,7 @@ impl Gateway {
                         if let Some(w) = self.workers.get(&auth.ws().facts.environment) {
                             let _ = w.ensure().await;
                         }
-                        crate::tools::info::workspace_info(&auth, server)
+                        crate::tools::info::workspace_info(&auth, server).await
                     }
                 }
                 .map(|r| ToolResult::WorkspaceInfo(Box::new(r)))

@@ -324,7 +324,17 @@ pub fn served_through_runner(call: &crate::wire::ToolCall) -> bool {
     use crate::wire::ToolCall as T;
     matches!(
         call,
-        T::Read(_) | T::Find(_) | T::Grep(_) | T::FindFiles(_) | T::ApplyPatch(_)
+        T::Read(_)
+            | T::Find(_)
+            | T::Grep(_)
+            | T::FindFiles(_)
+            | T::ApplyPatch(_)
+            | T::ExecCommand(_)
+            | T::WriteStdin(_)
+            | T::ReadProcess(_)
+            | T::ProcessStatus(_)
+            | T::ProcessResize(_)
+            | T::TerminateProcess(_)
     ) || !needs_environment(call)
 }
 

@@ -2,33 +2,48 @@
 //! the workspaces of this host by id (their opened roots), reads through the gateway's
 //! [`FileVersions`] (the no-wait read and the version cache), walks and greps with the runner
 //! crates on the blocking pool, commits patches with `runner/fs`'s journaled transaction, and runs
-//! processes in a table of its own (sandboxed through `runner/sandbox`'s helper when the request
-//! carries a plan). `to_tool_error`/`from_tool_error` map its errors to the wire's and back,
-//! code for code and message for message.
+//! processes in its table, the only process table of the server (sandboxed through
+//! `runner/sandbox`'s helper when the request carries a plan: masks, write scope, network,
+//! private temp dir; the exec handshake awaited before `spawn` answers). A `network: proxy`
+//! command's relay control socket is handed over in-process ([`HostRunner::stash_relay`]).
+//! `to_tool_error`/`from_tool_error` map its errors to the wire's and back, code for code and
+//! message for message.
 
 use crate::error::{ErrorCode, ToolError};
 use crate::file_versions::FileVersions;
+use crate::processes::{TmpDir, make_tmp_dir, remove_tmp};
 use codespace_runner_api::{self as api, BoxFuture, EventSink, Runner, RunnerError, RunnerResult};
-use codespace_runner_fs::txn::{self, Change, Journal};
-use codespace_runner_fs::{FsError, Kind, RelPath, Root, WalkLimits};
+use codespace_runner_fs::txn::{self, Change};
+use codespace_runner_fs::{FsError, RelPath, Root, WalkLimits};
 use codespace_runner_process::{
-    InheritedFd, Launcher, ProcError, ProcessInfo, ProcessTable, ReadWindow, SpawnError,
-    SpawnOptions, SpawnSpec, TableLimits,
+    InheritedFd, Launcher, ProcError, ProcessTable, ReadWindow, SpawnError, SpawnOptions,
+    SpawnSpec, TableLimits,
 };
-use codespace_runner_sandbox::{HelperOutcome, NetworkMode, SandboxCommand, SandboxPlan};
+use codespace_runner_sandbox::{HelperOutcome, SandboxCommand};
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
-/// The runner of the host the server runs on.
+/// What the host runner keeps beside each process in its table (evicted with it).
+#[derive(Debug, Default)]
+pub(crate) struct HostProc {
+    /// The command's private temp dir: removed once it exited and, at the latest, on eviction.
+    tmp: Option<TmpDir>,
+}
+
+/// The runner of the host the server runs on (and, in `codespace worker`, of the worker's host).
 pub struct HostRunner {
     roots: RwLock<HashMap<String, (Arc<Root>, PathBuf)>>,
     file_versions: Arc<FileVersions>,
-    /// Its process table, set up (cgroups) on the first process call.
-    table: tokio::sync::OnceCell<ProcessTable>,
-    limits: TableLimits,
+    /// The process table: every process this runner started, and only here.
+    table: ProcessTable<HostProc>,
     helper_exe: Mutex<Option<PathBuf>>,
+    /// Test hook: every plan asks the helper to act as if Landlock were missing (refuse more).
+    force_no_landlock: AtomicBool,
+    /// Relay control sockets of `network: proxy` commands, handed over before their spawn.
+    relays: Mutex<HashMap<String, InheritedFd>>,
     sink: Arc<Mutex<Option<EventSink>>>,
 }
 
@@ -49,10 +64,76 @@ impl HostRunner {
         HostRunner {
             roots: RwLock::new(HashMap::new()),
             file_versions,
-            table: tokio::sync::OnceCell::new(),
-            limits,
+            table: ProcessTable::with_metadata(limits),
             helper_exe: Mutex::new(helper_exe),
+            force_no_landlock: AtomicBool::new(false),
+            relays: Mutex::new(HashMap::new()),
             sink: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// A runner of its own (a worker's, or a test's): processes limited by the operator's
+    /// `limits`, sandboxed through `helper_exe`, serving each `(id, root)` workspace.
+    pub fn serving(
+        limits: &crate::config::Limits,
+        helper_exe: Option<PathBuf>,
+        workspaces: &[(String, PathBuf)],
+    ) -> Result<HostRunner, String> {
+        let runner = HostRunner::new(
+            Arc::new(FileVersions::new()),
+            crate::processes::table_limits(limits),
+            helper_exe,
+        );
+        for (id, path) in workspaces {
+            let root = Root::open(path).map_err(|e| format!("workspace {id}: {e}"))?;
+            runner.add_workspace(id, Arc::new(root), path.clone());
+        }
+        Ok(runner)
+    }
+
+    /// Sets the test hook that makes every sandbox plan refuse as if Landlock were missing.
+    pub(crate) fn set_force_no_landlock(&self, on: bool) {
+        self.force_no_landlock.store(on, Ordering::Relaxed);
+    }
+
+    /// Hands over the relay end of a `network: proxy` command's control socket; the returned
+    /// name goes in its [`api::SandboxSpec::proxy_relay`]. Taken by the spawn that names it.
+    pub(crate) fn stash_relay(&self, fd: InheritedFd) -> String {
+        let name = format!("relay-{}", uuid::Uuid::new_v4());
+        self.relays
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name.clone(), fd);
+        name
+    }
+
+    /// Drops a stashed relay end its spawn never took.
+    pub(crate) fn drop_relay(&self, name: &str) {
+        self.relays
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(name);
+    }
+
+    /// Number of processes that have not exited yet.
+    pub(crate) fn live_count(&self) -> usize {
+        self.table.live_count()
+    }
+
+    /// The per-process task limit and how this host enforces it.
+    pub(crate) fn pids_isolation(&self) -> codespace_runner_process::PidsIsolation {
+        self.table.pids_isolation()
+    }
+
+    /// Kills every process group the table owns and removes their temp dirs.
+    pub async fn shutdown(&self) {
+        self.table.shutdown().await;
+        self.remove_tmp_dirs();
+    }
+
+    fn remove_tmp_dirs(&self) {
+        for r in self.table.registrations() {
+            remove_tmp(r.meta.tmp.as_ref().map(TmpDir::path));
         }
     }
 
@@ -64,14 +145,9 @@ impl HostRunner {
             .unwrap_or_else(PoisonError::into_inner) = exe;
     }
 
-    /// The process table, set up on the blocking pool the first time.
-    async fn table(&self) -> RunnerResult<&ProcessTable> {
-        self.table
-            .get_or_try_init(|| {
-                let limits = self.limits.clone();
-                blocking(move || Ok(ProcessTable::new(limits)))
-            })
-            .await
+    /// The process table.
+    async fn table(&self) -> RunnerResult<&ProcessTable<HostProc>> {
+        Ok(&self.table)
     }
 
     /// Serves the workspace `id`: `root` opened at the absolute path `path`.
@@ -109,6 +185,13 @@ impl HostRunner {
     }
 }
 
+impl Drop for HostRunner {
+    /// Exit watchers die with their runtime; the temp dirs must not outlive the runner.
+    fn drop(&mut self) {
+        self.remove_tmp_dirs();
+    }
+}
+
 fn rel(path: &str) -> RunnerResult<RelPath> {
     RelPath::parse(path).map_err(fs_err)
 }
@@ -138,6 +221,7 @@ pub(crate) fn from_tool_error(e: ToolError) -> RunnerError {
         ErrorCode::ProcessNotFound => RunnerError::ProcessNotFound { message },
         ErrorCode::ProcessNotTty => RunnerError::ProcessNotTty { message },
         ErrorCode::ProcessNotRunning => RunnerError::ProcessNotRunning { message },
+        ErrorCode::WorkspaceBusy => RunnerError::Busy { message },
         _ => RunnerError::Internal { message },
     }
 }
@@ -165,15 +249,6 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| RunnerError::internal(format!("file task: {e}")))?
 }
 
-fn kind(k: Kind) -> api::FileKind {
-    match k {
-        Kind::File => api::FileKind::File,
-        Kind::Dir => api::FileKind::Dir,
-        Kind::Symlink => api::FileKind::Symlink,
-        Kind::Other => api::FileKind::Other,
-    }
-}
-
 fn change(c: &api::FileChange) -> RunnerResult<Change> {
     Ok(match c {
         api::FileChange::Write { path, data, mode } => Change::Write {
@@ -196,46 +271,6 @@ fn change(c: &api::FileChange) -> RunnerResult<Change> {
     })
 }
 
-fn backup_dto(b: &txn::Backup) -> api::Backup {
-    api::Backup {
-        path: b.path.as_str().to_string(),
-        before: b.before.clone(),
-    }
-}
-
-/// The journal of an apply: the gateway recorded the snapshot already, so recording checks that
-/// the state about to be overwritten is still exactly what was journaled.
-struct Journaled<'a>(&'a [api::Backup]);
-
-impl Journal for Journaled<'_> {
-    fn record(&mut self, backups: &[txn::Backup]) -> Result<(), String> {
-        let now: Vec<api::Backup> = backups.iter().map(backup_dto).collect();
-        if now == self.0 {
-            Ok(())
-        } else {
-            Err("the files changed after the journal was recorded".into())
-        }
-    }
-    fn finish(&mut self) -> Result<(), String> {
-        Ok(())
-    }
-}
-
-/// The journal of a snapshot: keeps the backups and stops the commit before any write.
-struct Snapshot(Vec<txn::Backup>);
-
-const SNAPSHOT_ONLY: &str = "snapshot only";
-
-impl Journal for Snapshot {
-    fn record(&mut self, backups: &[txn::Backup]) -> Result<(), String> {
-        self.0 = backups.to_vec();
-        Err(SNAPSHOT_ONLY.into())
-    }
-    fn finish(&mut self) -> Result<(), String> {
-        Ok(())
-    }
-}
-
 fn commit_err(e: txn::CommitError) -> RunnerError {
     match e {
         txn::CommitError::Refused { cause }
@@ -246,37 +281,6 @@ fn commit_err(e: txn::CommitError) -> RunnerError {
             message: other.to_string(),
         },
     }
-}
-
-fn status(info: &ProcessInfo) -> api::ProcessStatus {
-    api::ProcessStatus {
-        process_id: info.id.clone(),
-        state: match info.state {
-            codespace_runner_process::ProcState::Running => api::ProcessState::Running,
-            codespace_runner_process::ProcState::Exited => api::ProcessState::Exited,
-            codespace_runner_process::ProcState::Lost => api::ProcessState::Lost,
-        },
-        exit_code: info.exit_code,
-        signal: info.signal,
-        termination: info.termination.map(|t| t.as_str().to_string()),
-    }
-}
-
-fn plan(root: &std::path::Path, s: &api::SandboxSpec) -> SandboxPlan {
-    let paths = |v: &[String]| v.iter().map(PathBuf::from).collect::<Vec<_>>();
-    let mut plan = SandboxPlan::new(root);
-    plan.write_workspace = s.write_workspace;
-    plan.write_paths = paths(&s.write_paths);
-    plan.read_only = paths(&s.read_only);
-    plan.masks = paths(&s.masks);
-    plan.network = match s.network {
-        api::SandboxNetwork::Restricted => NetworkMode::Restricted,
-        api::SandboxNetwork::Enabled => NetworkMode::Enabled,
-    };
-    plan.tmp_dir = s.tmp_dir.as_ref().map(PathBuf::from);
-    plan.extra_read = paths(&s.extra_read);
-    plan.home_dir = s.home_dir.as_ref().map(PathBuf::from);
-    plan
 }
 
 impl Runner for HostRunner {
@@ -524,6 +528,17 @@ impl Runner for HostRunner {
 
     fn spawn(&self, req: api::SpawnRequest) -> BoxFuture<'_, RunnerResult<api::SpawnedProcess>> {
         Box::pin(async move {
+            // A relay end handed over for this spawn is taken now, whatever happens next.
+            let relay = req
+                .sandbox
+                .as_ref()
+                .and_then(|s| s.proxy_relay.as_ref())
+                .and_then(|name| {
+                    self.relays
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .remove(name)
+                });
             let (_, root_path) = self.workspace(&req.workspace)?;
             let cwd_rel = rel(&req.cwd)?;
             let cwd = if cwd_rel.is_root() {
@@ -531,7 +546,10 @@ impl Runner for HostRunner {
             } else {
                 root_path.join(cwd_rel.as_str())
             };
+            let mut env = req.env;
             let mut handshake = None;
+            // On any error from here on, `tmp` is dropped and so removed.
+            let mut tmp = None;
             let launcher = match &req.sandbox {
                 None => None,
                 Some(spec) => {
@@ -542,15 +560,36 @@ impl Runner for HostRunner {
                         .clone();
                     let Some(helper) = helper else {
                         return Err(RunnerError::SpawnFailed {
-                            message: "command sandbox unavailable: this runner has no sandbox \
-                                      helper"
+                            message: "command sandbox unavailable: this server has no sandbox \
+                                      helper configured"
                                 .into(),
                         });
                     };
+                    let mut plan = plan(&root_path, spec);
+                    plan.force_landlock_unavailable =
+                        self.force_no_landlock.load(Ordering::Relaxed);
+                    if let Some(names) = &spec.private_tmp {
+                        let dir = make_tmp_dir().map_err(from_tool_error)?;
+                        let path = dir.path().to_string_lossy().into_owned();
+                        for name in names {
+                            env.retain(|(k, _)| k != name);
+                            env.push((name.clone(), path.clone()));
+                        }
+                        env.sort();
+                        plan.tmp_dir = Some(dir.path().to_path_buf());
+                        tmp = Some(dir);
+                    }
+                    if spec.network == api::SandboxNetwork::Proxy && relay.is_none() {
+                        return Err(RunnerError::SpawnFailed {
+                            message: "network: proxy needs the gateway's egress proxy beside \
+                                      the command, and this runner was handed none"
+                                .into(),
+                        });
+                    }
                     let launch = SandboxCommand {
                         helper,
-                        plan: plan(&root_path, spec),
-                        proxy_control: None,
+                        plan,
+                        proxy_control: relay.as_ref().map(|fd| Arc::clone(&fd.0)),
                     }
                     .launch()
                     .map_err(|e| RunnerError::SpawnFailed {
@@ -565,10 +604,11 @@ impl Runner for HostRunner {
                     })
                 }
             };
+            let tmp_path = tmp.as_ref().map(|t| t.path().to_path_buf());
             let spec = SpawnSpec {
                 argv: req.argv,
                 cwd,
-                env: req.env,
+                env,
                 tty: req.tty.is_some(),
                 timeout: req.timeout_ms.map(Duration::from_millis),
                 launcher,
@@ -586,19 +626,34 @@ impl Runner for HostRunner {
                                 exit_code: None,
                                 signal: None,
                                 termination: None,
+                                tty: false,
+                                output_total: 0,
+                                output_retained_from: 0,
+                                eof: false,
                             },
                         },
                     );
                 })),
                 separate_stderr: req.separate_stderr,
             };
-            let table = self.table().await?;
+            let table = &self.table;
+            // The spec (and with it this side's copy of the handshake's write end) is consumed
+            // here: from now on only the helper holds that end.
             let spawned = table
-                .spawn_with(spec, opts)
+                .spawn_owned(spec, opts, HostProc { tmp })
                 .await
                 .map_err(|e| spawn_err(&e))?;
+            drop(relay);
             if let Some(size) = req.tty {
                 let _ = table.resize(&spawned.id, size.rows, size.cols).await;
+            }
+            // The private temp dir goes as soon as the process exited.
+            if tmp_path.is_some() {
+                let (table, id) = (table.clone(), spawned.id.clone());
+                tokio::spawn(async move {
+                    let _ = table.wait_exit(&id).await;
+                    remove_tmp(tmp_path.as_deref());
+                });
             }
             if let Some(h) = handshake {
                 let id = spawned.id.clone();
@@ -607,7 +662,9 @@ impl Runner for HostRunner {
                 };
                 if let HelperOutcome::Refused(why) = h.outcome(exited).await {
                     let _ = table.terminate(&spawned.id).await;
-                    return Err(RunnerError::SpawnFailed { message: why });
+                    return Err(RunnerError::SpawnFailed {
+                        message: format!("command sandbox refused to start the command: {why}"),
+                    });
                 }
             }
             Ok(api::SpawnedProcess {
@@ -644,7 +701,7 @@ impl Runner for HostRunner {
                 max_bytes: req
                     .max_bytes
                     .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
-                tail: false,
+                tail: req.tail,
             };
             let wait = Some(Duration::from_millis(req.wait_ms));
             let (out, err) = match req.stream {
@@ -701,15 +758,11 @@ impl Runner for HostRunner {
 
     fn terminate(&self, req: api::ProcessRef) -> BoxFuture<'_, RunnerResult<api::ProcessStatus>> {
         Box::pin(async move {
-            self.table()
-                .await?
-                .terminate(&req.process_id)
-                .await
-                .map_err(|e| proc_err(&e))?;
+            // Bounded by the kill grace plus a margin: `running` if it outlived even that.
             let info = self
                 .table()
                 .await?
-                .wait_exit(&req.process_id)
+                .terminate_and_wait(&req.process_id, crate::processes::TERMINATE_MARGIN)
                 .await
                 .map_err(|e| proc_err(&e))?;
             Ok(status(&info))
@@ -733,6 +786,9 @@ impl Runner for HostRunner {
         *self.sink.lock().unwrap_or_else(PoisonError::into_inner) = Some(sink);
     }
 }
+
+mod convert;
+use convert::{Journaled, SNAPSHOT_ONLY, Snapshot, backup_dto, kind, plan, status};
 
 #[cfg(test)]
 mod tests;

@@ -12,7 +12,7 @@ mod fence_dirs;
 mod file_versions;
 pub mod gateway;
 pub mod heap;
-mod host_runner;
+pub mod host_runner;
 mod index;
 mod isolation;
 pub mod lease;

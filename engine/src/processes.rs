@@ -1,20 +1,23 @@
-//! The engine's side of the process registry: what it records about each process it started
-//! (the [`Owner`] the runner's table carries beside the handle), the per-command temp dir, the
-//! child's environment and the watch that records an exit. The process tools are in
-//! `tools/process.rs`; which process a call is about is the gateway's question.
+//! The engine's side of the processes: what it records about each process it started (its
+//! workspace, environment, client and the facts Cedar reads, the runner it lives on — the
+//! process itself is in that runner's table, the only process table), the per-command temp dir
+//! helpers, the child's environment, the watch that records an exit, and
+//! [`Registry::lose_environment`]: a worker that died takes its processes with it (`lost`). The
+//! process tools are in `tools/process.rs`; which process a call is about is the gateway's
+//! question.
 
 use crate::config::Limits;
 use crate::error::{ErrorCode, ToolError};
 use crate::lease::Leases;
 use crate::wire::ProcessStatusResult;
-use codespace_runner_process::{
-    InheritedFd, ProcError, ProcessInfo, ProcessTable, Registration, SpawnError, TableLimits,
-};
+use codespace_runner_api::{self as api, Runner, RunnerError};
+use codespace_runner_process::{InheritedFd, ProcError, SpawnError, TableLimits};
 use codespace_store::{ProcessRow, Store};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// The fixed `PATH` of every child.
@@ -55,49 +58,174 @@ pub(crate) struct ProxySetup {
     pub(crate) argv: Vec<String>,
 }
 
-/// One process the gateway started, as the process tools see it: the runner table's
-/// registration (its status snapshot and the gateway's [`Owner`]) flattened.
+/// Where a process the gateway started stands, as far as the gateway knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Standing {
+    /// Not known to have exited.
+    Live,
+    /// Its exit was observed.
+    Ended,
+    /// Its worker died or disconnected: killed with it, nothing more is known of it.
+    Lost,
+}
+
+/// One process the gateway started, as the process tools see it. The process lives in
+/// `runner`'s table under the same id; this is what the gateway knows about it besides.
 #[derive(Debug, Clone)]
 pub(crate) struct Entry {
     pub(crate) workspace: String,
+    /// The environment whose runner runs it.
+    pub(crate) environment: String,
     pub(crate) client: String,
     pub(crate) argv: Vec<String>,
     pub(crate) tty: bool,
-    pub(crate) tmp_dir: Option<PathBuf>,
     pub(crate) env_names: Vec<String>,
     pub(crate) background: bool,
     pub(crate) separate_stderr: bool,
     /// `network: proxy`: the process's egress proxy (its counters feed `process_status`).
     pub(crate) proxy: Option<Arc<codespace_runner_netproxy::ProcessProxy>>,
-}
-
-/// What the gateway keeps about each process, in the runner's table beside the process (so it
-/// is looked up and evicted with it). The client is the table's owner label; argv, tty and the
-/// stderr mode are the table's own.
-#[derive(Debug)]
-pub(crate) struct Owner {
-    pub(crate) workspace: String,
-    pub(crate) env_names: Vec<String>,
-    pub(crate) background: bool,
-    pub(crate) proxy: Option<Arc<codespace_runner_netproxy::ProcessProxy>>,
-    /// The command's private temp dir: removed when the process exits (the exit watcher) and,
-    /// at the latest, when the table evicts the process.
-    pub(crate) tmp: Option<TmpDir>,
+    /// The runner it lives on.
+    pub(crate) runner: Arc<dyn Runner>,
+    pub(crate) standing: Standing,
+    seq: u64,
 }
 
 impl Entry {
-    pub(crate) fn of(r: &Registration<Owner>) -> Entry {
+    /// A new live entry.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn live(
+        workspace: String,
+        environment: String,
+        client: String,
+        argv: Vec<String>,
+        tty: bool,
+        env_names: Vec<String>,
+        background: bool,
+        separate_stderr: bool,
+        proxy: Option<Arc<codespace_runner_netproxy::ProcessProxy>>,
+        runner: Arc<dyn Runner>,
+    ) -> Entry {
         Entry {
-            workspace: r.meta.workspace.clone(),
-            client: r.info.owner.clone(),
-            argv: r.info.argv.clone(),
-            tty: r.info.tty,
-            tmp_dir: r.meta.tmp.as_ref().map(|t| t.0.clone()),
-            env_names: r.meta.env_names.clone(),
-            background: r.meta.background,
-            separate_stderr: r.info.separate_stderr,
-            proxy: r.meta.proxy.clone(),
+            workspace,
+            environment,
+            client,
+            argv,
+            tty,
+            env_names,
+            background,
+            separate_stderr,
+            proxy,
+            runner,
+            standing: Standing::Live,
+            seq: 0,
         }
+    }
+}
+
+/// The gateway's records of its processes by id, shared with the exit watchers. Bounded: past
+/// `cap` entries, the oldest ended or lost ones go (their runner forgets them too).
+#[derive(Debug)]
+pub(crate) struct Registry {
+    entries: Mutex<HashMap<String, Entry>>,
+    next: std::sync::atomic::AtomicU64,
+    cap: usize,
+}
+
+impl Registry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records a started process; `false` (nothing recorded) when the id is already known (a
+    /// runner that reuses ids is not trusted with a second process under one).
+    pub(crate) fn insert(&self, id: &str, mut entry: Entry) -> bool {
+        let mut map = self.lock();
+        if map.contains_key(id) {
+            return false;
+        }
+        entry.seq = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        map.insert(id.to_string(), entry);
+        while map.len() > self.cap {
+            let oldest = map
+                .iter()
+                .filter(|(_, e)| e.standing != Standing::Live)
+                .min_by_key(|(_, e)| e.seq)
+                .map(|(k, _)| k.clone());
+            match oldest {
+                Some(k) => map.remove(&k),
+                None => break,
+            };
+        }
+        true
+    }
+
+    /// The entry of `id`.
+    pub(crate) fn get(&self, id: &str) -> Option<Entry> {
+        self.lock().get(id).cloned()
+    }
+
+    /// Every entry, by id.
+    pub(crate) fn all(&self) -> Vec<(String, Entry)> {
+        self.lock()
+            .iter()
+            .map(|(k, e)| (k.clone(), e.clone()))
+            .collect()
+    }
+
+    /// Its exit was observed (a lost process stays lost).
+    pub(crate) fn ended(&self, id: &str) {
+        if let Some(e) = self.lock().get_mut(id)
+            && e.standing == Standing::Live
+        {
+            e.standing = Standing::Ended;
+        }
+    }
+
+    /// `id` is lost; its workspace when that changed anything (it was live).
+    pub(crate) fn lose(&self, id: &str) -> Option<String> {
+        let mut map = self.lock();
+        let e = map.get_mut(id)?;
+        (e.standing == Standing::Live).then(|| {
+            e.standing = Standing::Lost;
+            e.workspace.clone()
+        })
+    }
+
+    /// Every live process of `environment` is lost: `(id, workspace)` of each.
+    pub(crate) fn lose_environment(&self, environment: &str) -> Vec<(String, String)> {
+        let mut map = self.lock();
+        map.iter_mut()
+            .filter(|(_, e)| e.environment == environment && e.standing == Standing::Live)
+            .map(|(id, e)| {
+                e.standing = Standing::Lost;
+                (id.clone(), e.workspace.clone())
+            })
+            .collect()
+    }
+
+    /// Live entries not served by `host` (their runner's table is not this server's).
+    pub(crate) fn live_elsewhere(&self, host: &Arc<dyn Runner>) -> usize {
+        self.lock()
+            .values()
+            .filter(|e| e.standing == Standing::Live && !same_runner(&e.runner, host))
+            .count()
+    }
+}
+
+/// Whether two runners are the same object.
+pub(crate) fn same_runner(a: &Arc<dyn Runner>, b: &Arc<dyn Runner>) -> bool {
+    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
+}
+
+/// The process table's limits from the operator's `limits` (the host runner's table).
+pub(crate) fn table_limits(limits: &Limits) -> TableLimits {
+    TableLimits {
+        max_live: limits.max_live_processes,
+        max_exited_kept: limits.max_exited_processes,
+        ring_bytes: limits.output_ring_bytes,
+        default_timeout: Duration::from_millis(limits.process_timeout_ms),
+        max_pids: limits.max_pids_per_process,
+        ..TableLimits::default()
     }
 }
 
@@ -117,10 +245,11 @@ impl Drop for TmpDir {
     }
 }
 
-/// The gateway's process state: the runner table, the one registry of who started what.
+/// The gateway's process state: its records of who started what (the processes themselves are
+/// in their runners' tables), the sandbox helper and the test hook.
 #[derive(Debug)]
 pub(crate) struct Processes {
-    pub(crate) table: ProcessTable<Owner>,
+    pub(crate) registry: Arc<Registry>,
     pub(crate) helper_exe: Option<PathBuf>,
     pub(crate) force_no_landlock: bool,
 }
@@ -128,26 +257,20 @@ pub(crate) struct Processes {
 impl Processes {
     /// An empty registry with the operator's limits.
     pub(crate) fn new(limits: &Limits) -> Processes {
-        let table = ProcessTable::with_metadata(TableLimits {
-            max_live: limits.max_live_processes,
-            max_exited_kept: limits.max_exited_processes,
-            ring_bytes: limits.output_ring_bytes,
-            default_timeout: Duration::from_millis(limits.process_timeout_ms),
-            max_pids: limits.max_pids_per_process,
-            ..TableLimits::default()
-        });
         Processes {
-            table,
+            registry: Arc::new(Registry {
+                entries: Mutex::new(HashMap::new()),
+                next: std::sync::atomic::AtomicU64::new(0),
+                cap: limits
+                    .max_live_processes
+                    .saturating_add(limits.max_exited_processes)
+                    .saturating_add(64),
+            }),
             helper_exe: None,
             // A test hook: only a binary built with the `test-hooks` feature reads the variable.
             force_no_landlock: cfg!(feature = "test-hooks")
                 && std::env::var_os(FORCE_NO_LANDLOCK_ENV).is_some_and(|v| v == "1"),
         }
-    }
-
-    /// The limits of the table (the host runner's own table takes the same).
-    pub(crate) fn table_limits(&self) -> TableLimits {
-        self.table.limits().clone()
     }
 
     /// Sets the sandbox helper executable (the `codespace` binary).
@@ -161,55 +284,41 @@ impl Processes {
     }
 
     pub(crate) fn entry(&self, id: &str) -> Result<Entry, ToolError> {
-        self.table
-            .registration(id)
-            .map(|r| Entry::of(&r))
-            .map_err(|_| {
-                ToolError::new(
-                    ErrorCode::ProcessNotFound,
-                    "no process with this process_id",
-                )
-            })
+        self.registry.get(id).ok_or_else(|| {
+            ToolError::new(
+                ErrorCode::ProcessNotFound,
+                "no process with this process_id",
+            )
+        })
     }
 
-    /// Every process the table still holds, by id.
+    /// Every process still recorded, by id.
     pub(crate) fn entries(&self) -> Vec<(String, Entry)> {
-        self.table
-            .registrations()
-            .iter()
-            .map(|r| (r.info.id.clone(), Entry::of(r)))
-            .collect()
-    }
-
-    /// Removes every process's temp dir now (their entries may outlive this call).
-    pub(crate) fn remove_tmp_dirs(&self) {
-        for r in self.table.registrations() {
-            remove_tmp(r.meta.tmp.as_ref().map(TmpDir::path));
-        }
-    }
-
-    /// Kills every process group the table owns and removes their temp dirs.
-    pub(crate) async fn shutdown(&self) {
-        self.table.shutdown().await;
-        self.remove_tmp_dirs();
-    }
-
-    /// Number of processes still running (tests, workspace_info).
-    pub(crate) fn live_count(&self) -> usize {
-        self.table.live_count()
-    }
-
-    /// The per-process task limit and how the host enforces it (workspace_info, start-up).
-    pub(crate) fn pids_isolation(&self) -> codespace_runner_process::PidsIsolation {
-        self.table.pids_isolation()
+        self.registry.all()
     }
 }
 
-impl Drop for Processes {
-    /// Exit watchers die with their runtime (and may hold the table); the temp dirs must not
-    /// outlive the gateway.
-    fn drop(&mut self) {
-        self.remove_tmp_dirs();
+/// The processes `lost` names (their worker died): their leases released, their store rows
+/// `lost` (off the async workers when called on one).
+pub(crate) fn record_lost(leases: &Leases, store: Option<&Arc<Store>>, lost: &[(String, String)]) {
+    for (id, workspace) in lost {
+        leases.release_process(workspace, id);
+    }
+    let Some(store) = store.cloned() else { return };
+    if lost.is_empty() {
+        return;
+    }
+    let ids: Vec<String> = lost.iter().map(|(id, _)| id.clone()).collect();
+    let write = move || {
+        if let Err(e) = store.mark_processes_lost(&ids) {
+            tracing::error!(error = %e, "cannot record lost processes");
+        }
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) => {
+            h.spawn_blocking(write);
+        }
+        Err(_) => write(),
     }
 }
 
@@ -371,28 +480,57 @@ pub(crate) fn child_env(
     merged.into_iter().collect()
 }
 
-pub(crate) fn status_result(id: &str, info: &ProcessInfo) -> ProcessStatusResult {
+/// A runner's status of `id` as the wire's.
+pub(crate) fn status_result(id: &str, s: &api::ProcessStatus) -> ProcessStatusResult {
     ProcessStatusResult {
         network: None,
         process_id: id.to_string(),
-        state: info.state.as_str().to_string(),
-        exit_code: info.exit_code,
-        termination: info.termination.map(|t| t.as_str().to_string()),
-        signal: info.signal,
-        output_total: info.output_total,
-        output_retained_from: info.output_retained_from,
-        eof: info.eof,
-        tty: info.tty,
+        state: state_str(s.state).to_string(),
+        exit_code: s.exit_code,
+        termination: s.termination.clone(),
+        signal: s.signal,
+        output_total: s.output_total,
+        output_retained_from: s.output_retained_from,
+        eof: s.eof,
+        tty: s.tty,
     }
 }
 
+/// The wire's and the store's name of a state.
+pub(crate) fn state_str(s: api::ProcessState) -> &'static str {
+    match s {
+        api::ProcessState::Running => "running",
+        api::ProcessState::Exited => "exited",
+        api::ProcessState::Lost => "lost",
+    }
+}
+
+/// The status of a lost process: nothing more is known of it, and no more output will come.
+pub(crate) fn lost_status(id: &str, entry: &Entry) -> api::ProcessStatus {
+    api::ProcessStatus {
+        process_id: id.to_string(),
+        state: api::ProcessState::Lost,
+        exit_code: None,
+        signal: None,
+        termination: None,
+        tty: entry.tty,
+        output_total: 0,
+        output_retained_from: 0,
+        eof: true,
+    }
+}
+
+/// The message of a call on a lost process.
+pub(crate) const LOST_MESSAGE: &str =
+    "the process was lost: its environment's worker died or disconnected";
+
 /// Everything needed to keep the store and the lease in step with a process after it exits.
 pub(crate) struct ExitWatch {
-    pub(crate) table: ProcessTable<Owner>,
+    pub(crate) runner: Arc<dyn Runner>,
+    pub(crate) registry: Arc<Registry>,
     pub(crate) leases: Arc<Leases>,
     pub(crate) store: Option<Arc<Store>>,
     pub(crate) row: ProcessRow,
-    pub(crate) tmp_dir: Option<PathBuf>,
     /// The task serving the relay's control socket: stopped when the process exits, which
     /// closes the server's end, so the relay exits too.
     pub(crate) proxy_control: Option<tokio::task::AbortHandle>,
@@ -401,27 +539,45 @@ pub(crate) struct ExitWatch {
 impl ExitWatch {
     pub(crate) async fn run(self) {
         let id = self.row.process_id.clone();
-        let info = self.table.wait_exit(&id).await;
+        let waited = self
+            .runner
+            .wait(api::ProcessRef {
+                process_id: id.clone(),
+            })
+            .await;
         if let Some(control) = &self.proxy_control {
             control.abort();
         }
+        let status = match waited {
+            Err(RunnerError::Unavailable { .. }) => {
+                // Its worker is gone, and the process with it.
+                if let Some(ws) = self.registry.lose(&id) {
+                    record_lost(&self.leases, self.store.as_ref(), &[(id, ws)]);
+                }
+                return;
+            }
+            other => other,
+        };
+        self.registry.ended(&id);
         self.leases.release_process(&self.row.workspace, &id);
-        remove_tmp(self.tmp_dir.as_deref());
         let Some(store) = self.store else { return };
         let mut row = self.row;
         row.ended_ms = Some(codespace_store::now_ms());
-        match info {
-            Ok(info) => {
-                row.state = info.state.as_str().to_string();
-                row.exit_code = info.exit_code.map(i64::from);
-                row.termination = info.termination.map(|t| t.as_str().to_string());
+        match status {
+            Ok(s) => {
+                row.state = state_str(s.state).to_string();
+                row.exit_code = s.exit_code.map(i64::from);
+                row.termination = s.termination;
             }
             Err(_) => {
                 row.state = "unknown".into();
             }
         }
-        if let Err(e) = store.upsert_process(&row) {
-            tracing::error!(process_id = %id, error = %e, "cannot record process exit");
-        }
+        let write = move || {
+            if let Err(e) = store.upsert_process(&row) {
+                tracing::error!(process_id = %id, error = %e, "cannot record process exit");
+            }
+        };
+        let _ = tokio::task::spawn_blocking(write).await;
     }
 }

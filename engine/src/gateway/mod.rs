@@ -20,7 +20,7 @@ mod masks;
 pub mod net;
 pub mod ops;
 pub mod patches;
-mod processes;
+pub mod processes;
 pub mod remote;
 pub mod temp_files;
 mod write_scope;
@@ -106,6 +106,11 @@ impl WorkspaceRuntime {
             recovered_for: std::sync::atomic::AtomicU64::new(u64::MAX),
             applying: std::sync::Mutex::default(),
         }
+    }
+
+    /// True for a worker's workspace: its files are reached only through `runner`.
+    pub(crate) fn is_remote(&self) -> bool {
+        self.root.is_none()
     }
 
     /// The host root of a workspace whose files are on this host; `ENVIRONMENT_UNAVAILABLE`
@@ -207,14 +212,29 @@ impl Gateway {
         // runner's.
         let host = Arc::new(crate::host_runner::HostRunner::new(
             Arc::new(crate::file_versions::FileVersions::new()),
-            processes.table_limits(),
+            crate::processes::table_limits(&config.limits),
             None,
         ));
+        host.set_force_no_landlock(processes.force_no_landlock);
         // The path indexes' fence directories, beside the store (dead servers' ones swept now).
         let fences = crate::fence_dirs::prepare(config.store.as_deref());
         let leases = Leases::new(config_max_waiters);
         let workers = crate::worker_wire::workers_of(&config, store.as_ref(), &leases)
             .map_err(StartError::Environment)?;
+        // A worker's disconnect hook: the process registry forgets its live processes (lost;
+        // leases and store rows, idempotently with the worker's own hook).
+        for (env_id, worker) in &workers {
+            let (registry, leases, store, env_id) = (
+                Arc::clone(&processes.registry),
+                Arc::clone(&leases),
+                store.clone(),
+                env_id.clone(),
+            );
+            worker.on_lost(Arc::new(move |_workspaces: &[String], _reason: &str| {
+                let lost = registry.lose_environment(&env_id);
+                crate::processes::record_lost(&leases, store.as_ref(), &lost);
+            }));
+        }
         let mut remote_runners: BTreeMap<String, Arc<dyn codespace_runner_api::Runner>> =
             BTreeMap::new();
         for (id, ws) in &config.workspaces {
@@ -412,7 +432,7 @@ impl Gateway {
     /// failure is logged.
     pub fn record_startup(&self, mut probe: serde_json::Value) {
         let Some(store) = &self.store else { return };
-        let pids = self.processes.pids_isolation();
+        let pids = self.host.pids_isolation();
         if let serde_json::Value::Object(m) = &mut probe {
             m.insert(
                 "pids".into(),
@@ -468,7 +488,7 @@ impl Gateway {
         // A `read` on a worker's workspace is decided with the builder's one link and decided
         // again with the count of the file the worker actually opened, before anything is
         // returned (tools/fs.rs): a stat round trip to the worker first would only repeat it.
-        if !(ws.remote && matches!(call, ToolCall::Read(_))) {
+        if !(ws.is_remote() && matches!(call, ToolCall::Read(_))) {
             ws.fill_links(&mut reqs).await?;
         }
         // Secrets in a command line never reach the log or the caller's error text; Cedar

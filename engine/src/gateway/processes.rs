@@ -1,6 +1,6 @@
 //! The gateway's side of the process tools: which process a call is about (its workspace and the
-//! facts Cedar reads: same client, argv, tty, env names, background), the sandbox helper, and the
-//! live count.
+//! facts Cedar reads: same client, argv, tty, env names, background), the sandbox helper, the
+//! live count and `environment_lost` (a worker's processes become `lost`).
 
 use super::{Authorized, Gateway, Services};
 use crate::error::{ErrorCode, ToolError};
@@ -52,20 +52,64 @@ impl Gateway {
     }
 }
 
+/// `gw` with every workspace of `environment` served through `runner` instead, as a worker's
+/// workspace (no host root from now on): the engine's tests put an in-memory worker there.
+#[doc(hidden)]
+pub fn with_runner(
+    mut gw: Gateway,
+    environment: &str,
+    runner: Arc<dyn codespace_runner_api::Runner>,
+) -> Gateway {
+    let ids: Vec<String> = gw
+        .workspaces
+        .iter()
+        .filter(|(_, ws)| ws.facts.environment == environment)
+        .map(|(id, _)| id.clone())
+        .collect();
+    for id in ids {
+        if let Some(ws) = gw.workspaces.get_mut(&id) {
+            ws.root = None;
+        }
+        // Cannot fail: the workspace exists and has no host root now.
+        let _ = super::remote::attach(&mut gw, &id, Arc::clone(&runner));
+    }
+    gw
+}
+
 impl Services {
-    /// Number of managed processes still running.
+    /// Number of managed processes still running (this host's, and those of other
+    /// environments' runners not known to have ended).
     pub fn live_processes(&self) -> usize {
-        self.processes.live_count()
+        let host = Arc::clone(&self.host) as Arc<dyn codespace_runner_api::Runner>;
+        self.host.live_count() + self.processes.registry.live_elsewhere(&host)
     }
 
     /// The per-process task limit and how this host enforces it.
     pub fn pids_isolation(&self) -> codespace_runner_process::PidsIsolation {
-        self.processes.pids_isolation()
+        self.host.pids_isolation()
+    }
+
+    /// The worker of `environment` died or disconnected (its supervisor's disconnect hook
+    /// calls this): every process of it the gateway still counted as live becomes `lost` —
+    /// its lease released, its store row `lost`, every later call on it answered as lost
+    /// (`read_process` at end of output with `state: "lost"`, `process_status` `lost`). Its
+    /// id is never handed to the next worker. Returns how many processes were lost.
+    pub fn environment_lost(&self, environment: &str) -> usize {
+        let lost = self.processes.registry.lose_environment(environment);
+        if !lost.is_empty() {
+            tracing::warn!(
+                environment,
+                processes = lost.len(),
+                "processes lost with their worker"
+            );
+        }
+        crate::processes::record_lost(&self.leases, self.store.as_ref(), &lost);
+        lost.len()
     }
 
     /// Kills every process group the gateway owns (stdin EOF, SIGTERM): no orphans.
     pub async fn shutdown(&self) {
-        self.processes.shutdown().await;
+        self.host.shutdown().await;
         // Each worker environment's transport ends: workers disconnected, containers the
         // server started removed (stopped when kept), ssh master connections closed.
         for w in self.workers.values() {

@@ -18,6 +18,16 @@ pub fn with_worker_runner(
     workspace: &str,
     runner: Arc<dyn Runner>,
 ) -> Result<Gateway, String> {
+    attach(&mut gw, workspace, runner)?;
+    Ok(gw)
+}
+
+/// [`with_worker_runner`] in place.
+pub(super) fn attach(
+    gw: &mut Gateway,
+    workspace: &str,
+    runner: Arc<dyn Runner>,
+) -> Result<(), String> {
     let max = gw.config.limits.max_walk_entries;
     let ws = gw
         .workspaces
@@ -35,7 +45,7 @@ pub fn with_worker_runner(
         crate::versions::runner_event(&tables, &e)
     }));
     gw.workspaces.insert(workspace.to_string(), rt);
-    Ok(gw)
+    Ok(())
 }
 
 /// The in-process runner of this host (what tests put behind an in-memory wire).

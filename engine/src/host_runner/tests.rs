@@ -220,6 +220,7 @@ async fn a_remote_runner_over_json_behaves_like_the_host_runner() {
                 cursor: 0,
                 max_bytes: None,
                 wait_ms: 0,
+                tail: false,
             })
             .await
             .unwrap();
@@ -257,6 +258,9 @@ async fn a_remote_runner_over_json_behaves_like_the_host_runner() {
                     tmp_dir: None,
                     extra_read: Vec::new(),
                     home_dir: None,
+                    private_tmp: None,
+                    mask_non_utf8_top_level: false,
+                    proxy_relay: None,
                 }),
             })
             .await

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 /// `workspace_info` on a workspace: the server block (`server`, from the gateway) with
 /// the workspace's effective execution contract.
-pub(crate) fn workspace_info(
+pub(crate) async fn workspace_info(
     auth: &Authorized<'_>,
     mut out: WorkspaceInfoResult,
 ) -> Result<WorkspaceInfoResult, ToolError> {
@@ -63,9 +63,15 @@ pub(crate) fn workspace_info(
             },
         }),
     };
+    // What the environment's own kernel offers, asked of its runner (a worker answers for
+    // its host): never assumed from this server's host.
+    let kernel = ws.runner.probe_sandbox().await.ok();
     let sandbox_on = ws.facts.sandbox == crate::facts::SandboxFact::Enforced
-        && ws.facts.workspace_sandbox != crate::config::SandboxMode::Off;
-    let pids = auth.processes.pids_isolation();
+        && ws.facts.workspace_sandbox != crate::config::SandboxMode::Off
+        && kernel
+            .as_ref()
+            .is_some_and(crate::tools::process::kernel_sandboxes);
+    let pids = auth.host.pids_isolation();
     let ws_config = auth.ws_config();
     // Names only: the absolute paths behind them are the server's business.
     let read_path_names: Vec<String> = ws_config
@@ -152,6 +158,13 @@ pub(crate) fn workspace_info(
                 mechanism: pids.mechanism.as_str(),
             },
             secret_masking: ws.facts.secret_masking.as_str(),
+            kernel: kernel.map(|k| crate::wire::KernelInfo {
+                landlock_abi: k.landlock_abi,
+                seccomp: k.seccomp,
+                user_namespaces: k.user_namespaces,
+                net_namespaces: k.net_namespaces,
+                mount_namespaces: k.mount_namespaces,
+            }),
         },
         network: NetworkInfo {
             policy: ws.facts.network.as_str(),

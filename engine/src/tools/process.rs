@@ -2,21 +2,21 @@
 //! the command, its sandbox capabilities `process_write` / `process_network` and its `confirm`
 //! hold), and `write_stdin`, `read_process`, `process_status`, `process_resize`,
 //! `terminate_process` (the gateway has found the process and decided the call with its facts).
-//! Every process starts through the runner's process table inside the command sandbox (the
-//! `codespace __sandbox-exec` helper), the shape of which comes from those decisions.
+//! Every process starts through the workspace's runner (`Runner::spawn`, the one seam: the host
+//! runner's table is the only process table) inside the command sandbox, the shape of which
+//! comes from those decisions and travels as data (`SandboxSpec`: masks, write scope, network,
+//! private temp dir). A `network: proxy` command needs the gateway's egress proxy beside it:
+//! only the host runner can be handed the relay, so another environment refuses it.
 
 use crate::error::{ErrorCode, ToolError};
 use crate::gateway::ops::{Begin, fingerprint};
 use crate::gateway::{Authorized, WorkspaceRuntime};
 use crate::request::{ProcessFacts, Session};
-use crate::wire::{ExecCommandParams, ExecCommandResult, ReadProcessResult, StderrMode};
+use crate::wire::{ExecCommandParams, ExecCommandResult, StderrMode};
+use codespace_runner_api::{self as api, Runner, RunnerError};
 use codespace_runner_fs::{Kind, RelPath};
-use codespace_runner_process::{
-    ExitHook, InheritedFd, Launcher, ProcState, ReadWindow, SpawnError, SpawnOptions, SpawnSpec,
-};
-use codespace_runner_sandbox::{
-    Handshake, HelperOutcome, NetworkMode, SandboxCommand, SandboxPlan, scrub_env,
-};
+use codespace_runner_process::InheritedFd;
+use codespace_runner_sandbox::scrub_env;
 use codespace_store::ProcessRow;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -25,10 +25,12 @@ use std::time::Duration;
 use crate::processes::*;
 
 mod handle;
-use handle::{fail_operation, release_if_exited};
+mod output;
+use handle::{fail_operation, status_of};
 pub(crate) use handle::{
     process_resize, process_status, read_process, terminate_process, write_stdin,
 };
+use output::drain;
 
 /// Whether `ws`'s commands run in the sandbox (every workspace but one whose operator set
 /// `"sandbox": "off"`).
@@ -40,6 +42,7 @@ fn requires_sandbox(ws: &WorkspaceRuntime) -> bool {
 struct Started {
     id: String,
     pid: u32,
+    runner: Arc<dyn Runner>,
     row: ProcessRow,
     /// The proxy's control task of a `network: proxy` command.
     proxy_control: Option<tokio::task::AbortHandle>,
@@ -98,18 +101,12 @@ fn command_paths(auth: &Authorized<'_>) -> Result<CommandPaths, ToolError> {
     })
 }
 
-/// The launcher of a command of `ws` under `plan` and the server's end of its exec
-/// handshake, or none for a workspace whose operator set `"sandbox": "off"`. A workspace
-/// that requires the sandbox on a host without one fails closed here even if an operator
-/// policy let the call through.
-fn sandbox_launcher(
-    auth: &Authorized<'_>,
-    ws: &WorkspaceRuntime,
-    plan: SandboxPlan,
-    proxy_control: Option<&InheritedFd>,
-) -> Result<Option<(Launcher, Handshake)>, ToolError> {
+/// Whether a command of `ws` may start sandboxed here: `Ok(false)` for a workspace whose
+/// operator set `"sandbox": "off"`. A workspace that requires the sandbox on a host without
+/// one fails closed here even if an operator policy let the call through.
+fn sandbox_check(auth: &Authorized<'_>, ws: &WorkspaceRuntime) -> Result<bool, ToolError> {
     if !requires_sandbox(ws) {
-        return Ok(None);
+        return Ok(false);
     }
     if ws.facts.sandbox != crate::facts::SandboxFact::Enforced {
         return Err(ToolError::new(
@@ -118,116 +115,25 @@ fn sandbox_launcher(
              (only \"sandbox\": \"off\" in the operator's config runs commands without it)",
         ));
     }
-    let Some(helper) = &auth.processes.helper_exe else {
+    if auth.processes.helper_exe.is_none() {
         return Err(ToolError::new(
             ErrorCode::ProcessSpawnFailed,
             "command sandbox unavailable: this server has no sandbox helper configured",
         ));
-    };
-    let launch = SandboxCommand {
-        helper: helper.clone(),
-        plan,
-        proxy_control: proxy_control.map(|fd| Arc::clone(&fd.0)),
     }
-    .launch()
-    .map_err(|e| {
-        ToolError::new(
-            ErrorCode::ProcessSpawnFailed,
-            format!("command sandbox unavailable: {e}"),
-        )
-    })?;
-    let launcher = Launcher {
-        program: launch.program,
-        args: launch.args,
-        env: launch.env,
-        inherit_fds: launch.inherit_fds.into_iter().map(InheritedFd).collect(),
-    };
-    Ok(Some((launcher, launch.handshake)))
+    Ok(true)
 }
 
-/// After a sandboxed spawn: waits (no polling) until the helper has exec'd the target or
-/// refused, or the process has exited. A refusal becomes the error message, and whatever is
-/// left of the process is terminated.
-async fn helper_outcome(
-    auth: &Authorized<'_>,
-    id: &str,
-    handshake: Handshake,
-) -> Result<(), String> {
-    let table = &auth.processes.table;
-    let exited = async {
-        let _ = table.wait_exit(id).await;
-    };
-    match handshake.outcome(exited).await {
-        HelperOutcome::Executed => Ok(()),
-        HelperOutcome::Refused(why) => {
-            let _ = table.terminate(id).await;
-            Err(why)
-        }
-    }
+/// Whether a kernel the runner probed can hold the command sandbox (Landlock and seccomp, as
+/// the helper requires).
+pub(crate) fn kernel_sandboxes(k: &api::SandboxProbe) -> bool {
+    k.landlock_abi.is_some_and(|abi| abi >= 1) && k.seccomp
 }
 
-/// Reads from `cursor` (and stderr from `stderr_cursor`, when kept apart) until output
-/// collection ends or `budget` elapses (after an exit).
-async fn drain(
-    auth: &Authorized<'_>,
-    id: &str,
-    cursor: u64,
-    stderr_cursor: Option<u64>,
-    budget: Duration,
-) -> ReadProcessResult {
-    let deadline = tokio::time::Instant::now() + budget;
-    let mut data: Vec<u8> = Vec::new();
-    let mut err_data: Vec<u8> = Vec::new();
-    let mut next = cursor;
-    let mut err_next = stderr_cursor;
-    let mut out = ReadProcessResult {
-        process_id: id.to_string(),
-        cursor,
-        chunk: String::new(),
-        eof: false,
-        output_lost: false,
-        retained_from: 0,
-        stderr_chunk: None,
-        stderr_cursor: None,
-    };
-    let window = |cursor| ReadWindow {
-        cursor,
-        ..ReadWindow::default()
-    };
-    loop {
-        let wait = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let Ok((c, e)) = auth
-            .processes
-            .table
-            .read_windows(id, window(next), err_next.map(window), Some(wait))
-            .await
-        else {
-            break;
-        };
-        data.extend_from_slice(&c.data);
-        next = c.cursor;
-        out.output_lost = c.output_lost;
-        out.retained_from = c.retained_from;
-        let mut got = !c.data.is_empty();
-        let mut eof = c.eof;
-        if let Some(e) = &e {
-            err_data.extend_from_slice(&e.data);
-            err_next = Some(e.cursor);
-            got |= !e.data.is_empty();
-            eof &= e.eof;
-        }
-        out.eof = eof;
-        if eof || wait.is_zero() || !got {
-            break;
-        }
-    }
-    out.cursor = next;
-    out.chunk = String::from_utf8_lossy(&data).into_owned();
-    if let Some(n) = err_next.filter(|_| stderr_cursor.is_some()) {
-        out.stderr_cursor = Some(n);
-        out.stderr_chunk = Some(String::from_utf8_lossy(&err_data).into_owned());
-    }
-    out
+/// Whether `ws` runs on this server's host (its runner is the in-process host runner).
+fn on_host(auth: &Authorized<'_>, ws: &WorkspaceRuntime) -> bool {
+    let host = Arc::clone(&auth.host) as Arc<dyn Runner>;
+    crate::processes::same_runner(&ws.runner, &host)
 }
 
 /// Serves `exec_command`; `resumed` is the granted hold `operation_resume` runs it under
@@ -243,7 +149,7 @@ pub(crate) async fn exec_command(
             "timeout_ms must be at least 1",
         ));
     }
-    let cwd = exec_cwd(ws, auth.target()?)?;
+    let cwd = exec_cwd(ws, auth.target()?).await?;
     let tty = p.tty.unwrap_or(false);
     let separate = p.stderr == Some(StderrMode::Separate);
     if tty && separate {
@@ -306,18 +212,14 @@ pub(crate) async fn exec_command(
             }
         },
     };
-    // Frees the lease before the exit is observable (status, eof, wait): a next exec right
-    // after a caller saw the exit never finds the workspace busy.
-    let on_exit: Option<ExitHook> = lease.as_ref().map(|lease| {
-        let leases = Arc::clone(&auth.leases);
-        let workspace = ws.facts.id.clone();
-        let ticket = lease.ticket();
-        Box::new(move |id: &str| leases.release_exited(&workspace, id, ticket)) as ExitHook
-    });
-    let started = start(auth, p, &cwd, &op_id, on_exit).await;
+    // The lease is freed before the exit is observable: every handler that sees the exit
+    // (status, end of output, wait, terminate) releases it before it answers, and the exit
+    // watcher once the runner reports the exit.
+    let started = start(auth, p, &cwd, &op_id).await;
     let Started {
         id,
         pid,
+        runner,
         row,
         proxy_control,
         write_paths,
@@ -332,6 +234,18 @@ pub(crate) async fn exec_command(
     if let Some(lease) = lease {
         lease.into_process_of(&id, &session.client);
     }
+    // The exit watcher: the store row, the lease, `lost` when the runner's worker goes away.
+    tokio::spawn(
+        ExitWatch {
+            runner: Arc::clone(&runner),
+            registry: Arc::clone(&auth.processes.registry),
+            leases: Arc::clone(&auth.leases),
+            store: auth.store.clone(),
+            row: row.clone(),
+            proxy_control,
+        }
+        .run(),
+    );
     let result = ExecCommandResult {
         process_id: id.clone(),
         dispatch_status: "confirmed".into(),
@@ -353,46 +267,38 @@ pub(crate) async fn exec_command(
         &to_value(&result)?,
         None,
     );
-    if let Some(s) = &auth.store
-        && let Err(e) = s.upsert_process(&row)
-    {
-        tracing::error!(process_id = %id, error = %e, "cannot record process");
-    }
-    let tmp_dir = auth.processes.entry(&id).ok().and_then(|e| e.tmp_dir);
-    tokio::spawn(
-        ExitWatch {
-            table: auth.processes.table.clone(),
-            leases: Arc::clone(&auth.leases),
-            store: auth.store.clone(),
-            row,
-            tmp_dir,
-            proxy_control,
+    if let Some(s) = &auth.store {
+        let (s, row) = (Arc::clone(s), row);
+        let written = tokio::task::spawn_blocking(move || s.upsert_process(&row)).await;
+        if !matches!(written, Ok(Ok(()))) {
+            tracing::error!(process_id = %id, "cannot record process");
         }
-        .run(),
-    );
+    }
     tracing::debug!(process_id = %id, pid, "process started");
     let Some(yield_ms) = p.yield_ms else {
         return Ok(result);
     };
     let budget = capped(yield_ms);
-    let table = &auth.processes.table;
-    let exited = tokio::time::timeout(budget, table.wait_exit(&id))
-        .await
-        .is_ok();
+    let pref = || api::ProcessRef {
+        process_id: id.clone(),
+    };
+    let exited = matches!(
+        tokio::time::timeout(budget, runner.wait(pref())).await,
+        Ok(Ok(_)) | Ok(Err(RunnerError::Unavailable { .. }))
+    );
     let err_from = separate.then_some(0);
     let read = if exited {
-        drain(auth, &id, 0, err_from, Duration::from_secs(1)).await
+        drain(&runner, &id, 0, err_from, Duration::from_secs(1)).await
     } else {
-        drain(auth, &id, 0, err_from, Duration::ZERO).await
+        drain(&runner, &id, 0, err_from, Duration::ZERO).await
     };
-    let info = table.status(&id).await.map_err(|e| proc_error(&e))?;
-    release_if_exited(auth, &ws.facts.id, &id, &info);
+    let info = status_of(auth, &id).await?;
     let mut result = result;
     result.chunk = Some(read.chunk);
     result.cursor = Some(read.cursor);
-    result.state = Some(info.state.as_str().to_string());
+    result.state = Some(state_str(info.state).to_string());
     result.exit_code = info.exit_code;
-    result.termination = info.termination.map(|t| t.as_str().to_string());
+    result.termination = info.termination;
     result.eof = Some(read.eof);
     result.stderr_chunk = read.stderr_chunk;
     result.stderr_cursor = read.stderr_cursor;
@@ -406,10 +312,11 @@ async fn live_limit_error(auth: &Authorized<'_>, session: &Session) -> ToolError
     let mut own = Vec::new();
     let mut others = 0usize;
     for (id, e) in entries {
-        let live = matches!(
-            auth.processes.table.status(&id).await,
-            Ok(info) if info.state == ProcState::Running
-        );
+        let live = e.standing == Standing::Live
+            && matches!(
+                e.runner.status(api::ProcessRef { process_id: id.clone() }).await,
+                Ok(info) if info.state == api::ProcessState::Running
+            );
         if !live {
             continue;
         }
@@ -448,22 +355,40 @@ async fn live_limit_error(auth: &Authorized<'_>, session: &Session) -> ToolError
 }
 
 /// The working directory of an exec, as the request builder parsed it: workspace-relative, an
-/// existing directory reached without any symlink.
-fn exec_cwd(ws: &WorkspaceRuntime, rel: &RelPath) -> Result<RelPath, ToolError> {
+/// existing directory reached without any symlink (asked of the environment's runner when its
+/// files are a worker's).
+async fn exec_cwd(ws: &WorkspaceRuntime, rel: &RelPath) -> Result<RelPath, ToolError> {
     if rel.is_root() {
         return Ok(RelPath::root());
     }
     let rel = rel.clone();
-    match ws.host_root()?.stat(&rel).map_err(ToolError::from)? {
+    let kind = if ws.is_remote() {
+        ws.runner
+            .stat(api::PathRequest {
+                workspace: ws.facts.id.clone(),
+                path: rel.as_str().to_string(),
+            })
+            .await
+            .map_err(crate::host_runner::to_tool_error)?
+            .map(|s| match s.kind {
+                api::FileKind::Dir => Kind::Dir,
+                api::FileKind::Symlink => Kind::Symlink,
+                api::FileKind::File => Kind::File,
+                api::FileKind::Other => Kind::Other,
+            })
+    } else {
+        ws.host_root()?.stat(&rel).map_err(ToolError::from)?.map(|m| m.kind)
+    };
+    match kind {
         None => Err(ToolError::new(
             ErrorCode::FileNotFound,
             format!("cwd `{}` does not exist", rel.as_str()),
         )),
-        Some(m) if m.kind == Kind::Symlink => Err(ToolError::new(
+        Some(Kind::Symlink) => Err(ToolError::new(
             ErrorCode::SymlinkRejected,
             format!("cwd `{}` is a symlink", rel.as_str()),
         )),
-        Some(m) if m.kind != Kind::Dir => Err(ToolError::new(
+        Some(k) if k != Kind::Dir => Err(ToolError::new(
             ErrorCode::PathNotDirectory,
             format!("cwd `{}` is not a directory", rel.as_str()),
         )),
@@ -471,23 +396,38 @@ fn exec_cwd(ws: &WorkspaceRuntime, rel: &RelPath) -> Result<RelPath, ToolError> 
     }
 }
 
-/// Spawns under the sandbox and registers the process. Nothing is running on error.
+/// Spawns under the sandbox through the workspace's runner and registers the process.
+/// Nothing is running on error.
 async fn start(
     auth: &Authorized<'_>,
     p: &ExecCommandParams,
     cwd: &RelPath,
     op_id: &str,
-    on_exit: Option<ExitHook>,
 ) -> Result<Started, ToolError> {
     let (ws, session, decision) = (auth.ws(), auth.session(), auth.decision());
-    // A worker's workspace: its commands are never started on this host.
-    ws.host_root()?;
     let root = auth
         .ws_config()
         .map(|w| w.root.clone())
         .ok_or_else(|| ToolError::new(ErrorCode::WorkspaceNotFound, "workspace is gone"))?;
     let tty = p.tty.unwrap_or(false);
     let sandboxed = requires_sandbox(ws);
+    let on_host = on_host(auth, ws);
+    // A worker's workspace: its write scope (candidates stat'ed and made, nested `.git` from the
+    // path index) and its secret masks (the index's listing) come from files this build reads
+    // on the gateway's host only. Rather than a scope or masks computed from nothing, a
+    // sandboxed command there is refused (fail closed).
+    if sandboxed && ws.is_remote() {
+        return Err(ToolError::new(
+            ErrorCode::ProcessSpawnFailed,
+            format!(
+                "command sandbox unavailable in environment `{}`: the write scope and secret \
+                 masks of a worker's workspace are not computed through its worker in this \
+                 build, so no sandboxed command runs there (an operator's \"sandbox\": \"off\" \
+                 runs commands in the worker unsandboxed)",
+                ws.facts.environment
+            ),
+        ));
+    }
     let paths = command_paths(auth)?;
     // Where the command may write: `process_write` decided per candidate directory.
     let scope = if sandboxed {
@@ -502,23 +442,31 @@ async fn start(
     } else {
         Vec::new()
     };
-    let tmp_dir = if sandboxed {
-        Some(make_tmp_dir()?)
-    } else {
-        None
-    };
     // The network: the whole network when policy grants `process_network`; else, on a
     // `network: proxy` workspace, only the egress proxy (one decision per connection);
     // else none.
     let network = if decision.allows(crate::policy::Action::ProcessNetwork) {
-        NetworkMode::Enabled
+        api::SandboxNetwork::Enabled
     } else if sandboxed && ws.facts.network == crate::config::Network::Proxy {
-        NetworkMode::Proxy
+        api::SandboxNetwork::Proxy
     } else {
-        NetworkMode::Restricted
+        api::SandboxNetwork::Restricted
     };
+    // The egress proxy runs in this server; the relay's control socket reaches only a
+    // command on this host. Elsewhere `network: proxy` fails closed (never the open network).
+    if network == api::SandboxNetwork::Proxy && !on_host {
+        return Err(ToolError::new(
+            ErrorCode::ProcessSpawnFailed,
+            format!(
+                "network: proxy is not available in environment `{}`: the egress proxy runs \
+                 on the gateway's host and cannot reach a command in another environment \
+                 (use network: none, or a policy granting process_network)",
+                ws.facts.environment
+            ),
+        ));
+    }
     let proxy = match network {
-        NetworkMode::Proxy => {
+        api::SandboxNetwork::Proxy => {
             let mut setup = proxy_for(auth, ws, session)?;
             setup.argv.clone_from(&p.command);
             Some(setup)
@@ -526,61 +474,90 @@ async fn start(
         _ => None,
     };
     let scope_view = scope.clone().unwrap_or_default();
-    let plan = SandboxPlan {
-        workspace_root: root.clone(),
+    let abs = |p: &str| root.join(p).to_string_lossy().into_owned();
+    // HOME: the workspace's home dir (on this host only: another environment's home is its
+    // own business); without one, the private temp dir, else (unsandboxed) the root.
+    let home = paths.home.as_ref().filter(|_| on_host);
+    let mut tmp_env = vec!["TMPDIR".to_string()];
+    if home.is_none() {
+        tmp_env.push("HOME".to_string());
+    }
+    let sandbox = sandboxed.then(|| api::SandboxSpec {
         write_workspace: scope_view.root_writable,
         write_paths: scope_view
             .writable
             .iter()
-            .map(|p| root.join(p.as_str()))
+            .map(|p| abs(p.as_str()))
             .collect(),
         read_only: scope_view
             .read_only_mounts
             .iter()
-            .map(|p| root.join(p.as_str()))
+            .map(|p| abs(p.as_str()))
             .collect(),
-        network,
-        tmp_dir: tmp_dir.as_ref().map(|t| t.path().to_path_buf()),
-        extra_read: paths.read_paths.clone(),
-        home_dir: paths.home.clone(),
-        force_landlock_unavailable: auth.processes.force_no_landlock,
         masks: masks
             .iter()
             .filter(|m| m.path != crate::masks::NON_UTF8_TOP_LEVEL)
-            .map(|m| root.join(&m.path))
+            .map(|m| abs(&m.path))
             .collect(),
+        network,
+        tmp_dir: None,
+        extra_read: paths
+            .read_paths
+            .iter()
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect(),
+        home_dir: home.map(|h| h.to_string_lossy().into_owned()),
+        private_tmp: Some(tmp_env),
         mask_non_utf8_top_level: masks
             .iter()
             .any(|m| m.path == crate::masks::NON_UTF8_TOP_LEVEL),
-        proxy_control_fd: None,
-        mount_ns_fd: None,
-    };
+        proxy_relay: None,
+    });
     // The sandbox's decisions (write scope, masks) are queued for the log before the command
     // starts; the decision that allowed it is already written ahead.
     auth.audit_masks(decision, scope_view.rows, &masks, session);
-    // On any error from here on, `tmp_dir` is dropped and so removed.
-    let (launcher, handshake) =
-        match sandbox_launcher(auth, ws, plan, proxy.as_ref().map(|p| &p.relay_end))? {
-            Some((launcher, handshake)) => (Some(launcher), Some(handshake)),
-            None => (None, None),
-        };
-    // HOME: the workspace's home dir; without one (no store location known), the private
-    // temp dir, else (unsandboxed) the workspace root.
-    let home = paths
-        .home
-        .as_deref()
-        .or(tmp_dir.as_ref().map(TmpDir::path))
-        .unwrap_or(&root);
+    sandbox_check(auth, ws)?;
+    // Another environment's kernel is asked, never assumed from this host's.
+    if sandboxed && !on_host {
+        let k = ws.runner.probe_sandbox().await.map_err(|e| {
+            ToolError::new(
+                ErrorCode::ProcessSpawnFailed,
+                format!("command sandbox unavailable: cannot probe the environment: {e}"),
+            )
+        })?;
+        if !kernel_sandboxes(&k) {
+            return Err(ToolError::new(
+                ErrorCode::ProcessSpawnFailed,
+                format!(
+                    "command sandbox unavailable in environment `{}`: its kernel offers no \
+                     Landlock and seccomp, and this workspace requires the sandbox",
+                    ws.facts.environment
+                ),
+            ));
+        }
+        if !masks.is_empty() && !k.mount_namespaces {
+            return Err(ToolError::new(
+                ErrorCode::ProcessSpawnFailed,
+                format!(
+                    "secret masks unavailable in environment `{}`: its kernel offers no mount \
+                     namespaces",
+                    ws.facts.environment
+                ),
+            ));
+        }
+    }
     let mut base: Vec<(String, String)> = vec![
         ("PATH".into(), CHILD_PATH.into()),
-        ("HOME".into(), home.to_string_lossy().into_owned()),
         ("LANG".into(), "C.UTF-8".into()),
     ];
+    match (home, sandboxed) {
+        (Some(h), _) => base.push(("HOME".into(), h.to_string_lossy().into_owned())),
+        // The runner points HOME at the private temp dir it makes.
+        (None, true) => {}
+        (None, false) => base.push(("HOME".into(), root.to_string_lossy().into_owned())),
+    }
     if tty {
         base.push(("TERM".into(), "xterm".into()));
-    }
-    if let Some(t) = &tmp_dir {
-        base.push(("TMPDIR".into(), t.path().to_string_lossy().into_owned()));
     }
     let mut env = child_env(base, p.env.as_ref(), &paths.env, &paths.path);
     if proxy.is_some() {
@@ -592,77 +569,85 @@ async fn start(
     scrub_env(&mut env);
     // For the remedy of a program the command cannot find or run.
     let remedy = ExecRemedy::new(&env, &paths.path);
-    let spec = SpawnSpec {
+    let mut sandbox = sandbox;
+    // The relay's end goes to the host runner in-process; the spec names it.
+    let relay = proxy
+        .as_ref()
+        .map(|setup| auth.host.stash_relay(setup.relay_end.clone()));
+    if let Some(s) = sandbox.as_mut() {
+        s.proxy_relay.clone_from(&relay);
+    }
+    let separate = p.stderr == Some(StderrMode::Separate);
+    let req = api::SpawnRequest {
+        workspace: ws.facts.id.clone(),
         argv: p.command.clone(),
         cwd: if cwd.is_root() {
-            root.clone()
+            ".".to_string()
         } else {
-            root.join(cwd.as_str())
+            cwd.as_str().to_string()
         },
         env,
-        tty,
-        timeout: p.timeout_ms.map(Duration::from_millis),
-        launcher,
-        owner: session.client.clone(),
-    };
-    let separate = p.stderr == Some(StderrMode::Separate);
-    let options = SpawnOptions {
-        on_exit,
+        tty: tty.then_some(api::TermSize { rows: 24, cols: 80 }),
+        timeout_ms: p.timeout_ms,
         separate_stderr: separate,
+        owner: session.client.clone(),
+        sandbox,
     };
-    let tmp_path = tmp_dir.as_ref().map(|t| t.path().to_path_buf());
-    // Registered with the process: dropped (the temp dir removed) if the spawn fails.
-    let owner = Owner {
-        workspace: ws.facts.id.clone(),
-        env_names: crate::request::exec_env_names(p.env.as_ref())?,
-        background: p.background.unwrap_or(false),
-        proxy: proxy.as_ref().map(|s| Arc::clone(&s.proxy)),
-        tmp: tmp_dir,
-    };
-    // The spec (and with it the server's copy of the handshake's write end) is consumed
-    // here: from now on only the helper holds that end.
-    let spawned = match auth.processes.table.spawn_owned(spec, options, owner).await {
-        Ok(s) => s,
-        Err(e) => {
-            if e == SpawnError::LimitReached {
-                return Err(live_limit_error(auth, session).await);
-            }
-            return Err(remedy.apply(spawn_error(&e)));
-        }
-    };
+    let runner = Arc::clone(&ws.runner);
+    let env_names = crate::request::exec_env_names(p.env.as_ref())?;
     // The command is registered with its proxy before the first connection is decided
-    // (connections queue on the control socket until then).
+    // (connections queue on the control socket until then); the runner answers only once the
+    // helper exec'd the target or refused.
+    let spawned = runner.spawn(req).await;
+    if let Some(name) = &relay {
+        auth.host.drop_relay(name);
+    }
+    let spawned = match spawned {
+        Ok(s) => s,
+        Err(RunnerError::Busy { .. }) => return Err(live_limit_error(auth, session).await),
+        Err(e) => return Err(remedy.apply(crate::host_runner::to_tool_error(e))),
+    };
+    let entry = Entry::live(
+        ws.facts.id.clone(),
+        ws.facts.environment.clone(),
+        session.client.clone(),
+        p.command.clone(),
+        tty,
+        env_names.clone(),
+        p.background.unwrap_or(false),
+        separate,
+        proxy.as_ref().map(|s| Arc::clone(&s.proxy)),
+        Arc::clone(&runner),
+    );
+    if !auth.processes.registry.insert(&spawned.process_id, entry) {
+        let _ = runner
+            .terminate(api::ProcessRef {
+                process_id: spawned.process_id.clone(),
+            })
+            .await;
+        return Err(ToolError::new(
+            ErrorCode::ProcessSpawnFailed,
+            "the environment's runner answered with a process id already in use",
+        ));
+    }
     let proxy = proxy.map(|setup| {
         let _ = setup.decider.process.set(ProcessFacts {
-            id: spawned.id.clone(),
+            id: spawned.process_id.clone(),
             same_client: true,
             argv: setup.argv.clone(),
             tty,
-            env_names: crate::request::exec_env_names(p.env.as_ref()).unwrap_or_default(),
+            env_names,
             background: p.background.unwrap_or(false),
         });
-        let control = tokio::spawn(Arc::clone(&setup.proxy).serve_control(setup.server_end));
-        (setup.proxy, control)
+        tokio::spawn(Arc::clone(&setup.proxy).serve_control(setup.server_end))
     });
-    if let Some(handshake) = handshake
-        && let Err(why) = helper_outcome(auth, &spawned.id, handshake).await
-    {
-        if let Some((_, control)) = &proxy {
-            control.abort();
-        }
-        remove_tmp(tmp_path.as_deref());
-        return Err(remedy.apply(ToolError::new(
-            ErrorCode::ProcessSpawnFailed,
-            format!("command sandbox refused to start the command: {why}"),
-        )));
-    }
     let program = p
         .command
         .first()
         .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
         .unwrap_or_default();
     let row = ProcessRow {
-        process_id: spawned.id.clone(),
+        process_id: spawned.process_id.clone(),
         workspace: ws.facts.id.clone(),
         operation_id: op_id.to_string(),
         argv_sha256: argv_sha256(&p.command),
@@ -676,10 +661,11 @@ async fn start(
         ended_ms: None,
     };
     Ok(Started {
-        id: spawned.id,
+        id: spawned.process_id,
         pid: spawned.pid,
+        runner,
         row,
-        proxy_control: proxy.map(|(_, control)| control.abort_handle()),
+        proxy_control: proxy.map(|control| control.abort_handle()),
         write_paths: scope.map(|s| s.paths),
     })
 }

@@ -20,4 +20,5 @@ mod policy_audit_explain;
 mod policy_reload;
 mod policy_shadow;
 mod remote_files;
+mod process_remote;
 mod temp_files;

@@ -18,6 +18,7 @@ mod dev_loop_stdio;
 mod docs_http_session;
 mod egress_proxy;
 mod env_files;
+mod env_worker_processes;
 mod env_workers;
 mod environments;
 mod fence_dirs;

@@ -390,6 +390,25 @@ pub struct IsolationInfo {
     pub pids: PidsInfo,
     /// The secret-masking fact.
     pub secret_masking: &'static str,
+    /// What the kernel of the workspace's environment offers the command sandbox, as its
+    /// runner probed it (absent when the runner cannot be reached).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<KernelInfo>,
+}
+
+/// `workspace_info.execution.isolation.kernel`: the environment's kernel, probed by its runner.
+#[derive(Debug, Clone, Serialize)]
+pub struct KernelInfo {
+    /// Landlock ABI version, if any.
+    pub landlock_abi: Option<u32>,
+    /// seccomp filters.
+    pub seccomp: bool,
+    /// User namespaces.
+    pub user_namespaces: bool,
+    /// Network namespaces.
+    pub net_namespaces: bool,
+    /// Mount namespaces (secret masks, write scopes).
+    pub mount_namespaces: bool,
 }
 
 /// One toolchain of `workspace_info.execution.isolation.toolchains`.

@@ -209,6 +209,10 @@ pub struct ReadProcessResult {
     /// With `stderr: "separate"`: the stderr cursor to pass next.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr_cursor: Option<u64>,
+    /// `"lost"` when the process's environment's worker died or disconnected (then `eof` is
+    /// true and no more output comes); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
 }
 
 /// Result of `process_status`.

@@ -315,8 +315,12 @@ pub struct RestoreRequest {
 pub enum SandboxNetwork {
     /// None at all.
     Restricted,
-    /// No network restriction. (`network: proxy` needs the gateway's egress proxy beside the
-    /// command: not expressible here yet.)
+    /// Only the gateway's egress proxy: the command's namespace has only `lo`, where the
+    /// sandbox's relay listens and hands every connection to the proxy over the control socket
+    /// named by [`SandboxSpec::proxy_relay`]. Only a runner on the gateway's own host can be
+    /// handed that socket; a remote runner refuses it (the engine fails closed before asking).
+    Proxy,
+    /// No network restriction.
     Enabled,
 }
 
@@ -340,6 +344,18 @@ pub struct SandboxSpec {
     pub extra_read: Vec<String>,
     /// The home directory it may read.
     pub home_dir: Option<String>,
+    /// The runner makes the command a private temp directory (mode 0700, readable and writable
+    /// in the sandbox, removed when the process exits or is evicted) and points each variable
+    /// named here at it (`TMPDIR`, and `HOME` when no home directory is known).
+    #[serde(default)]
+    pub private_tmp: Option<Vec<String>>,
+    /// Mask every top-level entry whose name is not UTF-8 (read in the command's namespace).
+    #[serde(default)]
+    pub mask_non_utf8_top_level: bool,
+    /// [`SandboxNetwork::Proxy`]: the relay control socket the gateway registered with this
+    /// runner for this command (an in-process handle; meaningless to any other runner).
+    #[serde(default)]
+    pub proxy_relay: Option<String>,
 }
 
 /// A terminal size.
@@ -431,6 +447,9 @@ pub struct OutputRequest {
     pub max_bytes: Option<u64>,
     /// How long to wait for output (0: not at all).
     pub wait_ms: u64,
+    /// The last `max_bytes` before the end of the output instead of from `cursor`.
+    #[serde(default)]
+    pub tail: bool,
 }
 
 /// A page of output.
@@ -473,6 +492,18 @@ pub struct ProcessStatus {
     pub signal: Option<i32>,
     /// Why it ended, as the runner names it (`exited`, `timeout`, `terminated`, ...).
     pub termination: Option<String>,
+    /// It runs on a terminal.
+    #[serde(default)]
+    pub tty: bool,
+    /// Bytes of output produced so far.
+    #[serde(default)]
+    pub output_total: u64,
+    /// Oldest output cursor still held.
+    #[serde(default)]
+    pub output_retained_from: u64,
+    /// Output collection has finished.
+    #[serde(default)]
+    pub eof: bool,
 }
 
 /// What the runner's kernel offers the command sandbox.

@@ -104,6 +104,12 @@ pub enum RunnerError {
         /// The message.
         message: String,
     },
+    /// The runner already runs its maximum number of live processes (`WORKSPACE_BUSY`).
+    #[error("{message}")]
+    Busy {
+        /// The message.
+        message: String,
+    },
     /// Anything else (`INTERNAL`).
     #[error("{message}")]
     Internal {
@@ -139,6 +145,7 @@ impl RunnerError {
             RunnerError::ProcessNotFound { .. } => "PROCESS_NOT_FOUND",
             RunnerError::ProcessNotTty { .. } => "PROCESS_NOT_TTY",
             RunnerError::ProcessNotRunning { .. } => "PROCESS_NOT_RUNNING",
+            RunnerError::Busy { .. } => "WORKSPACE_BUSY",
             RunnerError::Internal { .. } => "INTERNAL",
             RunnerError::Unavailable { .. } => "ENVIRONMENT_UNAVAILABLE",
         }

@@ -127,7 +127,7 @@ impl<W: Wire> Runner for RemoteRunner<W> {
         self.ask(Call::Restore(req), done)
     }
     fn spawn(&self, req: SpawnRequest) -> BoxFuture<'_, RunnerResult<SpawnedProcess>> {
-        self.ask(Call::Spawn(req), |r| match r {
+        self.ask(Call::Spawn(Box::new(req)), |r| match r {
             Reply::Spawned(s) => Ok(s),
             other => Err(other),
         })

@@ -1,0 +1,96 @@
+//! The host runner's plain conversions between the runner crates' types and the seam's DTOs:
+//! file kinds, backups and the two journals of a commit (the recorded snapshot checked, a
+//! snapshot only), a process's status, a `SandboxSpec` as the sandbox's plan.
+
+use codespace_runner_api as api;
+use codespace_runner_fs::Kind;
+use codespace_runner_fs::txn::{self, Journal};
+use codespace_runner_process::ProcessInfo;
+use codespace_runner_sandbox::{NetworkMode, SandboxPlan};
+use std::path::PathBuf;
+
+pub(super) fn kind(k: Kind) -> api::FileKind {
+    match k {
+        Kind::File => api::FileKind::File,
+        Kind::Dir => api::FileKind::Dir,
+        Kind::Symlink => api::FileKind::Symlink,
+        Kind::Other => api::FileKind::Other,
+    }
+}
+
+pub(super) fn backup_dto(b: &txn::Backup) -> api::Backup {
+    api::Backup {
+        path: b.path.as_str().to_string(),
+        before: b.before.clone(),
+    }
+}
+
+/// The journal of an apply: the gateway recorded the snapshot already, so recording checks that
+/// the state about to be overwritten is still exactly what was journaled.
+pub(super) struct Journaled<'a>(pub(super) &'a [api::Backup]);
+
+impl Journal for Journaled<'_> {
+    fn record(&mut self, backups: &[txn::Backup]) -> Result<(), String> {
+        let now: Vec<api::Backup> = backups.iter().map(backup_dto).collect();
+        if now == self.0 {
+            Ok(())
+        } else {
+            Err("the files changed after the journal was recorded".into())
+        }
+    }
+    fn finish(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// The journal of a snapshot: keeps the backups and stops the commit before any write.
+pub(super) struct Snapshot(pub(super) Vec<txn::Backup>);
+
+pub(super) const SNAPSHOT_ONLY: &str = "snapshot only";
+
+impl Journal for Snapshot {
+    fn record(&mut self, backups: &[txn::Backup]) -> Result<(), String> {
+        self.0 = backups.to_vec();
+        Err(SNAPSHOT_ONLY.into())
+    }
+    fn finish(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+pub(super) fn status(info: &ProcessInfo) -> api::ProcessStatus {
+    api::ProcessStatus {
+        process_id: info.id.clone(),
+        state: match info.state {
+            codespace_runner_process::ProcState::Running => api::ProcessState::Running,
+            codespace_runner_process::ProcState::Exited => api::ProcessState::Exited,
+            codespace_runner_process::ProcState::Lost => api::ProcessState::Lost,
+        },
+        exit_code: info.exit_code,
+        signal: info.signal,
+        termination: info.termination.map(|t| t.as_str().to_string()),
+        tty: info.tty,
+        output_total: info.output_total,
+        output_retained_from: info.output_retained_from,
+        eof: info.eof,
+    }
+}
+
+pub(super) fn plan(root: &std::path::Path, s: &api::SandboxSpec) -> SandboxPlan {
+    let paths = |v: &[String]| v.iter().map(PathBuf::from).collect::<Vec<_>>();
+    let mut plan = SandboxPlan::new(root);
+    plan.write_workspace = s.write_workspace;
+    plan.write_paths = paths(&s.write_paths);
+    plan.read_only = paths(&s.read_only);
+    plan.masks = paths(&s.masks);
+    plan.mask_non_utf8_top_level = s.mask_non_utf8_top_level;
+    plan.network = match s.network {
+        api::SandboxNetwork::Restricted => NetworkMode::Restricted,
+        api::SandboxNetwork::Proxy => NetworkMode::Proxy,
+        api::SandboxNetwork::Enabled => NetworkMode::Enabled,
+    };
+    plan.tmp_dir = s.tmp_dir.as_ref().map(PathBuf::from);
+    plan.extra_read = paths(&s.extra_read);
+    plan.home_dir = s.home_dir.as_ref().map(PathBuf::from);
+    plan
+}
