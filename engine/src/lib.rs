@@ -24,6 +24,7 @@ pub mod redact;
 pub mod retention;
 pub mod server_files;
 pub mod shown;
+pub mod telemetry;
 pub mod toolchains;
 pub mod tools;
 pub mod versions;
