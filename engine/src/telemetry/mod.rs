@@ -7,7 +7,7 @@ pub mod metrics;
 pub mod ocsf;
 pub mod otlp;
 
-pub use otlp::{ExportConfig, ExportStatus, OtlpConfig};
+pub use otlp::{ExportConfig, OtlpConfig};
 
 use codespace_store::DecisionRow;
 use opentelemetry::logs::{AnyValue, Severity};
@@ -33,6 +33,16 @@ pub fn gauges(gw: &crate::Gateway) -> metrics::Gauges {
         holds_pending,
         processes_live: gw.processes.live_count(),
     }
+}
+
+/// `workspace_info.telemetry`: present when the export is on or an audit write failed.
+pub(crate) fn info() -> Option<crate::wire::TelemetryInfo> {
+    let audit_write_failures = metrics::audit_write_failures();
+    let otlp = otlp::status();
+    (otlp.is_some() || audit_write_failures > 0).then_some(crate::wire::TelemetryInfo {
+        audit_write_failures,
+        otlp,
+    })
 }
 
 /// The audit sink's hook: one call decision's (redacted) rows, counted and exported.

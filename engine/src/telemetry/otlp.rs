@@ -33,6 +33,8 @@ use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter as _, S
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+use crate::wire::{OtlpInfo, OtlpSignalInfo};
+
 /// Records per export batch.
 const BATCH: usize = 512;
 /// The longest a queued record waits for its batch.
@@ -135,39 +137,15 @@ pub(crate) struct Counts {
     failed: AtomicU64,
 }
 
-/// A snapshot of [`Counts`].
-#[derive(Debug, Clone, Copy, Default, serde::Serialize, PartialEq, Eq)]
-pub struct SignalCounts {
-    /// Records accepted into the queue.
-    pub queued: u64,
-    /// Records dropped at a full queue.
-    pub dropped: u64,
-    /// Records the collector accepted.
-    pub exported: u64,
-    /// Records whose batch failed to export.
-    pub failed: u64,
-}
-
 impl Counts {
-    fn snapshot(&self) -> SignalCounts {
-        SignalCounts {
+    fn snapshot(&self) -> OtlpSignalInfo {
+        OtlpSignalInfo {
             queued: self.queued.load(Ordering::Relaxed),
             dropped: self.dropped.load(Ordering::Relaxed),
             exported: self.exported.load(Ordering::Relaxed),
             failed: self.failed.load(Ordering::Relaxed),
         }
     }
-}
-
-/// The export's state for `workspace_info`: `None` when `export.otlp` is not configured.
-#[derive(Debug, Clone, serde::Serialize, PartialEq, Eq)]
-pub struct ExportStatus {
-    /// The collector's base URL.
-    pub endpoint: String,
-    /// Decision rows and operation events.
-    pub logs: SignalCounts,
-    /// Tool-call spans.
-    pub spans: SignalCounts,
 }
 
 /// A record on its way to a queue, or a request to flush it.
@@ -476,13 +454,22 @@ pub fn start(cfg: &OtlpConfig) -> Result<(), StartError> {
     Ok(())
 }
 
-/// The export's counts, `None` when it is off.
-pub fn status() -> Option<ExportStatus> {
-    export().map(|x| ExportStatus {
-        endpoint: x.endpoint.clone(),
+/// The export's counts for `workspace_info`, `None` when it is off.
+pub fn status() -> Option<OtlpInfo> {
+    export().map(|x| OtlpInfo {
+        endpoint: shown_endpoint(&x.endpoint),
         logs: x.log_queue.counts.snapshot(),
         spans: x.span_queue.counts.snapshot(),
     })
+}
+
+/// `scheme://host:port` of an endpoint: user info (a credential) and the path left out.
+fn shown_endpoint(endpoint: &str) -> String {
+    let e = endpoint.trim();
+    let (scheme, rest) = e.split_once("://").unwrap_or(("", e));
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    format!("{scheme}://{host}")
 }
 
 /// Waits (bounded by the export timeout, twice) until everything queued so far was exported or
@@ -593,6 +580,10 @@ mod tests {
             "http://h:1/v1/logs".to_string()
         );
         assert!(!format!("{:?}", cfg("http://h")).contains("s3cret"));
+        assert_eq!(
+            shown_endpoint("https://u:pw@h:4318/otlp?x"),
+            "https://h:4318"
+        );
     }
 
     #[test]

@@ -423,6 +423,11 @@ async fn a_refused_audit_batch_is_counted_logged_and_stored_as_an_event() {
     );
     let log = s.log.lock().unwrap().join("\n");
     assert!(log.contains("audit write failed"), "{log}");
+    let r = call(s.addr, &sid, 4, "workspace_info", json!({}), &[]).await;
+    assert_eq!(
+        r["result"]["structuredContent"]["telemetry"]["audit_write_failures"], 1,
+        "{r}"
+    );
     // Other tools' rows still go in.
     call(
         s.addr,
@@ -650,4 +655,10 @@ async fn a_dead_collector_costs_counted_records_not_failed_calls() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // workspace_info reports the same, with the endpoint and no more.
+    let r = call(s.addr, &sid, 9, "workspace_info", json!({}), &[]).await;
+    let otlp = &r["result"]["structuredContent"]["telemetry"]["otlp"];
+    assert_eq!(otlp["endpoint"], format!("http://127.0.0.1:{dead}"), "{r}");
+    assert!(otlp["logs"]["failed"].as_u64().unwrap() >= 3, "{r}");
+    assert_eq!(otlp["logs"]["dropped"], 0, "{r}");
 }
