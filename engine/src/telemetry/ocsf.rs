@@ -1,4 +1,4 @@
-//! Decision rows and operation events as OCSF 1.x events of class API Activity (`class_uid`
+//! Decision rows and operation events as OCSF 1.5.0 events of class API Activity (`class_uid`
 //! 6003, category Application Activity): each row answers one MCP `tools/call` sub-request, an
 //! API call by an actor (the MCP client) on resources (the workspace's files or a command),
 //! with Cedar's answer as its status and, through the Security Control profile, as
@@ -13,7 +13,7 @@ use codespace_store::DecisionRow;
 use serde_json::{Value, json};
 
 /// The OCSF schema version the events follow.
-pub const OCSF_VERSION: &str = "1.3.0";
+pub const OCSF_VERSION: &str = "1.5.0";
 /// API Activity.
 pub const CLASS_UID: u64 = 6003;
 const CATEGORY_UID: u64 = 6;
