@@ -55,7 +55,9 @@ pub(crate) fn decided(rows: &[DecisionRow], kind: codespace_policy::RowKind<'_>)
         return;
     }
     for row in rows {
-        let event = ocsf::decision_event(row);
+        // The OCSF event is built on the export thread, from a copy without the recorded
+        // request (which the event does not carry).
+        let slim = slim(row);
         let severity = if row.decision == "deny" {
             Severity::Warn
         } else {
@@ -65,7 +67,7 @@ pub(crate) fn decided(rows: &[DecisionRow], kind: codespace_policy::RowKind<'_>)
             "codespace.decision",
             UNIX_EPOCH + Duration::from_millis(u64::try_from(row.at_ms).unwrap_or(0)),
             severity,
-            event.to_string(),
+            move || ocsf::decision_event(&slim).to_string(),
             vec![
                 (
                     "ocsf.class_uid",
@@ -81,8 +83,36 @@ pub(crate) fn decided(rows: &[DecisionRow], kind: codespace_policy::RowKind<'_>)
                     AnyValue::String(row.decision.clone().into()),
                 ),
             ],
-            row.trace_parent.as_deref(),
+            row.trace_parent.clone(),
         );
+    }
+}
+
+/// What [`ocsf::decision_event`] reads of a row (not the recorded request, the largest part).
+fn slim(row: &DecisionRow) -> DecisionRow {
+    DecisionRow {
+        decision_id: row.decision_id.clone(),
+        at_ms: row.at_ms,
+        policy_set_sha256: row.policy_set_sha256.clone(),
+        profile: row.profile.clone(),
+        workspace: row.workspace.clone(),
+        tool: row.tool.clone(),
+        action: row.action.clone(),
+        sub_index: row.sub_index,
+        subject: row.subject.clone(),
+        client: row.client.clone(),
+        transport: row.transport.clone(),
+        decision: row.decision.clone(),
+        policy_ids: row.policy_ids.clone(),
+        errors: row.errors.clone(),
+        default_deny: row.default_deny,
+        duration_us: row.duration_us,
+        path: row.path.clone(),
+        kind: row.kind.clone(),
+        reason: row.reason.clone(),
+        shadow_decision: row.shadow_decision.clone(),
+        trace_parent: row.trace_parent.clone(),
+        ..DecisionRow::default()
     }
 }
 
@@ -97,12 +127,12 @@ pub(crate) fn operation_step(
         return;
     }
     let now = codespace_store::now_ms();
-    let event = ocsf::operation_event(operation_id, step, status, reason, now);
+    let event = ocsf::operation_event(operation_id, step, status, reason, now).to_string();
     otlp::emit_log(
         "codespace.operation",
         UNIX_EPOCH + Duration::from_millis(u64::try_from(now).unwrap_or(0)),
         Severity::Info,
-        event.to_string(),
+        move || event,
         vec![
             (
                 "ocsf.class_uid",
@@ -124,7 +154,7 @@ where
     F: std::future::Future<Output = Result<T, crate::ToolError>>,
 {
     let label = metrics::tool_label(tool);
-    let span = otlp::start_call_span(label, trace_parent.as_deref());
+    let span = otlp::start_call_span(label, trace_parent);
     let start = Instant::now();
     let out = work.await;
     metrics::observe_call_seconds(label, start.elapsed().as_secs_f64());

@@ -3,13 +3,15 @@
 //! `traceparent`, sent over OTLP/HTTP protobuf (`<endpoint>/v1/logs`, `<endpoint>/v1/traces`) by
 //! `opentelemetry-otlp`'s exporters.
 //!
-//! A call never waits for the export: the SDK's loggers and tracer hand each record to a
-//! processor of ours that puts it in a bounded queue (`export.otlp.queue`, per signal) with a
-//! non-blocking send; a full queue drops the record and counts it
-//! (`codespace_otlp_dropped_total`). One thread per signal drains its queue in batches (up to
-//! [`BATCH`] records or [`DELAY`]) and exports them on its own single-threaded runtime, each
-//! export bounded by `export.otlp.timeout_ms`; a failed batch is counted
-//! (`codespace_otlp_export_failures_total`), never retried past the exporter's own policy.
+//! A call never waits for the export, nor does its work: it pushes a small job (a copy of the
+//! row's fields, or a span's tool, parent and times) into a bounded queue (`export.otlp.queue`,
+//! per signal) with a non-blocking send; a full queue drops the job and counts it
+//! (`codespace_otlp_dropped_total`). One thread per signal takes the jobs in batches (up to
+//! [`BATCH`] or [`DELAY`]), builds the records through the SDK's logger and tracer there (the
+//! OCSF JSON included), and exports them on its own single-threaded runtime, each request
+//! bounded by `export.otlp.timeout_ms`; a failed batch is counted
+//! (`codespace_otlp_export_failures_total`). `scripts/bench-otlp-dead.py` measures `read` with
+//! a dead collector against the export off.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,9 +29,11 @@ use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::logs::{
-    LogBatch, LogExporter as _, LogProcessor, SdkLogRecord, SdkLoggerProvider,
+    LogBatch, LogExporter as _, LogProcessor, SdkLogRecord, SdkLogger, SdkLoggerProvider,
 };
-use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter as _, SpanProcessor};
+use opentelemetry_sdk::trace::{
+    SdkTracer, SdkTracerProvider, SpanData, SpanExporter as _, SpanProcessor,
+};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -202,8 +206,9 @@ impl<T> Queue<T> {
     }
 }
 
-/// Drains `rx` in batches and hands each to `export` (on a current-thread runtime) until the
-/// senders are gone.
+/// Drains `rx` in batches and hands each to `export` (on a current-thread runtime of the
+/// thread) until the senders are gone. `export` returns how many records the batch held and
+/// the export's outcome.
 fn drain<T: Send + 'static, F, Fut>(
     name: &str,
     rx: Receiver<Msg<T>>,
@@ -212,7 +217,7 @@ fn drain<T: Send + 'static, F, Fut>(
     export: F,
 ) -> std::io::Result<()>
 where
-    F: Fn(Vec<T>) -> Fut + Send + 'static,
+    F: Fn(Vec<T>) -> Option<(u64, Fut)> + Send + 'static,
     Fut: std::future::Future<Output = OTelSdkResult>,
 {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -240,9 +245,8 @@ where
                 }
                 let due = since.is_some_and(|t| t.elapsed() >= DELAY);
                 if batch.len() >= BATCH || due || !acks.is_empty() || closed {
-                    if !batch.is_empty() {
-                        let n = u64::try_from(batch.len()).unwrap_or(u64::MAX);
-                        match rt.block_on(export(std::mem::take(&mut batch))) {
+                    if let Some((n, fut)) = export(std::mem::take(&mut batch)) {
+                        match rt.block_on(fut) {
                             Ok(()) => {
                                 counts.exported.fetch_add(n, Ordering::Relaxed);
                             }
@@ -267,13 +271,28 @@ where
     Ok(())
 }
 
-/// The log processor: clones each record into the logs queue.
-#[derive(Debug)]
-struct QueueLogs(Queue<(SdkLogRecord, InstrumentationScope)>);
+/// A log record to build on the export thread (the call only queues it).
+type LogJob = Box<dyn FnOnce(&SdkLogger) + Send>;
+/// A span to build on the export thread.
+type SpanJob = Box<dyn FnOnce(&SdkTracer) + Send>;
 
-impl LogProcessor for QueueLogs {
+/// Records the SDK hands its processors on the export thread, taken by the batch's export.
+type Collected<T> = Arc<std::sync::Mutex<Vec<T>>>;
+
+fn take<T>(c: &Collected<T>) -> Vec<T> {
+    std::mem::take(&mut *c.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+}
+
+/// The log processor of the export thread's logger: collects the records the jobs emit.
+#[derive(Debug)]
+struct CollectLogs(Collected<(SdkLogRecord, InstrumentationScope)>);
+
+impl LogProcessor for CollectLogs {
     fn emit(&self, data: &mut SdkLogRecord, instrumentation: &InstrumentationScope) {
-        self.0.push((data.clone(), instrumentation.clone()));
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push((data.clone(), instrumentation.clone()));
     }
     fn force_flush(&self) -> OTelSdkResult {
         Ok(())
@@ -283,15 +302,18 @@ impl LogProcessor for QueueLogs {
     }
 }
 
-/// The span processor: moves each ended span into the spans queue.
+/// The span processor of the export thread's tracer: collects the ended spans.
 #[derive(Debug)]
-struct QueueSpans(Queue<SpanData>);
+struct CollectSpans(Collected<SpanData>);
 
-impl SpanProcessor for QueueSpans {
+impl SpanProcessor for CollectSpans {
     fn on_start(&self, _span: &mut opentelemetry_sdk::trace::Span, _cx: &opentelemetry::Context) {}
     fn on_end(&self, span: SpanData) {
         if span.span_context.is_sampled() {
-            self.0.push(span);
+            self.0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(span);
         }
     }
     fn force_flush(&self) -> OTelSdkResult {
@@ -302,17 +324,12 @@ impl SpanProcessor for QueueSpans {
     }
 }
 
-/// The running export.
+/// The running export: the calls' side of its two queues.
 pub(crate) struct Export {
     endpoint: String,
     timeout: Duration,
-    logger: opentelemetry_sdk::logs::SdkLogger,
-    tracer: opentelemetry_sdk::trace::SdkTracer,
-    // Kept alive: dropping a provider shuts its processors down.
-    _logs: SdkLoggerProvider,
-    _spans: SdkTracerProvider,
-    log_queue: Arc<Queue<(SdkLogRecord, InstrumentationScope)>>,
-    span_queue: Arc<Queue<SpanData>>,
+    log_queue: Queue<LogJob>,
+    span_queue: Queue<SpanJob>,
 }
 
 impl std::fmt::Debug for Export {
@@ -380,73 +397,85 @@ pub fn start(cfg: &OtlpConfig) -> Result<(), StartError> {
     span_exporter.set_resource(&resource);
 
     let cap = cfg.queue.max(1);
+
+    // Logs: jobs build their records through the SDK logger on the export thread.
+    let logs_seen: Collected<(SdkLogRecord, InstrumentationScope)> = Arc::default();
+    let logs = SdkLoggerProvider::builder()
+        .with_resource(resource.clone())
+        .with_log_processor(CollectLogs(Arc::clone(&logs_seen)))
+        .build();
+    let logger = logs.logger("codespace");
     let (log_tx, log_rx) = std::sync::mpsc::sync_channel(cap);
     let log_counts = Arc::new(Counts::default());
-    let log_queue = Arc::new(Queue {
-        tx: log_tx,
-        counts: Arc::clone(&log_counts),
-        signal: "logs",
-    });
     let log_exporter = Arc::new(log_exporter);
     drain(
         "codespace-otlp-logs",
         log_rx,
-        log_counts,
+        Arc::clone(&log_counts),
         "logs",
-        move |batch: Vec<(SdkLogRecord, InstrumentationScope)>| {
+        move |jobs: Vec<LogJob>| {
+            // The provider lives as long as the thread (dropping it shuts its processor down).
+            let _keep = &logs;
+            for job in jobs {
+                job(&logger);
+            }
+            let batch = take(&logs_seen);
+            if batch.is_empty() {
+                return None;
+            }
+            let n = u64::try_from(batch.len()).unwrap_or(u64::MAX);
             let exporter = Arc::clone(&log_exporter);
-            async move {
+            Some((n, async move {
                 let refs: Vec<(&SdkLogRecord, &InstrumentationScope)> =
                     batch.iter().map(|(r, s)| (r, s)).collect();
                 exporter.export(LogBatch::new(&refs)).await
-            }
+            }))
         },
     )?;
 
+    // Spans: the same, through the SDK tracer.
+    let spans_seen: Collected<SpanData> = Arc::default();
+    let spans = SdkTracerProvider::builder()
+        .with_resource(resource)
+        .with_span_processor(CollectSpans(Arc::clone(&spans_seen)))
+        .build();
+    let tracer = spans.tracer("codespace");
     let (span_tx, span_rx) = std::sync::mpsc::sync_channel(cap);
     let span_counts = Arc::new(Counts::default());
-    let span_queue = Arc::new(Queue {
-        tx: span_tx,
-        counts: Arc::clone(&span_counts),
-        signal: "spans",
-    });
     let span_exporter = Arc::new(span_exporter);
     drain(
         "codespace-otlp-spans",
         span_rx,
-        span_counts,
+        Arc::clone(&span_counts),
         "spans",
-        move |batch: Vec<SpanData>| {
+        move |jobs: Vec<SpanJob>| {
+            let _keep = &spans;
+            for job in jobs {
+                job(&tracer);
+            }
+            let batch = take(&spans_seen);
+            if batch.is_empty() {
+                return None;
+            }
+            let n = u64::try_from(batch.len()).unwrap_or(u64::MAX);
             let exporter = Arc::clone(&span_exporter);
-            async move { exporter.export(batch).await }
+            Some((n, async move { exporter.export(batch).await }))
         },
     )?;
 
-    let logs = SdkLoggerProvider::builder()
-        .with_resource(resource.clone())
-        .with_log_processor(QueueLogs(Queue {
-            tx: log_queue.tx.clone(),
-            counts: Arc::clone(&log_queue.counts),
-            signal: "logs",
-        }))
-        .build();
-    let spans = SdkTracerProvider::builder()
-        .with_resource(resource)
-        .with_span_processor(QueueSpans(Queue {
-            tx: span_queue.tx.clone(),
-            counts: Arc::clone(&span_queue.counts),
-            signal: "spans",
-        }))
-        .build();
     let export = Export {
         endpoint: cfg.endpoint.clone(),
         timeout,
-        logger: logs.logger("codespace"),
-        tracer: spans.tracer("codespace"),
-        _logs: logs,
-        _spans: spans,
-        log_queue,
-        span_queue,
+        log_queue: Queue {
+            tx: log_tx,
+            counts: log_counts,
+            signal: "logs",
+        },
+        span_queue: Queue {
+            tx: span_tx,
+            counts: span_counts,
+            signal: "spans",
+        },
     };
     if EXPORT.set(export).is_err() {
         tracing::debug!("OTLP export already started");
@@ -491,67 +520,95 @@ fn parse_trace_parent(tp: &str) -> Option<(TraceId, SpanId, TraceFlags)> {
     Some((trace, span, TraceFlags::new(flags)))
 }
 
-/// Emits one OTLP log record: `event_name`, an OCSF event as its body (JSON text), the row's
-/// trace context.
+/// Queues one OTLP log record, built on the export thread: `event_name`, `body` (an OCSF event
+/// as JSON text, `body()` called there too), the attributes, the trace context of
+/// `trace_parent`. Never blocks: a full queue drops it (counted).
 pub(crate) fn emit_log(
     event_name: &'static str,
     at: SystemTime,
     severity: Severity,
-    body: String,
+    body: impl FnOnce() -> String + Send + 'static,
     attributes: Vec<(&'static str, AnyValue)>,
-    trace_parent: Option<&str>,
+    trace_parent: Option<String>,
 ) {
     let Some(x) = export() else { return };
-    let mut rec = x.logger.create_log_record();
-    rec.set_event_name(event_name);
-    rec.set_timestamp(at);
-    rec.set_observed_timestamp(SystemTime::now());
-    rec.set_severity_number(severity);
-    rec.set_body(AnyValue::String(body.into()));
-    for (k, v) in attributes {
-        rec.add_attribute(k, v);
-    }
-    if let Some((trace, span, flags)) = trace_parent.and_then(parse_trace_parent) {
-        rec.set_trace_context(trace, span, Some(flags));
-    }
-    x.logger.emit(rec);
+    x.log_queue.push(Box::new(move |logger: &SdkLogger| {
+        let mut rec = logger.create_log_record();
+        rec.set_event_name(event_name);
+        rec.set_timestamp(at);
+        rec.set_observed_timestamp(SystemTime::now());
+        rec.set_severity_number(severity);
+        rec.set_body(AnyValue::String(body().into()));
+        for (k, v) in attributes {
+            rec.add_attribute(k, v);
+        }
+        if let Some((trace, span, flags)) = trace_parent.as_deref().and_then(parse_trace_parent) {
+            rec.set_trace_context(trace, span, Some(flags));
+        }
+        logger.emit(rec);
+    }));
 }
 
-/// A tool call's span, ended (and queued) by [`CallSpan::end`].
-pub(crate) struct CallSpan(opentelemetry_sdk::trace::Span);
+/// A tool call being timed for its span; [`CallSpan::end`] queues the span (built on the export
+/// thread with the call's start and end times).
+pub(crate) struct CallSpan {
+    tool: &'static str,
+    trace_parent: Option<Arc<str>>,
+    start: SystemTime,
+}
 
-/// Starts the span of one `tools/call` of `tool`, a child of `trace_parent` when given; `None`
-/// when the export is off.
-pub(crate) fn start_call_span(tool: &'static str, trace_parent: Option<&str>) -> Option<CallSpan> {
-    let x = export()?;
-    let parent = match trace_parent.and_then(parse_trace_parent) {
-        Some((trace, span, flags)) => opentelemetry::Context::new().with_remote_span_context(
-            SpanContext::new(trace, span, flags, true, TraceState::default()),
-        ),
-        None => opentelemetry::Context::new(),
-    };
-    let span = x
-        .tracer
-        .span_builder(format!("tools/call {tool}"))
-        .with_kind(SpanKind::Server)
-        .with_attributes([
-            opentelemetry::KeyValue::new("mcp.method.name", "tools/call"),
-            opentelemetry::KeyValue::new("gen_ai.tool.name", tool),
-        ])
-        .start_with_context(&x.tracer, &parent);
-    Some(CallSpan(span))
+/// Starts timing the span of one `tools/call` of `tool`, a child of `trace_parent` when given;
+/// `None` when the export is off.
+pub(crate) fn start_call_span(
+    tool: &'static str,
+    trace_parent: Option<Arc<str>>,
+) -> Option<CallSpan> {
+    export()?;
+    Some(CallSpan {
+        tool,
+        trace_parent,
+        start: SystemTime::now(),
+    })
 }
 
 impl CallSpan {
-    /// Ends the span with the call's outcome (`error_code`: the wire error code of a failed
+    /// Queues the span with the call's outcome (`error_code`: the wire error code of a failed
     /// call).
-    pub(crate) fn end(mut self, error_code: Option<&str>) {
-        if let Some(code) = error_code {
-            self.0
-                .set_attribute(opentelemetry::KeyValue::new("error.type", code.to_string()));
-            self.0.set_status(Status::error(code.to_string()));
-        }
-        self.0.end();
+    pub(crate) fn end(self, error_code: Option<&'static str>) {
+        let Some(x) = export() else { return };
+        let end = SystemTime::now();
+        let CallSpan {
+            tool,
+            trace_parent,
+            start,
+        } = self;
+        x.span_queue.push(Box::new(move |tracer: &SdkTracer| {
+            let parent = match trace_parent.as_deref().and_then(parse_trace_parent) {
+                Some((trace, span, flags)) => opentelemetry::Context::new()
+                    .with_remote_span_context(SpanContext::new(
+                        trace,
+                        span,
+                        flags,
+                        true,
+                        TraceState::default(),
+                    )),
+                None => opentelemetry::Context::new(),
+            };
+            let mut span = tracer
+                .span_builder(format!("tools/call {tool}"))
+                .with_kind(SpanKind::Server)
+                .with_start_time(start)
+                .with_attributes([
+                    opentelemetry::KeyValue::new("mcp.method.name", "tools/call"),
+                    opentelemetry::KeyValue::new("gen_ai.tool.name", tool),
+                ])
+                .start_with_context(tracer, &parent);
+            if let Some(code) = error_code {
+                span.set_attribute(opentelemetry::KeyValue::new("error.type", code));
+                span.set_status(Status::error(code));
+            }
+            span.end_with_timestamp(end);
+        }));
     }
 }
 
