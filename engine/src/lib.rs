@@ -22,6 +22,7 @@ mod masks;
 mod processes;
 pub mod redact;
 pub mod retention;
+pub mod scrape;
 pub mod server_files;
 pub mod shown;
 pub mod telemetry;

@@ -669,7 +669,7 @@ pub const METRICS_PATH: &str = "/metrics";
 /// `GET /metrics`: the Prometheus text format; the gauges are read on the blocking pool (a
 /// store query).
 async fn metrics_page(gateway: Arc<Gateway>) -> Response {
-    let gauges = tokio::task::spawn_blocking(move || codespace_engine::telemetry::gauges(&gateway))
+    let gauges = tokio::task::spawn_blocking(move || codespace_engine::scrape::gauges(&gateway))
         .await
         .unwrap_or_default();
     let mut r = Response::new(Body::from(codespace_engine::telemetry::metrics::render(
