@@ -79,8 +79,12 @@ pub(crate) fn writes_ahead(tool: &str) -> bool {
 /// Starts the store's audit writer (idempotent; in-memory stores write synchronously).
 pub(crate) fn start_writer(store: &Store) {
     let config = AuditWriterConfig {
+        // The writer also stores an `audit_write_failed` event for each failed batch.
         on_error: Some(Arc::new(|e, lost| {
-            tracing::error!(error = %e, rows = lost, "audit write failed");
+            tracing::error!(error = %e, rows = lost, "audit write failed: decision rows lost");
+            if lost > 0 {
+                crate::telemetry::metrics::count_audit_write_failures(1);
+            }
         })),
         ..AuditWriterConfig::default()
     };
@@ -109,9 +113,12 @@ pub(crate) fn append(store: &Store, rows: Vec<DecisionRow>, decision_id: &str, w
         Ok(t) => Ok(t),
         Err(TryAppendError::Full(rows)) => {
             tracing::debug!(decision_id, "audit queue full: waiting for the writer");
-            blocking_section(|| store.append_decisions(rows))
+            blocking_section(|| store.append_decisions(rows)).inspect_err(|_| refused(store))
         }
-        Err(TryAppendError::Store(e)) => Err(e),
+        Err(TryAppendError::Store(e)) => {
+            refused(store);
+            Err(e)
+        }
     };
     let written = ticket.and_then(|t| {
         if write_ahead && !t.is_written() {
@@ -122,6 +129,16 @@ pub(crate) fn append(store: &Store, rows: Vec<DecisionRow>, decision_id: &str, w
     });
     if let Err(e) = written {
         tracing::error!(error = %e, decision_id, "audit write failed");
+    }
+}
+
+/// Rows written at once (no writer running) were refused: counted and stored as an event (the
+/// writer thread does both itself for its batches).
+fn refused(store: &Store) {
+    crate::telemetry::metrics::count_audit_write_failures(1);
+    let detail = serde_json::json!({"appends_lost": 1, "writer": false});
+    if let Err(e) = store.insert_event(codespace_store::AUDIT_WRITE_FAILED, &detail) {
+        tracing::error!(error = %e, "cannot store the audit_write_failed event");
     }
 }
 
@@ -220,9 +237,11 @@ impl codespace_policy::AuditSink for StoreSink {
             redact_row(&redactor, row);
             row.trace_parent.clone_from(&trace_parent);
         }
+        crate::telemetry::decided(&rows, kind);
         if self.synchronous {
             if let Err(e) = store.append_decisions(rows).and_then(|t| t.wait()) {
                 tracing::error!(error = %e, decision_id, "cannot record the decision");
+                crate::telemetry::metrics::count_audit_write_failures(1);
             }
             return;
         }

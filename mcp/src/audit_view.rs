@@ -128,6 +128,54 @@ pub fn table_line(shown: &ShownRow) -> String {
 /// `--json` has it whole).
 pub const SUBJECT_CHARS: usize = 60;
 
+/// How often `audit --format ocsf --follow` looks for new rows.
+const OCSF_FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// `codespace audit --format ocsf`: every stored row the query selects (none collapsed) as one
+/// OCSF API Activity event per line; with `follow`, new rows as they are written.
+pub fn print_ocsf(
+    store: &codespace_store::Store,
+    mut q: codespace_store::DecisionQuery,
+    follow: bool,
+    out: &mut impl std::io::Write,
+) -> anyhow::Result<()> {
+    if follow {
+        q.newest_first = false;
+    }
+    let rows = store.query_decisions(&q)?;
+    let mut last_seq = rows.iter().map(|r| r.seq).max().unwrap_or(0);
+    for r in &rows {
+        writeln!(
+            out,
+            "{}",
+            json_text(&codespace_engine::telemetry::ocsf::decision_event(r))
+        )?;
+    }
+    out.flush()?;
+    if !follow {
+        return Ok(());
+    }
+    if last_seq == 0 {
+        last_seq = store.max_decision_seq()?;
+    }
+    q.limit = None;
+    q.since_ms = None;
+    loop {
+        std::thread::sleep(OCSF_FOLLOW_POLL);
+        q.after_seq = Some(last_seq);
+        let rows = store.query_decisions(&q)?;
+        last_seq = rows.iter().map(|r| r.seq).max().unwrap_or(last_seq);
+        for r in &rows {
+            writeln!(
+                out,
+                "{}",
+                json_text(&codespace_engine::telemetry::ocsf::decision_event(r))
+            )?;
+        }
+        out.flush()?;
+    }
+}
+
 /// A JSON line of `codespace audit --json` (rows and events), its control characters escaped.
 pub fn json_text(v: &Value) -> String {
     codespace_engine::shown::json_line(v)

@@ -517,6 +517,13 @@ fn serve(
         Arc::clone(&reloader),
         config_reloader,
     ));
+    // OpenTelemetry export (`export.otlp`): its own threads, never on a call's path; a collector
+    // that cannot be reached only costs dropped records.
+    if let Some(otlp) = &gateway.config().export.otlp
+        && let Err(e) = codespace_engine::telemetry::otlp::start(otlp)
+    {
+        tracing::error!(error = %e, "OTLP export not started");
+    }
     let sealer = Arc::clone(&gateway);
     let result = rt.block_on(async move {
         // Whatever ends serving (stdin EOF, SIGTERM, an error), the processes die with it.
@@ -556,6 +563,8 @@ fn serve(
         }
         .await;
         owner.shutdown().await;
+        // What the export still holds goes out (bounded by its timeout), off the runtime.
+        let _ = tokio::task::spawn_blocking(codespace_engine::telemetry::otlp::flush).await;
         served
     });
     // The stdio transport reads stdin on a blocking thread that a signal does not wake; do not

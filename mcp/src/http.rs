@@ -663,6 +663,25 @@ async fn gate(State(g): State<Arc<Gate>>, mut req: Request, next: Next) -> Respo
     }
 }
 
+/// Where Prometheus scrapes the metrics (docs/telemetry.md).
+pub const METRICS_PATH: &str = "/metrics";
+
+/// `GET /metrics`: the Prometheus text format; the gauges are read on the blocking pool (a
+/// store query).
+async fn metrics_page(gateway: Arc<Gateway>) -> Response {
+    let gauges = tokio::task::spawn_blocking(move || codespace_engine::scrape::gauges(&gateway))
+        .await
+        .unwrap_or_default();
+    let mut r = Response::new(Body::from(codespace_engine::telemetry::metrics::render(
+        gauges,
+    )));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(codespace_engine::telemetry::metrics::CONTENT_TYPE),
+    );
+    r
+}
+
 /// True when the request declares MCP 2026-07-28 or later in `MCP-Protocol-Version`: a stateless
 /// request (rmcp requires the header beside `_meta`'s protocol version), which opens no session.
 fn stateless_revision(headers: &HeaderMap) -> bool {
@@ -774,6 +793,7 @@ impl HttpServer {
             // progress first; the session era keeps its SSE streams unchanged.
             .with_json_response(true);
         let token = config.cancellation_token.clone();
+        let for_metrics = Arc::clone(&gateway);
         let fallback = Session {
             client: anonymous.to_string(),
             transport: TRANSPORT.to_string(),
@@ -796,6 +816,11 @@ impl HttpServer {
         });
         let router = Router::new()
             .route_service(MCP_PATH, service)
+            // Behind the same gate: any configured client's token may read it.
+            .route(
+                METRICS_PATH,
+                axum::routing::get(move || metrics_page(Arc::clone(&for_metrics))),
+            )
             .layer(axum::middleware::from_fn_with_state(gate_state, gate));
         Ok(HttpServer {
             listener,

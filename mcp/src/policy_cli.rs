@@ -823,6 +823,10 @@ pub struct AuditArgs {
     /// JSON lines (one object per row) for a SIEM.
     #[arg(long)]
     pub json: bool,
+    /// `table` (default), `json` (as --json) or `ocsf`: one OCSF API Activity event (class 6003)
+    /// per stored row, as JSON lines (docs/telemetry.md).
+    #[arg(long, value_enum, conflicts_with = "json")]
+    pub format: Option<AuditFormat>,
     /// Only this client (`local` on stdio; the token's client name over HTTP).
     #[arg(long)]
     pub client: Option<String>,
@@ -842,6 +846,17 @@ pub struct AuditArgs {
     /// are collapsed into their call's row).
     #[arg(long)]
     pub all_rows: bool,
+}
+
+/// `codespace audit --format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AuditFormat {
+    /// The table (the default).
+    Table,
+    /// JSON lines, as `--json`.
+    Json,
+    /// OCSF API Activity events, as JSON lines.
+    Ocsf,
 }
 
 /// Parses `--since`: RFC 3339, unix ms, or an age (`30s`, `15m`, `2h`, `7d`) before now.
@@ -897,6 +912,13 @@ pub fn audit(
             path.display()
         ));
     }
+    let ocsf = args.format == Some(AuditFormat::Ocsf);
+    let json = args.json || matches!(args.format, Some(AuditFormat::Json | AuditFormat::Ocsf));
+    if ocsf && args.events {
+        return Err(anyhow!(
+            "--format ocsf prints decisions; use --events --json for events"
+        ));
+    }
     let mut out = std::io::stdout().lock();
     let store = Store::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
     let now = codespace_store::now_ms();
@@ -905,7 +927,7 @@ pub fn audit(
         .as_deref()
         .map(|s| parse_since(s, now))
         .transpose()?;
-    let limit = match (args.limit, args.json) {
+    let limit = match (args.limit, json) {
         (Some(n), _) => Some(n),
         (None, false) => Some(TABLE_ROWS),
         (None, true) => None,
@@ -929,11 +951,11 @@ pub fn audit(
         } else {
             rows.reverse();
         }
-        if !args.json {
+        if !json {
             println!("{:<24}  {:<15}  detail", "time", "event");
         }
         for e in &rows {
-            if args.json {
+            if json {
                 let mut v = serde_json::to_value(e)?;
                 if let serde_json::Value::Object(m) = &mut v {
                     m.insert(
@@ -968,10 +990,14 @@ pub fn audit(
         shadow_flips: args.shadow_flips,
         ..DecisionQuery::default()
     };
+    if ocsf {
+        return crate::audit_view::print_ocsf(&store, q, args.follow, &mut out)
+            .map(|()| ExitCode::SUCCESS);
+    }
     let rows = store.query_decisions(&q)?;
     let mut last_seq = rows.iter().map(|r| r.seq).max().unwrap_or(0);
     let shown = crate::audit_view::collapse(rows, args.all_rows);
-    if args.json {
+    if json {
         for r in &shown {
             writeln!(
                 out,
@@ -1113,6 +1139,7 @@ pub fn start_reloader(
         tests_dir,
         profiles: Some(profiles.clone()),
         test_gate: Some(codespace_policy_tools::reload_gate),
+        on_rejected: Some(codespace_engine::telemetry::metrics::count_policy_reload_failure),
         ..Default::default()
     };
     Ok(codespace_engine::policy::reload::Reloader::start(

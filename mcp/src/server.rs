@@ -99,7 +99,10 @@ impl CodeSpaceServer {
         let detach = matches!(call, ToolCall::ExecCommand(_));
         let (gateway, s) = (Arc::clone(&self.gateway), session.clone());
         let trace = trace_parent(context);
-        let work = with_trace_parent(trace.clone(), async move { gateway.call(&s, call).await });
+        let (tool, tp) = (name.to_string(), trace.clone());
+        let work = with_trace_parent(trace.clone(), async move {
+            codespace_engine::telemetry::observe_call(&tool, tp, gateway.call(&s, call)).await
+        });
         let e = match crate::long_call::run(work, detach, wait_ms, context).await? {
             // A 2026 client is asked through `input_required` instead (no server requests).
             Err(e) if held(name, &e) && !crate::mrtr::is_2026(context) => e,
@@ -785,8 +788,10 @@ impl ServerHandler for CodeSpaceServer {
                 None => return Err(McpError::internal_error("request cancelled", None)),
             },
             None => {
+                let tp = trace.clone();
                 with_trace_parent(trace, async {
-                    match self.gateway.call(&session, call).await {
+                    let call = self.gateway.call(&session, call);
+                    match codespace_engine::telemetry::observe_call(name, tp, call).await {
                         // A held call: ask the human in-band when the client can (elicitation).
                         Err(e) if held(name, &e) && !era_2026 => {
                             crate::elicit::ask(&self.gateway, &session, &context, e).await

@@ -31,6 +31,8 @@ pub struct ReloadOptions {
     /// What runs those tests (the policy tooling's `reload_gate`); without one, a set that must
     /// pass tests is refused.
     pub test_gate: Option<TestGate>,
+    /// Called once per refused reload (the server's `codespace_policy_reload_failures_total`).
+    pub on_rejected: Option<fn()>,
 }
 
 /// Runs the `.yaml` policy tests of a directory against a candidate set with a profile tree;
@@ -45,6 +47,7 @@ impl Default for ReloadOptions {
             tests_dir: None,
             profiles: None,
             test_gate: None,
+            on_rejected: None,
         }
     }
 }
@@ -147,6 +150,9 @@ pub fn reload_with(
     if outcome.accepted {
         tracing::info!(old = %outcome.old_sha256, new = ?outcome.new_sha256, "policy reload accepted");
     } else {
+        if let Some(f) = opts.on_rejected {
+            f();
+        }
         tracing::warn!(
             old = %outcome.old_sha256,
             diagnostics = %outcome.diagnostics.join(" | "),

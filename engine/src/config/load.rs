@@ -80,6 +80,7 @@ impl Config {
             policy_signing: None,
             retention: crate::retention::Retention::default(),
             redaction: crate::redact::LiveRedactor::default(),
+            export: crate::telemetry::ExportConfig::default(),
         })
     }
 
@@ -359,6 +360,12 @@ impl Config {
             config_file: None,
             policy_tests_on_reload: raw.policy_tests_on_reload,
             retention: raw.retention.resolve().map_err(ConfigError)?,
+            export: {
+                if let Some(o) = &raw.export.otlp {
+                    o.check().map_err(ConfigError)?;
+                }
+                raw.export
+            },
             redaction: crate::redact::Redactor::new(
                 &raw.redaction.patterns,
                 raw.redaction.defaults,

@@ -140,6 +140,8 @@ pub struct Config {
     /// Secret patterns redacted from audit rows and error texts; swapped in place when the
     /// config is reloaded (every clone of the config shares it).
     pub redaction: crate::redact::LiveRedactor,
+    /// `export`: the OTLP collector, if any (started by `serve`).
+    pub export: crate::telemetry::ExportConfig,
 }
 
 impl Config {

@@ -61,6 +61,9 @@ pub(super) struct RawConfig {
     /// Extra secret patterns redacted from the audit log and error texts.
     #[serde(default)]
     pub(super) redaction: RawRedaction,
+    /// Telemetry export: `{otlp: {endpoint, headers, timeout_ms, queue}}` (docs/telemetry.md).
+    #[serde(default)]
+    pub(super) export: crate::telemetry::ExportConfig,
 }
 
 /// `redaction`: extra secret patterns for the audit log and error texts.

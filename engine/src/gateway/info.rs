@@ -71,5 +71,6 @@ pub(super) fn server_info(
         profile: None,
         execution: None,
         environment: None,
+        telemetry: crate::telemetry::info(),
     }
 }

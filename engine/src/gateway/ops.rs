@@ -81,6 +81,9 @@ impl Services {
         if let Err(e) = store.add_operation_event(id, "finished", Some(status.as_str()), reason) {
             tracing::error!(operation_id = id, error = %e, "cannot add operation event");
         }
+        let redactor = self.config.redaction.current();
+        let reason = reason.map(|r| redactor.text(r));
+        crate::telemetry::operation_step(id, "finished", Some(status.as_str()), reason.as_deref());
     }
 }
 
@@ -118,6 +121,7 @@ pub(crate) fn begin_operation(
             store
                 .add_operation_event(&id, "minted", None, None)
                 .map_err(store_err)?;
+            crate::telemetry::operation_step(&id, "minted", None, None);
             Ok(Begin::New(id))
         }
         KeyClaim::Existing(prev) => {

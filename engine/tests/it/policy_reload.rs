@@ -72,6 +72,7 @@ fn opts() -> ReloadOptions {
         tests_dir: None,
         profiles: None,
         test_gate: Some(codespace_policy_tools::reload_gate),
+        on_rejected: None,
     }
 }
 

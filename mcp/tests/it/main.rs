@@ -59,6 +59,7 @@ mod stdio_fuzz;
 mod stdio_jsonrpc;
 mod stdio_limits;
 mod store_files;
+mod telemetry;
 mod worked_examples;
 mod worker;
 mod write_scope;

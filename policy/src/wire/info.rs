@@ -39,6 +39,44 @@ pub struct WorkspaceInfoResult {
     /// The selected workspace's environment and the state of its worker.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub environment: Option<EnvironmentStatus>,
+    /// What telemetry lost or sent since the server started: present when `export.otlp` is
+    /// configured or an audit write failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub telemetry: Option<TelemetryInfo>,
+}
+
+/// `workspace_info.telemetry`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TelemetryInfo {
+    /// Decisions whose audit rows the store refused (each also an `audit_write_failed` event).
+    pub audit_write_failures: u64,
+    /// The OTLP export (absent without `export.otlp`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub otlp: Option<OtlpInfo>,
+}
+
+/// `workspace_info.telemetry.otlp`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OtlpInfo {
+    /// The collector's scheme, host and port (no user info, no path).
+    pub endpoint: String,
+    /// Decision rows and operation events.
+    pub logs: OtlpSignalInfo,
+    /// Tool-call spans.
+    pub spans: OtlpSignalInfo,
+}
+
+/// Records of one OTLP signal since start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct OtlpSignalInfo {
+    /// Accepted into the export queue.
+    pub queued: u64,
+    /// Dropped at a full queue.
+    pub dropped: u64,
+    /// Accepted by the collector.
+    pub exported: u64,
+    /// Lost with a batch whose export failed.
+    pub failed: u64,
 }
 
 /// `workspace_info.environment`: where the selected workspace's files live and its commands

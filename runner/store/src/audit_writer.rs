@@ -12,6 +12,11 @@
 //! - Each decision's rows sit in their own savepoint, so one bad decision does not take the rest
 //!   of its batch down with it.
 //!
+//! - A decision whose rows the store refuses is never dropped silently: the error hook is told
+//!   (the server logs it and counts `codespace_audit_write_failures_total`), the ticket's waiter
+//!   gets the error, and the writer stores an [`AUDIT_WRITE_FAILED`] event (how many, why) on its
+//!   own connection, in a transaction of its own.
+//!
 //! The writer knows only a store file's path, never the store: `audit_queue.rs` holds the
 //! store's side (starting it, and writing at once on the store's connection when no writer runs).
 
@@ -25,8 +30,12 @@ use rusqlite::{Connection, TransactionBehavior};
 use crate::decision_rows::{DecisionRow, insert_rows};
 use crate::error::StoreError;
 
+/// The `events` kind of a batch (or one decision in it) the store refused: detail
+/// `{appends_lost, rows_lost, error, writer}`.
+pub const AUDIT_WRITE_FAILED: &str = "audit_write_failed";
+
 /// Called by the writer thread when a batch (or one decision in it) cannot be committed, with
-/// the error and the number of rows lost.
+/// the error and the number of rows lost (0: the failure event itself could not be stored).
 pub type AuditErrorHook = Arc<dyn Fn(&StoreError, usize) + Send + Sync>;
 
 /// How the writer batches.
@@ -376,6 +385,36 @@ fn insert_in_savepoint(conn: &Connection, rows: &[DecisionRow]) -> Result<(), St
     inserted
 }
 
+/// Stores one [`AUDIT_WRITE_FAILED`] event for the appends of a batch that were refused. When
+/// the store refuses that too (e.g. the disk is full), the caller tells the error hook (with 0
+/// rows: nothing more was lost).
+fn record_failure(
+    conn: &Connection,
+    failed: &[(u64, usize, StoreError)],
+) -> Result<(), StoreError> {
+    let rows: usize = failed.iter().map(|(_, n, _)| n).sum();
+    let error = failed
+        .first()
+        .map(|(_, _, e)| e.to_string())
+        .unwrap_or_default();
+    let detail = serde_json::json!({
+        "appends_lost": failed.len(),
+        "rows_lost": rows,
+        "error": error,
+        "writer": true,
+    });
+    let stored = conn
+        .prepare_cached("INSERT INTO events (at_ms, kind, detail) VALUES (?1, ?2, ?3)")
+        .and_then(|mut st| {
+            st.execute(rusqlite::params![
+                crate::store::now_ms(),
+                AUDIT_WRITE_FAILED,
+                detail.to_string()
+            ])
+        });
+    stored.map(|_| ()).map_err(StoreError::from)
+}
+
 /// The writer thread: waits for rows, lingers up to `max_delay` unless rows are wanted now or
 /// a batch is full, commits, repeats; drains everything when stopping.
 fn run(shared: &Shared, mut conn: Connection) {
@@ -439,6 +478,13 @@ fn run(shared: &Shared, mut conn: Connection) {
             if let Some(hook) = &cfg.on_error {
                 hook(e, *lost);
             }
+        }
+        if !failed.is_empty()
+            && let Err(e) = record_failure(&conn, &failed)
+            && let Some(hook) = &cfg.on_error
+        {
+            let why = format!("cannot store the {AUDIT_WRITE_FAILED} event: {e}");
+            hook(&StoreError::AuditWrite(why), 0);
         }
         let mut st = shared.lock();
         for (seq, _, e) in failed {

@@ -225,6 +225,34 @@ fn one_bad_decision_does_not_take_its_batch_down() {
 }
 
 #[test]
+fn a_refused_decision_is_stored_as_an_audit_write_failed_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let store = Store::open(&path).unwrap();
+    store
+        .start_audit_writer(config(FOREVER, 512, 8192))
+        .unwrap();
+    store.try_append_decisions(rows("a", 1)).unwrap();
+    // The same (decision_id, sub_index) again: the store refuses it.
+    let dup = store.try_append_decisions(rows("a", 1)).unwrap();
+    assert!(dup.wait().is_err());
+    let events = Store::open(&path)
+        .unwrap()
+        .events(Some(codespace_store::AUDIT_WRITE_FAILED), 10)
+        .unwrap();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].detail["appends_lost"], 1);
+    assert_eq!(events[0].detail["rows_lost"], 1);
+    assert!(
+        events[0].detail["error"]
+            .as_str()
+            .unwrap()
+            .contains("UNIQUE"),
+        "{events:?}"
+    );
+}
+
+#[test]
 fn an_in_memory_store_writes_at_once() {
     let store = Store::open_in_memory().unwrap();
     store
