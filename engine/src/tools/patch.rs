@@ -391,6 +391,8 @@ async fn apply_locked(
             replayed: false,
             files,
             changes: wire,
+            // The preview (issue 31's ledger: secret files named, never shown).
+            diff: Some(crate::tools::ledger::preview(auth, &planned.changes)),
         });
     }
     if let Some(h) = &auth.patch_hooks.before_commit {
@@ -426,6 +428,8 @@ async fn apply_locked(
     })?;
     match applied {
         Applied::Done => {
+            // The operation ledger (issue 31): before/after of every file, once committed.
+            crate::tools::ledger::record_patch(auth, op_id, &planned.changes).await;
             for fc in &wire {
                 if let Some(from) = &fc.from {
                     ws.versions.record(from, Known::Absent);
@@ -442,6 +446,7 @@ async fn apply_locked(
                 replayed: false,
                 files,
                 changes: wire,
+                diff: None,
             })
         }
         Applied::Stale(paths) => Err((
@@ -494,6 +499,7 @@ fn replay(row: &codespace_store::OperationRow) -> Result<ApplyPatchResult, ToolE
             replayed: true,
             files: Vec::new(),
             changes: Vec::new(),
+            diff: None,
         }
     });
     out.replayed = true;
