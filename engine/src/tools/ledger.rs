@@ -614,3 +614,52 @@ pub(crate) async fn revert_params(
         check_only: None,
     })
 }
+
+/// The whole unified diff of `op` as the ledger holds it, for the operator's CLI
+/// (`codespace ops diff`): no policy applies there, but withheld files were never stored, so
+/// they are named and never shown here either.
+pub fn stored_diff(store: &Store, op: &str) -> Result<String, codespace_store::StoreError> {
+    let files = store.ledger_files(op)?;
+    let mut text = String::new();
+    for f in &files {
+        if f.process_id.is_some() {
+            text.push_str(&format!(
+                "changed: {} (while process {} ran; best effort, no content recorded)\n",
+                f.path,
+                f.process_id.as_deref().unwrap_or("")
+            ));
+            continue;
+        }
+        if f.withheld {
+            text.push_str(&withheld_line(&f.path, &f.kind));
+            continue;
+        }
+        let get = |h: &Option<String>| -> Result<Option<Vec<u8>>, codespace_store::StoreError> {
+            match h {
+                Some(h) => store.ledger_blob(h),
+                None => Ok(None),
+            }
+        };
+        let (before, after) = (get(&f.before)?, get(&f.after)?);
+        text.push_str(&file_diff(
+            &f.path,
+            f.from.as_deref(),
+            before.as_deref(),
+            after.as_deref(),
+        ));
+    }
+    Ok(text)
+}
+
+/// The ledger's files of `op` as `operation_diff` lists them (nothing withheld by policy: the
+/// operator's view).
+pub fn stored_files(
+    store: &Store,
+    op: &str,
+) -> Result<Vec<LedgerFileView>, codespace_store::StoreError> {
+    Ok(store
+        .ledger_files(op)?
+        .iter()
+        .map(|f| view(f, f.withheld))
+        .collect())
+}
