@@ -396,6 +396,8 @@ pub(crate) struct ExitWatch {
     /// The task serving the relay's control socket: stopped when the process exits, which
     /// closes the server's end, so the relay exits too.
     pub(crate) proxy_control: Option<tokio::task::AbortHandle>,
+    /// The operation ledger's record of the files the command changed (issue 31).
+    pub(crate) ledger: Option<crate::command_ledger::CommandLedger>,
 }
 
 impl ExitWatch {
@@ -422,6 +424,9 @@ impl ExitWatch {
         }
         if let Err(e) = store.upsert_process(&row) {
             tracing::error!(process_id = %id, error = %e, "cannot record process exit");
+        }
+        if let Some(ledger) = self.ledger {
+            ledger.record(store, id).await;
         }
     }
 }

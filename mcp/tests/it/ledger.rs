@@ -423,3 +423,88 @@ fn a_thousand_patch_operations_over_a_5mb_tree_add_at_most_twice_the_written_byt
         "{blobs} blob bytes for {written} written bytes"
     );
 }
+
+#[test]
+fn a_commands_changed_files_are_recorded_best_effort_with_its_process_id() {
+    let t = tempfile::tempdir().unwrap();
+    // Unsandboxed: the recording comes from the watcher, the same with or without a sandbox.
+    let cfg = config(
+        t.path(),
+        json!({"workspaces": {"w": {"root": t.path().join("ws"), "profile": "workspace-write",
+                                    "sandbox": "off", "secret_masking": "off"}}}),
+    );
+    let ws = t.path().join("ws");
+    std::fs::write(ws.join("a.txt"), "a\n").unwrap();
+    std::fs::write(ws.join("untouched.txt"), "u\n").unwrap();
+    let mut s = serve(&cfg);
+    let r = s.tool_ok(
+        "exec_command",
+        json!({"workspace_id": "w", "command": ["sh", "-c", "echo made > made.txt; echo more >> a.txt"],
+               "yield_ms": 10000}),
+    );
+    assert_eq!(r["state"], "exited", "{r}");
+    let op = r["operation_id"].as_str().unwrap().to_string();
+    let pid = r["process_id"].as_str().unwrap().to_string();
+    // Recorded when the exit watch runs (after the exit the caller saw).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let d = loop {
+        let d = diff_of(&mut s, &op);
+        if d["files"].as_array().unwrap().len() >= 2 {
+            break d;
+        }
+        assert!(Instant::now() < deadline, "no changed files recorded: {d}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let paths: Vec<&str> = d["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert!(paths.contains(&"made.txt") && paths.contains(&"a.txt"), "{d}");
+    assert!(!paths.contains(&"untouched.txt"), "{d}");
+    for f in d["files"].as_array().unwrap() {
+        assert_eq!(f["kind"], "changed", "{d}");
+        assert_eq!(f["process_id"], pid.as_str(), "{d}");
+        assert_eq!(f["best_effort"], true, "{d}");
+        assert!(f.get("after_version").is_none(), "{d}");
+    }
+    assert!(d["diff"].as_str().unwrap().contains("changed: made.txt"), "{d}");
+    // A command's operation is not revertible.
+    let e = s.tool_err("operation_revert", json!({"operation_id": op}));
+    assert_eq!(e["code"], "INVALID_ARGUMENTS", "{e}");
+}
+
+#[test]
+fn a_revert_is_held_for_approval_like_the_apply_patch_it_is() {
+    let t = tempfile::tempdir().unwrap();
+    let cfg = config(t.path(), json!({}));
+    let ws = t.path().join("ws");
+    std::fs::write(ws.join("a.txt"), "before\n").unwrap();
+    let mut s = serve(&cfg);
+    let op = apply(&mut s, "w", "*** Update File: a.txt\n@@\n-before\n+after\n")["operation_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    s.close_and_wait(Duration::from_secs(30));
+    // The same workspace now asks a human before every mutation.
+    let cfg = config(
+        t.path(),
+        json!({"workspaces": {"w": {"root": ws, "profile": "workspace-write", "approvals": "confirm"}}}),
+    );
+    let mut s = serve(&cfg);
+    let held = s.tool_err("operation_revert", json!({"operation_id": op}));
+    assert_eq!(held["code"], "APPROVAL_REQUIRED", "{held}");
+    let id = held["approval_id"].as_str().unwrap().to_string();
+    assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "after\n");
+    let o = Command::new(BIN)
+        .args(["approvals", "grant", &id, "--config"])
+        .arg(&cfg)
+        .env("USER", "alice")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r = s.tool_ok("operation_resume", json!({"approval_id": id}));
+    assert_eq!(r["apply_patch"]["status"], "applied", "{r}");
+    assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "before\n");
+}
