@@ -263,7 +263,9 @@ impl Gateway {
             },
         )?;
         let params = {
-            let auth = self.authorize_on(snap, &row.workspace, call, session).await?;
+            let auth = self
+                .authorize_on(snap, &row.workspace, call, session)
+                .await?;
             crate::tools::ledger::revert_params(&auth, &row, p).await?
         };
         let patch_call = ToolCall::ApplyPatch(params.clone());

@@ -224,7 +224,9 @@ fn diff(args: &OpArgs) -> Result<ExitCode> {
         writeln!(
             out,
             "{}",
-            serde_json::to_string(&serde_json::json!({"operation_id": row.operation_id, "diff": text}))?
+            serde_json::to_string(
+                &serde_json::json!({"operation_id": row.operation_id, "diff": text})
+            )?
         )?;
     } else {
         // Control characters of file contents escaped for the terminal (`--json` has the text

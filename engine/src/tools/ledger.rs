@@ -29,8 +29,11 @@ fn version_of(data: &[u8]) -> String {
     Version::from_bytes(data).as_str().to_string()
 }
 
-/// The paths (and contents) one planned change names: `(path, before, after)` per path.
-fn sides(c: &PlannedChange) -> Vec<(&str, Option<&[u8]>, Option<&[u8]>)> {
+/// One path of a planned change: `(path, before, after)`.
+type Side<'a> = (&'a str, Option<&'a [u8]>, Option<&'a [u8]>);
+
+/// The paths (and contents) one planned change names.
+fn sides(c: &PlannedChange) -> Vec<Side<'_>> {
     match c {
         PlannedChange::Add { path, new } => vec![(path.as_str(), None, Some(new.as_slice()))],
         PlannedChange::Update { path, old, new, .. } => {
@@ -114,8 +117,8 @@ fn rows_of(
                 mode,
             } => (to, Some(from), "move", Some(old), Some(new), Some(*mode)),
         };
-        let hidden = withheld.contains(path.as_str())
-            || from.is_some_and(|f| withheld.contains(f.as_str()));
+        let hidden =
+            withheld.contains(path.as_str()) || from.is_some_and(|f| withheld.contains(f.as_str()));
         let mut row = LedgerFile {
             path: path.clone(),
             from: from.cloned(),
@@ -163,7 +166,12 @@ pub(crate) async fn record_patch(auth: &Authorized<'_>, op_id: &str, changes: &[
 }
 
 /// The unified diff of one file between two contents (`None`: the file did not exist).
-fn file_diff(path: &str, from: Option<&str>, before: Option<&[u8]>, after: Option<&[u8]>) -> String {
+fn file_diff(
+    path: &str,
+    from: Option<&str>,
+    before: Option<&[u8]>,
+    after: Option<&[u8]>,
+) -> String {
     let old_name = match (before, from) {
         (None, _) => "/dev/null".to_string(),
         (Some(_), Some(f)) => format!("a/{f}"),
@@ -215,8 +223,7 @@ pub(crate) fn preview(auth: &Authorized<'_>, changes: &[PlannedChange]) -> Strin
                 from, to, old, new, ..
             } => (to, Some(from), "move", Some(old), Some(new)),
         };
-        if withheld.contains(path.as_str()) || from.is_some_and(|f| withheld.contains(f.as_str()))
-        {
+        if withheld.contains(path.as_str()) || from.is_some_and(|f| withheld.contains(f.as_str())) {
             out.push_str(&withheld_line(path, kind));
             continue;
         }
@@ -460,7 +467,11 @@ fn restores_exactly(patch: &str, files: &[RevertFile]) -> bool {
     };
     let now: BTreeMap<&str, (&[u8], u32)> = files
         .iter()
-        .filter_map(|f| f.now_data.as_ref().map(|d| (f.now.as_str(), (d.as_slice(), f.mode))))
+        .filter_map(|f| {
+            f.now_data
+                .as_ref()
+                .map(|d| (f.now.as_str(), (d.as_slice(), f.mode)))
+        })
         .collect();
     let Ok(plan) = codespace_runner_patch::plan(&parsed, |path| {
         Ok::<_, std::convert::Infallible>(match now.get(path) {
@@ -511,7 +522,10 @@ pub(crate) async fn revert_params(
     if row.tool != ToolName::ApplyPatch.as_str() {
         return Err(not_revertible(
             op,
-            format!("only apply_patch operations can be reverted, not {}", row.tool),
+            format!(
+                "only apply_patch operations can be reverted, not {}",
+                row.tool
+            ),
         ));
     }
     if row.status != crate::facts::OperationStatus::Applied.as_str() {
@@ -523,7 +537,10 @@ pub(crate) async fn revert_params(
     let store = Arc::clone(auth.require_store()?);
     let (files, blobs) = load(store, op.to_string(), |f| !f.withheld).await?;
     if files.is_empty() {
-        return Err(not_revertible(op, "the ledger recorded no files for it".into()));
+        return Err(not_revertible(
+            op,
+            "the ledger recorded no files for it".into(),
+        ));
     }
     if let Some(f) = files.iter().find(|f| f.withheld) {
         return Err(not_revertible(
@@ -565,7 +582,9 @@ pub(crate) async fn revert_params(
         });
     }
     let replay = match p.operation_key.as_deref() {
-        Some(key) => !auth.keyed_operations(key, Some(Action::APPLY_PATCH))?.is_empty(),
+        Some(key) => !auth
+            .keyed_operations(key, Some(Action::APPLY_PATCH))?
+            .is_empty(),
         None => false,
     };
     if !replay {

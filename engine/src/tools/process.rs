@@ -315,8 +315,7 @@ pub(crate) async fn exec_command(
         Box::new(move |id: &str| leases.release_exited(&workspace, id, ticket)) as ExitHook
     });
     // The operation ledger (issue 31): the files the watcher sees change while it runs.
-    let ledger =
-        crate::command_ledger::CommandLedger::start(&ws.versions, &ws.index, &op_id);
+    let ledger = crate::command_ledger::CommandLedger::start(&ws.versions, &ws.index, &op_id);
     let started = start(auth, p, &cwd, &op_id, on_exit).await;
     let Started {
         id,

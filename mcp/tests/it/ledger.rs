@@ -80,7 +80,10 @@ fn a_patch_operation_has_a_paged_unified_diff_and_check_only_previews_it() {
     );
 
     let r = apply(&mut s, "w", body);
-    assert!(r.get("diff").is_none(), "an applied patch has no preview: {r}");
+    assert!(
+        r.get("diff").is_none(),
+        "an applied patch has no preview: {r}"
+    );
     let op = r["operation_id"].as_str().unwrap().to_string();
     let d = diff_of(&mut s, &op);
     assert_eq!(d["tool"], "apply_patch");
@@ -97,7 +100,12 @@ fn a_patch_operation_has_a_paged_unified_diff_and_check_only_previews_it() {
     let whole = diff_of(&mut s, &op);
     let total = whole["total_lines"].as_u64().unwrap();
     assert!(total > 50, "{whole}");
-    assert!(whole["diff"].as_str().unwrap().starts_with("--- /dev/null\n+++ b/big.txt\n"));
+    assert!(
+        whole["diff"]
+            .as_str()
+            .unwrap()
+            .starts_with("--- /dev/null\n+++ b/big.txt\n")
+    );
     let mut offset = 0;
     let mut pages = String::new();
     let mut n = 0;
@@ -169,7 +177,10 @@ fn a_withheld_file_is_named_but_its_content_never_shown_nor_stored() {
     );
     let preview = checked["diff"].as_str().unwrap();
     assert!(preview.contains("withheld: private/notes.txt"), "{preview}");
-    assert!(preview.contains("withheld: deploy/settings.txt"), "{preview}");
+    assert!(
+        preview.contains("withheld: deploy/settings.txt"),
+        "{preview}"
+    );
     assert!(preview.contains("+hello"), "{preview}");
 
     let r = apply(&mut s, "w", &body);
@@ -223,8 +234,14 @@ fn a_withheld_file_is_named_but_its_content_never_shown_nor_stored() {
         .unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(out.contains("withheld: private/notes.txt") && out.contains("+hello"), "{out}");
-    assert!(!out.contains(PRIVATE_MARK) && !out.contains(AWS_KEY), "{out}");
+    assert!(
+        out.contains("withheld: private/notes.txt") && out.contains("+hello"),
+        "{out}"
+    );
+    assert!(
+        !out.contains(PRIVATE_MARK) && !out.contains(AWS_KEY),
+        "{out}"
+    );
 }
 
 #[test]
@@ -274,7 +291,10 @@ fn revert_restores_replays_by_key_and_refuses_after_an_outside_edit() {
     assert_eq!(again["replayed"], true, "{again}");
     assert_eq!(again["operation_id"], rev["operation_id"]);
     let rd = diff_of(&mut s, rev["operation_id"].as_str().unwrap());
-    assert!(rd["diff"].as_str().unwrap().contains("-BETA\n+beta\n"), "{rd}");
+    assert!(
+        rd["diff"].as_str().unwrap().contains("-BETA\n+beta\n"),
+        "{rd}"
+    );
     // Reverting again without the key: the files are no longer where the operation left them.
     let e = s.tool_err("operation_revert", json!({"operation_id": op}));
     assert_eq!(e["code"], "VERSION_CONFLICT", "{e}");
@@ -308,15 +328,25 @@ fn revert_restores_replays_by_key_and_refuses_after_an_outside_edit() {
             .arg(&cfg)
             .output()
             .unwrap();
-        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         String::from_utf8_lossy(&o.stdout).into_owned()
     };
     let list = cli(&["ops", "list"]);
     assert!(list.contains(&op) && list.contains(&op2), "{list}");
     let show = cli(&["ops", "show", &op]);
-    assert!(show.contains("update a.txt") && show.contains("move moved.txt (from crlf.txt)"), "{show}");
+    assert!(
+        show.contains("update a.txt") && show.contains("move moved.txt (from crlf.txt)"),
+        "{show}"
+    );
     let diff = cli(&["ops", "diff", &op]);
-    assert!(diff.contains("-beta\n+BETA\n") && diff.contains("--- a/gone.txt\n+++ /dev/null"), "{diff}");
+    assert!(
+        diff.contains("-beta\n+BETA\n") && diff.contains("--- a/gone.txt\n+++ /dev/null"),
+        "{diff}"
+    );
 }
 
 #[test]
@@ -358,7 +388,10 @@ fn retention_prunes_an_operations_ledger_and_the_blobs_no_one_else_names() {
     let mut s = serve(&cfg);
     let deadline = Instant::now() + Duration::from_secs(60);
     while count(&store, "SELECT count(*) FROM ledger_blobs") != 2 {
-        assert!(Instant::now() < deadline, "the old operation's blob was not pruned");
+        assert!(
+            Instant::now() < deadline,
+            "the old operation's blob was not pruned"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     let q = |op: &str| format!("SELECT count(*) FROM ledger_files WHERE operation_id = '{op}'");
@@ -367,7 +400,13 @@ fn retention_prunes_an_operations_ledger_and_the_blobs_no_one_else_names() {
     // The blob both operations named ("old-only": after of one, before of the other) stays; the
     // first "before" only the old one named is gone.
     let d = diff_of(&mut s, &recent);
-    assert!(d["diff"].as_str().unwrap().contains("-old-only\n+recent-after\n"), "{d}");
+    assert!(
+        d["diff"]
+            .as_str()
+            .unwrap()
+            .contains("-old-only\n+recent-after\n"),
+        "{d}"
+    );
     let e = s.tool_err("operation_diff", json!({"operation_id": old}));
     assert_eq!(e["code"], "OPERATION_NOT_FOUND", "{e}");
 }
@@ -407,7 +446,9 @@ fn a_thousand_patch_operations_over_a_5mb_tree_add_at_most_twice_the_written_byt
             &format!("*** Update File: f{f:03}.txt\n@@\n-{old}\n+{new}\n"),
         );
         assert_eq!(r["changes"][0]["kind"], "update");
-        written += std::fs::metadata(ws.join(format!("f{f:03}.txt"))).unwrap().len() as usize;
+        written += std::fs::metadata(ws.join(format!("f{f:03}.txt")))
+            .unwrap()
+            .len() as usize;
         changed_lines_bytes += old.len() + new.len() + 2;
     }
     s.close_and_wait(Duration::from_secs(30));
@@ -461,7 +502,10 @@ fn a_commands_changed_files_are_recorded_best_effort_with_its_process_id() {
         .iter()
         .map(|f| f["path"].as_str().unwrap())
         .collect();
-    assert!(paths.contains(&"made.txt") && paths.contains(&"a.txt"), "{d}");
+    assert!(
+        paths.contains(&"made.txt") && paths.contains(&"a.txt"),
+        "{d}"
+    );
     assert!(!paths.contains(&"untouched.txt"), "{d}");
     for f in d["files"].as_array().unwrap() {
         assert_eq!(f["kind"], "changed", "{d}");
@@ -469,7 +513,10 @@ fn a_commands_changed_files_are_recorded_best_effort_with_its_process_id() {
         assert_eq!(f["best_effort"], true, "{d}");
         assert!(f.get("after_version").is_none(), "{d}");
     }
-    assert!(d["diff"].as_str().unwrap().contains("changed: made.txt"), "{d}");
+    assert!(
+        d["diff"].as_str().unwrap().contains("changed: made.txt"),
+        "{d}"
+    );
     // A command's operation is not revertible.
     let e = s.tool_err("operation_revert", json!({"operation_id": op}));
     assert_eq!(e["code"], "INVALID_ARGUMENTS", "{e}");
@@ -496,7 +543,10 @@ fn a_revert_is_held_for_approval_like_the_apply_patch_it_is() {
     let held = s.tool_err("operation_revert", json!({"operation_id": op}));
     assert_eq!(held["code"], "APPROVAL_REQUIRED", "{held}");
     let id = held["approval_id"].as_str().unwrap().to_string();
-    assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "after\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("a.txt")).unwrap(),
+        "after\n"
+    );
     let o = Command::new(BIN)
         .args(["approvals", "grant", &id, "--config"])
         .arg(&cfg)
@@ -506,5 +556,8 @@ fn a_revert_is_held_for_approval_like_the_apply_patch_it_is() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let r = s.tool_ok("operation_resume", json!({"approval_id": id}));
     assert_eq!(r["apply_patch"]["status"], "applied", "{r}");
-    assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "before\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("a.txt")).unwrap(),
+        "before\n"
+    );
 }

@@ -149,11 +149,115 @@ impl Store {
              ORDER BY created_ms DESC, operation_id LIMIT ?2"
         ))?;
         let rows = st
-            .query_map(
-                params![workspace, crate::codec::sql_limit(limit)],
-                from_row,
-            )?
+            .query_map(params![workspace, crate::codec::sql_limit(limit)], from_row)?
             .collect::<Result<Vec<_>, _>>()?;
         Ok(rows)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::retention::PruneTarget;
+
+    fn op(store: &Store, id: &str, at: i64) {
+        store
+            .create_operation(
+                &OperationRow {
+                    operation_id: id.into(),
+                    operation_key: None,
+                    fingerprint: "f".into(),
+                    tool: "apply_patch".into(),
+                    workspace: "w".into(),
+                    client: Some("local".into()),
+                    status: "applied".into(),
+                    created_ms: at,
+                    finished_ms: Some(at),
+                    result: None,
+                },
+                None,
+            )
+            .unwrap();
+    }
+
+    fn file(before: &str, after: &str) -> LedgerFile {
+        LedgerFile {
+            path: "a.txt".into(),
+            kind: "update".into(),
+            before: Some(before.into()),
+            after: Some(after.into()),
+            ..LedgerFile::default()
+        }
+    }
+
+    #[test]
+    fn blobs_are_stored_once_and_pruned_when_no_row_names_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("s.db")).unwrap();
+        op(&store, "op-1", 1);
+        op(&store, "op-2", 5);
+        let (a, b, c) = (b"a".as_slice(), b"b".as_slice(), b"c".as_slice());
+        store
+            .ledger_record(
+                "op-1",
+                &[file("h-a", "h-b")],
+                &[
+                    Blob {
+                        hash: "h-a",
+                        data: a,
+                    },
+                    Blob {
+                        hash: "h-b",
+                        data: b,
+                    },
+                ],
+            )
+            .unwrap();
+        store
+            .ledger_record(
+                "op-2",
+                &[file("h-b", "h-c")],
+                &[
+                    Blob {
+                        hash: "h-b",
+                        data: b,
+                    },
+                    Blob {
+                        hash: "h-c",
+                        data: c,
+                    },
+                ],
+            )
+            .unwrap();
+        assert_eq!(store.ledger_blob_bytes().unwrap(), (3, 3));
+        assert_eq!(
+            store.ledger_files("op-2").unwrap(),
+            vec![file("h-b", "h-c")]
+        );
+        assert!(matches!(
+            store.ledger_record("op-none", &[], &[]),
+            Err(StoreError::OperationNotFound(_))
+        ));
+        // Nothing unnamed yet.
+        assert_eq!(
+            store.prune_batch(PruneTarget::LedgerBlobs, 0, 100).unwrap(),
+            0
+        );
+        // op-1 pruned: its rows go with it, and the blob only it named.
+        assert_eq!(
+            store.prune_batch(PruneTarget::Operations, 2, 100).unwrap(),
+            1
+        );
+        let left =
+            store.ledger_files("op-1").unwrap().len() + store.ledger_files("op-2").unwrap().len();
+        assert_eq!(left, 1);
+        assert_eq!(
+            store.prune_batch(PruneTarget::LedgerBlobs, 0, 100).unwrap(),
+            1
+        );
+        assert_eq!(store.ledger_blob("h-a").unwrap(), None);
+        assert_eq!(store.ledger_blob("h-b").unwrap(), Some(b.to_vec()));
+        assert_eq!(store.recent_operations(Some("w"), 10).unwrap().len(), 1);
     }
 }
