@@ -135,7 +135,7 @@ impl Gateway {
                     .await
                     .map(|r| ToolResult::OperationDiff(Box::new(r)))
             }
-            ToolCall::OperationRevert(p) => self.operation_revert(&snap, session, &call, p).await,
+            ToolCall::OperationRevert(p) => operation_revert(self, &snap, session, &call, p).await,
             ToolCall::ApplyPatch(p) => {
                 // A check writes nothing, so it is never held.
                 let confirm = !p.check_only.unwrap_or(false);
@@ -242,40 +242,36 @@ impl Gateway {
     }
 }
 
-impl Gateway {
-    /// `operation_revert` (issue 31): the caller's `apply_patch` operation, the call decided on
-    /// its workspace as `operation_revert`, then its reverse patch decided, held and applied
-    /// exactly as an `apply_patch` call of it (a hold stores that `apply_patch`; resuming it
-    /// applies the reverse patch).
-    async fn operation_revert(
-        &self,
-        snap: &Arc<PolicySnapshot>,
-        session: &Session,
-        call: &ToolCall,
-        p: &crate::wire::OperationRevertParams,
-    ) -> Result<ToolResult, ToolError> {
-        let (row, _) = crate::gateway::ops::operation_target(
-            self,
-            session,
-            &crate::wire::OperationStatusParams {
-                operation_id: Some(p.operation_id.clone()),
-                operation_key: None,
-            },
-        )?;
-        let params = {
-            let auth = self
-                .authorize_on(snap, &row.workspace, call, session)
-                .await?;
-            crate::tools::ledger::revert_params(&auth, &row, p).await?
-        };
-        let patch_call = ToolCall::ApplyPatch(params.clone());
-        let auth = self
-            .authorize_held(snap, &row.workspace, &patch_call, session, true)
-            .await?;
-        crate::tools::patch::apply_patch(&auth, &params, None)
-            .await
-            .map(ToolResult::ApplyPatch)
-    }
+/// `operation_revert` (issue 31): the caller's `apply_patch` operation, the call decided on its
+/// workspace as `operation_revert`, then its reverse patch decided, held and applied exactly as
+/// an `apply_patch` call of it (a hold stores that `apply_patch`; resuming it applies the
+/// reverse patch).
+async fn operation_revert(
+    gw: &Gateway,
+    snap: &Arc<PolicySnapshot>,
+    session: &Session,
+    call: &ToolCall,
+    p: &crate::wire::OperationRevertParams,
+) -> Result<ToolResult, ToolError> {
+    let (row, _) = crate::gateway::ops::operation_target(
+        gw,
+        session,
+        &crate::wire::OperationStatusParams {
+            operation_id: Some(p.operation_id.clone()),
+            operation_key: None,
+        },
+    )?;
+    let params = {
+        let auth = gw.authorize_on(snap, &row.workspace, call, session).await?;
+        crate::tools::ledger::revert_params(&auth, &row, p).await?
+    };
+    let patch_call = ToolCall::ApplyPatch(params.clone());
+    let auth = gw
+        .authorize_held(snap, &row.workspace, &patch_call, session, true)
+        .await?;
+    crate::tools::patch::apply_patch(&auth, &params, None)
+        .await
+        .map(ToolResult::ApplyPatch)
 }
 
 /// Runs a held call the gateway authorized (`operation_resume`) through its handler.
