@@ -6,6 +6,7 @@
 use crate::error::{ErrorCode, ToolError};
 use crate::gateway::Authorized;
 use crate::policy::Action;
+use crate::redact::LiveRedactor;
 use crate::request::path_request;
 use crate::wire::{
     ApplyPatchParams, LedgerFileView, OPERATION_DIFF_DEFAULT_LINES, OPERATION_DIFF_MAX_LINES,
@@ -51,34 +52,43 @@ fn sides(c: &PlannedChange) -> Vec<Side<'_>> {
     }
 }
 
-/// True when the ledger must never hold `path`'s content for this caller: policy would not let
-/// it `read` the path (the secret-file guardrails, server-owned files, an operator's forbid),
-/// or a content holds text the configured `redaction` patterns match.
-fn is_secret(auth: &Authorized<'_>, path: &str, contents: &[Option<&[u8]>]) -> bool {
-    let req = path_request(Action::READ, path, "", auth.session());
-    if !auth
-        .decide_quietly(Action::READ, std::slice::from_ref(&req))
-        .allowed()
-    {
-        return true;
-    }
-    contents.iter().flatten().any(|data| {
-        let text = String::from_utf8_lossy(data);
-        matches!(
-            auth.config.redaction.text(&text),
-            std::borrow::Cow::Owned(_)
-        )
-    })
-}
-
-/// Every path of `changes` whose content is withheld (see [`is_secret`]).
-fn withheld_paths(auth: &Authorized<'_>, changes: &[PlannedChange]) -> BTreeSet<String> {
+/// Every path of `changes` policy would not let this caller `read` (the secret-file guardrails,
+/// server-owned files, an operator's forbid), asked quietly as the `read` of each path; a move
+/// is withheld whole when either of its names is.
+fn policy_withheld(auth: &Authorized<'_>, changes: &[PlannedChange]) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     for c in changes {
         let s = sides(c);
-        let contents: Vec<Option<&[u8]>> = s.iter().flat_map(|(_, b, a)| [*b, *a]).collect();
-        // A move is withheld whole when either of its names (or its content) is.
-        if s.iter().any(|(p, _, _)| is_secret(auth, p, &contents)) {
+        let refused = s.iter().any(|(path, _, _)| {
+            let req = path_request(Action::READ, path, "", auth.session());
+            !auth
+                .decide_quietly(Action::READ, std::slice::from_ref(&req))
+                .allowed()
+        });
+        if refused {
+            out.extend(s.iter().map(|(p, _, _)| p.to_string()));
+        }
+    }
+    out
+}
+
+/// Every path of `changes` whose before or after content holds text the configured
+/// `redaction` patterns match (CPU work: run it on the blocking pool).
+fn redaction_withheld(redactor: &LiveRedactor, changes: &[PlannedChange]) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for c in changes {
+        let s = sides(c);
+        let secret = s
+            .iter()
+            .flat_map(|(_, b, a)| [*b, *a])
+            .flatten()
+            .any(|data| {
+                matches!(
+                    redactor.text(&String::from_utf8_lossy(data)),
+                    std::borrow::Cow::Owned(_)
+                )
+            });
+        if secret {
             out.extend(s.iter().map(|(p, _, _)| p.to_string()));
         }
     }
@@ -142,10 +152,12 @@ pub(crate) async fn record_patch(auth: &Authorized<'_>, op_id: &str, changes: &[
     let Some(store) = auth.store.clone() else {
         return;
     };
-    let withheld = withheld_paths(auth, changes);
+    let mut withheld = policy_withheld(auth, changes);
+    let redactor = auth.config.redaction.clone();
     let changes = changes.to_vec();
     let op = op_id.to_string();
     let done = tokio::task::spawn_blocking(move || {
+        withheld.extend(redaction_withheld(&redactor, &changes));
         let (files, blobs) = rows_of(&changes, &withheld);
         let blobs: Vec<Blob<'_>> = blobs
             .iter()
@@ -208,9 +220,25 @@ fn withheld_line(path: &str, kind: &str) -> String {
 }
 
 /// `apply_patch` `check_only`: the unified diff the planned changes would apply; paths whose
-/// content is withheld (see [`is_secret`]) are named, never shown.
-pub(crate) fn preview(auth: &Authorized<'_>, changes: &[PlannedChange]) -> String {
-    let withheld = withheld_paths(auth, changes);
+/// content the ledger would withhold ([`policy_withheld`], [`redaction_withheld`]) are named,
+/// never shown. Rendered on the blocking pool.
+pub(crate) async fn preview(
+    auth: &Authorized<'_>,
+    changes: &[PlannedChange],
+) -> Result<String, ToolError> {
+    let mut withheld = policy_withheld(auth, changes);
+    let redactor = auth.config.redaction.clone();
+    let changes = changes.to_vec();
+    tokio::task::spawn_blocking(move || {
+        withheld.extend(redaction_withheld(&redactor, &changes));
+        render_preview(&changes, &withheld)
+    })
+    .await
+    .map_err(internal)
+}
+
+/// The preview's text (see [`preview`]).
+fn render_preview(changes: &[PlannedChange], withheld: &BTreeSet<String>) -> String {
     let mut out = String::new();
     for c in changes {
         let (path, from, kind, before, after) = match c {

@@ -392,7 +392,11 @@ async fn apply_locked(
             files,
             changes: wire,
             // The preview (issue 31's ledger: secret files named, never shown).
-            diff: Some(crate::tools::ledger::preview(auth, &planned.changes)),
+            diff: Some(
+                crate::tools::ledger::preview(auth, &planned.changes)
+                    .await
+                    .map_err(rejected)?,
+            ),
         });
     }
     if let Some(h) = &auth.patch_hooks.before_commit {
