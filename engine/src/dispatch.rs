@@ -121,6 +121,26 @@ impl Gateway {
                 crate::tools::ops::operation_status(&auth, &row)
                     .map(|r| ToolResult::OperationStatus(Box::new(r)))
             }
+            // The operation ledger (issue 31).
+            ToolCall::OperationDiff(p) => {
+                // The caller's operation, then the call decided on its workspace (and each path
+                // the diff shows decided by the handler through `Authorized`).
+                let (row, _) = crate::gateway::ops::operation_target(
+                    self,
+                    session,
+                    &crate::wire::OperationStatusParams {
+                        operation_id: Some(p.operation_id.clone()),
+                        operation_key: None,
+                    },
+                )?;
+                let auth = self
+                    .authorize_on(&snap, &row.workspace, &call, session)
+                    .await?;
+                crate::tools::ledger::operation_diff(&auth, &row, p)
+                    .await
+                    .map(|r| ToolResult::OperationDiff(Box::new(r)))
+            }
+            ToolCall::OperationRevert(p) => operation_revert(self, &snap, session, &call, p).await,
             ToolCall::ApplyPatch(p) => {
                 // A check writes nothing, so it is never held.
                 let confirm = !p.check_only.unwrap_or(false);
@@ -225,6 +245,38 @@ impl Gateway {
             .answer_in_band_with(session, id, decision, channel, run_held)
             .await
     }
+}
+
+/// `operation_revert` (issue 31): the caller's `apply_patch` operation, the call decided on its
+/// workspace as `operation_revert`, then its reverse patch decided, held and applied exactly as
+/// an `apply_patch` call of it (a hold stores that `apply_patch`; resuming it applies the
+/// reverse patch).
+async fn operation_revert(
+    gw: &Gateway,
+    snap: &Arc<PolicySnapshot>,
+    session: &Session,
+    call: &ToolCall,
+    p: &crate::wire::OperationRevertParams,
+) -> Result<ToolResult, ToolError> {
+    let (row, _) = crate::gateway::ops::operation_target(
+        gw,
+        session,
+        &crate::wire::OperationStatusParams {
+            operation_id: Some(p.operation_id.clone()),
+            operation_key: None,
+        },
+    )?;
+    let params = {
+        let auth = gw.authorize_on(snap, &row.workspace, call, session).await?;
+        crate::tools::ledger::revert_params(&auth, &row, p).await?
+    };
+    let patch_call = ToolCall::ApplyPatch(params.clone());
+    let auth = gw
+        .authorize_held(snap, &row.workspace, &patch_call, session, true)
+        .await?;
+    crate::tools::patch::apply_patch(&auth, &params, None)
+        .await
+        .map(ToolResult::ApplyPatch)
 }
 
 /// Runs a held call the gateway authorized (`operation_resume`) through its handler.

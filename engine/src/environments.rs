@@ -354,6 +354,9 @@ pub fn needs_environment(call: &crate::wire::ToolCall) -> bool {
         | T::ProcessStatus(_)
         | T::ProcessResize(_)
         | T::TerminateProcess(_) => true,
+        // The operation ledger (issue 31): a revert writes files; a diff reads the store.
+        T::OperationRevert(_) => true,
+        T::OperationDiff(_) => false,
         T::WorkspaceInfo(_)
         | T::OperationStatus(_)
         | T::ApprovalCreate(_)

@@ -5,6 +5,8 @@
 #![forbid(unsafe_code)]
 
 mod audit;
+// The operation ledger (issue 31): a command's changed files.
+mod command_ledger;
 pub mod config;
 mod dispatch;
 pub mod environments;

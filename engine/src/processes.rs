@@ -534,6 +534,8 @@ pub(crate) struct ExitWatch {
     /// The task serving the relay's control socket: stopped when the process exits, which
     /// closes the server's end, so the relay exits too.
     pub(crate) proxy_control: Option<tokio::task::AbortHandle>,
+    /// The operation ledger's record of the files the command changed (issue 31).
+    pub(crate) ledger: Option<crate::command_ledger::CommandLedger>,
 }
 
 impl ExitWatch {
@@ -573,11 +575,18 @@ impl ExitWatch {
                 row.state = "unknown".into();
             }
         }
-        let write = move || {
-            if let Err(e) = store.upsert_process(&row) {
-                tracing::error!(process_id = %id, error = %e, "cannot record process exit");
+        let ledger = self.ledger;
+        let write = {
+            let (store, id) = (Arc::clone(&store), id.clone());
+            move || {
+                if let Err(e) = store.upsert_process(&row) {
+                    tracing::error!(process_id = %id, error = %e, "cannot record process exit");
+                }
             }
         };
         let _ = tokio::task::spawn_blocking(write).await;
+        if let Some(ledger) = ledger {
+            ledger.record(store, id).await;
+        }
     }
 }

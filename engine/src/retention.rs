@@ -166,7 +166,7 @@ pub fn prune_round(
             PruneTarget::Processes | PruneTarget::Operations | PruneTarget::Approvals => {
                 now.saturating_sub(ms(retention.operations))
             }
-            PruneTarget::OperationKeys => now,
+            PruneTarget::OperationKeys | PruneTarget::LedgerBlobs => now,
         };
         let mut total = 0_usize;
         loop {

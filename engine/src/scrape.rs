@@ -20,6 +20,6 @@ pub fn gauges(gw: &crate::Gateway) -> metrics::Gauges {
     });
     metrics::Gauges {
         holds_pending,
-        processes_live: gw.processes.live_count(),
+        processes_live: gw.live_processes(),
     }
 }

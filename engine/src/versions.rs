@@ -267,6 +267,24 @@ impl Versions {
             .collect()
     }
 
+    /// Every path the watcher saw change after sequence `since`, sorted (`None` when the
+    /// watcher is degraded: it may have lost events). The operation ledger's list of a
+    /// command's changed files.
+    pub fn touched_since(&self, since: u64) -> Option<Vec<String>> {
+        let t = lock(&self.table);
+        if t.degraded {
+            return None;
+        }
+        let mut out: Vec<String> = t
+            .touched
+            .iter()
+            .filter(|(_, s)| **s > since)
+            .map(|(p, _)| p.clone())
+            .collect();
+        out.sort();
+        Some(out)
+    }
+
     /// Records what we read or wrote.
     pub fn record(&self, path: &str, known: Known) {
         let mut t = lock(&self.table);

@@ -66,7 +66,8 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
-    /// Operator chores on the store: the patch journals other servers left (`ops journals`).
+    /// Operator chores on the store: the patch journals other servers left (`ops journals`) and
+    /// the operation ledger (`ops list|show|diff`).
     #[command(after_help = crate::help::OPS)]
     Ops {
         #[command(subcommand)]

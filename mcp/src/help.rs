@@ -167,6 +167,9 @@ pub const OPS: &str = "\
 Examples:
   codespace ops journals                        # the patch journals kept in the default store
   codespace ops journals --discard --config codespace.json
+  codespace ops list --limit 20                 # the newest operations (the operation ledger)
+  codespace ops show op-…                       # one operation's files
+  codespace ops diff op-…                       # its unified diff (withheld files named, never shown)
 
 See docs/operations.md.";
 

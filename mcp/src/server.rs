@@ -333,7 +333,8 @@ fn wire_tool(tool: ToolName) -> Tool {
                  *** Move to / @@ chunks / *** End Patch) to workspace files, all or nothing: the whole patch is \
                  parsed, planned and authorized before any write, and any failure restores every touched file. \
                  expected_versions (path -> sha256:<hex> or \"absent\") guards against stale edits \
-                 (VERSION_CONFLICT). check_only verifies without writing. operation_key makes retries safe.",
+                 (VERSION_CONFLICT). check_only verifies without writing and returns diff, the unified diff it \
+                 would apply (files you may not read named as withheld). operation_key makes retries safe.",
                 schema_for_type::<ApplyPatchParams>(),
             )
             .with_output_schema::<ApplyPatchResult>(),
@@ -432,6 +433,27 @@ fn wire_tool(tool: ToolName) -> Tool {
                 schema_for_type::<FindFilesParams>(),
             )
             .with_output_schema::<FindFilesResult>(),
+        // The operation ledger (issue 31).
+        ToolName::OperationDiff => Tool::new(
+            name,
+                "The unified diff of one of your recorded operations (operation_id): an apply_patch's \
+                 before/after per file; a command's changed files (best effort, no content). Paged by lines \
+                 (offset/limit, default 2000, max 10000; next_offset continues). Each path is decided by \
+                 policy like read; files policy withholds, or whose content is never stored (secrets), are \
+                 named as withheld and never shown.",
+                schema_for_type::<codespace_engine::wire::OperationDiffParams>(),
+            )
+            .with_output_schema::<codespace_engine::wire::OperationDiffResult>(),
+        ToolName::OperationRevert => Tool::new(
+            name,
+                "Revert one of your applied apply_patch operations (operation_id) as a new, all-or-nothing \
+                 apply_patch of the reverse change, decided (and held for approval) exactly like that patch. \
+                 Every file must still be at the version the operation left (else VERSION_CONFLICT naming \
+                 the files); a withheld (secret) file cannot be reverted. operation_key makes retries safe. \
+                 Returns the new apply_patch result.",
+                schema_for_type::<codespace_engine::wire::OperationRevertParams>(),
+            )
+            .with_output_schema::<ApplyPatchResult>(),
     }
 }
 

@@ -305,6 +305,14 @@ pub fn build(
         ToolCall::WorkspaceInfo(_) | ToolCall::OperationStatus(_) => {
             vec![sub(tool, ".", "", base.clone(), ".".into())]
         }
+        // The operation ledger (issue 31): the call on its operation's workspace; `operation_diff`
+        // then decides each path it shows, `operation_revert` the reverse patch as `apply_patch`.
+        ToolCall::OperationDiff(p) => {
+            vec![sub(tool, ".", "", base.clone(), p.operation_id.clone())]
+        }
+        ToolCall::OperationRevert(p) => {
+            vec![sub(tool, ".", "", base.clone(), p.operation_id.clone())]
+        }
         ToolCall::Read(p) => {
             // `paths`: one `read` sub-request per path, each decided as a single `read` of it
             // (all gating: a denied one refuses the call).

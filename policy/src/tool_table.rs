@@ -37,6 +37,11 @@ pub enum ToolName {
     Grep,
     /// `find_files`
     FindFiles,
+    // The operation ledger (issue 31).
+    /// `operation_diff`
+    OperationDiff,
+    /// `operation_revert`
+    OperationRevert,
 }
 
 /// One row of the tool table.
@@ -213,6 +218,26 @@ pub const TOOLS: &[ToolSpec] = &[
         false,
         None,
     ),
+    // The operation ledger (issue 31): a diff reads the ledger; a revert is a new patch
+    // operation (recorded as `apply_patch`, so it has no operation kind of its own).
+    row(
+        ToolName::OperationDiff,
+        "Operation diff",
+        true,
+        false,
+        true,
+        false,
+        None,
+    ),
+    row(
+        ToolName::OperationRevert,
+        "Revert a patch operation",
+        false,
+        true,
+        false,
+        false,
+        None,
+    ),
 ];
 
 impl ToolName {
@@ -235,6 +260,9 @@ impl ToolName {
             ToolName::OperationResume => "operation_resume",
             ToolName::Grep => "grep",
             ToolName::FindFiles => "find_files",
+            // The operation ledger (issue 31).
+            ToolName::OperationDiff => "operation_diff",
+            ToolName::OperationRevert => "operation_revert",
         }
     }
 
@@ -294,7 +322,10 @@ mod tests {
                 | ToolName::ApprovalResolve
                 | ToolName::OperationResume
                 | ToolName::Grep
-                | ToolName::FindFiles => out.push(t),
+                | ToolName::FindFiles
+                // The operation ledger (issue 31).
+                | ToolName::OperationDiff
+                | ToolName::OperationRevert => out.push(t),
             }
         }
         out
@@ -304,7 +335,7 @@ mod tests {
     fn every_tool_has_one_row() {
         let names: BTreeSet<_> = all_variants().into_iter().collect();
         assert_eq!(names.len(), TOOLS.len(), "one row per tool, no duplicates");
-        assert_eq!(names.len(), 16);
+        assert_eq!(names.len(), 18);
         for t in names {
             assert_eq!(t.spec().name, t);
             assert_eq!(ToolName::parse(t.as_str()), Some(t));

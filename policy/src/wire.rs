@@ -5,12 +5,14 @@ pub use crate::tool_table::ToolName;
 pub use approvals::*;
 pub use files::*;
 pub use info::*;
+pub use ledger::*;
 pub use process::*;
 pub use result::*;
 
 mod approvals;
 mod files;
 mod info;
+mod ledger;
 mod process;
 mod result;
 
@@ -54,6 +56,9 @@ pub enum ToolCall {
     ApprovalCreate(ApprovalCreateParams),
     ApprovalResolve(ApprovalResolveParams),
     OperationResume(OperationResumeParams),
+    // The operation ledger (issue 31).
+    OperationDiff(OperationDiffParams),
+    OperationRevert(OperationRevertParams),
 }
 
 /// Why a `tools/call` could not become a [`ToolCall`].
@@ -104,6 +109,9 @@ impl ToolCall {
             ToolName::ApprovalCreate => ToolCall::ApprovalCreate(parse_args(args)?),
             ToolName::ApprovalResolve => ToolCall::ApprovalResolve(parse_args(args)?),
             ToolName::OperationResume => ToolCall::OperationResume(parse_args(args)?),
+            // The operation ledger (issue 31).
+            ToolName::OperationDiff => ToolCall::OperationDiff(parse_args(args)?),
+            ToolName::OperationRevert => ToolCall::OperationRevert(parse_args(args)?),
         })
     }
 
@@ -126,6 +134,9 @@ impl ToolCall {
             ToolCall::ApprovalCreate(_) => ToolName::ApprovalCreate,
             ToolCall::ApprovalResolve(_) => ToolName::ApprovalResolve,
             ToolCall::OperationResume(_) => ToolName::OperationResume,
+            // The operation ledger (issue 31).
+            ToolCall::OperationDiff(_) => ToolName::OperationDiff,
+            ToolCall::OperationRevert(_) => ToolName::OperationRevert,
         }
     }
 

@@ -83,6 +83,9 @@ async function everyTool(client, mode) {
   const patched = await okc('apply_patch', { workspace_id: WS, patch: PATCH(mode) });
   assert.equal(patched.status, 'applied');
   assert.equal((await okc('operation_status', { operation_id: patched.operation_id })).status, 'applied');
+  // The operation ledger (issue 31): the patch's diff, then its revert (a new apply_patch).
+  assert.ok((await okc('operation_diff', { operation_id: patched.operation_id })).files.length > 0);
+  assert.equal((await okc('operation_revert', { operation_id: patched.operation_id })).status, 'applied');
   // A misspelt optional argument is named, not ignored.
   const bad = await errCode(client, 'read', { workspace_id: WS, path: 'a.txt', ofset: 1 });
   assert.equal(bad.code, 'INVALID_ARGUMENTS');

@@ -50,6 +50,12 @@ impl PathIndex {
         }
     }
 
+    /// [`PathIndex::flush`] for the operation ledger (a command's changed files are read once
+    /// every event before its exit was delivered).
+    pub(crate) fn flush_watch(&self) -> bool {
+        self.flush()
+    }
+
     /// The watcher callback that feeds this index.
     pub(crate) fn observer(&self) -> WatchObserver {
         let events = Arc::clone(&self.events);

@@ -8,6 +8,8 @@ pub mod approvals;
 pub mod capabilities;
 pub mod fs;
 pub mod info;
+// The operation ledger (issue 31).
+pub mod ledger;
 pub mod ops;
 pub mod patch;
 mod patch_runner;

@@ -415,6 +415,12 @@ async fn apply_locked(
             replayed: false,
             files,
             changes: wire,
+            // The preview (issue 31's ledger: secret files named, never shown).
+            diff: Some(
+                crate::tools::ledger::preview(auth, &planned.changes)
+                    .await
+                    .map_err(rejected)?,
+            ),
         });
     }
     if let Some(h) = &auth.patch_hooks.before_commit {
@@ -453,7 +459,12 @@ async fn apply_locked(
         )
         .await;
         applying(false);
-        return finish_applied(ws, applied, op_id, files, wire);
+        let out = finish_applied(ws, applied, op_id, files, wire);
+        if out.is_ok() {
+            // The operation ledger (issue 31): before/after of every file, once committed.
+            crate::tools::ledger::record_patch(auth, op_id, &planned.changes).await;
+        }
+        return out;
     };
     let applied = tokio::task::spawn_blocking(move || {
         commit_checked(
@@ -475,7 +486,12 @@ async fn apply_locked(
             ToolError::new(ErrorCode::Internal, e.to_string()),
         )
     })?;
-    finish_applied(ws, applied, op_id, files, wire)
+    let out = finish_applied(ws, applied, op_id, files, wire);
+    if out.is_ok() {
+        // The operation ledger (issue 31): before/after of every file, once committed.
+        crate::tools::ledger::record_patch(auth, op_id, &planned.changes).await;
+    }
+    out
 }
 
 /// The result of a commit (host or runner): versions recorded, the wire result or the error
@@ -505,6 +521,7 @@ fn finish_applied(
                 replayed: false,
                 files,
                 changes: wire,
+                diff: None,
             })
         }
         Applied::Stale(paths) => Err((
@@ -557,6 +574,7 @@ fn replay(row: &codespace_store::OperationRow) -> Result<ApplyPatchResult, ToolE
             replayed: true,
             files: Vec::new(),
             changes: Vec::new(),
+            diff: None,
         }
     });
     out.replayed = true;

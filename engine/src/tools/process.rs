@@ -215,6 +215,8 @@ pub(crate) async fn exec_command(
     // The lease is freed before the exit is observable: every handler that sees the exit
     // (status, end of output, wait, terminate) releases it before it answers, and the exit
     // watcher once the runner reports the exit.
+    // The operation ledger (issue 31): the files the watcher sees change while it runs.
+    let ledger = crate::command_ledger::CommandLedger::start(&ws.versions, &ws.index, &op_id);
     let started = start(auth, p, &cwd, &op_id).await;
     let Started {
         id,
@@ -243,6 +245,7 @@ pub(crate) async fn exec_command(
             store: auth.store.clone(),
             row: row.clone(),
             proxy_control,
+            ledger: Some(ledger),
         }
         .run(),
     );

@@ -403,6 +403,10 @@ pub struct ApplyPatchResult {
     pub files: Vec<String>,
     /// Per-file changes with versions.
     pub changes: Vec<FileChange>,
+    /// `check_only`: the unified diff the patch would apply (files the caller may not `read`
+    /// are named as withheld, their content never shown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diff: Option<String>,
 }
 
 /// Parameters of `operation_status`.

@@ -5,6 +5,7 @@
 use super::approvals::{ApprovalStateResult, OperationResumeResult};
 use super::files::{ApplyPatchResult, FindFilesResult, FindResult, GrepResult, ReadResult};
 use super::info::WorkspaceInfoResult;
+use super::ledger::OperationDiffResult;
 use super::process::{
     ExecCommandResult, ProcessAckResult, ProcessResizeResult, ProcessStatusResult,
     ReadProcessResult,
@@ -35,6 +36,8 @@ pub enum ToolResult {
     /// `approval_create` and `approval_resolve`.
     ApprovalState(ApprovalStateResult),
     OperationResume(Box<OperationResumeResult>),
+    /// `operation_diff` (the operation ledger, issue 31).
+    OperationDiff(Box<OperationDiffResult>),
 }
 
 /// Result of `read` with `paths`: one entry per path, in the order asked.

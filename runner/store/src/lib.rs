@@ -1,6 +1,7 @@
 //! The SQLite store of CodeSpace: decisions (audit), events, operations and their scoped keys,
 //! processes, workspace registrations, the sealed patch journal, server instances, approval
-//! holds, retention pruning, re-redacting stored rows.
+//! holds, the operation ledger (changed files, content-addressed blobs), retention pruning,
+//! re-redacting stored rows.
 //!
 //! One [`Store`] wraps one `rusqlite::Connection` behind a mutex: it is `Send + Sync` and cheap to
 //! share in an `Arc`. Every time is unix milliseconds (see [`now_ms`]).
@@ -17,6 +18,7 @@ mod error;
 mod events;
 mod instances;
 mod journal;
+mod ledger;
 mod migrate;
 mod operations;
 mod processes;
@@ -37,6 +39,7 @@ pub use error::StoreError;
 pub use events::EventRow;
 pub use instances::InstanceRow;
 pub use journal::{JournalEntry, JournalSeal, OpenJournal};
+pub use ledger::{Blob, LedgerFile};
 pub use migrate::LATEST_VERSION;
 pub use operations::{KeyClaim, KeyScope, OperationEvent, OperationRow};
 pub use processes::ProcessRow;

@@ -66,7 +66,7 @@ pub struct OperationEvent {
     pub reason: Option<String>,
 }
 
-const COLUMNS: &str = "operation_id, operation_key, fingerprint, tool, workspace, client, status, \
+pub(crate) const COLUMNS: &str = "operation_id, operation_key, fingerprint, tool, workspace, client, status, \
      created_ms, finished_ms, result";
 
 /// [`COLUMNS`] qualified with a table alias.
@@ -78,7 +78,7 @@ fn prefixed_columns(alias: &str) -> String {
         .join(", ")
 }
 
-fn from_row(row: &Row<'_>) -> rusqlite::Result<OperationRow> {
+pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<OperationRow> {
     Ok(OperationRow {
         operation_id: row.get(0)?,
         operation_key: row.get(1)?,

@@ -26,18 +26,22 @@ pub enum PruneTarget {
     /// expired, or pending/granted past their expiry (a `resuming` hold, whose resume was
     /// interrupted, stays for an operator to look at).
     Approvals,
+    /// Ledger blobs no ledger row names any more (their operations were pruned); the cutoff is
+    /// not used.
+    LedgerBlobs,
 }
 
 impl PruneTarget {
     /// Every target, in the order a prune round runs them (processes before the operations they
     /// refer to).
-    pub const ALL: [PruneTarget; 6] = [
+    pub const ALL: [PruneTarget; 7] = [
         PruneTarget::Decisions,
         PruneTarget::Events,
         PruneTarget::OperationKeys,
         PruneTarget::Processes,
         PruneTarget::Operations,
         PruneTarget::Approvals,
+        PruneTarget::LedgerBlobs,
     ];
 
     /// The name used in events and logs.
@@ -49,6 +53,7 @@ impl PruneTarget {
             PruneTarget::Operations => "operations",
             PruneTarget::OperationKeys => "operation_keys",
             PruneTarget::Approvals => "approvals",
+            PruneTarget::LedgerBlobs => "ledger_blobs",
         }
     }
 
@@ -87,6 +92,14 @@ impl PruneTarget {
                   AND (state IN ('denied', 'consumed', 'expired') \
                        OR (state IN ('pending', 'granted') AND expires_ms < ?1)) \
                   ORDER BY created_ms LIMIT ?2)"
+            }
+            // `?1 = ?1` keeps the cutoff parameter bound (every target takes two).
+            PruneTarget::LedgerBlobs => {
+                "DELETE FROM ledger_blobs WHERE hash IN \
+                 (SELECT b.hash FROM ledger_blobs b WHERE ?1 = ?1 \
+                  AND NOT EXISTS (SELECT 1 FROM ledger_files f WHERE f.before_version = b.hash) \
+                  AND NOT EXISTS (SELECT 1 FROM ledger_files f WHERE f.after_version = b.hash) \
+                  LIMIT ?2)"
             }
         }
     }
