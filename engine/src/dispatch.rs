@@ -57,6 +57,39 @@ async fn read_many(
     Ok(ReadManyResult { files })
 }
 
+/// `process_list`: decided on the one workspace it names, or on each workspace (one decision
+/// each; a workspace whose decision refuses is left out, its processes unlisted); each
+/// workspace's own handles of the caller, newest first.
+async fn process_list(
+    gw: &Gateway,
+    snap: &Arc<PolicySnapshot>,
+    call: &ToolCall,
+    p: &crate::wire::ProcessListParams,
+    session: &Session,
+) -> Result<crate::wire::ProcessListResult, ToolError> {
+    let mut processes = Vec::new();
+    match p.workspace_id.as_deref().filter(|s| !s.is_empty()) {
+        Some(id) => {
+            let auth = gw.authorize_on(snap, id, call, session).await?;
+            crate::tools::process_list::process_list_in(&auth, &mut processes);
+        }
+        None => {
+            let ids: Vec<String> = gw.workspaces.keys().cloned().collect();
+            for id in ids {
+                if let Ok(auth) = gw.authorize_on(snap, &id, call, session).await {
+                    crate::tools::process_list::process_list_in(&auth, &mut processes);
+                }
+            }
+        }
+    }
+    processes.sort_by(|a, b| {
+        b.started_at
+            .cmp(&a.started_at)
+            .then_with(|| a.process_id.cmp(&b.process_id))
+    });
+    Ok(crate::wire::ProcessListResult { processes })
+}
+
 impl Gateway {
     /// Serves one tool call. The result is the tool's result object.
     pub async fn call(&self, session: &Session, call: ToolCall) -> Result<ToolResult, ToolError> {
@@ -185,6 +218,9 @@ impl Gateway {
                     .await
                     .map(ToolResult::ProcessResize)
             }
+            ToolCall::ProcessList(p) => process_list(self, &snap, &call, p, session)
+                .await
+                .map(ToolResult::ProcessList),
             ToolCall::TerminateProcess(p) => {
                 let auth = self
                     .authorize_process(&snap, session, &call, &p.process_id)

@@ -37,6 +37,8 @@ pub enum ToolName {
     Grep,
     /// `find_files`
     FindFiles,
+    /// `process_list`
+    ProcessList,
 }
 
 /// One row of the tool table.
@@ -213,6 +215,16 @@ pub const TOOLS: &[ToolSpec] = &[
         false,
         None,
     ),
+    // The caller's own process handles (issue 31's file toolkit).
+    row(
+        ToolName::ProcessList,
+        "List own processes",
+        true,
+        false,
+        true,
+        false,
+        None,
+    ),
 ];
 
 impl ToolName {
@@ -235,6 +247,7 @@ impl ToolName {
             ToolName::OperationResume => "operation_resume",
             ToolName::Grep => "grep",
             ToolName::FindFiles => "find_files",
+            ToolName::ProcessList => "process_list",
         }
     }
 
@@ -294,7 +307,8 @@ mod tests {
                 | ToolName::ApprovalResolve
                 | ToolName::OperationResume
                 | ToolName::Grep
-                | ToolName::FindFiles => out.push(t),
+                | ToolName::FindFiles
+                | ToolName::ProcessList => out.push(t),
             }
         }
         out
@@ -304,7 +318,7 @@ mod tests {
     fn every_tool_has_one_row() {
         let names: BTreeSet<_> = all_variants().into_iter().collect();
         assert_eq!(names.len(), TOOLS.len(), "one row per tool, no duplicates");
-        assert_eq!(names.len(), 16);
+        assert_eq!(names.len(), 17);
         for t in names {
             assert_eq!(t.spec().name, t);
             assert_eq!(ToolName::parse(t.as_str()), Some(t));

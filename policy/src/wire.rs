@@ -16,6 +16,9 @@ mod result;
 
 /// Largest `read` window, and its default.
 pub const READ_MAX_BYTES: u64 = 1024 * 1024;
+/// Largest image `read` returns as MCP image content (PNG, JPEG, GIF, WebP; 3 MiB, about 4 MiB
+/// of base64): a larger image is `FILE_TOO_LARGE` naming its size.
+pub const IMAGE_MAX_BYTES: u64 = 3 * 1024 * 1024;
 /// Largest `find` page, and its default.
 pub const FIND_MAX_PATHS: u64 = 10_000;
 /// Default `grep` page, in matches.
@@ -54,6 +57,7 @@ pub enum ToolCall {
     ApprovalCreate(ApprovalCreateParams),
     ApprovalResolve(ApprovalResolveParams),
     OperationResume(OperationResumeParams),
+    ProcessList(ProcessListParams),
 }
 
 /// Why a `tools/call` could not become a [`ToolCall`].
@@ -104,6 +108,7 @@ impl ToolCall {
             ToolName::ApprovalCreate => ToolCall::ApprovalCreate(parse_args(args)?),
             ToolName::ApprovalResolve => ToolCall::ApprovalResolve(parse_args(args)?),
             ToolName::OperationResume => ToolCall::OperationResume(parse_args(args)?),
+            ToolName::ProcessList => ToolCall::ProcessList(parse_args(args)?),
         })
     }
 
@@ -126,6 +131,7 @@ impl ToolCall {
             ToolCall::ApprovalCreate(_) => ToolName::ApprovalCreate,
             ToolCall::ApprovalResolve(_) => ToolName::ApprovalResolve,
             ToolCall::OperationResume(_) => ToolName::OperationResume,
+            ToolCall::ProcessList(_) => ToolName::ProcessList,
         }
     }
 
@@ -145,6 +151,7 @@ impl ToolCall {
             ToolCall::Grep(p) => Some(&p.workspace_id),
             ToolCall::FindFiles(p) => Some(&p.workspace_id),
             ToolCall::ApprovalCreate(p) => p.arguments.get("workspace_id").and_then(|w| w.as_str()),
+            ToolCall::ProcessList(p) => p.workspace_id.as_deref().filter(|s| !s.is_empty()),
             _ => None,
         }
     }

@@ -11,4 +11,5 @@ pub mod info;
 pub mod ops;
 pub mod patch;
 pub mod process;
+pub mod process_list;
 pub mod search;

@@ -20,6 +20,7 @@ mod egress_proxy;
 mod environments;
 mod fence_dirs;
 mod file_limits;
+mod filekit;
 mod first_hour;
 mod http_common;
 mod http_keepalive;

@@ -5,6 +5,7 @@
 use super::approvals::{ApprovalStateResult, OperationResumeResult};
 use super::files::{ApplyPatchResult, FindFilesResult, FindResult, GrepResult, ReadResult};
 use super::info::WorkspaceInfoResult;
+use super::process::ProcessListResult;
 use super::process::{
     ExecCommandResult, ProcessAckResult, ProcessResizeResult, ProcessStatusResult,
     ReadProcessResult,
@@ -35,6 +36,7 @@ pub enum ToolResult {
     /// `approval_create` and `approval_resolve`.
     ApprovalState(ApprovalStateResult),
     OperationResume(Box<OperationResumeResult>),
+    ProcessList(ProcessListResult),
 }
 
 /// Result of `read` with `paths`: one entry per path, in the order asked.
@@ -129,6 +131,8 @@ mod tests {
             offset: None,
             next_offset: None,
             byte_count: 3,
+            mime_type: None,
+            image: None,
         }
     }
 

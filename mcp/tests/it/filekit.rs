@@ -1,0 +1,240 @@
+//! The file toolkit of issue 31 through the built binary: `read` of an image is MCP image
+//! content (size-capped), other binary files are `BINARY_FILE` with size and sha256 (or base64
+//! when asked); `process_list` lists the caller's own handles, never another client's.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use crate::http_common::{Setup, call, initialize};
+use crate::stdio_common::StdioServer;
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+/// A 1x1 PNG (a valid image: signature, IHDR, IDAT, IEND).
+const PNG_1X1: &[u8] = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89\x00\x00\x00\rIDATx\x9cc\xf8\xcf\xc0\xf0\x1f\x00\x05\x00\x01\xff\x89\x99=\x1d\x00\x00\x00\x00IEND\xaeB`\x82";
+
+fn b64(data: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(data)
+}
+
+fn sha256_version(data: &[u8]) -> String {
+    use sha2::Digest as _;
+    format!("sha256:{}", hex::encode(sha2::Sha256::digest(data)))
+}
+
+#[test]
+fn an_image_read_is_image_content_and_a_binary_file_is_binary_file() {
+    let mut s = StdioServer::serve_temp_workspace().spawn();
+    s.initialize("filekit-test");
+    let ws = s.dir().join("ws");
+    std::fs::write(ws.join("dot.png"), PNG_1X1).unwrap();
+    // A JPEG larger than one read window (1 MiB) but under the image cap (3 MiB).
+    let mut jpeg = b"\xff\xd8\xff\xe0".to_vec();
+    jpeg.resize(1_500_000, 7);
+    std::fs::write(ws.join("big.jpg"), &jpeg).unwrap();
+    // A GIF above the cap.
+    let mut gif = b"GIF89a".to_vec();
+    gif.resize(3 * 1024 * 1024 + 1, 1);
+    std::fs::write(ws.join("huge.gif"), &gif).unwrap();
+    let blob = b"ELF\x00\x01\x02binary\x00data".to_vec();
+    std::fs::write(ws.join("tool.bin"), &blob).unwrap();
+
+    // The PNG: a JSON text item mirroring structuredContent, then the image item.
+    let r = s.call(
+        "read",
+        json!({"workspace_id": "default", "path": "dot.png"}),
+    );
+    assert_eq!(r["isError"], false, "{r}");
+    let sc = &r["structuredContent"];
+    assert_eq!(sc["mime_type"], "image/png", "{r}");
+    assert_eq!(sc["content"], "", "{r}");
+    assert_eq!(sc["byte_count"], PNG_1X1.len(), "{r}");
+    assert_eq!(sc["version"], sha256_version(PNG_1X1), "{r}");
+    let text: Value = serde_json::from_str(r["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(&text, sc);
+    assert_eq!(r["content"][1]["type"], "image", "{r}");
+    assert_eq!(r["content"][1]["mimeType"], "image/png", "{r}");
+    assert_eq!(r["content"][1]["data"], b64(PNG_1X1), "{r}");
+    assert_eq!(r["content"].as_array().unwrap().len(), 2, "{r}");
+
+    // Larger than a window: read whole all the same.
+    let r = s.call(
+        "read",
+        json!({"workspace_id": "default", "path": "big.jpg"}),
+    );
+    assert_eq!(r["structuredContent"]["mime_type"], "image/jpeg");
+    assert_eq!(r["content"][1]["data"], b64(&jpeg));
+
+    // Over the cap: FILE_TOO_LARGE naming its size.
+    let e = s.tool_err(
+        "read",
+        json!({"workspace_id": "default", "path": "huge.gif"}),
+    );
+    assert_eq!(e["code"], "FILE_TOO_LARGE", "{e}");
+    let msg = e["message"].as_str().unwrap();
+    assert!(
+        msg.contains(&gif.len().to_string()) && msg.contains("3145728"),
+        "{msg}"
+    );
+
+    // Asked as base64: the bytes, no image item.
+    let r = s.call(
+        "read",
+        json!({"workspace_id": "default", "path": "dot.png", "encoding": "base64"}),
+    );
+    assert_eq!(r["structuredContent"]["content"], b64(PNG_1X1), "{r}");
+    assert!(r["structuredContent"].get("mime_type").is_none(), "{r}");
+    assert_eq!(r["content"].as_array().unwrap().len(), 1, "{r}");
+
+    // Asked as text: BINARY_FILE.
+    let e = s.tool_err(
+        "read",
+        json!({"workspace_id": "default", "path": "dot.png", "encoding": "text"}),
+    );
+    assert_eq!(e["code"], "BINARY_FILE", "{e}");
+
+    // Another binary file, content omitted: BINARY_FILE with its size and sha256.
+    let e = s.tool_err(
+        "read",
+        json!({"workspace_id": "default", "path": "tool.bin"}),
+    );
+    assert_eq!(e["code"], "BINARY_FILE", "{e}");
+    let msg = e["message"].as_str().unwrap();
+    assert!(
+        msg.contains(&format!("{} bytes", blob.len())) && msg.contains(&sha256_version(&blob)),
+        "{msg}"
+    );
+    let r = s.tool_ok(
+        "read",
+        json!({"workspace_id": "default", "path": "tool.bin", "encoding": "base64"}),
+    );
+    assert_eq!(r["content"], b64(&blob), "{r}");
+
+    // Several paths: each image's bytes as an image item, in order.
+    let r = s.call(
+        "read",
+        json!({"workspace_id": "default", "paths": ["a.txt", "dot.png", "tool.bin"]}),
+    );
+    let files = &r["structuredContent"]["files"];
+    assert_eq!(files[0]["content"], "alpha\n", "{r}");
+    assert_eq!(files[1]["mime_type"], "image/png", "{r}");
+    assert_eq!(files[2]["error"]["code"], "BINARY_FILE", "{r}");
+    assert_eq!(r["content"][1]["data"], b64(PNG_1X1), "{r}");
+    assert_eq!(r["content"].as_array().unwrap().len(), 2, "{r}");
+}
+
+/// `process_list` over the built binary: the caller's own command, with its state, command
+/// line and start time.
+#[test]
+fn process_list_shows_the_callers_own_command() {
+    if crate::process_common::skip_without_sandbox("process_list_shows_the_callers_own_command") {
+        return;
+    }
+    let mut s = StdioServer::serve_temp_workspace().spawn();
+    s.initialize("filekit-test");
+    let empty = s.tool_ok("process_list", json!({}));
+    assert_eq!(empty["processes"], json!([]), "{empty}");
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let x = s.tool_ok(
+        "exec_command",
+        json!({"workspace_id": "default", "command": ["cat", "-"]}),
+    );
+    let pid = x["process_id"].as_str().unwrap().to_string();
+    let list = s.tool_ok("process_list", json!({"workspace_id": "default"}));
+    let procs = list["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 1, "{list}");
+    assert_eq!(procs[0]["process_id"], pid.as_str());
+    assert_eq!(procs[0]["workspace_id"], "default");
+    assert_eq!(procs[0]["state"], "running");
+    assert_eq!(procs[0]["command"], "cat -");
+    assert_eq!(procs[0]["tty"], false);
+    assert!(
+        procs[0]["started_at"].as_i64().unwrap() >= before - 1,
+        "{list}"
+    );
+    let e = s.tool_err("process_list", json!({"workspace_id": "nope"}));
+    assert_eq!(e["code"], "WORKSPACE_NOT_FOUND", "{e}");
+    s.tool_ok("terminate_process", json!({"process_id": pid}));
+    let list = s.tool_ok("process_list", json!({}));
+    assert_eq!(list["processes"][0]["state"], "exited", "{list}");
+}
+
+const CI_TOKEN: &str = "ci-token-0123456789abcdef";
+const DEV_TOKEN: &str = "dev-token-0123456789abcdef";
+
+/// Two clients of one server: each lists its own process and never the other's.
+#[tokio::test]
+async fn process_list_never_shows_another_clients_process() {
+    if crate::process_common::skip_without_sandbox(
+        "process_list_never_shows_another_clients_process",
+    ) {
+        return;
+    }
+    let s = Setup {
+        clients: vec![("ci", CI_TOKEN), ("dev", DEV_TOKEN)],
+        sandbox: true,
+        ..Setup::default()
+    }
+    .start()
+    .await;
+    let ci = initialize(s.addr, Some(CI_TOKEN)).await;
+    let dev = initialize(s.addr, Some(DEV_TOKEN)).await;
+    let mut ids = Vec::new();
+    for (n, (token, sid)) in [(CI_TOKEN, &ci), (DEV_TOKEN, &dev)].into_iter().enumerate() {
+        let r = call(
+            s.addr,
+            Some(token),
+            sid,
+            10 + n as i64,
+            "exec_command",
+            // Services: a second command needs no mutation lease.
+            json!({"workspace_id": "main", "command": ["cat"], "background": true}),
+        )
+        .await;
+        assert_eq!(r["result"]["isError"], false, "{r}");
+        ids.push(
+            r["result"]["structuredContent"]["process_id"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    for (n, (token, sid)) in [(CI_TOKEN, &ci), (DEV_TOKEN, &dev)].into_iter().enumerate() {
+        for args in [json!({}), json!({"workspace_id": "main"})] {
+            let r = call(
+                s.addr,
+                Some(token),
+                sid,
+                20 + n as i64,
+                "process_list",
+                args,
+            )
+            .await;
+            let listed: Vec<&str> = r["result"]["structuredContent"]["processes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["process_id"].as_str().unwrap())
+                .collect();
+            assert_eq!(listed, [ids[n].as_str()], "{r}");
+        }
+    }
+    for (n, (token, sid)) in [(CI_TOKEN, &ci), (DEV_TOKEN, &dev)].into_iter().enumerate() {
+        call(
+            s.addr,
+            Some(token),
+            sid,
+            30 + n as i64,
+            "terminate_process",
+            json!({"process_id": ids[n]}),
+        )
+        .await;
+    }
+    s.stop().await;
+}
