@@ -687,6 +687,7 @@ impl ServerHandler for CodeSpaceServer {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_tasks()
+                .enable_resources()
                 .build(),
         )
         .with_server_info(
@@ -760,6 +761,37 @@ impl ServerHandler for CodeSpaceServer {
         } else {
             list
         })
+    }
+
+    // Resources (issue 31): each list and read is a tool call through the gateway
+    // (crate::resources).
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourcesResult, McpError> {
+        let session = request_session(&context).unwrap_or_else(|| self.session.clone());
+        let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
+        crate::resources::list(&self.gateway, &session, cursor).await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourceTemplatesResult, McpError> {
+        Ok(crate::resources::templates())
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
+        let session = request_session(&context).unwrap_or_else(|| self.session.clone());
+        crate::resources::read(&self.gateway, &session, &request.uri)
+            .await
+            .map(Into::into)
     }
 
     async fn call_tool(

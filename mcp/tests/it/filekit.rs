@@ -165,6 +165,78 @@ fn process_list_shows_the_callers_own_command() {
     assert_eq!(list["processes"][0]["state"], "exited", "{list}");
 }
 
+/// Resources over the built binary: a process's output is listed and readable, decided as
+/// `read_process`; unknown URIs and processes are resource-not-found; operation diffs name the
+/// tool that serves them.
+#[test]
+fn process_output_is_a_resource_listed_and_read_through_the_gateway() {
+    if crate::process_common::skip_without_sandbox(
+        "process_output_is_a_resource_listed_and_read_through_the_gateway",
+    ) {
+        return;
+    }
+    let mut s = StdioServer::serve_temp_workspace().spawn();
+    let init = s.initialize("filekit-test");
+    assert!(
+        init["result"]["capabilities"]["resources"].is_object(),
+        "{init}"
+    );
+    let x = s.tool_ok(
+        "exec_command",
+        json!({"workspace_id": "default", "command": ["echo", "resource output"], "yield_ms": 10000}),
+    );
+    let pid = x["process_id"].as_str().unwrap().to_string();
+    let uri = format!("codespace://processes/{pid}/output");
+    let list = s.request("resources/list", json!({}));
+    let resources = list["result"]["resources"].as_array().unwrap();
+    assert_eq!(resources.len(), 1, "{list}");
+    assert_eq!(resources[0]["uri"], uri.as_str(), "{list}");
+    assert_eq!(resources[0]["mimeType"], "text/plain", "{list}");
+    assert!(list["result"].get("nextCursor").is_none(), "{list}");
+    let bad = s.request("resources/list", json!({"cursor": "not-a-cursor"}));
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+    let read = s.request("resources/read", json!({"uri": uri}));
+    let contents = &read["result"]["contents"];
+    assert_eq!(contents[0]["uri"], uri.as_str(), "{read}");
+    assert!(
+        contents[0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("resource output"),
+        "{read}"
+    );
+    let missing = s.request(
+        "resources/read",
+        json!({"uri": "codespace://processes/proc-nope/output"}),
+    );
+    assert_eq!(missing["error"]["code"], -32002, "{missing}");
+    let other = s.request("resources/read", json!({"uri": "file:///etc/passwd"}));
+    assert_eq!(other["error"]["code"], -32002, "{other}");
+    let t = s.request("resources/templates/list", json!({}));
+    let templates: Vec<&str> = t["result"]["resourceTemplates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["uriTemplate"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        templates,
+        [
+            "codespace://processes/{id}/output",
+            "codespace://operations/{id}/diff"
+        ]
+    );
+    let diff = s.request(
+        "resources/read",
+        json!({"uri": "codespace://operations/op-1/diff"}),
+    );
+    let msg = diff["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        msg.contains("operation_diff") || diff["result"].is_object(),
+        "{diff}"
+    );
+}
+
 const CI_TOKEN: &str = "ci-token-0123456789abcdef";
 const DEV_TOKEN: &str = "dev-token-0123456789abcdef";
 
@@ -225,6 +297,18 @@ async fn process_list_never_shows_another_clients_process() {
             assert_eq!(listed, [ids[n].as_str()], "{r}");
         }
     }
+    // Another client's output resource: refused like its read_process.
+    let r = crate::http_common::post(
+        s.addr,
+        Some(DEV_TOKEN),
+        Some(&dev),
+        &json!({"jsonrpc": "2.0", "id": 40, "method": "resources/read",
+                "params": {"uri": format!("codespace://processes/{}/output", ids[0])}}),
+    )
+    .await;
+    let reply = r.reply(40);
+    assert!(reply["error"].is_object(), "{reply}");
+    assert!(reply.get("result").is_none(), "{reply}");
     for (n, (token, sid)) in [(CI_TOKEN, &ci), (DEV_TOKEN, &dev)].into_iter().enumerate() {
         call(
             s.addr,
