@@ -322,3 +322,62 @@ async fn process_list_never_shows_another_clients_process() {
     }
     s.stop().await;
 }
+
+/// `resources/list` pages: 101 processes are 100 on the first page and one on the page its
+/// `nextCursor` names, together every process once.
+#[test]
+fn resources_list_is_paged() {
+    if crate::process_common::skip_without_sandbox("resources_list_is_paged") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let cfg = json!({
+        "workspaces": {"default": {"root": ws, "profile": "workspace-write"}},
+        "store": dir.path().join("store.db"),
+        "limits": {"max_exited_processes": 200},
+    });
+    let path = dir.path().join("config.json");
+    std::fs::write(&path, cfg.to_string()).unwrap();
+    let mut s = StdioServer::serve()
+        .arg("--config")
+        .arg(&path)
+        .env("HOME", dir.path())
+        .env("XDG_DATA_HOME", dir.path())
+        .deadline(std::time::Duration::from_secs(300))
+        .spawn();
+    s.initialize("filekit-test");
+    let mut started = std::collections::BTreeSet::new();
+    for _ in 0..101 {
+        let x = s.tool_ok(
+            "exec_command",
+            json!({"workspace_id": "default", "command": ["true"], "yield_ms": 10000}),
+        );
+        started.insert(x["process_id"].as_str().unwrap().to_string());
+    }
+    let uris = |page: &Value| -> Vec<String> {
+        page["result"]["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["uri"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let first = s.request("resources/list", json!({}));
+    assert_eq!(uris(&first).len(), 100, "{first}");
+    let cursor = first["result"]["nextCursor"].as_str().unwrap().to_string();
+    let second = s.request("resources/list", json!({"cursor": cursor}));
+    assert_eq!(uris(&second).len(), 1, "{second}");
+    assert!(second["result"].get("nextCursor").is_none(), "{second}");
+    let listed: std::collections::BTreeSet<String> = uris(&first)
+        .into_iter()
+        .chain(uris(&second))
+        .map(|u| {
+            u.trim_start_matches("codespace://processes/")
+                .trim_end_matches("/output")
+                .to_string()
+        })
+        .collect();
+    assert_eq!(listed, started);
+}
