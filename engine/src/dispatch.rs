@@ -29,6 +29,8 @@ async fn read_many(
     gw.workspace(&p.workspace_id)?;
     let paths = p.paths.as_deref().unwrap_or_default();
     let mut files = Vec::with_capacity(paths.len());
+    // The images of one call share one image cap (64 images of 3 MiB would be 192 MiB).
+    let mut image_bytes: u64 = 0;
     for path in paths {
         let one = ReadParams {
             path: Some(path.clone()),
@@ -40,6 +42,21 @@ async fn read_many(
             Ok(a) => crate::tools::fs::read(&a, &one).await,
             Err(e) => Err(e),
         };
+        let r = r.and_then(|read| {
+            let n = read.image.as_ref().map_or(0, |d| d.len() as u64);
+            let total = image_bytes.saturating_add(n);
+            if total > crate::wire::IMAGE_MAX_BYTES {
+                return Err(ToolError::new(
+                    crate::error::ErrorCode::FileTooLarge,
+                    format!(
+                        "{path}: the images of one read total at most {} bytes; read this one alone",
+                        crate::wire::IMAGE_MAX_BYTES
+                    ),
+                ));
+            }
+            image_bytes = total;
+            Ok(read)
+        });
         files.push(match r {
             Ok(v) => ReadManyFile::Read(v),
             Err(mut e) => {

@@ -33,7 +33,7 @@ fn an_image_read_is_image_content_and_a_binary_file_is_binary_file() {
     std::fs::write(ws.join("dot.png"), PNG_1X1).unwrap();
     // A JPEG larger than one read window (1 MiB) but under the image cap (3 MiB).
     let mut jpeg = b"\xff\xd8\xff\xe0".to_vec();
-    jpeg.resize(1_500_000, 7);
+    jpeg.resize(1_600_000, 7);
     std::fs::write(ws.join("big.jpg"), &jpeg).unwrap();
     // A GIF above the cap.
     let mut gif = b"GIF89a".to_vec();
@@ -124,6 +124,19 @@ fn an_image_read_is_image_content_and_a_binary_file_is_binary_file() {
     assert_eq!(files[2]["error"]["code"], "BINARY_FILE", "{r}");
     assert_eq!(r["content"][1]["data"], b64(PNG_1X1), "{r}");
     assert_eq!(r["content"].as_array().unwrap().len(), 2, "{r}");
+
+    // The images of one `paths` read share the cap: the second 1.6 MB JPEG is refused, the
+    // small PNG after it still fits.
+    std::fs::write(ws.join("big2.jpg"), &jpeg).unwrap();
+    let r = s.call(
+        "read",
+        json!({"workspace_id": "default", "paths": ["big.jpg", "big2.jpg", "dot.png"]}),
+    );
+    let files = &r["structuredContent"]["files"];
+    assert_eq!(files[0]["mime_type"], "image/jpeg", "{r}");
+    assert_eq!(files[1]["error"]["code"], "FILE_TOO_LARGE", "{r}");
+    assert_eq!(files[2]["mime_type"], "image/png", "{r}");
+    assert_eq!(r["content"].as_array().unwrap().len(), 3, "{r}");
 }
 
 /// `process_list` over the built binary: the caller's own command, with its state, command
