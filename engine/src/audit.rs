@@ -21,6 +21,7 @@ const READ_ONLY_TOOLS: &[ToolName] = &[
     ToolName::OperationStatus,
     ToolName::ReadProcess,
     ToolName::ProcessStatus,
+    ToolName::ProcessList,
 ];
 
 tokio::task_local! {

@@ -29,6 +29,8 @@ async fn read_many(
     gw.workspace(&p.workspace_id)?;
     let paths = p.paths.as_deref().unwrap_or_default();
     let mut files = Vec::with_capacity(paths.len());
+    // The images of one call share one image cap (64 images of 3 MiB would be 192 MiB).
+    let mut image_bytes: u64 = 0;
     for path in paths {
         let one = ReadParams {
             path: Some(path.clone()),
@@ -40,6 +42,21 @@ async fn read_many(
             Ok(a) => crate::tools::fs::read(&a, &one).await,
             Err(e) => Err(e),
         };
+        let r = r.and_then(|read| {
+            let n = read.image.as_ref().map_or(0, |d| d.len() as u64);
+            let total = image_bytes.saturating_add(n);
+            if total > crate::wire::IMAGE_MAX_BYTES {
+                return Err(ToolError::new(
+                    crate::error::ErrorCode::FileTooLarge,
+                    format!(
+                        "{path}: the images of one read total at most {} bytes; read this one alone",
+                        crate::wire::IMAGE_MAX_BYTES
+                    ),
+                ));
+            }
+            image_bytes = total;
+            Ok(read)
+        });
         files.push(match r {
             Ok(v) => ReadManyFile::Read(v),
             Err(mut e) => {
@@ -55,6 +72,39 @@ async fn read_many(
         });
     }
     Ok(ReadManyResult { files })
+}
+
+/// `process_list`: decided on the one workspace it names, or on each workspace (one decision
+/// each; a workspace whose decision refuses is left out, its processes unlisted); each
+/// workspace's own handles of the caller, newest first.
+async fn process_list(
+    gw: &Gateway,
+    snap: &Arc<PolicySnapshot>,
+    call: &ToolCall,
+    p: &crate::wire::ProcessListParams,
+    session: &Session,
+) -> Result<crate::wire::ProcessListResult, ToolError> {
+    let mut processes = Vec::new();
+    match p.workspace_id.as_deref().filter(|s| !s.is_empty()) {
+        Some(id) => {
+            let auth = gw.authorize_on(snap, id, call, session).await?;
+            crate::tools::process_list::process_list_in(&auth, &mut processes).await;
+        }
+        None => {
+            let ids: Vec<String> = gw.workspaces.keys().cloned().collect();
+            for id in ids {
+                if let Ok(auth) = gw.authorize_on(snap, &id, call, session).await {
+                    crate::tools::process_list::process_list_in(&auth, &mut processes).await;
+                }
+            }
+        }
+    }
+    processes.sort_by(|a, b| {
+        b.started_at
+            .cmp(&a.started_at)
+            .then_with(|| a.process_id.cmp(&b.process_id))
+    });
+    Ok(crate::wire::ProcessListResult { processes })
 }
 
 impl Gateway {
@@ -210,6 +260,9 @@ impl Gateway {
                     .await
                     .map(ToolResult::ProcessResize)
             }
+            ToolCall::ProcessList(p) => process_list(self, &snap, &call, p, session)
+                .await
+                .map(ToolResult::ProcessList),
             ToolCall::TerminateProcess(p) => {
                 let auth = self
                     .authorize_process(&snap, session, &call, &p.process_id)

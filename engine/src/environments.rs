@@ -361,6 +361,7 @@ pub fn needs_environment(call: &crate::wire::ToolCall) -> bool {
         | T::OperationStatus(_)
         | T::ApprovalCreate(_)
         | T::ApprovalResolve(_)
-        | T::OperationResume(_) => false,
+        | T::OperationResume(_)
+        | T::ProcessList(_) => false,
     }
 }

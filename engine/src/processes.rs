@@ -87,6 +87,8 @@ pub(crate) struct Entry {
     /// The runner it lives on.
     pub(crate) runner: Arc<dyn Runner>,
     pub(crate) standing: Standing,
+    /// When the gateway started it (Unix milliseconds).
+    pub(crate) started_ms: i64,
     seq: u64,
 }
 
@@ -117,6 +119,7 @@ impl Entry {
             proxy,
             runner,
             standing: Standing::Live,
+            started_ms: codespace_store::now_ms(),
             seq: 0,
         }
     }

@@ -21,6 +21,7 @@ pub mod policy_cli;
 pub mod policy_diff;
 pub mod policy_verify;
 pub mod policy_verify_props;
+pub mod resources;
 pub mod server;
 pub mod setup;
 pub mod stdio;

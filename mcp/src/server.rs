@@ -18,6 +18,7 @@ use codespace_engine::wire::{
 use codespace_engine::wire::{
     FindFilesParams, FindFilesResult, GrepParams, GrepResult, ReadManyFile, ToolResult,
 };
+use codespace_engine::wire::{ProcessListParams, ProcessListResult};
 use codespace_engine::{
     ErrorCode, Gateway, Session, TOOLS, ToolCall, ToolError, ToolName, ToolSpec, with_trace_parent,
 };
@@ -312,7 +313,9 @@ fn wire_tool(tool: ToolName) -> Tool {
                  max 1 MiB, or the first/last N lines with head_lines/tail_lines) and the sha256 version of the \
                  whole file. Use next_offset to continue. encoding \"text\" refuses non-UTF-8 bytes with \
                  BINARY_FILE, \"base64\" returns the bytes exactly; omitted, invalid UTF-8 is replaced \
-                 (content_lossy). paths (up to 64) reads several files: {files: [...]}, each a result or its own \
+                 (content_lossy), a file holding a NUL byte is BINARY_FILE (size and sha256), and a whole \
+                 PNG/JPEG/GIF/WebP image (up to 3 MiB, else FILE_TOO_LARGE) comes back as an image content \
+                 item with mime_type set and content empty. paths (up to 64) reads several files: {files: [...]}, each a result or its own \
                  error. Symlinks, special files and paths outside the workspace are refused.",
                 schema_for_type::<ReadParams>(),
             )
@@ -454,6 +457,15 @@ fn wire_tool(tool: ToolName) -> Tool {
                 schema_for_type::<codespace_engine::wire::OperationRevertParams>(),
             )
             .with_output_schema::<ApplyPatchResult>(),
+        ToolName::ProcessList => Tool::new(
+            name,
+                "List your own process handles (running, or exited and not yet evicted), newest first: \
+                 process_id, workspace_id, state, the command line (first 200 characters), started_at (Unix \
+                 seconds), tty, background. Another client's processes are never listed. With workspace_id, \
+                 only that workspace (refused like any call); without, every workspace policy lets you list in.",
+                schema_for_type::<ProcessListParams>(),
+            )
+            .with_output_schema::<ProcessListResult>(),
     }
 }
 
@@ -568,10 +580,42 @@ fn plain_schema(v: &mut serde_json::Value) {
 
 /// The success result of a tool: its typed result serialized as `structuredContent` (the
 /// engine's result types leave optional fields out rather than sending null).
-pub(crate) fn tool_result(r: ToolResult) -> CallToolResult {
+pub(crate) fn tool_result(mut r: ToolResult) -> CallToolResult {
+    let images = take_images(&mut r);
     match result_value(r) {
-        Ok(v) => structured_result(v),
+        Ok(v) => {
+            let mut out = structured_result(v);
+            // An image read whole: its bytes as image content items after the JSON text item
+            // (in `paths` order), once; the JSON says `mime_type` with an empty `content`.
+            out.content.extend(images);
+            out
+        }
         Err(e) => error_result(&ToolError::new(ErrorCode::Internal, e.to_string())),
+    }
+}
+
+/// The image content items of a read (one file, or each image of `paths`), taken out of it.
+fn take_images(r: &mut ToolResult) -> Vec<ContentBlock> {
+    use base64::Engine as _;
+    let image = |read: &mut ReadResult| {
+        let data = read.image.take()?;
+        let mime = read.mime_type.clone()?;
+        Some(ContentBlock::image(
+            base64::engine::general_purpose::STANDARD.encode(data),
+            mime,
+        ))
+    };
+    match r {
+        ToolResult::Read(read) => image(read).into_iter().collect(),
+        ToolResult::ReadMany(many) => many
+            .files
+            .iter_mut()
+            .filter_map(|f| match f {
+                ReadManyFile::Read(read) => image(read),
+                ReadManyFile::Failed { .. } => None,
+            })
+            .collect(),
+        _ => Vec::new(),
     }
 }
 
@@ -668,6 +712,7 @@ impl ServerHandler for CodeSpaceServer {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_tasks()
+                .enable_resources()
                 .build(),
         )
         .with_server_info(
@@ -741,6 +786,37 @@ impl ServerHandler for CodeSpaceServer {
         } else {
             list
         })
+    }
+
+    // Resources (issue 31): each list and read is a tool call through the gateway
+    // (crate::resources).
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourcesResult, McpError> {
+        let session = request_session(&context).unwrap_or_else(|| self.session.clone());
+        let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
+        crate::resources::list(&self.gateway, &session, cursor).await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourceTemplatesResult, McpError> {
+        Ok(crate::resources::templates())
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
+        let session = request_session(&context).unwrap_or_else(|| self.session.clone());
+        crate::resources::read(&self.gateway, &session, &request.uri)
+            .await
+            .map(Into::into)
     }
 
     async fn call_tool(
@@ -879,6 +955,8 @@ mod tests {
             offset: Some(3),
             next_offset: Some(5003),
             byte_count: 5000,
+            mime_type: None,
+            image: None,
         };
         let one = ToolResult::Read(read.clone());
         assert_eq!(

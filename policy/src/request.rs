@@ -302,7 +302,7 @@ pub fn build(
     let mut targets: Vec<RelPath> = Vec::new();
     let mut parsed_patch = None;
     let reqs = match call {
-        ToolCall::WorkspaceInfo(_) | ToolCall::OperationStatus(_) => {
+        ToolCall::WorkspaceInfo(_) | ToolCall::OperationStatus(_) | ToolCall::ProcessList(_) => {
             vec![sub(tool, ".", "", base.clone(), ".".into())]
         }
         // The operation ledger (issue 31): the call on its operation's workspace; `operation_diff`

@@ -42,6 +42,8 @@ pub enum ToolName {
     OperationDiff,
     /// `operation_revert`
     OperationRevert,
+    /// `process_list`
+    ProcessList,
 }
 
 /// One row of the tool table.
@@ -238,6 +240,16 @@ pub const TOOLS: &[ToolSpec] = &[
         false,
         None,
     ),
+    // The caller's own process handles (issue 31's file toolkit).
+    row(
+        ToolName::ProcessList,
+        "List own processes",
+        true,
+        false,
+        true,
+        false,
+        None,
+    ),
 ];
 
 impl ToolName {
@@ -263,6 +275,7 @@ impl ToolName {
             // The operation ledger (issue 31).
             ToolName::OperationDiff => "operation_diff",
             ToolName::OperationRevert => "operation_revert",
+            ToolName::ProcessList => "process_list",
         }
     }
 
@@ -325,7 +338,8 @@ mod tests {
                 | ToolName::FindFiles
                 // The operation ledger (issue 31).
                 | ToolName::OperationDiff
-                | ToolName::OperationRevert => out.push(t),
+                | ToolName::OperationRevert
+                | ToolName::ProcessList => out.push(t),
             }
         }
         out
@@ -335,7 +349,7 @@ mod tests {
     fn every_tool_has_one_row() {
         let names: BTreeSet<_> = all_variants().into_iter().collect();
         assert_eq!(names.len(), TOOLS.len(), "one row per tool, no duplicates");
-        assert_eq!(names.len(), 18);
+        assert_eq!(names.len(), 19);
         for t in names {
             assert_eq!(t.spec().name, t);
             assert_eq!(ToolName::parse(t.as_str()), Some(t));

@@ -18,6 +18,9 @@ mod result;
 
 /// Largest `read` window, and its default.
 pub const READ_MAX_BYTES: u64 = 1024 * 1024;
+/// Largest image `read` returns as MCP image content (PNG, JPEG, GIF, WebP; 3 MiB, about 4 MiB
+/// of base64): a larger image is `FILE_TOO_LARGE` naming its size.
+pub const IMAGE_MAX_BYTES: u64 = 3 * 1024 * 1024;
 /// Largest `find` page, and its default.
 pub const FIND_MAX_PATHS: u64 = 10_000;
 /// Default `grep` page, in matches.
@@ -59,6 +62,7 @@ pub enum ToolCall {
     // The operation ledger (issue 31).
     OperationDiff(OperationDiffParams),
     OperationRevert(OperationRevertParams),
+    ProcessList(ProcessListParams),
 }
 
 /// Why a `tools/call` could not become a [`ToolCall`].
@@ -112,6 +116,7 @@ impl ToolCall {
             // The operation ledger (issue 31).
             ToolName::OperationDiff => ToolCall::OperationDiff(parse_args(args)?),
             ToolName::OperationRevert => ToolCall::OperationRevert(parse_args(args)?),
+            ToolName::ProcessList => ToolCall::ProcessList(parse_args(args)?),
         })
     }
 
@@ -137,6 +142,7 @@ impl ToolCall {
             // The operation ledger (issue 31).
             ToolCall::OperationDiff(_) => ToolName::OperationDiff,
             ToolCall::OperationRevert(_) => ToolName::OperationRevert,
+            ToolCall::ProcessList(_) => ToolName::ProcessList,
         }
     }
 
@@ -156,6 +162,7 @@ impl ToolCall {
             ToolCall::Grep(p) => Some(&p.workspace_id),
             ToolCall::FindFiles(p) => Some(&p.workspace_id),
             ToolCall::ApprovalCreate(p) => p.arguments.get("workspace_id").and_then(|w| w.as_str()),
+            ToolCall::ProcessList(p) => p.workspace_id.as_deref().filter(|s| !s.is_empty()),
             _ => None,
         }
     }

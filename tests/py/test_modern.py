@@ -133,6 +133,14 @@ async def every_tool(client: Client, mode: str) -> None:
     assert await call_err("process_resize", {"process_id": pid, "rows": 5, "cols": 5}) == "PROCESS_NOT_TTY"
     assert (await call_ok("process_status", {"process_id": pid}))["process_id"] == pid
     await call_ok("terminate_process", {"process_id": pid})
+    own = await call_ok("process_list", {"workspace_id": WS})
+    assert pid in [p["process_id"] for p in own["processes"]], own
+    # The process's output as a resource, listed and read in this era too.
+    uri = f"codespace://processes/{pid}/output"
+    resources = await asyncio.wait_for(client.list_resources(), CALL_TIMEOUT)
+    assert uri in [str(r.uri) for r in resources.resources], resources
+    read = await asyncio.wait_for(client.read_resource(uri), CALL_TIMEOUT)
+    assert "echo" in read.contents[0].text, read
 
     # The approval tools: a hold nobody created is not found (or not this client's to see).
     code = await call_err("approval_resolve", {"approval_id": "appr-none", "decision": "grant"})

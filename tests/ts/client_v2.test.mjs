@@ -97,6 +97,8 @@ async function everyTool(client, mode) {
   assert.equal(await errc('process_resize', { process_id: pid, rows: 5, cols: 5 }), 'PROCESS_NOT_TTY');
   assert.equal((await okc('process_status', { process_id: pid })).process_id, pid);
   await okc('terminate_process', { process_id: pid });
+  const own = await okc('process_list', { workspace_id: WS });
+  assert.ok(own.processes.some((p) => p.process_id === pid));
 
   // The approval tools: a hold nobody created is not found (or not this client's to see).
   const absent = ['APPROVAL_NOT_FOUND', 'UNAUTHORIZED', 'INVALID_ARGUMENTS'];

@@ -5,7 +5,7 @@ use crate::error::{ErrorCode, ToolError};
 use crate::gateway::Authorized;
 use crate::policy::Action;
 use crate::request::{check_read_args, path_request};
-use crate::wire::{READ_MAX_BYTES, ReadEncoding, ReadParams, ReadResult};
+use crate::wire::{IMAGE_MAX_BYTES, READ_MAX_BYTES, ReadEncoding, ReadParams, ReadResult};
 use base64::Engine as _;
 use codespace_runner_fs::Kind;
 
@@ -61,7 +61,18 @@ async fn read_one(auth: &Authorized<'_>, p: &ReadParams) -> Result<ReadResult, T
         req.links = opened_links;
         auth.decide_more(Action::READ, &[req])?;
     }
+    let whole = p.encoding.is_none()
+        && p.offset.is_none()
+        && p.limit.is_none()
+        && p.head_lines.is_none()
+        && p.tail_lines.is_none();
+    if whole && let Some(mime) = image_type(&out.data) {
+        return read_image(auth, &rel, mime, out).await;
+    }
     let mut data = out.data;
+    if p.encoding.is_none() && data.contains(&0) {
+        return Err(binary_file(rel.as_str(), out.size, &out.version));
+    }
     if let Some(n) = p.head_lines {
         data.truncate(head_len(&data, n));
     } else if let Some(n) = p.tail_lines {
@@ -99,11 +110,12 @@ async fn read_one(auth: &Authorized<'_>, p: &ReadParams) -> Result<ReadResult, T
                 return Err(ToolError::new(
                     ErrorCode::BinaryFile,
                     format!(
-                        "{} is not UTF-8 text (invalid byte at offset {} of {} bytes); \
+                        "{} is not UTF-8 text (invalid byte at offset {} of {} bytes, version {}); \
                          read it with `encoding: \"base64\"`",
                         rel.as_str(),
                         offset.saturating_add(e.utf8_error().valid_up_to() as u64),
-                        out.size
+                        out.size,
+                        out.version
                     ),
                 ));
             }
@@ -124,6 +136,93 @@ async fn read_one(auth: &Authorized<'_>, p: &ReadParams) -> Result<ReadResult, T
         offset: (offset > 0).then_some(offset),
         next_offset: more.then_some(end),
         byte_count,
+        mime_type: None,
+        image: None,
+    })
+}
+
+/// The image type of a file that starts with `head`, told by its magic bytes: PNG, JPEG, GIF
+/// (87a/89a) and WebP (a RIFF container of type `WEBP`).
+fn image_type(head: &[u8]) -> Option<&'static str> {
+    if head.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("image/png")
+    } else if head.starts_with(b"\xff\xd8\xff") {
+        Some("image/jpeg")
+    } else if head.starts_with(b"GIF87a") || head.starts_with(b"GIF89a") {
+        Some("image/gif")
+    } else if head.starts_with(b"RIFF") && head.get(8..12) == Some(b"WEBP".as_slice()) {
+        Some("image/webp")
+    } else {
+        None
+    }
+}
+
+/// `BINARY_FILE` for a file asked for as text: its size and version (the sha256 of its bytes).
+fn binary_file(path: &str, size: u64, version: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::BinaryFile,
+        format!(
+            "{path} is a binary file ({size} bytes, version {version}); read its bytes with \
+             `encoding: \"base64\"` (windows of up to {READ_MAX_BYTES} bytes)"
+        ),
+    )
+}
+
+/// A whole image file as the result's image bytes (the MCP layer sends them as image content):
+/// up to [`IMAGE_MAX_BYTES`], else `FILE_TOO_LARGE` with its size. The first window read it
+/// whole when it was at most a window; a larger image is read again whole.
+async fn read_image(
+    auth: &Authorized<'_>,
+    rel: &codespace_runner_fs::RelPath,
+    mime: &'static str,
+    first: codespace_runner_api::FileWindow,
+) -> Result<ReadResult, ToolError> {
+    if first.size > IMAGE_MAX_BYTES {
+        return Err(ToolError::new(
+            ErrorCode::FileTooLarge,
+            format!(
+                "{} is a {mime} image of {} bytes; images are returned as image content up to \
+                 {IMAGE_MAX_BYTES} bytes (read it in windows with `encoding: \"base64\"`)",
+                rel.as_str(),
+                first.size
+            ),
+        ));
+    }
+    let out = if (first.data.len() as u64) < first.size {
+        let ws = auth.ws();
+        ws.runner
+            .read(codespace_runner_api::ReadRequest {
+                workspace: ws.facts.id.clone(),
+                path: rel.as_str().to_string(),
+                offset: 0,
+                limit: IMAGE_MAX_BYTES,
+                max_hash_bytes: auth.config.limits.max_hash_bytes,
+            })
+            .await
+            .map_err(crate::host_runner::to_tool_error)?
+    } else {
+        first
+    };
+    // The file may have changed between the two reads: what was read is what is returned.
+    let more = (out.data.len() as u64) < out.size;
+    if more || image_type(&out.data) != Some(mime) {
+        return Err(ToolError::new(
+            ErrorCode::StaleRead,
+            format!("{} changed while it was read; read it again", rel.as_str()),
+        ));
+    }
+    Ok(ReadResult {
+        path: rel.as_str().to_string(),
+        content: String::new(),
+        encoding: None,
+        content_lossy: false,
+        version: out.version,
+        truncated: false,
+        offset: None,
+        next_offset: None,
+        byte_count: out.data.len() as u64,
+        mime_type: Some(mime.to_string()),
+        image: Some(out.data),
     })
 }
 
@@ -152,7 +251,18 @@ fn tail_start(data: &[u8], n: u64) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::{head_len, tail_start};
+    use super::{head_len, image_type, tail_start};
+
+    #[test]
+    fn images_are_told_by_their_first_bytes() {
+        assert_eq!(image_type(b"\x89PNG\r\n\x1a\nrest"), Some("image/png"));
+        assert_eq!(image_type(b"\xff\xd8\xff\xe0"), Some("image/jpeg"));
+        assert_eq!(image_type(b"GIF89a.."), Some("image/gif"));
+        assert_eq!(image_type(b"RIFF\0\0\0\0WEBPVP8 "), Some("image/webp"));
+        assert_eq!(image_type(b"RIFF\0\0\0\0WAVEfmt "), None);
+        assert_eq!(image_type(b"\x89PN"), None);
+        assert_eq!(image_type(b""), None);
+    }
 
     #[test]
     fn head_and_tail_cut_at_line_ends() {

@@ -14,4 +14,5 @@ pub mod ops;
 pub mod patch;
 mod patch_runner;
 pub mod process;
+pub mod process_list;
 pub mod search;

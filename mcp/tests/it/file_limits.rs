@@ -81,7 +81,7 @@ fn a_read_above_max_hash_bytes_is_file_too_large() {
     sparse(&dir.path().join("ws/edge.bin"), 1 << 20);
     let r = s.tool_ok(
         "read",
-        json!({"workspace_id": "default", "path": "edge.bin", "limit": 1}),
+        json!({"workspace_id": "default", "path": "edge.bin", "limit": 1, "encoding": "base64"}),
     );
     assert_eq!(r["truncated"], true, "{r}");
     s.tool_ok("read", json!({"workspace_id": "default", "path": "a.txt"}));
@@ -160,7 +160,8 @@ fn reads_hashing_a_big_file_leave_the_server_answering() {
             s.send_request(
                 "tools/call",
                 json!({"name": "read", "arguments":
-                    {"workspace_id": "default", "path": "big.bin", "offset": i, "limit": 1}}),
+                    {"workspace_id": "default", "path": "big.bin", "offset": i, "limit": 1,
+                     "encoding": "base64"}}),
             )
         })
         .collect();

@@ -23,6 +23,7 @@ mod env_workers;
 mod environments;
 mod fence_dirs;
 mod file_limits;
+mod filekit;
 mod first_hour;
 mod http_common;
 mod http_keepalive;

@@ -45,7 +45,9 @@ pub struct ReadParams {
     #[schemars(range(min = 1))]
     pub tail_lines: Option<u64>,
     /// `text` (bytes that are not UTF-8 are `BINARY_FILE`) or `base64` (the bytes exactly).
-    /// Omitted: text, with invalid UTF-8 replaced and `content_lossy` set.
+    /// Omitted: text, with invalid UTF-8 replaced and `content_lossy` set; a whole-file read of
+    /// an image (PNG, JPEG, GIF, WebP, up to 3 MiB) is MCP image content, and a window holding a
+    /// NUL byte (a binary file) is `BINARY_FILE` with its size and sha256.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encoding: Option<ReadEncoding>,
 }
@@ -87,6 +89,15 @@ pub struct ReadResult {
     pub next_offset: Option<u64>,
     /// Bytes of the file in this window.
     pub byte_count: u64,
+    /// An image (`image/png`, `image/jpeg`, `image/gif`, `image/webp`, told by its first bytes)
+    /// read whole with `encoding` omitted: its bytes are the result's MCP image content item,
+    /// `content` is empty (omitted otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+    /// The image's bytes (not serialized: the MCP layer sends them as an image content item).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub image: Option<Vec<u8>>,
 }
 
 /// Parameters of `find`.

@@ -1,5 +1,5 @@
 //! Wire types of the process tools: `exec_command`, `write_stdin`, `read_process`,
-//! `process_status`, `process_resize`, `terminate_process`.
+//! `process_status`, `process_resize`, `terminate_process`, `process_list`.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -267,4 +267,41 @@ pub struct ProcessResizeResult {
     pub rows: u16,
     /// The new number of columns.
     pub cols: u16,
+}
+
+/// Parameters of `process_list`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessListParams {
+    /// Only this workspace's processes (omit, or send "", for every workspace the caller may
+    /// list in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_id: Option<String>,
+}
+
+/// Result of `process_list`: the caller's own process handles the server still holds (running,
+/// or exited and not yet evicted), newest first; never another client's.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct ProcessListResult {
+    /// One entry per handle.
+    pub processes: Vec<ProcessListEntry>,
+}
+
+/// One handle of `process_list`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct ProcessListEntry {
+    /// The process handle (use it with `read_process`, `process_status`, ...).
+    pub process_id: String,
+    /// Its workspace.
+    pub workspace_id: String,
+    /// `running`, `exited` or `lost`.
+    pub state: String,
+    /// The command line, its first 200 characters (redacted as audit lines are).
+    pub command: String,
+    /// Unix seconds it was started.
+    pub started_at: i64,
+    /// Whether it runs on a terminal.
+    pub tty: bool,
+    /// Started with `background: true`.
+    pub background: bool,
 }

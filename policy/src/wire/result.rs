@@ -6,6 +6,7 @@ use super::approvals::{ApprovalStateResult, OperationResumeResult};
 use super::files::{ApplyPatchResult, FindFilesResult, FindResult, GrepResult, ReadResult};
 use super::info::WorkspaceInfoResult;
 use super::ledger::OperationDiffResult;
+use super::process::ProcessListResult;
 use super::process::{
     ExecCommandResult, ProcessAckResult, ProcessResizeResult, ProcessStatusResult,
     ReadProcessResult,
@@ -38,6 +39,7 @@ pub enum ToolResult {
     OperationResume(Box<OperationResumeResult>),
     /// `operation_diff` (the operation ledger, issue 31).
     OperationDiff(Box<OperationDiffResult>),
+    ProcessList(ProcessListResult),
 }
 
 /// Result of `read` with `paths`: one entry per path, in the order asked.
@@ -132,6 +134,8 @@ mod tests {
             offset: None,
             next_offset: None,
             byte_count: 3,
+            mime_type: None,
+            image: None,
         }
     }
 
