@@ -152,6 +152,12 @@ pub(crate) fn workspace_info(
                 mechanism: pids.mechanism.as_str(),
             },
             secret_masking: ws.facts.secret_masking.as_str(),
+            sandbox_helper: auth
+                .processes
+                .helper_exe
+                .as_deref()
+                .filter(|_| sandbox_on)
+                .map(|exe| codespace_runner_sandbox::HelperKind::of(exe).as_str()),
         },
         network: NetworkInfo {
             policy: ws.facts.network.as_str(),

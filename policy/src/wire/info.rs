@@ -390,6 +390,10 @@ pub struct IsolationInfo {
     pub pids: PidsInfo,
     /// The secret-masking fact.
     pub secret_masking: &'static str,
+    /// How sandboxed commands start: `dedicated` (the `codespace-sandbox-helper` binary beside
+    /// the server) or `self-exec` (the server binary as its own helper: slower starts);
+    /// `null` without the sandbox.
+    pub sandbox_helper: Option<&'static str>,
 }
 
 /// One toolchain of `workspace_info.execution.isolation.toolchains`.

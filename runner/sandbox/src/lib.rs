@@ -43,6 +43,7 @@ mod fs_rules;
 mod handshake;
 mod harden;
 mod helper;
+mod helper_exe;
 mod launch;
 mod mask;
 mod mount;
@@ -53,6 +54,7 @@ mod probe;
 mod relay;
 mod scope;
 mod seccomp;
+mod steps;
 
 pub use error::{HELPER_FAILURE_EXIT, HELPER_NOT_FOUND_EXIT, HELPER_STDERR_PREFIX, SandboxError};
 pub use fs_rules::{DEVICE_PATHS, SYSTEM_READ_FILES, SYSTEM_READ_PATHS, TTY_ALIAS};
@@ -62,6 +64,10 @@ pub use harden::{
     release_free_heap, scrub_env,
 };
 pub use helper::{helper_main, run_helper};
+pub use helper_exe::{
+    HELPER_BIN_NAME, HELPER_VERSION_ARG, HelperChoice, HelperKind, choose_helper, dedicated_main,
+    helper_version_line,
+};
 pub use launch::{SandboxCommand, SandboxLaunch};
 pub use mask::MAX_MASKS;
 pub use mountns::{MAX_AGE as PREPARED_NAMESPACE_MAX_AGE, prepare_mount_namespace};
@@ -72,3 +78,4 @@ pub use plan::{
 pub use probe::{Probe, probe};
 pub use scope::MAX_SCOPE_PATHS;
 pub use seccomp::{ALWAYS_DENIED, DENIED_CLONE_FLAGS, DENIED_IOCTLS};
+pub use steps::{STEPS_ENV, STEPS_PREFIX, monotonic_ns};
