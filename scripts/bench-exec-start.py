@@ -6,8 +6,9 @@ with `yield_ms` in a workspace whose commands are sandboxed and masked (a `.env`
 policy withholds is masked), against a plain fork+exec of `true` from this script's own loop in
 the same run (interleaved rounds), as a ratio. Then the per-step breakdown of the same call: with
 `CODESPACE_SANDBOX_STEPS=1` in the workspace's env the helper prints the CLOCK_MONOTONIC time at
-which each of its steps ended (runner/sandbox/src/steps.rs); this script stamps the request's
-send and the reply's arrival on the same clock. Last, the cost of exec'ing the helper binary
+which each of its steps ended (runner/sandbox/src/steps.rs), after the process table's two
+(before the cgroup, before the fork: runner/process/src/steps.rs); this script stamps the
+request's send and the reply's arrival on the same clock. Last, the cost of exec'ing the helper binary
 alone (it refuses at once: no plan), for the `codespace` binary and the dedicated
 `codespace-sandbox-helper` beside it.
 
@@ -33,6 +34,21 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
 STEPS_PREFIX = "codespace-sandbox-steps:"
+# What each mark ends (the time since the previous mark).
+LABELS = {
+    "server": "server: JSON-RPC, decisions, masks, plan",
+    "cgroup": "server: the process's cgroup",
+    "start": "fork + helper exec/load",
+    "plan": "plan decode",
+    "seccomp_build": "seccomp compile",
+    "landlock_probe": "Landlock ABI probe",
+    "session": "no_new_privs + setsid",
+    "netns": "network namespace",
+    "mounts": "mount namespace + masks",
+    "caps": "capabilities dropped",
+    "landlock": "Landlock ruleset",
+    "seccomp_load": "seccomp load",
+}
 
 
 class Server:
@@ -211,7 +227,7 @@ def main() -> int:
                 prev = t0
                 rows = table[label]
                 for name, ns in marks:
-                    key = "request -> helper main (server, fork, helper exec+load)" if name == "start" else name
+                    key = LABELS.get(name, name)
                     if key not in order:
                         order.append(key)
                     rows.setdefault(key, []).append(ns - prev)

@@ -16,7 +16,7 @@ use crate::plan::{ARGV_SEPARATOR, NetworkMode, PLAN_ENV, SandboxPlan};
 use crate::probe;
 use crate::relay;
 use crate::seccomp::Filters;
-use crate::steps::{STEPS_ENV, Steps};
+use crate::steps::{STEPS_ENV, STEPS_SERVER_ENV, Steps};
 
 /// Entry for the helper. `args` are what followed [`crate::HELPER_ARG`]: optionally
 /// [`crate::HANDSHAKE_ARG`] and a descriptor number, then `--` and the target argv.
@@ -154,7 +154,9 @@ fn prepare(
     steps.mark("seccomp_load");
 
     let mut command = Command::new(program);
-    command.args(rest).env_remove(PLAN_ENV).env_remove(STEPS_ENV);
+    command.args(rest).env_remove(PLAN_ENV)
+        .env_remove(STEPS_ENV)
+        .env_remove(STEPS_SERVER_ENV);
     Ok(command)
 }
 

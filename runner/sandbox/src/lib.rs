@@ -78,4 +78,4 @@ pub use plan::{
 pub use probe::{Probe, probe};
 pub use scope::MAX_SCOPE_PATHS;
 pub use seccomp::{ALWAYS_DENIED, DENIED_CLONE_FLAGS, DENIED_IOCTLS};
-pub use steps::{STEPS_ENV, STEPS_PREFIX, monotonic_ns};
+pub use steps::{STEPS_ENV, STEPS_PREFIX, STEPS_SERVER_ENV, monotonic_ns};

@@ -2,12 +2,17 @@
 //! [`STEPS_ENV`]`=1` in its environment the helper writes one line to stderr, just before it
 //! execs the target, with the `CLOCK_MONOTONIC` time (nanoseconds) at which each step ended.
 //! The line carries no path and no plan content, only step names and times; the variable is
-//! removed from the target's environment.
+//! removed from the target's environment. The process table adds [`STEPS_SERVER_ENV`] with its
+//! own marks (before the cgroup, before the fork; `runner/process/src/steps.rs`): they open the
+//! line.
 
 use std::io::Write;
 
 /// The environment variable that turns the step line on (value `1`).
 pub const STEPS_ENV: &str = "CODESPACE_SANDBOX_STEPS";
+
+/// The server's marks (`server=<ns>,cgroup=<ns>`), from the process table.
+pub const STEPS_SERVER_ENV: &str = "CODESPACE_SANDBOX_STEPS_SERVER";
 
 /// The prefix of the step line on the helper's stderr.
 pub const STEPS_PREFIX: &str = "codespace-sandbox-steps:";
@@ -23,7 +28,7 @@ impl Steps {
     pub(crate) fn from_env() -> Steps {
         let on = std::env::var_os(STEPS_ENV).is_some_and(|v| v == "1");
         let mut steps = Steps {
-            marks: on.then(|| Vec::with_capacity(16)),
+            marks: on.then(|| server_marks(std::env::var_os(STEPS_SERVER_ENV))),
         };
         steps.mark("start");
         steps
@@ -50,6 +55,26 @@ impl Steps {
     }
 }
 
+/// The server's marks from [`STEPS_SERVER_ENV`] (unknown names and bad numbers are skipped).
+fn server_marks(value: Option<std::ffi::OsString>) -> Vec<(&'static str, u64)> {
+    let mut marks = Vec::with_capacity(16);
+    let value = value.and_then(|v| v.into_string().ok()).unwrap_or_default();
+    for item in value.split(',') {
+        let Some((name, ns)) = item.split_once('=') else {
+            continue;
+        };
+        let name = match name {
+            "server" => "server",
+            "cgroup" => "cgroup",
+            _ => continue,
+        };
+        if let Ok(ns) = ns.parse() {
+            marks.push((name, ns));
+        }
+    }
+    marks
+}
+
 /// `CLOCK_MONOTONIC` in nanoseconds (the clock Python's `time.monotonic_ns` reads), 0 on error.
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -68,6 +93,13 @@ pub fn monotonic_ns() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_servers_marks_open_the_line() {
+        let marks = server_marks(Some("server=5,cgroup=7,bogus=1,x".into()));
+        assert_eq!(marks, vec![("server", 5), ("cgroup", 7)]);
+        assert!(server_marks(None).is_empty());
+    }
 
     #[test]
     fn the_clock_moves_forward() {
