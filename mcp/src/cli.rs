@@ -466,9 +466,8 @@ fn serve(
         network_enforced: probe.network_enforceable(),
         masking_enforced: probe.masking_available(),
     };
-    let helper = codespace_runner_sandbox::choose_helper(
-        &std::env::current_exe().unwrap_or_default(),
-    );
+    let helper =
+        codespace_runner_sandbox::choose_helper(&std::env::current_exe().unwrap_or_default());
     if let Some(why) = &helper.fallback_reason {
         tracing::warn!(
             helper = %helper.path.display(),

@@ -52,7 +52,10 @@ fn assert_confined(s: &mut StdioServer, ws: &str) {
     assert!(out.contains("NoNewPrivs:\t1"), "{out}");
     assert!(out.contains("Seccomp:\t2"), "{out}");
     assert!(out.contains("store=DENIED"), "{out}");
-    assert!(out.contains("env-bytes=0"), "the .env was not masked: {out}");
+    assert!(
+        out.contains("env-bytes=0"),
+        "the .env was not masked: {out}"
+    );
 }
 
 /// The server binary alone in a directory of its own (a hard link, else a copy): no dedicated

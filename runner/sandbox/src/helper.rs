@@ -154,7 +154,9 @@ fn prepare(
     steps.mark("seccomp_load");
 
     let mut command = Command::new(program);
-    command.args(rest).env_remove(PLAN_ENV)
+    command
+        .args(rest)
+        .env_remove(PLAN_ENV)
         .env_remove(STEPS_ENV)
         .env_remove(STEPS_SERVER_ENV);
     Ok(command)

@@ -2,16 +2,12 @@
 //! `codespace-sandbox-helper` installed beside the server binary (a small program that loads in a
 //! fraction of the time the server binary takes), else the server binary itself
 //! (`codespace __sandbox-exec`, the fallback). Both run the same [`crate::run_helper`] with the
-//! same arguments; only the start-up cost differs.
+//! same arguments (`mcp/src/bin/codespace-sandbox-helper.rs` is the dedicated one's `main`); only
+//! the start-up cost differs.
 
-use std::ffi::OsString;
-use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-
-use crate::helper::run_helper;
-use crate::plan::HELPER_ARG;
 
 /// The file name of the dedicated helper, beside the `codespace` binary.
 pub const HELPER_BIN_NAME: &str = "codespace-sandbox-helper";
@@ -116,28 +112,6 @@ fn check_dedicated(path: &Path) -> Result<(), String> {
     }
 }
 
-/// The `main` of the dedicated helper binary: `__sandbox-exec [--handshake-fd N] -- argv…` runs
-/// [`run_helper`]; [`HELPER_VERSION_ARG`] prints [`helper_version_line`]; anything else is a
-/// usage error (exit 2).
-pub fn dedicated_main() -> ! {
-    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
-    match args.split_first() {
-        Some((first, rest)) if first == HELPER_ARG => run_helper(rest),
-        Some((first, [])) if first == HELPER_VERSION_ARG => {
-            let _ = writeln!(std::io::stdout(), "{}", helper_version_line());
-            std::process::exit(0)
-        }
-        _ => {
-            let _ = writeln!(
-                std::io::stderr(),
-                "{HELPER_BIN_NAME} is the command sandbox of codespace, started by the server: \
-                 usage: {HELPER_BIN_NAME} {HELPER_ARG} -- argv… | {HELPER_VERSION_ARG}"
-            );
-            std::process::exit(2)
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,7 +146,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let exe = dir.path().join("codespace");
         let fake = dir.path().join(HELPER_BIN_NAME);
-        std::fs::write(&fake, "#!/bin/sh\necho codespace-sandbox-helper 0.0.0-other\n").unwrap();
+        std::fs::write(
+            &fake,
+            "#!/bin/sh\necho codespace-sandbox-helper 0.0.0-other\n",
+        )
+        .unwrap();
         std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
         let choice = choose_helper(&exe);
         assert_eq!(choice.kind, HelperKind::SelfExec);
@@ -182,7 +160,12 @@ mod tests {
         );
         std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o644)).unwrap();
         let choice = choose_helper(&exe);
-        assert!(choice.fallback_reason.unwrap().contains("not an executable"));
+        assert!(
+            choice
+                .fallback_reason
+                .unwrap()
+                .contains("not an executable")
+        );
     }
 
     #[test]

@@ -65,7 +65,7 @@ pub use harden::{
 };
 pub use helper::{helper_main, run_helper};
 pub use helper_exe::{
-    HELPER_BIN_NAME, HELPER_VERSION_ARG, HelperChoice, HelperKind, choose_helper, dedicated_main,
+    HELPER_BIN_NAME, HELPER_VERSION_ARG, HelperChoice, HelperKind, choose_helper,
     helper_version_line,
 };
 pub use launch::{SandboxCommand, SandboxLaunch};
