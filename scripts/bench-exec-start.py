@@ -10,13 +10,15 @@ which each of its steps ended (runner/sandbox/src/steps.rs), after the process t
 (before the cgroup, before the fork: runner/process/src/steps.rs); this script stamps the
 request's send and the reply's arrival on the same clock. Last, the cost of exec'ing the helper binary
 alone (it refuses at once: no plan), for the `codespace` binary and the dedicated
-`codespace-sandbox-helper` beside it.
+`codespace-sandbox-helper` beside it. Figures and their reading: docs/security.md, "Cost of a
+command's start".
 
 Usage: scripts/bench-exec-start.py [--iters N] [--rounds R] [--binary PATH]
 Default binary: $CARGO_TARGET_DIR/debug/codespace (build it first:
 `cargo build --workspace --all-targets --features codespace-mcp/test-hooks`).
-Set CODESPACE_SANDBOX_HELPER=self in the environment to make the server use the self-exec
-fallback instead of the dedicated helper (the "before" figures).
+Two servers of that build run side by side, calls interleaved: the binary in place (the dedicated
+`codespace-sandbox-helper` beside it) and a hard link of it alone in a directory of its own (no
+helper beside it: the self-exec fallback, i.e. the start before the dedicated helper existed).
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 //! The Linux command sandbox: Landlock, seccomp, hardening, probe.
 //!
-//! The `codespace` binary re-executes itself as `codespace __sandbox-exec -- argv…` with the
+//! The server launches every sandboxed command as `codespace-sandbox-helper __sandbox-exec --
+//! argv…` (the dedicated helper beside it, see [`choose_helper`]; else the `codespace` binary
+//! itself, `codespace __sandbox-exec -- argv…`) with the
 //! [`SandboxPlan`] as JSON in [`PLAN_ENV`] (see [`launcher_parts`]). Its `main` hands the
 //! arguments after [`HELPER_ARG`] to [`run_helper`] (or [`helper_main`]), which restricts the
 //! process and `execvp`s the target. The server builds that launch with [`SandboxCommand`] and
