@@ -465,6 +465,14 @@ fn serve(
         network_enforced: probe.network_enforceable(),
         masking_enforced: probe.masking_available(),
     };
+    let helper =
+        codespace_runner_sandbox::choose_helper(&std::env::current_exe().unwrap_or_default());
+    if let Some(why) = &helper.fallback_reason {
+        tracing::warn!(
+            helper = %helper.path.display(),
+            "sandbox helper: {why}; commands start through this binary instead (slower)"
+        );
+    }
     // The config reloader's copy shares the redactor with the gateway's (one live set).
     let reload_cfg = cfg.clone();
     let gateway = Gateway::new(cfg, Arc::clone(&policy), Some(Arc::clone(&store)), sandbox)?;
@@ -483,9 +491,10 @@ fn serve(
                 Some(_) => vec![crate::http::TRANSPORT.to_string()],
                 None => vec!["stdio".to_string()],
             })
-            // The sandbox helper is this binary (`codespace __sandbox-exec`); without it,
-            // sandboxed workspaces refuse every command.
-            .with_helper_exe(std::env::current_exe().unwrap_or_default()),
+            // The sandbox helper: `codespace-sandbox-helper` beside this binary, else this
+            // binary (`codespace __sandbox-exec`); without one, sandboxed workspaces refuse
+            // every command.
+            .with_helper_exe(helper.path),
     );
     // Roll back patches a crash interrupted; mark unfinished operations `unknown`.
     let recovered = codespace_engine::gateway::patches::recover(&gateway);

@@ -455,12 +455,30 @@ fn probe_section(r: &mut Report, probe: &codespace_runner_sandbox::Probe) {
             why.join("; ")
         ));
     }
+    // Which executable commands start through (`serve` picks it the same way).
+    let helper =
+        codespace_runner_sandbox::choose_helper(&std::env::current_exe().unwrap_or_default());
+    r.line(format!(
+        "  sandbox helper: {} ({}){}",
+        helper.kind.as_str(),
+        helper.path.display(),
+        helper
+            .fallback_reason
+            .as_ref()
+            .map(|why| format!(": {why}; commands start slower"))
+            .unwrap_or_default()
+    ));
     r.json.insert(
         "sandbox".into(),
         json!({
             "probe": facts,
             "command_sandbox": if sandbox { "enforced" } else { "unavailable" },
             "network_enforcement": if network { "enforced" } else { "none" },
+            "helper": {
+                "kind": helper.kind.as_str(),
+                "path": helper.path,
+                "fallback_reason": helper.fallback_reason,
+            },
         }),
     );
 }

@@ -42,10 +42,16 @@ pub fn run<H: Handler>(args: &WorkerArgs, handler: Arc<H>) -> Result<ExitCode> {
     rt.block_on(serve(args, handler))
 }
 
-/// `codespace worker`: serves the engine's standalone runner (sandboxed spawns through this
-/// same binary as the helper).
+/// `codespace worker`: serves the engine's standalone runner (sandboxed spawns through the
+/// dedicated `codespace-sandbox-helper` beside this binary, else this same binary).
 pub fn run_runner(args: &WorkerArgs) -> Result<ExitCode> {
-    let exe = std::env::current_exe().ok();
+    let exe = std::env::current_exe().ok().map(|exe| {
+        let helper = codespace_runner_sandbox::choose_helper(&exe);
+        if let Some(why) = &helper.fallback_reason {
+            tracing::info!("sandbox helper: {why}; commands start through this binary instead");
+        }
+        helper.path
+    });
     let handler = RunnerHandler {
         service: codespace_engine::worker_runner(exe),
     };

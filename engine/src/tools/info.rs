@@ -165,6 +165,12 @@ pub(crate) async fn workspace_info(
                 net_namespaces: k.net_namespaces,
                 mount_namespaces: k.mount_namespaces,
             }),
+            sandbox_helper: auth
+                .processes
+                .helper_exe
+                .as_deref()
+                .filter(|_| sandbox_on && !ws.is_remote())
+                .map(|exe| codespace_runner_sandbox::HelperKind::of(exe).as_str()),
         },
         network: NetworkInfo {
             policy: ws.facts.network.as_str(),

@@ -54,6 +54,7 @@ mod process_stdio;
 mod process_tools;
 mod redaction;
 mod sandbox_exec;
+mod sandbox_helper;
 mod sandbox_isolation;
 mod secret_masks;
 mod server_state;

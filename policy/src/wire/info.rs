@@ -432,6 +432,10 @@ pub struct IsolationInfo {
     /// runner probed it (absent when the runner cannot be reached).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kernel: Option<KernelInfo>,
+    /// How sandboxed commands start: `dedicated` (the `codespace-sandbox-helper` binary beside
+    /// the server) or `self-exec` (the server binary as its own helper: slower starts);
+    /// `null` without the sandbox.
+    pub sandbox_helper: Option<&'static str>,
 }
 
 /// `workspace_info.execution.isolation.kernel`: the environment's kernel, probed by its runner.

@@ -17,6 +17,7 @@ mod pty;
 mod resolve;
 mod ring;
 mod signals;
+mod steps;
 mod supervisor;
 mod table;
 mod types;
@@ -24,6 +25,7 @@ mod utf8;
 
 pub use cgroup::{PidsIsolation, PidsMechanism};
 pub use error::{ProcError, SpawnError};
+pub use steps::STEPS_SERVER_ENV;
 pub use table::ProcessTable;
 pub use types::{
     ExitHook, InheritedFd, Launcher, ProcState, ProcessInfo, ReadChunk, ReadWindow, Registration,

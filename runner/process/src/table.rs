@@ -244,11 +244,15 @@ impl<M: Send + Sync + 'static> ProcessTable<M> {
         let slot = LiveSlot::reserve(&self.inner.live, self.inner.limits.max_live)
             .ok_or(SpawnError::LimitReached)?;
         check_cwd(&spec.cwd)?;
-        let plan = plan_for(&spec, first)?;
+        let mut plan = plan_for(&spec, first)?;
+        let steps = crate::steps::wanted(&plan.env).then(crate::steps::monotonic_ns);
         let mut cgroup = self.inner.cgroups.for_process().map_err(|err| {
             tracing::warn!(%err, "cannot create a process cgroup");
             SpawnError::SpawnFailed("could not create the process's cgroup".to_owned())
         })?;
+        if let Some(before_cgroup) = steps {
+            crate::steps::add_server_marks(&mut plan.env, before_cgroup);
+        }
         let join = cgroup.as_ref().map(|c| c.join_fds()).unwrap_or_default();
         let limits = &self.inner.limits;
         let timeout = spec

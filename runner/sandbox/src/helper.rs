@@ -16,6 +16,7 @@ use crate::plan::{ARGV_SEPARATOR, NetworkMode, PLAN_ENV, SandboxPlan};
 use crate::probe;
 use crate::relay;
 use crate::seccomp::Filters;
+use crate::steps::{STEPS_ENV, STEPS_SERVER_ENV, Steps};
 
 /// Entry for the helper. `args` are what followed [`crate::HELPER_ARG`]: optionally
 /// [`crate::HANDSHAKE_ARG`] and a descriptor number, then `--` and the target argv.
@@ -37,12 +38,14 @@ use crate::seccomp::Filters;
 /// [`SandboxError::exit_code`] (126, or 127 when the program does not exist), as
 /// [`run_helper`] does. Call it while the process is still single-threaded.
 pub fn helper_main(args: &[OsString]) -> SandboxError {
+    let mut steps = Steps::from_env();
     let (handshake, args) = match split_handshake(args) {
         Ok(split) => split,
         Err(e) => return e,
     };
-    let err = match prepare(args, handshake.as_ref()) {
+    let err = match prepare(args, handshake.as_ref(), &mut steps) {
         Ok(mut command) => {
+            steps.report();
             let program = args
                 .get(1)
                 .map(|p| p.to_string_lossy().into_owned())
@@ -81,11 +84,17 @@ fn split_handshake(args: &[OsString]) -> Result<(Option<HelperEnd>, &[OsString])
 }
 
 /// Everything up to (not including) the exec: returns the command to exec.
-fn prepare(args: &[OsString], handshake: Option<&HelperEnd>) -> Result<Command, SandboxError> {
+fn prepare(
+    args: &[OsString],
+    handshake: Option<&HelperEnd>,
+    steps: &mut Steps,
+) -> Result<Command, SandboxError> {
     let (program, rest) = split_argv(args)?;
     let plan = read_plan()?;
+    steps.mark("plan");
     // Build everything that can fail for a non-security reason before restricting anything.
     let filters = Filters::build(plan.network)?;
+    steps.mark("seccomp_build");
     let kernel_abi = if plan.force_landlock_unavailable {
         None
     } else {
@@ -94,10 +103,12 @@ fn prepare(args: &[OsString], handshake: Option<&HelperEnd>) -> Result<Command, 
     let kernel_abi = kernel_abi.ok_or_else(|| {
         SandboxError::Unavailable("Landlock is not available in this kernel".into())
     })?;
+    steps.mark("landlock_probe");
 
     rustix::thread::set_no_new_privs(true)
         .map_err(|e| SandboxError::Hardening(format!("prctl(PR_SET_NO_NEW_PRIVS) failed: {e}")))?;
     own_session()?;
+    steps.mark("session");
     match plan.network {
         NetworkMode::Restricted => {
             netns::enter_private_netns()?;
@@ -118,6 +129,7 @@ fn prepare(args: &[OsString], handshake: Option<&HelperEnd>) -> Result<Command, 
         }
         NetworkMode::Enabled => {}
     }
+    steps.mark("netns");
     // The namespace the server prepared for this write scope, when it holds exactly that scope;
     // else one of our own.
     let entered = match plan.mount_ns_fd {
@@ -133,12 +145,20 @@ fn prepare(args: &[OsString], handshake: Option<&HelperEnd>) -> Result<Command, 
             &plan.write_paths,
         )?;
     }
+    steps.mark("mounts");
     caps::drop_all_capabilities()?;
+    steps.mark("caps");
     fs_rules::restrict_self(&plan, kernel_abi)?;
+    steps.mark("landlock");
     filters.apply()?;
+    steps.mark("seccomp_load");
 
     let mut command = Command::new(program);
-    command.args(rest).env_remove(PLAN_ENV);
+    command
+        .args(rest)
+        .env_remove(PLAN_ENV)
+        .env_remove(STEPS_ENV)
+        .env_remove(STEPS_SERVER_ENV);
     Ok(command)
 }
 

@@ -13,7 +13,7 @@ use crate::plan::{SandboxPlan, launcher_parts};
 /// One sandboxed command to launch: what the caller fills, field by field.
 #[derive(Debug)]
 pub struct SandboxCommand {
-    /// The sandbox helper executable (the `codespace` binary).
+    /// The sandbox helper executable (`codespace-sandbox-helper`, or the `codespace` binary).
     pub helper: PathBuf,
     /// What the command may do. Its `proxy_control_fd` is set here from `proxy_control`, and its
     /// `mount_ns_fd` from the namespace prepared for its write scope when one is ready; leave

@@ -1,6 +1,8 @@
 //! The Linux command sandbox: Landlock, seccomp, hardening, probe.
 //!
-//! The `codespace` binary re-executes itself as `codespace __sandbox-exec -- argv…` with the
+//! The server launches every sandboxed command as `codespace-sandbox-helper __sandbox-exec --
+//! argv…` (the dedicated helper beside it, see [`choose_helper`]; else the `codespace` binary
+//! itself, `codespace __sandbox-exec -- argv…`) with the
 //! [`SandboxPlan`] as JSON in [`PLAN_ENV`] (see [`launcher_parts`]). Its `main` hands the
 //! arguments after [`HELPER_ARG`] to [`run_helper`] (or [`helper_main`]), which restricts the
 //! process and `execvp`s the target. The server builds that launch with [`SandboxCommand`] and
@@ -43,6 +45,7 @@ mod fs_rules;
 mod handshake;
 mod harden;
 mod helper;
+mod helper_exe;
 mod launch;
 mod mask;
 mod mount;
@@ -53,6 +56,7 @@ mod probe;
 mod relay;
 mod scope;
 mod seccomp;
+mod steps;
 
 pub use error::{HELPER_FAILURE_EXIT, HELPER_NOT_FOUND_EXIT, HELPER_STDERR_PREFIX, SandboxError};
 pub use fs_rules::{DEVICE_PATHS, SYSTEM_READ_FILES, SYSTEM_READ_PATHS, TTY_ALIAS};
@@ -62,6 +66,10 @@ pub use harden::{
     release_free_heap, scrub_env,
 };
 pub use helper::{helper_main, run_helper};
+pub use helper_exe::{
+    HELPER_BIN_NAME, HELPER_VERSION_ARG, HelperChoice, HelperKind, choose_helper,
+    helper_version_line,
+};
 pub use launch::{SandboxCommand, SandboxLaunch};
 pub use mask::MAX_MASKS;
 pub use mountns::{MAX_AGE as PREPARED_NAMESPACE_MAX_AGE, prepare_mount_namespace};
@@ -72,3 +80,4 @@ pub use plan::{
 pub use probe::{Probe, probe};
 pub use scope::MAX_SCOPE_PATHS;
 pub use seccomp::{ALWAYS_DENIED, DENIED_CLONE_FLAGS, DENIED_IOCTLS};
+pub use steps::{STEPS_ENV, STEPS_PREFIX, STEPS_SERVER_ENV, monotonic_ns};

@@ -34,6 +34,7 @@ enum StderrTo {
 /// How to start the server: arguments after `serve`, environment, working directory, where its
 /// stderr goes, the reply deadline and whether stdout may carry non-JSON lines.
 pub struct StdioBuilder {
+    program: Option<PathBuf>,
     args: Vec<OsString>,
     envs: Vec<(OsString, OsString)>,
     cwd: Option<PathBuf>,
@@ -44,6 +45,12 @@ pub struct StdioBuilder {
 }
 
 impl StdioBuilder {
+    /// Runs this executable instead of [`BIN`] (a copy of it elsewhere).
+    pub fn program(mut self, program: impl Into<PathBuf>) -> Self {
+        self.program = Some(program.into());
+        self
+    }
+
     pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Self {
         self.args.push(arg.as_ref().to_owned());
         self
@@ -95,7 +102,7 @@ impl StdioBuilder {
     }
 
     pub fn spawn(self) -> StdioServer {
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(self.program.as_deref().unwrap_or(Path::new(BIN)));
         cmd.arg("serve")
             .args(&self.args)
             .env_remove("CODESPACE_CONFIG")
@@ -172,6 +179,7 @@ impl StdioServer {
     /// `codespace serve` plus whatever the builder adds.
     pub fn serve() -> StdioBuilder {
         StdioBuilder {
+            program: None,
             args: Vec::new(),
             envs: Vec::new(),
             cwd: None,
