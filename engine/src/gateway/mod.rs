@@ -187,12 +187,16 @@ impl Gateway {
             };
             let root = Arc::new(root);
             host.add_workspace(id, Arc::clone(&root), ws.root.clone());
-            let index = Arc::new(crate::index::PathIndex::new_in(
+            let mut index = crate::index::PathIndex::new_in(
                 Arc::clone(&root),
                 &ws.root,
                 config.limits.max_walk_entries,
                 fences.as_deref(),
-            ));
+            );
+            if let Some(store) = &store {
+                index = index.saved_in(Arc::clone(store), &registration);
+            }
+            let index = Arc::new(index);
             workspaces.insert(
                 id.clone(),
                 WorkspaceRuntime {
@@ -247,6 +251,24 @@ impl Gateway {
             workspaces,
             decider,
         })
+    }
+
+    /// Saves every workspace's path index in the store (a clean shutdown: the next start takes
+    /// it back once checked against the disk instead of walking). Runs on the blocking pool.
+    pub async fn save_path_indexes(&self) {
+        let all: Vec<_> = self
+            .workspaces
+            .values()
+            .map(|w| (Arc::clone(&w.index), Arc::clone(&w.versions)))
+            .collect();
+        let saved = tokio::task::spawn_blocking(move || {
+            for (index, versions) in all {
+                index.persist(&versions);
+            }
+        });
+        if let Err(e) = saved.await {
+            tracing::warn!(error = %e, "saving the path indexes failed");
+        }
     }
 
     /// The workspace identity (store registration) `workspace` is served under, if registered.

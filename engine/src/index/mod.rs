@@ -13,8 +13,12 @@
 //! listing does not: the decision-signature groups of the entries (one Cedar question per group),
 //! the compiled ignore rules, and a few derived `find` listings (so paging reads a cached list).
 //!
+//! A clean shutdown saves the listing in the store (`persist.rs`); the first use after a start
+//! takes it back once directory stamps show it still holds, and so does the background build
+//! after a first-use walk (stamps instead of a second walk).
+//!
 //! `walk.rs` the walks; `watch.rs` the watcher's feed and the fence; `caches.rs` what is cached
-//! per listing. This file holds the index's types (the children add methods, and this file names
+//! per listing; `persist.rs` the saved index and its check. This file holds the index's types (the children add methods, and this file names
 //! none of them) and its life: build, refresh, drop.
 
 use codespace_runner_fs::{FsError, Kind, Root, Unlisted, WalkLimits};
@@ -28,6 +32,7 @@ use std::time::{Duration, Instant};
 use crate::wire::WalkReason;
 
 mod caches;
+mod persist;
 mod walk;
 mod watch;
 
@@ -136,6 +141,14 @@ struct Fence {
     broken: AtomicBool,
 }
 
+/// Where a workspace's index is saved between runs.
+#[derive(Debug)]
+struct Persisted {
+    store: Arc<codespace_store::Store>,
+    /// The workspace registration (workspace id bound to the root's device and inode).
+    registration: String,
+}
+
 /// The path index of one workspace.
 #[derive(Debug)]
 pub(crate) struct PathIndex {
@@ -152,6 +165,10 @@ pub(crate) struct PathIndex {
     fence: Option<Arc<Fence>>,
     /// The decided secret masks of this workspace's listings (see [`crate::masks`]).
     pub(crate) masks: crate::mask_cache::MaskCache,
+    persist: Option<Persisted>,
+    /// A first use's listing and its directory stamps, for the background build to check
+    /// instead of walking again.
+    seed: Mutex<Option<persist::Seed>>,
 }
 
 impl PathIndex {
@@ -182,6 +199,8 @@ impl PathIndex {
             warmed: Condvar::new(),
             reaper: AtomicBool::new(false),
             masks: crate::mask_cache::MaskCache::default(),
+            persist: None,
+            seed: Mutex::new(None),
             fence: crate::fence_dirs::create(fence_parent).map(|dir| {
                 Arc::new(Fence {
                     dir,
@@ -192,6 +211,18 @@ impl PathIndex {
                 })
             }),
         }
+    }
+
+    /// Saves this index in `store` under the workspace registration `registration` at a clean
+    /// shutdown ([`PathIndex::persist`]) and takes it back on the first use after a start.
+    pub(crate) fn saved_in(mut self, store: Arc<codespace_store::Store>, registration: &str) -> Self {
+        if !registration.is_empty() {
+            self.persist = Some(Persisted {
+                store,
+                registration: registration.to_string(),
+            });
+        }
+        self
     }
 
     /// The current listing, and why it was walked when it was. Blocking: call it off the async
@@ -215,7 +246,26 @@ impl PathIndex {
             st.warming = true;
             drop(st);
             // Answer first, then warm up: the background build does not compete with this walk.
-            let walked = self.walk_all();
+            // A saved index that still holds answers instead of a walk; either way the listing
+            // and its stamps seed the background build, which then checks stamps, not walks.
+            let since = std::time::SystemTime::now();
+            let (walked, reason) = match self.restore() {
+                Some(seed) => {
+                    let listing = Arc::clone(&seed.listing);
+                    *lock(&self.seed) = Some(seed);
+                    (Ok(listing), None)
+                }
+                None => {
+                    let walked = self.walk_all().map(Arc::new);
+                    if let Ok(l) = &walked {
+                        *lock(&self.seed) = Some(persist::Seed {
+                            listing: Arc::clone(l),
+                            check: persist::Check::ReadSince(since),
+                        });
+                    }
+                    (walked, Some(WalkReason::Built))
+                }
+            };
             let me = Arc::clone(self);
             let v = Arc::clone(versions);
             let spawned = std::thread::Builder::new()
@@ -232,8 +282,7 @@ impl PathIndex {
                 lock(&self.state).warming = false;
                 self.warmed.notify_all();
             }
-            let listing = Arc::new(walked?);
-            return Ok((listing, Some(WalkReason::Built)));
+            return Ok((walked?, reason));
         }
         self.listing_locked(&mut st, || versions.ensure_watching())
     }
@@ -293,6 +342,14 @@ impl PathIndex {
         };
         if let Some(reason) = reason {
             self.reset(st);
+            if reason == WalkReason::Built
+                && let Some(seed) = self.checked_seed()
+            {
+                // Every change since the watcher started is in `dirty` or on the disk the
+                // check read; a change after it will be an event.
+                st.listing = Some(Arc::clone(&seed.listing));
+                return Ok((seed.listing, None));
+            }
             let listing = Arc::new(self.walk_all()?);
             st.listing = Some(Arc::clone(&listing));
             return Ok((listing, Some(reason)));
@@ -308,6 +365,15 @@ impl PathIndex {
         let updated = self.apply(current, dirty);
         st.listing = Some(Arc::clone(&updated));
         Ok((updated, None))
+    }
+
+    /// The first use's seed, or else the saved index, checked against the disk now.
+    fn checked_seed(&self) -> Option<persist::Seed> {
+        let seed = lock(&self.seed).take();
+        match seed {
+            Some(seed) => self.validate(seed, None),
+            None => self.restore(),
+        }
     }
 
     fn reset(&self, st: &mut State) {
@@ -367,7 +433,7 @@ mod testing {
     /// An index fed by a real watcher (started by the first listing).
     pub(super) struct Ix {
         ix: PathIndex,
-        versions: crate::versions::Versions,
+        pub(super) versions: crate::versions::Versions,
     }
 
     impl std::ops::Deref for Ix {
@@ -386,9 +452,14 @@ mod testing {
     }
 
     pub(super) fn index(dir: &Path) -> Ix {
+        index_with(dir, |ix| ix)
+    }
+
+    /// [`index`], the index changed by `f` before its watcher is made.
+    pub(super) fn index_with(dir: &Path, f: impl FnOnce(PathIndex) -> PathIndex) -> Ix {
         let dir = std::fs::canonicalize(dir).unwrap();
         let root = Arc::new(Root::open(&dir).unwrap());
-        let ix = PathIndex::new(root, &dir, 1_000_000);
+        let ix = f(PathIndex::new(root, &dir, 1_000_000));
         let versions = crate::versions::Versions::with_observer(
             &dir,
             codespace_runner_fs::TempNames::unregistered(),

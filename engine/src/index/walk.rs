@@ -11,7 +11,7 @@ use super::{Entry, Listing, PathIndex};
 /// Listing generations are unique across the process.
 static GENERATION: AtomicU64 = AtomicU64::new(1);
 
-fn next_generation() -> u64 {
+pub(super) fn next_generation() -> u64 {
     GENERATION.fetch_add(1, Ordering::Relaxed)
 }
 

@@ -1,6 +1,6 @@
 //! The SQLite store of CodeSpace: decisions (audit), events, operations and their scoped keys,
-//! processes, workspace registrations, the sealed patch journal, server instances, approval
-//! holds, retention pruning, re-redacting stored rows.
+//! processes, workspace registrations, saved path indexes, the sealed patch journal, server
+//! instances, approval holds, retention pruning, re-redacting stored rows.
 //!
 //! One [`Store`] wraps one `rusqlite::Connection` behind a mutex: it is `Send + Sync` and cheap to
 //! share in an `Arc`. Every time is unix milliseconds (see [`now_ms`]).
@@ -19,6 +19,7 @@ mod instances;
 mod journal;
 mod migrate;
 mod operations;
+mod path_indexes;
 mod processes;
 mod registrations;
 mod retention;
