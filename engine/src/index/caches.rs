@@ -13,6 +13,8 @@ use crate::request::WorkspaceFacts;
 
 /// Derived listings kept per workspace.
 const DERIVED_KEPT: usize = 8;
+/// Paths stat'ed for link counts on one thread; more are split over a few.
+const PARALLEL_STAT_FROM: usize = 4096;
 /// Largest ignore file read (bytes); the rest of a longer one is ignored.
 const MAX_IGNORE_FILE_BYTES: u64 = 1024 * 1024;
 
@@ -55,7 +57,7 @@ impl PathIndex {
                     }
                 })
                 .collect();
-            let mut metas = self.root.stat_many(rels.iter().flatten()).into_iter();
+            let mut metas = self.stat_in_parallel(&rels).into_iter();
             listing
                 .entries
                 .iter()
@@ -97,6 +99,44 @@ impl PathIndex {
         lock(&self.caches).groups =
             Some((sha.to_string(), listing.generation, Arc::clone(&groups)));
         groups
+    }
+
+    /// A no-follow stat of every path of `rels` (in order), split in contiguous runs over a few
+    /// threads: a sorted listing keeps a directory's files together, so each thread opens each
+    /// of its directories once ([`codespace_runner_fs::Root::stat_many`]).
+    fn stat_in_parallel(
+        &self,
+        rels: &[Option<RelPath>],
+    ) -> Vec<Result<Option<codespace_runner_fs::Meta>, codespace_runner_fs::FsError>> {
+        let paths: Vec<&RelPath> = rels.iter().flatten().collect();
+        let threads = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .clamp(1, 4);
+        if threads == 1 || paths.len() < PARALLEL_STAT_FROM {
+            return self.root.stat_many(paths);
+        }
+        let chunk = paths.len().div_ceil(threads);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = paths
+                .chunks(chunk)
+                .map(|part| s.spawn(move || self.root.stat_many(part.iter().copied())))
+                .collect();
+            let mut out = Vec::with_capacity(paths.len());
+            for (h, part) in handles.into_iter().zip(paths.chunks(chunk)) {
+                match h.join() {
+                    Ok(metas) => out.extend(metas),
+                    // A thread that died answers "cannot be examined" for its paths (links 0:
+                    // a `read` of such a path is decided as of a missing file).
+                    Err(_) => out.extend(part.iter().map(|p| {
+                        Err(codespace_runner_fs::FsError::NotFound {
+                            path: p.as_str().to_string(),
+                        })
+                    })),
+                }
+            }
+            out
+        })
     }
 
     /// The ignore rules of `listing` (its ignore files read beneath the root, no symlink followed).

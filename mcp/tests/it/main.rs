@@ -28,6 +28,7 @@ mod http_process;
 mod http_sessions;
 mod http_sessions_cap;
 mod http_state;
+mod index_restart;
 mod long_policies;
 mod masks_bench;
 mod mcp_2026;
