@@ -207,3 +207,51 @@ impl PathIndex {
         c.derived.truncate(DERIVED_KEPT);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::index;
+    use crate::policy::signature::SignaturePlan;
+    use crate::request::WorkspaceFacts;
+
+    #[test]
+    fn link_counts_stat_ed_in_parallel_runs_match_each_file() {
+        // More files than one thread stats, spread over directories, with hard-link aliases at
+        // both ends of the listing and in the middle: each file's group carries its own count.
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        for a in 0..50 {
+            std::fs::create_dir_all(d.join(format!("d{a:02}"))).unwrap();
+            for f in 0..100 {
+                std::fs::write(d.join(format!("d{a:02}/f{f:03}")), b"").unwrap();
+            }
+        }
+        for (src, alias) in [
+            ("d00/f000", "d00/alias"),
+            ("d25/f050", "d49/zz-alias"),
+            ("d49/f099", "d12/alias"),
+        ] {
+            std::fs::hard_link(d.join(src), d.join(alias)).unwrap();
+        }
+        let ix = index(d);
+        let (l, _) = ix.get();
+        assert!(l.entries.len() > super::PARALLEL_STAT_FROM);
+        // The shipped policies read `resource.links` (base.forbid.hardlinked-files).
+        let store =
+            crate::policy::PolicyStore::load(crate::policy::PolicySource::Embedded).unwrap();
+        let plan = SignaturePlan::analyse(&store.snapshot().set);
+        assert!(plan.uses_links());
+        let groups = ix.groups(&l, "sha", &plan, &WorkspaceFacts::default());
+        for (i, e) in l.entries.iter().enumerate() {
+            let g = groups.of_entry[i] as usize;
+            let want = if e.kind == codespace_runner_fs::Kind::Dir {
+                1
+            } else {
+                let m = std::fs::symlink_metadata(d.join(&*e.path)).unwrap();
+                std::os::unix::fs::MetadataExt::nlink(&m) as i64
+            };
+            assert_eq!(groups.rep_links[g], want, "{}", e.path);
+        }
+        assert_eq!(groups.rep_links.iter().filter(|&&n| n == 2).count(), 1);
+    }
+}
