@@ -215,7 +215,11 @@ impl PathIndex {
 
     /// Saves this index in `store` under the workspace registration `registration` at a clean
     /// shutdown ([`PathIndex::persist`]) and takes it back on the first use after a start.
-    pub(crate) fn saved_in(mut self, store: Arc<codespace_store::Store>, registration: &str) -> Self {
+    pub(crate) fn saved_in(
+        mut self,
+        store: Arc<codespace_store::Store>,
+        registration: &str,
+    ) -> Self {
         if !registration.is_empty() {
             self.persist = Some(Persisted {
                 store,

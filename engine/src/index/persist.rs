@@ -592,7 +592,10 @@ mod tests {
         std::fs::rename(&ws, tmp.path().join("gone")).unwrap();
         std::fs::create_dir_all(ws.join("new")).unwrap();
         let ix = saved(&ws, &store, &reg);
-        assert!(ix.restore().is_none(), "another root: the saved index is not used");
+        assert!(
+            ix.restore().is_none(),
+            "another root: the saved index is not used"
+        );
         let (l, _) = ix.get();
         assert_eq!(paths(&l), vec!["new"]);
     }

@@ -66,10 +66,7 @@ fn a_restart_answers_from_the_saved_index_and_sees_offline_edits() {
 
     let mut second = serve(dir.path());
     let (paths, source) = find(&mut second);
-    assert_eq!(
-        paths,
-        ["d/b.txt", "d/moved/c.txt", "d/new.txt", "z/f.txt"]
-    );
+    assert_eq!(paths, ["d/b.txt", "d/moved/c.txt", "d/new.txt", "z/f.txt"]);
     assert_eq!(source, "index", "answered from the saved index, checked");
     // Later changes reach it through the watcher as before.
     std::fs::write(ws.join("z/g.txt"), "g\n").unwrap();

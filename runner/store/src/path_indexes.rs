@@ -48,7 +48,10 @@ mod tests {
         assert_eq!(store.take_path_index(&reg).unwrap(), None);
         store.save_path_index(&reg, b"one").unwrap();
         store.save_path_index(&reg, b"two").unwrap();
-        assert_eq!(store.take_path_index(&reg).unwrap().as_deref(), Some(&b"two"[..]));
+        assert_eq!(
+            store.take_path_index(&reg).unwrap().as_deref(),
+            Some(&b"two"[..])
+        );
         assert_eq!(store.take_path_index(&reg).unwrap(), None);
         // Only a registered workspace may have one.
         assert!(store.save_path_index("reg-unknown", b"x").is_err());
