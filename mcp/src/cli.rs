@@ -558,7 +558,7 @@ fn serve(
         }
         .await;
         owner.shutdown().await;
-        owner.save_path_indexes().await;
+        codespace_engine::gateway::save_path_indexes(&owner).await;
         served
     });
     // The stdio transport reads stdin on a blocking thread that a signal does not wake; do not

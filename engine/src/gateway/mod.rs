@@ -117,6 +117,24 @@ fn root_id(root: &Root) -> Result<String, String> {
     Ok(format!("{}:{}", meta.dev(), meta.ino()))
 }
 
+/// Saves every workspace's path index of `gateway` in the store (a clean shutdown: the next start
+/// takes it back once checked against the disk instead of walking). Runs on the blocking pool.
+pub async fn save_path_indexes(gateway: &Gateway) {
+    let all: Vec<_> = gateway
+        .workspaces
+        .values()
+        .map(|w| (Arc::clone(&w.index), Arc::clone(&w.versions)))
+        .collect();
+    let saved = tokio::task::spawn_blocking(move || {
+        for (index, versions) in all {
+            index.persist(&versions);
+        }
+    });
+    if let Err(e) = saved.await {
+        tracing::warn!(error = %e, "saving the path indexes failed");
+    }
+}
+
 impl Gateway {
     /// Builds the gateway: records this server instance in the store (its id names the server's
     /// temporary files), opens every workspace root and computes its facts.
@@ -251,24 +269,6 @@ impl Gateway {
             workspaces,
             decider,
         })
-    }
-
-    /// Saves every workspace's path index in the store (a clean shutdown: the next start takes
-    /// it back once checked against the disk instead of walking). Runs on the blocking pool.
-    pub async fn save_path_indexes(&self) {
-        let all: Vec<_> = self
-            .workspaces
-            .values()
-            .map(|w| (Arc::clone(&w.index), Arc::clone(&w.versions)))
-            .collect();
-        let saved = tokio::task::spawn_blocking(move || {
-            for (index, versions) in all {
-                index.persist(&versions);
-            }
-        });
-        if let Err(e) = saved.await {
-            tracing::warn!(error = %e, "saving the path indexes failed");
-        }
     }
 
     /// The workspace identity (store registration) `workspace` is served under, if registered.

@@ -23,11 +23,11 @@
 
 use codespace_runner_fs::{FsError, Kind, Root, Unlisted, WalkLimits};
 use codespace_runner_search::IgnoreRules;
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::wire::WalkReason;
 
@@ -149,6 +149,36 @@ struct Persisted {
     registration: String,
 }
 
+/// A directory's identity and change times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+/// Stamps of the directories of a listing, by workspace-relative path (`""` is the root).
+type Stamps = HashMap<Box<str>, Stamp>;
+
+/// A listing not yet known to be current, and what vouches for it.
+#[derive(Debug)]
+struct Seed {
+    listing: Arc<Listing>,
+    check: Check,
+}
+
+/// How a [`Seed`] is checked.
+#[derive(Debug)]
+enum Check {
+    /// Directory stamps taken before the listing was read (a saved index, or an earlier check):
+    /// a directory whose stamp moved is listed again.
+    Stamps(Stamps),
+    /// A walk that started then: a directory changed since (less the racy margin of
+    /// `persist.rs`) is listed again.
+    ReadSince(SystemTime),
+}
+
 /// The path index of one workspace.
 #[derive(Debug)]
 pub(crate) struct PathIndex {
@@ -168,7 +198,7 @@ pub(crate) struct PathIndex {
     persist: Option<Persisted>,
     /// A first use's listing and its directory stamps, for the background build to check
     /// instead of walking again.
-    seed: Mutex<Option<persist::Seed>>,
+    seed: Mutex<Option<Seed>>,
 }
 
 impl PathIndex {
@@ -262,9 +292,9 @@ impl PathIndex {
                 None => {
                     let walked = self.walk_all().map(Arc::new);
                     if let Ok(l) = &walked {
-                        *lock(&self.seed) = Some(persist::Seed {
+                        *lock(&self.seed) = Some(Seed {
                             listing: Arc::clone(l),
-                            check: persist::Check::ReadSince(since),
+                            check: Check::ReadSince(since),
                         });
                     }
                     (walked, Some(WalkReason::Built))
@@ -372,7 +402,7 @@ impl PathIndex {
     }
 
     /// The first use's seed, or else the saved index, checked against the disk now.
-    fn checked_seed(&self) -> Option<persist::Seed> {
+    fn checked_seed(&self) -> Option<Seed> {
         let seed = lock(&self.seed).take();
         match seed {
             Some(seed) => self.validate(seed, None),

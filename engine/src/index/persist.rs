@@ -21,7 +21,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::{Entry, Listing, PathIndex, lock, walk::is_server_temp};
+use super::{Check, Entry, Listing, PathIndex, Seed, Stamp, Stamps, lock, walk::is_server_temp};
 
 /// Version of the saved layout; another version is not read.
 const FORMAT: u32 = 1;
@@ -33,35 +33,6 @@ const RACY: Duration = Duration::from_secs(2);
 /// Tests wait for the file system's clock to tick instead (see `tests::tick`).
 #[cfg(test)]
 const RACY: Duration = Duration::from_millis(50);
-
-/// A directory's identity and change times.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Stamp {
-    dev: u64,
-    ino: u64,
-    mtime: (i64, i64),
-    ctime: (i64, i64),
-}
-
-/// Stamps of the directories of a listing, by workspace-relative path (`""` is the root).
-pub(super) type Stamps = HashMap<Box<str>, Stamp>;
-
-/// A listing not yet known to be current, and what vouches for it.
-#[derive(Debug)]
-pub(super) struct Seed {
-    pub(super) listing: Arc<Listing>,
-    pub(super) check: Check,
-}
-
-/// How a [`Seed`] is checked.
-#[derive(Debug)]
-pub(super) enum Check {
-    /// Directory stamps taken before the listing was read (a saved index, or an earlier check):
-    /// a directory whose stamp moved is listed again.
-    Stamps(Stamps),
-    /// A walk that started then: a directory changed since (less [`RACY`]) is listed again.
-    ReadSince(SystemTime),
-}
 
 fn secs_nanos(t: SystemTime) -> (i64, i64) {
     match t.duration_since(SystemTime::UNIX_EPOCH) {
