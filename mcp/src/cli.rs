@@ -573,6 +573,7 @@ fn serve(
         }
         .await;
         owner.shutdown().await;
+        codespace_engine::gateway::save_path_indexes(&owner).await;
         // What the export still holds goes out (bounded by its timeout), off the runtime.
         let _ = tokio::task::spawn_blocking(codespace_engine::telemetry::otlp::flush).await;
         served

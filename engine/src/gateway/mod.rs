@@ -193,6 +193,24 @@ fn root_id(root: &Root) -> Result<String, String> {
     Ok(format!("{}:{}", meta.dev(), meta.ino()))
 }
 
+/// Saves every workspace's path index of `gateway` in the store (a clean shutdown: the next start
+/// takes it back once checked against the disk instead of walking). Runs on the blocking pool.
+pub async fn save_path_indexes(gateway: &Gateway) {
+    let all: Vec<_> = gateway
+        .workspaces
+        .values()
+        .map(|w| (Arc::clone(&w.index), Arc::clone(&w.versions)))
+        .collect();
+    let saved = tokio::task::spawn_blocking(move || {
+        for (index, versions) in all {
+            index.persist(&versions);
+        }
+    });
+    if let Err(e) = saved.await {
+        tracing::warn!(error = %e, "saving the path indexes failed");
+    }
+}
+
 impl Gateway {
     /// Builds the gateway: records this server instance in the store (its id names the server's
     /// temporary files), opens every workspace root and computes its facts.
@@ -322,12 +340,16 @@ impl Gateway {
             };
             host.add_workspace(id, Arc::clone(&root), ws.root.clone());
             let runner = Arc::clone(&host) as Arc<dyn codespace_runner_api::Runner>;
-            let index = Arc::new(crate::index::PathIndex::new_in(
+            let mut index = crate::index::PathIndex::new_in(
                 Arc::clone(&root),
                 &ws.root,
                 config.limits.max_walk_entries,
                 fences.as_deref(),
-            ));
+            );
+            if let Some(store) = &store {
+                index = index.saved_in(Arc::clone(store), &registration);
+            }
+            let index = Arc::new(index);
             workspaces.insert(
                 id.clone(),
                 WorkspaceRuntime {

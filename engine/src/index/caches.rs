@@ -13,6 +13,8 @@ use crate::request::WorkspaceFacts;
 
 /// Derived listings kept per workspace.
 const DERIVED_KEPT: usize = 8;
+/// Paths stat'ed for link counts on one thread; more are split over a few.
+const PARALLEL_STAT_FROM: usize = 4096;
 /// Largest ignore file read (bytes); the rest of a longer one is ignored.
 const MAX_IGNORE_FILE_BYTES: u64 = 1024 * 1024;
 
@@ -57,8 +59,7 @@ impl PathIndex {
                 .collect();
             // What each path is and its link count (`None`: gone or not examinable).
             let metas: Vec<Option<(Kind, u64)>> = match (&self.root, &self.runner) {
-                (Some(root), _) => root
-                    .stat_many(rels.iter().flatten())
+                (Some(root), _) => Self::stat_in_parallel(root, &rels)
                     .into_iter()
                     .map(|m| m.ok().flatten().map(|m| (m.kind, m.links)))
                     .collect(),
@@ -111,6 +112,44 @@ impl PathIndex {
         lock(&self.caches).groups =
             Some((sha.to_string(), listing.generation, Arc::clone(&groups)));
         groups
+    }
+
+    /// A no-follow stat of every path of `rels` (in order), split in contiguous runs over a few
+    /// threads: a sorted listing keeps a directory's files together, so each thread opens each
+    /// of its directories once ([`codespace_runner_fs::Root::stat_many`]).
+    fn stat_in_parallel(
+        root: &Root,
+        rels: &[Option<RelPath>],
+    ) -> Vec<Result<Option<codespace_runner_fs::Meta>, codespace_runner_fs::FsError>> {
+        let paths: Vec<&RelPath> = rels.iter().flatten().collect();
+        let threads = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .clamp(1, 4);
+        if threads == 1 || paths.len() < PARALLEL_STAT_FROM {
+            return root.stat_many(paths);
+        }
+        let chunk = paths.len().div_ceil(threads);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = paths
+                .chunks(chunk)
+                .map(|part| s.spawn(move || root.stat_many(part.iter().copied())))
+                .collect();
+            let mut out = Vec::with_capacity(paths.len());
+            for (h, part) in handles.into_iter().zip(paths.chunks(chunk)) {
+                match h.join() {
+                    Ok(metas) => out.extend(metas),
+                    // A thread that died answers "cannot be examined" for its paths (links 0:
+                    // a `read` of such a path is decided as of a missing file).
+                    Err(_) => out.extend(part.iter().map(|p| {
+                        Err(codespace_runner_fs::FsError::NotFound {
+                            path: p.as_str().to_string(),
+                        })
+                    })),
+                }
+            }
+            out
+        })
     }
 
     /// The ignore rules of `listing` (its ignore files read beneath the root, no symlink followed).
@@ -185,5 +224,53 @@ impl PathIndex {
         c.derived.retain(|(k, _)| *k != key);
         c.derived.push_front((key, d));
         c.derived.truncate(DERIVED_KEPT);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::index;
+    use crate::policy::signature::SignaturePlan;
+    use crate::request::WorkspaceFacts;
+
+    #[test]
+    fn link_counts_stat_ed_in_parallel_runs_match_each_file() {
+        // More files than one thread stats, spread over directories, with hard-link aliases at
+        // both ends of the listing and in the middle: each file's group carries its own count.
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        for a in 0..50 {
+            std::fs::create_dir_all(d.join(format!("d{a:02}"))).unwrap();
+            for f in 0..100 {
+                std::fs::write(d.join(format!("d{a:02}/f{f:03}")), b"").unwrap();
+            }
+        }
+        for (src, alias) in [
+            ("d00/f000", "d00/alias"),
+            ("d25/f050", "d49/zz-alias"),
+            ("d49/f099", "d12/alias"),
+        ] {
+            std::fs::hard_link(d.join(src), d.join(alias)).unwrap();
+        }
+        let ix = index(d);
+        let (l, _) = ix.get();
+        assert!(l.entries.len() > super::PARALLEL_STAT_FROM);
+        // The shipped policies read `resource.links` (base.forbid.hardlinked-files).
+        let store =
+            crate::policy::PolicyStore::load(crate::policy::PolicySource::Embedded).unwrap();
+        let plan = SignaturePlan::analyse(&store.snapshot().set);
+        assert!(plan.uses_links());
+        let groups = ix.groups(&l, "sha", &plan, &WorkspaceFacts::default());
+        for (i, e) in l.entries.iter().enumerate() {
+            let g = groups.of_entry[i] as usize;
+            let want = if e.kind == codespace_runner_fs::Kind::Dir {
+                1
+            } else {
+                let m = std::fs::symlink_metadata(d.join(&*e.path)).unwrap();
+                std::os::unix::fs::MetadataExt::nlink(&m) as i64
+            };
+            assert_eq!(groups.rep_links[g], want, "{}", e.path);
+        }
+        assert_eq!(groups.rep_links.iter().filter(|&&n| n == 2).count(), 1);
     }
 }

@@ -13,21 +13,26 @@
 //! listing does not: the decision-signature groups of the entries (one Cedar question per group),
 //! the compiled ignore rules, and a few derived `find` listings (so paging reads a cached list).
 //!
+//! A clean shutdown saves the listing in the store (`persist.rs`); the first use after a start
+//! takes it back once directory stamps show it still holds, and so does the background build
+//! after a first-use walk (stamps instead of a second walk).
+//!
 //! `walk.rs` the walks; `watch.rs` the watcher's feed and the fence; `caches.rs` what is cached
-//! per listing. This file holds the index's types (the children add methods, and this file names
+//! per listing; `persist.rs` the saved index and its check. This file holds the index's types (the children add methods, and this file names
 //! none of them) and its life: build, refresh, drop.
 
 use codespace_runner_fs::{FsError, Kind, Root, Unlisted, WalkLimits};
 use codespace_runner_search::IgnoreRules;
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::wire::WalkReason;
 
 mod caches;
+mod persist;
 mod remote;
 pub(crate) mod walk;
 mod watch;
@@ -147,6 +152,44 @@ struct Fence {
     broken: AtomicBool,
 }
 
+/// Where a workspace's index is saved between runs.
+#[derive(Debug)]
+struct Persisted {
+    store: Arc<codespace_store::Store>,
+    /// The workspace registration (workspace id bound to the root's device and inode).
+    registration: String,
+}
+
+/// A directory's identity and change times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+/// Stamps of the directories of a listing, by workspace-relative path (`""` is the root).
+type Stamps = HashMap<Box<str>, Stamp>;
+
+/// A listing not yet known to be current, and what vouches for it.
+#[derive(Debug)]
+struct Seed {
+    listing: Arc<Listing>,
+    check: Check,
+}
+
+/// How a [`Seed`] is checked.
+#[derive(Debug)]
+enum Check {
+    /// Directory stamps taken before the listing was read (a saved index, or an earlier check):
+    /// a directory whose stamp moved is listed again.
+    Stamps(Stamps),
+    /// A walk that started then: a directory changed since (less the racy margin of
+    /// `persist.rs`) is listed again.
+    ReadSince(SystemTime),
+}
+
 /// The path index of one workspace. Its source is either this host (`root`: the walks of
 /// `walk.rs`, fed by the versions watcher) or the workspace's runner (`runner`: see `remote.rs`),
 /// never both.
@@ -166,6 +209,10 @@ pub(crate) struct PathIndex {
     fence: Option<Arc<Fence>>,
     /// The decided secret masks of this workspace's listings (see [`crate::masks`]).
     pub(crate) masks: crate::mask_cache::MaskCache,
+    persist: Option<Persisted>,
+    /// A first use's listing and its directory stamps, for the background build to check
+    /// instead of walking again.
+    seed: Mutex<Option<Seed>>,
 }
 
 impl PathIndex {
@@ -197,6 +244,8 @@ impl PathIndex {
             warmed: Condvar::new(),
             reaper: AtomicBool::new(false),
             masks: crate::mask_cache::MaskCache::default(),
+            persist: None,
+            seed: Mutex::new(None),
             fence: crate::fence_dirs::create(fence_parent).map(|dir| {
                 Arc::new(Fence {
                     dir,
@@ -238,6 +287,22 @@ impl PathIndex {
         })
     }
 
+    /// Saves this index in `store` under the workspace registration `registration` at a clean
+    /// shutdown ([`PathIndex::persist`]) and takes it back on the first use after a start.
+    pub(crate) fn saved_in(
+        mut self,
+        store: Arc<codespace_store::Store>,
+        registration: &str,
+    ) -> Self {
+        if !registration.is_empty() {
+            self.persist = Some(Persisted {
+                store,
+                registration: registration.to_string(),
+            });
+        }
+        self
+    }
+
     /// The current listing, and why it was walked when it was. Blocking: call it off the async
     /// workers.
     ///
@@ -262,7 +327,26 @@ impl PathIndex {
             st.warming = true;
             drop(st);
             // Answer first, then warm up: the background build does not compete with this walk.
-            let walked = self.walk_all();
+            // A saved index that still holds answers instead of a walk; either way the listing
+            // and its stamps seed the background build, which then checks stamps, not walks.
+            let since = std::time::SystemTime::now();
+            let (walked, reason) = match self.restore() {
+                Some(seed) => {
+                    let listing = Arc::clone(&seed.listing);
+                    *lock(&self.seed) = Some(seed);
+                    (Ok(listing), None)
+                }
+                None => {
+                    let walked = self.walk_all().map(Arc::new);
+                    if let Ok(l) = &walked {
+                        *lock(&self.seed) = Some(Seed {
+                            listing: Arc::clone(l),
+                            check: Check::ReadSince(since),
+                        });
+                    }
+                    (walked, Some(WalkReason::Built))
+                }
+            };
             let me = Arc::clone(self);
             let v = Arc::clone(versions);
             let spawned = std::thread::Builder::new()
@@ -279,8 +363,7 @@ impl PathIndex {
                 lock(&self.state).warming = false;
                 self.warmed.notify_all();
             }
-            let listing = Arc::new(walked?);
-            return Ok((listing, Some(WalkReason::Built)));
+            return Ok((walked?, reason));
         }
         self.listing_locked(&mut st, || versions.ensure_watching())
     }
@@ -340,6 +423,14 @@ impl PathIndex {
         };
         if let Some(reason) = reason {
             self.reset(st);
+            if reason == WalkReason::Built
+                && let Some(seed) = self.checked_seed()
+            {
+                // Every change since the watcher started is in `dirty` or on the disk the
+                // check read; a change after it will be an event.
+                st.listing = Some(Arc::clone(&seed.listing));
+                return Ok((seed.listing, None));
+            }
             let listing = Arc::new(self.walk_all()?);
             st.listing = Some(Arc::clone(&listing));
             return Ok((listing, Some(reason)));
@@ -355,6 +446,15 @@ impl PathIndex {
         let updated = self.apply(current, dirty);
         st.listing = Some(Arc::clone(&updated));
         Ok((updated, None))
+    }
+
+    /// The first use's seed, or else the saved index, checked against the disk now.
+    fn checked_seed(&self) -> Option<Seed> {
+        let seed = lock(&self.seed).take();
+        match seed {
+            Some(seed) => self.validate(seed, None),
+            None => self.restore(),
+        }
     }
 
     fn reset(&self, st: &mut State) {
@@ -414,7 +514,7 @@ mod testing {
     /// An index fed by a real watcher (started by the first listing).
     pub(super) struct Ix {
         ix: PathIndex,
-        versions: crate::versions::Versions,
+        pub(super) versions: crate::versions::Versions,
     }
 
     impl std::ops::Deref for Ix {
@@ -433,9 +533,14 @@ mod testing {
     }
 
     pub(super) fn index(dir: &Path) -> Ix {
+        index_with(dir, |ix| ix)
+    }
+
+    /// [`index`], the index changed by `f` before its watcher is made.
+    pub(super) fn index_with(dir: &Path, f: impl FnOnce(PathIndex) -> PathIndex) -> Ix {
         let dir = std::fs::canonicalize(dir).unwrap();
         let root = Arc::new(Root::open(&dir).unwrap());
-        let ix = PathIndex::new(root, &dir, 1_000_000);
+        let ix = f(PathIndex::new(root, &dir, 1_000_000));
         let versions = crate::versions::Versions::with_observer(
             &dir,
             codespace_runner_fs::TempNames::unregistered(),

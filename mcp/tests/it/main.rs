@@ -34,6 +34,7 @@ mod http_sessions_cap;
 mod http_state;
 // The operation ledger (issue 31).
 mod ledger;
+mod index_restart;
 mod long_policies;
 mod masks_bench;
 mod mcp_2026;

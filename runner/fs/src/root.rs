@@ -101,6 +101,12 @@ impl Root {
         self.local_fs
     }
 
+    /// Whether the root lies on a local disk or memory file system ([`LOCAL_FS_TYPES`]), whose
+    /// directory times move with every change of a name.
+    pub fn on_local_fs(&self) -> bool {
+        self.local_fs
+    }
+
     /// Opens `rel` beneath `base` with this root's resolver; errors are reported against `shown`.
     pub(crate) fn open_at(
         &self,

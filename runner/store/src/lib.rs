@@ -1,7 +1,7 @@
 //! The SQLite store of CodeSpace: decisions (audit), events, operations and their scoped keys,
-//! processes, workspace registrations, the sealed patch journal, server instances, approval
-//! holds, the operation ledger (changed files, content-addressed blobs), retention pruning,
-//! re-redacting stored rows.
+//! processes, workspace registrations, saved path indexes, the sealed patch journal, server
+//! instances, approval holds, the operation ledger (changed files, content-addressed blobs),
+//! retention pruning, re-redacting stored rows.
 //!
 //! One [`Store`] wraps one `rusqlite::Connection` behind a mutex: it is `Send + Sync` and cheap to
 //! share in an `Arc`. Every time is unix milliseconds (see [`now_ms`]).
@@ -21,6 +21,7 @@ mod journal;
 mod ledger;
 mod migrate;
 mod operations;
+mod path_indexes;
 mod processes;
 mod registrations;
 mod retention;

@@ -49,10 +49,15 @@ const MIGRATIONS: &[Migration] = &[
         version: 9,
         sql: include_str!("../migrations/0009_ledger.sql"),
     },
+    // Saved path indexes (issue 34).
+    Migration {
+        version: 10,
+        sql: include_str!("../migrations/0010_path_indexes.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.
-pub const LATEST_VERSION: i64 = 9;
+pub const LATEST_VERSION: i64 = 10;
 
 /// Reads `PRAGMA user_version`.
 pub(crate) fn user_version(conn: &Connection) -> rusqlite::Result<i64> {

@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""Listing figures of issue 34, each against a baseline measured in the same run, over raw stdio
+JSON-RPC (no third-party Python packages).
+
+Rows (median of --runs, every run a fresh server process on the same generated tree):
+  first-page   first `find` page (10 000 paths) on a fresh server and a fresh store
+               vs `rg --files DIR` (target: <= 1.2x)
+  full-listing every page of that tree (`next_offset` until done) on a fresh server
+               vs `rg --files DIR` (target: <= 1.5x)
+  restart      first `find` page on a server restarted over the store of a previous one (the
+               persisted path index, validated on start) vs `rg --files DIR`
+  repeat       the same first page again on a warm server (read from the index) vs `rg --files`
+
+The tree (--files files, ~10 per directory, three levels) is generated in a temp dir (or --dir)
+and read once by `rg --files` before anything is timed, so every figure sees a warm page cache.
+`rg` is a benchmark-only baseline: installed with apt when missing.
+
+usage: scripts/bench-find.py [--bin PATH] [--files 60000] [--runs 3] [--dir DIR] [--json]
+Run by hand (not in CI): figures depend on the machine; the ratios are what matter.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def default_bin() -> str:
+    for t in (os.environ.get("CARGO_TARGET_DIR"), str(REPO / "target")):
+        if t and Path(t, "release", "codespace").exists():
+            return str(Path(t, "release", "codespace"))
+    return str(REPO / "target" / "release" / "codespace")
+
+
+def ensure_rg() -> str:
+    rg = shutil.which("rg")
+    if rg:
+        return rg
+    if shutil.which("apt-get"):
+        print("installing ripgrep (benchmark baseline) with apt-get", file=sys.stderr)
+        if subprocess.call(["apt-get", "install", "-y", "ripgrep"], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL) != 0:
+            subprocess.call(["apt-get", "update"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.check_call(["apt-get", "install", "-y", "ripgrep"], stdout=subprocess.DEVNULL)
+    rg = shutil.which("rg")
+    if not rg:
+        sys.exit("bench-find: `rg` (ripgrep) is needed for the baseline")
+    return rg
+
+
+def make_tree(root: Path, files: int) -> None:
+    """~10 files per directory, three levels of directories, names of mixed length."""
+    per_dir = 10
+    dirs = max(1, files // per_dir)
+    top = max(1, round(dirs ** (1 / 3)))
+    mid = top
+    n = 0
+    d = 0
+    while n < files:
+        a, b, c = d // (top * mid), (d // top) % mid, d % top
+        dd = root / f"pkg{a:02d}" / f"mod_{b:02d}" / f"sub{c:02d}"
+        dd.mkdir(parents=True, exist_ok=True)
+        for i in range(min(per_dir, files - n)):
+            (dd / f"file_{i:02d}_{'x' * (i % 7)}.rs").write_text("fn main() {}\n")
+            n += 1
+        d += 1
+
+
+class Server:
+    """`codespace serve` over raw newline-delimited JSON-RPC."""
+
+    def __init__(self, binary: str, ws: Path, store: Path) -> None:
+        self.p = subprocess.Popen([binary, "serve", str(ws), "--store", str(store)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, text=True, bufsize=1)
+        self.next = 1
+        self.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                    "clientInfo": {"name": "bench-find", "version": "1"}})
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def send(self, msg: dict) -> None:
+        assert self.p.stdin is not None
+        self.p.stdin.write(json.dumps(msg) + "\n")
+        self.p.stdin.flush()
+
+    def request(self, method: str, params: dict) -> dict:
+        i = self.next
+        self.next += 1
+        self.send({"jsonrpc": "2.0", "id": i, "method": method, "params": params})
+        assert self.p.stdout is not None
+        while True:
+            line = self.p.stdout.readline()
+            if not line:
+                raise RuntimeError("server closed stdout")
+            msg = json.loads(line)
+            if msg.get("id") == i:
+                if "error" in msg:
+                    raise RuntimeError(json.dumps(msg["error"]))
+                return msg["result"]
+
+    def find(self, **args) -> dict:
+        r = self.request("tools/call", {"name": "find",
+                                        "arguments": {"workspace_id": "default", **args}})
+        if r.get("isError"):
+            raise RuntimeError(r["content"][0]["text"])
+        return r["structuredContent"]
+
+    def close(self) -> None:
+        """A clean shutdown (stdin closed): the server persists its path index."""
+        assert self.p.stdin is not None
+        self.p.stdin.close()
+        self.p.wait(timeout=60)
+
+
+def timed(f):
+    t = time.perf_counter()
+    r = f()
+    return time.perf_counter() - t, r
+
+
+def rg_files(rg: str, ws: Path) -> float:
+    t, _ = timed(lambda: subprocess.run([rg, "--files", "--hidden", "--no-ignore", str(ws)],
+                                        stdout=subprocess.DEVNULL, check=True))
+    return t
+
+
+def full_listing(s: Server) -> tuple[int, int]:
+    pages, paths, offset = 0, 0, None
+    while True:
+        args = {} if offset is None else {"offset": offset}
+        r = s.find(**args)
+        pages += 1
+        paths += len(r["paths"])
+        offset = r.get("next_offset")
+        if offset is None:
+            return pages, paths
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=default_bin())
+    ap.add_argument("--files", type=int, default=60000)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--dir", help="where the tree is generated (default: a temp dir)")
+    ap.add_argument("--json", action="store_true", help="also print the rows as one JSON line")
+    args = ap.parse_args()
+    rg = ensure_rg()
+    if not Path(args.bin).exists():
+        sys.exit(f"bench-find: no binary at {args.bin} (build it with cargo build --release)")
+    tmp = Path(tempfile.mkdtemp(prefix="bench-find-", dir=args.dir))
+    try:
+        ws = tmp / "ws"
+        ws.mkdir()
+        make_tree(ws, args.files)
+        for _ in range(3):
+            rg_files(rg, ws)  # warm the page cache
+        rows: dict[str, list[tuple[float, float]]] = {
+            "first-page": [], "full-listing": [], "restart": [], "repeat": []}
+        info = {}
+        for run in range(args.runs):
+            store = tmp / f"store-{run}.db"
+            # A fresh server and store: the first page is built by a walk.
+            base = rg_files(rg, ws)
+            s = Server(args.bin, ws, store)
+            t, r = timed(lambda: s.find())
+            rows["first-page"].append((t, base))
+            info["first_source"] = (r.get("listing_source"), r.get("walk_reason"))
+            info["page_paths"] = len(r["paths"])
+            base = rg_files(rg, ws)
+            t, _ = timed(lambda: s.find())
+            rows["repeat"].append((t, base))
+            s.close()
+            # A restarted server over the same store: the persisted index.
+            base = rg_files(rg, ws)
+            s = Server(args.bin, ws, store)
+            t, r = timed(lambda: s.find())
+            rows["restart"].append((t, base))
+            info["restart_source"] = (r.get("listing_source"), r.get("walk_reason"))
+            s.close()
+            # Full listing on a fresh server and store.
+            base = rg_files(rg, ws)
+            s = Server(args.bin, ws, tmp / f"store-full-{run}.db")
+            t, (pages, paths) = timed(lambda: full_listing(s))
+            rows["full-listing"].append((t, base))
+            info["pages"], info["paths"] = pages, paths
+            s.close()
+        total = sum(1 for _ in ws.rglob("*"))
+        print(f"tree: {args.files} files, {total} entries in {ws}; binary {args.bin}; "
+              f"{args.runs} runs, each on a fresh server process")
+        print(f"first page: {info['page_paths']} paths, source {info['first_source']}; "
+              f"restart source {info['restart_source']}; full listing {info['pages']} pages, "
+              f"{info['paths']} paths")
+        targets = {"first-page": 1.2, "full-listing": 1.5, "restart": 1.2, "repeat": None}
+        out = {}
+        print(f"{'row':<13} {'ours (ms)':>24} {'rg --files (ms)':>24} {'ratio':>7} {'target':>7}")
+        for name, vals in rows.items():
+            ours = [v[0] * 1e3 for v in vals]
+            base = [v[1] * 1e3 for v in vals]
+            m_o, m_b = statistics.median(ours), statistics.median(base)
+            ratio = m_o / m_b if m_b else float("inf")
+            tgt = targets[name]
+            runs_o = "/".join(f"{x:.0f}" for x in ours)
+            runs_b = "/".join(f"{x:.0f}" for x in base)
+            print(f"{name:<13} {m_o:>7.1f} [{runs_o:>14}] {m_b:>7.1f} [{runs_b:>14}] "
+                  f"{ratio:>6.2f}x {('<=' + str(tgt) + 'x') if tgt else '-':>7}")
+            out[name] = {"ours_ms": ours, "baseline_ms": base, "ratio": ratio, "target": tgt}
+        if args.json:
+            print(json.dumps({"rows": out, "info": info}))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
