@@ -1,6 +1,7 @@
 //! Review output (issue 32 item 5), through the real binary: `policy test --format markdown`
 //! and `policy diff --format markdown` fit a pull-request comment; `policy diff --log FILE`
-//! replays the JSON lines `codespace audit --json` exported, without the store.
+//! replays the JSON lines `codespace audit --json` exported, without the store; `--format sarif`
+//! of both is SARIF 2.1.0 with results at the test case or the changed policy.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -131,4 +132,174 @@ fn policy_diff_replays_an_exported_log_as_markdown() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["narrowing"], 1, "{v}");
     assert_eq!(v["widening"], 0, "{v}");
+}
+
+/// The fields SARIF 2.1.0 requires of a log with one run, and every result's rule and message.
+fn assert_sarif(v: &serde_json::Value) {
+    assert_eq!(v["version"], "2.1.0", "{v}");
+    assert!(
+        v["$schema"]
+            .as_str()
+            .unwrap()
+            .contains("sarif-schema-2.1.0"),
+        "{v}"
+    );
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "{v}");
+    assert_eq!(runs[0]["tool"]["driver"]["name"], "codespace", "{v}");
+    let rules: Vec<&str> = runs[0]["tool"]["driver"]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    for r in runs[0]["results"].as_array().unwrap() {
+        let id = r["ruleId"].as_str().unwrap();
+        assert!(
+            rules.contains(&id),
+            "result's rule {id} is not in the driver's rules: {v}"
+        );
+        assert!(!r["message"]["text"].as_str().unwrap().is_empty(), "{v}");
+        assert!(
+            ["error", "warning", "note", "none"].contains(&r["level"].as_str().unwrap()),
+            "{v}"
+        );
+        for l in r["locations"].as_array().into_iter().flatten() {
+            let uri = l["physicalLocation"]["artifactLocation"]["uri"]
+                .as_str()
+                .unwrap();
+            assert!(!uri.contains(' '), "{v}");
+        }
+    }
+}
+
+#[test]
+fn policy_test_sarif_reports_failing_cases_at_their_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("t.yaml");
+    std::fs::write(
+        &f,
+        "workspace: { id: w, profile: read-only }\ncases:\n  - name: reads\n    call: { name: read, arguments: { workspace_id: w, path: a } }\n    decision: allow\n  - name: runs\n    call: { name: exec_command, arguments: { workspace_id: w, command: [ls] } }\n    decision: allow\n",
+    )
+    .unwrap();
+    let o = run(&[
+        "policy",
+        "test",
+        f.to_str().unwrap(),
+        "--format",
+        "sarif",
+        "--coverage-min",
+        "100",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", both(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_sarif(&v);
+    let results = v["runs"][0]["results"].as_array().unwrap();
+    // The failing case and the missed coverage gate; the passing case is a rule, not a result.
+    assert_eq!(results.len(), 2, "{v}");
+    let case = &results[0];
+    assert!(
+        case["ruleId"].as_str().unwrap().ends_with("t.yaml::runs"),
+        "{v}"
+    );
+    assert_eq!(case["level"], "error", "{v}");
+    assert!(
+        case["message"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("expected allow"),
+        "{v}"
+    );
+    let loc = &case["locations"][0]["physicalLocation"];
+    assert!(
+        loc["artifactLocation"]["uri"]
+            .as_str()
+            .unwrap()
+            .ends_with("/t.yaml"),
+        "{v}"
+    );
+    assert_eq!(loc["region"]["startLine"], 6, "{v}");
+    assert!(
+        results[1]["ruleId"].as_str().unwrap().starts_with("gate:"),
+        "{v}"
+    );
+    let rules = v["runs"][0]["tool"]["driver"]["rules"].as_array().unwrap();
+    assert!(
+        rules
+            .iter()
+            .any(|r| r["id"].as_str().unwrap().ends_with("t.yaml::reads")),
+        "{v}"
+    );
+}
+
+#[test]
+fn policy_diff_sarif_points_at_the_changed_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let cand = dir.path().join("candidate");
+    for sub in ["base", "profiles"] {
+        std::fs::create_dir_all(cand.join(sub)).unwrap();
+        for e in std::fs::read_dir(repo().join("policies").join(sub)).unwrap() {
+            let p = e.unwrap().path();
+            std::fs::copy(&p, cand.join(sub).join(p.file_name().unwrap())).unwrap();
+        }
+    }
+    std::fs::write(
+        cand.join("base/extra.cedar"),
+        "@id(\"operator.forbid.a\")\n@reason(\"a.txt is private\")\nforbid (principal, action, resource)\nwhen { resource has path && resource.path == \"a.txt\" };\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(cand.join("tests")).unwrap();
+    std::fs::write(
+        cand.join("tests/reads.yaml"),
+        "workspace: { id: w, profile: read-only }\ncases:\n  - name: reads a\n    call: { name: read, arguments: { workspace_id: w, path: a.txt } }\n    decision: allow\n",
+    )
+    .unwrap();
+    let o = run(&[
+        "policy",
+        "diff",
+        "--policies",
+        "policies",
+        "--schema",
+        "schema/codespace.cedarschema",
+        "--against",
+        cand.to_str().unwrap(),
+        "--against-schema",
+        "schema/codespace.cedarschema",
+        "--store",
+        "/nonexistent/never-read.db",
+        "--tests",
+        "--format",
+        "sarif",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", both(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_sarif(&v);
+    let results = v["runs"][0]["results"].as_array().unwrap();
+    assert_eq!(results.len(), 1, "{v}");
+    let r = &results[0];
+    assert_eq!(r["ruleId"], "operator.forbid.a", "{v}");
+    assert_eq!(r["level"], "error", "{v}");
+    assert_eq!(r["properties"]["direction"], "narrowing", "{v}");
+    assert!(
+        r["message"]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("narrowing: 1 request"),
+        "{v}"
+    );
+    let loc = &r["locations"][0]["physicalLocation"];
+    assert!(
+        loc["artifactLocation"]["uri"]
+            .as_str()
+            .unwrap()
+            .ends_with("candidate/base/extra.cedar"),
+        "{v}"
+    );
+    assert!(loc["region"]["startLine"].as_u64().unwrap() >= 1, "{v}");
+    let rules = v["runs"][0]["tool"]["driver"]["rules"].as_array().unwrap();
+    assert_eq!(
+        rules[0]["shortDescription"]["text"], "a.txt is private",
+        "{v}"
+    );
+    assert_eq!(v["runs"][0]["properties"]["narrowing"], 1, "{v}");
 }
