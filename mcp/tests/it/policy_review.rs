@@ -303,3 +303,114 @@ fn policy_diff_sarif_points_at_the_changed_policy() {
     );
     assert_eq!(v["runs"][0]["properties"]["narrowing"], 1, "{v}");
 }
+
+#[test]
+fn explain_names_the_failing_conjuncts_and_the_nearest_miss_of_a_default_deny() {
+    let mut s = StdioServer::serve_temp_workspace().spawn();
+    s.initialize("review");
+    s.tool_ok("read", json!({"workspace_id": "default", "path": "a.txt"}));
+    s.tool_ok(
+        "apply_patch",
+        json!({"workspace_id": "default",
+               "patch": "*** Begin Patch\n*** Add File: b.txt\n+x\n*** End Patch\n"}),
+    );
+    let store = s.dir().join("store.db");
+    let export = run(&[
+        "audit",
+        "--json",
+        "--all-rows",
+        "--store",
+        store.to_str().unwrap(),
+    ]);
+    assert!(export.status.success(), "{}", both(&export));
+    let rows: Vec<serde_json::Value> = String::from_utf8_lossy(&export.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let read = rows
+        .iter()
+        .find(|r| r["tool"] == "read" && r["path"] == "a.txt")
+        .unwrap_or_else(|| panic!("no read row: {rows:?}"));
+    let dec = read["decision_id"].as_str().unwrap();
+
+    // A crafted set under which the logged read is a default deny: three permits whose scope
+    // matches, missing by one conjunct, by two, and by an `unless` alternative.
+    let crafted = s.dir().join("crafted");
+    std::fs::create_dir_all(crafted.join("base")).unwrap();
+    std::fs::create_dir_all(crafted.join("profiles")).unwrap();
+    std::fs::write(
+        crafted.join("profiles/near.cedar"),
+        "@id(\"crafted.near\")\npermit (principal, action, resource)\nwhen { resource has path && resource.path == \"b.txt\" };\n\n@id(\"crafted.far\")\npermit (principal, action, resource)\nwhen { resource has path && resource.path == \"c.txt\" && resource.path == \"d.txt\" };\n\n@id(\"crafted.unless\")\npermit (principal, action, resource)\nwhen { resource has path && resource.path like \"*.md\" }\nunless { resource has path && resource.path == \"a.txt\" };\n",
+    )
+    .unwrap();
+    let explain = |json: bool| {
+        let mut a = vec![
+            "policy",
+            "explain",
+            "--policies",
+            crafted.to_str().unwrap(),
+            "--schema",
+            "schema/codespace.cedarschema",
+            "--store",
+            store.to_str().unwrap(),
+            "--decision-id",
+            dec,
+        ];
+        if json {
+            a.push("--json");
+        }
+        run(&a)
+    };
+    let o = explain(false);
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(o.status.code(), Some(2), "{}", both(&o));
+    assert!(out.contains("CHANGED"), "{out}");
+    let miss = out
+        .lines()
+        .find(|l| l.contains("nearest miss:"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(miss.contains("crafted.near"), "{out}");
+    assert!(miss.contains("1 failing conjunct(s)"), "{out}");
+    assert!(miss.contains("\"b.txt\""), "{out}");
+    assert!(!miss.contains("has"), "the guard held: {out}");
+    assert!(
+        out.contains("failed: when {") && out.contains("\"d.txt\""),
+        "{out}"
+    );
+
+    let o = explain(true);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let req = &v["requests"][0]["requests"][0];
+    assert_eq!(req["nearest_miss"]["policy"], "crafted.near", "{v}");
+    assert_eq!(
+        req["nearest_miss"]["failing"].as_array().unwrap().len(),
+        1,
+        "{v}"
+    );
+    let by_id = |id: &str| {
+        req["policies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["id"] == id)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(
+        by_id("crafted.far")["failing_conjuncts"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2,
+        "{v}"
+    );
+    // `unless { a && b }` is one alternative: it failed because it held.
+    let unl = by_id("crafted.unless")["failing_conjuncts"].clone();
+    let clauses: Vec<&str> = unl
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["clause"].as_str().unwrap())
+        .collect();
+    assert_eq!(clauses, ["when", "unless"], "{v}");
+}
