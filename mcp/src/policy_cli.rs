@@ -30,6 +30,8 @@ pub enum Format {
     Junit,
     /// A Markdown summary for a pull-request comment.
     Markdown,
+    /// SARIF 2.1.0 for code-scanning views: one `error` result per failing case or missed gate.
+    Sarif,
 }
 
 /// Flags of `policy test`.
@@ -37,10 +39,10 @@ pub enum Format {
 pub struct TestArgs {
     /// Test files (default: every .yaml under <policies>/tests).
     pub files: Vec<PathBuf>,
-    /// Report format on stdout (json, junit and markdown print the summary line on stderr).
+    /// Report format on stdout (json, junit, markdown and sarif print the summary line on stderr).
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
-    /// Write the json/junit/markdown report to FILE and keep the text report on stdout.
+    /// Write the json/junit/markdown/sarif report to FILE and keep the text report on stdout.
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Fail when fewer than N percent of the policies determined some decision.
@@ -221,9 +223,14 @@ pub fn test(args: &TestArgs, source: &PolicySource, config: Option<&Config>) -> 
     let base = base_profiles(config);
     let mut results: Vec<CaseResult> = Vec::new();
     let mut parsed_files: Vec<(PathBuf, String, TestFile)> = Vec::new();
+    // Each file's text by its report name: SARIF points at a failing case's line.
+    let mut texts: BTreeMap<String, String> = BTreeMap::new();
     for f in &files {
         let name = f.name();
         let text = f.text()?;
+        if args.format == Format::Sarif {
+            texts.insert(name.clone(), text.clone());
+        }
         match parse_file(&text) {
             Ok(p) => parsed_files.push((f.path().to_path_buf(), name, p)),
             Err(e) => results.push(CaseResult {
@@ -286,6 +293,18 @@ pub fn test(args: &TestArgs, source: &PolicySource, config: Option<&Config>) -> 
         Format::Markdown => Some(codespace_policy_tools::markdown::report_markdown(
             &results, &coverage, &gates,
         )),
+        Format::Sarif => {
+            let line_of = |file: &str, case: &str| {
+                texts
+                    .get(file)
+                    .and_then(|t| codespace_policy_tools::sarif::case_line(t, case))
+            };
+            Some(serde_json::to_string_pretty(
+                &codespace_policy_tools::sarif::report_sarif_tests(
+                    &results, &coverage, &gates, &snap, &line_of,
+                ),
+            )?)
+        }
     };
     let text_on_stdout = machine.is_none() || args.output.is_some();
     let mut out = std::io::stdout().lock();

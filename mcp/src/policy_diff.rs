@@ -50,7 +50,8 @@ pub struct DiffArgs {
     /// One JSON document instead of text (same as --format json).
     #[arg(long, conflicts_with = "format")]
     pub json: bool,
-    /// Report format: text, json, or markdown (a summary to post as a pull-request comment).
+    /// Report format: text, json, markdown (a summary to post as a pull-request comment) or
+    /// sarif (for code-scanning views).
     #[arg(long, value_enum)]
     pub format: Option<DiffFormat>,
 }
@@ -64,6 +65,8 @@ pub enum DiffFormat {
     Json,
     /// A Markdown summary for a pull-request comment.
     Markdown,
+    /// SARIF 2.1.0: one `error` result per flip group, at the changed policies' lines.
+    Sarif,
 }
 
 /// A replayable sample: its source, a label, the recorded request.
@@ -369,7 +372,40 @@ pub fn diff(
             codespace_engine::wire::rfc3339_ms(since)
         ),
     };
-    if format == DiffFormat::Markdown {
+    if format == DiffFormat::Sarif {
+        use codespace_policy_tools::sarif::{FlipGroup, report_sarif_diff};
+        let flips: Vec<FlipGroup<'_>> = ordered
+            .iter()
+            .map(|(k, v)| FlipGroup {
+                flip: k.flip,
+                tool: &k.tool,
+                action: &k.action,
+                policies: &k.policies,
+                count: v.len(),
+                examples: v
+                    .iter()
+                    .take(args.examples)
+                    .map(|r| r.label.clone())
+                    .collect(),
+            })
+            .collect();
+        let doc = report_sarif_diff(
+            &before_snap,
+            &after_snap,
+            &flips,
+            json!({
+                "live_sha256": before_snap.sha256,
+                "candidate_sha256": after_snap.sha256,
+                "replayed_from": replayed_from,
+                "recorded_rows": recorded,
+                "unreplayable_rows": unreplayable,
+                "test_requests": test_count,
+                "widening": widening,
+                "narrowing": narrowing,
+            }),
+        );
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+    } else if format == DiffFormat::Markdown {
         let md = markdown(&MdSummary {
             live: &before_snap.sha256,
             candidate: &after_snap.sha256,

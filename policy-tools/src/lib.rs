@@ -1,5 +1,5 @@
 //! Policy tooling the CLI uses and the server library does not link: the policy test suite
-//! runner (YAML cases, coverage, gates) with its JUnit report, replaying recorded requests under
+//! runner (YAML cases, coverage, gates) with its JUnit, Markdown and SARIF reports, replaying recorded requests under
 //! another set (`policy diff`), per-alternative coverage of `||` chains, and the test gate of hot
 //! reload. Decisions come from `codespace_policy::Decider`, never from Cedar directly (only
 //! explanations and coverage evaluate single policies).
@@ -11,6 +11,7 @@ pub mod cases;
 pub mod junit;
 pub mod markdown;
 pub mod replay;
+pub mod sarif;
 pub mod suite;
 
 use codespace_policy::PolicySnapshot;

@@ -146,6 +146,92 @@ pub struct PolicyEval {
     pub determining: bool,
     /// The forbid's `@reason`.
     pub reason: Option<String>,
+    /// When the scope matched and the condition did not hold: each conjunct of its conditions
+    /// evaluated alone (with the scope), in order.
+    pub conjuncts: Vec<Conjunct>,
+}
+
+/// One conjunct of a policy's conditions, evaluated as a policy of its own (the scope and this
+/// one clause): a top-level `&&` operand of a `when` body, or a top-level `||` operand of an
+/// `unless` body (`unless { a || b }` fails when either holds).
+#[derive(Debug, Clone)]
+pub struct Conjunct {
+    /// `when` or `unless`.
+    pub clause: &'static str,
+    /// The conjunct as Cedar text.
+    pub text: String,
+    /// Whether it let the policy hold: `True` for a `when` conjunct that held or an `unless`
+    /// one that did not; an error (an attribute a preceding conjunct guarded, for one) fails.
+    pub passed: Tri,
+}
+
+/// The top-level operands of `op` (`&&` or `||`) in an EST expression, left to right.
+fn operands(expr: &Value, op: &str, out: &mut Vec<Value>) {
+    match expr.get(op) {
+        Some(pair) => {
+            for side in ["left", "right"] {
+                if let Some(e) = pair.get(side) {
+                    operands(e, op, out);
+                }
+            }
+        }
+        None => out.push(expr.clone()),
+    }
+}
+
+/// The body of the first `when`/`unless` clause of a policy's Cedar text, on one line.
+fn clause_text(policy: &Policy, clause: &str) -> String {
+    let text = policy.to_string();
+    let body = text
+        .find(&format!("{clause} {{"))
+        .and_then(|i| text.get(i + clause.len() + 2..))
+        .and_then(|rest| rest.rfind('}').and_then(|j| rest.get(..j)))
+        .unwrap_or("");
+    body.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Each conjunct of `est`'s conditions evaluated alone with its scope (see [`Conjunct`]).
+fn conjuncts(policy: &Policy, built: &BuiltRequest) -> Vec<Conjunct> {
+    let Ok(est) = policy.to_json() else {
+        return Vec::new();
+    };
+    let conditions = est
+        .get("conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for c in &conditions {
+        let (clause, op) = match c.get("kind").and_then(Value::as_str) {
+            Some("when") => ("when", "&&"),
+            Some("unless") => ("unless", "||"),
+            _ => continue,
+        };
+        let mut parts = Vec::new();
+        if let Some(body) = c.get("body") {
+            operands(body, op, &mut parts);
+        }
+        for part in parts {
+            let mut one = est.clone();
+            if let Value::Object(m) = &mut one {
+                m.insert("annotations".into(), json!({}));
+                m.insert(
+                    "conditions".into(),
+                    json!([{ "kind": clause, "body": part }]),
+                );
+            }
+            let (text, passed) = match Policy::from_json(Some(policy.id().clone()), one) {
+                Ok(p) => (clause_text(&p, clause), eval_alone(p, built)),
+                Err(e) => (part.to_string(), Tri::Error(format!("conjunct copy: {e}"))),
+            };
+            out.push(Conjunct {
+                clause,
+                text,
+                passed,
+            });
+        }
+    }
+    out
 }
 
 fn eval_alone(policy: Policy, built: &BuiltRequest) -> Tri {
@@ -196,6 +282,10 @@ pub fn policy_table(
             Tri::True => Some(eval_alone(policy.clone(), built)),
             _ => None,
         };
+        let conjuncts = match &condition {
+            Some(c) if !c.held() => conjuncts(policy, built),
+            _ => Vec::new(),
+        };
         rows.push(PolicyEval {
             id: id.clone(),
             effect: if meta.forbid { "forbid" } else { "permit" },
@@ -204,6 +294,7 @@ pub fn policy_table(
             condition,
             determining: determining.contains(id),
             reason: meta.reason.clone(),
+            conjuncts,
         });
     }
     rows
@@ -263,6 +354,26 @@ pub struct Explanation {
     pub entities: Value,
     /// Per sub-request detail.
     pub requests: Vec<ExplainedRequest>,
+}
+
+impl ExplainedRequest {
+    /// For a default deny (no determining policy, not allowed): the permit whose scope matched
+    /// with the fewest failing conjuncts (the first by id on a tie), and those conjuncts.
+    pub fn nearest_miss(&self) -> Option<(&PolicyEval, Vec<&Conjunct>)> {
+        if self.allowed || !self.determining.is_empty() {
+            return None;
+        }
+        self.policies
+            .iter()
+            .filter(|p| p.effect == "permit" && p.scope.held() && !p.conjuncts.is_empty())
+            .map(|p| (p, failing(p)))
+            .min_by_key(|(_, f)| f.len())
+    }
+}
+
+/// The conjuncts of `p` that kept it from holding.
+fn failing(p: &PolicyEval) -> Vec<&Conjunct> {
+    p.conjuncts.iter().filter(|c| !c.passed.held()).collect()
 }
 
 impl Explanation {
@@ -437,7 +548,17 @@ pub fn to_json(x: &Explanation) -> Value {
                     "condition_error": p.condition.as_ref().and_then(Tri::error),
                     "determining": p.determining,
                     "reason": p.reason,
+                    "failing_conjuncts": failing(p).iter().map(|c| json!({
+                        "clause": c.clause,
+                        "text": c.text,
+                        "error": c.passed.error(),
+                    })).collect::<Vec<_>>(),
                 })).collect::<Vec<_>>(),
+                "nearest_miss": r.nearest_miss().map(|(p, f)| json!({
+                    "policy": p.id,
+                    "location": p.location,
+                    "failing": f.iter().map(|c| format!("{} {{ {} }}", c.clause, c.text)).collect::<Vec<_>>(),
+                })),
             })
         })
         .collect();
@@ -535,7 +656,33 @@ pub fn render_text(x: &Explanation) -> String {
                     p.scope.as_str(),
                     cond
                 ));
+                if p.effect == "permit" && !r.allowed {
+                    for c in failing(p) {
+                        s.push_str(&format!(
+                            "  {:<w$}    failed: {} {{ {} }}{}\n",
+                            "",
+                            c.clause,
+                            c.text,
+                            c.passed
+                                .error()
+                                .map(|e| format!("  (error: {e})"))
+                                .unwrap_or_default()
+                        ));
+                    }
+                }
             }
+        }
+        if let Some((p, f)) = r.nearest_miss() {
+            s.push_str(&format!(
+                "  nearest miss: {} ({}), {} failing conjunct(s): {}\n",
+                p.id,
+                p.location,
+                f.len(),
+                f.iter()
+                    .map(|c| format!("{} {{ {} }}", c.clause, c.text))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ));
         }
     }
     s.push_str("\nentities (actions omitted): ");

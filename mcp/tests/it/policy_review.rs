@@ -1,6 +1,7 @@
 //! Review output (issue 32 item 5), through the real binary: `policy test --format markdown`
 //! and `policy diff --format markdown` fit a pull-request comment; `policy diff --log FILE`
-//! replays the JSON lines `codespace audit --json` exported, without the store.
+//! replays the JSON lines `codespace audit --json` exported, without the store; `--format sarif`
+//! of both is SARIF 2.1.0 with results at the test case or the changed policy.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -131,4 +132,285 @@ fn policy_diff_replays_an_exported_log_as_markdown() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["narrowing"], 1, "{v}");
     assert_eq!(v["widening"], 0, "{v}");
+}
+
+/// The fields SARIF 2.1.0 requires of a log with one run, and every result's rule and message.
+fn assert_sarif(v: &serde_json::Value) {
+    assert_eq!(v["version"], "2.1.0", "{v}");
+    assert!(
+        v["$schema"]
+            .as_str()
+            .unwrap()
+            .contains("sarif-schema-2.1.0"),
+        "{v}"
+    );
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "{v}");
+    assert_eq!(runs[0]["tool"]["driver"]["name"], "codespace", "{v}");
+    let rules: Vec<&str> = runs[0]["tool"]["driver"]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    for r in runs[0]["results"].as_array().unwrap() {
+        let id = r["ruleId"].as_str().unwrap();
+        assert!(
+            rules.contains(&id),
+            "result's rule {id} is not in the driver's rules: {v}"
+        );
+        assert!(!r["message"]["text"].as_str().unwrap().is_empty(), "{v}");
+        assert!(
+            ["error", "warning", "note", "none"].contains(&r["level"].as_str().unwrap()),
+            "{v}"
+        );
+        for l in r["locations"].as_array().into_iter().flatten() {
+            let uri = l["physicalLocation"]["artifactLocation"]["uri"]
+                .as_str()
+                .unwrap();
+            assert!(!uri.contains(' '), "{v}");
+        }
+    }
+}
+
+#[test]
+fn policy_test_sarif_reports_failing_cases_at_their_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("t.yaml");
+    std::fs::write(
+        &f,
+        "workspace: { id: w, profile: read-only }\ncases:\n  - name: reads\n    call: { name: read, arguments: { workspace_id: w, path: a } }\n    decision: allow\n  - name: runs\n    call: { name: exec_command, arguments: { workspace_id: w, command: [ls] } }\n    decision: allow\n",
+    )
+    .unwrap();
+    let o = run(&[
+        "policy",
+        "test",
+        f.to_str().unwrap(),
+        "--format",
+        "sarif",
+        "--coverage-min",
+        "100",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", both(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_sarif(&v);
+    let results = v["runs"][0]["results"].as_array().unwrap();
+    // The failing case and the missed coverage gate; the passing case is a rule, not a result.
+    assert_eq!(results.len(), 2, "{v}");
+    let case = &results[0];
+    assert!(
+        case["ruleId"].as_str().unwrap().ends_with("t.yaml::runs"),
+        "{v}"
+    );
+    assert_eq!(case["level"], "error", "{v}");
+    assert!(
+        case["message"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("expected allow"),
+        "{v}"
+    );
+    let loc = &case["locations"][0]["physicalLocation"];
+    assert!(
+        loc["artifactLocation"]["uri"]
+            .as_str()
+            .unwrap()
+            .ends_with("/t.yaml"),
+        "{v}"
+    );
+    assert_eq!(loc["region"]["startLine"], 6, "{v}");
+    assert!(
+        results[1]["ruleId"].as_str().unwrap().starts_with("gate:"),
+        "{v}"
+    );
+    let rules = v["runs"][0]["tool"]["driver"]["rules"].as_array().unwrap();
+    assert!(
+        rules
+            .iter()
+            .any(|r| r["id"].as_str().unwrap().ends_with("t.yaml::reads")),
+        "{v}"
+    );
+}
+
+#[test]
+fn policy_diff_sarif_points_at_the_changed_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let cand = dir.path().join("candidate");
+    for sub in ["base", "profiles"] {
+        std::fs::create_dir_all(cand.join(sub)).unwrap();
+        for e in std::fs::read_dir(repo().join("policies").join(sub)).unwrap() {
+            let p = e.unwrap().path();
+            std::fs::copy(&p, cand.join(sub).join(p.file_name().unwrap())).unwrap();
+        }
+    }
+    std::fs::write(
+        cand.join("base/extra.cedar"),
+        "@id(\"operator.forbid.a\")\n@reason(\"a.txt is private\")\nforbid (principal, action, resource)\nwhen { resource has path && resource.path == \"a.txt\" };\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(cand.join("tests")).unwrap();
+    std::fs::write(
+        cand.join("tests/reads.yaml"),
+        "workspace: { id: w, profile: read-only }\ncases:\n  - name: reads a\n    call: { name: read, arguments: { workspace_id: w, path: a.txt } }\n    decision: allow\n",
+    )
+    .unwrap();
+    let o = run(&[
+        "policy",
+        "diff",
+        "--policies",
+        "policies",
+        "--schema",
+        "schema/codespace.cedarschema",
+        "--against",
+        cand.to_str().unwrap(),
+        "--against-schema",
+        "schema/codespace.cedarschema",
+        "--store",
+        "/nonexistent/never-read.db",
+        "--tests",
+        "--format",
+        "sarif",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", both(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_sarif(&v);
+    let results = v["runs"][0]["results"].as_array().unwrap();
+    assert_eq!(results.len(), 1, "{v}");
+    let r = &results[0];
+    assert_eq!(r["ruleId"], "operator.forbid.a", "{v}");
+    assert_eq!(r["level"], "error", "{v}");
+    assert_eq!(r["properties"]["direction"], "narrowing", "{v}");
+    assert!(
+        r["message"]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("narrowing: 1 request"),
+        "{v}"
+    );
+    let loc = &r["locations"][0]["physicalLocation"];
+    assert!(
+        loc["artifactLocation"]["uri"]
+            .as_str()
+            .unwrap()
+            .ends_with("candidate/base/extra.cedar"),
+        "{v}"
+    );
+    assert!(loc["region"]["startLine"].as_u64().unwrap() >= 1, "{v}");
+    let rules = v["runs"][0]["tool"]["driver"]["rules"].as_array().unwrap();
+    assert_eq!(
+        rules[0]["shortDescription"]["text"], "a.txt is private",
+        "{v}"
+    );
+    assert_eq!(v["runs"][0]["properties"]["narrowing"], 1, "{v}");
+}
+
+#[test]
+fn explain_names_the_failing_conjuncts_and_the_nearest_miss_of_a_default_deny() {
+    let mut s = StdioServer::serve_temp_workspace().spawn();
+    s.initialize("review");
+    s.tool_ok("read", json!({"workspace_id": "default", "path": "a.txt"}));
+    s.tool_ok(
+        "apply_patch",
+        json!({"workspace_id": "default",
+               "patch": "*** Begin Patch\n*** Add File: b.txt\n+x\n*** End Patch\n"}),
+    );
+    let store = s.dir().join("store.db");
+    let export = run(&[
+        "audit",
+        "--json",
+        "--all-rows",
+        "--store",
+        store.to_str().unwrap(),
+    ]);
+    assert!(export.status.success(), "{}", both(&export));
+    let rows: Vec<serde_json::Value> = String::from_utf8_lossy(&export.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let read = rows
+        .iter()
+        .find(|r| r["tool"] == "read" && r["path"] == "a.txt")
+        .unwrap_or_else(|| panic!("no read row: {rows:?}"));
+    let dec = read["decision_id"].as_str().unwrap();
+
+    // A crafted set under which the logged read is a default deny: three permits whose scope
+    // matches, missing by one conjunct, by two, and by an `unless` alternative.
+    let crafted = s.dir().join("crafted");
+    std::fs::create_dir_all(crafted.join("base")).unwrap();
+    std::fs::create_dir_all(crafted.join("profiles")).unwrap();
+    std::fs::write(
+        crafted.join("profiles/near.cedar"),
+        "@id(\"crafted.near\")\npermit (principal, action, resource)\nwhen { resource has path && resource.path == \"b.txt\" };\n\n@id(\"crafted.far\")\npermit (principal, action, resource)\nwhen { resource has path && resource.path == \"c.txt\" && resource.path == \"d.txt\" };\n\n@id(\"crafted.unless\")\npermit (principal, action, resource)\nwhen { resource has path && resource.path like \"*.md\" }\nunless { resource has path && resource.path == \"a.txt\" };\n",
+    )
+    .unwrap();
+    let explain = |json: bool| {
+        let mut a = vec![
+            "policy",
+            "explain",
+            "--policies",
+            crafted.to_str().unwrap(),
+            "--schema",
+            "schema/codespace.cedarschema",
+            "--store",
+            store.to_str().unwrap(),
+            "--decision-id",
+            dec,
+        ];
+        if json {
+            a.push("--json");
+        }
+        run(&a)
+    };
+    let o = explain(false);
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(o.status.code(), Some(2), "{}", both(&o));
+    assert!(out.contains("CHANGED"), "{out}");
+    let miss = out
+        .lines()
+        .find(|l| l.contains("nearest miss:"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(miss.contains("crafted.near"), "{out}");
+    assert!(miss.contains("1 failing conjunct(s)"), "{out}");
+    assert!(miss.contains("\"b.txt\""), "{out}");
+    assert!(!miss.contains("has"), "the guard held: {out}");
+    assert!(
+        out.contains("failed: when {") && out.contains("\"d.txt\""),
+        "{out}"
+    );
+
+    let o = explain(true);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let req = &v["requests"][0]["requests"][0];
+    assert_eq!(req["nearest_miss"]["policy"], "crafted.near", "{v}");
+    assert_eq!(
+        req["nearest_miss"]["failing"].as_array().unwrap().len(),
+        1,
+        "{v}"
+    );
+    let by_id = |id: &str| {
+        req["policies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["id"] == id)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(
+        by_id("crafted.far")["failing_conjuncts"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2,
+        "{v}"
+    );
+    // `unless { a && b }` is one alternative: it failed because it held.
+    let unl = by_id("crafted.unless")["failing_conjuncts"].clone();
+    let clauses: Vec<&str> = unl
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["clause"].as_str().unwrap())
+        .collect();
+    assert_eq!(clauses, ["when", "unless"], "{v}");
 }
