@@ -12,22 +12,14 @@
     clippy::indexing_slicing
 )]
 
+use crate::env_common::{SocketWorker, podman_path, podman_rootfs, secret_file};
 use crate::stdio_common::{BIN, StdioServer, error_body, test_hooks_or_skip};
 use codespace_store::Store;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-
-/// A secret line in a file only its owner may read.
-fn secret_file(dir: &Path) -> (PathBuf, String) {
-    let secret = "0123456789abcdef0123456789abcdef".to_string();
-    let path = dir.join("worker.secret");
-    std::fs::write(&path, format!("{secret}\n")).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    (path, secret)
-}
+use std::process::{Command, Stdio};
 
 /// Whether `unshare -m` works here (a private mount namespace for the worker).
 fn unshare_works() -> bool {
@@ -37,21 +29,16 @@ fn unshare_works() -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// A socket worker started by the test: `codespace worker --socket SOCK` in its own mount
-/// namespace, where `root` is a tmpfs holding `a.txt` = "from the worker\n" (the gateway's
-/// view of `root` stays empty). Ready once it printed `listening`.
-struct SocketWorker {
-    child: Child,
-}
-
-impl SocketWorker {
-    fn start(root: &Path, sock: &Path, secret: &str, env: &[(&str, &str)]) -> SocketWorker {
-        let script = format!(
-            "mount -t tmpfs none '{root}' && printf 'from the worker\\n' > '{root}/a.txt' && exec \"$@\"",
-            root = root.display()
-        );
-        let mut cmd = Command::new("unshare");
-        cmd.args([
+/// A socket worker in its own mount namespace, where `root` is a tmpfs holding `a.txt` =
+/// "from the worker\n" (the gateway's view of `root` stays empty).
+fn private_socket_worker(root: &Path, sock: &Path, secret: &str) -> SocketWorker {
+    let script = format!(
+        "mount -t tmpfs none '{root}' && printf 'from the worker\\n' > '{root}/a.txt' && exec \"$@\"",
+        root = root.display()
+    );
+    SocketWorker::start_with(
+        &[
+            "unshare",
             "-m",
             "--propagation",
             "private",
@@ -59,30 +46,10 @@ impl SocketWorker {
             "-c",
             &script,
             "sh",
-            BIN,
-        ])
-        .args(["worker", "--socket"])
-        .arg(sock)
-        .envs(env.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-        let mut child = cmd.spawn().unwrap();
-        writeln!(child.stdin.take().unwrap(), "{secret}").unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "listening");
-        SocketWorker { child }
-    }
-}
-
-impl Drop for SocketWorker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+        ],
+        sock,
+        secret,
+    )
 }
 
 /// A config of one workspace `w` (root `root`) in environment `e` = `env`.
@@ -125,7 +92,7 @@ fn read_and_workspace_info_go_through_a_socket_worker_that_alone_sees_the_files(
     std::fs::create_dir(&root).unwrap();
     let sock = dir.path().join("wdir").join("w.sock");
     let (secret_path, secret) = secret_file(dir.path());
-    let _worker = SocketWorker::start(&root, &sock, &secret, &[]);
+    let _worker = private_socket_worker(&root, &sock, &secret);
     let cfg = config(
         dir.path(),
         &root,
@@ -544,14 +511,7 @@ fn read_goes_through_an_ssh_worker_over_one_session_and_a_bad_host_key_or_binary
 fn read_goes_through_a_container_the_server_starts_and_removes() {
     let test = "env_workers::read_goes_through_a_container_the_server_starts_and_removes";
     // The worker binary is mounted; the rootfs needs its shared libraries.
-    let ldd = Command::new("ldd").arg(BIN).output().unwrap();
-    let libs: Vec<String> = String::from_utf8_lossy(&ldd.stdout)
-        .split_whitespace()
-        .filter(|w| w.starts_with('/'))
-        .map(str::to_string)
-        .collect();
-    let libs: Vec<&str> = libs.iter().map(String::as_str).collect();
-    let fs = match codespace_test_fixtures::PodmanRootfs::build(&libs) {
+    let fs = match podman_rootfs(&[]) {
         Ok(f) => f,
         Err(why) => {
             codespace_test_skip::require(false, test, why);
@@ -559,34 +519,8 @@ fn read_goes_through_a_container_the_server_starts_and_removes() {
         }
     };
     let dir = tempfile::tempdir().unwrap();
-    // This host's podman needs its wrapper (docs/environments.md, "Testing here"): the server
-    // finds `podman` on its PATH as that wrapper around the real one.
-    let bin = dir.path().join("bin");
-    std::fs::create_dir(&bin).unwrap();
-    let real = String::from_utf8(
-        Command::new("sh")
-            .args(["-c", "command -v podman"])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .unwrap()
-    .trim()
-    .to_string();
-    let wrapper = bin.join("podman");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\nexec unshare -m --propagation private sh -c 'mount -t cgroup2 none /sys/fs/cgroup && exec \"$@\"' sh {real} \"$@\"\n"
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    // This host's podman needs its wrapper (docs/environments.md, "Testing here").
+    let path = podman_path(dir.path());
     let root = dir.path().join("root");
     std::fs::create_dir(&root).unwrap();
     std::fs::write(root.join("a.txt"), "in the box\n").unwrap();

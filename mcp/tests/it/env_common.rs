@@ -1,0 +1,243 @@
+//! Shared setup for the environment e2e tests: one workspace `w` in an environment `e` reached
+//! through each worker transport — `command` (`codespace worker --stdio`), `worker` (a unix
+//! socket worker the test starts), `ssh` (the loopback sshd fixture) and `container` (podman
+//! on a rootfs of host files, through this host's podman wrapper). Every transport sees the
+//! workspace root at the same path as the test, so a test can edit "inside the environment"
+//! by writing the file. A transport this host cannot run prints `skip:` (and fails under
+//! `CI=true`) through `codespace_test_skip`.
+
+use crate::stdio_common::{BIN, StdioServer};
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// How the gateway reaches the environment's worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    Command,
+    Worker,
+    Ssh,
+    Container,
+}
+
+/// A secret line in a file only its owner may read (a socket worker's shared secret).
+pub fn secret_file(dir: &Path) -> (PathBuf, String) {
+    let secret = "0123456789abcdef0123456789abcdef".to_string();
+    let path = dir.join("worker.secret");
+    std::fs::write(&path, format!("{secret}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    (path, secret)
+}
+
+/// `codespace worker --socket SOCK` started by the test (the secret written to its stdin),
+/// ready once it printed `listening`; killed on drop.
+pub struct SocketWorker {
+    child: Child,
+}
+
+impl SocketWorker {
+    /// Starts `prefix... BIN worker --socket sock` (`prefix` may wrap it, e.g. in `unshare`).
+    pub fn start_with(prefix: &[&str], sock: &Path, secret: &str) -> SocketWorker {
+        let mut cmd = match prefix.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(BIN);
+                c
+            }
+            None => Command::new(BIN),
+        };
+        cmd.args(["worker", "--socket"])
+            .arg(sock)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = cmd.spawn().unwrap();
+        writeln!(child.stdin.take().unwrap(), "{secret}").unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "listening");
+        SocketWorker { child }
+    }
+}
+
+impl Drop for SocketWorker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The podman rootfs for a container worker: the worker binary's shared libraries (the binary
+/// itself is mounted) and `extra` host programs with theirs.
+pub fn podman_rootfs(extra: &[&str]) -> Result<codespace_test_fixtures::PodmanRootfs, String> {
+    let ldd = Command::new("ldd")
+        .arg(BIN)
+        .output()
+        .map_err(|e| e.to_string())?;
+    let libs: Vec<String> = String::from_utf8_lossy(&ldd.stdout)
+        .split_whitespace()
+        .filter(|w| w.starts_with('/'))
+        .map(str::to_string)
+        .collect();
+    let programs: Vec<&str> = libs
+        .iter()
+        .map(String::as_str)
+        .chain(extra.iter().copied())
+        .collect();
+    codespace_test_fixtures::PodmanRootfs::build(&programs)
+}
+
+/// A `PATH` whose `podman` is this host's wrapper around the real one (docs/environments.md,
+/// "Testing here"), the wrapper written under `dir/bin`.
+pub fn podman_path(dir: &Path) -> String {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let real = String::from_utf8(
+        Command::new("sh")
+            .args(["-c", "command -v podman"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .to_string();
+    let wrapper = bin.join("podman");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nexec unshare -m --propagation private sh -c 'mount -t cgroup2 none /sys/fs/cgroup && exec \"$@\"' sh {real} \"$@\"\n"
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+/// What keeps a transport's far end up for the test's length.
+#[allow(dead_code)]
+enum Guard {
+    None,
+    Socket(SocketWorker),
+    Sshd(codespace_test_fixtures::Sshd),
+    Rootfs(codespace_test_fixtures::PodmanRootfs),
+}
+
+/// One environment `e` of a transport, ready to be named by a config.
+pub struct EnvSetup {
+    pub transport: Transport,
+    /// The `environments.e` config value.
+    pub env: Value,
+    /// Variables the server needs (the podman wrapper's PATH, CONTAINERS_CONF).
+    pub server_env: Vec<(String, String)>,
+    _guard: Guard,
+}
+
+impl EnvSetup {
+    /// The environment of `transport` for a test under `dir`; None (after `skip:`, failing
+    /// under CI=true) when this host cannot run it. `programs` are host programs the test's
+    /// commands need inside a container.
+    pub fn new(transport: Transport, test: &str, dir: &Path, programs: &[&str]) -> Option<Self> {
+        let (env, server_env, guard) = match transport {
+            Transport::Command => (
+                json!({"kind": "command", "command": {"argv": [BIN, "worker", "--stdio"]}}),
+                Vec::new(),
+                Guard::None,
+            ),
+            Transport::Worker => {
+                let sock = dir.join("wdir").join("w.sock");
+                let (secret_path, secret) = secret_file(dir);
+                let worker = SocketWorker::start_with(&[], &sock, &secret);
+                (
+                    json!({"kind": "worker", "worker": {"socket": sock, "secret_file": secret_path}}),
+                    Vec::new(),
+                    Guard::Socket(worker),
+                )
+            }
+            Transport::Ssh => {
+                let sshd = match codespace_test_fixtures::Sshd::start() {
+                    Ok(d) => d,
+                    Err(why) => {
+                        codespace_test_skip::require(false, test, why);
+                        return None;
+                    }
+                };
+                (
+                    json!({"kind": "ssh", "ssh": {"host": "127.0.0.1", "port": sshd.port,
+                           "user": sshd.user, "identity_file": sshd.identity_file,
+                           "known_hosts": sshd.known_hosts, "worker_path": BIN}}),
+                    Vec::new(),
+                    Guard::Sshd(sshd),
+                )
+            }
+            Transport::Container => {
+                let fs = match podman_rootfs(programs) {
+                    Ok(f) => f,
+                    Err(why) => {
+                        codespace_test_skip::require(false, test, why);
+                        return None;
+                    }
+                };
+                (
+                    json!({"kind": "container", "container": {"rootfs": fs.rootfs}}),
+                    vec![
+                        ("PATH".to_string(), podman_path(dir)),
+                        ("CONTAINERS_CONF".to_string(), fs.conf.display().to_string()),
+                    ],
+                    Guard::Rootfs(fs),
+                )
+            }
+        };
+        Some(EnvSetup {
+            transport,
+            env,
+            server_env,
+            _guard: guard,
+        })
+    }
+
+    /// A server (store `dir/store.db`, config `dir/config.json`) whose workspace `w` (root
+    /// `root`, sandbox and masking off, `extra_ws` merged in) lives in this environment;
+    /// `hooks` are extra variables for the server.
+    pub fn serve(
+        &self,
+        dir: &Path,
+        root: &Path,
+        extra_ws: Value,
+        hooks: &[(&str, &Path)],
+    ) -> StdioServer {
+        let mut ws = json!({"root": root, "environment": "e", "profile": "workspace-write",
+                            "sandbox": "off", "secret_masking": "off"});
+        if let (Value::Object(w), Value::Object(x)) = (&mut ws, extra_ws) {
+            w.extend(x);
+        }
+        let cfg = json!({
+            "store": dir.join("store.db"),
+            "environments": {"e": self.env},
+            "workspaces": {"w": ws},
+        });
+        let path = dir.join("config.json");
+        std::fs::write(&path, cfg.to_string()).unwrap();
+        let mut b = StdioServer::serve()
+            .arg("--config")
+            .arg(&path)
+            .stderr_file(dir.join("stderr.log"));
+        for (k, v) in &self.server_env {
+            b = b.env(k, v);
+        }
+        for (k, v) in hooks {
+            b = b.env(k, v);
+        }
+        let mut s = b.spawn();
+        s.initialize("env-matrix");
+        s
+    }
+}

@@ -1,0 +1,313 @@
+//! The file and process tools through every worker transport, through the real binary: the
+//! same assertions against a `command` worker, a unix `worker` socket, an `ssh` worker (the
+//! loopback sshd fixture) and a `container` worker (podman on a rootfs). Files: find with
+//! `path`, grep, find_files, apply_patch with `expected_versions`, an edit in the
+//! environment's tree a `VERSION_CONFLICT` before the apply and a `STALE_READ` inside its
+//! window. Processes: exec_command pipes (stderr apart, exit code, cwd) and a PTY,
+//! write_stdin, read_process cursors, terminate_process. One server per transport per test.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use crate::env_common::{EnvSetup, Transport};
+use crate::stdio_common::{self, StdioServer};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Programs the process tests run inside a container (the rootfs has `sh`, `sleep`, `true`).
+const PROGRAMS: &[&str] = &["/bin/cat", "/usr/bin/tty"];
+
+/// Three files a patch touches, a `.gitignore` and an ignored file.
+fn tree(dir: &Path) -> PathBuf {
+    let root = dir.join("ws");
+    std::fs::create_dir_all(root.join("src")).unwrap();
+    std::fs::create_dir_all(root.join("sub")).unwrap();
+    std::fs::create_dir_all(root.join("target")).unwrap();
+    std::fs::write(root.join(".gitignore"), "target/\n").unwrap();
+    std::fs::write(root.join("src/main.rs"), "fn main() {\n    hello();\n}\n").unwrap();
+    std::fs::write(root.join("src/lib.rs"), "pub fn hello() {}\n").unwrap();
+    std::fs::write(root.join("README.md"), "hello readme\n").unwrap();
+    std::fs::write(root.join("target/gen.rs"), "hello generated\n").unwrap();
+    std::fs::canonicalize(&root).unwrap()
+}
+
+fn paths(v: &Value) -> Vec<String> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap().to_string())
+        .collect()
+}
+
+fn open_journals(store: &Path) -> usize {
+    codespace_store::Store::open(store)
+        .unwrap()
+        .open_journals()
+        .unwrap()
+        .len()
+}
+
+/// Waits until the gateway wrote the patch's journal (the apply is then held before its
+/// `apply` call by the gate hook).
+fn wait_journal(store: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while open_journals(store) == 0 {
+        assert!(Instant::now() < deadline, "no journal was written");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn transport_name(t: Transport) -> &'static str {
+    match t {
+        Transport::Command => "command",
+        Transport::Worker => "unix",
+        Transport::Ssh => "ssh",
+        Transport::Container => "podman",
+    }
+}
+
+/// The environment's worker is up and was reached through `t`.
+fn assert_transport(s: &mut StdioServer, t: Transport) {
+    let info = s.tool_ok("workspace_info", json!({"workspace_id": "w"}));
+    let env = &info["environment"];
+    assert_eq!(env["worker"]["state"], "ready", "{info}");
+    if t != Transport::Command {
+        assert_eq!(env["transport"], transport_name(t), "{info}");
+    }
+}
+
+fn files(t: Transport, test: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(env) = EnvSetup::new(t, test, dir.path(), PROGRAMS) else {
+        return;
+    };
+    let root = tree(dir.path());
+    let mut s = env.serve(dir.path(), &root, json!({}), &[]);
+    assert_transport(&mut s, env.transport);
+
+    let found = s.tool_ok("find", json!({"workspace_id": "w", "path": "src"}));
+    assert_eq!(
+        paths(&found["paths"]),
+        ["src/lib.rs", "src/main.rs"],
+        "{found}"
+    );
+    let ignored = s.tool_ok(
+        "find",
+        json!({"workspace_id": "w", "respect_gitignore": true}),
+    );
+    assert!(
+        !paths(&ignored["paths"]).contains(&"target/gen.rs".to_string()),
+        "{ignored}"
+    );
+    let grep = s.tool_ok("grep", json!({"workspace_id": "w", "pattern": "hello"}));
+    let hits: Vec<&str> = grep["matches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(hits, ["README.md", "src/lib.rs", "src/main.rs"], "{grep}");
+    let ff = s.tool_ok("find_files", json!({"workspace_id": "w", "query": "lib"}));
+    assert_eq!(ff["matches"][0]["path"], "src/lib.rs", "{ff}");
+
+    let read = s.tool_ok("read", json!({"workspace_id": "w", "path": "src/lib.rs"}));
+    let v = read["version"].as_str().unwrap().to_string();
+    let patch = "*** Begin Patch\n*** Update File: src/lib.rs\n-pub fn hello() {}\n+pub fn hello() { 1 }\n*** End Patch";
+    let out = s.tool_ok(
+        "apply_patch",
+        json!({"workspace_id": "w", "patch": patch, "expected_versions": {"src/lib.rs": v}}),
+    );
+    assert_eq!(out["status"], "applied", "{out}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("src/lib.rs")).unwrap(),
+        "pub fn hello() { 1 }\n"
+    );
+    // An edit made in the environment's tree: the version the client holds is stale.
+    let after = out["changes"][0]["after_version"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    std::fs::write(root.join("src/lib.rs"), "pub fn hello() { 2 }\n").unwrap();
+    let patch2 = "*** Begin Patch\n*** Update File: src/lib.rs\n-pub fn hello() { 2 }\n+pub fn hello() { 3 }\n*** End Patch";
+    let e = s.tool_err(
+        "apply_patch",
+        json!({"workspace_id": "w", "patch": patch2, "expected_versions": {"src/lib.rs": after}}),
+    );
+    assert_eq!(e["code"], "VERSION_CONFLICT", "{e}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("src/lib.rs")).unwrap(),
+        "pub fn hello() { 2 }\n"
+    );
+    s.close_and_wait(Duration::from_secs(60));
+}
+
+fn stale_read(t: Transport, test: &str) {
+    if !stdio_common::test_hooks_or_skip(test) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(env) = EnvSetup::new(t, test, dir.path(), PROGRAMS) else {
+        return;
+    };
+    let root = tree(dir.path());
+    let gate = dir.path().join("gate");
+    let store = dir.path().join("store.db");
+    let mut s = env.serve(
+        dir.path(),
+        &root,
+        json!({}),
+        &[("CODESPACE_TEST_PATCH_GATE", &gate)],
+    );
+    let patch = "*** Begin Patch\n*** Update File: src/lib.rs\n-pub fn hello() {}\n+pub fn hello() { 1 }\n*** Update File: README.md\n-hello readme\n+bye\n*** End Patch";
+    let id = s.send_request(
+        "tools/call",
+        json!({"name": "apply_patch", "arguments": {"workspace_id": "w", "patch": patch}}),
+    );
+    wait_journal(&store);
+    std::fs::write(root.join("src/lib.rs"), "outside\n").unwrap();
+    std::fs::write(&gate, "").unwrap();
+    let r = s.response(id);
+    let body = stdio_common::error_body(&r["result"]);
+    assert_eq!(body["code"], "STALE_READ", "{r}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("src/lib.rs")).unwrap(),
+        "outside\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("README.md")).unwrap(),
+        "hello readme\n"
+    );
+    assert_eq!(open_journals(&store), 0);
+    s.close_and_wait(Duration::from_secs(60));
+}
+
+/// Reads from `cursor` until `want` shows up or the output ends.
+fn read_until(s: &mut StdioServer, id: &str, cursor: u64, want: &str) -> (String, u64) {
+    let mut text = String::new();
+    let mut cursor = cursor;
+    loop {
+        let r = s.tool_ok(
+            "read_process",
+            json!({"process_id": id, "cursor": cursor, "wait_ms": 10000}),
+        );
+        text.push_str(r["chunk"].as_str().unwrap());
+        cursor = r["cursor"].as_u64().unwrap();
+        if text.contains(want) || r["eof"] == json!(true) {
+            return (text, cursor);
+        }
+    }
+}
+
+fn processes(t: Transport, test: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(env) = EnvSetup::new(t, test, dir.path(), PROGRAMS) else {
+        return;
+    };
+    let root = tree(dir.path());
+    let mut s = env.serve(dir.path(), &root, json!({}), &[]);
+    assert_transport(&mut s, env.transport);
+    // Pipes, stderr apart, the exit code, the cwd.
+    let r = s.tool_ok(
+        "exec_command",
+        json!({"workspace_id": "w", "cwd": "sub",
+               "command": ["sh", "-c", "pwd; echo err >&2; exit 3"],
+               "stderr": "separate", "yield_ms": 10000}),
+    );
+    assert_eq!(
+        (r["state"].clone(), r["exit_code"].clone()),
+        (json!("exited"), json!(3)),
+        "{r}"
+    );
+    assert_eq!(
+        r["chunk"].as_str().unwrap().trim_end(),
+        root.join("sub").display().to_string(),
+        "{r}"
+    );
+    assert_eq!(r["stderr_chunk"], "err\n", "{r}");
+    // stdin and cursors.
+    let r = s.tool_ok(
+        "exec_command",
+        json!({"workspace_id": "w", "command": ["cat"]}),
+    );
+    let id = r["process_id"].as_str().unwrap().to_string();
+    s.tool_ok("write_stdin", json!({"process_id": id, "data": "hello\n"}));
+    let (text, c1) = read_until(&mut s, &id, 0, "hello\n");
+    assert_eq!((text.as_str(), c1), ("hello\n", 6));
+    s.tool_ok("write_stdin", json!({"process_id": id, "data": "x\n"}));
+    let (text, _) = read_until(&mut s, &id, c1, "x\n");
+    assert_eq!(text, "x\n");
+    let t = s.tool_ok("terminate_process", json!({"process_id": id}));
+    assert_eq!(
+        (t["state"].clone(), t["termination"].clone()),
+        (json!("exited"), json!("terminated")),
+        "{t}"
+    );
+    // A terminal.
+    let r = s.tool_ok(
+        "exec_command",
+        json!({"workspace_id": "w", "command": ["sh", "-c", "tty; read l; echo got:$l"],
+               "tty": true}),
+    );
+    let id = r["process_id"].as_str().unwrap().to_string();
+    let (text, cursor) = read_until(&mut s, &id, 0, "/dev/pts/");
+    assert!(text.contains("/dev/pts/"), "{text}");
+    s.tool_ok("write_stdin", json!({"process_id": id, "data": "abc\n"}));
+    let (text, _) = read_until(&mut s, &id, cursor, "got:abc");
+    assert!(text.contains("got:abc"), "{text}");
+    let st = s.tool_ok("process_status", json!({"process_id": id}));
+    assert_eq!(st["tty"], true, "{st}");
+    s.close_and_wait(Duration::from_secs(60));
+}
+
+macro_rules! transport {
+    ($module:ident, $t:expr) => {
+        mod $module {
+            use super::*;
+
+            #[test]
+            fn find_grep_find_files_and_apply_patch_with_expected_versions() {
+                files(
+                    $t,
+                    concat!(
+                        "env_matrix::",
+                        stringify!($module),
+                        "::find_grep_find_files_and_apply_patch_with_expected_versions"
+                    ),
+                );
+            }
+
+            #[test]
+            fn an_edit_in_the_environment_during_the_apply_is_stale_read() {
+                stale_read(
+                    $t,
+                    concat!(
+                        "env_matrix::",
+                        stringify!($module),
+                        "::an_edit_in_the_environment_during_the_apply_is_stale_read"
+                    ),
+                );
+            }
+
+            #[test]
+            fn exec_pipes_pty_write_stdin_read_process_and_terminate() {
+                processes(
+                    $t,
+                    concat!(
+                        "env_matrix::",
+                        stringify!($module),
+                        "::exec_pipes_pty_write_stdin_read_process_and_terminate"
+                    ),
+                );
+            }
+        }
+    };
+}
+
+transport!(command, Transport::Command);
+transport!(worker, Transport::Worker);
+transport!(ssh, Transport::Ssh);
+transport!(container, Transport::Container);
