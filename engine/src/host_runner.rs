@@ -333,6 +333,14 @@ impl Runner for HostRunner {
         })
     }
 
+    fn make_dirs(&self, req: api::PathRequest) -> BoxFuture<'_, RunnerResult<()>> {
+        Box::pin(async move {
+            let root = self.root(&req.workspace)?;
+            let path = rel(&req.path)?;
+            blocking(move || root.create_dirs(&path).map(|_| ()).map_err(fs_err)).await
+        })
+    }
+
     fn walk(&self, req: api::WalkRequest) -> BoxFuture<'_, RunnerResult<api::Listing>> {
         Box::pin(async move {
             let root = self.root(&req.workspace)?;
