@@ -377,7 +377,10 @@ async fn exec_cwd(ws: &WorkspaceRuntime, rel: &RelPath) -> Result<RelPath, ToolE
                 api::FileKind::Other => Kind::Other,
             })
     } else {
-        ws.host_root()?.stat(&rel).map_err(ToolError::from)?.map(|m| m.kind)
+        ws.host_root()?
+            .stat(&rel)
+            .map_err(ToolError::from)?
+            .map(|m| m.kind)
     };
     match kind {
         None => Err(ToolError::new(

@@ -19,6 +19,6 @@ mod environments;
 mod policy_audit_explain;
 mod policy_reload;
 mod policy_shadow;
-mod remote_files;
 mod process_remote;
+mod remote_files;
 mod temp_files;

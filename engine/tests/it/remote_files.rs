@@ -445,7 +445,10 @@ async fn a_remote_workspace_is_never_touched_on_the_host() {
     .unwrap_err();
     assert_eq!(err.code, ErrorCode::ProcessSpawnFailed, "{err:?}");
     assert!(err.message.contains("sandbox helper"), "{err:?}");
-    assert!(s.calls.load(Ordering::SeqCst) > before, "the runner was asked");
+    assert!(
+        s.calls.load(Ordering::SeqCst) > before,
+        "the runner was asked"
+    );
     assert!(s.tree.join("gen/out").is_dir(), "made through the runner");
     assert!(!Path::new(NOT_ON_HOST).exists());
     assert!(!Path::new(NOT_ON_HOST).parent().unwrap().exists());

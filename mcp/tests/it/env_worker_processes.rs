@@ -202,7 +202,10 @@ fn run(s: &mut StdioServer, script: &str) -> (Value, String) {
         json!({"workspace_id": "w", "command": ["sh", "-c", script], "yield_ms": 20000}),
     );
     assert_eq!(r["state"], "exited", "{r}");
-    (r["exit_code"].clone(), r["chunk"].as_str().unwrap().to_string())
+    (
+        r["exit_code"].clone(),
+        r["chunk"].as_str().unwrap().to_string(),
+    )
 }
 
 #[test]
@@ -231,7 +234,10 @@ fn a_sandboxed_command_in_a_worker_runs_in_the_workers_sandbox() {
     // Inside the write scope: written.
     let (code, out) = run(&mut s, "echo in > inside.txt");
     assert_eq!(code, json!(0), "{out}");
-    assert_eq!(std::fs::read_to_string(root.join("inside.txt")).unwrap(), "in\n");
+    assert_eq!(
+        std::fs::read_to_string(root.join("inside.txt")).unwrap(),
+        "in\n"
+    );
     // The operator's missing write path was made by the worker's runner, and is writable.
     assert!(root.join("build/out").is_dir());
     let (code, out) = run(&mut s, "echo b > build/out/b.txt");
