@@ -317,8 +317,7 @@ impl Runner for HostRunner {
 
     fn stat(&self, req: api::PathRequest) -> BoxFuture<'_, RunnerResult<Option<api::FileStat>>> {
         Box::pin(async move {
-            let root = self.root(&req.workspace)?;
-            let path = rel(&req.path)?;
+            let (root, path) = (self.root(&req.workspace)?, rel(&req.path)?);
             blocking(move || {
                 Ok(root.stat(&path).map_err(fs_err)?.map(|m| api::FileStat {
                     kind: kind(m.kind),
@@ -330,6 +329,13 @@ impl Runner for HostRunner {
                 }))
             })
             .await
+        })
+    }
+
+    fn make_dirs(&self, req: api::PathRequest) -> BoxFuture<'_, RunnerResult<()>> {
+        Box::pin(async move {
+            let (root, path) = (self.root(&req.workspace)?, rel(&req.path)?);
+            blocking(move || root.create_dirs(&path).map(drop).map_err(fs_err)).await
         })
     }
 

@@ -2,7 +2,8 @@
 //! decided for each candidate directory (the command's `cwd`, the operator's
 //! `command_write_paths`, `.git` and every nested `.git` the path index knows), audited under the
 //! command's own decision id, and the answers become the sandbox's writable directories and
-//! read-only mounts.
+//! read-only mounts. A worker's workspace is stat'ed (and an operator's missing write path
+//! created) through its environment's runner, never on this host.
 
 use super::{Gateway, WorkspaceRuntime};
 use crate::error::{ErrorCode, ToolError};
@@ -36,17 +37,16 @@ pub(crate) struct WriteScope {
 struct Decided {
     path: RelPath,
     allowed: bool,
-    /// Created (`mkdir -p`, no symlink followed) when allowed and missing: only the operator's
-    /// own candidates, never `.git`.
+    /// Created (`mkdir -p`, no symlink followed; in a worker's workspace by its runner) when
+    /// allowed and missing: only the operator's own candidates, never `.git`.
     create: bool,
 }
 
-/// Turns decided candidates into the scope (blocking: it stats and may create directories).
-/// A missing allowed candidate of the operator's is created; a missing `.git` is not (nothing
-/// to protect yet), nor anything behind a symlink (it stays unwritable and is named nowhere).
-fn shape(root: &Root, decided: Vec<Decided>) -> Result<WriteScope, ToolError> {
-    let mut scope = WriteScope::default();
-    let mut denied: Vec<RelPath> = Vec::new();
+/// Stats each decided candidate on the host root (blocking) and creates an allowed, missing
+/// operator's candidate: a missing `.git` is not created (nothing to protect yet), nor
+/// anything behind a symlink (it stays unwritable and is named nowhere).
+fn resolve_host(root: &Root, decided: Vec<Decided>) -> Result<Vec<Resolved>, ToolError> {
+    let mut out = Vec::with_capacity(decided.len());
     for c in decided {
         let kind = match root.stat(&c.path) {
             Ok(Some(m)) => Some(m.kind),
@@ -54,20 +54,95 @@ fn shape(root: &Root, decided: Vec<Decided>) -> Result<WriteScope, ToolError> {
             // A symlink or a file on the way: nothing there can be granted.
             Err(_) => continue,
         };
+        let kind = if c.allowed && c.create && kind.is_none() {
+            root.create_dirs(&c.path)
+                .map_err(|e| cannot_create(&c.path, &e.to_string()))?;
+            Some(Kind::Dir)
+        } else {
+            kind
+        };
+        out.push(Resolved { c, kind });
+    }
+    Ok(out)
+}
+
+/// [`resolve_host`] for a worker's workspace: each candidate is stat'ed (no-follow) and an
+/// allowed, missing operator's candidate created through the environment's runner. A symlink
+/// or a non-directory on the way skips the candidate as on the host; any other failure (the
+/// worker unreachable) refuses the command rather than leave a denied `.git` unmounted.
+async fn resolve_remote(
+    ws: &WorkspaceRuntime,
+    decided: Vec<Decided>,
+) -> Result<Vec<Resolved>, ToolError> {
+    use codespace_runner_api as api;
+    let req = |p: &RelPath| api::PathRequest {
+        workspace: ws.facts.id.clone(),
+        path: p.as_str().to_string(),
+    };
+    let mut out = Vec::with_capacity(decided.len());
+    for c in decided {
+        let kind = match ws.runner.stat(req(&c.path)).await {
+            Ok(s) => s.map(|s| match s.kind {
+                api::FileKind::Dir => Kind::Dir,
+                api::FileKind::Symlink => Kind::Symlink,
+                api::FileKind::File => Kind::File,
+                api::FileKind::Other => Kind::Other,
+            }),
+            Err(
+                api::RunnerError::Symlink { .. }
+                | api::RunnerError::NotDirectory { .. }
+                | api::RunnerError::PathEscape { .. }
+                | api::RunnerError::SpecialFile { .. },
+            ) => continue,
+            Err(e) => {
+                return Err(ToolError::new(
+                    ErrorCode::ProcessSpawnFailed,
+                    format!(
+                        "cannot decide the write scope of the command: `{}` could not be \
+                         checked in environment `{}`: {e}",
+                        c.path.as_str(),
+                        ws.facts.environment
+                    ),
+                ));
+            }
+        };
+        let kind = if c.allowed && c.create && kind.is_none() {
+            ws.runner
+                .make_dirs(req(&c.path))
+                .await
+                .map_err(|e| cannot_create(&c.path, &e.to_string()))?;
+            Some(Kind::Dir)
+        } else {
+            kind
+        };
+        out.push(Resolved { c, kind });
+    }
+    Ok(out)
+}
+
+fn cannot_create(path: &RelPath, e: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::ProcessSpawnFailed,
+        format!(
+            "cannot create the write path `{}` of the command: {e}",
+            path.as_str()
+        ),
+    )
+}
+
+/// A decided candidate and what is there (after any creation).
+struct Resolved {
+    c: Decided,
+    kind: Option<Kind>,
+}
+
+/// Turns resolved candidates into the scope.
+fn assemble(resolved: Vec<Resolved>) -> WriteScope {
+    let mut scope = WriteScope::default();
+    let mut denied: Vec<RelPath> = Vec::new();
+    for Resolved { c, kind } in resolved {
         match (c.allowed, kind) {
             (true, Some(Kind::Dir)) => push(&mut scope.writable, c.path),
-            (true, None) if c.create => {
-                root.create_dirs(&c.path).map_err(|e| {
-                    ToolError::new(
-                        ErrorCode::ProcessSpawnFailed,
-                        format!(
-                            "cannot create the write path `{}` of the command: {e}",
-                            c.path.as_str()
-                        ),
-                    )
-                })?;
-                push(&mut scope.writable, c.path);
-            }
             (false, Some(Kind::Dir | Kind::File)) => push(&mut denied, c.path),
             _ => {}
         }
@@ -93,7 +168,14 @@ fn shape(root: &Root, decided: Vec<Decided>) -> Result<WriteScope, ToolError> {
         read_only: denied.iter().map(|p| p.as_str().to_string()).collect(),
     };
     scope.writable.retain(|p| !p.is_root());
-    Ok(scope)
+    scope
+}
+
+/// Turns decided candidates into the scope on the host root (blocking: it stats and may
+/// create directories).
+#[cfg(test)]
+fn shape(root: &Root, decided: Vec<Decided>) -> Result<WriteScope, ToolError> {
+    Ok(assemble(resolve_host(root, decided)?))
 }
 
 fn push(list: &mut Vec<RelPath>, p: RelPath) {
@@ -142,15 +224,20 @@ pub(crate) async fn write_scope(
             create,
         });
     }
-    let root = Arc::clone(ws.host_root()?);
-    let mut scope = tokio::task::spawn_blocking(move || shape(&root, decided))
-        .await
-        .map_err(|e| {
-            ToolError::new(
-                ErrorCode::ProcessSpawnFailed,
-                format!("write scope task: {e}"),
-            )
-        })??;
+    let resolved = if ws.is_remote() {
+        resolve_remote(ws, decided).await?
+    } else {
+        let root = Arc::clone(ws.host_root()?);
+        tokio::task::spawn_blocking(move || resolve_host(&root, decided))
+            .await
+            .map_err(|e| {
+                ToolError::new(
+                    ErrorCode::ProcessSpawnFailed,
+                    format!("write scope task: {e}"),
+                )
+            })??
+    };
+    let mut scope = assemble(resolved);
     scope.rows = rows;
     Ok(scope)
 }

@@ -1,7 +1,7 @@
 //! What is cached per listing generation: the decision-signature groups of the entries, the
 //! compiled ignore rules, and a few derived `find` listings (so paging reads a cached list).
 
-use codespace_runner_fs::{Kind, RelPath};
+use codespace_runner_fs::{Kind, RelPath, Root};
 use codespace_runner_search::{IgnoreFile, IgnoreFileKind, IgnoreRules};
 use std::collections::HashMap;
 use std::io::Read;

@@ -276,6 +276,8 @@ impl PathIndex {
             reaper: AtomicBool::new(false),
             masks: crate::mask_cache::MaskCache::default(),
             fence: None,
+            persist: None,
+            seed: Mutex::new(None),
         }
     }
 

@@ -221,7 +221,7 @@ impl PathIndex {
     /// Device and inode of the root, when the configured path (what the watcher watches and the
     /// stamps are read through) still names the directory the root fd holds.
     fn root_identity(&self) -> Option<(u64, u64)> {
-        let fd = self.root.as_fd().try_clone_to_owned().ok()?;
+        let fd = self.root.as_ref()?.as_fd().try_clone_to_owned().ok()?;
         let held = std::fs::File::from(fd).metadata().ok()?;
         let named = std::fs::symlink_metadata(&self.root_abs).ok()?;
         (named.dev() == held.dev() && named.ino() == held.ino()).then_some((held.dev(), held.ino()))
@@ -252,7 +252,7 @@ impl PathIndex {
             || listing.capped
             || listing.non_utf8 > 0
             || !listing.unlisted.is_empty()
-            || !self.root.on_local_fs()
+            || !self.root.as_ref().is_some_and(|r| r.on_local_fs())
         {
             return None;
         }
@@ -326,7 +326,7 @@ impl PathIndex {
                 max_depth: depth + 1,
                 ..self.limits
             };
-            match self.root.walk_under_all(&rel, &one_level) {
+            match self.root.as_ref()?.walk_under_all(&rel, &one_level) {
                 Ok(w) => {
                     if w.capped
                         || w.non_utf8_skipped > 0
@@ -384,7 +384,7 @@ impl PathIndex {
         // ones are checked again (and a root replaced by a directory that reuses the inode has
         // other times: its stamp moves).
         let (mut entries, stamps, root) = decode(&data, &self.limits)?;
-        let temps = self.root.temp_names();
+        let temps = self.root.as_ref()?.temp_names();
         for e in &mut entries {
             e.temp = is_server_temp(temps, &e.path, e.kind);
         }

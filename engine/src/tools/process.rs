@@ -418,22 +418,6 @@ async fn start(
     let tty = p.tty.unwrap_or(false);
     let sandboxed = requires_sandbox(ws);
     let on_host = on_host(auth, ws);
-    // A worker's workspace: its write scope (candidates stat'ed and made, nested `.git` from the
-    // path index) and its secret masks (the index's listing) come from files this build reads
-    // on the gateway's host only. Rather than a scope or masks computed from nothing, a
-    // sandboxed command there is refused (fail closed).
-    if sandboxed && ws.is_remote() {
-        return Err(ToolError::new(
-            ErrorCode::ProcessSpawnFailed,
-            format!(
-                "command sandbox unavailable in environment `{}`: the write scope and secret \
-                 masks of a worker's workspace are not computed through its worker in this \
-                 build, so no sandboxed command runs there (an operator's \"sandbox\": \"off\" \
-                 runs commands in the worker unsandboxed)",
-                ws.facts.environment
-            ),
-        ));
-    }
     let paths = command_paths(auth)?;
     // Where the command may write: `process_write` decided per candidate directory.
     let scope = if sandboxed {

@@ -120,7 +120,8 @@ fn host_gateway(tree: &Path, store: Option<Arc<Store>>) -> Gateway {
 fn remote_gateway(store_path: &Path, hooks: PatchHooks) -> Gateway {
     let json = format!(
         r#"{{"environments": {{"box": {{"kind": "worker", "worker": {{"socket": "/nonexistent-codespace-worker.sock"}}}}}},
-            "workspaces": {{"w": {{"root": "{NOT_ON_HOST}", "profile": "workspace-write", "environment": "box"}}}}}}"#
+            "workspaces": {{"w": {{"root": "{NOT_ON_HOST}", "profile": "workspace-write", "environment": "box",
+                                "command_write_paths": [".", "gen/out"]}}}}}}"#
     );
     Gateway::new(
         Config::from_json(&json, Path::new("/")).unwrap(),
@@ -431,8 +432,10 @@ async fn a_remote_workspace_is_never_touched_on_the_host() {
     call(&s.remote, "find", json!({"workspace_id": "w"}))
         .await
         .unwrap();
-    // A sandboxed command is not started on this host instead of the worker (nor, in this
-    // build, in the worker: its masks and write scope are not computed through it yet).
+    // A sandboxed command's write scope and masks are computed through the runner: the
+    // operator's missing write path is made in the worker's tree (never on this host). This
+    // gateway has no sandbox helper, so the command itself does not start.
+    let before = s.calls.load(Ordering::SeqCst);
     let err = call(
         &s.remote,
         "exec_command",
@@ -441,7 +444,14 @@ async fn a_remote_workspace_is_never_touched_on_the_host() {
     .await
     .unwrap_err();
     assert_eq!(err.code, ErrorCode::ProcessSpawnFailed, "{err:?}");
+    assert!(err.message.contains("sandbox helper"), "{err:?}");
+    assert!(
+        s.calls.load(Ordering::SeqCst) > before,
+        "the runner was asked"
+    );
+    assert!(s.tree.join("gen/out").is_dir(), "made through the runner");
     assert!(!Path::new(NOT_ON_HOST).exists());
+    assert!(!Path::new(NOT_ON_HOST).parent().unwrap().exists());
     // Without a runner attached, a worker's workspace is unavailable, never served by the host.
     let dir = tempfile::tempdir().unwrap();
     let bare = remote_gateway(&dir.path().join("store.db"), PatchHooks::default());

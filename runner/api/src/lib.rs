@@ -47,6 +47,10 @@ pub trait Runner: std::fmt::Debug + Send + Sync + 'static {
     fn version(&self, req: VersionRequest) -> BoxFuture<'_, RunnerResult<Option<String>>>;
     /// lstat-style facts of a path, never following a symlink (`None`: it does not exist).
     fn stat(&self, req: PathRequest) -> BoxFuture<'_, RunnerResult<Option<FileStat>>>;
+    /// `mkdir -p` of a directory beneath the workspace root, never following a symlink on the
+    /// way (an existing directory is fine; a symlink or a file on the way is an error). A
+    /// command's write scope creates an operator's missing write path with it.
+    fn make_dirs(&self, req: PathRequest) -> BoxFuture<'_, RunnerResult<()>>;
     /// A bounded, no-follow listing beneath a directory (the path index is built from it).
     fn walk(&self, req: WalkRequest) -> BoxFuture<'_, RunnerResult<Listing>>;
     /// Content search over the given files (the engine chose them: listed and decided).

@@ -99,6 +99,12 @@ impl<W: Wire> Runner for RemoteRunner<W> {
             other => Err(other),
         })
     }
+    fn make_dirs(&self, req: PathRequest) -> BoxFuture<'_, RunnerResult<()>> {
+        self.ask(Call::MakeDirs(req), |r| match r {
+            Reply::Done => Ok(()),
+            other => Err(other),
+        })
+    }
     fn walk(&self, req: WalkRequest) -> BoxFuture<'_, RunnerResult<Listing>> {
         self.ask(Call::Walk(req), |r| match r {
             Reply::Listing(l) => Ok(l),
