@@ -180,6 +180,24 @@ Examples:
   codespace ops journals --discard              # those no running server owns; audited as events
   codespace ops journals --json";
 
+/// `ops list`.
+pub const OPS_LIST: &str = "\
+Examples:
+  codespace ops list --store /var/lib/codespace/codespace.db
+  codespace ops list --workspace default --limit 20 --json";
+
+/// `ops show`.
+pub const OPS_SHOW: &str = "\
+Examples:
+  codespace ops show op-0b6c3f1e-2f4d-4c55-9a77-5d1c2e3f4a5b
+  codespace ops show op-0b6c3f1e-2f4d-4c55-9a77-5d1c2e3f4a5b --json";
+
+/// `ops diff`.
+pub const OPS_DIFF: &str = "\
+Examples:
+  codespace ops diff op-0b6c3f1e-2f4d-4c55-9a77-5d1c2e3f4a5b
+  codespace ops diff op-0b6c3f1e-2f4d-4c55-9a77-5d1c2e3f4a5b --store /var/lib/codespace/codespace.db";
+
 /// `policy sign`.
 pub const POLICY_SIGN: &str = "\
 Examples:

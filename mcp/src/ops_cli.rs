@@ -20,10 +20,13 @@ pub enum OpsCommand {
     #[command(after_help = crate::help::OPS_JOURNALS)]
     Journals(JournalsArgs),
     /// List the newest operations in the store (newest first).
+    #[command(after_help = crate::help::OPS_LIST)]
     List(ListArgs),
     /// Show one operation: its status and the files the ledger recorded.
+    #[command(after_help = crate::help::OPS_SHOW)]
     Show(OpArgs),
     /// Print one operation's unified diff from the ledger (withheld files named, never shown).
+    #[command(after_help = crate::help::OPS_DIFF)]
     Diff(OpArgs),
 }
 

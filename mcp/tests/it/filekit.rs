@@ -239,15 +239,25 @@ fn process_output_is_a_resource_listed_and_read_through_the_gateway() {
             "codespace://operations/{id}/diff"
         ]
     );
-    let diff = s.request(
+    // An unknown operation is not found; a real patch operation's diff reads through the
+    // ledger's `operation_diff`.
+    let unknown = s.request(
         "resources/read",
         json!({"uri": "codespace://operations/op-1/diff"}),
     );
-    let msg = diff["error"]["message"].as_str().unwrap_or("");
-    assert!(
-        msg.contains("operation_diff") || diff["result"].is_object(),
-        "{diff}"
+    assert!(unknown.get("error").is_some(), "{unknown}");
+    let patched = s.tool_ok(
+        "apply_patch",
+        json!({"workspace_id": "default",
+               "patch": "*** Begin Patch\n*** Add File: added.txt\n+from the resource test\n*** End Patch\n"}),
     );
+    let op = patched["operation_id"].as_str().unwrap().to_string();
+    let diff = s.request(
+        "resources/read",
+        json!({"uri": format!("codespace://operations/{op}/diff")}),
+    );
+    let text = diff["result"]["contents"][0]["text"].as_str().unwrap_or("");
+    assert!(text.contains("+from the resource test"), "{diff}");
 }
 
 const CI_TOKEN: &str = "ci-token-0123456789abcdef";

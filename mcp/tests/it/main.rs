@@ -35,8 +35,8 @@ mod http_sessions;
 mod http_sessions_cap;
 mod http_state;
 // The operation ledger (issue 31).
-mod ledger;
 mod index_restart;
+mod ledger;
 mod long_policies;
 mod masks_bench;
 mod mcp_2026;
