@@ -122,6 +122,11 @@ async def every_tool(client: Client, mode: str) -> None:
     assert patched["status"] == "applied"
     st = await call_ok("operation_status", {"operation_id": patched["operation_id"]})
     assert st["status"] == "applied", st
+    # The operation ledger: the patch's diff, then its undo as a new applied patch.
+    diff = await call_ok("operation_diff", {"operation_id": patched["operation_id"]})
+    assert diff["files"], diff
+    undone = await call_ok("operation_revert", {"operation_id": patched["operation_id"]})
+    assert undone["status"] == "applied", undone
     # A misspelt optional argument is named, not ignored.
     bad = await err(client, "read", {"workspace_id": WS, "path": "a.txt", "ofset": 1})
     assert bad["code"] == "INVALID_ARGUMENTS" and "ofset" in bad["message"], bad
