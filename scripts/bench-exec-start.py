@@ -33,6 +33,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_stdio import Server  # noqa: E402  (the shared raw-stdio client, beside this script)
+
 REPO = Path(__file__).resolve().parents[1]
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
 STEPS_PREFIX = "codespace-sandbox-steps:"
@@ -51,47 +54,6 @@ LABELS = {
     "landlock": "Landlock ruleset",
     "seccomp_load": "seccomp load",
 }
-
-
-class Server:
-    def __init__(self, binary: Path, config: Path) -> None:
-        self.p = subprocess.Popen([str(binary), "serve", "--config", str(config)], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
-        self.next = 1
-        self.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
-                                    "clientInfo": {"name": "bench-exec-start", "version": "1"}})
-        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-
-    def send(self, msg: dict) -> None:
-        assert self.p.stdin is not None
-        self.p.stdin.write(json.dumps(msg) + "\n")
-        self.p.stdin.flush()
-
-    def request(self, method: str, params: dict) -> dict:
-        i = self.next
-        self.next += 1
-        self.send({"jsonrpc": "2.0", "id": i, "method": method, "params": params})
-        assert self.p.stdout is not None
-        while True:
-            line = self.p.stdout.readline()
-            if not line:
-                raise RuntimeError("server closed stdout")
-            msg = json.loads(line)
-            if msg.get("id") == i:
-                if "error" in msg:
-                    raise RuntimeError(json.dumps(msg["error"]))
-                return msg["result"]
-
-    def tool(self, name: str, args: dict) -> dict:
-        r = self.request("tools/call", {"name": name, "arguments": args})
-        if r.get("isError"):
-            raise RuntimeError(r["content"][0]["text"])
-        return r["structuredContent"]
-
-    def close(self) -> None:
-        assert self.p.stdin is not None
-        self.p.stdin.close()
-        self.p.wait(timeout=30)
 
 
 def exec_true(s: Server, ws: str, argv: list[str] | None = None) -> tuple[int, int, dict]:
@@ -167,7 +129,7 @@ def start_server(binary: Path, tmp: str, label: str) -> tuple[Server, dict]:
         "workspaces": {"w": {"root": str(roots["w"])},
                        "s": {"root": str(roots["s"]), "env": {"CODESPACE_SANDBOX_STEPS": "1"}}},
         "store": str(base / "store.db")}))
-    s = Server(binary, cfg)
+    s = Server([str(binary), "serve", "--config", str(cfg)], "bench-exec-start")
     info = s.tool("workspace_info", {"workspace_id": "w"})
     iso = info["execution"]["isolation"]
     _, _, r = exec_true(s, "w", ["sh", "-c", "wc -c < .env"])
@@ -244,7 +206,7 @@ def main() -> int:
             cells = " | ".join(ms(statistics.median(table[label][key])) for label, _ in servers)
             print(f"{key} | {cells}")
         for _, s in servers:
-            s.close()
+            s.close(timeout=30)
 
     print(f"\n== exec of the helper binary alone (it refuses at once: no plan), median of {a.iters} ==")
     raw_med = statistics.median([raw_true() for _ in range(a.iters)])

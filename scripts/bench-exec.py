@@ -24,49 +24,11 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_stdio import Server  # noqa: E402  (the shared raw-stdio client, beside this script)
+
 REPO = Path(__file__).resolve().parents[1]
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
-
-
-class Server:
-    def __init__(self, binary: Path, config: Path) -> None:
-        self.p = subprocess.Popen([str(binary), "serve", "--config", str(config)], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
-        self.next = 1
-        self.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
-                                    "clientInfo": {"name": "bench-exec", "version": "1"}})
-        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-
-    def send(self, msg: dict) -> None:
-        assert self.p.stdin is not None
-        self.p.stdin.write(json.dumps(msg) + "\n")
-        self.p.stdin.flush()
-
-    def request(self, method: str, params: dict) -> dict:
-        i = self.next
-        self.next += 1
-        self.send({"jsonrpc": "2.0", "id": i, "method": method, "params": params})
-        assert self.p.stdout is not None
-        while True:
-            line = self.p.stdout.readline()
-            if not line:
-                raise RuntimeError("server closed stdout")
-            msg = json.loads(line)
-            if msg.get("id") == i:
-                if "error" in msg:
-                    raise RuntimeError(json.dumps(msg["error"]))
-                return msg["result"]
-
-    def tool(self, name: str, args: dict) -> dict:
-        r = self.request("tools/call", {"name": name, "arguments": args})
-        if r.get("isError"):
-            raise RuntimeError(r["content"][0]["text"])
-        return r["structuredContent"]
-
-    def close(self) -> None:
-        assert self.p.stdin is not None
-        self.p.stdin.close()
-        self.p.wait(timeout=30)
 
 
 def exec_when_free(s: Server, args: dict) -> tuple[float, dict]:
@@ -89,7 +51,7 @@ def over_stdio(binary: Path, iters: int) -> None:
         cfg.write_text(json.dumps({"workspaces": {"w": {"root": str(root)}},
                                    "store": str(Path(tmp) / "store.db"),
                                    "limits": {"output_ring_bytes": 16 << 20}}))
-        s = Server(binary, cfg)
+        s = Server([str(binary), "serve", "--config", str(cfg)], "bench-exec")
         info = s.tool("workspace_info", {"workspace_id": "w"})
         sandbox = info["execution"]["isolation"]["command_sandbox"]
         times, raw = [], []
@@ -119,7 +81,7 @@ def over_stdio(binary: Path, iters: int) -> None:
         secs = time.perf_counter() - t
         print(f"stdio read_process drain: {total >> 20} MiB produced, {got} bytes returned (the rest fell out "
               f"of the 16 MiB ring) in {secs:.2f} s = {got / secs / 1e6:.1f} MB/s returned")
-        s.close()
+        s.close(timeout=30)
 
 
 def main() -> int:

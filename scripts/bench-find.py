@@ -29,6 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_stdio  # noqa: E402  (the shared raw-stdio client, beside this script)
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -73,50 +76,14 @@ def make_tree(root: Path, files: int) -> None:
         d += 1
 
 
-class Server:
-    """`codespace serve` over raw newline-delimited JSON-RPC."""
+class Server(bench_stdio.Server):
+    """`codespace serve WS --store STORE`, its one workspace `default`."""
 
     def __init__(self, binary: str, ws: Path, store: Path) -> None:
-        self.p = subprocess.Popen([binary, "serve", str(ws), "--store", str(store)],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.DEVNULL, text=True, bufsize=1)
-        self.next = 1
-        self.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
-                                    "clientInfo": {"name": "bench-find", "version": "1"}})
-        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-
-    def send(self, msg: dict) -> None:
-        assert self.p.stdin is not None
-        self.p.stdin.write(json.dumps(msg) + "\n")
-        self.p.stdin.flush()
-
-    def request(self, method: str, params: dict) -> dict:
-        i = self.next
-        self.next += 1
-        self.send({"jsonrpc": "2.0", "id": i, "method": method, "params": params})
-        assert self.p.stdout is not None
-        while True:
-            line = self.p.stdout.readline()
-            if not line:
-                raise RuntimeError("server closed stdout")
-            msg = json.loads(line)
-            if msg.get("id") == i:
-                if "error" in msg:
-                    raise RuntimeError(json.dumps(msg["error"]))
-                return msg["result"]
+        super().__init__([binary, "serve", str(ws), "--store", str(store)], "bench-find")
 
     def find(self, **args) -> dict:
-        r = self.request("tools/call", {"name": "find",
-                                        "arguments": {"workspace_id": "default", **args}})
-        if r.get("isError"):
-            raise RuntimeError(r["content"][0]["text"])
-        return r["structuredContent"]
-
-    def close(self) -> None:
-        """A clean shutdown (stdin closed): the server persists its path index."""
-        assert self.p.stdin is not None
-        self.p.stdin.close()
-        self.p.wait(timeout=60)
+        return self.tool("find", {"workspace_id": "default", **args})
 
 
 def timed(f):

@@ -4,7 +4,8 @@
 //! on a rootfs of host files, through this host's podman wrapper). Every transport sees the
 //! workspace root at the same path as the test, so a test can edit "inside the environment"
 //! by writing the file. A transport this host cannot run prints `skip:` (and fails under
-//! `CI=true`) through `codespace_test_skip`.
+//! `CI=true`) through `codespace_test_skip`. Also the tree, journal and process-output helpers
+//! the env_* tests share.
 
 use crate::stdio_common::{BIN, StdioServer};
 use serde_json::{Value, json};
@@ -12,6 +13,58 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Three files a patch touches, a `.gitignore`, an ignored file and an empty `sub/`; returns
+/// the canonical root `dir/ws`.
+pub fn tree(dir: &Path) -> PathBuf {
+    let root = dir.join("ws");
+    std::fs::create_dir_all(root.join("src")).unwrap();
+    std::fs::create_dir_all(root.join("sub")).unwrap();
+    std::fs::create_dir_all(root.join("target")).unwrap();
+    std::fs::write(root.join(".gitignore"), "target/\n").unwrap();
+    std::fs::write(root.join("src/main.rs"), "fn main() {\n    hello();\n}\n").unwrap();
+    std::fs::write(root.join("src/lib.rs"), "pub fn hello() {}\n").unwrap();
+    std::fs::write(root.join("README.md"), "hello readme\n").unwrap();
+    std::fs::write(root.join("target/gen.rs"), "hello generated\n").unwrap();
+    std::fs::canonicalize(&root).unwrap()
+}
+
+/// The patch journals the store at `store` still holds open.
+pub fn open_journals(store: &Path) -> usize {
+    codespace_store::Store::open(store)
+        .unwrap()
+        .open_journals()
+        .unwrap()
+        .len()
+}
+
+/// Waits until the gateway wrote the patch's journal (the apply is then held before its
+/// `apply` call by the gate hook).
+pub fn wait_journal(store: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while open_journals(store) == 0 {
+        assert!(Instant::now() < deadline, "no journal was written");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Reads from `cursor` until `want` shows up or the output ends.
+pub fn read_until(s: &mut StdioServer, id: &str, cursor: u64, want: &str) -> (String, u64) {
+    let mut text = String::new();
+    let mut cursor = cursor;
+    loop {
+        let r = s.tool_ok(
+            "read_process",
+            json!({"process_id": id, "cursor": cursor, "wait_ms": 10000}),
+        );
+        text.push_str(r["chunk"].as_str().unwrap());
+        cursor = r["cursor"].as_u64().unwrap();
+        if text.contains(want) || r["eof"] == json!(true) {
+            return (text, cursor);
+        }
+    }
+}
 
 /// How the gateway reaches the environment's worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,6 +114,11 @@ impl SocketWorker {
             .unwrap();
         assert_eq!(line.trim(), "listening");
         SocketWorker { child }
+    }
+
+    /// The worker's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 }
 
@@ -138,7 +196,18 @@ pub struct EnvSetup {
     pub env: Value,
     /// Variables the server needs (the podman wrapper's PATH, CONTAINERS_CONF).
     pub server_env: Vec<(String, String)>,
+    /// Where the test learns the worker's pids (None: the far end is not a process the test
+    /// can see, as through ssh or in a container).
+    pids: Option<WorkerPids>,
     _guard: Guard,
+}
+
+/// How a test learns the pids of the environment's workers.
+enum WorkerPids {
+    /// A `command` worker appends its pid to this file each time it is started.
+    File(PathBuf),
+    /// The one socket worker the test started.
+    Fixed(u32),
 }
 
 impl EnvSetup {
@@ -146,16 +215,27 @@ impl EnvSetup {
     /// under CI=true) when this host cannot run it. `programs` are host programs the test's
     /// commands need inside a container.
     pub fn new(transport: Transport, test: &str, dir: &Path, programs: &[&str]) -> Option<Self> {
+        let mut pids = None;
         let (env, server_env, guard) = match transport {
-            Transport::Command => (
-                json!({"kind": "command", "command": {"argv": [BIN, "worker", "--stdio"]}}),
-                Vec::new(),
-                Guard::None,
-            ),
+            Transport::Command => {
+                // `codespace worker --stdio`, its pid written to a file first.
+                let file = dir.join("pids");
+                let script = format!(
+                    "echo $$ >> '{}'; exec \"$0\" worker --stdio",
+                    file.display()
+                );
+                pids = Some(WorkerPids::File(file));
+                (
+                    json!({"kind": "command", "command": {"argv": ["sh", "-c", script, BIN]}}),
+                    Vec::new(),
+                    Guard::None,
+                )
+            }
             Transport::Worker => {
                 let sock = dir.join("wdir").join("w.sock");
                 let (secret_path, secret) = secret_file(dir);
                 let worker = SocketWorker::start_with(&[], &sock, &secret);
+                pids = Some(WorkerPids::Fixed(worker.pid()));
                 (
                     json!({"kind": "worker", "worker": {"socket": sock, "secret_file": secret_path}}),
                     Vec::new(),
@@ -200,8 +280,24 @@ impl EnvSetup {
             transport,
             env,
             server_env,
+            pids,
             _guard: guard,
         })
+    }
+
+    /// The pids of the workers started so far, when the test can see them (`command`,
+    /// `worker`).
+    pub fn worker_pids(&self) -> Option<Vec<u32>> {
+        match self.pids.as_ref()? {
+            WorkerPids::File(file) => Some(
+                std::fs::read_to_string(file)
+                    .unwrap_or_default()
+                    .lines()
+                    .filter_map(|l| l.trim().parse().ok())
+                    .collect(),
+            ),
+            WorkerPids::Fixed(pid) => Some(vec![*pid]),
+        }
     }
 
     /// A server (store `dir/store.db`, config `dir/config.json`) whose workspace `w` (root

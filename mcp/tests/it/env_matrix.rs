@@ -3,8 +3,10 @@
 //! loopback sshd fixture) and a `container` worker (podman on a rootfs). Files: find with
 //! `path`, grep, find_files, apply_patch with `expected_versions`, an edit in the
 //! environment's tree a `VERSION_CONFLICT` before the apply and a `STALE_READ` inside its
-//! window. Processes: exec_command pipes (stderr apart, exit code, cwd) and a PTY,
-//! write_stdin, read_process cursors, terminate_process. One server per transport per test.
+//! window, `walk_reason: watcher_unavailable`. Processes: exec_command pipes (stderr apart,
+//! exit code, cwd, the worker as the command's parent where its pid is known) and a PTY,
+//! write_stdin, read_process cursors, terminate_process, the worker's kernel probe. One
+//! server per transport per test.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -12,28 +14,13 @@
     clippy::indexing_slicing
 )]
 
-use crate::env_common::{EnvSetup, Transport};
+use crate::env_common::{EnvSetup, Transport, open_journals, read_until, tree, wait_journal};
 use crate::stdio_common::{self, StdioServer};
 use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Programs the process tests run inside a container (the rootfs has `sh`, `sleep`, `true`).
 const PROGRAMS: &[&str] = &["/bin/cat", "/usr/bin/tty"];
-
-/// Three files a patch touches, a `.gitignore` and an ignored file.
-fn tree(dir: &Path) -> PathBuf {
-    let root = dir.join("ws");
-    std::fs::create_dir_all(root.join("src")).unwrap();
-    std::fs::create_dir_all(root.join("sub")).unwrap();
-    std::fs::create_dir_all(root.join("target")).unwrap();
-    std::fs::write(root.join(".gitignore"), "target/\n").unwrap();
-    std::fs::write(root.join("src/main.rs"), "fn main() {\n    hello();\n}\n").unwrap();
-    std::fs::write(root.join("src/lib.rs"), "pub fn hello() {}\n").unwrap();
-    std::fs::write(root.join("README.md"), "hello readme\n").unwrap();
-    std::fs::write(root.join("target/gen.rs"), "hello generated\n").unwrap();
-    std::fs::canonicalize(&root).unwrap()
-}
 
 fn paths(v: &Value) -> Vec<String> {
     v.as_array()
@@ -41,24 +28,6 @@ fn paths(v: &Value) -> Vec<String> {
         .iter()
         .map(|p| p.as_str().unwrap().to_string())
         .collect()
-}
-
-fn open_journals(store: &Path) -> usize {
-    codespace_store::Store::open(store)
-        .unwrap()
-        .open_journals()
-        .unwrap()
-        .len()
-}
-
-/// Waits until the gateway wrote the patch's journal (the apply is then held before its
-/// `apply` call by the gate hook).
-fn wait_journal(store: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while open_journals(store) == 0 {
-        assert!(Instant::now() < deadline, "no journal was written");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn transport_name(t: Transport) -> &'static str {
@@ -95,6 +64,8 @@ fn files(t: Transport, test: &str) {
         ["src/lib.rs", "src/main.rs"],
         "{found}"
     );
+    // The gateway keeps no listing of a worker's tree: every find is a walk there.
+    assert_eq!(found["walk_reason"], "watcher_unavailable", "{found}");
     let ignored = s.tool_ok(
         "find",
         json!({"workspace_id": "w", "respect_gitignore": true}),
@@ -185,23 +156,6 @@ fn stale_read(t: Transport, test: &str) {
     s.close_and_wait(Duration::from_secs(60));
 }
 
-/// Reads from `cursor` until `want` shows up or the output ends.
-fn read_until(s: &mut StdioServer, id: &str, cursor: u64, want: &str) -> (String, u64) {
-    let mut text = String::new();
-    let mut cursor = cursor;
-    loop {
-        let r = s.tool_ok(
-            "read_process",
-            json!({"process_id": id, "cursor": cursor, "wait_ms": 10000}),
-        );
-        text.push_str(r["chunk"].as_str().unwrap());
-        cursor = r["cursor"].as_u64().unwrap();
-        if text.contains(want) || r["eof"] == json!(true) {
-            return (text, cursor);
-        }
-    }
-}
-
 fn processes(t: Transport, test: &str) {
     let dir = tempfile::tempdir().unwrap();
     let Some(env) = EnvSetup::new(t, test, dir.path(), PROGRAMS) else {
@@ -210,11 +164,12 @@ fn processes(t: Transport, test: &str) {
     let root = tree(dir.path());
     let mut s = env.serve(dir.path(), &root, json!({}), &[]);
     assert_transport(&mut s, env.transport);
-    // Pipes, stderr apart, the exit code, the cwd.
+    // Pipes, stderr apart, the exit code, the cwd; where the test sees the worker's pid, the
+    // command's parent is the worker, not the server.
     let r = s.tool_ok(
         "exec_command",
         json!({"workspace_id": "w", "cwd": "sub",
-               "command": ["sh", "-c", "pwd; echo err >&2; exit 3"],
+               "command": ["sh", "-c", "echo $PPID; pwd; echo err >&2; exit 3"],
                "stderr": "separate", "yield_ms": 10000}),
     );
     assert_eq!(
@@ -222,9 +177,15 @@ fn processes(t: Transport, test: &str) {
         (json!("exited"), json!(3)),
         "{r}"
     );
+    let mut lines = r["chunk"].as_str().unwrap().lines();
+    let ppid = lines.next().unwrap().to_string();
+    if let Some(workers) = env.worker_pids() {
+        assert_eq!(workers.len(), 1, "{workers:?}");
+        assert_eq!(ppid, workers[0].to_string(), "{r}");
+    }
     assert_eq!(
-        r["chunk"].as_str().unwrap().trim_end(),
-        root.join("sub").display().to_string(),
+        lines.next(),
+        Some(root.join("sub").display().to_string().as_str()),
         "{r}"
     );
     assert_eq!(r["stderr_chunk"], "err\n", "{r}");
@@ -260,6 +221,15 @@ fn processes(t: Transport, test: &str) {
     assert!(text.contains("got:abc"), "{text}");
     let st = s.tool_ok("process_status", json!({"process_id": id}));
     assert_eq!(st["tty"], true, "{st}");
+    // The environment's kernel, as its worker probed it.
+    let info = s.tool_ok("workspace_info", json!({"workspace_id": "w"}));
+    assert!(
+        info["execution"]["isolation"]["kernel"]["seccomp"].is_boolean(),
+        "{info}"
+    );
+    if let Some(workers) = env.worker_pids() {
+        assert_eq!(workers.len(), 1, "one worker served it all: {workers:?}");
+    }
     s.close_and_wait(Duration::from_secs(60));
 }
 

@@ -165,6 +165,48 @@ async fn call(
     r.reply(id)
 }
 
+/// Calls `tool` (no extra headers) and checks that its result is (`is_error`) or is not a
+/// tool error.
+async fn call_expecting(
+    addr: SocketAddr,
+    sid: &str,
+    id: i64,
+    tool: &str,
+    args: Value,
+    is_error: bool,
+) {
+    let r = call(addr, sid, id, tool, args, &[]).await;
+    assert_eq!(r["result"]["isError"], is_error, "{r}");
+}
+
+/// Reads `a.txt` in `main` (with `extra` headers) and checks that it succeeded.
+async fn read_a(addr: SocketAddr, sid: &str, id: i64, extra: &[(&str, &str)]) {
+    let r = call(
+        addr,
+        sid,
+        id,
+        "read",
+        json!({"workspace_id": "main", "path": "a.txt"}),
+        extra,
+    )
+    .await;
+    assert_eq!(r["result"]["isError"], false, "{r}");
+}
+
+/// Adds `b.txt` in `main` with one patch and checks that it was (not `is_error`) or was not
+/// applied.
+async fn add_b(addr: SocketAddr, sid: &str, id: i64, is_error: bool) {
+    call_expecting(
+        addr,
+        sid,
+        id,
+        "apply_patch",
+        json!({"workspace_id": "main", "patch": "*** Begin Patch\n*** Add File: b.txt\n+b\n*** End Patch\n"}),
+        is_error,
+    )
+    .await
+}
+
 /// Polls `/metrics` until `line` is in it (the scrape sees the event), at most 30 s.
 async fn metrics_until(addr: SocketAddr, line: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -200,26 +242,8 @@ async fn metrics_need_a_token_and_pass_promtool() {
         401
     );
     let sid = initialize(s.addr, Some(TOKEN)).await;
-    let r = call(
-        s.addr,
-        &sid,
-        2,
-        "read",
-        json!({"workspace_id": "main", "path": "a.txt"}),
-        &[],
-    )
-    .await;
-    assert_eq!(r["result"]["isError"], false, "{r}");
-    let r = call(
-        s.addr,
-        &sid,
-        3,
-        "apply_patch",
-        json!({"workspace_id": "main", "patch": "*** Begin Patch\n*** Add File: b.txt\n+b\n*** End Patch\n"}),
-        &[],
-    )
-    .await;
-    assert_eq!(r["result"]["isError"], true, "{r}");
+    read_a(s.addr, &sid, 2, &[]).await;
+    add_b(s.addr, &sid, 3, true).await;
     let body = metrics_until(
         s.addr,
         r#"codespace_decisions_total{profile="read-only",result="allow",tool="read"} 1"#,
@@ -293,15 +317,7 @@ async fn a_real_prometheus_scrapes_metrics_with_the_token() {
     };
     let s = serve("read-only", json!({}));
     let sid = initialize(s.addr, Some(TOKEN)).await;
-    call(
-        s.addr,
-        &sid,
-        2,
-        "read",
-        json!({"workspace_id": "main", "path": "a.txt"}),
-        &[],
-    )
-    .await;
+    read_a(s.addr, &sid, 2, &[]).await;
 
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("token");
@@ -393,16 +409,15 @@ async fn a_refused_audit_batch_is_counted_logged_and_stored_as_an_event() {
         )
         .unwrap();
     }
-    let r = call(
+    call_expecting(
         s.addr,
         &sid,
         2,
         "find",
         json!({"workspace_id": "main"}),
-        &[],
+        false,
     )
     .await;
-    assert_eq!(r["result"]["isError"], false, "{r}");
     metrics_until(s.addr, "codespace_audit_write_failures_total 1").await;
     let conn = rusqlite::Connection::open(&s.store).unwrap();
     let detail: String = conn
@@ -429,15 +444,7 @@ async fn a_refused_audit_batch_is_counted_logged_and_stored_as_an_event() {
         "{r}"
     );
     // Other tools' rows still go in.
-    call(
-        s.addr,
-        &sid,
-        3,
-        "read",
-        json!({"workspace_id": "main", "path": "a.txt"}),
-        &[],
-    )
-    .await;
+    read_a(s.addr, &sid, 3, &[]).await;
     metrics_until(
         s.addr,
         r#"codespace_decisions_total{profile="read-only",result="allow",tool="read"} 1"#,
@@ -541,26 +548,8 @@ async fn decisions_operations_and_spans_reach_an_otlp_collector_under_the_caller
     );
     let sid = initialize(s.addr, Some(TOKEN)).await;
     let tp = format!("00-{TRACE_ID}-{PARENT_ID}-01");
-    let r = call(
-        s.addr,
-        &sid,
-        2,
-        "read",
-        json!({"workspace_id": "main", "path": "a.txt"}),
-        &[("traceparent", tp.as_str())],
-    )
-    .await;
-    assert_eq!(r["result"]["isError"], false, "{r}");
-    let r = call(
-        s.addr,
-        &sid,
-        3,
-        "apply_patch",
-        json!({"workspace_id": "main", "patch": "*** Begin Patch\n*** Add File: b.txt\n+b\n*** End Patch\n"}),
-        &[],
-    )
-    .await;
-    assert_eq!(r["result"]["isError"], false, "{r}");
+    read_a(s.addr, &sid, 2, &[("traceparent", tp.as_str())]).await;
+    add_b(s.addr, &sid, 3, false).await;
 
     // Wait (each received request wakes us) for: the read's span under the caller's trace,
     // its decision record, and the patch's operation events.
@@ -626,16 +615,7 @@ async fn a_dead_collector_costs_counted_records_not_failed_calls() {
     );
     let sid = initialize(s.addr, Some(TOKEN)).await;
     for i in 0..3 {
-        let r = call(
-            s.addr,
-            &sid,
-            2 + i,
-            "read",
-            json!({"workspace_id": "main", "path": "a.txt"}),
-            &[],
-        )
-        .await;
-        assert_eq!(r["result"]["isError"], false, "{r}");
+        read_a(s.addr, &sid, 2 + i, &[]).await;
     }
     // Each failed batch is counted; the calls above all answered.
     let deadline = Instant::now() + Duration::from_secs(30);
