@@ -282,9 +282,23 @@ fn like(s: &str, pattern: &LikePattern) -> bool {
         }
         match star {
             Some((after, end)) if end < s.len() => {
-                star = Some((after, end + 1));
+                // Let the star take one more byte, and then skip to where the literal after it
+                // can start (its first byte): no comparison at a position that cannot match.
+                let mut next = end + 1;
+                if let Some(LikeTok::Lit(l)) = toks.get(after)
+                    && let Some(&first) = l.as_bytes().first()
+                {
+                    match s
+                        .get(next..)
+                        .and_then(|r| r.iter().position(|&b| b == first))
+                    {
+                        Some(skip) => next += skip,
+                        None => return false,
+                    }
+                }
+                star = Some((after, next));
                 ti = after;
-                si = end + 1;
+                si = next;
             }
             _ => return false,
         }

@@ -171,20 +171,32 @@ impl Root {
         /// subdirectories).
         const KEPT: usize = 64;
         let mut open: Vec<(String, OwnedFd)> = Vec::new();
+        // The entry used for the previous path: a sorted listing's files of one directory come
+        // in a row, so this one comparison answers almost every path (no scan of `open`).
+        let mut last: Option<usize> = None;
         let mut out = Vec::new();
         for p in paths {
-            let Some(parent) = p.parent().filter(|_| !p.is_root()) else {
+            // The parent as a slice of the path (`"."` for a top-level name): no allocation.
+            let parent = match p.as_str().rsplit_once('/') {
+                _ if p.is_root() => None,
+                Some((head, _)) => Some(head),
+                None => Some("."),
+            };
+            let Some(parent) = parent else {
                 out.push(self.stat(p));
                 continue;
             };
-            let at = match open.iter().position(|(d, _)| *d == parent.as_str()) {
+            let hit = last
+                .filter(|&i| open.get(i).is_some_and(|(d, _)| d == parent))
+                .or_else(|| open.iter().rposition(|(d, _)| d == parent));
+            let at = match hit {
                 Some(i) => i,
                 None => match self.open_parent(p) {
                     Ok((fd, _)) => {
                         if open.len() >= KEPT {
                             open.remove(0);
                         }
-                        open.push((parent.as_str().to_string(), fd));
+                        open.push((parent.to_string(), fd));
                         open.len() - 1
                     }
                     Err(FsError::NotFound { .. }) => {
@@ -197,6 +209,7 @@ impl Root {
                     }
                 },
             };
+            last = Some(at);
             let (Some((_, dir)), Some(leaf)) = (open.get(at), p.file_name()) else {
                 out.push(self.stat(p));
                 continue;

@@ -51,3 +51,40 @@ fn stat_many_matches_stat_for_every_path() {
         .unwrap();
     assert_eq!(alias.links, 2);
 }
+
+/// More parent directories than `stat_many` keeps open, visited in an order that returns to
+/// evicted ones and to the one used just before: every answer is still `stat`'s.
+#[test]
+fn stat_many_survives_eviction_and_revisits() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = dir.path();
+    let mut names = Vec::new();
+    for d in 0..80 {
+        std::fs::create_dir_all(r.join(format!("d{d}"))).unwrap();
+        std::fs::write(r.join(format!("d{d}/f")), format!("{d}")).unwrap();
+        std::fs::write(r.join(format!("d{d}/g{d}")), "").unwrap();
+    }
+    for d in 0..80 {
+        names.push(format!("d{d}/f"));
+        names.push(format!("d{}/g{}", d / 2, d / 2));
+        names.push(format!("d{d}/missing"));
+        names.push("top".to_string());
+    }
+    let paths: Vec<RelPath> = names.iter().map(|n| RelPath::parse(n).unwrap()).collect();
+    let many = root_stat_many(r, &paths);
+    let root = Root::open(r).unwrap();
+    for (p, got) in paths.iter().zip(many) {
+        assert_eq!(got, root.stat(p).unwrap(), "{}", p.as_str());
+    }
+}
+
+fn root_stat_many(
+    r: &std::path::Path,
+    paths: &[RelPath],
+) -> Vec<Option<codespace_runner_fs::Meta>> {
+    let root = Root::open(r).unwrap();
+    root.stat_many(paths.iter())
+        .into_iter()
+        .map(|m| m.unwrap())
+        .collect()
+}
