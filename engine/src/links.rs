@@ -127,6 +127,7 @@ mod tests {
         let session = crate::request::Session {
             client: "c".into(),
             transport: "stdio".into(),
+            user: None,
         };
         let reqs = || -> Vec<SubRequest> {
             paths

@@ -3,6 +3,9 @@
 //! the configured clients (constant-time), request body cap, per-client in-flight cap and
 //! session ownership. The authenticated client name reaches `call_tool` as an [`HttpClient`]
 //! extension of the request parts and becomes `Session.client` (transport `streamable-http`).
+//! With `identity.oidc`, a JWT access token of the issuer is accepted too ([`crate::oidc`]):
+//! its person rides along as an [`HttpUser`] (`Session.user`), the protected resource metadata
+//! (RFC 9728) is served without a token, and every 401 names it in `WWW-Authenticate`.
 
 use crate::server::CodeSpaceServer;
 use axum::Router;
@@ -25,7 +28,10 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-pub use crate::server::{HTTP_TRANSPORT as TRANSPORT, HttpClient};
+pub use crate::server::{HTTP_TRANSPORT as TRANSPORT, HttpClient, HttpUser};
+/// Where the protected resource metadata (RFC 9728) is served (also with the resource's path
+/// appended, `…/mcp`, as the RFC derives it from the resource URL).
+pub const RESOURCE_METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
 /// The default listen address of `serve --http`.
 pub const DEFAULT_ADDR: &str = "127.0.0.1:8787";
 /// The MCP endpoint path.
@@ -366,10 +372,48 @@ impl Tokens {
     }
 }
 
+/// Who a request's token names: the client (a static token's name, or `oidc:<client_id>`), the
+/// person behind an OIDC token, and the key its sessions and in-flight requests are counted
+/// under (the person for an OIDC token: two users of one OAuth client share nothing).
+#[derive(Clone)]
+struct Caller {
+    client: Arc<str>,
+    user: Option<codespace_engine::policy::user::UserFacts>,
+    owner: Arc<str>,
+}
+
+impl Caller {
+    fn of_client(name: Arc<str>) -> Caller {
+        Caller {
+            owner: Arc::from(format!("client:{name}")),
+            client: name,
+            user: None,
+        }
+    }
+}
+
+/// Why a request is unauthenticated (the 401's `WWW-Authenticate` says `invalid_token` for a
+/// token that was presented and refused).
+enum NoAuth {
+    Missing,
+    Invalid,
+}
+
+/// OIDC users' in-flight semaphores kept before idle ones are dropped.
+const OIDC_SEMAPHORES_MAX: usize = 4096;
+
 struct Gate {
     guard: HostGuard,
-    /// `None`: no clients configured, every request is [`UNAUTHENTICATED_CLIENT`].
+    /// `None`: no clients configured, every request is [`UNAUTHENTICATED_CLIENT`] (unless OIDC
+    /// is configured).
     tokens: Option<Tokens>,
+    /// `identity.oidc`: the issuer's tokens are accepted too.
+    oidc: Option<Arc<crate::oidc::OidcVerifier>>,
+    /// The absolute URL of the protected resource metadata (with OIDC).
+    metadata_url: Option<String>,
+    /// In-flight semaphores of OIDC users, made on first use.
+    user_in_flight: Mutex<HashMap<Arc<str>, Arc<Semaphore>>>,
+    max_in_flight_per_client: usize,
     anonymous: Arc<str>,
     in_flight: HashMap<Arc<str>, Arc<Semaphore>>,
     max_body_bytes: usize,
@@ -398,26 +442,78 @@ fn json_error(status: StatusCode, error: &'static str) -> Response {
     r
 }
 
-fn unauthorized() -> Response {
-    let mut r = json_error(StatusCode::UNAUTHORIZED, "unauthorized");
-    r.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        HeaderValue::from_static("Bearer realm=\"codespace\""),
-    );
-    r
-}
-
 impl Gate {
-    fn authenticate(&self, headers: &HeaderMap) -> Option<Arc<str>> {
-        let Some(tokens) = &self.tokens else {
-            return Some(self.anonymous.clone());
+    /// The 401: the same body whatever the reason (the reason is in the server log); with OIDC,
+    /// `WWW-Authenticate` names the protected resource metadata, and `invalid_token` when a
+    /// token was presented.
+    fn unauthorized(&self, why: NoAuth) -> Response {
+        let mut r = json_error(StatusCode::UNAUTHORIZED, "unauthorized");
+        let value = match (&self.metadata_url, why) {
+            (None, _) => HeaderValue::from_static("Bearer realm=\"codespace\""),
+            (Some(url), NoAuth::Missing) => {
+                HeaderValue::from_str(&format!("Bearer resource_metadata=\"{url}\""))
+                    .unwrap_or_else(|_| HeaderValue::from_static("Bearer"))
+            }
+            (Some(url), NoAuth::Invalid) => HeaderValue::from_str(&format!(
+                "Bearer resource_metadata=\"{url}\", error=\"invalid_token\""
+            ))
+            .unwrap_or_else(|_| HeaderValue::from_static("Bearer error=\"invalid_token\"")),
         };
-        let value = headers.get(header::AUTHORIZATION)?.as_bytes();
-        let (scheme, rest) = value.split_at_checked(7)?;
-        if !scheme.eq_ignore_ascii_case(b"bearer ") {
-            return None;
+        r.headers_mut().insert(header::WWW_AUTHENTICATE, value);
+        r
+    }
+
+    async fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, NoAuth> {
+        if self.tokens.is_none() && self.oidc.is_none() {
+            return Ok(Caller::of_client(self.anonymous.clone()));
         }
-        tokens.client_for(rest.trim_ascii())
+        let value = headers
+            .get(header::AUTHORIZATION)
+            .ok_or(NoAuth::Missing)?
+            .as_bytes();
+        let (scheme, rest) = value.split_at_checked(7).ok_or(NoAuth::Invalid)?;
+        if !scheme.eq_ignore_ascii_case(b"bearer ") {
+            return Err(NoAuth::Invalid);
+        }
+        let presented = rest.trim_ascii();
+        if let Some(c) = self.tokens.as_ref().and_then(|t| t.client_for(presented)) {
+            return Ok(Caller::of_client(c));
+        }
+        let Some(oidc) = &self.oidc else {
+            tracing::warn!("HTTP request refused: unknown bearer token");
+            return Err(NoAuth::Invalid);
+        };
+        let Ok(token) = std::str::from_utf8(presented) else {
+            tracing::warn!("HTTP request refused: bearer token is not text");
+            return Err(NoAuth::Invalid);
+        };
+        match oidc.verify(token).await {
+            Ok(c) => Ok(Caller {
+                owner: Arc::from(format!("user:{}", c.user.id)),
+                client: Arc::from(c.client),
+                user: Some(c.user),
+            }),
+            Err(why) => {
+                tracing::warn!(reason = %why, "HTTP request refused: OIDC bearer token");
+                Err(NoAuth::Invalid)
+            }
+        }
+    }
+
+    /// The in-flight semaphore of `caller`: a configured client's, or an OIDC user's (made on
+    /// first use; idle ones dropped past [`OIDC_SEMAPHORES_MAX`]).
+    fn semaphore(&self, caller: &Caller) -> Option<Arc<Semaphore>> {
+        if caller.user.is_none() {
+            return self.in_flight.get(&caller.client).cloned();
+        }
+        let mut m = self.user_in_flight.lock().ok()?;
+        if m.len() >= OIDC_SEMAPHORES_MAX && !m.contains_key(&caller.owner) {
+            let max = self.max_in_flight_per_client;
+            m.retain(|_, s| s.available_permits() < max);
+        }
+        Some(Arc::clone(m.entry(caller.owner.clone()).or_insert_with(|| {
+            Arc::new(Semaphore::new(self.max_in_flight_per_client))
+        })))
     }
 
     /// None when `sid` is a session this client created, else why not. Every session is
@@ -538,10 +634,30 @@ async fn gate(State(g): State<Arc<Gate>>, mut req: Request, next: Next) -> Respo
         tracing::warn!(reason = why, "HTTP request refused (DNS-rebinding guard)");
         return plain(StatusCode::FORBIDDEN, why);
     }
-    let Some(client) = g.authenticate(req.headers()) else {
-        tracing::warn!("HTTP request refused: missing or unknown bearer token");
-        return unauthorized();
+    // RFC 9728: the protected resource metadata is public (a client learns from it where to
+    // get a token).
+    if let Some(oidc) = &g.oidc
+        && req.method() == Method::GET
+        && is_metadata_path(req.uri().path())
+    {
+        let mut r = Response::new(Body::from(oidc.resource_metadata().to_string()));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        return r;
+    }
+    let caller = match g.authenticate(req.headers()).await {
+        Ok(c) => c,
+        Err(why) => {
+            if matches!(why, NoAuth::Missing) {
+                tracing::warn!("HTTP request refused: no bearer token");
+            }
+            return g.unauthorized(why);
+        }
     };
+    // Sessions and in-flight requests are counted per owner (the client, or the OIDC user).
+    let client = caller.owner.clone();
     // The connection proved who it is: no longer counted against the unauthenticated cap.
     if let Some(conn) = req.extensions().get::<crate::http_conn::ConnAuth>() {
         conn.authenticated();
@@ -601,8 +717,8 @@ async fn gate(State(g): State<Arc<Gate>>, mut req: Request, next: Next) -> Respo
         None
     };
     let permit = if method == Method::POST {
-        let Some(sem) = g.in_flight.get(&client) else {
-            return unauthorized();
+        let Some(sem) = g.semaphore(&caller) else {
+            return g.unauthorized(NoAuth::Invalid);
         };
         match sem.clone().try_acquire_owned() {
             Ok(p) => Some(p),
@@ -618,7 +734,11 @@ async fn gate(State(g): State<Arc<Gate>>, mut req: Request, next: Next) -> Respo
     } else {
         None
     };
-    req.extensions_mut().insert(HttpClient(client.clone()));
+    req.extensions_mut()
+        .insert(HttpClient(caller.client.clone()));
+    if let Some(u) = &caller.user {
+        req.extensions_mut().insert(HttpUser(u.clone()));
+    }
     let mut resp = next.run(req).await;
     match &sid {
         None => {
@@ -660,6 +780,34 @@ async fn gate(State(g): State<Arc<Gate>>, mut req: Request, next: Next) -> Respo
                 }),
             )
         }
+    }
+}
+
+/// True for the protected resource metadata's paths.
+fn is_metadata_path(path: &str) -> bool {
+    path == RESOURCE_METADATA_PATH
+        || path
+            .strip_prefix(RESOURCE_METADATA_PATH)
+            .is_some_and(|rest| rest == MCP_PATH)
+}
+
+/// The metadata's absolute URL for the resource `audience` (RFC 9728 §3.1: the well-known path
+/// between the resource's origin and its path), or under this server's address when the
+/// audience is not an http(s) URL.
+fn metadata_url(audience: &str, local: SocketAddr) -> String {
+    let parsed = ["https://", "http://"].iter().find_map(|scheme| {
+        let rest = audience.strip_prefix(scheme)?;
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (rest.get(..i)?, rest.get(i..)?),
+            None => (rest, ""),
+        };
+        (!authority.is_empty()).then(|| (scheme, authority, path.trim_end_matches('/')))
+    });
+    match parsed {
+        Some((scheme, authority, path)) => {
+            format!("{scheme}{authority}{RESOURCE_METADATA_PATH}{path}")
+        }
+        None => format!("http://{local}{RESOURCE_METADATA_PATH}"),
     }
 }
 
@@ -715,7 +863,13 @@ impl HttpServer {
     /// accepted bearer tokens; with none, only a loopback address is accepted.
     pub async fn bind(gateway: Arc<Gateway>, opts: HttpOptions) -> Result<HttpServer, HttpError> {
         let clients = &gateway.config().clients;
-        let authenticated = !clients.is_empty();
+        let oidc = gateway
+            .config()
+            .identity
+            .oidc
+            .clone()
+            .map(|c| Arc::new(crate::oidc::OidcVerifier::new(c)));
+        let authenticated = !clients.is_empty() || oidc.is_some();
         if !authenticated && !opts.addr.ip().is_loopback() {
             return Err(HttpError::UnauthenticatedNonLoopback(opts.addr));
         }
@@ -749,7 +903,7 @@ impl HttpServer {
         } else {
             vec![anonymous.clone()]
         };
-        let tokens = authenticated.then(|| {
+        let tokens = (!clients.is_empty()).then(|| {
             Tokens(
                 clients
                     .values()
@@ -797,15 +951,29 @@ impl HttpServer {
         let fallback = Session {
             client: anonymous.to_string(),
             transport: TRANSPORT.to_string(),
+            user: None,
         };
         let service = StreamableHttpService::new(
             move || Ok(CodeSpaceServer::new(gateway.clone(), fallback.clone())),
             manager.clone(),
             config,
         );
+        if let Some(v) = &oidc {
+            // The keys are fetched now, so the first caller does not wait for them; a failure
+            // is logged and the fetch retried when a token arrives.
+            let v = Arc::clone(v);
+            tokio::spawn(async move { v.prefetch().await });
+        }
+        let metadata_url = oidc
+            .as_ref()
+            .map(|v| metadata_url(&v.config().audience, local_addr));
         let gate_state = Arc::new(Gate {
             guard,
             tokens,
+            oidc,
+            metadata_url,
+            user_in_flight: Mutex::new(HashMap::new()),
+            max_in_flight_per_client: opts.max_in_flight_per_client.max(1),
             anonymous,
             in_flight,
             max_body_bytes,
@@ -817,6 +985,15 @@ impl HttpServer {
         let router = Router::new()
             .route_service(MCP_PATH, service)
             // Behind the same gate: any configured client's token may read it.
+            // Answered by the gate (without a token) when OIDC is configured; 404 otherwise.
+            .route(
+                RESOURCE_METADATA_PATH,
+                axum::routing::get(|| async { plain(StatusCode::NOT_FOUND, "not found") }),
+            )
+            .route(
+                &format!("{RESOURCE_METADATA_PATH}{MCP_PATH}"),
+                axum::routing::get(|| async { plain(StatusCode::NOT_FOUND, "not found") }),
+            )
             .route(
                 METRICS_PATH,
                 axum::routing::get(move || metrics_page(Arc::clone(&for_metrics))),

@@ -15,6 +15,7 @@ pub mod http;
 pub mod http_conn;
 pub mod long_call;
 pub mod mrtr;
+pub mod oidc;
 pub mod ops_cli;
 pub mod policy_admin;
 pub mod policy_cli;

@@ -147,6 +147,7 @@ mod tests {
         Session {
             client: client.into(),
             transport: "stdio".into(),
+            user: None,
         }
     }
 
@@ -173,6 +174,7 @@ mod tests {
         let other_transport = Session {
             client: "a".into(),
             transport: "streamable-http".into(),
+            user: None,
         };
         assert!(open(&other_transport, "apply_patch", &args, &state).is_err());
     }

@@ -663,6 +663,7 @@ fn explain_session(args: &ExplainArgs) -> Session {
             Some("http") => crate::http::TRANSPORT.to_string(),
             _ => stdio.transport,
         },
+        user: None,
     }
 }
 

@@ -46,14 +46,20 @@ pub const NEWEST_PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion::V_2026_07_
 #[derive(Debug, Clone)]
 pub struct HttpClient(pub Arc<str>);
 
-/// The session of an HTTP tool call: the client the gate authenticated, when the request came
-/// over HTTP; `None` on other transports.
+/// The person behind an OIDC bearer token of one HTTP request, set by the gate beside
+/// [`HttpClient`].
+#[derive(Debug, Clone)]
+pub struct HttpUser(pub codespace_engine::policy::user::UserFacts);
+
+/// The session of an HTTP tool call: the client the gate authenticated (and the person, for an
+/// OIDC token), when the request came over HTTP; `None` on other transports.
 pub fn request_session(ctx: &RequestContext<RoleServer>) -> Option<Session> {
     let parts = ctx.extensions.get::<axum::http::request::Parts>()?;
     let client = parts.extensions.get::<HttpClient>()?;
     Some(Session {
         client: client.0.to_string(),
         transport: HTTP_TRANSPORT.to_string(),
+        user: parts.extensions.get::<HttpUser>().map(|u| u.0.clone()),
     })
 }
 

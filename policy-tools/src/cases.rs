@@ -98,6 +98,10 @@ pub struct TestSession {
     /// Transport.
     #[serde(default = "default_transport")]
     pub transport: String,
+    /// The person behind the client's OIDC token (`context.session.user`): `{id, email,
+    /// groups, tags}`; absent: no user, as without `identity.oidc`.
+    #[serde(default)]
+    pub user: Option<codespace_policy::user::UserFacts>,
 }
 
 fn default_transport() -> String {
@@ -166,6 +170,7 @@ pub(crate) fn case_approval(
                 .clone()
                 .unwrap_or_else(|| session.client.clone()),
             resolved_by: session.client.clone(),
+            resolver: session.resolver().to_string(),
             decision: decision.into(),
         },
     );
@@ -182,6 +187,10 @@ pub struct TestCase {
     /// Process facts for the process tools.
     #[serde(default)]
     pub process: Option<TestProcess>,
+    /// The caller's user for this case (`{id, email, groups, tags}`), in place of the file's
+    /// `session.user`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<codespace_policy::user::UserFacts>,
     /// Expected outcome of the call: `allow` / `deny` (Cedar decided) or `refused` (the request
     /// builder refused the call before Cedar was asked, e.g. a path outside the workspace).
     /// `expect:` is accepted as another name for it.

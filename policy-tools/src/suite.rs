@@ -123,6 +123,7 @@ pub fn run_file_in(
         .map(|s| Session {
             client: s.client.clone(),
             transport: s.transport.clone(),
+            user: s.user.clone(),
         })
         .unwrap_or_else(Session::stdio);
     let profiles = match file_profiles(base_profiles, file) {
@@ -170,6 +171,7 @@ pub fn run_file_in(
                 continue;
             }
         };
+        let session = case_session(&session, &case);
         let mut failures = Vec::new();
         if !matches!(case.decision.as_str(), "allow" | "deny" | "refused") {
             failures.push(format!(
@@ -887,6 +889,17 @@ pub fn call_error_text(name: &str, e: &CallParseError) -> String {
     }
 }
 
+/// The file's caller with the case's `user`, when it names one.
+fn case_session(file: &Session, case: &TestCase) -> Session {
+    match &case.user {
+        None => file.clone(),
+        Some(u) => Session {
+            user: Some(u.clone()),
+            ..file.clone()
+        },
+    }
+}
+
 /// Every sub-request of every case of a test file (parameterized cases expanded), as recorded
 /// requests, named `<file> :: <case>`: what `policy diff --tests` re-decides under two sets.
 /// Cases whose call cannot be built are left out (`policy test` reports them).
@@ -903,6 +916,7 @@ pub fn case_records(
         .map(|s| Session {
             client: s.client.clone(),
             transport: s.transport.clone(),
+            user: s.user.clone(),
         })
         .unwrap_or_else(Session::stdio);
     let mut out = Vec::new();
@@ -918,6 +932,7 @@ pub fn case_records(
             env_names: p.env_names.clone(),
             background: p.background,
         });
+        let session = case_session(&session, &case);
         let Ok(mut reqs) = build_requests(&call, &session, pf.as_ref()) else {
             continue;
         };

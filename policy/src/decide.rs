@@ -7,6 +7,7 @@ use crate::PolicySnapshot;
 use crate::config::Profile;
 use crate::error::{ErrorCode, ToolError};
 use crate::request::{SubRequest, WorkspaceFacts};
+use crate::user::UserFacts;
 use cedar_policy::{
     Authorizer, Context, Decision as CedarDecision, Entities, Entity, EntityId, EntityTypeName,
     EntityUid, Request, RestrictedExpression,
@@ -16,7 +17,7 @@ use cedar_policy_core::entities::{Entities as CoreEntities, NoEntitiesSchema, TC
 use cedar_policy_core::extensions::Extensions;
 use ref_cast::RefCast;
 use smol_str::SmolStr;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
@@ -28,8 +29,10 @@ const NS: &str = "CodeSpace";
 const TYPES: &[&str] = &[
     "Action",
     "Environment",
+    "Group",
     "Operation",
     "PermissionProfile",
+    "User",
     "Workspace",
 ];
 
@@ -384,7 +387,8 @@ impl Prepared {
             .map_err(|e| format!("principal: {e}"))?;
         let action = uid("Action", req.action.as_str())?;
         let resource = uid("Operation", &slot.to_string())?;
-        let ctx = Context::from_json_value(req.context.clone(), Some((&snap.schema, &action)))
+        let (cedar_ctx, _) = crate::user::split_context(&req.context)?;
+        let ctx = Context::from_json_value(cedar_ctx, Some((&snap.schema, &action)))
             .map_err(|e| format!("context: {e}"))?;
         let request = Request::new(principal, action, resource, ctx, Some(&snap.schema))
             .map_err(|e| format!("request: {e}"))?;
@@ -425,6 +429,8 @@ impl Prepared {
                 )))
             })
             .collect::<Result<Vec<_>, String>>()?;
+        let mut ops = ops;
+        ops.extend(caller_core_entities(reqs)?);
         self.entities
             .as_ref()
             .clone()
@@ -436,6 +442,104 @@ impl Prepared {
             )
             .map_err(|e| e.to_string())
     }
+}
+
+/// The `User` entity of `u` (attributes `email`, `groups`; further claims as tags) and a
+/// `Group` entity per group, its parents.
+pub fn user_entities(u: &UserFacts) -> Result<Vec<Entity>, String> {
+    let groups: BTreeSet<&str> = u.groups.iter().map(String::as_str).collect();
+    let mut attrs: Vec<(String, RestrictedExpression)> = vec![(
+        "groups".into(),
+        RestrictedExpression::new_set(
+            groups
+                .iter()
+                .map(|g| RestrictedExpression::new_string((*g).to_string())),
+        ),
+    )];
+    if let Some(e) = &u.email {
+        attrs.push(("email".into(), RestrictedExpression::new_string(e.clone())));
+    }
+    let parents = groups
+        .iter()
+        .map(|g| uid("Group", g))
+        .collect::<Result<Vec<_>, _>>()?;
+    let tags = u
+        .tags
+        .iter()
+        .map(|(k, v)| (k.clone(), RestrictedExpression::new_string(v.clone())));
+    let mut out = vec![
+        Entity::new_with_tags(uid("User", &u.id)?, attrs, parents.clone(), tags)
+            .map_err(|e| e.to_string())?,
+    ];
+    out.extend(parents.into_iter().map(|g| Entity::new_no_attrs(g, HashSet::new())));
+    Ok(out)
+}
+
+/// The `User` and `Group` entities of the callers the requests' contexts name (every request
+/// of a call names the same one), built directly: a group has no parents, so the user's
+/// ancestors are its groups and the store's transitive closure holds as given.
+fn caller_core_entities(reqs: &[SubRequest]) -> Result<Vec<Arc<CoreEntity>>, String> {
+    let mut users: BTreeMap<String, UserFacts> = BTreeMap::new();
+    for r in reqs {
+        if let (_, Some(u)) = crate::user::split_context(&r.context)? {
+            match users.get(&u.id) {
+                Some(seen) if *seen != u => {
+                    return Err(format!("two different facts for user `{}`", u.id));
+                }
+                Some(_) => {}
+                None => {
+                    users.insert(u.id.clone(), u);
+                }
+            }
+        }
+    }
+    let mut groups: BTreeSet<String> = BTreeSet::new();
+    let mut out = Vec::new();
+    for u in users.values() {
+        let parents = u
+            .groups
+            .iter()
+            .map(|g| uid("Group", g).map(Into::into))
+            .collect::<Result<HashSet<_>, _>>()?;
+        let set: BTreeSet<&str> = u.groups.iter().map(String::as_str).collect();
+        let mut attrs: Vec<(SmolStr, PartialValue)> = vec![(
+            SmolStr::new_static("groups"),
+            PartialValue::from(CoreValue::set(
+                set.iter().map(|g| CoreValue::from(SmolStr::new(g))),
+                None,
+            )),
+        )];
+        if let Some(e) = &u.email {
+            attrs.push((
+                SmolStr::new_static("email"),
+                PartialValue::from(CoreValue::from(SmolStr::new(e))),
+            ));
+        }
+        let tags = u.tags.iter().map(|(k, v)| {
+            (
+                SmolStr::new(k),
+                PartialValue::from(CoreValue::from(SmolStr::new(v))),
+            )
+        });
+        out.push(Arc::new(CoreEntity::new_with_attr_partial_value(
+            uid("User", &u.id)?.into(),
+            attrs,
+            HashSet::new(),
+            parents,
+            tags,
+        )));
+        groups.extend(u.groups.iter().cloned());
+    }
+    for g in groups {
+        out.push(Arc::new(CoreEntity::new_with_attr_partial_value(
+            uid("Group", &g)?.into(),
+            [],
+            HashSet::new(),
+            HashSet::new(),
+            [],
+        )));
+    }
+    Ok(out)
 }
 
 /// The attributes of one sub-request's Operation, as Cedar values (see [`operation_entity`]).

@@ -757,6 +757,7 @@ mod tests {
             let s = Session {
                 client: format!("client-{i}"),
                 transport: "stdio".into(),
+                user: None,
             };
             let read = [path_request(crate::Action::READ, "a.txt", "", &s)];
             assert!(d.decide(&snap, &facts(), "read", &read, &s).allowed());

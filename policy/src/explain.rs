@@ -5,7 +5,7 @@
 
 use crate::PolicySnapshot;
 use crate::config::Profile;
-use crate::decide::{Decision, decide, operation_entity, uid, workspace_entities};
+use crate::decide::{Decision, decide, operation_entity, uid, user_entities, workspace_entities};
 use crate::request::{ProcessFacts, Session, SubRequest, WorkspaceFacts, build_requests};
 use crate::wire::ToolCall;
 use cedar_policy::{
@@ -47,11 +47,16 @@ pub fn build_cedar_request(
     let action = uid("Action", req.action.as_str()).map_err(|e| format!("action: {e}"))?;
     let resource = uid("Operation", op_id).map_err(|e| format!("resource: {e}"))?;
     let op = operation_entity(facts, tool, req, op_id).map_err(|e| format!("entities: {e}"))?;
+    let (cedar_ctx, user) = crate::user::split_context(&req.context)?;
+    let mut added = vec![op];
+    if let Some(u) = &user {
+        added.extend(user_entities(u).map_err(|e| format!("entities: {e}"))?);
+    }
     let entities = base
         .clone()
-        .add_entities([op], None)
+        .add_entities(added, None)
         .map_err(|e| format!("entities: {e}"))?;
-    let ctx = Context::from_json_value(req.context.clone(), Some((&snap.schema, &action)))
+    let ctx = Context::from_json_value(cedar_ctx.clone(), Some((&snap.schema, &action)))
         .map_err(|e| format!("context: {e}"))?;
     let request = Request::new(
         principal.clone(),
@@ -65,7 +70,7 @@ pub fn build_cedar_request(
         principal,
         action,
         resource,
-        context: req.context.clone(),
+        context: cedar_ctx,
         request,
         entities,
     })

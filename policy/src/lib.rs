@@ -25,6 +25,7 @@ pub mod set_signature;
 pub mod signature;
 pub mod suggest;
 pub mod tool_table;
+pub mod user;
 pub mod wire;
 
 pub use action::Action;

@@ -16,6 +16,8 @@ pub struct Session {
     pub client: String,
     /// `stdio` or `streamable-http`.
     pub transport: String,
+    /// The person behind an OIDC token (`context.session.user`); None without OIDC.
+    pub user: Option<crate::user::UserFacts>,
 }
 
 impl Session {
@@ -24,7 +26,14 @@ impl Session {
         Session {
             client: "local".into(),
             transport: "stdio".into(),
+            user: None,
         }
+    }
+
+    /// Who resolves a hold in this session: the user's id when a person is known, else the
+    /// client (`context.approval.resolver`, the store's `resolved_by`).
+    pub fn resolver(&self) -> &str {
+        self.user.as_ref().map_or(&self.client, |u| &u.id)
     }
 }
 
@@ -102,6 +111,9 @@ pub struct ApprovalFacts {
     pub requested_by: String,
     /// The client (or operator) answering it.
     pub resolved_by: String,
+    /// Who answers it: the user's id when the client's token names a person (OIDC), else the
+    /// client (or operator) (`context.approval.resolver`).
+    pub resolver: String,
     /// `grant` or `deny`.
     pub decision: String,
 }
@@ -114,7 +126,7 @@ impl ApprovalFacts {
             "channel": self.channel,
             "requested_by": self.requested_by,
             "resolved_by": self.resolved_by,
-            "resolver": self.resolved_by,
+            "resolver": self.resolver,
             "same_client": self.requested_by == self.resolved_by,
             "decision": self.decision,
         })
@@ -227,7 +239,14 @@ pub fn upgrade_recorded_context(ctx: &mut Value) {
 }
 
 fn session_ctx(session: &Session) -> Value {
-    json!({"client": session.client, "transport": session.transport})
+    match &session.user {
+        None => json!({"client": session.client, "transport": session.transport}),
+        Some(u) => json!({
+            "client": session.client,
+            "transport": session.transport,
+            "user": u.to_context(),
+        }),
+    }
 }
 
 fn path_error(e: codespace_runner_fs::FsError) -> ToolError {
@@ -462,6 +481,7 @@ pub fn build(
                 channel: "tool".into(),
                 requested_by: session.client.clone(),
                 resolved_by: session.client.clone(),
+                resolver: session.resolver().to_string(),
                 decision: p.decision.as_str().into(),
             };
             vec![sub(
@@ -477,6 +497,7 @@ pub fn build(
                 channel: "tool".into(),
                 requested_by: session.client.clone(),
                 resolved_by: session.client.clone(),
+                resolver: session.resolver().to_string(),
                 decision: "grant".into(),
             };
             vec![sub(

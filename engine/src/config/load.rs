@@ -81,6 +81,7 @@ impl Config {
             retention: crate::retention::Retention::default(),
             redaction: crate::redact::LiveRedactor::default(),
             export: crate::telemetry::ExportConfig::default(),
+            identity: super::Identity::default(),
         })
     }
 
@@ -365,6 +366,12 @@ impl Config {
                     o.check().map_err(ConfigError)?;
                 }
                 raw.export
+            },
+            identity: {
+                if let Some(o) = &raw.identity.oidc {
+                    o.check().map_err(ConfigError)?;
+                }
+                raw.identity
             },
             redaction: crate::redact::Redactor::new(
                 &raw.redaction.patterns,

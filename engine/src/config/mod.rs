@@ -12,6 +12,7 @@ use std::path::PathBuf;
 
 mod environments;
 mod error;
+mod identity;
 mod limits;
 mod load;
 mod profiles;
@@ -29,6 +30,7 @@ pub use environments::{
     EnvironmentSpec, KubernetesSpec, SshSpec, WorkerSpec,
 };
 pub use error::ConfigError;
+pub use identity::{ClaimMap, Identity, OidcAlgorithm, OidcConfig};
 pub use limits::{
     DEFAULT_MAX_HASH_BYTES, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_PATCH_FILE_BYTES,
     DEFAULT_MAX_SESSIONS_PER_CLIENT, Limits,
@@ -142,6 +144,8 @@ pub struct Config {
     pub redaction: crate::redact::LiveRedactor,
     /// `export`: the OTLP collector, if any (started by `serve`).
     pub export: crate::telemetry::ExportConfig,
+    /// `identity`: the OIDC issuer whose access tokens identify HTTP callers, if any.
+    pub identity: Identity,
 }
 
 impl Config {

@@ -64,6 +64,10 @@ pub(super) struct RawConfig {
     /// Telemetry export: `{otlp: {endpoint, headers, timeout_ms, queue}}` (docs/telemetry.md).
     #[serde(default)]
     pub(super) export: crate::telemetry::ExportConfig,
+    /// Who HTTP callers are beyond `clients`: `{oidc: {issuer, audience, jwks_uri, claims,
+    /// algorithms}}` (docs/config.md).
+    #[serde(default)]
+    pub(super) identity: super::identity::Identity,
 }
 
 /// `redaction`: extra secret patterns for the audit log and error texts.

@@ -430,6 +430,7 @@ pub fn cli_resolve(
     let session = Session {
         client: operator.to_string(),
         transport: "cli".into(),
+        user: None,
     };
     let call = ToolCall::ApprovalResolve(ApprovalResolveParams {
         approval_id: id.to_string(),
@@ -442,6 +443,7 @@ pub fn cli_resolve(
             channel: "cli".into(),
             requested_by: row.requested_by.clone(),
             resolved_by: operator.to_string(),
+            resolver: operator.to_string(),
             decision: decision.as_str().into(),
         },
     );

@@ -135,6 +135,7 @@ impl<'a> Holds<'a> {
                 channel: "tool".into(),
                 requested_by: row.requested_by.clone(),
                 resolved_by: session.client.clone(),
+                resolver: session.resolver().to_string(),
                 decision: p.decision.as_str().into(),
             },
         );
@@ -173,6 +174,7 @@ impl<'a> Holds<'a> {
                 channel: row.channel.clone().unwrap_or_else(|| "tool".into()),
                 requested_by: row.requested_by.clone(),
                 resolved_by: row.resolved_by.clone().unwrap_or_default(),
+                resolver: row.resolved_by.clone().unwrap_or_default(),
                 decision: "grant".into(),
             },
         );
@@ -303,6 +305,7 @@ impl<'a> Holds<'a> {
                 channel: channel.as_str().into(),
                 requested_by: row.requested_by.clone(),
                 resolved_by: session.client.clone(),
+                resolver: session.resolver().to_string(),
                 decision: decision.as_str().into(),
             },
         );
@@ -313,7 +316,7 @@ impl<'a> Holds<'a> {
             return Err(with_id(d.to_error(snap), id));
         }
         let store = self.require_store()?;
-        resolve_in_store(store, &row, decision, &session.client, channel.as_str())?;
+        resolve_in_store(store, &row, decision, session.resolver(), channel.as_str())?;
         if decision == ApprovalDecision::Deny {
             return Err(with_id(
                 ToolError::new(

@@ -28,5 +28,5 @@ pub(crate) fn approval_resolve(
     row: &ApprovalRow,
 ) -> Result<ApprovalStateResult, ToolError> {
     let store = auth.require_store()?;
-    resolve_in_store(store, row, p.decision, &auth.session().client, "tool")
+    resolve_in_store(store, row, p.decision, auth.session().resolver(), "tool")
 }

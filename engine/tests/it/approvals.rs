@@ -473,6 +473,7 @@ async fn a_hold_belongs_to_the_client_that_asked() {
     let other = Session {
         client: "other".into(),
         transport: "streamable-http".into(),
+        user: None,
     };
     let err =
         e.gw.call(
@@ -511,6 +512,7 @@ fn client(name: &str) -> Session {
     Session {
         client: name.into(),
         transport: "streamable-http".into(),
+        user: None,
     }
 }
 

@@ -145,6 +145,7 @@ pub fn other_client() -> Session {
     Session {
         client: "someone-else".into(),
         transport: "stdio".into(),
+        user: None,
     }
 }
 
