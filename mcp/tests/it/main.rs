@@ -41,6 +41,7 @@ mod long_policies;
 mod masks_bench;
 mod mcp_2026;
 mod mrtr_tasks;
+mod oidc;
 mod ops_journals;
 mod patch_crash;
 mod policy_cli;
