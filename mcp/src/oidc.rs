@@ -73,6 +73,8 @@ struct Cache {
     keys: Vec<Key>,
     /// The last fetch attempt (successful or not).
     attempted: Option<Instant>,
+    /// Fetch attempts so far.
+    fetches: u64,
 }
 
 /// Checks tokens of one issuer.
@@ -80,6 +82,8 @@ pub struct OidcVerifier {
     cfg: OidcConfig,
     algorithms: Vec<Algorithm>,
     cache: Mutex<Cache>,
+    /// The least time between two fetches ([`REFRESH_MIN_INTERVAL`]; shorter in tests).
+    refresh_min: Duration,
 }
 
 impl std::fmt::Debug for OidcVerifier {
@@ -222,6 +226,7 @@ impl OidcVerifier {
             cfg,
             algorithms,
             cache: Mutex::new(Cache::default()),
+            refresh_min: REFRESH_MIN_INTERVAL,
         }
     }
 
@@ -240,6 +245,7 @@ impl OidcVerifier {
     /// Fetches the keys on the blocking pool; keeps the old ones when the fetch fails.
     async fn refresh(&self, cache: &mut Cache) {
         cache.attempted = Some(Instant::now());
+        cache.fetches += 1;
         let cfg = self.cfg.clone();
         match tokio::task::spawn_blocking(move || fetch_keys(&cfg)).await {
             Ok(Ok(keys)) => {
@@ -273,7 +279,7 @@ impl OidcVerifier {
         }
         let may_fetch = cache
             .attempted
-            .is_none_or(|t| t.elapsed() >= REFRESH_MIN_INTERVAL);
+            .is_none_or(|t| t.elapsed() >= self.refresh_min);
         if may_fetch {
             self.refresh(&mut cache).await;
             if let Some(k) = pick(&cache.keys) {
@@ -378,6 +384,7 @@ impl OidcVerifier {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     fn cfg() -> OidcConfig {
         serde_json::from_value(serde_json::json!({
@@ -419,6 +426,85 @@ mod tests {
         assert_eq!(keys[0].kid.as_deref(), Some("e"));
         assert!((keys[0].fits)(Algorithm::ES256));
         assert!(!(keys[0].fits)(Algorithm::HS256));
+    }
+
+    /// An Ed25519 key from a random seed: its signing key (PKCS#8 v1 DER) and public JWK.
+    fn ed_key(kid: &str) -> (jsonwebtoken::EncodingKey, Value) {
+        let mut seed = [0_u8; 32];
+        getrandom::fill(&mut seed).unwrap();
+        let mut der = hex::decode("302e020100300506032b657004220420").unwrap();
+        der.extend_from_slice(&seed);
+        let key = jsonwebtoken::EncodingKey::from_ed_der(&der);
+        let public = ed25519_dalek::SigningKey::from_bytes(&seed)
+            .verifying_key()
+            .to_bytes();
+        let jwk = serde_json::json!({"kty": "OKP", "crv": "Ed25519", "kid": kid,
+            "x": base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, public)});
+        (key, jwk)
+    }
+
+    fn sign(kid: &str, key: &jsonwebtoken::EncodingKey, claims: &Value) -> String {
+        let mut h = jsonwebtoken::Header::new(Algorithm::EdDSA);
+        h.kid = Some(kid.into());
+        jsonwebtoken::encode(&h, claims, key).unwrap()
+    }
+
+    /// A loopback server answering every GET with the current `jwks`.
+    async fn jwks_server(jwks: Arc<std::sync::Mutex<Value>>) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/jwks", l.local_addr().unwrap());
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut s, _)) = l.accept().await else { return };
+                let body = jwks.lock().unwrap().to_string();
+                tokio::spawn(async move {
+                    let mut buf = vec![0_u8; 4096];
+                    let _ = s.read(&mut buf).await;
+                    let resp = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = s.write_all(resp.as_bytes()).await;
+                });
+            }
+        });
+        url
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_rotated_key_is_fetched_on_its_unknown_kid_at_most_once_per_interval() {
+        let (k1, j1) = ed_key("k1");
+        let (k2, j2) = ed_key("k2");
+        let (rogue, _) = ed_key("rogue");
+        let jwks = Arc::new(std::sync::Mutex::new(serde_json::json!({"keys": [j1]})));
+        let url = jwks_server(Arc::clone(&jwks)).await;
+        let mut c = cfg();
+        c.jwks_uri = Some(url);
+        c.algorithms = vec![OidcAlgorithm::EdDSA];
+        let mut v = OidcVerifier::new(c);
+        v.refresh_min = Duration::ZERO;
+        let claims = serde_json::json!({"iss": "http://127.0.0.1:1", "aud": "http://127.0.0.1:2/mcp",
+            "sub": "alice", "exp": jsonwebtoken::get_current_timestamp() + 60});
+        assert_eq!(v.verify(&sign("k1", &k1, &claims)).await.unwrap().user.id, "alice");
+        // The issuer rotates: k1 goes, k2 comes. A k2 token makes the verifier fetch again.
+        *jwks.lock().unwrap() = serde_json::json!({"keys": [j2]});
+        assert!(v.verify(&sign("k2", &k2, &claims)).await.is_ok());
+        assert_eq!(v.cache.lock().await.fetches, 2);
+        // Within the interval, unknown kids cause no fetch at all.
+        v.refresh_min = Duration::from_secs(3600);
+        for _ in 0..5 {
+            assert!(matches!(
+                v.verify(&sign("rogue", &rogue, &claims)).await,
+                Err(Rejection::UnknownKey(_))
+            ));
+        }
+        assert_eq!(v.cache.lock().await.fetches, 2);
+        // The rotated-out key is gone with its JWKS entry.
+        assert!(matches!(
+            v.verify(&sign("k1", &k1, &claims)).await,
+            Err(Rejection::UnknownKey(_))
+        ));
     }
 
     #[tokio::test]

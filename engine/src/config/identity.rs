@@ -45,8 +45,8 @@ pub struct OidcConfig {
 /// `identity.oidc.claims`: claim names by attribute. `user` names the entity id, `email` and
 /// `groups` its attributes; every other entry becomes a tag of the `User` entity
 /// (`context.session.user.getTag("<name>")`).
+// No `deny_unknown_fields`: every other key is a further claim (`extra`, flattened).
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 #[schemars(rename = "OidcClaims")]
 pub struct ClaimMap {
     /// The claim naming the user: `User::"<value>"` (default `sub`).
