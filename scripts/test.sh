@@ -107,17 +107,18 @@ pytest_e2e() {
 # python3 (python3-pytest: the python-tester worked example), sshd + ssh + ssh-keygen
 # (openssh-server, openssh-client: the loopback sshd of the ssh environment tests), podman + crun
 # (the container environment tests; docs/environments.md), prometheus + promtool (the /metrics
-# tests: `promtool check metrics` and a real scrape; docs/telemetry.md). Each missing one is
+# tests: `promtool check metrics` and a real scrape; docs/telemetry.md), node + npm (nodejs, npm:
+# the OIDC tests' provider, `oidc-provider` from tests/oidc/package-lock.json). Each missing one is
 # installed from Debian, as root or with passwordless sudo, and the step says what it installed;
 # otherwise a note (an error under CI).
 test_programs() {
   local -A package=([cvc5]=cvc5 [curl]=curl [openssl]=openssl [setpriv]=util-linux
     [unshare]=util-linux [zcat]=gzip [/usr/sbin/sshd]=openssh-server [ssh]=openssh-client
     [ssh-keygen]=openssh-client [podman]=podman [crun]=crun [prometheus]=prometheus
-    [promtool]=prometheus)
+    [promtool]=prometheus [node]=nodejs [npm]=npm)
   local missing=() prog
   for prog in cvc5 curl openssl setpriv unshare zcat /usr/sbin/sshd ssh ssh-keygen podman crun \
-    prometheus promtool; do
+    prometheus promtool node npm; do
     if [[ "$prog" == cvc5 && -n "${CVC5:-}" ]] || command -v "$prog" >/dev/null 2>&1; then
       continue
     fi
@@ -156,9 +157,16 @@ before=${#failed[@]}
 # The tested binary carries the env-driven test hooks (crash and fail-closed tests); release
 # builds never enable this feature.
 HOOKS=(--features codespace-mcp/test-hooks)
+# The OIDC provider of mcp/tests/it/oidc.rs, from its lock file (the test runs `npm ci` itself
+# when this step could not).
+oidc_provider() {
+  (cd tests/oidc && npm ci --no-audit --no-fund --loglevel=error) &&
+    echo "installed: oidc-provider $(node -p 'require("./tests/oidc/node_modules/oidc-provider/package.json").version')"
+}
 step "cargo build --workspace" cargo build --workspace "${HOOKS[@]}" "${LOCKED[@]+"${LOCKED[@]}"}"
 if [[ ${#failed[@]} -eq $before && -x "$BIN" ]]; then
-  step "test programs (cvc5, curl, openssl, util-linux, gzip, python3-pytest, openssh, podman, prometheus)" test_programs
+  step "test programs (cvc5, curl, openssl, util-linux, gzip, python3-pytest, openssh, podman, prometheus, nodejs)" test_programs
+  step "npm ci tests/oidc (oidc-provider)" oidc_provider
   step "cargo test --workspace" cargo test --workspace --no-fail-fast "${HOOKS[@]}" "${LOCKED[@]+"${LOCKED[@]}"}"
   step "codespace policy validate" "$BIN" policy validate --policies policies
   step "codespace policy fmt --check" "$BIN" policy fmt --check --policies policies

@@ -511,9 +511,9 @@ impl Gate {
             let max = self.max_in_flight_per_client;
             m.retain(|_, s| s.available_permits() < max);
         }
-        Some(Arc::clone(m.entry(caller.owner.clone()).or_insert_with(|| {
-            Arc::new(Semaphore::new(self.max_in_flight_per_client))
-        })))
+        Some(Arc::clone(m.entry(caller.owner.clone()).or_insert_with(
+            || Arc::new(Semaphore::new(self.max_in_flight_per_client)),
+        )))
     }
 
     /// None when `sid` is a session this client created, else why not. Every session is

@@ -171,7 +171,10 @@ fn get_json(url: &str) -> Result<Value, String> {
         .max_redirects(3)
         .build()
         .into();
-    let mut resp = agent.get(url).call().map_err(|e| format!("GET {url}: {e}"))?;
+    let mut resp = agent
+        .get(url)
+        .call()
+        .map_err(|e| format!("GET {url}: {e}"))?;
     let text = resp
         .body_mut()
         .with_config()
@@ -408,7 +411,8 @@ mod tests {
         assert_eq!(c.user.id, "alice");
         assert_eq!(c.user.groups, vec!["g1", "g2"]);
         assert_eq!(c.user.tags.get("department").unwrap(), "42");
-        let none: Map<String, Value> = serde_json::from_value(serde_json::json!({"sub": 5})).unwrap();
+        let none: Map<String, Value> =
+            serde_json::from_value(serde_json::json!({"sub": 5})).unwrap();
         assert!(matches!(v.caller(&none), Err(Rejection::NoUser(_))));
     }
 
@@ -456,7 +460,9 @@ mod tests {
         let url = format!("http://{}/jwks", l.local_addr().unwrap());
         tokio::spawn(async move {
             loop {
-                let Ok((mut s, _)) = l.accept().await else { return };
+                let Ok((mut s, _)) = l.accept().await else {
+                    return;
+                };
                 let body = jwks.lock().unwrap().to_string();
                 tokio::spawn(async move {
                     let mut buf = vec![0_u8; 4096];
@@ -486,7 +492,10 @@ mod tests {
         v.refresh_min = Duration::ZERO;
         let claims = serde_json::json!({"iss": "http://127.0.0.1:1", "aud": "http://127.0.0.1:2/mcp",
             "sub": "alice", "exp": jsonwebtoken::get_current_timestamp() + 60});
-        assert_eq!(v.verify(&sign("k1", &k1, &claims)).await.unwrap().user.id, "alice");
+        assert_eq!(
+            v.verify(&sign("k1", &k1, &claims)).await.unwrap().user.id,
+            "alice"
+        );
         // The issuer rotates: k1 goes, k2 comes. A k2 token makes the verifier fetch again.
         *jwks.lock().unwrap() = serde_json::json!({"keys": [j2]});
         assert!(v.verify(&sign("k2", &k2, &claims)).await.is_ok());

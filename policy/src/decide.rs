@@ -471,7 +471,11 @@ pub fn user_entities(u: &UserFacts) -> Result<Vec<Entity>, String> {
         Entity::new_with_tags(uid("User", &u.id)?, attrs, parents.clone(), tags)
             .map_err(|e| e.to_string())?,
     ];
-    out.extend(parents.into_iter().map(|g| Entity::new_no_attrs(g, HashSet::new())));
+    out.extend(
+        parents
+            .into_iter()
+            .map(|g| Entity::new_no_attrs(g, HashSet::new())),
+    );
     Ok(out)
 }
 

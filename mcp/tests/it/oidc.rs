@@ -168,7 +168,8 @@ fn patch(name: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn oidc_tokens_from_a_real_provider_identify_people_and_bad_tokens_get_a_bare_401() {
-    let test = "oidc::oidc_tokens_from_a_real_provider_identify_people_and_bad_tokens_get_a_bare_401";
+    let test =
+        "oidc::oidc_tokens_from_a_real_provider_identify_people_and_bad_tokens_get_a_bare_401";
     if let Err(why) = provider_ready() {
         codespace_test_skip::skip(test, why);
         return;
@@ -370,7 +371,11 @@ async fn oidc_tokens_from_a_real_provider_identify_people_and_bad_tokens_get_a_b
         json!({"approval_id": approval_id, "decision": "grant"}),
     )
     .await;
-    assert_eq!(tool_error(&refused)["code"], "APPROVAL_NOT_FOUND", "{refused}");
+    assert_eq!(
+        tool_error(&refused)["code"],
+        "APPROVAL_NOT_FOUND",
+        "{refused}"
+    );
     assert!(!held.join("held.txt").exists());
     let rsid = initialize(addr, Some(&reviewer)).await;
     let granted = call(
@@ -414,7 +419,11 @@ async fn oidc_tokens_from_a_real_provider_identify_people_and_bad_tokens_get_a_b
         ),
         (
             "wrong audience",
-            mint("k1", &der, &with("aud", json!("https://elsewhere.test/mcp"))),
+            mint(
+                "k1",
+                &der,
+                &with("aud", json!("https://elsewhere.test/mcp")),
+            ),
             "InvalidAudience",
         ),
         (
