@@ -119,7 +119,9 @@ Examples:
   codespace policy explain --workspace-profile read-only \\
     --call '{\"name\":\"exec_command\",\"arguments\":{\"workspace_id\":\"w\",\"command\":[\"make\"]}}'
   codespace policy explain --config codespace.json --json \\
-    --call '{\"name\":\"apply_patch\",\"arguments\":{\"workspace_id\":\"app\",\"patch\":\"...\"}}'";
+    --call '{\"name\":\"apply_patch\",\"arguments\":{\"workspace_id\":\"app\",\"patch\":\"...\"}}'
+  codespace policy explain --transport http --client oidc:inspector --user carol --group contractors \\
+    --call '{\"name\":\"exec_command\",\"arguments\":{\"workspace_id\":\"w\",\"command\":[\"make\"]}}'";
 
 /// `policy diff`.
 pub const POLICY_DIFF: &str = "\

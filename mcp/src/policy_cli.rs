@@ -406,6 +406,12 @@ pub struct ExplainArgs {
     /// The transport (`context.session.transport`): stdio or http [stdio].
     #[arg(long, value_parser = ["stdio", "http"])]
     pub transport: Option<String>,
+    /// The caller's user (`context.session.user`, as an OIDC token would name it) [none].
+    #[arg(long, value_name = "ID")]
+    pub user: Option<String>,
+    /// A group of `--user` (its parent `Group::"NAME"`). Repeatable.
+    #[arg(long = "group", value_name = "NAME", requires = "user")]
+    pub groups: Vec<String>,
     /// Without a config: the virtual workspace's profile.
     #[arg(long, default_value = "workspace-write")]
     pub workspace_profile: String,
@@ -663,7 +669,14 @@ fn explain_session(args: &ExplainArgs) -> Session {
             Some("http") => crate::http::TRANSPORT.to_string(),
             _ => stdio.transport,
         },
-        user: None,
+        user: args
+            .user
+            .as_ref()
+            .map(|id| codespace_engine::policy::user::UserFacts {
+                id: id.clone(),
+                groups: args.groups.clone(),
+                ..Default::default()
+            }),
     }
 }
 

@@ -465,3 +465,60 @@ async fn oidc_tokens_from_a_real_provider_identify_people_and_bad_tokens_get_a_b
     let minted = mint("k1", &der, &good);
     initialize(addr, Some(&minted)).await;
 }
+
+/// `policy explain --user --group` decides as the server would for a person: the people example
+/// forbids a contractor's command and names the policy; without the group, the profile permits.
+#[test]
+fn policy_explain_takes_the_callers_user_and_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    let pol = dir.path().join("policies");
+    for sub in ["base", "profiles"] {
+        std::fs::create_dir_all(pol.join(sub)).unwrap();
+        for e in std::fs::read_dir(repo().join("policies").join(sub)).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), pol.join(sub).join(e.file_name())).unwrap();
+        }
+        std::fs::copy(
+            repo().join(format!("policies/examples/{sub}/people.cedar")),
+            pol.join(sub).join("people.cedar"),
+        )
+        .unwrap();
+    }
+    let explain = |groups: &[&str]| -> Value {
+        let mut c = Command::new(BIN);
+        c.args(["policy", "explain", "--policies"])
+            .arg(&pol)
+            .arg("--schema")
+            .arg(repo().join("schema/codespace.cedarschema"))
+            .args([
+                "--workspace-profile",
+                "workspace-write",
+                "--transport",
+                "http",
+                "--client",
+                "oidc:inspector",
+                "--user",
+                "carol",
+                "--json",
+                "--call",
+                r#"{"name":"exec_command","arguments":{"workspace_id":"w","command":["make"]}}"#,
+            ])
+            .env_remove("CODESPACE_CONFIG");
+        for g in groups {
+            c.args(["--group", g]);
+        }
+        let out = c.output().unwrap();
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+    };
+    let contractor = explain(&["contractors"]);
+    assert_eq!(contractor["decision"], "deny", "{contractor}");
+    assert!(
+        contractor
+            .to_string()
+            .contains("people.forbid.contractors-read-only"),
+        "{contractor}"
+    );
+    let developer = explain(&["developers"]);
+    assert_eq!(developer["decision"], "allow", "{developer}");
+}
