@@ -66,6 +66,19 @@ pub fn read_until(s: &mut StdioServer, id: &str, cursor: u64, want: &str) -> (St
     }
 }
 
+/// `codespace approvals VERB ID` (grant or deny, channel `cli`) against the server whose
+/// config is `dir/config.json`.
+pub fn approvals_cli(dir: &Path, verb: &str, id: &str) {
+    let o = Command::new(BIN)
+        .args(["approvals", verb, id, "--config"])
+        .arg(dir.join("config.json"))
+        .env("USER", "alice")
+        .env("CODESPACE_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
 /// How the gateway reaches the environment's worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Transport {
@@ -283,6 +296,81 @@ impl EnvSetup {
             pids,
             _guard: guard,
         })
+    }
+
+    /// Runs a podman `argv` the way this host needs (container transport only): its stdout.
+    pub fn podman(&self, argv: &[&str]) -> Result<String, String> {
+        let Guard::Rootfs(fs) = &self._guard else {
+            return Err(format!("{:?} has no podman", self.transport));
+        };
+        let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+        fs.run(&argv)
+    }
+
+    /// The id of the running container the server started for the workspace at `root` (the
+    /// one that mounts it), if any.
+    pub fn container_id(&self, root: &Path) -> Option<String> {
+        let out = self
+            .podman(&["ps", "--no-trunc", "--format", "{{.ID}} {{.Mounts}}"])
+            .unwrap();
+        let root = root.display().to_string();
+        out.lines()
+            .find(|l| {
+                l.split(|c: char| c == ' ' || c == '[' || c == ']')
+                    .any(|w| w == root)
+            })
+            .and_then(|l| l.split_whitespace().next())
+            .map(str::to_string)
+    }
+
+    /// The pids of the `BIN worker --stdio` processes the loopback sshd of this environment
+    /// started (ssh transport only; found by their `SSH_CONNECTION`'s server port).
+    fn ssh_worker_pids(&self) -> Vec<u32> {
+        let Guard::Sshd(sshd) = &self._guard else {
+            return Vec::new();
+        };
+        let port = format!(" {}", sshd.port);
+        let want = format!("{BIN}\0worker\0--stdio\0");
+        let mut pids = Vec::new();
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            if cmdline != want.as_bytes() {
+                continue;
+            }
+            let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
+            let ours = environ
+                .split(|b| *b == 0)
+                .filter_map(|v| std::str::from_utf8(v).ok())
+                .any(|v| v.starts_with("SSH_CONNECTION=") && v.ends_with(&port));
+            if ours {
+                pids.push(pid);
+            }
+        }
+        pids
+    }
+
+    /// `kill -9` of the environment's far end while it serves: the worker process (`command`,
+    /// `worker`, the one sshd started for `ssh`), or the whole container (`podman kill -s
+    /// KILL`) the server started for the workspace at `root`.
+    pub fn kill_nine(&self, root: &Path) {
+        let pids = match self.transport {
+            Transport::Container => {
+                let id = self.container_id(root).expect("the container runs");
+                self.podman(&["kill", "-s", "KILL", &id]).unwrap();
+                return;
+            }
+            Transport::Ssh => self.ssh_worker_pids(),
+            Transport::Command | Transport::Worker => self.worker_pids().unwrap(),
+        };
+        assert_eq!(pids.len(), 1, "one live worker: {pids:?}");
+        rustix::process::kill_process(
+            rustix::process::Pid::from_raw(i32::try_from(pids[0]).unwrap()).unwrap(),
+            rustix::process::Signal::KILL,
+        )
+        .unwrap();
     }
 
     /// The pids of the workers started so far, when the test can see them (`command`,
