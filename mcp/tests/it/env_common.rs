@@ -303,7 +303,10 @@ impl EnvSetup {
         let Guard::Rootfs(fs) = &self._guard else {
             return Err(format!("{:?} has no podman", self.transport));
         };
-        let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+        let argv: Vec<String> = std::iter::once("podman")
+            .chain(argv.iter().copied())
+            .map(str::to_string)
+            .collect();
         fs.run(&argv)
     }
 
@@ -325,7 +328,7 @@ impl EnvSetup {
 
     /// The pids of the `BIN worker --stdio` processes the loopback sshd of this environment
     /// started (ssh transport only; found by their `SSH_CONNECTION`'s server port).
-    fn ssh_worker_pids(&self) -> Vec<u32> {
+    pub fn ssh_worker_pids(&self) -> Vec<u32> {
         let Guard::Sshd(sshd) = &self._guard else {
             return Vec::new();
         };

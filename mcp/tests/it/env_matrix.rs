@@ -324,7 +324,10 @@ fn masks_and_sandbox(t: Transport, test: &str) {
     let e = s.tool_err("read", json!({"workspace_id": "w", "path": ".env"}));
     assert_eq!(e["code"], "UNAUTHORIZED", "{e}");
     let found = s.tool_ok("find", json!({"workspace_id": "w"}));
-    assert!(!paths(&found["paths"]).contains(&".env".to_string()), "{found}");
+    assert!(
+        !paths(&found["paths"]).contains(&".env".to_string()),
+        "{found}"
+    );
     let grep = s.tool_ok("grep", json!({"workspace_id": "w", "pattern": "hunter2"}));
     assert_eq!(grep["matches"], json!([]), "{grep}");
 
@@ -340,26 +343,17 @@ fn masks_and_sandbox(t: Transport, test: &str) {
         assert!(sandboxes, "{info}");
     }
     if !sandboxes {
-        // Reported as not enforced, and a command fails closed: it never runs unsandboxed.
-        assert_eq!(iso["command_sandbox"], "none", "{info}");
-        assert!(iso["write_paths"].is_null(), "{info}");
-        let e = s.tool_err(
-            "exec_command",
-            json!({"workspace_id": "w", "command": ["sh", "-c", "echo ran > ran.txt"],
-                   "yield_ms": 10000}),
-        );
-        assert_eq!(e["code"], "PROCESS_SPAWN_FAILED", "{e}");
-        assert!(!root.join("ran.txt").exists(), "an unsandboxed command ran");
+        assert_reported_and_fails_closed(&mut s, &info, &root);
         s.close_and_wait(Duration::from_secs(60));
         return;
     }
     assert_eq!(iso["command_sandbox"], "linux-sandbox", "{info}");
-    assert_eq!(iso["secret_masking"], "enforced", "{info}");
     assert_eq!(
-        iso["write_paths"]["read_only"],
-        json!([".git"]),
+        info["execution"]["network"]["enforcement"], "enforced",
         "{info}"
     );
+    assert_eq!(iso["secret_masking"], "enforced", "{info}");
+    assert_eq!(iso["write_paths"]["read_only"], json!([".git"]), "{info}");
     // Masked from a command's view inside the environment.
     let (_, out) = run_sh(&mut s, "cat .env; echo; echo done");
     assert!(!out.contains("hunter2"), "{out}");
@@ -391,6 +385,61 @@ fn masks_and_sandbox(t: Transport, test: &str) {
     assert_ne!(r["exit_code"], json!(0), "{r}");
     assert!(out.contains("Operation not permitted"), "{r}");
     drop(listener);
+    s.close_and_wait(Duration::from_secs(60));
+}
+
+/// An environment that cannot hold the sandbox says so in `workspace_info` (no command
+/// sandbox, no write scope, no network enforcement), and a command of a workspace that
+/// requires the sandbox fails closed there: it never runs unsandboxed.
+fn assert_reported_and_fails_closed(s: &mut StdioServer, info: &Value, root: &std::path::Path) {
+    let iso = &info["execution"]["isolation"];
+    assert_eq!(iso["command_sandbox"], "none", "{info}");
+    assert!(iso["write_paths"].is_null(), "{info}");
+    assert_eq!(
+        info["execution"]["network"]["enforcement"], "none",
+        "{info}"
+    );
+    let e = s.tool_err(
+        "exec_command",
+        json!({"workspace_id": "w", "command": ["sh", "-c", "echo ran > ran.txt"],
+               "yield_ms": 10000}),
+    );
+    assert_eq!(e["code"], "PROCESS_SPAWN_FAILED", "{e}");
+    assert!(
+        e["message"].as_str().unwrap().contains("environment `e`"),
+        "{e}"
+    );
+    assert!(!root.join("ran.txt").exists(), "an unsandboxed command ran");
+}
+
+/// A worker whose kernel cannot sandbox (its probe says so: the `test-hooks` build's
+/// `CODESPACE_TEST_WORKER_NO_SANDBOX`), on a host that can: the report is the environment's,
+/// not this host's, and a command that needs the sandbox is refused, never run without it.
+#[test]
+fn an_environment_that_cannot_sandbox_reports_it_and_refuses_sandboxed_commands() {
+    let test =
+        "env_matrix::an_environment_that_cannot_sandbox_reports_it_and_refuses_sandboxed_commands";
+    if !stdio_common::test_hooks_or_skip(test) || skip_without_masks(test) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let env = EnvSetup::new(Transport::Command, test, dir.path(), &[]).unwrap();
+    let root = tree(dir.path());
+    let mut s = env.serve(
+        dir.path(),
+        &root,
+        json!({"sandbox": "required", "secret_masking": "required", "network": "restricted"}),
+        &[(
+            "CODESPACE_TEST_WORKER_NO_SANDBOX",
+            std::path::Path::new("1"),
+        )],
+    );
+    let info = s.tool_ok("workspace_info", json!({"workspace_id": "w"}));
+    assert_eq!(
+        info["execution"]["isolation"]["kernel"]["seccomp"], false,
+        "the environment's probe, not this host's: {info}"
+    );
+    assert_reported_and_fails_closed(&mut s, &info, &root);
     s.close_and_wait(Duration::from_secs(60));
 }
 
