@@ -5,7 +5,8 @@
 //! workspace root at the same path as the test, so a test can edit "inside the environment"
 //! by writing the file. A transport this host cannot run prints `skip:` (and fails under
 //! `CI=true`) through `codespace_test_skip`. Also the tree, journal and process-output helpers
-//! the env_* tests share.
+//! the env_* tests share, `codespace approvals grant|deny` through the CLI, and `kill -9` of
+//! each transport's far end (the worker, the ssh worker, the whole podman container).
 
 use crate::stdio_common::{BIN, StdioServer};
 use serde_json::{Value, json};
@@ -77,6 +78,21 @@ pub fn approvals_cli(dir: &Path, verb: &str, id: &str) {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// True (after a `skip:`, which fails under `CI=true`) when this host's kernel cannot sandbox
+/// a command with masks (the `command`, `worker` and `ssh` workers run on it; a container's
+/// worker too, where its runtime lets it).
+pub fn skip_without_masks(test: &str) -> bool {
+    if crate::process_common::skip_without_sandbox(test) {
+        return true;
+    }
+    let probe = codespace_runner_sandbox::probe();
+    !codespace_test_skip::require(
+        probe.masking_available(),
+        test,
+        format!("no mount namespaces for secret masks ({probe:?})"),
+    )
 }
 
 /// How the gateway reaches the environment's worker.

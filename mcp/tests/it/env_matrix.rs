@@ -5,8 +5,12 @@
 //! environment's tree a `VERSION_CONFLICT` before the apply and a `STALE_READ` inside its
 //! window, `walk_reason: watcher_unavailable`. Processes: exec_command pipes (stderr apart,
 //! exit code, cwd, the worker as the command's parent where its pid is known) and a PTY,
-//! write_stdin, read_process cursors, terminate_process, the worker's kernel probe. One
-//! server per transport per test.
+//! write_stdin, read_process cursors, terminate_process, the worker's kernel probe. Approvals:
+//! a held exec granted through the CLI runs in the environment, a denied one never runs.
+//! Masks and the sandbox: `.env` withheld from read/find/grep and masked from commands, writes
+//! outside the scope and into `.git/hooks` refused, the network denied, all as
+//! `workspace_info` reports for that environment; an environment that cannot sandbox says so
+//! and refuses sandboxed commands. One server per transport per test.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -15,7 +19,8 @@
 )]
 
 use crate::env_common::{
-    EnvSetup, Transport, approvals_cli, open_journals, read_until, tree, wait_journal,
+    EnvSetup, Transport, approvals_cli, open_journals, read_until, skip_without_masks, tree,
+    wait_journal,
 };
 use crate::stdio_common::{self, StdioServer};
 use serde_json::{Value, json};
@@ -441,21 +446,6 @@ fn an_environment_that_cannot_sandbox_reports_it_and_refuses_sandboxed_commands(
     );
     assert_reported_and_fails_closed(&mut s, &info, &root);
     s.close_and_wait(Duration::from_secs(60));
-}
-
-/// True (after a `skip:`, which fails under `CI=true`) when this host's kernel cannot sandbox
-/// a command with masks (the `command`, `worker` and `ssh` workers run on it; a container's
-/// worker too, where its runtime lets it).
-fn skip_without_masks(test: &str) -> bool {
-    if crate::process_common::skip_without_sandbox(test) {
-        return true;
-    }
-    let probe = codespace_runner_sandbox::probe();
-    !codespace_test_skip::require(
-        probe.masking_available(),
-        test,
-        format!("no mount namespaces for secret masks ({probe:?})"),
-    )
 }
 
 macro_rules! transport {
