@@ -334,10 +334,7 @@ impl EnvSetup {
             .unwrap();
         let root = root.display().to_string();
         out.lines()
-            .find(|l| {
-                l.split(|c: char| c == ' ' || c == '[' || c == ']')
-                    .any(|w| w == root)
-            })
+            .find(|l| l.split([' ', '[', ']']).any(|w| w == root))
             .and_then(|l| l.split_whitespace().next())
             .map(str::to_string)
     }
