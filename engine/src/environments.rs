@@ -172,15 +172,29 @@ pub fn container_run_argv(
     Some(argv)
 }
 
-/// `ENGINE container inspect NAME`: exits 0 when the container exists (a kept one from an
-/// earlier start is started again instead of run).
+/// `ENGINE container inspect --format {{.State.Running}} NAME`: exits 0 when the container
+/// exists, printing `true` while it runs (a kept one from an earlier start is started again
+/// instead of run; a stopped one of the server's own is removed and run again).
 pub fn container_exists_argv(spec: &ContainerSpec, name: &str) -> Vec<String> {
     vec![
         spec.engine.as_str().to_string(),
         "container".into(),
         "inspect".into(),
+        "--format".into(),
+        "{{.State.Running}}".into(),
         name.to_string(),
     ]
+}
+
+/// `podman rm -f -t 0 NAME` / `docker rm -f NAME`: removes a container the server started
+/// (`--rm`) that stopped or was killed, whose removal its engine may not have finished.
+pub fn container_remove_argv(spec: &ContainerSpec, name: &str) -> Vec<String> {
+    let mut argv = vec![spec.engine.as_str().to_string(), "rm".into(), "-f".into()];
+    if spec.engine == crate::config::ContainerEngine::Podman {
+        argv.extend(["-t".into(), "0".into()]);
+    }
+    argv.push(name.to_string());
+    argv
 }
 
 /// `ENGINE start NAME`: starts a kept container again.
@@ -206,14 +220,7 @@ pub fn container_stop_argv(spec: &ContainerSpec, name: &str) -> Option<Vec<Strin
             "0".into(),
             name.to_string(),
         ]),
-        (_, false) => {
-            let mut argv = vec![engine, "rm".into(), "-f".into()];
-            if spec.engine == crate::config::ContainerEngine::Podman {
-                argv.extend(["-t".into(), "0".into()]);
-            }
-            argv.push(name.to_string());
-            Some(argv)
-        }
+        (_, false) => Some(container_remove_argv(spec, name)),
     }
 }
 

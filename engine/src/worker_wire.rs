@@ -46,22 +46,22 @@ pub(crate) struct ConnectPlan {
     pub(crate) started: AtomicBool,
 }
 
-/// Runs `argv` to completion (its stdin closed): `Ok` on exit 0, else its stderr's tail.
-async fn run_argv(argv: &[String]) -> Result<(), String> {
+/// Runs `argv` to completion (its stdin closed): its stdout on exit 0, else its stderr's tail.
+async fn run_argv(argv: &[String]) -> Result<String, String> {
     let Some((program, args)) = argv.split_first() else {
         return Err("an empty argv".into());
     };
     let out = tokio::process::Command::new(program)
         .args(args)
         .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .output()
         .await
         .map_err(|e| format!("cannot run {program}: {e}"))?;
     if out.status.success() {
-        Ok(())
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
         let err = String::from_utf8_lossy(&out.stderr);
         let tail: String = err
@@ -82,9 +82,12 @@ async fn run_argv(argv: &[String]) -> Result<(), String> {
 }
 
 /// For a container the server starts (`image` / `rootfs`): makes sure it runs before the worker
-/// is exec'ed into it — started again when it exists (a kept one from an earlier start, or one
-/// stopped since), run (with the server's own binary mounted at `/codespace` and every
-/// workspace root at its own path) when it does not (never started, or removed after it died).
+/// is exec'ed into it. A running one is used as it is (its worker died, not the container). A
+/// kept one that stopped is started again. One of the server's own (`--rm`) that stopped —
+/// killed, or its `sleep` gone — is removed (its engine may still be removing it: a `start`
+/// then races that removal) and run again; so is any that does not exist (never started, or
+/// removed after it died): run with the server's own binary mounted at `/codespace` and every
+/// workspace root at its own path.
 async fn ensure_container(plan: &ConnectPlan) -> Result<(), WorkerError> {
     let EnvironmentSpec::Container(spec) = &plan.spec else {
         return Ok(());
@@ -93,27 +96,45 @@ async fn ensure_container(plan: &ConnectPlan) -> Result<(), WorkerError> {
         return Ok(());
     }
     let name = &plan.argv.container_name;
-    let exists = run_argv(&crate::environments::container_exists_argv(spec, name))
-        .await
-        .is_ok();
-    let started = if exists {
-        run_argv(&crate::environments::container_start_argv(spec, name)).await
-    } else {
-        let exe = std::env::current_exe()
-            .map_err(|e| WorkerError::Transport(format!("the server's own binary: {e}")))?;
-        let roots: Vec<PathBuf> = plan
-            .workspaces
-            .iter()
-            .map(|(_, r)| PathBuf::from(r))
-            .collect();
-        match crate::environments::container_run_argv(spec, name, &exe, &roots) {
-            Some(argv) => run_argv(&argv).await,
-            None => Ok(()),
+    let state = run_argv(&crate::environments::container_exists_argv(spec, name)).await;
+    let started = match state.as_deref().map(str::trim) {
+        Ok("true") => Ok(()),
+        Ok(_) if spec.keep => {
+            match run_argv(&crate::environments::container_start_argv(spec, name)).await {
+                Ok(_) => Ok(()),
+                // Removed since it was inspected: run it.
+                Err(_) => run_container(plan, spec, name).await,
+            }
         }
+        Ok(_) => {
+            // Gone already or removed now: either way the name is free for the run.
+            let _ = run_argv(&crate::environments::container_remove_argv(spec, name)).await;
+            run_container(plan, spec, name).await
+        }
+        Err(_) => run_container(plan, spec, name).await,
     };
     started.map_err(|e| WorkerError::Transport(format!("container {name}: {e}")))?;
     plan.started.store(true, Ordering::Release);
     Ok(())
+}
+
+/// `ENGINE run -d ...` of the environment's container (see
+/// [`crate::environments::container_run_argv`]).
+async fn run_container(
+    plan: &ConnectPlan,
+    spec: &crate::config::ContainerSpec,
+    name: &str,
+) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| format!("the server's own binary: {e}"))?;
+    let roots: Vec<PathBuf> = plan
+        .workspaces
+        .iter()
+        .map(|(_, r)| PathBuf::from(r))
+        .collect();
+    match crate::environments::container_run_argv(spec, name, &exe, &roots) {
+        Some(argv) => run_argv(&argv).await.map(drop),
+        None => Ok(()),
+    }
 }
 
 impl ConnectPlan {

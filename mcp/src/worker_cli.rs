@@ -192,6 +192,15 @@ impl Handler for RunnerHandler {
                     {
                         std::future::pending::<()>().await;
                     }
+                    #[cfg(feature = "test-hooks")]
+                    if matches!(call.as_ref(), codespace_runner_api::Call::ProbeSandbox)
+                        && std::env::var_os("CODESPACE_TEST_WORKER_NO_SANDBOX")
+                            .is_some_and(|v| v == "1")
+                    {
+                        return WorkerResponse::Runner(Box::new(
+                            codespace_runner_api::Reply::Probe(no_sandbox_probe()),
+                        ));
+                    }
                     WorkerResponse::Runner(Box::new(self.service.handle(*call).await))
                 }
                 WorkerRequest::Ping(p) => WorkerResponse::Ping(PingHandler.handle(p).await),
@@ -201,6 +210,21 @@ impl Handler for RunnerHandler {
 
     fn attach(&self, events: codespace_runner_worker::EventSender<codespace_runner_api::Event>) {
         self.service.attach(events);
+    }
+}
+
+/// Test hook (`test-hooks` builds only): with `CODESPACE_TEST_WORKER_NO_SANDBOX=1` the worker
+/// answers `probe_sandbox` as a kernel without Landlock, seccomp or namespaces would (an
+/// environment that cannot hold the command sandbox, e.g. a container runtime that filters
+/// those syscalls), so a test sees what the gateway reports and refuses there.
+#[cfg(feature = "test-hooks")]
+fn no_sandbox_probe() -> codespace_runner_api::SandboxProbe {
+    codespace_runner_api::SandboxProbe {
+        landlock_abi: None,
+        seccomp: false,
+        user_namespaces: false,
+        net_namespaces: false,
+        mount_namespaces: false,
     }
 }
 

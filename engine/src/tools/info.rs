@@ -174,7 +174,14 @@ pub(crate) async fn workspace_info(
         },
         network: NetworkInfo {
             policy: ws.facts.network.as_str(),
-            enforcement: ws.facts.network_enforcement.as_str(),
+            // In another environment, the command's network is held by that environment's
+            // sandbox: enforced only where its kernel holds the sandbox (never this host's
+            // facts alone).
+            enforcement: if ws.is_remote() && !sandbox_on {
+                crate::facts::NetworkEnforcement::None.as_str()
+            } else {
+                ws.facts.network_enforcement.as_str()
+            },
             client_may_escalate: false,
             proxy,
         },

@@ -11,9 +11,9 @@ use codespace_engine::config::{
 };
 use codespace_engine::environments as envs;
 use codespace_engine::environments::{
-    ArgvContext, container_exec_argv, container_exists_argv, container_name, container_run_argv,
-    container_start_argv, container_stop_argv, kubernetes_argv, ssh_argv, ssh_close_argv,
-    ssh_run_argv, stdio_argv,
+    ArgvContext, container_exec_argv, container_exists_argv, container_name, container_remove_argv,
+    container_run_argv, container_start_argv, container_stop_argv, kubernetes_argv, ssh_argv,
+    ssh_close_argv, ssh_run_argv, stdio_argv,
 };
 use codespace_test_fixtures::{PodmanRootfs, Sshd};
 use serde_json::{Value, json};
@@ -475,7 +475,11 @@ fn an_image_or_rootfs_container_is_started_with_the_worker_mounted_and_removed_u
     );
     assert_eq!(
         words(&container_exists_argv(&kept, "codespace-box")),
-        "docker container inspect codespace-box"
+        "docker container inspect --format {{.State.Running}} codespace-box"
+    );
+    assert_eq!(
+        words(&container_remove_argv(&kept, "codespace-box")),
+        "docker rm -f codespace-box"
     );
     assert_eq!(
         words(&container_start_argv(&kept, "codespace-box")),

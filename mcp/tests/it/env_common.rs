@@ -5,7 +5,8 @@
 //! workspace root at the same path as the test, so a test can edit "inside the environment"
 //! by writing the file. A transport this host cannot run prints `skip:` (and fails under
 //! `CI=true`) through `codespace_test_skip`. Also the tree, journal and process-output helpers
-//! the env_* tests share.
+//! the env_* tests share, `codespace approvals grant|deny` through the CLI, and `kill -9` of
+//! each transport's far end (the worker, the ssh worker, the whole podman container).
 
 use crate::stdio_common::{BIN, StdioServer};
 use serde_json::{Value, json};
@@ -64,6 +65,34 @@ pub fn read_until(s: &mut StdioServer, id: &str, cursor: u64, want: &str) -> (St
             return (text, cursor);
         }
     }
+}
+
+/// `codespace approvals VERB ID` (grant or deny, channel `cli`) against the server whose
+/// config is `dir/config.json`.
+pub fn approvals_cli(dir: &Path, verb: &str, id: &str) {
+    let o = Command::new(BIN)
+        .args(["approvals", verb, id, "--config"])
+        .arg(dir.join("config.json"))
+        .env("USER", "alice")
+        .env("CODESPACE_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// True (after a `skip:`, which fails under `CI=true`) when this host's kernel cannot sandbox
+/// a command with masks (the `command`, `worker` and `ssh` workers run on it; a container's
+/// worker too, where its runtime lets it).
+pub fn skip_without_masks(test: &str) -> bool {
+    if crate::process_common::skip_without_sandbox(test) {
+        return true;
+    }
+    let probe = codespace_runner_sandbox::probe();
+    !codespace_test_skip::require(
+        probe.masking_available(),
+        test,
+        format!("no mount namespaces for secret masks ({probe:?})"),
+    )
 }
 
 /// How the gateway reaches the environment's worker.
@@ -283,6 +312,81 @@ impl EnvSetup {
             pids,
             _guard: guard,
         })
+    }
+
+    /// Runs a podman `argv` the way this host needs (container transport only): its stdout.
+    pub fn podman(&self, argv: &[&str]) -> Result<String, String> {
+        let Guard::Rootfs(fs) = &self._guard else {
+            return Err(format!("{:?} has no podman", self.transport));
+        };
+        let argv: Vec<String> = std::iter::once("podman")
+            .chain(argv.iter().copied())
+            .map(str::to_string)
+            .collect();
+        fs.run(&argv)
+    }
+
+    /// The id of the running container the server started for the workspace at `root` (the
+    /// one that mounts it), if any.
+    pub fn container_id(&self, root: &Path) -> Option<String> {
+        let out = self
+            .podman(&["ps", "--no-trunc", "--format", "{{.ID}} {{.Mounts}}"])
+            .unwrap();
+        let root = root.display().to_string();
+        out.lines()
+            .find(|l| l.split([' ', '[', ']']).any(|w| w == root))
+            .and_then(|l| l.split_whitespace().next())
+            .map(str::to_string)
+    }
+
+    /// The pids of the `BIN worker --stdio` processes the loopback sshd of this environment
+    /// started (ssh transport only; found by their `SSH_CONNECTION`'s server port).
+    pub fn ssh_worker_pids(&self) -> Vec<u32> {
+        let Guard::Sshd(sshd) = &self._guard else {
+            return Vec::new();
+        };
+        let port = format!(" {}", sshd.port);
+        let want = format!("{BIN}\0worker\0--stdio\0");
+        let mut pids = Vec::new();
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            if cmdline != want.as_bytes() {
+                continue;
+            }
+            let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
+            let ours = environ
+                .split(|b| *b == 0)
+                .filter_map(|v| std::str::from_utf8(v).ok())
+                .any(|v| v.starts_with("SSH_CONNECTION=") && v.ends_with(&port));
+            if ours {
+                pids.push(pid);
+            }
+        }
+        pids
+    }
+
+    /// `kill -9` of the environment's far end while it serves: the worker process (`command`,
+    /// `worker`, the one sshd started for `ssh`), or the whole container (`podman kill -s
+    /// KILL`) the server started for the workspace at `root`.
+    pub fn kill_nine(&self, root: &Path) {
+        let pids = match self.transport {
+            Transport::Container => {
+                let id = self.container_id(root).expect("the container runs");
+                self.podman(&["kill", "-s", "KILL", &id]).unwrap();
+                return;
+            }
+            Transport::Ssh => self.ssh_worker_pids(),
+            Transport::Command | Transport::Worker => self.worker_pids().unwrap(),
+        };
+        assert_eq!(pids.len(), 1, "one live worker: {pids:?}");
+        rustix::process::kill_process(
+            rustix::process::Pid::from_raw(i32::try_from(pids[0]).unwrap()).unwrap(),
+            rustix::process::Signal::KILL,
+        )
+        .unwrap();
     }
 
     /// The pids of the workers started so far, when the test can see them (`command`,

@@ -5,8 +5,12 @@
 //! environment's tree a `VERSION_CONFLICT` before the apply and a `STALE_READ` inside its
 //! window, `walk_reason: watcher_unavailable`. Processes: exec_command pipes (stderr apart,
 //! exit code, cwd, the worker as the command's parent where its pid is known) and a PTY,
-//! write_stdin, read_process cursors, terminate_process, the worker's kernel probe. One
-//! server per transport per test.
+//! write_stdin, read_process cursors, terminate_process, the worker's kernel probe. Approvals:
+//! a held exec granted through the CLI runs in the environment, a denied one never runs.
+//! Masks and the sandbox: `.env` withheld from read/find/grep and masked from commands, writes
+//! outside the scope and into `.git/hooks` refused, the network denied, all as
+//! `workspace_info` reports for that environment; an environment that cannot sandbox says so
+//! and refuses sandboxed commands. One server per transport per test.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -14,13 +18,16 @@
     clippy::indexing_slicing
 )]
 
-use crate::env_common::{EnvSetup, Transport, open_journals, read_until, tree, wait_journal};
+use crate::env_common::{
+    EnvSetup, Transport, approvals_cli, open_journals, read_until, skip_without_masks, tree,
+    wait_journal,
+};
 use crate::stdio_common::{self, StdioServer};
 use serde_json::{Value, json};
 use std::time::Duration;
 
 /// Programs the process tests run inside a container (the rootfs has `sh`, `sleep`, `true`).
-const PROGRAMS: &[&str] = &["/bin/cat", "/usr/bin/tty"];
+const PROGRAMS: &[&str] = &["/bin/cat", "/usr/bin/tty", "/bin/bash"];
 
 fn paths(v: &Value) -> Vec<String> {
     v.as_array()
@@ -233,6 +240,214 @@ fn processes(t: Transport, test: &str) {
     s.close_and_wait(Duration::from_secs(60));
 }
 
+/// `exec_command` of `sh -c script` in `w`, to its end: its exit code and output.
+fn run_sh(s: &mut StdioServer, script: &str) -> (Value, String) {
+    let r = s.tool_ok(
+        "exec_command",
+        json!({"workspace_id": "w", "command": ["sh", "-c", script], "yield_ms": 20000}),
+    );
+    assert_eq!(r["state"], "exited", "{r}");
+    (
+        r["exit_code"].clone(),
+        r["chunk"].as_str().unwrap().to_string(),
+    )
+}
+
+/// Held execs through each transport: granted through the CLI, the command runs in the
+/// environment (its parent is the worker, in a container beside the mounted worker binary);
+/// denied, it never runs.
+fn approvals(t: Transport, test: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(env) = EnvSetup::new(t, test, dir.path(), PROGRAMS) else {
+        return;
+    };
+    let root = tree(dir.path());
+    let mut s = env.serve(dir.path(), &root, json!({"approvals": "confirm"}), &[]);
+    let script = "echo $PPID > held.txt; cat /proc/$PPID/cmdline >> held.txt; \
+                  test -x /codespace && echo in-container >> held.txt; true";
+    let e = s.tool_err(
+        "exec_command",
+        json!({"workspace_id": "w", "command": ["sh", "-c", script], "yield_ms": 10000}),
+    );
+    assert_eq!(e["code"], "APPROVAL_REQUIRED", "{e}");
+    let id = e["approval_id"].as_str().unwrap().to_string();
+    assert!(!root.join("held.txt").exists(), "a held command ran");
+    approvals_cli(dir.path(), "grant", &id);
+    let r = s.tool_ok("operation_resume", json!({"approval_id": id}));
+    assert_eq!(r["exec_command"]["state"], "exited", "{r}");
+    let held = std::fs::read_to_string(root.join("held.txt")).unwrap();
+    // Its parent is the environment's worker (`... worker --stdio` / `--socket`).
+    assert!(held.contains("worker\0--"), "{held:?}");
+    if let Some(workers) = env.worker_pids() {
+        assert_eq!(held.lines().next(), Some(workers[0].to_string().as_str()));
+    }
+    assert_eq!(
+        held.contains("in-container"),
+        t == Transport::Container,
+        "{held:?}"
+    );
+    // Denied: never runs, not even once the hold is resumed.
+    let e = s.tool_err(
+        "exec_command",
+        json!({"workspace_id": "w", "command": ["sh", "-c", "echo ran > denied.txt"],
+               "yield_ms": 10000}),
+    );
+    assert_eq!(e["code"], "APPROVAL_REQUIRED", "{e}");
+    let id = e["approval_id"].as_str().unwrap().to_string();
+    approvals_cli(dir.path(), "deny", &id);
+    let e = s.tool_err("operation_resume", json!({"approval_id": id}));
+    assert_eq!(e["code"], "APPROVAL_CONFLICT", "{e}");
+    assert!(e["message"].as_str().unwrap().contains("denied"), "{e}");
+    assert!(!root.join("denied.txt").exists(), "a denied command ran");
+    s.close_and_wait(Duration::from_secs(60));
+}
+
+/// The secret file withheld from the file tools and masked from commands, the write scope,
+/// `.git` read-only and the network denied, in each transport's environment as far as its
+/// kernel allows: what `workspace_info.execution.isolation` reports is what is enforced, and
+/// where the environment cannot sandbox (reported so), a command of a workspace that requires
+/// the sandbox fails closed instead of running unsandboxed.
+fn masks_and_sandbox(t: Transport, test: &str) {
+    if skip_without_masks(test) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(env) = EnvSetup::new(t, test, dir.path(), PROGRAMS) else {
+        return;
+    };
+    let root = tree(dir.path());
+    std::fs::write(root.join(".env"), "TOKEN=hunter2\n").unwrap();
+    std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
+    let mut s = env.serve(
+        dir.path(),
+        &root,
+        json!({"sandbox": "required", "secret_masking": "required", "network": "restricted",
+               "command_write_paths": ["."]}),
+        &[],
+    );
+    // The file tools: withheld from read, find and grep.
+    let e = s.tool_err("read", json!({"workspace_id": "w", "path": ".env"}));
+    assert_eq!(e["code"], "UNAUTHORIZED", "{e}");
+    let found = s.tool_ok("find", json!({"workspace_id": "w"}));
+    assert!(
+        !paths(&found["paths"]).contains(&".env".to_string()),
+        "{found}"
+    );
+    let grep = s.tool_ok("grep", json!({"workspace_id": "w", "pattern": "hunter2"}));
+    assert_eq!(grep["matches"], json!([]), "{grep}");
+
+    let info = s.tool_ok("workspace_info", json!({"workspace_id": "w"}));
+    let iso = &info["execution"]["isolation"];
+    let kernel = &iso["kernel"];
+    let sandboxes = kernel["landlock_abi"].as_u64().is_some_and(|a| a >= 1)
+        && kernel["seccomp"] == true
+        && kernel["mount_namespaces"] == true;
+    eprintln!("{test}: isolation {iso}");
+    if t != Transport::Container {
+        // The same kernel as this test's, which sandboxes (checked above).
+        assert!(sandboxes, "{info}");
+    }
+    if !sandboxes {
+        assert_reported_and_fails_closed(&mut s, &info, &root);
+        s.close_and_wait(Duration::from_secs(60));
+        return;
+    }
+    assert_eq!(iso["command_sandbox"], "linux-sandbox", "{info}");
+    assert_eq!(
+        info["execution"]["network"]["enforcement"], "enforced",
+        "{info}"
+    );
+    assert_eq!(iso["secret_masking"], "enforced", "{info}");
+    assert_eq!(iso["write_paths"]["read_only"], json!([".git"]), "{info}");
+    // Masked from a command's view inside the environment.
+    let (_, out) = run_sh(&mut s, "cat .env; echo; echo done");
+    assert!(!out.contains("hunter2"), "{out}");
+    assert!(out.contains("done"), "{out}");
+    // Inside the write scope: written; outside the workspace and in `.git/hooks`: refused.
+    let (code, out) = run_sh(&mut s, "echo in > inside.txt");
+    assert_eq!(code, json!(0), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("inside.txt")).unwrap(),
+        "in\n"
+    );
+    let (code, out) = run_sh(&mut s, "echo out > ../outside.txt");
+    assert_ne!(code, json!(0), "{out}");
+    assert!(!root.parent().unwrap().join("outside.txt").exists());
+    let (code, out) = run_sh(&mut s, "echo x > .git/hooks/pre-commit");
+    assert_ne!(code, json!(0), "{out}");
+    assert!(!root.join(".git/hooks/pre-commit").exists());
+    // The network is denied by the sandbox (a socket is refused with EPERM), also where the
+    // environment could reach the listener (everything but the container, whose network
+    // namespace is its own).
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let r = s.tool_ok(
+        "exec_command",
+        json!({"workspace_id": "w", "yield_ms": 20000, "command": ["bash", "-c",
+               format!("exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected")]}),
+    );
+    let out = r["chunk"].as_str().unwrap();
+    assert_ne!(r["exit_code"], json!(0), "{r}");
+    assert!(out.contains("Operation not permitted"), "{r}");
+    drop(listener);
+    s.close_and_wait(Duration::from_secs(60));
+}
+
+/// An environment that cannot hold the sandbox says so in `workspace_info` (no command
+/// sandbox, no write scope, no network enforcement), and a command of a workspace that
+/// requires the sandbox fails closed there: it never runs unsandboxed.
+fn assert_reported_and_fails_closed(s: &mut StdioServer, info: &Value, root: &std::path::Path) {
+    let iso = &info["execution"]["isolation"];
+    assert_eq!(iso["command_sandbox"], "none", "{info}");
+    assert!(iso["write_paths"].is_null(), "{info}");
+    assert_eq!(
+        info["execution"]["network"]["enforcement"], "none",
+        "{info}"
+    );
+    let e = s.tool_err(
+        "exec_command",
+        json!({"workspace_id": "w", "command": ["sh", "-c", "echo ran > ran.txt"],
+               "yield_ms": 10000}),
+    );
+    assert_eq!(e["code"], "PROCESS_SPAWN_FAILED", "{e}");
+    assert!(
+        e["message"].as_str().unwrap().contains("environment `e`"),
+        "{e}"
+    );
+    assert!(!root.join("ran.txt").exists(), "an unsandboxed command ran");
+}
+
+/// A worker whose kernel cannot sandbox (its probe says so: the `test-hooks` build's
+/// `CODESPACE_TEST_WORKER_NO_SANDBOX`), on a host that can: the report is the environment's,
+/// not this host's, and a command that needs the sandbox is refused, never run without it.
+#[test]
+fn an_environment_that_cannot_sandbox_reports_it_and_refuses_sandboxed_commands() {
+    let test =
+        "env_matrix::an_environment_that_cannot_sandbox_reports_it_and_refuses_sandboxed_commands";
+    if !stdio_common::test_hooks_or_skip(test) || skip_without_masks(test) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let env = EnvSetup::new(Transport::Command, test, dir.path(), &[]).unwrap();
+    let root = tree(dir.path());
+    let mut s = env.serve(
+        dir.path(),
+        &root,
+        json!({"sandbox": "required", "secret_masking": "required", "network": "restricted"}),
+        &[(
+            "CODESPACE_TEST_WORKER_NO_SANDBOX",
+            std::path::Path::new("1"),
+        )],
+    );
+    let info = s.tool_ok("workspace_info", json!({"workspace_id": "w"}));
+    assert_eq!(
+        info["execution"]["isolation"]["kernel"]["seccomp"], false,
+        "the environment's probe, not this host's: {info}"
+    );
+    assert_reported_and_fails_closed(&mut s, &info, &root);
+    s.close_and_wait(Duration::from_secs(60));
+}
+
 macro_rules! transport {
     ($module:ident, $t:expr) => {
         mod $module {
@@ -258,6 +473,30 @@ macro_rules! transport {
                         "env_matrix::",
                         stringify!($module),
                         "::an_edit_in_the_environment_during_the_apply_is_stale_read"
+                    ),
+                );
+            }
+
+            #[test]
+            fn a_held_exec_runs_in_the_environment_once_granted_and_never_when_denied() {
+                approvals(
+                    $t,
+                    concat!(
+                        "env_matrix::",
+                        stringify!($module),
+                        "::a_held_exec_runs_in_the_environment_once_granted_and_never_when_denied"
+                    ),
+                );
+            }
+
+            #[test]
+            fn masks_write_scope_and_network_are_enforced_as_reported() {
+                masks_and_sandbox(
+                    $t,
+                    concat!(
+                        "env_matrix::",
+                        stringify!($module),
+                        "::masks_write_scope_and_network_are_enforced_as_reported"
                     ),
                 );
             }

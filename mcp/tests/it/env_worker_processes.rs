@@ -1,8 +1,8 @@
 //! The process tools in a worker's environment, through the real binary: a `command`
 //! environment whose argv is `codespace worker --stdio` (the gateway starts it; its pid is
-//! written to a file first; setup in `env_common.rs`). Pipes, a PTY and the worker as the
-//! command's parent are in `env_matrix.rs` (every transport); here a held exec granted through
-//! the CLI runs in the worker; a sandboxed workspace in a worker environment runs the command
+//! written to a file first; setup in `env_common.rs`). Pipes, a PTY, the worker as the
+//! command's parent, held execs and masks are in `env_matrix.rs` (every transport); here a
+//! sandboxed workspace in a worker environment runs the command
 //! in the worker's sandbox (secret masks from the runner-backed listing, the write scope
 //! stat'ed and made through the runner); `kill -9` of the worker mid-command makes the process
 //! `lost`, frees the lease, and the next call starts a new worker.
@@ -13,8 +13,8 @@
     clippy::indexing_slicing
 )]
 
-use crate::env_common::{EnvSetup, Transport, tree};
-use crate::stdio_common::{BIN, StdioServer};
+use crate::env_common::{EnvSetup, Transport, skip_without_masks, tree};
+use crate::stdio_common::StdioServer;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -38,60 +38,6 @@ fn serve(
 /// The pids of the workers started so far.
 fn worker_pids(env: &EnvSetup) -> Vec<u32> {
     env.worker_pids().unwrap()
-}
-
-#[test]
-fn a_held_exec_granted_through_the_cli_runs_in_the_worker() {
-    let dir = tempfile::tempdir().unwrap();
-    let (env, mut s, root) = serve(
-        dir.path(),
-        "env_worker_processes::a_held_exec_granted_through_the_cli_runs_in_the_worker",
-        json!({"approvals": "confirm"}),
-        |_| {},
-    );
-    let cfg = dir.path().join("config.json");
-    let e = s.tool_err(
-        "exec_command",
-        json!({"workspace_id": "w", "command": ["sh", "-c", "echo $PPID > held.txt"],
-               "yield_ms": 10000}),
-    );
-    assert_eq!(e["code"], "APPROVAL_REQUIRED", "{e}");
-    let id = e["approval_id"].as_str().unwrap().to_string();
-    let o = std::process::Command::new(BIN)
-        .args(["approvals", "grant", &id, "--config"])
-        .arg(&cfg)
-        .env("USER", "alice")
-        .env("CODESPACE_LOG", "warn")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let r = s.tool_ok("operation_resume", json!({"approval_id": id}));
-    assert_eq!(r["exec_command"]["state"], "exited", "{r}");
-    let ppid: u32 = std::fs::read_to_string(root.join("held.txt"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    assert_eq!(
-        vec![ppid],
-        worker_pids(&env),
-        "the granted command ran in the worker"
-    );
-    s.close_and_wait(Duration::from_secs(30));
-}
-
-/// True (after a `skip:`, which fails under `CI=true`) when this kernel cannot sandbox a
-/// command with masks (the worker runs on this same kernel).
-fn skip_without_masks(test: &str) -> bool {
-    if crate::process_common::skip_without_sandbox(test) {
-        return true;
-    }
-    let probe = codespace_runner_sandbox::probe();
-    !codespace_test_skip::require(
-        probe.masking_available(),
-        test,
-        format!("no mount namespaces for secret masks ({probe:?})"),
-    )
 }
 
 /// Runs `script` in `w` and returns its exit code and output.

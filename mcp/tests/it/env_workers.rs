@@ -544,18 +544,22 @@ fn read_goes_through_a_container_the_server_starts_and_removes() {
     let info = s.tool_ok("workspace_info", json!({"workspace_id": "w"}));
     assert_eq!(info["environment"]["transport"], "podman", "{info}");
     assert_eq!(info["environment"]["worker"]["state"], "ready", "{info}");
+    // Ours is the one that mounts this test's root (other tests run containers too).
     let names = fs
         .run(&[
             "podman".into(),
             "ps".into(),
             "-a".into(),
             "--format".into(),
-            "{{.Names}}".into(),
+            "{{.Names}} {{.Mounts}}".into(),
         ])
         .unwrap();
+    let root_s = root.display().to_string();
     let ours: Vec<&str> = names
         .lines()
-        .filter(|n| n.starts_with("codespace-e-"))
+        .filter(|l| l.starts_with("codespace-e-"))
+        .filter(|l| l.split([' ', '[', ']']).any(|w| w == root_s))
+        .filter_map(|l| l.split_whitespace().next())
         .collect();
     assert_eq!(ours.len(), 1, "{names}");
     let name = ours[0].to_string();

@@ -19,6 +19,7 @@ mod docs_http_session;
 mod egress_proxy;
 mod env_common;
 mod env_files;
+mod env_kill;
 mod env_matrix;
 mod env_worker_processes;
 mod env_workers;
