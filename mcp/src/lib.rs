@@ -8,6 +8,7 @@ pub mod audit_scrub;
 pub mod audit_view;
 pub mod cli;
 pub mod config_reload;
+pub mod console;
 pub mod doctor;
 pub mod elicit;
 pub mod help;

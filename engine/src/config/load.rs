@@ -81,6 +81,7 @@ impl Config {
             retention: crate::retention::Retention::default(),
             redaction: crate::redact::LiveRedactor::default(),
             export: crate::telemetry::ExportConfig::default(),
+            console: super::switches::ConsoleConfig::default(),
         })
     }
 
@@ -365,6 +366,12 @@ impl Config {
                     o.check().map_err(ConfigError)?;
                 }
                 raw.export
+            },
+            console: {
+                if let Some(o) = raw.console.operators.iter().find(|o| o.trim().is_empty()) {
+                    return Err(ConfigError(format!("console.operators: empty name `{o}`")));
+                }
+                raw.console
             },
             redaction: crate::redact::Redactor::new(
                 &raw.redaction.patterns,

@@ -34,7 +34,7 @@ pub use limits::{
     DEFAULT_MAX_SESSIONS_PER_CLIENT, Limits,
 };
 pub use raw::json_schema;
-pub use switches::{LeaseScope, SecretMasking};
+pub use switches::{ConsoleConfig, LeaseScope, SecretMasking};
 pub use validate::{MAX_COMMAND_WRITE_PATHS, default_command_write_paths, io_reason};
 
 /// The id of the implicit local host environment.
@@ -142,7 +142,10 @@ pub struct Config {
     pub redaction: crate::redact::LiveRedactor,
     /// `export`: the OTLP collector, if any (started by `serve`).
     pub export: crate::telemetry::ExportConfig,
+    /// `console`: the web console of `serve --http` and who operates it.
+    pub console: ConsoleConfig,
 }
+
 
 impl Config {
     /// The candidates of the write scope of workspace `id`'s commands (`["."]` for an unknown

@@ -63,7 +63,9 @@ pub(super) struct RawConfig {
     pub(super) redaction: RawRedaction,
     /// Telemetry export: `{otlp: {endpoint, headers, timeout_ms, queue}}` (docs/telemetry.md).
     #[serde(default)]
-    pub(super) export: crate::telemetry::ExportConfig,
+    pub(super) export: crate::telemetry::ExportConfig,    /// The web console of `serve --http` (`/console`): `{enabled, operators}` (docs/console.md).
+    #[serde(default)]
+    pub(super) console: super::switches::ConsoleConfig,
 }
 
 /// `redaction`: extra secret patterns for the audit log and error texts.
