@@ -88,9 +88,15 @@ class Agent(threading.Thread):
     """An MCP client that runs a held command and waits for the hold: it calls
     `operation_resume` until the answer is no longer APPROVAL_REQUIRED."""
 
-    def __init__(self, server: Server, command: list[str]):
+    def __init__(self, server: Server, command: list[str] | None = None,
+                 patch: str | None = None):
         super().__init__(daemon=True)
-        self.server, self.command = server, command
+        self.server = server
+        if patch is not None:
+            self.tool, self.args = "apply_patch", {"workspace_id": "main", "patch": patch}
+        else:
+            self.tool, self.args = "exec_command", {"workspace_id": "main", "command": command,
+                                                    "yield_ms": 10000}
         self.held = threading.Event()
         self.approval_id: str | None = None
         self.outcome: dict | None = None
@@ -109,9 +115,7 @@ class Agent(threading.Thread):
             async with streamable_http_client(self.server.base + "/mcp", http_client=client) as (r, w):
                 async with ClientSession(r, w) as s:
                     await s.initialize()
-                    res = await s.call_tool("exec_command", {"workspace_id": "main",
-                                                             "command": self.command,
-                                                             "yield_ms": 10000})
+                    res = await s.call_tool(self.tool, self.args)
                     body = error_body(res)
                     assert body["code"] == "APPROVAL_REQUIRED", body
                     self.approval_id = body["approval_id"]
@@ -173,6 +177,10 @@ def sign_in(d, server: Server, token: str) -> None:
     d.get(server.base + "/console/sign-in")
     d.find_element(By.NAME, "token").send_keys(token)
     d.find_element(By.CSS_SELECTOR, "form.signin button").click()
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(d, WAIT).until(lambda d: "/console/sign-in" not in d.current_url
+                                 or "error" in d.page_source)
 
 
 def wait_for_hold(d, approval_id: str):
@@ -196,18 +204,33 @@ def test_a_hold_appears_is_granted_in_the_browser_and_the_agents_call_completes(
     agent = Agent(server, ["echo", "granted-in-chromium", XSS])
     agent.start()
     assert agent.held.wait(WAIT) and agent.error is None, agent.error
+    patcher = Agent(server, patch="*** Begin Patch\n*** Update File: notes.txt\n one\n-two\n"
+                                  "+two, reviewed\n+three\n*** End Patch\n")
+    patcher.start()
+    assert patcher.held.wait(WAIT) and patcher.error is None, patcher.error
+    wait_for_hold(browser, patcher.approval_id)
+    browser.refresh()
     hold = wait_for_hold(browser, agent.approval_id)
+    patch = browser.find_element(By.ID, f"hold-{patcher.approval_id}")
+    assert "+two, reviewed" in patch.find_element(By.CSS_SELECTOR, "pre.diff").text
+    assert "notes.txt" in patch.find_element(By.CSS_SELECTOR, "table.versions").text
     # The attacker's markup is text: no script ran, no image element exists.
     assert XSS.split(">")[0] in hold.find_element(By.CSS_SELECTOR, "pre.command").text
     assert browser.title != "pwned"
     assert not hold.find_elements(By.CSS_SELECTOR, "img")
     shoot(browser, "approvals")
+    browser.set_window_size(1280, 1400)
+    shoot(browser, "approvals")
+    browser.set_window_size(1280, 900)
     hold.find_element(By.CSS_SELECTOR, "button.grant").click()
     agent.join(WAIT)
     assert agent.outcome and "ok" in agent.outcome, agent.outcome
     out = agent.outcome["ok"]["exec_command"]
     assert out["state"] == "exited" and "granted-in-chromium" in out["chunk"], out
     assert not browser.find_elements(By.ID, f"hold-{agent.approval_id}")
+    wait_for_hold(browser, patcher.approval_id).find_element(By.CSS_SELECTOR, "button.grant").click()
+    patcher.join(WAIT)
+    assert patcher.outcome and "ok" in patcher.outcome, patcher.outcome
     # The other pages, for the record (the chart is drawn by the embedded script).
     browser.get(server.base + "/console/decisions")
     assert browser.find_elements(By.CSS_SELECTOR, "#chart svg rect"), "the chart is drawn"

@@ -143,12 +143,11 @@ pub(crate) fn parse_time(s: &str) -> Result<i64, String> {
     i64::try_from(t.unix_timestamp_nanos() / 1_000_000).map_err(|e| e.to_string())
 }
 
-/// What a row counts as in the chart and the `result` filter: a `confirm` row that Cedar
-/// allowed is a hold.
+/// What a row counts as in the chart and the `result` filter: a `confirm` row (audited only
+/// when Cedar held the call for a human) is a hold; a gating row is allow, deny or masked.
 pub(crate) fn result_of(r: &DecisionRow) -> &'static str {
     match (r.action.as_str(), r.decision.as_str()) {
-        ("confirm", "allow") => "hold",
-        ("confirm", _) => "none",
+        ("confirm", _) => "hold",
         (_, "allow") => "allow",
         (_, "masked") => "masked",
         _ => "deny",
@@ -170,7 +169,8 @@ pub(crate) struct Bucket {
 /// The decisions page.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Decisions {
-    pub(crate) rows: Vec<DecisionRow>,
+    /// The rows shown, each with what it counts as (`allow`, `deny`, `hold`, `masked`).
+    pub(crate) rows: Vec<(DecisionRow, &'static str)>,
     pub(crate) buckets: Vec<Bucket>,
     pub(crate) error: Option<String>,
     pub(crate) scanned: usize,
@@ -212,14 +212,20 @@ pub(crate) fn decisions(b: &Backend, f: &DecisionFilter) -> Result<Decisions, St
     let rows = store.query_decisions(&q).map_err(|e| e.to_string())?;
     out.scanned = rows.len();
     let profile = nonempty(&f.profile);
-    let keep: Vec<DecisionRow> = rows
+    let keep: Vec<(DecisionRow, &'static str)> = rows
         .into_iter()
-        .filter(|r| !crate::audit_view::is_capability(r))
+        // Gating rows and the `confirm` rows of held calls; sandbox-capability rows shape a
+        // sandbox, they decide no call.
+        .filter(|r| r.action == "confirm" || !crate::audit_view::is_capability(r))
         .filter(|r| profile.is_none_or(|p| r.profile == p))
-        .filter(|r| result.is_none_or(|want| result_of(r) == want))
+        .map(|r| {
+            let k = result_of(&r);
+            (r, k)
+        })
+        .filter(|(_, k)| result.is_none_or(|want| *k == want))
         .collect();
     let mut buckets: BTreeMap<(i64, String, String), Bucket> = BTreeMap::new();
-    for r in &keep {
+    for (r, kind) in &keep {
         let hour = r.at_ms - r.at_ms.rem_euclid(3_600_000);
         let b = buckets
             .entry((hour, r.profile.clone(), r.tool.clone()))
@@ -231,11 +237,10 @@ pub(crate) fn decisions(b: &Backend, f: &DecisionFilter) -> Result<Decisions, St
                 deny: 0,
                 hold: 0,
             });
-        match result_of(r) {
+        match *kind {
             "allow" => b.allow += 1,
             "hold" => b.hold += 1,
-            "deny" | "masked" => b.deny += 1,
-            _ => {}
+            _ => b.deny += 1,
         }
     }
     out.buckets = buckets.into_values().collect();

@@ -234,10 +234,10 @@ pub(crate) fn decisions(s: &Signed, live: bool, f: &DecisionFilter, d: &Decision
             }
             table.rows {
                 tr { th { "time" } th { "result" } th { "tool" } th { "action" } th { "profile" } th { "workspace" } th { "client" } th { "subject" } th { "policies" } }
-                @for r in &d.rows {
-                    tr class=(super::data::result_of(r)) {
+                @for (r, kind) in &d.rows {
+                    tr class=(kind) {
                         td { @if plain_id(&r.decision_id) { a href=(format!("/console/decisions/{}", r.decision_id)) { (codespace_engine::wire::rfc3339_ms(r.at_ms)) } } @else { (codespace_engine::wire::rfc3339_ms(r.at_ms)) } }
-                        td { (super::data::result_of(r)) }
+                        td { (kind) }
                         td { (r.tool) }
                         td { (r.action) }
                         td { (r.profile) }

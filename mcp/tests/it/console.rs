@@ -51,6 +51,7 @@ impl Drop for Served {
 fn write_config(dir: &Path) -> (PathBuf, PathBuf) {
     let root = dir.join("ws");
     std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("notes.txt"), "one\ntwo\n").unwrap();
     let cfg = json!({
         "workspaces": {"main": {"root": root, "profile": "workspace-write", "approvals": "confirm",
                                 "sandbox": "off", "secret_masking": "off"}},
@@ -386,6 +387,32 @@ async fn a_grant_needs_the_csrf_token_and_completes_the_waiting_agents_call_over
     );
     let page = request(s.addr, "GET", "/console/approvals", &[("Cookie", &cookie)], "").await;
     assert!(!page.body.contains(&id), "the queue no longer lists it");
+    // A held patch shows as a diff with the versions it was asked against.
+    let r = call(
+        s.addr,
+        Some(AGENT),
+        &agent,
+        6,
+        "apply_patch",
+        json!({"workspace_id": "main",
+               "patch": "*** Begin Patch\n*** Update File: notes.txt\n one\n-two\n+<b>two</b>\n*** End Patch\n"}),
+    )
+    .await;
+    let patch_id = tool_error(&r)["approval_id"].as_str().unwrap().to_string();
+    let page = request(s.addr, "GET", "/console/approvals", &[("Cookie", &cookie)], "").await;
+    assert!(page.body.contains(&patch_id), "{}", page.body);
+    assert!(
+        page.body.contains("<span class=\"del\">-two</span>"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains("<span class=\"add\">+&lt;b&gt;two&lt;/b&gt;</span>"),
+        "{}",
+        page.body
+    );
+    let versions = &page.body[page.body.find("class=\"versions\"").expect("versions")..];
+    assert!(versions.contains("notes.txt"), "{}", page.body);
     // The grant is an audited decision over channel web.
     let d = request(
         s.addr,
@@ -396,6 +423,18 @@ async fn a_grant_needs_the_csrf_token_and_completes_the_waiting_agents_call_over
     )
     .await;
     assert!(d.body.contains("workspace-write.permit.approval-answer"), "{}", d.body);
+    // The hold itself is on the timeline (its `confirm` decision), filterable as `hold`.
+    let d = request(
+        s.addr,
+        "GET",
+        "/console/decisions?result=hold&tool=exec_command",
+        &[("Cookie", &cookie)],
+        "",
+    )
+    .await;
+    assert!(d.body.contains("<tr class=\"hold\">"), "{}", d.body);
+    assert!(d.body.contains("base.confirm.workspace-switch"), "{}", d.body);
+    assert!(!d.body.contains("<tr class=\"allow\">"), "{}", d.body);
     let _ = &s.root;
 }
 
