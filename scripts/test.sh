@@ -107,17 +107,18 @@ pytest_e2e() {
 # python3 (python3-pytest: the python-tester worked example), sshd + ssh + ssh-keygen
 # (openssh-server, openssh-client: the loopback sshd of the ssh environment tests), podman + crun
 # (the container environment tests; docs/environments.md), prometheus + promtool (the /metrics
-# tests: `promtool check metrics` and a real scrape; docs/telemetry.md). Each missing one is
+# tests: `promtool check metrics` and a real scrape; docs/telemetry.md), chromium + chromedriver
+# (chromium, chromium-driver: the web console's browser test, tests/py/test_console.py). Each missing one is
 # installed from Debian, as root or with passwordless sudo, and the step says what it installed;
 # otherwise a note (an error under CI).
 test_programs() {
   local -A package=([cvc5]=cvc5 [curl]=curl [openssl]=openssl [setpriv]=util-linux
     [unshare]=util-linux [zcat]=gzip [/usr/sbin/sshd]=openssh-server [ssh]=openssh-client
     [ssh-keygen]=openssh-client [podman]=podman [crun]=crun [prometheus]=prometheus
-    [promtool]=prometheus)
+    [promtool]=prometheus [chromium]=chromium [chromedriver]=chromium-driver)
   local missing=() prog
   for prog in cvc5 curl openssl setpriv unshare zcat /usr/sbin/sshd ssh ssh-keygen podman crun \
-    prometheus promtool; do
+    prometheus promtool chromium chromedriver; do
     if [[ "$prog" == cvc5 && -n "${CVC5:-}" ]] || command -v "$prog" >/dev/null 2>&1; then
       continue
     fi
@@ -158,7 +159,7 @@ before=${#failed[@]}
 HOOKS=(--features codespace-mcp/test-hooks)
 step "cargo build --workspace" cargo build --workspace "${HOOKS[@]}" "${LOCKED[@]+"${LOCKED[@]}"}"
 if [[ ${#failed[@]} -eq $before && -x "$BIN" ]]; then
-  step "test programs (cvc5, curl, openssl, util-linux, gzip, python3-pytest, openssh, podman, prometheus)" test_programs
+  step "test programs (cvc5, curl, openssl, util-linux, gzip, python3-pytest, openssh, podman, prometheus, chromium)" test_programs
   step "cargo test --workspace" cargo test --workspace --no-fail-fast "${HOOKS[@]}" "${LOCKED[@]+"${LOCKED[@]}"}"
   step "codespace policy validate" "$BIN" policy validate --policies policies
   step "codespace policy fmt --check" "$BIN" policy fmt --check --policies policies

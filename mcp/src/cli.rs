@@ -85,7 +85,7 @@ enum Command {
     Worker(crate::worker_cli::WorkerArgs),
     /// The web console, read-only, against a store (no running server needed): decisions,
     /// policies, holds, processes and operations for the operators the config names.
-    Console(crate::console::ConsoleArgs),
+    Console(crate::console_cli::ConsoleArgs),
 }
 
 #[derive(Subcommand)]
@@ -309,7 +309,7 @@ pub fn main() -> ExitCode {
             .enable_all()
             .build()
             .map_err(anyhow::Error::from)
-            .and_then(|rt| rt.block_on(crate::console::run_read_only(args)))
+            .and_then(|rt| rt.block_on(crate::console_cli::run_read_only(args)))
             .map(|()| ExitCode::SUCCESS),
         Command::Ops { command } => crate::ops_cli::run(command),
         Command::Policy { command } => match command {

@@ -4,6 +4,7 @@
 //! session ownership. The authenticated client name reaches `call_tool` as an [`HttpClient`]
 //! extension of the request parts and becomes `Session.client` (transport `streamable-http`).
 
+use crate::console::digest_eq;
 use crate::server::CodeSpaceServer;
 use axum::Router;
 use axum::body::{Body, Bytes, HttpBody};
@@ -333,15 +334,6 @@ impl HostGuard {
                 .any(|a| a.admits(&origin.host, Some(origin.port)));
         if ok { Ok(()) } else { Err(ORIGIN_REFUSED) }
     }
-}
-
-/// Equality of two digests in time independent of where they differ.
-pub(crate) fn digest_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
-    let diff = a
-        .iter()
-        .zip(b.iter())
-        .fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    std::hint::black_box(diff) == 0
 }
 
 /// The tokens as SHA-256 digests, so comparison time depends neither on the content nor on the

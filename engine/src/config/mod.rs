@@ -146,7 +146,6 @@ pub struct Config {
     pub console: ConsoleConfig,
 }
 
-
 impl Config {
     /// The candidates of the write scope of workspace `id`'s commands (`["."]` for an unknown
     /// workspace).

@@ -63,7 +63,8 @@ pub(super) struct RawConfig {
     pub(super) redaction: RawRedaction,
     /// Telemetry export: `{otlp: {endpoint, headers, timeout_ms, queue}}` (docs/telemetry.md).
     #[serde(default)]
-    pub(super) export: crate::telemetry::ExportConfig,    /// The web console of `serve --http` (`/console`): `{enabled, operators}` (docs/console.md).
+    pub(super) export: crate::telemetry::ExportConfig,
+    /// The web console of `serve --http` (`/console`): `{enabled, operators}` (docs/console.md).
     #[serde(default)]
     pub(super) console: super::switches::ConsoleConfig,
 }

@@ -3,12 +3,34 @@
 //! hourly counts, a decision's explanation, per-policy hit counts and shadow flips, live
 //! processes, recent operations and an operation's ledger diff (withheld paths stay withheld).
 
-use super::Backend;
 use codespace_engine::wire::LedgerFileView;
+use codespace_engine::{Config, PolicyStore};
 use codespace_store::{ApprovalState, DecisionQuery, DecisionRow, OperationRow, ProcessRow, Store};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+/// What the pages read and, when live, change.
+pub struct Backend {
+    /// The config (profiles, redaction, workspaces, operators).
+    pub config: Config,
+    /// The store (holds, audit rows, processes, operations).
+    pub store: Option<Arc<Store>>,
+    /// The policies in force (and the shadow set).
+    pub policies: Arc<PolicyStore>,
+    /// True under `serve --http`: grant and deny are offered. False for `codespace console`.
+    pub live: bool,
+}
+
+/// Who signed in: a client name and the groups it belongs to (empty for static tokens; an OIDC
+/// identity fills them from its claims).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// The client (or user) name: the resolver recorded when it answers a hold.
+    pub name: String,
+    /// Group names, matched against `console.operators` like the name.
+    pub groups: Vec<String>,
+}
 
 /// Rows the decisions page lists at most.
 const LIST_ROWS: usize = 200;
@@ -57,9 +79,15 @@ fn text_of(v: &Value) -> String {
 pub(crate) fn pending_holds(b: &Backend) -> Result<Vec<Hold>, String> {
     let store = store_of(b)?;
     let now = codespace_store::now_ms();
-    let rows = store.approvals(None, 1000, now).map_err(|e| e.to_string())?;
+    let rows = store
+        .approvals(None, 1000, now)
+        .map_err(|e| e.to_string())?;
     let mut out = Vec::new();
-    for r in rows.iter().rev().filter(|r| r.state == ApprovalState::Pending) {
+    for r in rows
+        .iter()
+        .rev()
+        .filter(|r| r.state == ApprovalState::Pending)
+    {
         let held = crate::approvals_cli::held_view(&b.config, r);
         let h = held.as_object();
         let get = |k: &str| h.and_then(|m| m.get(k));
@@ -67,7 +95,10 @@ pub(crate) fn pending_holds(b: &Backend) -> Result<Vec<Hold>, String> {
             Some(Value::Array(argv)) => {
                 let words: Vec<String> = argv.iter().map(text_of).collect();
                 let facts = codespace_engine::request::command_facts(&words, false);
-                facts.get("line").and_then(Value::as_str).map(str::to_string)
+                facts
+                    .get("line")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
             }
             _ => None,
         };

@@ -8,7 +8,9 @@
 mod data;
 mod pages;
 
-use crate::http::HttpOptions;
+pub use data::{Backend, Identity};
+use pages::Signed;
+
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Form, Path, Query, Request, State};
@@ -19,8 +21,6 @@ use axum::routing::{get, post};
 use codespace_engine::config::Client;
 use codespace_engine::gateway::approvals::OperatorChannel;
 use codespace_engine::wire::ApprovalDecision;
-use codespace_engine::{Config, PolicyStore};
-use codespace_store::Store;
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -43,16 +43,6 @@ const MAX_FORM_BYTES: usize = 16 * 1024;
 /// scripts, styles and same-origin form posts; no framing, no inline script or style.
 pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
      connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
-
-/// Who signed in: a client name and the groups it belongs to (empty for static tokens; an OIDC
-/// identity fills them from its claims).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Identity {
-    /// The client (or user) name: the resolver recorded when it answers a hold.
-    pub name: String,
-    /// Group names, matched against `console.operators` like the name.
-    pub groups: Vec<String>,
-}
 
 /// Where sign-in credentials are checked: the static bearer tokens of `clients` today; an OIDC
 /// verifier implements the same trait.
@@ -81,7 +71,7 @@ impl IdentitySource for StaticTokens {
         let d: [u8; 32] = Sha256::digest(credential.trim().as_bytes()).into();
         let mut found = None;
         for (name, t) in &self.0 {
-            if crate::http::digest_eq(&d, t) && found.is_none() {
+            if digest_eq(&d, t) && found.is_none() {
                 found = Some(name.clone());
             }
         }
@@ -90,18 +80,6 @@ impl IdentitySource for StaticTokens {
             groups: Vec::new(),
         })
     }
-}
-
-/// What the pages read and, when live, change.
-pub struct Backend {
-    /// The config (profiles, redaction, workspaces, operators).
-    pub config: Config,
-    /// The store (holds, audit rows, processes, operations).
-    pub store: Option<Arc<Store>>,
-    /// The policies in force (and the shadow set).
-    pub policies: Arc<PolicyStore>,
-    /// True under `serve --http`: grant and deny are offered. False for `codespace console`.
-    pub live: bool,
 }
 
 struct Session {
@@ -119,12 +97,13 @@ pub struct Console {
     sessions: Mutex<HashMap<String, Session>>,
 }
 
-/// The signed-in session of a request.
-#[derive(Clone)]
-pub(crate) struct Signed {
-    pub(crate) identity: Identity,
-    pub(crate) operator: bool,
-    pub(crate) csrf: String,
+/// Equality of two digests in time independent of where they differ.
+pub fn digest_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    let diff = a
+        .iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
 }
 
 fn random_hex() -> Option<String> {
@@ -158,9 +137,9 @@ impl Console {
         let id = cookie_of(headers)?;
         let mut s = self.sessions.lock().ok()?;
         let now = Instant::now();
-        let live = s
-            .get(&id)
-            .is_some_and(|x| now.duration_since(x.last) < IDLE && now.duration_since(x.created) < ABSOLUTE);
+        let live = s.get(&id).is_some_and(|x| {
+            now.duration_since(x.last) < IDLE && now.duration_since(x.created) < ABSOLUTE
+        });
         if !live {
             s.remove(&id);
             return None;
@@ -176,13 +155,16 @@ impl Console {
 
     fn sign_in(&self, identity: Identity) -> Option<String> {
         let operator = self.backend.config.console.is_operator(
-            std::iter::once(identity.name.as_str()).chain(identity.groups.iter().map(String::as_str)),
+            std::iter::once(identity.name.as_str())
+                .chain(identity.groups.iter().map(String::as_str)),
         );
         let id = random_hex()?;
         let csrf = random_hex()?;
         let mut s = self.sessions.lock().ok()?;
         let now = Instant::now();
-        s.retain(|_, x| now.duration_since(x.last) < IDLE && now.duration_since(x.created) < ABSOLUTE);
+        s.retain(|_, x| {
+            now.duration_since(x.last) < IDLE && now.duration_since(x.created) < ABSOLUTE
+        });
         if s.len() >= MAX_SESSIONS {
             return None;
         }
@@ -211,7 +193,7 @@ fn csrf_ok(signed: &Signed, presented: Option<&str>) -> bool {
     let Some(p) = presented else { return false };
     let a: [u8; 32] = Sha256::digest(p.as_bytes()).into();
     let b: [u8; 32] = Sha256::digest(signed.csrf.as_bytes()).into();
-    crate::http::digest_eq(&a, &b)
+    digest_eq(&a, &b)
 }
 
 /// The headers of every console response: CSP, no framing, no sniffing, no caching, no
@@ -231,7 +213,10 @@ async fn headers_layer(req: Request, next: Next) -> Response {
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     // `same-origin`, not `no-referrer`: under `no-referrer` a browser sends `Origin: null` with
     // the form posts, which the Host/Origin guard refuses.
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
     h.insert(
         "cross-origin-opener-policy",
         HeaderValue::from_static("same-origin"),
@@ -315,14 +300,20 @@ async fn sign_in(State(c): Shared, Form(f): Form<SignInForm>) -> Response {
         tracing::warn!("console sign-in refused: unknown token");
         return html(
             StatusCode::UNAUTHORIZED,
-            pages::sign_in(Some("That token is not one this server accepts."), c.backend.live),
+            pages::sign_in(
+                Some("That token is not one this server accepts."),
+                c.backend.live,
+            ),
         );
     };
     let name = identity.name.clone();
     let Some(id) = c.sign_in(identity) else {
         return html(
             StatusCode::SERVICE_UNAVAILABLE,
-            pages::sign_in(Some("Too many console sessions; try again later."), c.backend.live),
+            pages::sign_in(
+                Some("Too many console sessions; try again later."),
+                c.backend.live,
+            ),
         );
     };
     tracing::info!(client = %name, "console sign-in");
@@ -348,13 +339,23 @@ async fn sign_out(State(c): Shared, headers: HeaderMap, Form(f): Form<CsrfForm>)
         return redirect("/console/sign-in");
     };
     if !csrf_ok(&s, f.csrf.as_deref()) {
-        return html(StatusCode::FORBIDDEN, pages::message(&s, c.backend.live, "Refused", "The form's CSRF token is missing or wrong."));
+        return html(
+            StatusCode::FORBIDDEN,
+            pages::message(
+                &s,
+                c.backend.live,
+                "Refused",
+                "The form's CSRF token is missing or wrong.",
+            ),
+        );
     }
     c.sign_out(&headers);
     let mut r = redirect("/console/sign-in");
     r.headers_mut().insert(
         header::SET_COOKIE,
-        HeaderValue::from_static("codespace_console=; HttpOnly; SameSite=Strict; Path=/console; Max-Age=0"),
+        HeaderValue::from_static(
+            "codespace_console=; HttpOnly; SameSite=Strict; Path=/console; Max-Age=0",
+        ),
     );
     r
 }
@@ -386,13 +387,23 @@ async fn resolve(
         tracing::warn!(client = %s.identity.name, "console POST refused: missing or wrong CSRF token");
         return html(
             StatusCode::FORBIDDEN,
-            pages::message(&s, live, "Refused", "The form's CSRF token is missing or wrong."),
+            pages::message(
+                &s,
+                live,
+                "Refused",
+                "The form's CSRF token is missing or wrong.",
+            ),
         );
     }
     if !live {
         return html(
             StatusCode::METHOD_NOT_ALLOWED,
-            pages::message(&s, live, "Read-only", "This console reads the store only; grant and deny from `codespace serve --http`'s console or `codespace approvals`."),
+            pages::message(
+                &s,
+                live,
+                "Read-only",
+                "This console reads the store only; grant and deny from `codespace serve --http`'s console or `codespace approvals`.",
+            ),
         );
     }
     let decision = match f.decision.as_deref() {
@@ -496,7 +507,10 @@ async fn operation(State(c): Shared, headers: HeaderMap, Path(id): Path<String>)
     let c2 = Arc::clone(&c);
     let id2 = id.clone();
     match blocking(move || data::operation(&c2.backend, &id2)).await {
-        Ok(v) => html(StatusCode::OK, pages::operation(&s, c.backend.live, &id, &v)),
+        Ok(v) => html(
+            StatusCode::OK,
+            pages::operation(&s, c.backend.live, &id, &v),
+        ),
         Err(e) => failed(&s, c.backend.live, &e),
     }
 }
@@ -528,7 +542,12 @@ pub fn router(console: Arc<Console>) -> Router {
         .route("/console/operations/{id}", get(operation))
         .route(
             "/console/assets/console.css",
-            get(|| async { asset(include_str!("assets/console.css"), "text/css; charset=utf-8") }),
+            get(|| async {
+                asset(
+                    include_str!("assets/console.css"),
+                    "text/css; charset=utf-8",
+                )
+            }),
         )
         .route(
             "/console/assets/console.js",
@@ -543,80 +562,4 @@ pub fn router(console: Arc<Console>) -> Router {
         .layer(axum::extract::DefaultBodyLimit::max(MAX_FORM_BYTES))
         .layer(axum::middleware::from_fn(headers_layer))
         .with_state(console)
-}
-
-/// `codespace console --config FILE [--listen ADDR]`: the pages read-only against the store.
-#[derive(clap::Args)]
-pub struct ConsoleArgs {
-    /// Operator config (its `store`, policies, `clients` and `console.operators`).
-    #[arg(long, env = "CODESPACE_CONFIG")]
-    pub config: std::path::PathBuf,
-    /// The store (default: the config's `store`).
-    #[arg(long)]
-    pub store: Option<std::path::PathBuf>,
-    /// Listen address.
-    #[arg(long, default_value = "127.0.0.1:8788", value_parser = crate::http::parse_addr)]
-    pub listen: std::net::SocketAddr,
-}
-
-/// Runs `codespace console` until interrupted.
-pub async fn run_read_only(args: ConsoleArgs) -> anyhow::Result<()> {
-    use anyhow::{Context, anyhow};
-    let config = Config::load(&args.config)
-        .with_context(|| format!("config {}", args.config.display()))?;
-    if config.clients.is_empty() {
-        return Err(anyhow!(
-            "the console signs in with the tokens of `clients`: configure at least one client (and name operators in console.operators)"
-        ));
-    }
-    let path = args
-        .store
-        .clone()
-        .or_else(|| config.store.clone())
-        .ok_or_else(|| anyhow!("no store: pass --store FILE or set `store` in the config"))?;
-    if !path.exists() {
-        return Err(anyhow!("no store at {}", path.display()));
-    }
-    let store = Arc::new(
-        Store::open(&path).with_context(|| format!("cannot open {}", path.display()))?,
-    );
-    let source = match &config.policies_dir {
-        None => codespace_engine::policy::PolicySource::Embedded,
-        Some(p) => codespace_engine::policy::PolicySource::Dir {
-            policies: p.clone(),
-            schema: config.schema_file.clone().unwrap_or_else(|| {
-                p.parent()
-                    .unwrap_or(std::path::Path::new("."))
-                    .join("schema/codespace.cedarschema")
-            }),
-        },
-    };
-    let policies = Arc::new(
-        PolicyStore::load_for_profiles(source, config.profiles.keys().cloned().collect())
-            .map_err(|e| anyhow!("policies: {e}"))?,
-    );
-    let identities = Box::new(StaticTokens::new(&config.clients));
-    let console = Console::new(
-        Backend {
-            config,
-            store: Some(store),
-            policies,
-            live: false,
-        },
-        identities,
-    );
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
-    let local = listener.local_addr()?;
-    let router = crate::http::guarded(router(console), local, &HttpOptions::new(local))
-        .map_err(|e| anyhow!("{e}"))?;
-    eprintln!("codespace: serving the read-only console at http://{local}{CONSOLE_PATH}");
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await
-        .context("console server")?;
-    Ok(())
 }

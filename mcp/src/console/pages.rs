@@ -3,9 +3,18 @@
 //! only the embedded `console.css` and `console.js`; the chart's data travels in a `data-`
 //! attribute, and every page works without JavaScript except the chart.
 
-use super::Signed;
-use super::data::{DecisionFilter, Decisions, Explained, Hold, Operation, Policies, Processes};
+use super::data::{
+    DecisionFilter, Decisions, Explained, Hold, Identity, Operation, Policies, Processes,
+};
 use maud::{DOCTYPE, Markup, html};
+
+/// The signed-in session of a request.
+#[derive(Clone)]
+pub(crate) struct Signed {
+    pub(crate) identity: Identity,
+    pub(crate) operator: bool,
+    pub(crate) csrf: String,
+}
 
 /// How often the approvals queue reloads itself (a meta refresh; no script needed).
 const QUEUE_REFRESH_SECS: u32 = 3;
@@ -14,8 +23,7 @@ const QUEUE_REFRESH_SECS: u32 = 3;
 fn plain_id(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 128
-        && s
-            .bytes()
+        && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
 }
 

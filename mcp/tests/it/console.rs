@@ -174,7 +174,10 @@ async fn sign_in(addr: SocketAddr, token: &str) -> String {
     )
     .await;
     assert_eq!(r.status, 303, "{r:?}");
-    let set = r.header("set-cookie").expect("a session cookie").to_string();
+    let set = r
+        .header("set-cookie")
+        .expect("a session cookie")
+        .to_string();
     set.split(';').next().unwrap().trim().to_string()
 }
 
@@ -295,7 +298,11 @@ async fn sign_in_sets_a_strict_session_cookie_and_every_page_has_the_strict_head
     // The assets come from the binary.
     let js = request(s.addr, "GET", "/console/assets/console.js", &[], "").await;
     assert_eq!(js.status, 200);
-    assert!(js.header("content-type").unwrap().starts_with("text/javascript"));
+    assert!(
+        js.header("content-type")
+            .unwrap()
+            .starts_with("text/javascript")
+    );
     // A forged session id is no session.
     let r = request(
         s.addr,
@@ -307,9 +314,23 @@ async fn sign_in_sets_a_strict_session_cookie_and_every_page_has_the_strict_head
     .await;
     assert_eq!(r.status, 303);
     // Sign-out needs the CSRF token and ends the session.
-    let page = request(s.addr, "GET", "/console/approvals", &[("Cookie", &cookie)], "").await;
+    let page = request(
+        s.addr,
+        "GET",
+        "/console/approvals",
+        &[("Cookie", &cookie)],
+        "",
+    )
+    .await;
     let csrf = csrf_of(&page.body);
-    let r = request(s.addr, "POST", "/console/sign-out", &[("Cookie", &cookie)], "").await;
+    let r = request(
+        s.addr,
+        "POST",
+        "/console/sign-out",
+        &[("Cookie", &cookie)],
+        "",
+    )
+    .await;
     assert_eq!(r.status, 403, "{r:?}");
     let r = request(
         s.addr,
@@ -320,7 +341,14 @@ async fn sign_in_sets_a_strict_session_cookie_and_every_page_has_the_strict_head
     )
     .await;
     assert_eq!(r.status, 303);
-    let r = request(s.addr, "GET", "/console/approvals", &[("Cookie", &cookie)], "").await;
+    let r = request(
+        s.addr,
+        "GET",
+        "/console/approvals",
+        &[("Cookie", &cookie)],
+        "",
+    )
+    .await;
     assert_eq!(r.status, 303, "the session ended");
 }
 
@@ -334,10 +362,20 @@ async fn a_grant_needs_the_csrf_token_and_completes_the_waiting_agents_call_over
     assert_eq!(tool_error(&r)["code"], "APPROVAL_REQUIRED", "{r}");
 
     let cookie = sign_in(s.addr, OPERATOR).await;
-    let page = request(s.addr, "GET", "/console/approvals", &[("Cookie", &cookie)], "").await;
+    let page = request(
+        s.addr,
+        "GET",
+        "/console/approvals",
+        &[("Cookie", &cookie)],
+        "",
+    )
+    .await;
     assert_eq!(page.status, 200);
     assert!(page.body.contains(&id), "the hold is queued: {}", page.body);
-    assert!(page.body.contains("http-equiv=\"refresh\""), "the queue reloads itself");
+    assert!(
+        page.body.contains("http-equiv=\"refresh\""),
+        "the queue reloads itself"
+    );
     // The attacker's command line is text, not markup.
     assert!(!page.body.contains("<script>alert"), "{}", page.body);
     assert!(!page.body.contains("<img src=x"), "{}", page.body);
@@ -347,13 +385,19 @@ async fn a_grant_needs_the_csrf_token_and_completes_the_waiting_agents_call_over
 
     // Without the token, with a wrong one, or from another origin: refused, nothing changes.
     for (headers, body) in [
-        (vec![("Cookie", cookie.as_str())], form(&[("decision", "grant")])),
+        (
+            vec![("Cookie", cookie.as_str())],
+            form(&[("decision", "grant")]),
+        ),
         (
             vec![("Cookie", cookie.as_str())],
             form(&[("decision", "grant"), ("csrf", &"f".repeat(64))]),
         ),
         (
-            vec![("Cookie", cookie.as_str()), ("Origin", "http://evil.example")],
+            vec![
+                ("Cookie", cookie.as_str()),
+                ("Origin", "http://evil.example"),
+            ],
             form(&[("decision", "grant"), ("csrf", &csrf)]),
         ),
     ] {
@@ -369,7 +413,10 @@ async fn a_grant_needs_the_csrf_token_and_completes_the_waiting_agents_call_over
         s.addr,
         "POST",
         &path,
-        &[("Cookie", &cookie), ("Origin", &format!("http://{}", s.addr))],
+        &[
+            ("Cookie", &cookie),
+            ("Origin", &format!("http://{}", s.addr)),
+        ],
         &form(&[("decision", "grant"), ("csrf", &csrf)]),
     )
     .await;
@@ -382,10 +429,20 @@ async fn a_grant_needs_the_csrf_token_and_completes_the_waiting_agents_call_over
     let out = &done["result"]["structuredContent"]["exec_command"];
     assert_eq!(out["state"], "exited", "{done}");
     assert!(
-        out["chunk"].as_str().unwrap().contains("granted-from-the-web"),
+        out["chunk"]
+            .as_str()
+            .unwrap()
+            .contains("granted-from-the-web"),
         "{done}"
     );
-    let page = request(s.addr, "GET", "/console/approvals", &[("Cookie", &cookie)], "").await;
+    let page = request(
+        s.addr,
+        "GET",
+        "/console/approvals",
+        &[("Cookie", &cookie)],
+        "",
+    )
+    .await;
     assert!(!page.body.contains(&id), "the queue no longer lists it");
     // A held patch shows as a diff with the versions it was asked against.
     let r = call(
@@ -399,7 +456,14 @@ async fn a_grant_needs_the_csrf_token_and_completes_the_waiting_agents_call_over
     )
     .await;
     let patch_id = tool_error(&r)["approval_id"].as_str().unwrap().to_string();
-    let page = request(s.addr, "GET", "/console/approvals", &[("Cookie", &cookie)], "").await;
+    let page = request(
+        s.addr,
+        "GET",
+        "/console/approvals",
+        &[("Cookie", &cookie)],
+        "",
+    )
+    .await;
     assert!(page.body.contains(&patch_id), "{}", page.body);
     assert!(
         page.body.contains("<span class=\"del\">-two</span>"),
@@ -407,7 +471,8 @@ async fn a_grant_needs_the_csrf_token_and_completes_the_waiting_agents_call_over
         page.body
     );
     assert!(
-        page.body.contains("<span class=\"add\">+&lt;b&gt;two&lt;/b&gt;</span>"),
+        page.body
+            .contains("<span class=\"add\">+&lt;b&gt;two&lt;/b&gt;</span>"),
         "{}",
         page.body
     );
@@ -422,7 +487,11 @@ async fn a_grant_needs_the_csrf_token_and_completes_the_waiting_agents_call_over
         "",
     )
     .await;
-    assert!(d.body.contains("workspace-write.permit.approval-answer"), "{}", d.body);
+    assert!(
+        d.body.contains("workspace-write.permit.approval-answer"),
+        "{}",
+        d.body
+    );
     // The hold itself is on the timeline (its `confirm` decision), filterable as `hold`.
     let d = request(
         s.addr,
@@ -433,7 +502,11 @@ async fn a_grant_needs_the_csrf_token_and_completes_the_waiting_agents_call_over
     )
     .await;
     assert!(d.body.contains("<tr class=\"hold\">"), "{}", d.body);
-    assert!(d.body.contains("base.confirm.workspace-switch"), "{}", d.body);
+    assert!(
+        d.body.contains("base.confirm.workspace-switch"),
+        "{}",
+        d.body
+    );
     assert!(!d.body.contains("<tr class=\"allow\">"), "{}", d.body);
     let _ = &s.root;
 }
@@ -444,7 +517,14 @@ async fn a_deny_from_the_web_refuses_the_waiting_agents_call() {
     let agent = initialize(s.addr, Some(AGENT)).await;
     let id = held_exec(s.addr, &agent, 2, "never-runs").await;
     let cookie = sign_in(s.addr, OPERATOR).await;
-    let page = request(s.addr, "GET", "/console/approvals", &[("Cookie", &cookie)], "").await;
+    let page = request(
+        s.addr,
+        "GET",
+        "/console/approvals",
+        &[("Cookie", &cookie)],
+        "",
+    )
+    .await;
     let csrf = csrf_of(&page.body);
     let r = request(
         s.addr,
@@ -483,7 +563,14 @@ async fn a_non_operator_sees_no_queue_and_cannot_resolve() {
         assert_page_headers(&r);
     }
     // Its own session's CSRF token does not make it an operator.
-    let page = request(s.addr, "GET", "/console/approvals", &[("Cookie", &cookie)], "").await;
+    let page = request(
+        s.addr,
+        "GET",
+        "/console/approvals",
+        &[("Cookie", &cookie)],
+        "",
+    )
+    .await;
     let csrf = csrf_of(&page.body);
     let r = request(
         s.addr,
@@ -515,7 +602,14 @@ async fn the_read_only_console_serves_the_store_without_a_server_and_never_grant
         _dir: None,
     };
     let cookie = sign_in(ro.addr, OPERATOR).await;
-    let page = request(ro.addr, "GET", "/console/approvals", &[("Cookie", &cookie)], "").await;
+    let page = request(
+        ro.addr,
+        "GET",
+        "/console/approvals",
+        &[("Cookie", &cookie)],
+        "",
+    )
+    .await;
     assert_eq!(page.status, 200);
     assert!(page.body.contains(&id), "{}", page.body);
     assert!(page.body.contains("read-only"));
@@ -531,7 +625,11 @@ async fn the_read_only_console_serves_the_store_without_a_server_and_never_grant
     .await;
     assert_eq!(r.status, 405);
     assert_eq!(show(&s.config, &id)["state"], "pending");
-    for path in ["/console/decisions", "/console/policies", "/console/processes"] {
+    for path in [
+        "/console/decisions",
+        "/console/policies",
+        "/console/processes",
+    ] {
         let r = request(ro.addr, "GET", path, &[("Cookie", &cookie)], "").await;
         assert_eq!(r.status, 200, "{path}");
     }
