@@ -176,11 +176,21 @@ def sign_in(d, server: Server, token: str) -> None:
     d.delete_all_cookies()
     d.get(server.base + "/console/sign-in")
     d.find_element(By.NAME, "token").send_keys(token)
-    d.find_element(By.CSS_SELECTOR, "form.signin button").click()
+    submit(d, d.find_element(By.CSS_SELECTOR, "form.signin button"))
+
+
+def submit(d, button) -> None:
+    """Clicks a form's button and waits until the browser has replaced the page with the
+    answer (the click itself returns before the navigation ends)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
-    WebDriverWait(d, WAIT).until(lambda d: "/console/sign-in" not in d.current_url
-                                 or "error" in d.page_source)
+    old = d.find_element(By.TAG_NAME, "html")
+    button.click()
+    WebDriverWait(d, WAIT).until(ec.staleness_of(old))
+    WebDriverWait(d, WAIT).until(lambda d: d.execute_script("return document.readyState")
+                                 == "complete")
 
 
 def wait_for_hold(d, approval_id: str):
@@ -222,21 +232,21 @@ def test_a_hold_appears_is_granted_in_the_browser_and_the_agents_call_completes(
     browser.set_window_size(1280, 1400)
     shoot(browser, "approvals")
     browser.set_window_size(1280, 900)
-    hold.find_element(By.CSS_SELECTOR, "button.grant").click()
+    submit(browser, hold.find_element(By.CSS_SELECTOR, "button.grant"))
     agent.join(WAIT)
     assert agent.outcome and "ok" in agent.outcome, agent.outcome
     out = agent.outcome["ok"]["exec_command"]
     assert out["state"] == "exited" and "granted-in-chromium" in out["chunk"], out
     assert not browser.find_elements(By.ID, f"hold-{agent.approval_id}")
-    wait_for_hold(browser, patcher.approval_id).find_element(By.CSS_SELECTOR, "button.grant").click()
+    patch = wait_for_hold(browser, patcher.approval_id)
+    submit(browser, patch.find_element(By.CSS_SELECTOR, "button.grant"))
     patcher.join(WAIT)
     assert patcher.outcome and "ok" in patcher.outcome, patcher.outcome
     # The other pages, for the record (the chart is drawn by the embedded script).
     browser.get(server.base + "/console/decisions")
     assert browser.find_elements(By.CSS_SELECTOR, "#chart svg rect"), "the chart is drawn"
     shoot(browser, "decisions")
-    first = browser.find_element(By.CSS_SELECTOR, "table.rows td a")
-    first.click()
+    submit(browser, browser.find_element(By.CSS_SELECTOR, "table.rows td a"))
     assert "Explanation" in browser.page_source
     shoot(browser, "decision")
     browser.get(server.base + "/console/policies")
@@ -254,7 +264,7 @@ def test_a_deny_in_the_browser_refuses_the_agents_call(browser, server):
     agent.start()
     assert agent.held.wait(WAIT) and agent.error is None, agent.error
     hold = wait_for_hold(browser, agent.approval_id)
-    hold.find_element(By.CSS_SELECTOR, "button.deny").click()
+    submit(browser, hold.find_element(By.CSS_SELECTOR, "button.deny"))
     agent.join(WAIT)
     err = (agent.outcome or {}).get("error", {})
     assert err.get("code") == "APPROVAL_CONFLICT" and "denied" in err.get("message", ""), \
@@ -272,12 +282,13 @@ def test_a_grant_without_the_csrf_token_is_refused(browser, server):
     # Stop the reloads, then strip the token from the grant form and submit it.
     browser.execute_script(
         "document.querySelectorAll('input[name=csrf]').forEach(i => i.remove());")
-    hold.find_element(By.CSS_SELECTOR, "button.grant").click()
+    submit(browser, hold.find_element(By.CSS_SELECTOR, "button.grant"))
     assert "CSRF token is missing or wrong" in browser.page_source
     shoot(browser, "csrf-refused")
     browser.get(server.base + "/console/approvals")
     # Still pending; let the agent finish: deny with the token.
-    wait_for_hold(browser, agent.approval_id).find_element(By.CSS_SELECTOR, "button.deny").click()
+    hold = wait_for_hold(browser, agent.approval_id)
+    submit(browser, hold.find_element(By.CSS_SELECTOR, "button.deny"))
     agent.join(WAIT)
 
 
@@ -294,5 +305,6 @@ def test_a_non_operator_sees_no_queue(browser, server):
     shoot(browser, "not-an-operator")
     # Let the agent finish: the operator denies.
     sign_in(browser, server, OPERATOR)
-    wait_for_hold(browser, agent.approval_id).find_element(By.CSS_SELECTOR, "button.deny").click()
+    hold = wait_for_hold(browser, agent.approval_id)
+    submit(browser, hold.find_element(By.CSS_SELECTOR, "button.deny"))
     agent.join(WAIT)
