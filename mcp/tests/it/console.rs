@@ -478,6 +478,35 @@ async fn a_grant_needs_the_csrf_token_and_completes_the_waiting_agents_call_over
     );
     let versions = &page.body[page.body.find("class=\"versions\"").expect("versions")..];
     assert!(versions.contains("notes.txt"), "{}", page.body);
+    // Granted, it applies; the operations page links its ledger diff.
+    let csrf = csrf_of(&page.body);
+    let r = request(
+        s.addr,
+        "POST",
+        &format!("/console/approvals/{patch_id}"),
+        &[("Cookie", &cookie)],
+        &form(&[("decision", "grant"), ("csrf", &csrf)]),
+    )
+    .await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let done = resume(s.addr, &agent, 7, &patch_id).await;
+    assert_eq!(
+        done["result"]["structuredContent"]["apply_patch"]["status"], "applied",
+        "{done}"
+    );
+    let ops = request(s.addr, "GET", "/console/processes", &[("Cookie", &cookie)], "").await;
+    assert_eq!(ops.status, 200);
+    let at = ops.body.find("href=\"/console/operations/").expect("an operation link");
+    let href = &ops.body[at + "href=\"".len()..];
+    let href = &href[..href.find('"').unwrap()];
+    let op = request(s.addr, "GET", href, &[("Cookie", &cookie)], "").await;
+    assert_eq!(op.status, 200, "{op:?}");
+    assert!(op.body.contains("+++ b/notes.txt"), "{}", op.body);
+    assert!(
+        op.body.contains("<span class=\"add\">+&lt;b&gt;two&lt;/b&gt;</span>"),
+        "{}",
+        op.body
+    );
     // The grant is an audited decision over channel web.
     let d = request(
         s.addr,
