@@ -494,16 +494,27 @@ async fn a_grant_needs_the_csrf_token_and_completes_the_waiting_agents_call_over
         done["result"]["structuredContent"]["apply_patch"]["status"], "applied",
         "{done}"
     );
-    let ops = request(s.addr, "GET", "/console/processes", &[("Cookie", &cookie)], "").await;
+    let ops = request(
+        s.addr,
+        "GET",
+        "/console/processes",
+        &[("Cookie", &cookie)],
+        "",
+    )
+    .await;
     assert_eq!(ops.status, 200);
-    let at = ops.body.find("href=\"/console/operations/").expect("an operation link");
+    let at = ops
+        .body
+        .find("href=\"/console/operations/")
+        .expect("an operation link");
     let href = &ops.body[at + "href=\"".len()..];
     let href = &href[..href.find('"').unwrap()];
     let op = request(s.addr, "GET", href, &[("Cookie", &cookie)], "").await;
     assert_eq!(op.status, 200, "{op:?}");
     assert!(op.body.contains("+++ b/notes.txt"), "{}", op.body);
     assert!(
-        op.body.contains("<span class=\"add\">+&lt;b&gt;two&lt;/b&gt;</span>"),
+        op.body
+            .contains("<span class=\"add\">+&lt;b&gt;two&lt;/b&gt;</span>"),
         "{}",
         op.body
     );
@@ -662,4 +673,94 @@ async fn the_read_only_console_serves_the_store_without_a_server_and_never_grant
         let r = request(ro.addr, "GET", path, &[("Cookie", &cookie)], "").await;
         assert_eq!(r.status, 200, "{path}");
     }
+}
+
+#[tokio::test]
+async fn an_operations_page_keeps_a_withheld_path_withheld() {
+    const MARK: &str = "console-private-mark-7d1e";
+    let dir = tempfile::tempdir().unwrap();
+    // An operator policy: agents may write `private/` but never read it, so the ledger keeps
+    // no content of it, and the console shows none.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let policies = dir.path().join("policies");
+    for sub in ["base", "profiles"] {
+        std::fs::create_dir_all(policies.join(sub)).unwrap();
+        for f in std::fs::read_dir(src.join("policies").join(sub)).unwrap() {
+            let f = f.unwrap().path();
+            if f.extension().is_some_and(|x| x == "cedar") {
+                std::fs::copy(&f, policies.join(sub).join(f.file_name().unwrap())).unwrap();
+            }
+        }
+    }
+    std::fs::write(
+        policies.join("base/operator.cedar"),
+        "@id(\"operator.forbid.private-read\")\n@reason(\"private/ is write-only for agents\")\n\
+         forbid (principal, action in CodeSpace::Action::\"fs_read\", resource)\n\
+         when { resource.path like \"private/*\" };\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.path().join("schema")).unwrap();
+    let schema = dir.path().join("schema/codespace.cedarschema");
+    std::fs::copy(src.join("schema/codespace.cedarschema"), &schema).unwrap();
+    let root = dir.path().join("ws");
+    std::fs::create_dir_all(&root).unwrap();
+    let cfg = dir.path().join("config.json");
+    std::fs::write(
+        &cfg,
+        json!({
+            "workspaces": {"main": {"root": root, "profile": "workspace-write"}},
+            "store": dir.path().join("store.db"),
+            "policies": policies, "schema": schema,
+            "clients": {"agent": {"token": AGENT}, "op": {"token": OPERATOR}},
+            "console": {"operators": ["op"]},
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let (child, addr) = spawn(
+        &["serve", "--http", "127.0.0.1:0"],
+        &cfg,
+        "codespace: serving MCP over streamable HTTP at http://",
+    );
+    let s = Served {
+        child,
+        addr,
+        config: cfg,
+        root,
+        _dir: Some(dir),
+    };
+    let agent = initialize(s.addr, Some(AGENT)).await;
+    let r = call(
+        s.addr,
+        Some(AGENT),
+        &agent,
+        2,
+        "apply_patch",
+        json!({"workspace_id": "main", "patch": format!(
+            "*** Begin Patch\n*** Add File: private/notes.txt\n+{MARK}\n\
+             *** Add File: visible.txt\n+hello\n*** End Patch\n")}),
+    )
+    .await;
+    let op = r["result"]["structuredContent"]["operation_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"))
+        .to_string();
+    let cookie = sign_in(s.addr, OPERATOR).await;
+    let page = request(
+        s.addr,
+        "GET",
+        &format!("/console/operations/{op}"),
+        &[("Cookie", &cookie)],
+        "",
+    )
+    .await;
+    assert_eq!(page.status, 200, "{page:?}");
+    assert!(
+        page.body.contains("withheld: private/notes.txt"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("+hello"), "{}", page.body);
+    assert!(!page.body.contains(MARK), "{}", page.body);
+    let _ = (&s.config, &s.root);
 }
