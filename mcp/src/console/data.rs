@@ -447,3 +447,17 @@ pub(crate) fn operation(b: &Backend, id: &str) -> Result<Operation, String> {
         .map_err(|e| format!("{}: {}", e.code.as_str(), e.message))?;
     Ok(Operation { row, files, diff })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_filters_take_rfc3339_or_a_datetime_local_value_as_utc() {
+        assert_eq!(parse_time("1970-01-01T00:01"), Ok(60_000));
+        assert_eq!(parse_time("1970-01-01T00:00:01.5Z"), Ok(1_500));
+        assert_eq!(parse_time("1970-01-01T01:00:00+01:00"), Ok(0));
+        assert!(parse_time("yesterday").is_err());
+        assert!(parse_time("<script>").is_err());
+    }
+}

@@ -563,3 +563,60 @@ pub fn router(console: Arc<Console>) -> Router {
         .layer(axum::middleware::from_fn(headers_layer))
         .with_state(console)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_session_cookie_is_found_among_others_and_only_by_its_exact_name() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_static("a=1; codespace_console_x=2; codespace_console=abc ; b=3"),
+        );
+        assert_eq!(cookie_of(&h).as_deref(), Some("abc"));
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_static("xcodespace_console=1"),
+        );
+        assert_eq!(cookie_of(&h), None);
+    }
+
+    #[test]
+    fn a_csrf_token_matches_only_exactly() {
+        let s = Signed {
+            identity: Identity {
+                name: "op".into(),
+                groups: Vec::new(),
+            },
+            operator: true,
+            csrf: "0123abcd".into(),
+        };
+        assert!(csrf_ok(&s, Some("0123abcd")));
+        for bad in [
+            None,
+            Some(""),
+            Some("0123abc"),
+            Some("0123abcd "),
+            Some("0123ABCD"),
+        ] {
+            assert!(!csrf_ok(&s, bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn static_tokens_name_their_client_and_nothing_else() {
+        let t = StaticTokens(vec![
+            ("a".into(), Sha256::digest(b"token-of-a-0123456789").into()),
+            ("b".into(), Sha256::digest(b"token-of-b-0123456789").into()),
+        ]);
+        assert_eq!(
+            t.identify("token-of-b-0123456789").map(|i| i.name),
+            Some("b".into())
+        );
+        assert!(t.identify("token-of-c-0123456789").is_none());
+        assert!(t.identify("").is_none());
+    }
+}

@@ -436,3 +436,29 @@ pub(crate) fn operation(s: &Signed, live: bool, id: &str, o: &Operation) -> Mark
         },
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_ids_become_links() {
+        assert!(plain_id("appr-0a1b-2c3d"));
+        assert!(plain_id("op-1.2_3"));
+        for bad in ["", "../x", "a/b", "a?b", "a b", "\"x", "é"] {
+            assert!(!plain_id(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn diff_lines_are_escaped_and_classed() {
+        let m = diff_block("+<b>x</b>\n-y\n@@ -1 +1 @@\n ctx").into_string();
+        assert!(
+            m.contains("<span class=\"add\">+&lt;b&gt;x&lt;/b&gt;</span>"),
+            "{m}"
+        );
+        assert!(m.contains("<span class=\"del\">-y</span>"), "{m}");
+        assert!(m.contains("<span class=\"hunk\">"), "{m}");
+        assert!(!m.contains("<b>"), "{m}");
+    }
+}
