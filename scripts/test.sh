@@ -108,17 +108,19 @@ pytest_e2e() {
 # (openssh-server, openssh-client: the loopback sshd of the ssh environment tests), podman + crun
 # (the container environment tests; docs/environments.md), prometheus + promtool (the /metrics
 # tests: `promtool check metrics` and a real scrape; docs/telemetry.md), node + npm (nodejs, npm:
-# the OIDC tests' provider, `oidc-provider` from tests/oidc/package-lock.json). Each missing one is
+# the OIDC tests' provider, `oidc-provider` from tests/oidc/package-lock.json), chromium +
+# chromedriver (chromium, chromium-driver: the web console's browser test, tests/py/test_console.py).
+# Each missing one is
 # installed from Debian, as root or with passwordless sudo, and the step says what it installed;
 # otherwise a note (an error under CI).
 test_programs() {
   local -A package=([cvc5]=cvc5 [curl]=curl [openssl]=openssl [setpriv]=util-linux
     [unshare]=util-linux [zcat]=gzip [/usr/sbin/sshd]=openssh-server [ssh]=openssh-client
     [ssh-keygen]=openssh-client [podman]=podman [crun]=crun [prometheus]=prometheus
-    [promtool]=prometheus [node]=nodejs [npm]=npm)
+    [promtool]=prometheus [node]=nodejs [npm]=npm [chromium]=chromium [chromedriver]=chromium-driver)
   local missing=() prog
   for prog in cvc5 curl openssl setpriv unshare zcat /usr/sbin/sshd ssh ssh-keygen podman crun \
-    prometheus promtool node npm; do
+    prometheus promtool node npm chromium chromedriver; do
     if [[ "$prog" == cvc5 && -n "${CVC5:-}" ]] || command -v "$prog" >/dev/null 2>&1; then
       continue
     fi
@@ -165,7 +167,7 @@ oidc_provider() {
 }
 step "cargo build --workspace" cargo build --workspace "${HOOKS[@]}" "${LOCKED[@]+"${LOCKED[@]}"}"
 if [[ ${#failed[@]} -eq $before && -x "$BIN" ]]; then
-  step "test programs (cvc5, curl, openssl, util-linux, gzip, python3-pytest, openssh, podman, prometheus, nodejs)" test_programs
+  step "test programs (cvc5, curl, openssl, util-linux, gzip, python3-pytest, openssh, podman, prometheus, nodejs, chromium)" test_programs
   step "npm ci tests/oidc (oidc-provider)" oidc_provider
   step "cargo test --workspace" cargo test --workspace --no-fail-fast "${HOOKS[@]}" "${LOCKED[@]+"${LOCKED[@]}"}"
   step "codespace policy validate" "$BIN" policy validate --policies policies

@@ -100,7 +100,7 @@ fn open_store(loc: &Location, cfg: &Config) -> Result<Store> {
 /// What `show` prints of the held call: every argument, strings redacted; for a command also
 /// its defaults (`cwd` `.`, `tty` and `background` false) and `env` as name → redacted value
 /// (`env_names` kept for readers of the earlier shape).
-fn held_view(cfg: &Config, row: &ApprovalRow) -> Value {
+pub fn held_view(cfg: &Config, row: &ApprovalRow) -> Value {
     let Some(Value::Object(args)) = &row.arguments else {
         return Value::Null;
     };

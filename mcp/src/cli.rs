@@ -83,6 +83,9 @@ enum Command {
     /// over stdin/stdout, or on a Unix socket. The secret is the first line of stdin.
     #[command(after_help = crate::help::WORKER)]
     Worker(crate::worker_cli::WorkerArgs),
+    /// The web console, read-only, against a store (no running server needed): decisions,
+    /// policies, holds, processes and operations for the operators the config names.
+    Console(crate::console_cli::ConsoleArgs),
 }
 
 #[derive(Subcommand)]
@@ -302,6 +305,12 @@ pub fn main() -> ExitCode {
         } => crate::policy_cli::audit(&args, crate::setup::default_store_path),
         Command::Approvals { command } => crate::approvals_cli::run(command),
         Command::Worker(args) => crate::worker_cli::run_runner(&args),
+        Command::Console(args) => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(crate::console_cli::run_read_only(args)))
+            .map(|()| ExitCode::SUCCESS),
         Command::Ops { command } => crate::ops_cli::run(command),
         Command::Policy { command } => match command {
             PolicyCommand::Validate {

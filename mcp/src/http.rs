@@ -7,6 +7,7 @@
 //! its person rides along as an [`HttpUser`] (`Session.user`), the protected resource metadata
 //! (RFC 9728) is served without a token, and every 401 names it in `WWW-Authenticate`.
 
+use crate::console::digest_eq;
 use crate::server::CodeSpaceServer;
 use axum::Router;
 use axum::body::{Body, Bytes, HttpBody};
@@ -339,15 +340,6 @@ impl HostGuard {
                 .any(|a| a.admits(&origin.host, Some(origin.port)));
         if ok { Ok(()) } else { Err(ORIGIN_REFUSED) }
     }
-}
-
-/// Equality of two digests in time independent of where they differ.
-fn digest_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
-    let diff = a
-        .iter()
-        .zip(b.iter())
-        .fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    std::hint::black_box(diff) == 0
 }
 
 /// The tokens as SHA-256 digests, so comparison time depends neither on the content nor on the
@@ -811,6 +803,30 @@ fn metadata_url(audience: &str, local: SocketAddr) -> String {
     }
 }
 
+/// The DNS-rebinding guard alone, for routes that authenticate by their own means (the
+/// console's session cookie).
+async fn guard_only(State(g): State<Arc<HostGuard>>, req: Request, next: Next) -> Response {
+    if let Err(why) = g.check(req.headers()) {
+        tracing::warn!(reason = why, "HTTP request refused (DNS-rebinding guard)");
+        return plain(StatusCode::FORBIDDEN, why);
+    }
+    next.run(req).await
+}
+
+/// `router` behind the Host/Origin guard of a server bound at `local` with `opts`' allowed
+/// hosts and origins.
+pub(crate) fn guarded(
+    router: Router,
+    local: SocketAddr,
+    opts: &HttpOptions,
+) -> Result<Router, HttpError> {
+    let (guard, _) = HostGuard::new(local, &opts.allowed_hosts, &opts.allowed_origins)?;
+    Ok(router.layer(axum::middleware::from_fn_with_state(
+        Arc::new(guard),
+        guard_only,
+    )))
+}
+
 /// Where Prometheus scrapes the metrics (docs/telemetry.md).
 pub const METRICS_PATH: &str = "/metrics";
 
@@ -948,6 +964,17 @@ impl HttpServer {
             .with_json_response(true);
         let token = config.cancellation_token.clone();
         let for_metrics = Arc::clone(&gateway);
+        let console = (authenticated && gateway.config().console.is_enabled()).then(|| {
+            crate::console::Console::new(
+                crate::console::Backend {
+                    config: gateway.config().clone(),
+                    store: gateway.store().cloned(),
+                    policies: Arc::clone(gateway.policy()),
+                    live: true,
+                },
+                Box::new(crate::console::StaticTokens::new(&gateway.config().clients)),
+            )
+        });
         let fallback = Session {
             client: anonymous.to_string(),
             transport: TRANSPORT.to_string(),
@@ -999,6 +1026,13 @@ impl HttpServer {
                 axum::routing::get(move || metrics_page(Arc::clone(&for_metrics))),
             )
             .layer(axum::middleware::from_fn_with_state(gate_state, gate));
+        // The console signs in with the same tokens (then a session cookie), so it sits beside
+        // the bearer gate, behind the same DNS-rebinding guard. Off without clients: there is
+        // no identity to sign in with.
+        let router = match console {
+            Some(c) => router.merge(guarded(crate::console::router(c), local_addr, &opts)?),
+            None => router,
+        };
         Ok(HttpServer {
             listener,
             router,

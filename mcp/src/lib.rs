@@ -8,6 +8,8 @@ pub mod audit_scrub;
 pub mod audit_view;
 pub mod cli;
 pub mod config_reload;
+pub mod console;
+pub mod console_cli;
 pub mod doctor;
 pub mod elicit;
 pub mod help;

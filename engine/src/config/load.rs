@@ -82,6 +82,7 @@ impl Config {
             redaction: crate::redact::LiveRedactor::default(),
             export: crate::telemetry::ExportConfig::default(),
             identity: super::Identity::default(),
+            console: super::switches::ConsoleConfig::default(),
         })
     }
 
@@ -372,6 +373,12 @@ impl Config {
                     o.check().map_err(ConfigError)?;
                 }
                 raw.identity
+            },
+            console: {
+                if let Some(o) = raw.console.operators.iter().find(|o| o.trim().is_empty()) {
+                    return Err(ConfigError(format!("console.operators: empty name `{o}`")));
+                }
+                raw.console
             },
             redaction: crate::redact::Redactor::new(
                 &raw.redaction.patterns,

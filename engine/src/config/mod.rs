@@ -36,7 +36,7 @@ pub use limits::{
     DEFAULT_MAX_SESSIONS_PER_CLIENT, Limits,
 };
 pub use raw::json_schema;
-pub use switches::{LeaseScope, SecretMasking};
+pub use switches::{ConsoleConfig, LeaseScope, SecretMasking};
 pub use validate::{MAX_COMMAND_WRITE_PATHS, default_command_write_paths, io_reason};
 
 /// The id of the implicit local host environment.
@@ -146,6 +146,8 @@ pub struct Config {
     pub export: crate::telemetry::ExportConfig,
     /// `identity`: the OIDC issuer whose access tokens identify HTTP callers, if any.
     pub identity: Identity,
+    /// `console`: the web console of `serve --http` and who operates it.
+    pub console: ConsoleConfig,
 }
 
 impl Config {

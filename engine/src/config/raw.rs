@@ -68,6 +68,9 @@ pub(super) struct RawConfig {
     /// algorithms}}` (docs/config.md).
     #[serde(default)]
     pub(super) identity: super::identity::Identity,
+    /// The web console of `serve --http` (`/console`): `{enabled, operators}` (docs/console.md).
+    #[serde(default)]
+    pub(super) console: super::switches::ConsoleConfig,
 }
 
 /// `redaction`: extra secret patterns for the audit log and error texts.

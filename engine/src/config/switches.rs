@@ -1,5 +1,5 @@
-//! The operator's typed switches: environment kind, network, approvals, sandbox, secret masking
-//! and lease scope, each with its one spelling for the config, Cedar and the wire.
+//! The operator's typed switches: environment kind, network, approvals, sandbox, secret masking,
+//! lease scope and the web console's, each with its one spelling for the config, Cedar and the wire.
 
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -45,5 +45,35 @@ impl LeaseScope {
             LeaseScope::Workspace => "workspace",
             LeaseScope::Client => "client",
         }
+    }
+}
+
+/// `console`: the web console served by `serve --http` at `/console` (docs/console.md).
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Console")]
+pub struct ConsoleConfig {
+    /// Serve the console at `/console` (default: true whenever `--http` is on and clients with
+    /// tokens are configured).
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    /// The client (or group) names that see the operator pages: the approvals queue with
+    /// grant/deny, decisions, policies, processes and operations. Anyone else who signs in
+    /// gets 403.
+    #[serde(default)]
+    pub operators: Vec<String>,
+}
+
+impl ConsoleConfig {
+    /// Whether `/console` is served (on unless `enabled: false`).
+    pub fn is_enabled(&self) -> bool {
+        self.enabled.unwrap_or(true)
+    }
+
+    /// Whether a signed-in identity (its client name and groups) is an operator.
+    pub fn is_operator<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> bool {
+        names
+            .into_iter()
+            .any(|n| self.operators.iter().any(|o| o == n))
     }
 }

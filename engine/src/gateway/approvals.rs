@@ -40,8 +40,28 @@ pub(crate) fn held_of(p: &ApprovalCreateParams) -> Result<ToolCall, ToolError> {
 }
 
 /// The channels a hold can be answered on in this build (`elicitation` when the client
-/// declared the capability, `mrtr` for MCP 2026-07-28 clients: `input_required`).
-pub const APPROVAL_CHANNELS: &[&str] = &["tool", "elicitation", "mrtr", "cli"];
+/// declared the capability, `mrtr` for MCP 2026-07-28 clients: `input_required`; `web` for the
+/// console of `serve --http`).
+pub const APPROVAL_CHANNELS: &[&str] = &["tool", "elicitation", "mrtr", "cli", "web"];
+
+/// The operator's out-of-band channels: the CLI on the server's machine and the web console.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OperatorChannel {
+    /// `codespace approvals grant|deny`.
+    Cli,
+    /// The web console's approvals queue (`/console`).
+    Web,
+}
+
+impl OperatorChannel {
+    /// The name in `context.approval.channel`, the hold's row and the session's transport.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OperatorChannel::Cli => "cli",
+            OperatorChannel::Web => "web",
+        }
+    }
+}
 
 /// The channels through which the asking client's user answers a hold in-band.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -414,12 +434,37 @@ pub fn cli_resolve(
     decision: ApprovalDecision,
     operator: &str,
 ) -> Result<ApprovalStateResult, ToolError> {
+    operator_resolve(
+        config,
+        snap,
+        store,
+        id,
+        decision,
+        operator,
+        OperatorChannel::Cli,
+    )
+}
+
+/// An operator's answer over `channel` (the CLI's or the web console's path): one audited
+/// `approval_resolve` decision with `context.approval.channel` = the channel and
+/// `context.approval.resolver` = `operator`, then the same state change the tool makes.
+/// Blocking (store reads and writes): call it off the async workers.
+pub fn operator_resolve(
+    config: &Config,
+    snap: &Arc<PolicySnapshot>,
+    store: &Arc<Store>,
+    id: &str,
+    decision: ApprovalDecision,
+    operator: &str,
+    channel: OperatorChannel,
+) -> Result<ApprovalStateResult, ToolError> {
+    let ch = channel.as_str();
     let row = store
         .approval(id, codespace_store::now_ms())
         .map_err(store_err)?
         .ok_or_else(|| not_found(id))?;
     if row.state != ApprovalState::Pending {
-        return resolve_in_store(store, &row, decision, operator, "cli");
+        return resolve_in_store(store, &row, decision, operator, ch);
     }
     let facts = facts_of(&row).ok_or_else(|| {
         ToolError::new(
@@ -429,7 +474,7 @@ pub fn cli_resolve(
     })?;
     let session = Session {
         client: operator.to_string(),
-        transport: "cli".into(),
+        transport: ch.into(),
         user: None,
     };
     let call = ToolCall::ApprovalResolve(ApprovalResolveParams {
@@ -440,7 +485,7 @@ pub fn cli_resolve(
     with_approval(
         &mut reqs,
         &ApprovalFacts {
-            channel: "cli".into(),
+            channel: ch.into(),
             requested_by: row.requested_by.clone(),
             resolved_by: operator.to_string(),
             resolver: operator.to_string(),
@@ -456,5 +501,5 @@ pub fn cli_resolve(
     if !d.allowed() {
         return Err(with_id(d.to_error(snap), id));
     }
-    resolve_in_store(store, &row, decision, operator, "cli")
+    resolve_in_store(store, &row, decision, operator, ch)
 }

@@ -389,6 +389,53 @@ pub(crate) async fn operation_diff(
     })
 }
 
+/// An operator's view of an operation's ledger (the web console): the same unified diff
+/// `operation_diff` renders, for every file the ledger recorded with content; a path the ledger
+/// withheld when it recorded the change (policy or redaction) stays withheld, named only.
+/// Blocking (store reads): call it off the async workers.
+pub fn operator_diff(
+    store: &Store,
+    operation_id: &str,
+) -> Result<(Vec<LedgerFileView>, String), ToolError> {
+    let files = store.ledger_files(operation_id).map_err(store_err)?;
+    let mut text = String::new();
+    let mut views = Vec::with_capacity(files.len());
+    for f in &files {
+        views.push(view(f, f.withheld));
+        if f.process_id.is_some() {
+            text.push_str(&format!(
+                "changed: {} (while process {} ran; best effort, no content recorded)\n",
+                f.path,
+                f.process_id.as_deref().unwrap_or("")
+            ));
+            continue;
+        }
+        if f.withheld {
+            text.push_str(&withheld_line(&f.path, &f.kind));
+            continue;
+        }
+        let blob = |h: &Option<String>| -> Result<Option<Vec<u8>>, ToolError> {
+            match h {
+                Some(h) => store.ledger_blob(h).map_err(store_err),
+                None => Ok(None),
+            }
+        };
+        let (before, after) = (blob(&f.before)?, blob(&f.after)?);
+        if (f.before.is_some() && before.is_none()) || (f.after.is_some() && after.is_none()) {
+            // Content pruned or never stored: named, like a withheld path.
+            text.push_str(&withheld_line(&f.path, &f.kind));
+            continue;
+        }
+        text.push_str(&file_diff(
+            &f.path,
+            f.from.as_deref(),
+            before.as_deref(),
+            after.as_deref(),
+        ));
+    }
+    Ok((views, text))
+}
+
 /// The lines of a text without their terminators (a final line without one included).
 fn lines_of(text: &str) -> Vec<&str> {
     text.split_inclusive('\n')

@@ -13,6 +13,7 @@ mod approvals_human;
 mod audit_visibility;
 mod cli_common;
 mod cli_startup;
+mod console;
 mod dev_loop;
 mod dev_loop_stdio;
 mod docs_http_session;
