@@ -151,14 +151,44 @@ impl Handler for PingHandler {
     }
 }
 
-/// What the worker binary answers: a runner call, or a `ping` (the worker's pid).
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+/// What the worker binary answers: a runner call, or a `ping` (the worker's pid). Told apart by
+/// the frame's shape, without buffering the request: a runner call is a map (`{method, args}`),
+/// a ping a bare name (`"ping"`); the call's payload (a patch's bytes) is read once, in place.
+#[derive(Debug)]
 pub enum WorkerRequest {
     /// A method of the runner (or `open_workspace`).
     Runner(Box<codespace_runner_api::Call>),
     /// `ping` (and the tests' `hang`).
     Ping(PingCall),
+}
+
+impl<'de> Deserialize<'de> for WorkerRequest {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = WorkerRequest;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a runner call (a map) or a ping (a name)")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<WorkerRequest, E> {
+                use serde::de::IntoDeserializer;
+                PingCall::deserialize(v.into_deserializer()).map(WorkerRequest::Ping)
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<WorkerRequest, A::Error> {
+                codespace_runner_api::Call::deserialize(
+                    serde::de::value::MapAccessDeserializer::new(map),
+                )
+                .map(|c| WorkerRequest::Runner(Box::new(c)))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// Its answers.
