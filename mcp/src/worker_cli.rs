@@ -30,12 +30,28 @@ pub struct WorkerArgs {
     pub allow_uid: Option<u32>,
 }
 
+/// Most threads of the worker's blocking pool (file work that cannot be done without waiting,
+/// process set-up): a worker serves one gateway, whose calls are already bounded.
+const WORKER_BLOCKING_THREADS: usize = 16;
+/// How long an idle blocking thread is kept before it exits (its stack is given back).
+const WORKER_BLOCKING_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(2);
+/// glibc malloc arenas of the worker: one per thread by default (up to 8 per core), each
+/// keeping its own freed pages resident; two bound that while the blocking threads rarely
+/// contend.
+const WORKER_MALLOC_ARENAS: i32 = 2;
+
 /// Serves `handler` as `args` say; returns when the gateway closes stdio (or, for a socket,
-/// when accepting fails).
+/// when accepting fails). The runtime is a single-threaded one: a worker's calls are I/O (disk
+/// waits go to the blocking pool), so one thread answers them without handing every frame
+/// between threads, and the idle worker keeps fewer stacks and arenas resident. Freed heap is
+/// returned to the kernel as the runtime parks (at most once a second).
 pub fn run<H: Handler>(args: &WorkerArgs, handler: Arc<H>) -> Result<ExitCode> {
+    codespace_runner_sandbox::limit_heap_arenas(WORKER_MALLOC_ARENAS);
     crate::setup::init_logging();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .max_blocking_threads(WORKER_BLOCKING_THREADS)
+        .thread_keep_alive(WORKER_BLOCKING_KEEP_ALIVE)
+        .on_thread_park(codespace_engine::heap::release_free_heap_if_due)
         .enable_all()
         .build()
         .context("starting the runtime")?;
