@@ -1,14 +1,23 @@
 #!/usr/bin/env python3
-"""Issue 29's environment figures, against the same run's in-process baseline: `read` of a 10 KB
-file through a `worker` (Unix socket) worker vs the host (target <= 1.3x), the per-call overhead
-of a loopback `ssh` worker over the unix worker (target <= 1 ms p50, one ssh session), and the
-unix worker's idle RSS (target <= 15 MB). One server serves three workspaces (`host`, `unix`,
-`ssh`); rounds interleave them so load drifts hit all three alike.
+"""Issue 29's environment figures, each against its same-run baseline, one row each:
+  read 10 KB   `read` of a 10 KB file through a `worker` (Unix socket) vs the host (in-process
+               runner), p50 ratio (target <= 1.3x)
+  exec true    `exec_command ["true"]` (waited for) through the unix worker vs the host, p50
+               ratio (target <= 1.2x)
+  ssh          per-call overhead of a loopback `ssh` worker over the unix worker, `read` p50
+               difference (target <= 1 ms, one ssh session)
+  idle RSS     the unix worker's RSS (and anonymous part) fresh and after the run, against the
+               15 MB target
+One server serves the workspaces (`host`, `unix`, `ssh`); rounds interleave them so load drifts
+hit all alike; all reads are measured before the first command.
 
-usage: scripts/bench-environments.py [--bin PATH] [--reads 2000] [--rounds 4] [--no-ssh]
-The ssh part starts its own sshd (Debian openssh-server) on a free loopback port with its own
-host key, client key and known_hosts in a temp dir (as tests/fixtures does); needs root or an
-account sshd lets in. No third-party Python packages. Run by hand (not in CI).
+usage: scripts/bench-environments.py [--bin PATH] [--reads 2000] [--execs 200] [--rounds 4]
+                                     [--no-ssh]
+--bin names the `codespace` binary (default target/debug/codespace; pass
+target/release/codespace for the release figures). The ssh part starts its own sshd (Debian
+openssh-server) on a free loopback port with its own host key, client key and known_hosts in a
+temp dir (as tests/fixtures does); needs root or an account sshd lets in. No third-party Python
+packages. Run by hand (not in CI).
 """
 import argparse
 import json
@@ -107,6 +116,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=os.path.join(here, "..", "target", "debug", "codespace"))
     ap.add_argument("--reads", type=int, default=2000, help="reads per workspace per round")
+    ap.add_argument("--execs", type=int, default=200,
+                    help="exec_command calls per workspace per round")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--no-ssh", action="store_true")
     args = ap.parse_args()
@@ -154,34 +165,59 @@ def main() -> None:
                               "clientInfo": {"name": "bench-environments", "version": "0"}})
         c.proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
         c.proc.stdin.flush()
-        times = {k: [] for k in kinds}
-        for k in kinds:  # warm-up: connects the workers, fills caches
-            for _ in range(200):
-                c.tool("read", {"workspace_id": k, "path": "ten.txt"})
-        for _ in range(args.rounds):
+        def read(k: str) -> None:
+            c.tool("read", {"workspace_id": k, "path": "ten.txt"})
+
+        def exec_true(k: str) -> None:
+            r = c.tool("exec_command", {"workspace_id": k, "command": ["true"],
+                                        "yield_ms": 10000})
+            if r.get("exit_code") != 0:
+                raise RuntimeError(f"exec true in {k}: {r}")
+
+        measures = {"read": (read, args.reads), "exec": (exec_true, args.execs)}
+        times = {m: {k: [] for k in kinds} for m in measures}
+        # One phase per measure (all reads before the first command, so nothing a command
+        # leaves behind touches the reads); in each, a warm-up (connects the workers, fills
+        # caches), then rounds interleaving the workspaces.
+        for m, (fn, n) in measures.items():
             for k in kinds:
-                for _ in range(args.reads):
-                    t0 = time.perf_counter()
-                    c.tool("read", {"workspace_id": k, "path": "ten.txt"})
-                    times[k].append(time.perf_counter() - t0)
+                for _ in range(200 if m == "read" else 10):
+                    fn(k)
+            for _ in range(args.rounds):
+                for k in kinds:
+                    for _ in range(n):
+                        t0 = time.perf_counter()
+                        fn(k)
+                        times[m][k].append(time.perf_counter() - t0)
         time.sleep(1.0)
         idle_rss, idle_anon = rss_kb(worker.pid), rss_kb(worker.pid, "RssAnon")
+        load = os.getloadavg()[0]
         print(f"binary: {exe}")
-        print(f"reads per workspace: {args.reads * args.rounds} (10 KB file, one client, serial)")
-        for k in kinds:
-            xs = times[k]
-            print(f"  {k:5s} p50 {pct(xs, 0.5) * 1e6:8.1f} us  p90 {pct(xs, 0.9) * 1e6:8.1f} us"
-                  f"  mean {statistics.mean(xs) * 1e6:8.1f} us")
-        h, u = pct(times["host"], 0.5), pct(times["unix"], 0.5)
-        print(f"read through the unix worker / host, p50: {u / h:.2f}x (target <= 1.3x); "
-              f"mean: {statistics.mean(times['unix']) / statistics.mean(times['host']):.2f}x")
+        print(f"per workspace: {args.reads * args.rounds} reads of a 10 KB file, "
+              f"{args.execs * args.rounds} exec_command [\"true\"]; one client, serial; "
+              f"load average {load:.2f}")
+        for m in measures:
+            for k in kinds:
+                xs = times[m][k]
+                print(f"  {m:4s} {k:5s} p50 {pct(xs, 0.5) * 1e6:8.1f} us  "
+                      f"p90 {pct(xs, 0.9) * 1e6:8.1f} us  mean {statistics.mean(xs) * 1e6:8.1f} us")
+        print(f"{'row':14s} {'baseline':>22s} {'measured':>22s} {'ratio':>8s}  target")
+        for m, label, target in (("read", "read 10 KB", 1.3), ("exec", "exec true", 1.2)):
+            h, u = pct(times[m]["host"], 0.5), pct(times[m]["unix"], 0.5)
+            print(f"{label:14s} {'host p50 %.1f us' % (h * 1e6):>22s} "
+                  f"{'unix p50 %.1f us' % (u * 1e6):>22s} {u / h:7.2f}x  <= {target}x "
+                  f"{'met' if u / h <= target else 'NOT met'}")
         if "ssh" in kinds:
-            sp = pct(times["ssh"], 0.5)
-            print(f"ssh per-call overhead over the unix worker, p50: {(sp - u) * 1e3:.3f} ms "
-                  f"(target <= 1 ms)")
-        print(f"unix worker idle RSS (target <= 15 MB): fresh {fresh[0] / 1024:.1f} MB "
-              f"(anonymous {fresh[1] / 1024:.1f} MB), after the run {idle_rss / 1024:.1f} MB "
-              f"(anonymous {idle_anon / 1024:.1f} MB); the rest is the binary's mapped pages")
+            u, sp = pct(times["read"]["unix"], 0.5), pct(times["read"]["ssh"], 0.5)
+            over = (sp - u) * 1e3
+            print(f"{'ssh overhead':14s} {'unix read p50 %.1f us' % (u * 1e6):>22s} "
+                  f"{'ssh read p50 %.1f us' % (sp * 1e6):>22s} {over:6.3f}ms  <= 1 ms "
+                  f"{'met' if over <= 1 else 'NOT met'}")
+        mb = idle_rss / 1024
+        print(f"{'worker RSS':14s} {'fresh %.1f MB (anon %.1f)' % (fresh[0] / 1024, fresh[1] / 1024):>22s} "
+              f"{'idle %.1f MB (anon %.1f)' % (mb, idle_anon / 1024):>22s} "
+              f"{mb / 15:7.2f}x  <= 15 MB {'met' if mb <= 15 else 'NOT met'} "
+              f"(ratio: idle after the run / target)")
         server.stdin.close()
         server.wait(timeout=30)
         worker.kill()

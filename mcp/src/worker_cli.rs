@@ -30,12 +30,28 @@ pub struct WorkerArgs {
     pub allow_uid: Option<u32>,
 }
 
+/// Most threads of the worker's blocking pool (file work that cannot be done without waiting,
+/// process set-up): a worker serves one gateway, whose calls are already bounded.
+const WORKER_BLOCKING_THREADS: usize = 16;
+/// How long an idle blocking thread is kept before it exits (its stack is given back).
+const WORKER_BLOCKING_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(2);
+/// glibc malloc arenas of the worker: one per thread by default (up to 8 per core), each
+/// keeping its own freed pages resident; two bound that while the blocking threads rarely
+/// contend.
+const WORKER_MALLOC_ARENAS: i32 = 2;
+
 /// Serves `handler` as `args` say; returns when the gateway closes stdio (or, for a socket,
-/// when accepting fails).
+/// when accepting fails). The runtime is a single-threaded one: a worker's calls are I/O (disk
+/// waits go to the blocking pool), so one thread answers them without handing every frame
+/// between threads, and the idle worker keeps fewer stacks and arenas resident. Freed heap is
+/// returned to the kernel as the runtime parks (at most once a second).
 pub fn run<H: Handler>(args: &WorkerArgs, handler: Arc<H>) -> Result<ExitCode> {
+    codespace_runner_sandbox::limit_heap_arenas(WORKER_MALLOC_ARENAS);
     crate::setup::init_logging();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .max_blocking_threads(WORKER_BLOCKING_THREADS)
+        .thread_keep_alive(WORKER_BLOCKING_KEEP_ALIVE)
+        .on_thread_park(codespace_engine::heap::release_free_heap_if_due)
         .enable_all()
         .build()
         .context("starting the runtime")?;
@@ -151,14 +167,44 @@ impl Handler for PingHandler {
     }
 }
 
-/// What the worker binary answers: a runner call, or a `ping` (the worker's pid).
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+/// What the worker binary answers: a runner call, or a `ping` (the worker's pid). Told apart by
+/// the frame's shape, without buffering the request: a runner call is a map (`{method, args}`),
+/// a ping a bare name (`"ping"`); the call's payload (a patch's bytes) is read once, in place.
+#[derive(Debug)]
 pub enum WorkerRequest {
     /// A method of the runner (or `open_workspace`).
     Runner(Box<codespace_runner_api::Call>),
     /// `ping` (and the tests' `hang`).
     Ping(PingCall),
+}
+
+impl<'de> Deserialize<'de> for WorkerRequest {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = WorkerRequest;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a runner call (a map) or a ping (a name)")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<WorkerRequest, E> {
+                use serde::de::IntoDeserializer;
+                PingCall::deserialize(v.into_deserializer()).map(WorkerRequest::Ping)
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<WorkerRequest, A::Error> {
+                codespace_runner_api::Call::deserialize(
+                    serde::de::value::MapAccessDeserializer::new(map),
+                )
+                .map(|c| WorkerRequest::Runner(Box::new(c)))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// Its answers.

@@ -112,11 +112,13 @@ impl Wire for Shared {
             if *gone.borrow() {
                 return Err(RunnerError::unavailable("the worker disconnected"));
             }
-            let sent = serde_json::to_string(&call).unwrap();
-            let call: Call = serde_json::from_str(&sent).unwrap();
+            // Both ways in the worker wire's encoding (MessagePack, bytes as binary strings).
+            use codespace_runner_worker::frame::{decode_body, encode_body};
+            let sent = encode_body(&call).unwrap();
+            let call: Call = decode_body(&sent).unwrap();
             let served = async move {
                 let reply = serve_call(&*worker, call).await;
-                serde_json::to_string(&reply).unwrap()
+                encode_body(&reply).unwrap()
             };
             let back = tokio::select! {
                 back = served => Some(back),
@@ -129,7 +131,7 @@ impl Wire for Shared {
                     std::future::pending::<()>().await;
                     unreachable!()
                 }
-                Some(back) if !gone_now => Ok(serde_json::from_str(&back).unwrap()),
+                Some(back) if !gone_now => Ok(decode_body(&back).unwrap()),
                 _ => Err(RunnerError::unavailable("the worker disconnected")),
             }
         })

@@ -1,7 +1,7 @@
 //! The file tools of a worker's workspace through the `Runner` seam: a gateway whose workspace
 //! root does not exist on this host, served by a `RemoteRunner` over an in-memory `Wire` whose
-//! worker end is `serve_call` on a real `HostRunner` (every call and reply goes through a serde
-//! JSON round trip: the protocol, not a mock). find, grep, find_files and apply_patch must give
+//! worker end is `serve_call` on a real `HostRunner` (every call and reply goes through the worker
+//! wire's encoding, MessagePack: the protocol, not a mock). find, grep, find_files and apply_patch must give
 //! what the same tree gives on the host; patch journals are recovered through the runner.
 
 use codespace_engine::gateway::patches::PatchHooks;
@@ -27,7 +27,8 @@ enum OnApply {
     DieHalfway,
 }
 
-/// The gateway's end of an in-memory worker: each call is serialized, answered by `serve_call`
+/// The gateway's end of an in-memory worker: each call is serialized as on the worker wire,
+/// answered by `serve_call`
 /// on the worker's runner, and the reply serialized back.
 struct MemWire {
     worker: Arc<dyn Runner>,
@@ -39,8 +40,10 @@ struct MemWire {
     calls: Arc<AtomicUsize>,
 }
 
+/// Through the worker wire's encoding of a frame body (MessagePack, bytes as binary strings).
 fn round_trip<T: serde::Serialize + serde::de::DeserializeOwned>(v: &T) -> T {
-    serde_json::from_slice(&serde_json::to_vec(v).unwrap()).unwrap()
+    use codespace_runner_worker::frame::{decode_body, encode_body};
+    decode_body(&encode_body(v).unwrap()).unwrap()
 }
 
 impl Wire for MemWire {
@@ -459,4 +462,28 @@ async fn a_remote_workspace_is_never_touched_on_the_host() {
         .await
         .unwrap_err();
     assert_eq!(err.code, ErrorCode::EnvironmentUnavailable);
+}
+
+/// A `read` window's bytes cross the worker wire as one binary string: 10 KB of file is about
+/// 10 KB of frame (JSON made it an array of numbers, ~40 KB), and every byte value survives.
+#[test]
+fn a_window_crosses_the_wire_at_its_own_size() {
+    use codespace_runner_worker::frame::{ServerFrame, decode_body, encode_body};
+    let data: Vec<u8> = (0..10_240u32).map(|i| (i % 256) as u8).collect();
+    let reply = Reply::Window(codespace_runner_api::FileWindow {
+        data: data.clone(),
+        size: 10_240,
+        version: format!("sha256:{}", "0".repeat(64)),
+        links: 1,
+    });
+    let frame = ServerFrame::<&Reply, ()>::Response {
+        id: 1,
+        body: &reply,
+    };
+    let bytes = encode_body(&frame).unwrap();
+    assert!(bytes.len() < 10_240 + 256, "{} bytes", bytes.len());
+    match decode_body::<ServerFrame<Reply, ()>>(&bytes).unwrap() {
+        ServerFrame::Response { id: 1, body } => assert_eq!(body, reply),
+        _ => panic!("not the response"),
+    }
 }

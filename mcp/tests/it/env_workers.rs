@@ -113,9 +113,9 @@ fn read_and_workspace_info_go_through_a_socket_worker_that_alone_sees_the_files(
     assert_eq!(env["worker"]["state"], "ready", "{info}");
     assert_eq!(env["worker"]["restarts"], 0, "{info}");
     assert!(
-        env["worker"]["version"]
-            .as_str()
-            .is_some_and(|v| v.starts_with("1/")),
+        env["worker"]["version"].as_str().is_some_and(
+            |v| v.starts_with(&format!("{}/", codespace_runner_worker::PROTOCOL_VERSION))
+        ),
         "{info}"
     );
     // A path the worker does not have: its error, not the host's.

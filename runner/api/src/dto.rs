@@ -1,6 +1,7 @@
 //! The plain data every [`crate::Runner`] method takes and returns: serde structs of strings,
 //! numbers and lists. Paths are workspace-relative, `'/'`-separated strings (`"."` is the root);
-//! a workspace is named by its id (the runner knows its root).
+//! a workspace is named by its id (the runner knows its root). Byte fields are `serde_bytes`:
+//! one byte string in a binary format (the worker wire's MessagePack), a list of numbers in JSON.
 
 use serde::{Deserialize, Serialize};
 
@@ -23,6 +24,7 @@ pub struct ReadRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileWindow {
     /// The bytes of the window.
+    #[serde(with = "serde_bytes")]
     pub data: Vec<u8>,
     /// Size of the whole file.
     pub size: u64,
@@ -229,6 +231,7 @@ pub enum FileChange {
         /// The file.
         path: String,
         /// Its new content.
+        #[serde(with = "serde_bytes")]
         data: Vec<u8>,
         /// Its permission bits.
         mode: u32,
@@ -245,6 +248,7 @@ pub enum FileChange {
         /// The destination.
         to: String,
         /// The destination's content.
+        #[serde(with = "serde_bytes")]
         data: Vec<u8>,
         /// The destination's permission bits.
         mode: u32,
@@ -257,6 +261,7 @@ pub struct Backup {
     /// The path.
     pub path: String,
     /// Content and permission bits before; `None` when it did not exist.
+    #[serde(with = "bytes_and_mode")]
     pub before: Option<(Vec<u8>, u32)>,
 }
 
@@ -412,6 +417,7 @@ pub struct StdinRequest {
     /// The process.
     pub process_id: String,
     /// The bytes.
+    #[serde(with = "serde_bytes")]
     pub data: Vec<u8>,
 }
 
@@ -456,6 +462,7 @@ pub struct OutputRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OutputPage {
     /// The bytes.
+    #[serde(with = "serde_bytes")]
     pub data: Vec<u8>,
     /// Cursor after them.
     pub cursor: u64,
@@ -519,4 +526,23 @@ pub struct SandboxProbe {
     pub net_namespaces: bool,
     /// Mount namespaces (secret masks).
     pub mount_namespaces: bool,
+}
+
+/// [`Backup::before`] with its content as one byte string (`serde_bytes`), not a sequence of
+/// numbers.
+mod bytes_and_mode {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<(Vec<u8>, u32)>, s: S) -> Result<S::Ok, S::Error> {
+        v.as_ref()
+            .map(|(data, mode)| (serde_bytes::Bytes::new(data), *mode))
+            .serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<(Vec<u8>, u32)>, D::Error> {
+        let v = Option::<(serde_bytes::ByteBuf, u32)>::deserialize(d)?;
+        Ok(v.map(|(data, mode)| (data.into_vec(), mode)))
+    }
 }

@@ -51,6 +51,23 @@ pub fn release_free_heap() {
     }
 }
 
+/// Caps the allocator's arenas at `n` (glibc `mallopt(M_ARENA_MAX, n)`; call it before threads
+/// start). glibc gives threads arenas of their own, up to 8 per core, and each keeps the pages
+/// freed in it resident; a small process with a few threads holds less with fewer. A no-op
+/// where the C library is not glibc, or for `n` < 1.
+pub fn limit_heap_arenas(n: i32) {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if n >= 1 {
+        // SAFETY: `mallopt` takes two integers and only sets the allocator's own parameter
+        // under its lock; M_ARENA_MAX may be set at any time (it bounds arenas made later).
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, n);
+        }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = n;
+}
+
 /// Whether [`scrub_env`] drops a variable with this name.
 pub fn is_scrubbed_env_name(name: &str) -> bool {
     SCRUBBED_ENV_PREFIXES.iter().any(|p| name.starts_with(p)) || SCRUBBED_ENV_NAMES.contains(&name)

@@ -63,7 +63,7 @@ pub use fs_rules::{DEVICE_PATHS, SYSTEM_READ_FILES, SYSTEM_READ_PATHS, TTY_ALIAS
 pub use handshake::{HANDSHAKE_ARG, Handshake, HelperOutcome, MAX_REFUSAL_BYTES, handshake_pipe};
 pub use harden::{
     SCRUBBED_ENV_NAMES, SCRUBBED_ENV_PREFIXES, harden_current_process, is_scrubbed_env_name,
-    release_free_heap, scrub_env,
+    limit_heap_arenas, release_free_heap, scrub_env,
 };
 pub use helper::{helper_main, run_helper};
 pub use helper_exe::{

@@ -1,13 +1,13 @@
 //! The gateway's side: [`Client`] sends the handshake, then multiplexes calls by id over one
 //! stream; when the stream ends every in-flight call fails with `Disconnected`.
 
-use crate::frame::{ClientFrame, ServerFrame, codec};
-use crate::server::encode;
+use crate::frame::{Ack, ClientFrame, Hello, ServerFrame, codec, decode_body, decode_handshake};
+use crate::server::{encode, encode_handshake};
 use crate::{Identity, Secret, WorkerError};
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use serde::Serialize;
-use serde::de::{DeserializeOwned, IgnoredAny};
+use serde::de::DeserializeOwned;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -149,7 +149,7 @@ where
     {
         let mut input = FramedRead::new(reader, codec());
         let mut output = FramedWrite::new(writer, codec());
-        let hello = encode(&ClientFrame::<()>::Hello {
+        let hello = encode_handshake(&Hello::Hello {
             protocol: me.protocol,
             build: me.build.clone(),
             secret: secret.expose().to_string(),
@@ -165,20 +165,13 @@ where
                 ));
             }
             Some(Err(e)) => return Err(WorkerError::Handshake(format!("unreadable answer: {e}"))),
-            Some(Ok(b)) => {
-                match serde_json::from_slice::<ServerFrame<IgnoredAny, IgnoredAny>>(&b) {
-                    Ok(ServerFrame::Ack { protocol, build }) => Identity { protocol, build },
-                    Ok(ServerFrame::Error { message }) => {
-                        return Err(WorkerError::Handshake(message));
-                    }
-                    Ok(_) => {
-                        return Err(WorkerError::Handshake(
-                            "the worker did not answer hello with ack".into(),
-                        ));
-                    }
-                    Err(e) => return Err(WorkerError::Handshake(format!("malformed answer: {e}"))),
+            Some(Ok(b)) => match decode_handshake::<Ack>(&b) {
+                Ok(Ack::Ack { protocol, build }) => Identity { protocol, build },
+                Ok(Ack::Error { message }) => {
+                    return Err(WorkerError::Handshake(message));
                 }
-            }
+                Err(e) => return Err(WorkerError::Handshake(format!("malformed answer: {e}"))),
+            },
         };
         if peer != *me {
             return Err(WorkerError::Mismatch {
@@ -222,7 +215,7 @@ where
                     Some(Err(e)) => break format!("reading from the worker: {e}"),
                     Some(Ok(b)) => b,
                 };
-                match serde_json::from_slice::<ServerFrame<Resp, Ev>>(&b) {
+                match decode_body::<ServerFrame<Resp, Ev>>(&b) {
                     Ok(ServerFrame::Response { id, body }) => {
                         let tx = lock(&r_shared.pending).as_mut().and_then(|m| m.remove(&id));
                         if let Some(tx) = tx {
@@ -237,7 +230,6 @@ where
                     Ok(ServerFrame::Error { message }) => {
                         break format!("the worker reported a protocol error: {message}");
                     }
-                    Ok(ServerFrame::Ack { .. }) => break "a second ack from the worker".into(),
                     Err(e) => break format!("a malformed frame from the worker: {e}"),
                 }
             };

@@ -5,7 +5,9 @@ use crate::WorkerError;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 
 /// The protocol version: bumped on any incompatible change of the frames or the messages.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// 2: the frames after the handshake are MessagePack with byte fields as binary strings (1 sent
+/// them as JSON, bytes as arrays of numbers).
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// This build's id: `CODESPACE_BUILD_ID` at build time, else `<crate version>+<git commit>`.
 pub const BUILD_ID: &str = env!("CODESPACE_BUILD_ID");

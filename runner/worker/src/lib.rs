@@ -1,10 +1,12 @@
 //! The worker protocol: a gateway talks to a worker (`codespace worker --stdio|--socket`) over
 //! any byte stream with small framed serde messages, generic over the message types.
 //!
-//! **Wire.** Each frame is a 4-byte big-endian length and a JSON document
-//! (`tokio_util::codec::LengthDelimitedCodec` + `serde_json`), at most [`MAX_FRAME`] bytes.
-//! The gateway sends [`frame::ClientFrame`]s (`hello`, `request {id, body}`), the worker
-//! [`frame::ServerFrame`]s (`ack`, `response {id, body}`, `event {body}`, `error`). Requests
+//! **Wire.** Each frame is a 4-byte big-endian length and a document, at most [`MAX_FRAME`]
+//! bytes (`tokio_util::codec::LengthDelimitedCodec`). The handshake's two frames are JSON
+//! ([`frame::Hello`], [`frame::Ack`]: their shape never changes, so any two versions can name
+//! each other); every frame after them is MessagePack (`rmp-serde`, see [`frame`] for why).
+//! The gateway sends [`frame::ClientFrame`]s (`request {id, body}`), the worker
+//! [`frame::ServerFrame`]s (`response {id, body}`, `event {body}`, `error`). Requests
 //! are multiplexed by id: the worker runs each in its own task, so a long poll never holds up a
 //! ping; the client matches replies by id.
 //!

@@ -1,13 +1,13 @@
 //! The worker's side: [`serve`] checks the handshake, then runs each request in its own task
 //! through a [`Handler`] and writes responses and events back, whatever order they finish in.
 
-use crate::frame::{ClientFrame, ServerFrame, codec};
+use crate::frame::{Ack, ClientFrame, Hello, ServerFrame, codec, decode_body, decode_handshake};
 use crate::{Identity, Secret, WorkerError};
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use futures_util::{SinkExt, StreamExt};
 use serde::Serialize;
-use serde::de::{DeserializeOwned, IgnoredAny};
+use serde::de::DeserializeOwned;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -88,8 +88,19 @@ impl<Ev: Serialize> EventSender<Ev> {
     }
 }
 
+/// A frame after the handshake as bytes ([`crate::frame::encode_body`]), within [`MAX_FRAME`].
+///
+/// [`MAX_FRAME`]: crate::frame::MAX_FRAME
 pub(crate) fn encode<T: Serialize>(frame: &T) -> Result<Bytes, WorkerError> {
-    let v = serde_json::to_vec(frame).map_err(|e| WorkerError::Protocol(e.to_string()))?;
+    capped(crate::frame::encode_body(frame).map_err(WorkerError::Protocol)?)
+}
+
+/// A handshake frame as bytes ([`crate::frame::encode_handshake`]).
+pub(crate) fn encode_handshake<T: Serialize>(frame: &T) -> Result<Bytes, WorkerError> {
+    capped(crate::frame::encode_handshake(frame).map_err(WorkerError::Protocol)?)
+}
+
+fn capped(v: Vec<u8>) -> Result<Bytes, WorkerError> {
     if v.len() > crate::frame::MAX_FRAME {
         return Err(WorkerError::Protocol(format!(
             "a frame of {} bytes is over the {} byte cap",
@@ -124,8 +135,8 @@ where
         Some(Err(e)) => return Err(WorkerError::Handshake(format!("unreadable hello: {e}"))),
         Some(Ok(b)) => b,
     };
-    let (protocol, build) = match serde_json::from_slice::<ClientFrame<IgnoredAny>>(&first) {
-        Ok(ClientFrame::Hello {
+    let (protocol, build) = match decode_handshake::<Hello>(&first) {
+        Ok(Hello::Hello {
             protocol,
             build,
             secret: given,
@@ -137,7 +148,7 @@ where
             ));
         }
     };
-    let ack = encode(&ServerFrame::<(), ()>::Ack {
+    let ack = encode_handshake(&Ack::Ack {
         protocol: me.protocol,
         build: me.build.clone(),
     })?;
@@ -198,9 +209,8 @@ where
                     Some(Err(e)) => break Err(WorkerError::Protocol(format!("unreadable frame: {e}"))),
                     Some(Ok(b)) => b,
                 };
-                let (id, req) = match serde_json::from_slice::<ClientFrame<H::Req>>(&bytes) {
+                let (id, req) = match decode_body::<ClientFrame<H::Req>>(&bytes) {
                     Ok(ClientFrame::Request { id, body }) => (id, body),
-                    Ok(ClientFrame::Hello { .. }) => break Err(WorkerError::Protocol("a second hello".into())),
                     Err(e) => break Err(WorkerError::Protocol(format!("malformed frame: {e}"))),
                 };
                 let Ok(permit) = permits.clone().acquire_owned().await else {

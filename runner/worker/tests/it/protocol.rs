@@ -1,7 +1,7 @@
 //! Frames, handshake, multiplexing, events and disconnects over in-memory streams.
 
 use super::{Req, Resp, handler};
-use codespace_runner_worker::frame::codec;
+use codespace_runner_worker::frame::{codec, decode_body, encode_body};
 use codespace_runner_worker::{Client, Identity, Secret, WorkerError, serve_stream};
 use futures_util::{SinkExt, StreamExt};
 use tokio::io::AsyncReadExt;
@@ -11,6 +11,16 @@ type C = Client<Req, Resp, u32>;
 
 fn bytes(v: Vec<u8>) -> bytes::Bytes {
     bytes::Bytes::from(v)
+}
+
+/// A frame after the handshake (MessagePack) from its JSON picture.
+fn body(v: serde_json::Value) -> bytes::Bytes {
+    bytes(encode_body(&v).unwrap())
+}
+
+/// The JSON picture of a frame after the handshake.
+fn unbody(b: &[u8]) -> serde_json::Value {
+    decode_body(b).unwrap()
 }
 
 fn id(build: &str) -> Identity {
@@ -102,6 +112,37 @@ async fn a_version_or_build_mismatch_names_both_sides() {
     );
 }
 
+/// A gateway of protocol 1 (JSON frames throughout) still reads this worker's `ack`: the
+/// handshake is JSON in every version, so the mismatch is named, not a decoding error.
+#[tokio::test]
+async fn a_protocol_1_gateway_reads_the_json_ack_and_the_worker_names_the_mismatch() {
+    let s = Secret::generate().unwrap();
+    let (a, b) = tokio::io::duplex(64 * 1024);
+    let (h, s2) = (handler(), s.clone());
+    let me = Identity::this_build();
+    let server = tokio::spawn(async move { serve_stream(b, h, &s2, &me).await });
+    let mut framed = Framed::new(a, codec());
+    let hello =
+        serde_json::json!({"t": "hello", "protocol": 1, "build": "old", "secret": s.expose()});
+    framed
+        .send(bytes(serde_json::to_vec(&hello).unwrap()))
+        .await
+        .unwrap();
+    let ack: serde_json::Value =
+        serde_json::from_slice(&framed.next().await.unwrap().unwrap()).unwrap();
+    assert_eq!(ack["t"], "ack", "{ack}");
+    assert_eq!(ack["protocol"], codespace_runner_worker::PROTOCOL_VERSION);
+    assert_eq!(codespace_runner_worker::PROTOCOL_VERSION, 2);
+    let e = server.await.unwrap().err().unwrap();
+    assert!(
+        e.to_string().contains(&format!(
+            "gateway 1/old met worker {}",
+            Identity::this_build().label()
+        )),
+        "{e}"
+    );
+}
+
 #[tokio::test]
 async fn a_wrong_secret_gets_no_byte_back() {
     let (right, wrong) = (Secret::generate().unwrap(), Secret::generate().unwrap());
@@ -144,33 +185,35 @@ async fn raw_after_handshake() -> (
     let ack: serde_json::Value =
         serde_json::from_slice(&framed.next().await.unwrap().unwrap()).unwrap();
     assert_eq!(ack["t"], "ack");
+    assert_eq!(ack["protocol"], 3);
     (framed, server)
 }
 
 #[tokio::test]
 async fn a_malformed_frame_gets_an_error_frame_and_the_connection_closes() {
     for bad in [
-        b"not json".to_vec(),
-        br#"{"t":"request","id":1,"body":"NoSuchCall"}"#.to_vec(),
-        br#"{"t":"request","body":"Ping"}"#.to_vec(),
+        b"not a frame".to_vec(),
+        encode_body(&serde_json::json!({"request": {"id": 1, "body": "NoSuchCall"}})).unwrap(),
+        encode_body(&serde_json::json!({"request": {"body": "Ping"}})).unwrap(),
+        // A second hello (JSON) after the handshake.
         br#"{"t":"hello","protocol":3,"build":"a","secret":"x"}"#.to_vec(),
     ] {
         let (mut framed, server) = raw_after_handshake().await;
         // A good request first: it is answered.
         framed
-            .send(bytes(br#"{"t":"request","id":7,"body":"Ping"}"#.to_vec()))
+            .send(body(
+                serde_json::json!({"request": {"id": 7, "body": "Ping"}}),
+            ))
             .await
             .unwrap();
-        let r: serde_json::Value =
-            serde_json::from_slice(&framed.next().await.unwrap().unwrap()).unwrap();
+        let r = unbody(&framed.next().await.unwrap().unwrap());
         assert_eq!(
             r,
-            serde_json::json!({"t": "response", "id": 7, "body": "Pong"})
+            serde_json::json!({"response": {"id": 7, "body": "Pong"}})
         );
         framed.send(bytes(bad)).await.unwrap();
-        let e: serde_json::Value =
-            serde_json::from_slice(&framed.next().await.unwrap().unwrap()).unwrap();
-        assert_eq!(e["t"], "error", "{e}");
+        let e = unbody(&framed.next().await.unwrap().unwrap());
+        assert!(e["error"]["message"].is_string(), "{e}");
         assert!(framed.next().await.is_none(), "the connection stays open");
         assert!(matches!(
             server.await.unwrap(),
@@ -187,9 +230,8 @@ async fn an_oversized_length_prefix_is_refused_before_its_bytes_are_buffered() {
         .await
         .unwrap();
     let mut framed = Framed::new(a, codec());
-    let e: serde_json::Value =
-        serde_json::from_slice(&framed.next().await.unwrap().unwrap()).unwrap();
-    assert_eq!(e["t"], "error");
+    let e = unbody(&framed.next().await.unwrap().unwrap());
+    assert!(e["error"]["message"].is_string(), "{e}");
     assert!(matches!(
         server.await.unwrap(),
         Err(WorkerError::Protocol(_))
