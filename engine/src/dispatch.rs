@@ -201,6 +201,16 @@ impl Gateway {
                     .await
                     .map(ToolResult::ApplyPatch)
             }
+            // A whole-file write (issue 31): a one-file patch operation, held like one.
+            ToolCall::WriteFile(p) => {
+                let confirm = !p.check_only.unwrap_or(false);
+                let auth = self
+                    .authorize_held(&snap, &p.workspace_id, &call, session, confirm)
+                    .await?;
+                crate::tools::write_file::write_file(&auth, p, None)
+                    .await
+                    .map(ToolResult::ApplyPatch)
+            }
             ToolCall::ApprovalCreate(p) => {
                 let held = crate::gateway::approvals::held_of(p)?;
                 let auth = self
@@ -348,6 +358,11 @@ fn run_held<'a>(
             ToolCall::ExecCommand(p) => crate::tools::process::exec_command(&auth, &p)
                 .await
                 .map(|r| ToolResult::ExecCommand(Box::new(r))),
+            ToolCall::WriteFile(p) => {
+                crate::tools::write_file::write_file(&auth, &p, resumed.as_ref())
+                    .await
+                    .map(ToolResult::ApplyPatch)
+            }
             other => Err(ToolError::new(
                 crate::error::ErrorCode::Internal,
                 format!("`{}` cannot be held", other.tool()),

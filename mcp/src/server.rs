@@ -472,6 +472,18 @@ fn wire_tool(tool: ToolName) -> Tool {
                 schema_for_type::<ProcessListParams>(),
             )
             .with_output_schema::<ProcessListResult>(),
+        ToolName::WriteFile => Tool::new(
+            name,
+                "Write a whole workspace file with exact bytes: mode \"replace\" (default; the file must exist) \
+                 makes its content exactly content, \"append\" adds content after its last byte, \"create\" \
+                 makes a new file (ADD_FILE_EXISTS if anything is there). No line ending is added or \
+                 converted; encoding \"base64\" writes any bytes. Runs as a one-file patch: decided like \
+                 apply_patch on the path, all or nothing, expected_version (sha256:<hex>) guards against \
+                 stale writes (VERSION_CONFLICT), check_only returns the diff without writing, operation_key \
+                 makes retries safe, operation_diff/operation_revert work on it. Returns the apply_patch result.",
+                schema_for_type::<codespace_engine::wire::WriteFileParams>(),
+            )
+            .with_output_schema::<ApplyPatchResult>(),
     }
 }
 

@@ -256,7 +256,11 @@ pub fn run_file_in(
                         // command (their alternatives and Cedar export count too).
                         let confirm_reqs = if matches!(
                             call,
-                            Some(ToolCall::ApplyPatch(_) | ToolCall::ExecCommand(_))
+                            Some(
+                                ToolCall::ApplyPatch(_)
+                                    | ToolCall::ExecCommand(_)
+                                    | ToolCall::WriteFile(_)
+                            )
                         ) {
                             codespace_policy::request::confirm_requests(&reqs)
                         } else {
@@ -780,7 +784,7 @@ fn check(snap: &PolicySnapshot, case: &TestCase, d: &Decision, failures: &mut Ve
         let got = if held { "hold" } else { "run" };
         if confirm.is_empty() {
             failures.push(
-                "confirm: not asked (the call is not an allowed apply_patch or exec_command)"
+                "confirm: not asked (the call is not an allowed apply_patch, write_file or exec_command)"
                     .into(),
             );
         } else if got != want {
@@ -938,7 +942,10 @@ pub fn case_records(
         };
         case_approval(&case, &call, &session, &mut reqs);
         // The `confirm` requests the server asks beside an allowed patch or command.
-        if matches!(call, ToolCall::ApplyPatch(_) | ToolCall::ExecCommand(_)) {
+        if matches!(
+            call,
+            ToolCall::ApplyPatch(_) | ToolCall::ExecCommand(_) | ToolCall::WriteFile(_)
+        ) {
             let confirm = codespace_policy::request::confirm_requests(&reqs);
             reqs.extend(confirm);
         }

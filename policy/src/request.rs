@@ -429,6 +429,55 @@ pub fn build(
             parsed_patch = Some(patch);
             out
         }
+        ToolCall::WriteFile(p) => {
+            // A whole-file write (issue 31): one patch of one `Write` hunk. Its path is decided
+            // as `write_file` and as the `apply_patch` a patch of that file would ask (same
+            // kind, `resource.tool` "apply_patch"), so a policy on either refuses it; the
+            // `expected_version` is the version oracle's `read`, as for `apply_patch`.
+            let rel = RelPath::parse(&p.path).map_err(path_error)?;
+            let mode = match p.mode {
+                crate::wire::WriteFileMode::Replace => codespace_runner_patch::WriteMode::Replace,
+                crate::wire::WriteFileMode::Append => codespace_runner_patch::WriteMode::Append,
+                crate::wire::WriteFileMode::Create => codespace_runner_patch::WriteMode::Create,
+            };
+            let patch = codespace_runner_patch::Patch {
+                hunks: vec![codespace_runner_patch::Hunk::Write {
+                    path: rel.as_str().to_string(),
+                    data: p.bytes()?,
+                    mode,
+                }],
+            };
+            let ctx = with("patch", json!({ "files": 1 }));
+            let mut out = Vec::with_capacity(3);
+            for (_, kind) in patch.touched_paths() {
+                let kind = touch_kind_name(kind);
+                let subject = format!("{kind} {}", rel.as_str());
+                out.push(sub(tool, rel.as_str(), kind, ctx.clone(), subject.clone()));
+                let mut as_patch = sub(
+                    Action::APPLY_PATCH,
+                    rel.as_str(),
+                    kind,
+                    ctx.clone(),
+                    subject,
+                );
+                as_patch.resource_tool = Some("apply_patch".into());
+                out.push(as_patch);
+            }
+            if p.expected_version.is_some() {
+                let mut r = sub(
+                    Action::READ,
+                    rel.as_str(),
+                    "",
+                    base.clone(),
+                    rel.as_str().into(),
+                );
+                r.resource_tool = Some("read".into());
+                out.push(r);
+            }
+            targets.push(rel);
+            parsed_patch = Some(patch);
+            out
+        }
         ToolCall::ExecCommand(p) => {
             let exec = exec_facts(p, session)?;
             let cwd = exec.cwd.as_str();
@@ -653,17 +702,26 @@ pub fn with_approval(reqs: &mut [SubRequest], facts: &ApprovalFacts) {
 
 /// The `confirm` requests of a call's requests: one per distinct request the tool itself makes
 /// (the version-oracle `read`s are not mutations and get none). A permit on `confirm` holds the
-/// call for a human; `resource.tool` stays the call's tool.
+/// call for a human; `resource.tool` stays the call's tool, except for the `apply_patch`
+/// request a `write_file` also asks, whose `confirm` says `apply_patch` (so a hold policy on
+/// patches holds whole-file writes too).
 pub fn confirm_requests(reqs: &[SubRequest]) -> Vec<SubRequest> {
     let mut out: Vec<SubRequest> = Vec::new();
-    for r in reqs.iter().filter(|r| r.resource_tool.is_none()) {
+    for r in reqs
+        .iter()
+        .filter(|r| r.resource_tool.is_none() || r.action == Action::APPLY_PATCH)
+    {
         let c = SubRequest {
             action: Action::Confirm,
             gating: false,
             ..r.clone()
         };
         let dup = out.iter().any(|o| {
-            o.path == c.path && o.kind == c.kind && o.context == c.context && o.links == c.links
+            o.path == c.path
+                && o.kind == c.kind
+                && o.context == c.context
+                && o.links == c.links
+                && o.resource_tool == c.resource_tool
         });
         if !dup {
             out.push(c);

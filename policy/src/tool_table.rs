@@ -44,6 +44,8 @@ pub enum ToolName {
     OperationRevert,
     /// `process_list`
     ProcessList,
+    /// `write_file` (issue 31's file toolkit: exact bytes, as a whole-file patch)
+    WriteFile,
 }
 
 /// One row of the tool table.
@@ -250,6 +252,17 @@ pub const TOOLS: &[ToolSpec] = &[
         false,
         None,
     ),
+    // A whole-file write or append (issue 31's file toolkit): a patch operation like
+    // `apply_patch`'s, decided on its path as both `write_file` and `apply_patch`.
+    row(
+        ToolName::WriteFile,
+        "Write file",
+        false,
+        true,
+        false,
+        false,
+        Some("patch"),
+    ),
 ];
 
 impl ToolName {
@@ -276,6 +289,7 @@ impl ToolName {
             ToolName::OperationDiff => "operation_diff",
             ToolName::OperationRevert => "operation_revert",
             ToolName::ProcessList => "process_list",
+            ToolName::WriteFile => "write_file",
         }
     }
 
@@ -339,7 +353,8 @@ mod tests {
                 // The operation ledger (issue 31).
                 | ToolName::OperationDiff
                 | ToolName::OperationRevert
-                | ToolName::ProcessList => out.push(t),
+                | ToolName::ProcessList
+                | ToolName::WriteFile => out.push(t),
             }
         }
         out
@@ -349,7 +364,7 @@ mod tests {
     fn every_tool_has_one_row() {
         let names: BTreeSet<_> = all_variants().into_iter().collect();
         assert_eq!(names.len(), TOOLS.len(), "one row per tool, no duplicates");
-        assert_eq!(names.len(), 19);
+        assert_eq!(names.len(), 20);
         for t in names {
             assert_eq!(t.spec().name, t);
             assert_eq!(ToolName::parse(t.as_str()), Some(t));

@@ -63,6 +63,7 @@ pub enum ToolCall {
     OperationDiff(OperationDiffParams),
     OperationRevert(OperationRevertParams),
     ProcessList(ProcessListParams),
+    WriteFile(WriteFileParams),
 }
 
 /// Why a `tools/call` could not become a [`ToolCall`].
@@ -117,6 +118,7 @@ impl ToolCall {
             ToolName::OperationDiff => ToolCall::OperationDiff(parse_args(args)?),
             ToolName::OperationRevert => ToolCall::OperationRevert(parse_args(args)?),
             ToolName::ProcessList => ToolCall::ProcessList(parse_args(args)?),
+            ToolName::WriteFile => ToolCall::WriteFile(parse_args(args)?),
         })
     }
 
@@ -143,6 +145,7 @@ impl ToolCall {
             ToolCall::OperationDiff(_) => ToolName::OperationDiff,
             ToolCall::OperationRevert(_) => ToolName::OperationRevert,
             ToolCall::ProcessList(_) => ToolName::ProcessList,
+            ToolCall::WriteFile(_) => ToolName::WriteFile,
         }
     }
 
@@ -158,6 +161,7 @@ impl ToolCall {
             ToolCall::Read(p) => Some(&p.workspace_id),
             ToolCall::Find(p) => Some(&p.workspace_id),
             ToolCall::ApplyPatch(p) => Some(&p.workspace_id),
+            ToolCall::WriteFile(p) => Some(&p.workspace_id),
             ToolCall::ExecCommand(p) => Some(&p.workspace_id),
             ToolCall::Grep(p) => Some(&p.workspace_id),
             ToolCall::FindFiles(p) => Some(&p.workspace_id),

@@ -127,6 +127,13 @@ async def every_tool(client: Client, mode: str) -> None:
     assert diff["files"], diff
     undone = await call_ok("operation_revert", {"operation_id": patched["operation_id"]})
     assert undone["status"] == "applied", undone
+    # A whole-file write with exact bytes (no final newline), then its undo.
+    wrote = await call_ok(
+        "write_file", {"workspace_id": WS, "path": "written.txt", "content": "no newline", "mode": "create"}
+    )
+    assert wrote["status"] == "applied" and wrote["changes"][0]["kind"] == "add", wrote
+    unwritten = await ok(client, "operation_revert", {"operation_id": wrote["operation_id"]})
+    assert unwritten["status"] == "applied", unwritten
     # A misspelt optional argument is named, not ignored.
     bad = await err(client, "read", {"workspace_id": WS, "path": "a.txt", "ofset": 1})
     assert bad["code"] == "INVALID_ARGUMENTS" and "ofset" in bad["message"], bad

@@ -86,6 +86,10 @@ async function everyTool(client, mode) {
   // The operation ledger (issue 31): the patch's diff, then its revert (a new apply_patch).
   assert.ok((await okc('operation_diff', { operation_id: patched.operation_id })).files.length > 0);
   assert.equal((await okc('operation_revert', { operation_id: patched.operation_id })).status, 'applied');
+  // A whole-file write with exact bytes (no final newline), then its undo.
+  const wrote = await okc('write_file', { workspace_id: WS, path: `written-${mode}.txt`, content: 'no newline', mode: 'create' });
+  assert.equal(wrote.status, 'applied');
+  assert.equal((await ok(client, 'operation_revert', { operation_id: wrote.operation_id })).status, 'applied');
   // A misspelt optional argument is named, not ignored.
   const bad = await errCode(client, 'read', { workspace_id: WS, path: 'a.txt', ofset: 1 });
   assert.equal(bad.code, 'INVALID_ARGUMENTS');

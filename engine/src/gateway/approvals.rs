@@ -237,6 +237,15 @@ impl Services {
                 self.pin_versions(ws, p).await?,
             ),
             ToolCall::ExecCommand(p) => ("exec_command", serde_json::to_value(p), BTreeMap::new()),
+            ToolCall::WriteFile(p) => {
+                let rel = RelPath::parse(&p.path)?;
+                let known = self.current_version(ws, &rel).await?;
+                let pinned = BTreeMap::from([(
+                    rel.as_str().to_string(),
+                    crate::gateway::patches::known_str(&known).to_string(),
+                )]);
+                ("write_file", serde_json::to_value(p), pinned)
+            }
             other => {
                 return Err(ToolError::new(
                     ErrorCode::InvalidArguments,
@@ -325,7 +334,9 @@ fn recorded_result(tool: &str, v: &Value) -> Result<ToolResult, ToolError> {
     use serde::Deserialize as _;
     let bad = |e: serde_json::Error| ToolError::new(ErrorCode::Internal, e.to_string());
     Ok(match tool {
-        "apply_patch" => ToolResult::ApplyPatch(ApplyPatchResult::deserialize(v).map_err(bad)?),
+        "apply_patch" | "write_file" => {
+            ToolResult::ApplyPatch(ApplyPatchResult::deserialize(v).map_err(bad)?)
+        }
         _ => ToolResult::ExecCommand(Box::new(ExecCommandResult::deserialize(v).map_err(bad)?)),
     })
 }

@@ -32,6 +32,15 @@ pub fn summary(config: &Config, workspace: &str, args: &ToolCall) -> String {
                 patch_summary(&p.patch)
             ))
             .into_owned(),
+        ToolCall::WriteFile(p) => config
+            .redaction
+            .text(&format!(
+                "write_file in {workspace}: {} {} ({} bytes)",
+                p.mode.as_str(),
+                p.path,
+                p.bytes().map_or(0, |b| b.len())
+            ))
+            .into_owned(),
         other => format!("{} in {workspace}", other.tool()),
     }
 }

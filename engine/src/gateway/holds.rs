@@ -373,6 +373,14 @@ impl<'a> Holds<'a> {
                     .await?;
                 run(auth, call, Some(resumed)).await
             }
+            ToolCall::WriteFile(mut p) => {
+                p.operation_key.get_or_insert(key);
+                let call = ToolCall::WriteFile(p.clone());
+                let auth = self
+                    .authorize_held(snap, &p.workspace_id, &call, session, false)
+                    .await?;
+                run(auth, call, Some(resumed)).await
+            }
             ToolCall::ExecCommand(mut p) => {
                 p.operation_key.get_or_insert(key);
                 let call = ToolCall::ExecCommand(p.clone());

@@ -594,11 +594,11 @@ pub(crate) async fn revert_params(
     p: &OperationRevertParams,
 ) -> Result<ApplyPatchParams, ToolError> {
     let op = row.operation_id.as_str();
-    if row.tool != ToolName::ApplyPatch.as_str() {
+    if row.tool != ToolName::ApplyPatch.as_str() && row.tool != ToolName::WriteFile.as_str() {
         return Err(not_revertible(
             op,
             format!(
-                "only apply_patch operations can be reverted, not {}",
+                "only apply_patch and write_file operations can be reverted, not {}",
                 row.tool
             ),
         ));

@@ -16,3 +16,5 @@ mod patch_runner;
 pub mod process;
 pub mod process_list;
 pub mod search;
+// A whole-file write or append as a one-file patch (issue 31).
+pub mod write_file;

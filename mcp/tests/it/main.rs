@@ -72,4 +72,5 @@ mod store_files;
 mod telemetry;
 mod worked_examples;
 mod worker;
+mod write_file;
 mod write_scope;

@@ -13,6 +13,8 @@ pub enum HeldTool {
     ApplyPatch,
     /// `exec_command`.
     ExecCommand,
+    /// `write_file` (its resumed result is in `apply_patch`: the same result shape).
+    WriteFile,
 }
 
 impl HeldTool {
@@ -21,6 +23,7 @@ impl HeldTool {
         match self {
             HeldTool::ApplyPatch => "apply_patch",
             HeldTool::ExecCommand => "exec_command",
+            HeldTool::WriteFile => "write_file",
         }
     }
 }
@@ -29,7 +32,7 @@ impl HeldTool {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ApprovalCreateParams {
-    /// The tool to hold: `apply_patch` or `exec_command`.
+    /// The tool to hold: `apply_patch`, `exec_command` or `write_file`.
     pub tool: HeldTool,
     /// The same arguments object the named tool takes.
     pub arguments: serde_json::Value,

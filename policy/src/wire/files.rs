@@ -383,6 +383,90 @@ pub struct ApplyPatchParams {
     pub check_only: Option<bool>,
 }
 
+/// How `write_file` changes its file.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum WriteFileMode {
+    /// The existing file's bytes become exactly `content` (FILE_NOT_FOUND when there is none:
+    /// a new file is `create`).
+    #[default]
+    Replace,
+    /// `content` is added after the existing file's last byte (FILE_NOT_FOUND when none).
+    Append,
+    /// A new file holding exactly `content` (ADD_FILE_EXISTS when anything is at the path).
+    Create,
+}
+
+impl WriteFileMode {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WriteFileMode::Replace => "replace",
+            WriteFileMode::Append => "append",
+            WriteFileMode::Create => "create",
+        }
+    }
+}
+
+/// How `write_file`'s `content` is spelled.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum WriteFileEncoding {
+    /// `content` is the text itself (its UTF-8 bytes are written).
+    #[default]
+    Text,
+    /// `content` is standard base64 of the bytes (any bytes).
+    Base64,
+}
+
+/// Parameters of `write_file`: a whole-file write or append with exact bytes (no line ending
+/// added or converted), run as a one-file patch operation (versions, journal, approvals,
+/// guardrails and the ledger as for `apply_patch`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WriteFileParams {
+    /// The workspace id.
+    pub workspace_id: String,
+    /// Workspace-relative path of the file.
+    pub path: String,
+    /// The bytes to write or append, as `encoding` says.
+    pub content: String,
+    /// `replace` (default), `append` or `create`.
+    #[serde(default)]
+    pub mode: WriteFileMode,
+    /// `text` (default) or `base64`.
+    #[serde(default)]
+    pub encoding: WriteFileEncoding,
+    /// The file's version the caller read (`sha256:<hex>`, or `"absent"` with `create`); a
+    /// mismatch is VERSION_CONFLICT and nothing is written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_version: Option<String>,
+    /// Idempotency key: the same key and request replay the stored result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation_key: Option<String>,
+    /// Plan and authorize only; write nothing (`status: checked`, with `diff`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check_only: Option<bool>,
+}
+
+impl WriteFileParams {
+    /// The bytes `content` spells (`INVALID_ARGUMENTS` for base64 that does not decode).
+    pub fn bytes(&self) -> Result<Vec<u8>, crate::error::ToolError> {
+        use base64::Engine as _;
+        match self.encoding {
+            WriteFileEncoding::Text => Ok(self.content.as_bytes().to_vec()),
+            WriteFileEncoding::Base64 => base64::engine::general_purpose::STANDARD
+                .decode(self.content.as_bytes())
+                .map_err(|e| {
+                    crate::error::ToolError::new(
+                        crate::error::ErrorCode::InvalidArguments,
+                        format!("content is not standard base64: {e}"),
+                    )
+                }),
+        }
+    }
+}
+
 /// One file an apply_patch touched.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
 pub struct FileChange {

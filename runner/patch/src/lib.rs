@@ -6,7 +6,8 @@
 //!
 //! Line endings: each file line keeps its own terminator (`\n`, `\r\n` or a lone `\r`); lines
 //! the patch inserts take the file's most common terminator; an updated file always ends with a
-//! terminator. A UTF-8 byte-order mark is kept.
+//! terminator. A UTF-8 byte-order mark is kept. A [`Hunk::Write`] (built by the caller, never
+//! parsed from V4A text) writes exact bytes instead: nothing is added, converted or kept.
 //!
 //! ```
 //! use codespace_runner_patch::{FileState, PlannedChange, parse, plan};
@@ -45,6 +46,6 @@ mod text;
 mod update;
 
 pub use error::{ParseError, PlanError};
-pub use model::{Chunk, Hunk, Patch, TouchKind};
+pub use model::{Chunk, Hunk, Patch, TouchKind, WriteMode};
 pub use parse::parse;
 pub use plan::{FileState, Plan, PlannedChange, plan};

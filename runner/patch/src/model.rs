@@ -22,6 +22,17 @@ pub enum Hunk {
         /// Path of the file to remove, as spelled in the patch.
         path: String,
     },
+    /// A whole-file change with exact bytes (the `write_file` tool; no V4A text spells it):
+    /// the file's new content is `data` (replace), its old content followed by `data` (append),
+    /// or `data` in a file that must not exist yet (create). No line ending is added or changed.
+    Write {
+        /// Path of the file, as given.
+        path: String,
+        /// The bytes to write or append.
+        data: Vec<u8>,
+        /// Replace, append or create.
+        mode: WriteMode,
+    },
     /// `*** Update File: path`, optionally `*** Move to: dest`, then chunks.
     Update {
         /// Path of the file to change, as spelled in the patch.
@@ -46,6 +57,17 @@ pub struct Chunk {
     pub is_end_of_file: bool,
 }
 
+/// How a [`Hunk::Write`] changes its file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WriteMode {
+    /// The existing file's bytes become exactly the data (the file must exist).
+    Replace,
+    /// The data is added after the existing file's last byte (the file must exist).
+    Append,
+    /// A new file holding exactly the data (nothing may exist at the path).
+    Create,
+}
+
 /// How a hunk touches one path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TouchKind {
@@ -65,7 +87,10 @@ impl Hunk {
     /// The path named in the hunk header (for a move, the source).
     pub fn path(&self) -> &str {
         match self {
-            Hunk::Add { path, .. } | Hunk::Delete { path } | Hunk::Update { path, .. } => path,
+            Hunk::Add { path, .. }
+            | Hunk::Delete { path }
+            | Hunk::Update { path, .. }
+            | Hunk::Write { path, .. } => path,
         }
     }
 }
@@ -78,6 +103,12 @@ impl Patch {
             match hunk {
                 Hunk::Add { path, .. } => out.push((path.clone(), TouchKind::Add)),
                 Hunk::Delete { path } => out.push((path.clone(), TouchKind::Delete)),
+                Hunk::Write {
+                    path,
+                    mode: WriteMode::Create,
+                    ..
+                } => out.push((path.clone(), TouchKind::Add)),
+                Hunk::Write { path, .. } => out.push((path.clone(), TouchKind::Update)),
                 Hunk::Update {
                     path,
                     move_to: None,

@@ -3,7 +3,7 @@
 
 use crate::conflicts;
 use crate::error::PlanError;
-use crate::model::{Hunk, Patch};
+use crate::model::{Hunk, Patch, WriteMode};
 use crate::quote::quote;
 use crate::update;
 
@@ -103,13 +103,18 @@ pub fn plan<E>(
     let mut sources: Vec<Option<Existing>> = Vec::with_capacity(patch.hunks.len());
     for hunk in &patch.hunks {
         let source = match hunk {
-            Hunk::Add { path, .. } => {
+            Hunk::Write {
+                path,
+                mode: WriteMode::Create,
+                ..
+            }
+            | Hunk::Add { path, .. } => {
                 must_be_free(path, lookup(path).map_err(PlanError::Lookup)?, || {
                     PlanError::AddFileExists(path.clone())
                 })?;
                 None
             }
-            Hunk::Delete { path } => {
+            Hunk::Delete { path } | Hunk::Write { path, .. } => {
                 Some(must_exist(path, lookup(path).map_err(PlanError::Lookup)?)?)
             }
             Hunk::Update { path, move_to, .. } => {
@@ -140,6 +145,19 @@ fn change<E>(hunk: &Hunk, source: Option<Existing>) -> Result<PlannedChange, Pla
                 new: contents.as_bytes().to_vec(),
             });
         }
+        (
+            Hunk::Write {
+                path,
+                data,
+                mode: WriteMode::Create,
+            },
+            _,
+        ) => {
+            return Ok(PlannedChange::Add {
+                path: path.clone(),
+                new: data.clone(),
+            });
+        }
         (hunk, Some(source)) => (hunk.path(), source),
         (hunk, None) => {
             return Err(PlanError::FileNotFound(hunk.path().to_string()));
@@ -147,6 +165,27 @@ fn change<E>(hunk: &Hunk, source: Option<Existing>) -> Result<PlannedChange, Pla
     };
     let Existing { data, mode } = source;
     match hunk {
+        Hunk::Write {
+            data: bytes,
+            mode: how,
+            ..
+        } => {
+            let new = match how {
+                WriteMode::Append => {
+                    let mut all = Vec::with_capacity(data.len().saturating_add(bytes.len()));
+                    all.extend_from_slice(&data);
+                    all.extend_from_slice(bytes);
+                    all
+                }
+                WriteMode::Replace | WriteMode::Create => bytes.clone(),
+            };
+            Ok(PlannedChange::Update {
+                path: path.to_string(),
+                old: data,
+                new,
+                mode,
+            })
+        }
         Hunk::Update {
             move_to, chunks, ..
         } => {
@@ -427,5 +466,101 @@ mod tests {
         assert_eq!(err.code(), "INVALID_PATCH");
         assert!(err.to_string().contains("'src/a.rs'"), "{err}");
         assert!(err.to_string().contains("'nope'"), "{err}");
+    }
+
+    fn write(path: &str, data: &[u8], mode: WriteMode) -> Patch {
+        Patch {
+            hunks: vec![Hunk::Write {
+                path: path.into(),
+                data: data.to_vec(),
+                mode,
+            }],
+        }
+    }
+
+    fn plan_write(p: &Patch, fs: &HashMap<String, FileState>) -> Result<Plan, PlanError<String>> {
+        plan(p, |path| {
+            Ok(fs.get(path).cloned().unwrap_or(FileState::Absent))
+        })
+    }
+
+    #[test]
+    fn whole_file_writes_keep_exact_bytes_and_the_file_mode() {
+        let fs = states(&[(
+            "w",
+            FileState::File {
+                data: b"a\r\nb".to_vec(),
+                mode: 0o755,
+            },
+        )]);
+        // No final newline, CR, NUL and non-UTF-8 bytes: written as given.
+        let bytes = b"x\r\ny\0\xff";
+        let replaced = plan_write(&write("w", bytes, WriteMode::Replace), &fs).unwrap();
+        assert_eq!(
+            replaced.changes,
+            vec![PlannedChange::Update {
+                path: "w".into(),
+                old: b"a\r\nb".to_vec(),
+                new: bytes.to_vec(),
+                mode: 0o755,
+            }]
+        );
+        let appended = plan_write(&write("w", b"\rc", WriteMode::Append), &fs).unwrap();
+        assert_eq!(
+            appended.changes,
+            vec![PlannedChange::Update {
+                path: "w".into(),
+                old: b"a\r\nb".to_vec(),
+                new: b"a\r\nb\rc".to_vec(),
+                mode: 0o755,
+            }]
+        );
+        let created = plan_write(&write("n", b"", WriteMode::Create), &fs).unwrap();
+        assert_eq!(
+            created.changes,
+            vec![PlannedChange::Add {
+                path: "n".into(),
+                new: Vec::new(),
+            }]
+        );
+        assert_eq!(
+            write("n", b"", WriteMode::Create).touched_paths(),
+            vec![("n".to_string(), crate::TouchKind::Add)]
+        );
+        assert_eq!(
+            write("w", b"", WriteMode::Append).touched_paths(),
+            vec![("w".to_string(), crate::TouchKind::Update)]
+        );
+    }
+
+    #[test]
+    fn whole_file_writes_refuse_what_their_mode_does_not_allow() {
+        let fs = states(&[
+            ("w", file("x")),
+            ("d", FileState::Directory),
+            ("l", FileState::Symlink),
+        ]);
+        let code = |p: &Patch| plan_write(p, &fs).unwrap_err().code();
+        assert_eq!(
+            code(&write("w", b"y", WriteMode::Create)),
+            "ADD_FILE_EXISTS"
+        );
+        assert_eq!(
+            code(&write("d", b"y", WriteMode::Create)),
+            "ADD_FILE_EXISTS"
+        );
+        assert_eq!(
+            code(&write("gone", b"y", WriteMode::Replace)),
+            "FILE_NOT_FOUND"
+        );
+        assert_eq!(
+            code(&write("gone", b"y", WriteMode::Append)),
+            "FILE_NOT_FOUND"
+        );
+        assert_eq!(code(&write("d", b"y", WriteMode::Replace)), "INVALID_PATCH");
+        assert_eq!(
+            code(&write("l", b"y", WriteMode::Append)),
+            "SYMLINK_REJECTED"
+        );
     }
 }

@@ -54,10 +54,15 @@ const MIGRATIONS: &[Migration] = &[
         version: 10,
         sql: include_str!("../migrations/0010_path_indexes.sql"),
     },
+    // Holds of `write_file` (issue 31).
+    Migration {
+        version: 11,
+        sql: include_str!("../migrations/0011_write_file_holds.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.
-pub const LATEST_VERSION: i64 = 10;
+pub const LATEST_VERSION: i64 = 11;
 
 /// Reads `PRAGMA user_version`.
 pub(crate) fn user_version(conn: &Connection) -> rusqlite::Result<i64> {
