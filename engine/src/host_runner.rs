@@ -607,6 +607,7 @@ impl Runner for HostRunner {
                         args: launch.args,
                         env: launch.env,
                         inherit_fds: launch.inherit_fds.into_iter().map(InheritedFd).collect(),
+                        self_start: launch.self_start,
                     })
                 }
             };
