@@ -28,6 +28,7 @@ pub use error::{ProcError, SpawnError};
 pub use steps::STEPS_SERVER_ENV;
 pub use table::ProcessTable;
 pub use types::{
-    ExitHook, InheritedFd, Launcher, ProcState, SELF_START_CGROUP_ARG, SELF_START_PARENT_ARG, ProcessInfo, ReadChunk, ReadWindow, Registration,
-    SpawnOptions, SpawnSpec, Spawned, Stream, TableLimits, Termination,
+    ExitHook, InheritedFd, Launcher, ProcState, ProcessInfo, ReadChunk, ReadWindow, Registration,
+    SELF_START_CGROUP_ARG, SELF_START_PARENT_ARG, SpawnOptions, SpawnSpec, Spawned, Stream,
+    TableLimits, Termination,
 };

@@ -194,7 +194,10 @@ pub(crate) fn spawn_pipe_lean(plan: &ExecPlan<'_>) -> Result<PipeChild, SpawnErr
 /// SIGKILL to the group `pid` leads (a child the table cannot manage after all; reaped by the
 /// exit watch's fallback of the caller, or by init once the server exits).
 fn signal_pid_group(pid: u32) {
-    if let Some(p) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) {
+    if let Some(p) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
         let _ = rustix::process::kill_process_group(p, Signal::KILL);
     }
 }
@@ -214,7 +217,8 @@ struct FileActions(Box<libc::posix_spawn_file_actions_t>);
 impl FileActions {
     fn new() -> std::io::Result<FileActions> {
         // SAFETY: a zeroed value is only storage; `init` below initializes it.
-        let mut raw: Box<libc::posix_spawn_file_actions_t> = Box::new(unsafe { std::mem::zeroed() });
+        let mut raw: Box<libc::posix_spawn_file_actions_t> =
+            Box::new(unsafe { std::mem::zeroed() });
         // SAFETY: `raw` points to writable storage for the object.
         check(unsafe { libc::posix_spawn_file_actions_init(&mut *raw) })?;
         Ok(FileActions(raw))

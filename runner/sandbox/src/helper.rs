@@ -117,7 +117,9 @@ fn split_self_start(mut args: &[OsString]) -> Result<(SelfStart, &[OsString]), S
                         "{SELF_START_CGROUP_ARG} given more than twice"
                     )));
                 }
-                start.cgroups.push(inherited_fd(value, SELF_START_CGROUP_ARG)?);
+                start
+                    .cgroups
+                    .push(inherited_fd(value, SELF_START_CGROUP_ARG)?);
                 args = rest;
             }
             [flag, value, rest @ ..] if flag == SELF_START_PARENT_ARG => {

@@ -72,7 +72,9 @@ pub use helper_exe::{
 };
 pub use launch::{SPAWN_ENV, SandboxCommand, SandboxLaunch, self_start_enabled};
 pub use mask::MAX_MASKS;
-pub use mountns::{MAX_AGE as PREPARED_NAMESPACE_MAX_AGE, prepare_mount_namespace};
+pub use mountns::{
+    MAX_AGE as PREPARED_NAMESPACE_MAX_AGE, PREPARED_MOUNTNS_ENV, prepare_mount_namespace,
+};
 pub use plan::{
     ARGV_SEPARATOR, HELPER_ARG, LauncherParts, MAX_PLAN_BYTES, NetworkMode, PLAN_ENV, PROXY_PORT,
     SandboxPlan, launcher_parts,

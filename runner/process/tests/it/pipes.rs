@@ -472,7 +472,8 @@ async fn a_pipe_child_leads_its_own_session_without_a_terminal() {
 }
 
 #[tokio::test]
-async fn a_self_starting_launcher_is_spawned_with_its_cgroup_and_parent_named_and_its_own_session() {
+async fn a_self_starting_launcher_is_spawned_with_its_cgroup_and_parent_named_and_its_own_session()
+{
     use std::io::Read;
     use std::os::fd::OwnedFd;
     let (_d, cwd) = workdir();
@@ -506,7 +507,10 @@ async fn a_self_starting_launcher_is_spawned_with_its_cgroup_and_parent_named_an
     );
     let cgroups = table.pids_isolation().mechanism != codespace_runner_process::PidsMechanism::None;
     assert_eq!(args.contains("--cgroup-fd "), cgroups, "{out}");
-    assert!(out.contains(&format!("sid={} me={}", p.pid, p.pid)), "{out}");
+    assert!(
+        out.contains(&format!("sid={} me={}", p.pid, p.pid)),
+        "{out}"
+    );
     assert!(out.contains(&format!("cwd={}", cwd.display())), "{out}");
     assert!(out.contains("in=hello"), "{out}");
     let info = table.wait_exit(&p.id).await.unwrap();
