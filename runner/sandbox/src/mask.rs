@@ -168,7 +168,7 @@ pub(crate) fn masks_hold(
         match open_target(root, dir) {
             Ok(fd) => match rustix::fs::fstat(&fd) {
                 Ok(st) if FileType::from_raw_mode(st.st_mode) != FileType::Directory => {}
-                Ok(_) if crate::mountns::fd_mount_root_read_only(fd.as_fd()).is_some() => {}
+                Ok(_) if crate::mount::fd_mount_root_read_only(fd.as_fd()).is_some() => {}
                 _ => return false,
             },
             Err(Errno::NOENT | Errno::LOOP | Errno::NOTDIR) => {}
@@ -211,7 +211,7 @@ fn covered(root: BorrowedFd<'_>, rel: &Path) -> bool {
     if kind == FileType::Symlink {
         return true;
     }
-    if crate::mountns::fd_mount_root_read_only(target.as_fd()) != Some(true) {
+    if crate::mount::fd_mount_root_read_only(target.as_fd()) != Some(true) {
         return false;
     }
     match kind {

@@ -380,19 +380,7 @@ fn holds_scope(plan: &SandboxPlan, host_root: (u64, u64)) -> bool {
 /// `None` when it is not one or cannot be checked.
 fn mount_root_read_only(root: rustix::fd::BorrowedFd<'_>, rel: &Path) -> Option<bool> {
     let fd = open_target(root, rel).ok()?;
-    fd_mount_root_read_only(fd.as_fd())
-}
-
-/// `Some(read_only)` when `fd` is the root of a mount, `None` when it is not one or cannot be
-/// checked.
-pub(crate) fn fd_mount_root_read_only(fd: rustix::fd::BorrowedFd<'_>) -> Option<bool> {
-    let st = rustix::fs::statx(fd, "", AtFlags::EMPTY_PATH, StatxFlags::BASIC_STATS).ok()?;
-    let known = st.stx_attributes_mask.contains(StatxAttributes::MOUNT_ROOT);
-    if !known || !st.stx_attributes.contains(StatxAttributes::MOUNT_ROOT) {
-        return None;
-    }
-    let vfs = rustix::fs::fstatvfs(fd).ok()?;
-    Some(vfs.f_flag.contains(StatVfsMountFlags::RDONLY))
+    crate::mount::fd_mount_root_read_only(fd.as_fd())
 }
 
 #[cfg(test)]
