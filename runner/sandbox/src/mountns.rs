@@ -39,7 +39,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use rustix::fs::{AtFlags, Mode, OFlags, StatVfsMountFlags, StatxAttributes, StatxFlags};
+use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 use rustix::mount::MountPropagationFlags;
 use rustix::thread::{LinkNameSpaceType, UnshareFlags};
