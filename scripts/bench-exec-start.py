@@ -16,9 +16,11 @@ command's start".
 Usage: scripts/bench-exec-start.py [--iters N] [--rounds R] [--binary PATH]
 Default binary: $CARGO_TARGET_DIR/debug/codespace (build it first:
 `cargo build --workspace --all-targets --features codespace-mcp/test-hooks`).
-Two servers of that build run side by side, calls interleaved: the binary in place (the dedicated
-`codespace-sandbox-helper` beside it) and a hard link of it alone in a directory of its own (no
-helper beside it: the self-exec fallback, i.e. the start before the dedicated helper existed).
+Three servers of that build run side by side, calls interleaved: the binary in place (the dedicated
+`codespace-sandbox-helper` beside it, started with `posix_spawn`), the same with
+`CODESPACE_SANDBOX_SPAWN=fork` (the server forked for each helper, as before that cut), and a hard
+link of it alone in a directory of its own (no helper beside it: the self-exec fallback, i.e. the
+start before the dedicated helper existed).
 """
 
 from __future__ import annotations
@@ -114,7 +116,7 @@ def alone_copy(binary: Path, tmp: str) -> Path:
     return out
 
 
-def start_server(binary: Path, tmp: str, label: str) -> tuple[Server, dict]:
+def start_server(binary: Path, tmp: str, label: str, env: dict[str, str] | None = None) -> tuple[Server, dict]:
     base = Path(tmp) / f"srv-{label}"
     base.mkdir()
     roots = {}
@@ -129,7 +131,7 @@ def start_server(binary: Path, tmp: str, label: str) -> tuple[Server, dict]:
         "workspaces": {"w": {"root": str(roots["w"])},
                        "s": {"root": str(roots["s"]), "env": {"CODESPACE_SANDBOX_STEPS": "1"}}},
         "store": str(base / "store.db")}))
-    s = Server([str(binary), "serve", "--config", str(cfg)], "bench-exec-start")
+    s = Server([str(binary), "serve", "--config", str(cfg)], "bench-exec-start", env)
     info = s.tool("workspace_info", {"workspace_id": "w"})
     iso = info["execution"]["isolation"]
     _, _, r = exec_true(s, "w", ["sh", "-c", "wc -c < .env"])
@@ -146,13 +148,16 @@ def main() -> int:
     binary = a.binary.resolve()
     dedicated = binary.parent / "codespace-sandbox-helper"
     with tempfile.TemporaryDirectory(dir=binary.parent) as tmp:
-        builds = [("self-exec", alone_copy(binary, tmp))]
+        builds = [("self-exec", alone_copy(binary, tmp), None)]
         if dedicated.exists():
-            builds.append(("dedicated", binary))
+            # The dedicated helper started with posix_spawn (the default), and with the server
+            # forked for it as before (CODESPACE_SANDBOX_SPAWN=fork, the off switch).
+            builds.append(("dedicated", binary, None))
+            builds.append(("dedicated+fork", binary, {**os.environ, "CODESPACE_SANDBOX_SPAWN": "fork"}))
         servers = []
         print(f"binary {binary}")
-        for label, b in builds:
-            s, iso = start_server(b, tmp, label)
+        for label, b, env in builds:
+            s, iso = start_server(b, tmp, label, env)
             print(f"{label}: command_sandbox={iso['command_sandbox']} secret_masking={iso['secret_masking']} "
                   f"sandbox_helper={iso.get('sandbox_helper', '(not reported)')} .env masked={iso['masked']} "
                   f"pids={iso['pids']['mechanism']}")

@@ -10,11 +10,12 @@ import subprocess
 
 class Server:
     """A server started with `argv` (e.g. `[binary, "serve", "--config", cfg]`), initialized as
-    the client `client`; its stderr is dropped."""
+    the client `client`; its stderr is dropped. `env`: the server's whole environment (default:
+    this script's)."""
 
-    def __init__(self, argv: list[str], client: str) -> None:
+    def __init__(self, argv: list[str], client: str, env: dict[str, str] | None = None) -> None:
         self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.DEVNULL, text=True, bufsize=1)
+                                  stderr=subprocess.DEVNULL, text=True, bufsize=1, env=env)
         self.next = 1
         self.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
                                     "clientInfo": {"name": client, "version": "1"}})

@@ -6,8 +6,7 @@
 //! `runner/sandbox`'s helper when the request carries a plan: masks, write scope, network,
 //! private temp dir; the exec handshake awaited before `spawn` answers). A `network: proxy`
 //! command's relay control socket is handed over in-process ([`HostRunner::stash_relay`]).
-//! `to_tool_error`/`from_tool_error` map its errors to the wire's and back, code for code and
-//! message for message.
+//! `to_tool_error`/`from_tool_error` map its errors to the wire's and back, code and message.
 
 use crate::error::{ErrorCode, ToolError};
 use crate::file_versions::FileVersions;
@@ -607,6 +606,7 @@ impl Runner for HostRunner {
                         args: launch.args,
                         env: launch.env,
                         inherit_fds: launch.inherit_fds.into_iter().map(InheritedFd).collect(),
+                        self_start: launch.self_start,
                     })
                 }
             };

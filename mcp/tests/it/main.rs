@@ -62,6 +62,7 @@ mod redaction;
 mod sandbox_exec;
 mod sandbox_helper;
 mod sandbox_isolation;
+mod sandbox_shapes;
 mod secret_masks;
 mod server_state;
 mod stdio_common;

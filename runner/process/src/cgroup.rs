@@ -105,6 +105,11 @@ pub(crate) struct JoinFds {
 }
 
 impl JoinFds {
+    /// The descriptors' numbers (for a launcher that joins by itself).
+    pub(crate) fn raw(&self) -> impl Iterator<Item = RawFd> + '_ {
+        self.fds.iter().flatten().copied()
+    }
+
     /// Moves the calling process into every cgroup. Only async-signal-safe calls: for `pre_exec`.
     pub(crate) fn join(&self) -> io::Result<()> {
         for fd in self.fds.iter().flatten() {

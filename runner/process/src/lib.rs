@@ -29,5 +29,6 @@ pub use steps::STEPS_SERVER_ENV;
 pub use table::ProcessTable;
 pub use types::{
     ExitHook, InheritedFd, Launcher, ProcState, ProcessInfo, ReadChunk, ReadWindow, Registration,
-    SpawnOptions, SpawnSpec, Spawned, Stream, TableLimits, Termination,
+    SELF_START_CGROUP_ARG, SELF_START_PARENT_ARG, SpawnOptions, SpawnSpec, Spawned, Stream,
+    TableLimits, Termination,
 };

@@ -41,8 +41,8 @@ impl Drop for LiveSlot {
 pub(crate) enum Reaper {
     /// tokio owns the child; `wait()` reaps it.
     Pipe(Child),
-    /// Reaped directly with `waitpid`.
-    Pty(u32),
+    /// Reaped directly with `waitpid`: a PTY child, or a pipe child started with `posix_spawn`.
+    Raw(u32),
 }
 
 /// Starts a thread that blocks in `waitid(WNOWAIT)` for `pid` and reports the exit kind.
@@ -107,7 +107,7 @@ pub(crate) async fn supervise(s: Supervision) {
                 tracing::warn!(id = %proc.id, %err, "reaping a child failed");
             }
         }
-        Reaper::Pty(pid) => reap_nonblocking(pid),
+        Reaper::Raw(pid) => reap_nonblocking(pid),
     }
     drop(slot);
     // Before the exit is observable (status, wait_exit, eof): whoever frees something here is

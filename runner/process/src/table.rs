@@ -12,7 +12,7 @@ use rustix::process::Signal;
 use crate::cgroup::{Cgroups, PidsIsolation};
 use crate::error::{ProcError, SpawnError};
 use crate::output::Output;
-use crate::pipe::{ExecPlan, pump, spawn_pipe};
+use crate::pipe::{ExecPlan, pump, spawn_pipe, spawn_pipe_lean};
 use crate::proc::{Proc, ProcIdentity, Stdin};
 use crate::pty::{PtyPlan, read_loop, spawn_pty};
 use crate::resolve::{check_cwd, display_name, resolve_program};
@@ -110,6 +110,8 @@ struct Plan {
     env: Vec<(String, String)>,
     /// The launcher's descriptors the child keeps across `exec`.
     inherit_fds: Vec<std::os::fd::RawFd>,
+    /// The launcher does the pre-`exec` steps itself ([`crate::Launcher::self_start`]).
+    self_start: bool,
 }
 
 fn plan_for(spec: &SpawnSpec, first: &str) -> Result<Plan, SpawnError> {
@@ -122,6 +124,7 @@ fn plan_for(spec: &SpawnSpec, first: &str) -> Result<Plan, SpawnError> {
             args: rest,
             env: spec.env.clone(),
             inherit_fds: Vec::new(),
+            self_start: false,
         });
     };
     let launcher_str = launcher.program.to_string_lossy().into_owned();
@@ -146,7 +149,27 @@ fn plan_for(spec: &SpawnSpec, first: &str) -> Result<Plan, SpawnError> {
             .iter()
             .map(crate::types::InheritedFd::raw)
             .collect(),
+        self_start: launcher.self_start,
     })
+}
+
+/// Inserts the self-start arguments ([`crate::Launcher::self_start`]) before the `--` that ends
+/// the launcher's own arguments, and adds the cgroup descriptors to those the child inherits.
+fn add_self_start(plan: &mut Plan, join: &crate::cgroup::JoinFds) {
+    let at = plan
+        .args
+        .iter()
+        .position(|a| a == "--")
+        .unwrap_or(plan.args.len());
+    let mut extra = Vec::new();
+    for fd in join.raw() {
+        extra.push(crate::types::SELF_START_CGROUP_ARG.to_owned());
+        extra.push(fd.to_string());
+        plan.inherit_fds.push(fd);
+    }
+    extra.push(crate::types::SELF_START_PARENT_ARG.to_owned());
+    extra.push(rustix::process::getpid().as_raw_nonzero().get().to_string());
+    plan.args.splice(at..at, extra);
 }
 
 impl ProcessTable {
@@ -276,6 +299,18 @@ impl<M: Send + Sync + 'static> ProcessTable<M> {
                 inherit_fds: &plan.inherit_fds,
             })
             .map(Started::Pty)
+        } else if plan.self_start {
+            add_self_start(&mut plan, &join);
+            spawn_pipe_lean(&ExecPlan {
+                program: &plan.program,
+                arg0: &plan.arg0,
+                args: &plan.args,
+                cwd: &spec.cwd,
+                env: &plan.env,
+                join: crate::cgroup::JoinFds::default(),
+                inherit_fds: &plan.inherit_fds,
+            })
+            .map(|c| Started::Pipe(Box::new(c)))
         } else {
             spawn_pipe(&ExecPlan {
                 program: &plan.program,
@@ -320,7 +355,7 @@ impl<M: Send + Sync + 'static> ProcessTable<M> {
                     proc.output.force_finish();
                     proc.kill_for(Termination::Terminated, Signal::KILL);
                 }
-                (proc, Reaper::Pty(child.pid))
+                (proc, Reaper::Raw(child.pid))
             }
             Started::Pipe(child) => {
                 let child = *child;
@@ -348,7 +383,11 @@ impl<M: Send + Sync + 'static> ProcessTable<M> {
                 let proc = Arc::new(proc);
                 tokio::spawn(pump(child.stdout, Arc::clone(&proc), Stream::Stdout));
                 tokio::spawn(pump(child.stderr, Arc::clone(&proc), Stream::Stderr));
-                (proc, Reaper::Pipe(child.child))
+                let reaper = match child.child {
+                    Some(tokio_child) => Reaper::Pipe(tokio_child),
+                    None => Reaper::Raw(child.pid),
+                };
+                (proc, reaper)
             }
         };
         let exit_rx = match watch_exit(proc.pid) {

@@ -57,7 +57,20 @@ pub struct Launcher {
     /// Every other descriptor of the server is close-on-exec; these have that flag cleared in
     /// the child only, after `fork`.
     pub inherit_fds: Vec<InheritedFd>,
+    /// The launcher does the steps a forked child does before `exec` itself: in pipe mode the
+    /// table then starts it with `posix_spawn` (a `vfork`-like start that never copies the
+    /// server's memory; the spawn makes its session) and appends [`SELF_START_CGROUP_ARG`] and
+    /// the number of each cgroup descriptor it inherits, then [`SELF_START_PARENT_ARG`] and the
+    /// server's pid, to `args`; the launcher must join those cgroups and arm its parent-death
+    /// signal before anything else, and refuse to go on when that fails. A PTY child is forked
+    /// as before (no arguments added).
+    pub self_start: bool,
 }
+
+/// See [`Launcher::self_start`] (the sandbox helper's `SELF_START_CGROUP_ARG`).
+pub const SELF_START_CGROUP_ARG: &str = "--cgroup-fd";
+/// See [`Launcher::self_start`] (the sandbox helper's `SELF_START_PARENT_ARG`).
+pub const SELF_START_PARENT_ARG: &str = "--parent-pid";
 
 /// Runs once when a process has exited, before its exit is observable; gets the process id.
 pub type ExitHook = Box<dyn FnOnce(&str) + Send + 'static>;

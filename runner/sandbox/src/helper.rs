@@ -2,6 +2,7 @@
 
 use std::ffi::OsString;
 use std::io::Write;
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
@@ -43,8 +44,11 @@ pub fn helper_main(args: &[OsString]) -> SandboxError {
         Ok(split) => split,
         Err(e) => return e,
     };
-    let err = match prepare(args, handshake.as_ref(), &mut steps) {
-        Ok(mut command) => {
+    let prepared = split_self_start(args)
+        .and_then(|(start, args)| start.apply().map(|()| args))
+        .and_then(|args| prepare(args, handshake.as_ref(), &mut steps).map(|c| (args, c)));
+    let err = match prepared {
+        Ok((args, mut command)) => {
             steps.report();
             let program = args
                 .get(1)
@@ -80,6 +84,107 @@ fn split_handshake(args: &[OsString]) -> Result<(Option<HelperEnd>, &[OsString])
             "{HANDSHAKE_ARG} needs a descriptor number"
         ))),
         _ => Ok((None, args)),
+    }
+}
+
+/// What a helper started with `posix_spawn` does itself before anything else (see
+/// [`SELF_START_CGROUP_ARG`]): arm its parent-death signal, check its parent is still the server
+/// that started it, and join its cgroups.
+#[derive(Debug, Default)]
+struct SelfStart {
+    cgroups: Vec<OwnedFd>,
+    parent: Option<i32>,
+}
+
+/// The helper argument (after the handshake's) naming a `cgroup.procs`/`tasks` descriptor the
+/// helper writes `0` to, to join that cgroup, before anything else (once per hierarchy). With
+/// [`SELF_START_PARENT_ARG`], what the process table appends when it starts the helper with
+/// `posix_spawn` instead of `fork` (`codespace_runner_process::Launcher::self_start`): the
+/// steps a forked child does between `fork` and `exec` in the server happen here instead.
+pub const SELF_START_CGROUP_ARG: &str = "--cgroup-fd";
+/// The helper argument naming the server's pid: the helper arms `PR_SET_PDEATHSIG` (`SIGKILL`)
+/// and refuses to go on when its parent is no longer that process.
+pub const SELF_START_PARENT_ARG: &str = "--parent-pid";
+
+/// Takes the self-start arguments at the front of `args`; returns the rest (`--` and the argv).
+fn split_self_start(mut args: &[OsString]) -> Result<(SelfStart, &[OsString]), SandboxError> {
+    let mut start = SelfStart::default();
+    loop {
+        match args {
+            [flag, value, rest @ ..] if flag == SELF_START_CGROUP_ARG => {
+                if start.cgroups.len() >= 2 {
+                    return Err(SandboxError::Usage(format!(
+                        "{SELF_START_CGROUP_ARG} given more than twice"
+                    )));
+                }
+                start
+                    .cgroups
+                    .push(inherited_fd(value, SELF_START_CGROUP_ARG)?);
+                args = rest;
+            }
+            [flag, value, rest @ ..] if flag == SELF_START_PARENT_ARG => {
+                let pid = value
+                    .to_str()
+                    .and_then(|s| s.parse::<i32>().ok())
+                    .filter(|p| *p > 0)
+                    .ok_or_else(|| {
+                        SandboxError::Usage(format!("{SELF_START_PARENT_ARG}: not a pid"))
+                    })?;
+                start.parent = Some(pid);
+                args = rest;
+            }
+            [flag, ..] if flag == SELF_START_CGROUP_ARG || flag == SELF_START_PARENT_ARG => {
+                return Err(SandboxError::Usage(format!(
+                    "{} needs a value",
+                    flag.to_string_lossy()
+                )));
+            }
+            _ => return Ok((start, args)),
+        }
+    }
+}
+
+/// Takes an inherited descriptor named by number (above 2, open) and marks it close-on-exec.
+fn inherited_fd(number: &std::ffi::OsStr, flag: &str) -> Result<OwnedFd, SandboxError> {
+    let bad = |what: &str| SandboxError::Usage(format!("{flag}: {what}"));
+    let fd: i32 = number
+        .to_str()
+        .and_then(|s| s.parse().ok())
+        .filter(|fd| *fd > 2)
+        .ok_or_else(|| bad("not a descriptor number above 2"))?;
+    // SAFETY: F_GETFD only reads the descriptor's flags; a closed number fails with EBADF.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
+        return Err(bad("the descriptor is not open"));
+    }
+    // SAFETY: the descriptor is open (checked above) and nothing else in this process owns it:
+    // the process table handed it to this helper alone.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    rustix::io::fcntl_setfd(&owned, rustix::io::FdFlags::CLOEXEC)
+        .map_err(|_| bad("cannot mark it close-on-exec"))?;
+    Ok(owned)
+}
+
+impl SelfStart {
+    /// The parent-death signal first (then the parent check closes the race with the server's
+    /// exit), then the cgroups: a v1 `tasks` write moves only this thread, the whole process
+    /// while the helper is single-threaded (it is). Any failure refuses the command.
+    fn apply(self) -> Result<(), SandboxError> {
+        if let Some(parent) = self.parent {
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+                .map_err(|e| SandboxError::Hardening(format!("prctl(PR_SET_PDEATHSIG): {e}")))?;
+            let now = rustix::process::getppid().map(|p| p.as_raw_nonzero().get());
+            if now != Some(parent) {
+                return Err(SandboxError::Hardening(
+                    "the server exited while the command started".into(),
+                ));
+            }
+        }
+        for fd in self.cgroups {
+            rustix::io::write(&fd, b"0").map_err(|e| {
+                SandboxError::Hardening(format!("cannot join the process's cgroup: {e}"))
+            })?;
+        }
+        Ok(())
     }
 }
 
@@ -201,6 +306,44 @@ mod tests {
 
     fn os(items: &[&str]) -> Vec<OsString> {
         items.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn self_start_arguments_are_taken_before_the_argv_and_checked() {
+        let me = rustix::process::getpid().as_raw_nonzero().get().to_string();
+        let args = os(&["--parent-pid", &me, "--", "true"]);
+        let (start, rest) = split_self_start(&args).unwrap();
+        assert_eq!(start.parent, Some(me.parse().unwrap()));
+        assert!(start.cgroups.is_empty());
+        assert_eq!(rest, &os(&["--", "true"])[..]);
+        // Nothing to take: the argv is untouched.
+        let plain = os(&["--", "true"]);
+        assert_eq!(split_self_start(&plain).unwrap().1, &plain[..]);
+        for bad in [
+            &["--parent-pid", "0", "--", "true"][..],
+            &["--parent-pid", "x", "--", "true"],
+            &["--parent-pid"],
+            &["--cgroup-fd", "1", "--", "true"],
+            &["--cgroup-fd", "987654", "--", "true"],
+        ] {
+            assert!(
+                matches!(split_self_start(&os(bad)), Err(SandboxError::Usage(_))),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_helper_whose_parent_is_not_the_server_named_refuses() {
+        // A pid that is not our parent.
+        let parent = rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get());
+        let start = SelfStart {
+            cgroups: Vec::new(),
+            parent: Some(parent.wrapping_add(1).max(1)),
+        };
+        assert!(matches!(start.apply(), Err(SandboxError::Hardening(_))));
+        // The test process must not keep the parent-death signal this armed.
+        rustix::process::set_parent_process_death_signal(None).unwrap();
     }
 
     #[test]

@@ -40,6 +40,21 @@ pub struct SandboxLaunch {
     pub inherit_fds: Vec<Arc<OwnedFd>>,
     /// Wait on it after the spawn ([`Handshake::outcome`]).
     pub handshake: Handshake,
+    /// The helper may be started with `posix_spawn` and do the steps between `fork` and `exec`
+    /// itself ([`crate::SELF_START_CGROUP_ARG`], [`crate::SELF_START_PARENT_ARG`]): the server's
+    /// memory is then never copied for a command's start. `false` when
+    /// [`SPAWN_ENV`]`=fork` was set at the server's start (the off switch).
+    pub self_start: bool,
+}
+
+/// The off switch of the helper's `posix_spawn` start: `CODESPACE_SANDBOX_SPAWN=fork` in the
+/// server's environment forks the server for every sandboxed command as before.
+pub const SPAWN_ENV: &str = "CODESPACE_SANDBOX_SPAWN";
+
+/// Whether sandboxed commands start with `posix_spawn` (read once per process).
+pub fn self_start_enabled() -> bool {
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ENABLED.get_or_init(|| std::env::var_os(SPAWN_ENV).is_none_or(|v| v != "fork"))
 }
 
 impl SandboxCommand {
@@ -70,6 +85,7 @@ impl SandboxCommand {
             env,
             inherit_fds,
             handshake,
+            self_start: self_start_enabled(),
         })
     }
 }

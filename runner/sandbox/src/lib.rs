@@ -65,14 +65,16 @@ pub use harden::{
     SCRUBBED_ENV_NAMES, SCRUBBED_ENV_PREFIXES, harden_current_process, is_scrubbed_env_name,
     limit_heap_arenas, release_free_heap, scrub_env,
 };
-pub use helper::{helper_main, run_helper};
+pub use helper::{SELF_START_CGROUP_ARG, SELF_START_PARENT_ARG, helper_main, run_helper};
 pub use helper_exe::{
     HELPER_BIN_NAME, HELPER_VERSION_ARG, HelperChoice, HelperKind, choose_helper,
     helper_version_line,
 };
-pub use launch::{SandboxCommand, SandboxLaunch};
+pub use launch::{SPAWN_ENV, SandboxCommand, SandboxLaunch, self_start_enabled};
 pub use mask::MAX_MASKS;
-pub use mountns::{MAX_AGE as PREPARED_NAMESPACE_MAX_AGE, prepare_mount_namespace};
+pub use mountns::{
+    MAX_AGE as PREPARED_NAMESPACE_MAX_AGE, PREPARED_MOUNTNS_ENV, prepare_mount_namespace,
+};
 pub use plan::{
     ARGV_SEPARATOR, HELPER_ARG, LauncherParts, MAX_PLAN_BYTES, NetworkMode, PLAN_ENV, PROXY_PORT,
     SandboxPlan, launcher_parts,

@@ -110,25 +110,129 @@ pub(crate) fn apply_mounts(
     )
     .map_err(|e| masking(format!("cannot open the workspace root: {e}")))?;
     crate::scope::attach_write_scope(root.as_fd(), workspace_root, read_only, write_paths)?;
-    pin_ancestors(root.as_fd(), workspace_root, masks)?;
+    let masked = cover_all(root.as_fd(), workspace_root, masks, non_utf8_top_level)?;
+    reenter_cwd()?;
+    Ok(masked)
+}
+
+/// Steps 2-4 of [`apply_mounts`] in the current mount namespace (already private, the write
+/// scope in place): pins the masks' ancestors, covers the masks and, with `non_utf8_top_level`,
+/// every top-level entry whose name is not UTF-8. Also how the server builds a prepared
+/// namespace with masks ([`crate::mountns`]). Returns how many masks were attached.
+pub(crate) fn cover_all(
+    root: BorrowedFd<'_>,
+    workspace_root: &Path,
+    masks: &[std::path::PathBuf],
+    non_utf8_top_level: bool,
+) -> Result<usize, SandboxError> {
+    if masks.len() > MAX_MASKS {
+        return Err(masking(format!(
+            "{} masks exceed the limit of {MAX_MASKS}",
+            masks.len()
+        )));
+    }
+    pin_ancestors(root, workspace_root, masks)?;
     let mut masked = 0;
     for (index, mask) in masks.iter().enumerate() {
         let rel = relative_mask(workspace_root, mask, index)?;
-        masked += usize::from(cover(root.as_fd(), rel, "mask", index)?);
+        masked += usize::from(cover(root, rel, "mask", index)?);
     }
     if non_utf8_top_level {
-        for (index, name) in non_utf8_top_level_names(root.as_fd())?.iter().enumerate() {
+        for (index, name) in non_utf8_top_level_names(root)?.iter().enumerate() {
             let rel = Path::new(std::ffi::OsStr::from_bytes(name));
-            masked += usize::from(cover(
-                root.as_fd(),
-                rel,
-                "non-UTF-8 top-level entry",
-                index,
-            )?);
+            masked += usize::from(cover(root, rel, "non-UTF-8 top-level entry", index)?);
         }
     }
-    reenter_cwd()?;
     Ok(masked)
+}
+
+/// In a mount namespace built earlier by [`cover_all`] for the same masks (a prepared one the
+/// helper just entered): whether every mask still covers what it must, as
+/// [`cover_all`] would leave it now. Each mask path that exists (and is not a symlink, which
+/// both skip) is the root of a read-only mount showing an empty directory or `/dev/null`;
+/// every existing ancestor directory of a mask is a mount point; with `non_utf8_top_level`,
+/// every such entry of the root, as listed now (one created after the build included), is a
+/// mask too. Anything else (a secret created after the build, a mask detached because the host
+/// removed or renamed what it covered, a check that cannot be made): `false`, and the helper
+/// builds a fresh namespace.
+pub(crate) fn masks_hold(
+    root: BorrowedFd<'_>,
+    workspace_root: &Path,
+    masks: &[std::path::PathBuf],
+    non_utf8_top_level: bool,
+) -> bool {
+    let Ok(ancestors) = mask_ancestors(workspace_root, masks) else {
+        return false;
+    };
+    for dir in ancestors {
+        match open_target(root, dir) {
+            Ok(fd) => match rustix::fs::fstat(&fd) {
+                Ok(st) if FileType::from_raw_mode(st.st_mode) != FileType::Directory => {}
+                Ok(_) if crate::mount::fd_mount_root_read_only(fd.as_fd()).is_some() => {}
+                _ => return false,
+            },
+            Err(Errno::NOENT | Errno::LOOP | Errno::NOTDIR) => {}
+            Err(_) => return false,
+        }
+    }
+    for (index, mask) in masks.iter().enumerate() {
+        let Ok(rel) = relative_mask(workspace_root, mask, index) else {
+            return false;
+        };
+        if !covered(root, rel) {
+            return false;
+        }
+    }
+    if non_utf8_top_level {
+        let Ok(names) = non_utf8_top_level_names(root) else {
+            return false;
+        };
+        for name in &names {
+            if !covered(root, Path::new(std::ffi::OsStr::from_bytes(name))) {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// `rel` is gone, a symlink, or covered by a mask [`cover`] made (a read-only mount root showing
+/// `/dev/null` or an empty directory).
+fn covered(root: BorrowedFd<'_>, rel: &Path) -> bool {
+    let target = match open_target(root, rel) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return true,
+        Err(_) => return false,
+    };
+    let Ok(st) = rustix::fs::fstat(&target) else {
+        return false;
+    };
+    let kind = FileType::from_raw_mode(st.st_mode);
+    if kind == FileType::Symlink {
+        return true;
+    }
+    if crate::mount::fd_mount_root_read_only(target.as_fd()) != Some(true) {
+        return false;
+    }
+    match kind {
+        FileType::CharacterDevice => rustix::fs::stat(FILE_MASK_SOURCE)
+            .is_ok_and(|null| null.st_rdev == st.st_rdev && st.st_size == 0),
+        FileType::Directory => rustix::fs::openat(
+            target.as_fd(),
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()
+        .and_then(|dir| rustix::fs::Dir::read_from(&dir).ok())
+        .is_some_and(|entries| {
+            entries.flatten().all(|e| {
+                let name = e.file_name().to_bytes();
+                name == b"." || name == b".."
+            })
+        }),
+        _ => false,
+    }
 }
 
 /// Covers `rel` (beneath `root`) with an empty read-only directory or `/dev/null`. `Ok(false)`

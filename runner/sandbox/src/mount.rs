@@ -98,3 +98,27 @@ pub(crate) fn set_attr(
         Err(Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::INVAL))
     }
 }
+
+/// `Some(read_only)` when `fd` is the root of a mount, `None` when it is not one or cannot be
+/// checked.
+pub(crate) fn fd_mount_root_read_only(fd: rustix::fd::BorrowedFd<'_>) -> Option<bool> {
+    let st = rustix::fs::statx(
+        fd,
+        "",
+        rustix::fs::AtFlags::EMPTY_PATH,
+        rustix::fs::StatxFlags::BASIC_STATS,
+    )
+    .ok()?;
+    let known = st
+        .stx_attributes_mask
+        .contains(rustix::fs::StatxAttributes::MOUNT_ROOT);
+    if !known
+        || !st
+            .stx_attributes
+            .contains(rustix::fs::StatxAttributes::MOUNT_ROOT)
+    {
+        return None;
+    }
+    let vfs = rustix::fs::fstatvfs(fd).ok()?;
+    Some(vfs.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY))
+}

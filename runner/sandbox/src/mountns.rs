@@ -1,26 +1,36 @@
-//! Mount namespaces prepared ahead for a write scope: a command whose plan needs only read-only
-//! binds (`.git` in every git workspace) enters a namespace the server built earlier for the same
-//! shape (`setns`) instead of building its own (`unshare` + binds) and tearing it down when it
-//! exits, which waits for an RCU grace period on the command's exit path (measured on the 2-core
-//! development VM under build load: 0.15-3.4 ms median and 3-16 ms at the 75th percentile from
-//! the exit to the parent's `waitpid`, against 0.04-0.07 ms for a process with no namespace of
-//! its own; an exit after `setns` into a namespace that outlives it costs the same 0.03 ms).
+//! Mount namespaces prepared ahead per sandbox shape: a command whose plan needs a mount
+//! namespace (read-only binds of its write scope, `.git` in every git workspace, and/or secret
+//! masks) enters a namespace the server built earlier for the same shape (`setns`) instead of
+//! building its own (`unshare` + binds + masks) and tearing it down when it exits, which waits for
+//! an RCU grace period on the command's exit path (measured on the 2-core development VM under
+//! build load: 0.15-3.4 ms median and 3-16 ms at the 75th percentile from the exit to the
+//! parent's `waitpid`, against 0.04-0.07 ms for a process with no namespace of its own; an exit
+//! after `setns` into a namespace that outlives it costs the same 0.03 ms).
+//!
+//! The shape is everything in the plan the namespace depends on: the workspace root, the
+//! read-only paths, the write paths, the mask paths and whether non-UTF-8 top-level entries are
+//! masked. The mask paths come from the workspace's listing when the command was planned, so a
+//! listing that changes which paths are withheld makes another shape: a namespace never serves a
+//! plan whose masks differ from the ones it was built with.
 //!
 //! The server builds each namespace on a thread of its own that exits right after
 //! (`unshare(CLONE_NEWNS)` un-shares only that thread's filesystem context), with the same code
-//! as the helper's fresh path ([`crate::scope::attach_write_scope`], the tree made private
-//! first), keeps it by a descriptor, and hands that descriptor to the helpers of plans of exactly
-//! that shape (workspace root, read-only paths, write paths). Building is never waited for: a
+//! as the helper's fresh path ([`crate::scope::attach_write_scope`], then
+//! [`crate::mask::cover_all`], the tree made private first), keeps it by a descriptor, and hands
+//! that descriptor to the helpers of plans of exactly that shape. Building is never waited for: a
 //! plan whose namespace is not ready yet takes the fresh path. A namespace serves for at most
 //! [`MAX_AGE`], so mounts the host adds later are seen within that time.
 //!
 //! The helper trusts nothing about a prepared namespace it has not checked after entering it:
 //! the workspace root is the same directory as in the server's namespace, every read-only path
-//! is the root of a read-only mount, and every write path beneath one is the root of a writable
-//! mount. A `.git` the host removed and created again (its bind detached), a plan of another
-//! shape, a symlink swapped in: the check fails, the helper goes back to its own namespace and
-//! builds a fresh one as before. Plans with secret masks never use a prepared namespace (masks
-//! follow the listing, and the non-UTF-8 top-level entries are read at exec time).
+//! is the root of a read-only mount, every write path beneath one is the root of a writable
+//! mount, and every mask holds as [`crate::mask::masks_hold`] checks it (each existing mask path
+//! a read-only mount showing `/dev/null` or an empty directory, each ancestor pinned, every
+//! non-UTF-8 top-level entry listed now masked). A `.git` the host removed and created again
+//! (its bind detached), a secret created after the build, a plan of another shape, a symlink
+//! swapped in: the check fails, the helper goes back to its own namespace and builds a fresh one
+//! as before. The server can turn preparation off (`CODESPACE_PREPARED_MOUNTNS=0`): every
+//! command then builds its own.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, FromRawFd, OwnedFd, RawFd};
@@ -29,7 +39,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use rustix::fs::{AtFlags, Mode, OFlags, StatVfsMountFlags, StatxAttributes, StatxFlags};
+use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 use rustix::mount::MountPropagationFlags;
 use rustix::thread::{LinkNameSpaceType, UnshareFlags};
@@ -55,24 +65,36 @@ struct Shape {
     root: PathBuf,
     read_only: Vec<PathBuf>,
     write_paths: Vec<PathBuf>,
+    masks: Vec<PathBuf>,
+    non_utf8: bool,
 }
 
 impl Shape {
-    /// The shape of `plan` when a prepared namespace can serve it: read-only paths and nothing
-    /// the helper must decide at exec time (no masks).
+    /// The shape of `plan` when a prepared namespace can serve it (it needs a mount namespace).
     fn of(plan: &SandboxPlan) -> Option<Shape> {
         eligible(plan).then(|| Shape {
             root: plan.workspace_root.clone(),
             read_only: plan.read_only.clone(),
             write_paths: plan.write_paths.clone(),
+            masks: plan.masks.clone(),
+            non_utf8: plan.mask_non_utf8_top_level,
         })
     }
 }
 
-/// Whether a prepared namespace may serve `plan`: it has read-only paths and nothing the helper
-/// must decide at exec time (no masks).
+/// Whether a prepared namespace may serve `plan`: it needs a mount namespace at all (read-only
+/// paths or masks), and preparation is not turned off.
 fn eligible(plan: &SandboxPlan) -> bool {
-    !plan.read_only.is_empty() && plan.masks.is_empty() && !plan.mask_non_utf8_top_level
+    (!plan.read_only.is_empty() || !plan.masks.is_empty() || plan.mask_non_utf8_top_level)
+        && enabled()
+}
+
+/// The off switch: `CODESPACE_PREPARED_MOUNTNS=0` in the server's environment (read once).
+pub const PREPARED_MOUNTNS_ENV: &str = "CODESPACE_PREPARED_MOUNTNS";
+
+fn enabled() -> bool {
+    static ENABLED: OnceLock<bool> = OnceLock::new();
+    *ENABLED.get_or_init(|| std::env::var_os(PREPARED_MOUNTNS_ENV).is_none_or(|v| v != "0"))
 }
 
 #[derive(Debug)]
@@ -140,8 +162,7 @@ impl Prepared {
                     .spawn(move || {
                         drop(stale);
                         // This thread stays in the namespace it builds; it ends right after.
-                        let built =
-                            build_on_this_thread(&shape.root, &shape.read_only, &shape.write_paths);
+                        let built = build_on_this_thread(&shape);
                         self.finish(&shape, built, Instant::now());
                     });
                 if spawned.is_err() {
@@ -217,27 +238,26 @@ impl Prepared {
 /// (blocking until it is built). For tests and tools; the server builds in the background
 /// through [`SandboxCommand::launch`](crate::SandboxCommand::launch).
 pub fn prepare_mount_namespace(plan: &SandboxPlan) -> Result<OwnedFd, SandboxError> {
-    let (root, read_only, write_paths) = (
-        plan.workspace_root.clone(),
-        plan.read_only.clone(),
-        plan.write_paths.clone(),
-    );
+    let shape = Shape {
+        root: plan.workspace_root.clone(),
+        read_only: plan.read_only.clone(),
+        write_paths: plan.write_paths.clone(),
+        masks: plan.masks.clone(),
+        non_utf8: plan.mask_non_utf8_top_level,
+    };
     std::thread::Builder::new()
         .name("codespace-mountns".into())
-        .spawn(move || build_on_this_thread(&root, &read_only, &write_paths))
+        .spawn(move || build_on_this_thread(&shape))
         .map_err(|e| err(format!("cannot start a thread: {e}")))?
         .join()
         .map_err(|_| err("the namespace thread failed".into()))?
 }
 
-/// Moves the calling thread into a new private mount namespace, puts the write scope in place
-/// there and returns the namespace's descriptor. The thread must end right after: it no longer
-/// sees the process's mounts.
-fn build_on_this_thread(
-    root: &Path,
-    read_only: &[PathBuf],
-    write_paths: &[PathBuf],
-) -> Result<OwnedFd, SandboxError> {
+/// Moves the calling thread into a new private mount namespace, puts the write scope and the
+/// masks in place there and returns the namespace's descriptor. The thread must end right after:
+/// it no longer sees the process's mounts.
+fn build_on_this_thread(shape: &Shape) -> Result<OwnedFd, SandboxError> {
+    let root = shape.root.as_path();
     // SAFETY: CLONE_NEWNS (with the CLONE_FS it implies) gives this thread alone a filesystem
     // context and mount namespace of its own; no descriptor table or memory is un-shared, and
     // the thread runs nothing else before it ends.
@@ -258,7 +278,8 @@ fn build_on_this_thread(
         Mode::empty(),
     )
     .map_err(|e| err(format!("cannot open the workspace root: {e}")))?;
-    crate::scope::attach_write_scope(root_fd.as_fd(), root, read_only, write_paths)?;
+    crate::scope::attach_write_scope(root_fd.as_fd(), root, &shape.read_only, &shape.write_paths)?;
+    crate::mask::cover_all(root_fd.as_fd(), root, &shape.masks, shape.non_utf8)?;
     rustix::fs::open(
         "/proc/thread-self/ns/mnt",
         OFlags::RDONLY | OFlags::CLOEXEC,
@@ -347,20 +368,19 @@ fn holds_scope(plan: &SandboxPlan, host_root: (u64, u64)) -> bool {
             return false;
         }
     }
-    true
+    crate::mask::masks_hold(
+        root.as_fd(),
+        &plan.workspace_root,
+        &plan.masks,
+        plan.mask_non_utf8_top_level,
+    )
 }
 
 /// `Some(read_only)` when `rel` (beneath `root`, no symlink followed) is the root of a mount,
 /// `None` when it is not one or cannot be checked.
 fn mount_root_read_only(root: rustix::fd::BorrowedFd<'_>, rel: &Path) -> Option<bool> {
     let fd = open_target(root, rel).ok()?;
-    let st = rustix::fs::statx(&fd, "", AtFlags::EMPTY_PATH, StatxFlags::BASIC_STATS).ok()?;
-    let known = st.stx_attributes_mask.contains(StatxAttributes::MOUNT_ROOT);
-    if !known || !st.stx_attributes.contains(StatxAttributes::MOUNT_ROOT) {
-        return None;
-    }
-    let vfs = rustix::fs::fstatvfs(&fd).ok()?;
-    Some(vfs.f_flag.contains(StatVfsMountFlags::RDONLY))
+    crate::mount::fd_mount_root_read_only(fd.as_fd())
 }
 
 #[cfg(test)]
@@ -380,15 +400,56 @@ mod tests {
     }
 
     #[test]
-    fn only_plans_with_read_only_paths_and_no_masks_have_a_shape() {
+    fn only_plans_that_need_a_mount_namespace_have_a_shape() {
         assert!(Shape::of(&plan(&[])).is_none());
         assert!(Shape::of(&plan(&["/srv/ws/.git"])).is_some());
-        let mut masked = plan(&["/srv/ws/.git"]);
+        let mut masked = plan(&[]);
         masked.masks = vec!["/srv/ws/.env".into()];
-        assert!(Shape::of(&masked).is_none());
-        let mut non_utf8 = plan(&["/srv/ws/.git"]);
+        assert!(Shape::of(&masked).is_some());
+        let mut non_utf8 = plan(&[]);
         non_utf8.mask_non_utf8_top_level = true;
-        assert!(Shape::of(&non_utf8).is_none());
+        assert!(Shape::of(&non_utf8).is_some());
+    }
+
+    #[test]
+    fn plans_that_differ_in_masks_or_scope_never_share_a_namespace() {
+        let base = {
+            let mut p = plan(&["/srv/ws/.git"]);
+            p.masks = vec!["/srv/ws/.env".into()];
+            p
+        };
+        let mut variants = Vec::new();
+        let mut more_masks = base.clone();
+        more_masks.masks.push("/srv/ws/secrets".into());
+        variants.push(more_masks);
+        let mut no_masks = base.clone();
+        no_masks.masks.clear();
+        variants.push(no_masks);
+        let mut non_utf8 = base.clone();
+        non_utf8.mask_non_utf8_top_level = true;
+        variants.push(non_utf8);
+        let mut writable = base.clone();
+        writable.write_paths = vec!["/srv/ws/.git/hooks".into()];
+        variants.push(writable);
+        let mut other_root = base.clone();
+        other_root.workspace_root = "/srv/other".into();
+        other_root.read_only = vec!["/srv/other/.git".into()];
+        other_root.masks = vec!["/srv/other/.env".into()];
+        variants.push(other_root);
+        let prepared = Prepared::default();
+        let t0 = Instant::now();
+        let shape = Shape::of(&base).unwrap();
+        assert!(matches!(prepared.lookup(&shape, t0), Lookup::Build(_)));
+        prepared.finish(&shape, Ok(some_fd()), t0);
+        assert!(matches!(prepared.lookup(&shape, t0), Lookup::Ready(_)));
+        for v in &variants {
+            let other = Shape::of(v).unwrap();
+            assert_ne!(other, shape, "{v:?}");
+            assert!(
+                !matches!(prepared.lookup(&other, t0), Lookup::Ready(_)),
+                "a namespace built for another shape served {v:?}"
+            );
+        }
     }
 
     #[test]

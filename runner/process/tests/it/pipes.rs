@@ -361,6 +361,7 @@ async fn launcher_wraps_argv() {
         args: vec![],
         env: vec![("LAUNCHED".into(), "yes".into())],
         inherit_fds: Vec::new(),
+        self_start: false,
     });
     let p = table.spawn(s.clone()).await.unwrap();
     let out = String::from_utf8(read_all(&table, &p.id).await).unwrap();
@@ -394,6 +395,7 @@ async fn a_launcher_descriptor_reaches_only_its_own_child() {
         ],
         env: vec![("FD".into(), fd.to_string())],
         inherit_fds: inherit.into_iter().collect(),
+        self_start: false,
     };
     // Without the descriptor handed over, the child cannot write to it (close-on-exec).
     let mut s = spec(&cwd, &["true"]);
@@ -467,4 +469,54 @@ async fn a_pipe_child_leads_its_own_session_without_a_terminal() {
     assert_eq!(fields[4], "0", "a controlling terminal: {stat}");
     table.write_stdin(&p.id, b"\n").await.unwrap();
     table.wait_exit(&p.id).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_self_starting_launcher_is_spawned_with_its_cgroup_and_parent_named_and_its_own_session()
+{
+    use std::io::Read;
+    use std::os::fd::OwnedFd;
+    let (_d, cwd) = workdir();
+    let table = ProcessTable::new(fast_limits());
+    let (mut reader, writer) = std::io::pipe().unwrap();
+    let writer = OwnedFd::from(writer);
+    let handed = InheritedFd(std::sync::Arc::new(writer.try_clone().unwrap()));
+    let fd = handed.raw();
+    // The launcher prints what the table inserted before `--`, its session and cwd, writes to
+    // the handed descriptor, reads stdin, and exits 7 (reaped by pid, not by tokio).
+    let script = "printf kept > /proc/self/fd/$FD; \
+                  echo \"args=$*\"; \
+                  echo \"sid=$(cut -d' ' -f6 /proc/$$/stat) me=$$\"; \
+                  echo \"cwd=$(pwd)\"; read line; echo \"in=$line\"; exit 7";
+    let mut s = spec(&cwd, &["true", "x"]);
+    s.launcher = Some(Launcher {
+        program: PathBuf::from("/bin/sh"),
+        args: vec!["-c".into(), script.into(), "launcher".into()],
+        env: vec![("FD".into(), fd.to_string())],
+        inherit_fds: vec![handed],
+        self_start: true,
+    });
+    let p = table.spawn(s).await.unwrap();
+    table.write_stdin(&p.id, b"hello\n").await.unwrap();
+    let out = String::from_utf8(read_all(&table, &p.id).await).unwrap();
+    let server = std::process::id();
+    let args = out.lines().find(|l| l.starts_with("args=")).unwrap();
+    assert!(
+        args.ends_with(&format!("--parent-pid {server} -- true x")),
+        "{out}"
+    );
+    let cgroups = table.pids_isolation().mechanism != codespace_runner_process::PidsMechanism::None;
+    assert_eq!(args.contains("--cgroup-fd "), cgroups, "{out}");
+    assert!(
+        out.contains(&format!("sid={} me={}", p.pid, p.pid)),
+        "{out}"
+    );
+    assert!(out.contains(&format!("cwd={}", cwd.display())), "{out}");
+    assert!(out.contains("in=hello"), "{out}");
+    let info = table.wait_exit(&p.id).await.unwrap();
+    assert_eq!(info.exit_code, Some(7), "{info:?}");
+    drop(writer);
+    let mut got = String::new();
+    reader.read_to_string(&mut got).unwrap();
+    assert_eq!(got, "kept");
 }
