@@ -7,6 +7,7 @@
 mod audit;
 // The operation ledger (issue 31): a command's changed files.
 mod command_ledger;
+mod dir_watch;
 pub mod config;
 mod dispatch;
 pub mod environments;

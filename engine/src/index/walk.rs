@@ -74,12 +74,17 @@ impl PathIndex {
     /// directories of the second level are walked by a few threads (each with `walk_under`, the
     /// same no-follow walk) and the results are merged in path order.
     pub(super) fn walk_all(&self) -> Result<Listing, FsError> {
+        self.walk_all_with(super::NO_REGISTRATION)
+    }
+
+    /// [`PathIndex::walk_all`], calling `on_dir` with each directory before it is read.
+    pub(super) fn walk_all_with(&self, on_dir: super::OnDir<'_>) -> Result<Listing, FsError> {
         let top_limits = WalkLimits {
             max_depth: self.limits.max_depth.min(2),
             ..self.limits
         };
         let root = self.local_root()?;
-        let top = root.walk_under_all(&RelPath::root(), &top_limits)?;
+        let top = root.walk_under_all_watching(&RelPath::root(), &top_limits, on_dir)?;
         let mut non_utf8 = top.non_utf8_skipped;
         let deeper = self.limits.max_depth > 2;
         let mut capped = top.capped || top.entries.len() >= self.limits.max_entries;
@@ -118,7 +123,7 @@ impl PathIndex {
                     part.capped = true;
                     break;
                 }
-                match RelPath::parse(dir).map(|rel| root.walk_under_all(&rel, &self.limits)) {
+                match RelPath::parse(dir).map(|rel| root.walk_under_all_watching(&rel, &self.limits, on_dir)) {
                     Ok(Ok(w)) => {
                         part.incomplete |= w.incomplete;
                         part.capped |= w.capped;
@@ -187,6 +192,16 @@ impl PathIndex {
 
     /// Re-checks `dirty` paths against the disk and returns the updated listing.
     pub(super) fn apply(&self, current: Arc<Listing>, dirty: HashSet<String>) -> Arc<Listing> {
+        self.apply_with(current, dirty, super::NO_REGISTRATION)
+    }
+
+    /// [`PathIndex::apply`], calling `on_dir` with each directory before it is read.
+    pub(super) fn apply_with(
+        &self,
+        current: Arc<Listing>,
+        dirty: HashSet<String>,
+        on_dir: super::OnDir<'_>,
+    ) -> Arc<Listing> {
         let Some(root) = self.root.as_deref() else {
             return current;
         };
@@ -249,7 +264,7 @@ impl PathIndex {
                         name: None,
                     });
                 } else if meta.kind == Kind::Dir {
-                    match root.walk_under_all(&rel, &self.limits) {
+                    match root.walk_under_all_watching(&rel, &self.limits, on_dir) {
                         Ok(w) => {
                             incomplete |= w.incomplete;
                             capped |= w.capped;
