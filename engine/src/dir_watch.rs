@@ -315,8 +315,10 @@ impl Shared {
             send(EventKind::Access(AccessKind::Close(AccessMode::Write)));
         }
         if mask.contains(ReadFlags::ATTRIB) {
-            // A directory's permissions decide whether it can be listed: a listing change.
-            send(EventKind::Modify(if is_dir {
+            // A directory's permissions decide whether it can be listed: a listing change, as
+            // its parent's watch reports it (the directory's own watch reports it again, by
+            // its own path, as metadata).
+            send(EventKind::Modify(if is_dir && name.is_some() {
                 ModifyKind::Any
             } else {
                 ModifyKind::Metadata(MetadataKind::Any)

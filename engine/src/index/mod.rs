@@ -74,6 +74,9 @@ pub(crate) struct Entry {
     /// A temporary file of the server ([`walk::is_server_temp`]): `find`, `grep` and `find_files` leave
     /// it out; secret masks do not.
     pub(crate) temp: bool,
+    /// Link count (`st_nlink`) of a non-directory, read with the listing when the policy set reads
+    /// `resource.links` (`None`: not read; [`PathIndex::groups`] stats it then).
+    pub(crate) links: Option<u64>,
 }
 
 /// A listing of the whole workspace, sorted by path.
@@ -206,6 +209,9 @@ pub(crate) struct PathIndex {
     /// The decided secret masks of this workspace's listings (see [`crate::masks`]).
     pub(crate) masks: crate::mask_cache::MaskCache,
     persist: Option<Persisted>,
+    /// The policy set reads `resource.links`: walks read each file's link count, and a metadata
+    /// event (a link count moved) makes its path dirty.
+    links: Arc<AtomicBool>,
 }
 
 impl PathIndex {
@@ -237,6 +243,7 @@ impl PathIndex {
             reaper: AtomicBool::new(false),
             masks: crate::mask_cache::MaskCache::default(),
             persist: None,
+            links: Arc::new(AtomicBool::new(false)),
             fence: crate::fence_dirs::create(fence_parent).map(|dir| {
                 Arc::new(Fence {
                     dir,
@@ -267,6 +274,7 @@ impl PathIndex {
             masks: crate::mask_cache::MaskCache::default(),
             fence: None,
             persist: None,
+            links: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -292,6 +300,15 @@ impl PathIndex {
             });
         }
         self
+    }
+
+    /// Whether listings read link counts (the policy set reads `resource.links`). A change drops
+    /// the index: counts read before were not kept current meanwhile. Blocking.
+    pub(crate) fn want_links(&self, yes: bool) {
+        if self.links.swap(yes, Ordering::AcqRel) != yes {
+            let mut st = lock(&self.state);
+            self.reset(&mut st);
+        }
     }
 
     /// The current listing, and why it was walked when it was. Blocking: call it off the async

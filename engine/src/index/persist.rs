@@ -204,6 +204,7 @@ fn decode(data: &[u8], limits: &WalkLimits) -> Option<(Vec<Entry>, Stamps, (u64,
             kind,
             ino,
             temp: false,
+            links: None,
         });
     }
     if !c.0.is_empty() {
