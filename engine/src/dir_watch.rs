@@ -216,10 +216,7 @@ impl Shared {
                         Ok(_) | Err(Errno::INTR) => {}
                         Err(_) => return,
                     }
-                    if fds
-                        .get(1)
-                        .is_some_and(|f| !f.revents().is_empty())
-                    {
+                    if fds.get(1).is_some_and(|f| !f.revents().is_empty()) {
                         return;
                     }
                     continue;
@@ -239,7 +236,9 @@ impl Shared {
             // Events were lost, directories created meanwhile among them: watch the whole tree
             // again, then say so.
             self.add_tree(&self.root.clone());
-            (self.handler)(Ok(notify::Event::new(EventKind::Other).set_flag(Flag::Rescan)));
+            (self.handler)(Ok(
+                notify::Event::new(EventKind::Other).set_flag(Flag::Rescan)
+            ));
             return;
         }
         let dir = lock(&self.maps).by_wd.get(&wd).cloned();
@@ -253,7 +252,9 @@ impl Shared {
             return;
         }
         if mask.contains(ReadFlags::UNMOUNT) {
-            (self.handler)(Ok(notify::Event::new(EventKind::Other).set_flag(Flag::Rescan)));
+            (self.handler)(Ok(
+                notify::Event::new(EventKind::Other).set_flag(Flag::Rescan)
+            ));
             return;
         }
         let path = match name {

@@ -7,8 +7,8 @@
 mod audit;
 // The operation ledger (issue 31): a command's changed files.
 mod command_ledger;
-mod dir_watch;
 pub mod config;
+mod dir_watch;
 mod dispatch;
 pub mod environments;
 mod fence_dirs;

@@ -126,21 +126,21 @@ impl PathIndex {
             let mut key = String::with_capacity(64);
             for (i, e) in listing.entries.iter().enumerate().take(hi).skip(lo) {
                 let links = link_counts.get(i).copied().unwrap_or(1);
-                let group = if plan.key_into(&mut key, &e.path, facts.is_server_owned(&e.path), links)
-                {
-                    match by_key.get(key.as_str()) {
-                        Some(&g) => g,
-                        None => {
-                            let g = u32::try_from(run.firsts.len()).unwrap_or(u32::MAX);
-                            by_key.insert(key.clone(), g);
-                            run.firsts.push((i, Some(key.clone())));
-                            g
+                let group =
+                    if plan.key_into(&mut key, &e.path, facts.is_server_owned(&e.path), links) {
+                        match by_key.get(key.as_str()) {
+                            Some(&g) => g,
+                            None => {
+                                let g = u32::try_from(run.firsts.len()).unwrap_or(u32::MAX);
+                                by_key.insert(key.clone(), g);
+                                run.firsts.push((i, Some(key.clone())));
+                                g
+                            }
                         }
-                    }
-                } else {
-                    run.firsts.push((i, None));
-                    u32::try_from(run.firsts.len() - 1).unwrap_or(u32::MAX)
-                };
+                    } else {
+                        run.firsts.push((i, None));
+                        u32::try_from(run.firsts.len() - 1).unwrap_or(u32::MAX)
+                    };
                 run.of_entry.push(group);
             }
             run
@@ -410,9 +410,8 @@ mod tests {
         let ix = index(d);
         ix.want_links(true);
         let (l, _) = ix.get();
-        let links = |l: &super::Listing, p: &str| {
-            l.entries.iter().find(|e| &*e.path == p).unwrap().links
-        };
+        let links =
+            |l: &super::Listing, p: &str| l.entries.iter().find(|e| &*e.path == p).unwrap().links;
         assert_eq!(links(&l, "a"), Some(1), "read by the walk");
         assert_eq!(links(&l, "x"), None, "not for a directory");
         // A second name in another directory: the first name's count moves too.

@@ -127,7 +127,9 @@ impl PathIndex {
                     part.capped = true;
                     break;
                 }
-                match RelPath::parse(dir).map(|rel| root.walk_under_all_watching(&rel, &limits, on_dir)) {
+                match RelPath::parse(dir)
+                    .map(|rel| root.walk_under_all_watching(&rel, &limits, on_dir))
+                {
                     Ok(Ok(w)) => {
                         part.incomplete |= w.incomplete;
                         part.capped |= w.capped;
