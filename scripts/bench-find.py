@@ -15,7 +15,12 @@ The tree (--files files, ~10 per directory, three levels) is generated in a temp
 and read once by `rg --files` before anything is timed, so every figure sees a warm page cache.
 `rg` is a benchmark-only baseline: installed with apt when missing.
 
-usage: scripts/bench-find.py [--bin PATH] [--files 60000] [--runs 3] [--dir DIR] [--json]
+Each row also gives the server's CPU time (user + system, all its threads) over the timed calls:
+on a loaded machine it moves far less than the wall time. `--against PATH` runs every row for a
+second build too, interleaved run by run with the first, so a before/after pair shares the load.
+
+usage: scripts/bench-find.py [--bin PATH] [--against PATH] [--files 60000] [--runs 3] [--dir DIR]
+                             [--json]
 Run by hand (not in CI): figures depend on the machine; the ratios are what matter.
 """
 import argparse
@@ -92,6 +97,22 @@ def timed(f):
     return time.perf_counter() - t, r
 
 
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    """User + system time of process `pid`, all its threads (seconds)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def timed_cpu(s: "Server", f):
+    c = cpu_s(s.p.pid)
+    t, r = timed(f)
+    return t, cpu_s(s.p.pid) - c, r
+
+
 def rg_files(rg: str, ws: Path) -> float:
     t, _ = timed(lambda: subprocess.run([rg, "--files", "--hidden", "--no-ignore", str(ws)],
                                         stdout=subprocess.DEVNULL, check=True))
@@ -113,14 +134,16 @@ def full_listing(s: Server) -> tuple[int, int]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=default_bin())
+    ap.add_argument("--against", help="a second build measured in the same runs (before/after)")
     ap.add_argument("--files", type=int, default=60000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--dir", help="where the tree is generated (default: a temp dir)")
     ap.add_argument("--json", action="store_true", help="also print the rows as one JSON line")
     args = ap.parse_args()
     rg = ensure_rg()
-    if not Path(args.bin).exists():
-        sys.exit(f"bench-find: no binary at {args.bin} (build it with cargo build --release)")
+    for b in [args.bin] + ([args.against] if args.against else []):
+        if not Path(b).exists():
+            sys.exit(f"bench-find: no binary at {b} (build it with cargo build --release)")
     tmp = Path(tempfile.mkdtemp(prefix="bench-find-", dir=args.dir))
     try:
         ws = tmp / "ws"
@@ -128,56 +151,67 @@ def main() -> None:
         make_tree(ws, args.files)
         for _ in range(3):
             rg_files(rg, ws)  # warm the page cache
-        rows: dict[str, list[tuple[float, float]]] = {
-            "first-page": [], "full-listing": [], "restart": [], "repeat": []}
+        bins = [args.bin] + ([args.against] if args.against else [])
+        rows = {b: {"first-page": [], "full-listing": [], "restart": [], "repeat": []}
+                for b in bins}
         info = {}
         for run in range(args.runs):
-            store = tmp / f"store-{run}.db"
-            # A fresh server and store: the first page is built by a walk.
-            base = rg_files(rg, ws)
-            s = Server(args.bin, ws, store)
-            t, r = timed(lambda: s.find())
-            rows["first-page"].append((t, base))
-            info["first_source"] = (r.get("listing_source"), r.get("walk_reason"))
-            info["page_paths"] = len(r["paths"])
-            base = rg_files(rg, ws)
-            t, _ = timed(lambda: s.find())
-            rows["repeat"].append((t, base))
-            s.close()
-            # A restarted server over the same store: the persisted index.
-            base = rg_files(rg, ws)
-            s = Server(args.bin, ws, store)
-            t, r = timed(lambda: s.find())
-            rows["restart"].append((t, base))
-            info["restart_source"] = (r.get("listing_source"), r.get("walk_reason"))
-            s.close()
-            # Full listing on a fresh server and store.
-            base = rg_files(rg, ws)
-            s = Server(args.bin, ws, tmp / f"store-full-{run}.db")
-            t, (pages, paths) = timed(lambda: full_listing(s))
-            rows["full-listing"].append((t, base))
-            info["pages"], info["paths"] = pages, paths
-            s.close()
+            for k, binary in enumerate(bins):
+                r_ = rows[binary]
+                store = tmp / f"store-{run}-{k}.db"
+                # A fresh server and store: the first page is built by a walk.
+                base = rg_files(rg, ws)
+                s = Server(binary, ws, store)
+                t, c, r = timed_cpu(s, lambda: s.find())
+                r_["first-page"].append((t, base, c))
+                info["first_source"] = (r.get("listing_source"), r.get("walk_reason"))
+                info["page_paths"] = len(r["paths"])
+                base = rg_files(rg, ws)
+                t, c, _ = timed_cpu(s, lambda: s.find())
+                r_["repeat"].append((t, base, c))
+                s.close()
+                # A restarted server over the same store: the persisted index.
+                base = rg_files(rg, ws)
+                s = Server(binary, ws, store)
+                t, c, r = timed_cpu(s, lambda: s.find())
+                r_["restart"].append((t, base, c))
+                info["restart_source"] = (r.get("listing_source"), r.get("walk_reason"))
+                s.close()
+                # Full listing on a fresh server and store.
+                base = rg_files(rg, ws)
+                s = Server(binary, ws, tmp / f"store-full-{run}-{k}.db")
+                t, c, (pages, paths) = timed_cpu(s, lambda: full_listing(s))
+                r_["full-listing"].append((t, base, c))
+                info["pages"], info["paths"] = pages, paths
+                s.close()
         total = sum(1 for _ in ws.rglob("*"))
-        print(f"tree: {args.files} files, {total} entries in {ws}; binary {args.bin}; "
-              f"{args.runs} runs, each on a fresh server process")
+        print(f"tree: {args.files} files, {total} entries in {ws}; {args.runs} runs, each on a "
+              f"fresh server process; load average {os.getloadavg()[0]:.1f} at the end")
         print(f"first page: {info['page_paths']} paths, source {info['first_source']}; "
               f"restart source {info['restart_source']}; full listing {info['pages']} pages, "
               f"{info['paths']} paths")
         targets = {"first-page": 1.2, "full-listing": 1.5, "restart": 1.2, "repeat": None}
         out = {}
-        print(f"{'row':<13} {'ours (ms)':>24} {'rg --files (ms)':>24} {'ratio':>7} {'target':>7}")
-        for name, vals in rows.items():
-            ours = [v[0] * 1e3 for v in vals]
-            base = [v[1] * 1e3 for v in vals]
-            m_o, m_b = statistics.median(ours), statistics.median(base)
-            ratio = m_o / m_b if m_b else float("inf")
-            tgt = targets[name]
-            runs_o = "/".join(f"{x:.0f}" for x in ours)
-            runs_b = "/".join(f"{x:.0f}" for x in base)
-            print(f"{name:<13} {m_o:>7.1f} [{runs_o:>14}] {m_b:>7.1f} [{runs_b:>14}] "
-                  f"{ratio:>6.2f}x {('<=' + str(tgt) + 'x') if tgt else '-':>7}")
-            out[name] = {"ours_ms": ours, "baseline_ms": base, "ratio": ratio, "target": tgt}
+        for binary in bins:
+            print(f"binary {binary}")
+            print(f"{'row':<13} {'ours (ms)':>24} {'rg --files (ms)':>24} {'ratio':>7} "
+                  f"{'target':>7} {'server CPU (ms)':>22}")
+            out[binary] = {}
+            for name, vals in rows[binary].items():
+                ours = [v[0] * 1e3 for v in vals]
+                base = [v[1] * 1e3 for v in vals]
+                cpu = [v[2] * 1e3 for v in vals]
+                m_o, m_b = statistics.median(ours), statistics.median(base)
+                ratio = m_o / m_b if m_b else float("inf")
+                tgt = targets[name]
+                runs_o = "/".join(f"{x:.0f}" for x in ours)
+                runs_b = "/".join(f"{x:.0f}" for x in base)
+                runs_c = "/".join(f"{x:.0f}" for x in cpu)
+                print(f"{name:<13} {statistics.median(ours):>7.1f} [{runs_o:>14}] {m_b:>7.1f} "
+                      f"[{runs_b:>14}] {ratio:>6.2f}x {('<=' + str(tgt) + 'x') if tgt else '-':>7} "
+                      f"{statistics.median(cpu):>6.0f} [{runs_c:>14}]")
+                out[binary][name] = {"ours_ms": ours, "baseline_ms": base, "cpu_ms": cpu,
+                                     "ratio": ratio, "target": tgt}
         if args.json:
             print(json.dumps({"rows": out, "info": info}))
     finally:

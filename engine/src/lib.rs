@@ -8,6 +8,7 @@ mod audit;
 // The operation ledger (issue 31): a command's changed files.
 mod command_ledger;
 pub mod config;
+mod dir_watch;
 mod dispatch;
 pub mod environments;
 mod fence_dirs;

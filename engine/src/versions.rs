@@ -4,7 +4,6 @@
 //! seen) is re-hashed, so a missed event cannot let a stale write through.
 
 use codespace_runner_fs::{RelPath, Root, TempNames};
-use notify::{RecursiveMode, Watcher};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -38,7 +37,7 @@ pub struct Versions {
     root_abs: PathBuf,
     temps: Arc<TempNames>,
     table: Arc<Mutex<Table>>,
-    watcher: Mutex<Option<notify::RecommendedWatcher>>,
+    watcher: Mutex<Option<crate::dir_watch::DirWatcher>>,
     observer: Option<WatchObserver>,
     /// A directory outside the workspace the same watcher also watches (the index's fence).
     extra_watch: Option<PathBuf>,
@@ -137,30 +136,84 @@ impl Versions {
 
     /// Starts the watcher if it is not running; true when it runs. A watcher that cannot start
     /// leaves the table degraded (every lookup re-hashes from disk). The watcher never follows a
-    /// symlink (a link to `/` must not make it watch the whole file system).
+    /// symlink (a link to `/` must not make it watch the whole file system). It registers the
+    /// tree by a walk of its own; [`Versions::watch_while`] lets a caller's walk do it instead.
     pub fn ensure_watching(&self) -> bool {
+        self.watch_while(|w| {
+            if let Some(w) = w {
+                w.watch_tree();
+            }
+            ((), true)
+        })
+        .1
+    }
+
+    /// Starts the watcher with `register` registering its directories: `register` is given the
+    /// new watcher (`None` when the watcher already runs or cannot start) and must register every
+    /// directory of the tree, each before it reads it ([`crate::dir_watch::DirWatcher::watch_rel`]),
+    /// and say whether it read the whole tree. Returns `register`'s result and whether the
+    /// watcher runs now. Every other caller waits meanwhile.
+    pub(crate) fn watch_while<R>(
+        &self,
+        register: impl FnOnce(Option<&crate::dir_watch::DirWatcher>) -> (R, bool),
+    ) -> (R, bool) {
         if self.remote {
-            return false;
+            return (register(None).0, false);
         }
         let mut w = match self.watcher.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         };
-        if w.is_some() {
-            return true;
-        }
         let mut failed_at = match self.failed_at.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         };
-        if failed_at.is_some_and(|t| t.elapsed() < WATCH_RETRY) {
-            return false;
+        if let Some(running) = w.as_ref() {
+            if !running.failed() {
+                return (register(None).0, true);
+            }
+            // A directory could not be watched since (the watch limit): trust it no more.
+            *w = None;
+            lock(&self.table).degraded = true;
+            *failed_at = Some(std::time::Instant::now());
         }
+        if failed_at.is_some_and(|t| t.elapsed() < WATCH_RETRY) {
+            return (register(None).0, false);
+        }
+        let watcher = match crate::dir_watch::DirWatcher::start(&self.root_abs, self.handler()) {
+            Ok(watcher) => watcher,
+            Err(e) => {
+                tracing::warn!(error = %e, "file watcher unavailable; versions are re-read from disk");
+                lock(&self.table).degraded = true;
+                *failed_at = Some(std::time::Instant::now());
+                return (register(None).0, false);
+            }
+        };
+        if let Some(extra) = &self.extra_watch {
+            watcher.watch_abs(extra);
+        }
+        let (out, whole) = register(Some(&watcher));
+        if watcher.failed() {
+            tracing::warn!("file watcher could not start; versions are re-read from disk");
+            lock(&self.table).degraded = true;
+            *failed_at = Some(std::time::Instant::now());
+            return (out, false);
+        }
+        if !whole {
+            return (out, false);
+        }
+        *w = Some(watcher);
+        *failed_at = None;
+        (out, true)
+    }
+
+    /// What the watcher calls on every event: the observer first, then this table.
+    fn handler(&self) -> crate::dir_watch::Handler {
         let table = Arc::clone(&self.table);
         let root = self.root_abs.clone();
         let observer = self.observer.clone();
         let temps = Arc::clone(&self.temps);
-        let handler = move |res: notify::Result<notify::Event>| {
+        Box::new(move |res: notify::Result<notify::Event>| {
             if let Some(obs) = &observer {
                 obs(&res);
             }
@@ -205,41 +258,14 @@ impl Versions {
                     t.known.clear();
                 }
             }
-        };
-        let config = notify::Config::default().with_follow_symlinks(false);
-        match notify::RecommendedWatcher::new(handler, config) {
-            Ok(mut watcher) => match watcher.watch(&self.root_abs, RecursiveMode::Recursive) {
-                Ok(()) => {
-                    if let Some(extra) = &self.extra_watch
-                        && let Err(e) = watcher.watch(extra, RecursiveMode::NonRecursive)
-                    {
-                        tracing::warn!(error = %e, "fence directory cannot be watched");
-                    }
-                    *w = Some(watcher);
-                    *failed_at = None;
-                    true
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "file watcher could not start; versions are re-read from disk");
-                    lock(&self.table).degraded = true;
-                    *failed_at = Some(std::time::Instant::now());
-                    false
-                }
-            },
-            Err(e) => {
-                tracing::warn!(error = %e, "file watcher unavailable; versions are re-read from disk");
-                lock(&self.table).degraded = true;
-                *failed_at = Some(std::time::Instant::now());
-                false
-            }
-        }
+        })
     }
 
-    /// True when the watcher runs.
+    /// True when the watcher runs and every directory is watched.
     pub fn is_watching(&self) -> bool {
         match self.watcher.lock() {
-            Ok(g) => g.is_some(),
-            Err(p) => p.into_inner().is_some(),
+            Ok(g) => g.as_ref().is_some_and(|w| !w.failed()),
+            Err(p) => p.into_inner().as_ref().is_some_and(|w| !w.failed()),
         }
     }
 

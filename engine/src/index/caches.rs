@@ -15,6 +15,17 @@ use crate::request::WorkspaceFacts;
 const DERIVED_KEPT: usize = 8;
 /// Paths stat'ed for link counts on one thread; more are split over a few.
 const PARALLEL_STAT_FROM: usize = 4096;
+/// Entries keyed on one thread; more are split over a few.
+const PARALLEL_KEY_FROM: usize = 4096;
+
+/// The groups of one run of entries, numbered within the run.
+struct RunGroups {
+    /// Run-local group of each entry of the run.
+    of_entry: Vec<u32>,
+    /// Per run-local group: its first entry (index in the listing) and its key (`None`: an
+    /// entry the plan cannot key, a group of its own).
+    firsts: Vec<(usize, Option<String>)>,
+}
 /// Largest ignore file read (bytes); the rest of a longer one is ignored.
 const MAX_IGNORE_FILE_BYTES: u64 = 1024 * 1024;
 
@@ -46,11 +57,13 @@ impl PathIndex {
         // One no-follow stat per file, each directory opened once for its files (not once per
         // file): 0 when a file is gone or cannot be examined, 1 for directories.
         let link_counts: Vec<i64> = if uses_links {
+            // A count read with the listing is used as it is (a change of it is an event that
+            // re-reads the path); only the others are stat'ed here.
             let rels: Vec<Option<RelPath>> = listing
                 .entries
                 .iter()
                 .map(|e| {
-                    if e.kind == Kind::Dir {
+                    if e.kind == Kind::Dir || e.links.is_some() {
                         None
                     } else {
                         RelPath::parse(&e.path).ok()
@@ -77,7 +90,9 @@ impl PathIndex {
                 .zip(&rels)
                 .map(|(e, rel)| match (e.kind, rel) {
                     (Kind::Dir, _) => 1,
-                    (_, None) => 0,
+                    (kind, None) => e
+                        .links
+                        .map_or(0, |links| crate::links::links_value(kind, links)),
                     (_, Some(_)) => metas
                         .next()
                         .flatten()
@@ -87,22 +102,87 @@ impl PathIndex {
         } else {
             Vec::new()
         };
-        for (i, e) in listing.entries.iter().enumerate() {
-            let links = link_counts.get(i).copied().unwrap_or(1);
-            let i = u32::try_from(i).unwrap_or(u32::MAX);
-            let group = match plan.key(&e.path, facts.is_server_owned(&e.path), links) {
-                Some(key) => *by_key.entry(key).or_insert_with(|| {
-                    reps.push(i);
-                    rep_links.push(links);
-                    u32::try_from(reps.len() - 1).unwrap_or(u32::MAX)
-                }),
-                None => {
-                    reps.push(i);
-                    rep_links.push(links);
-                    u32::try_from(reps.len() - 1).unwrap_or(u32::MAX)
-                }
+        // Keying is the costly part (every path against the plan's patterns): contiguous runs
+        // of entries are keyed on a few threads, each grouping its own run, then the runs'
+        // groups are merged in order, so every group's representative is its first entry, as a
+        // single pass would choose.
+        let n = listing.entries.len();
+        let threads = if n < PARALLEL_KEY_FROM {
+            1
+        } else {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+                .clamp(1, 4)
+        };
+        let chunk = n.div_ceil(threads).max(1);
+        let key_run_fn = |lo: usize| -> RunGroups {
+            let hi = (lo + chunk).min(n);
+            let mut run = RunGroups {
+                of_entry: Vec::with_capacity(hi - lo),
+                firsts: Vec::new(),
             };
-            of_entry.push(group);
+            let mut by_key: HashMap<String, u32> = HashMap::new();
+            let mut key = String::with_capacity(64);
+            for (i, e) in listing.entries.iter().enumerate().take(hi).skip(lo) {
+                let links = link_counts.get(i).copied().unwrap_or(1);
+                let group =
+                    if plan.key_into(&mut key, &e.path, facts.is_server_owned(&e.path), links) {
+                        match by_key.get(key.as_str()) {
+                            Some(&g) => g,
+                            None => {
+                                let g = u32::try_from(run.firsts.len()).unwrap_or(u32::MAX);
+                                by_key.insert(key.clone(), g);
+                                run.firsts.push((i, Some(key.clone())));
+                                g
+                            }
+                        }
+                    } else {
+                        run.firsts.push((i, None));
+                        u32::try_from(run.firsts.len() - 1).unwrap_or(u32::MAX)
+                    };
+                run.of_entry.push(group);
+            }
+            run
+        };
+        let key_run = &key_run_fn;
+        let starts: Vec<usize> = (0..n).step_by(chunk).collect();
+        let runs: Vec<RunGroups> = if starts.len() > 1 {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = starts
+                    .iter()
+                    .map(|&lo| s.spawn(move || key_run(lo)))
+                    .collect();
+                starts
+                    .iter()
+                    .zip(handles)
+                    .map(|(&lo, h)| h.join().unwrap_or_else(|_| key_run(lo)))
+                    .collect()
+            })
+        } else {
+            starts.iter().map(|&lo| key_run(lo)).collect()
+        };
+        for run in runs {
+            let mut global: Vec<u32> = Vec::with_capacity(run.firsts.len());
+            for (i, key) in run.firsts {
+                let links = link_counts.get(i).copied().unwrap_or(1);
+                let i32_ = u32::try_from(i).unwrap_or(u32::MAX);
+                let mut fresh = || {
+                    reps.push(i32_);
+                    rep_links.push(links);
+                    u32::try_from(reps.len() - 1).unwrap_or(u32::MAX)
+                };
+                let g = match key {
+                    Some(key) => *by_key.entry(key).or_insert_with(fresh),
+                    None => fresh(),
+                };
+                global.push(g);
+            }
+            of_entry.extend(
+                run.of_entry
+                    .iter()
+                    .map(|&g| global.get(g as usize).copied().unwrap_or(u32::MAX)),
+            );
         }
         let groups = Arc::new(Groups {
             of_entry,
@@ -272,5 +352,83 @@ mod tests {
             assert_eq!(groups.rep_links[g], want, "{}", e.path);
         }
         assert_eq!(groups.rep_links.iter().filter(|&&n| n == 2).count(), 1);
+    }
+
+    #[test]
+    fn groups_keyed_on_several_threads_equal_one_pass() {
+        // More entries than one thread keys, with keys that recur across the runs: every
+        // group's representative is the first entry of its key, and entries share a group iff
+        // they share a key, as one pass in order gives.
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        for a in 0..40 {
+            std::fs::create_dir_all(d.join(format!("d{a:02}"))).unwrap();
+            for f in 0..120 {
+                let name = match f % 4 {
+                    0 => format!("f{f:03}.rs"),
+                    1 => format!(".env.{f}"),
+                    2 => format!("k{f}.pem"),
+                    _ => format!("f{f:03}"),
+                };
+                std::fs::write(d.join(format!("d{a:02}/{name}")), b"").unwrap();
+            }
+        }
+        std::fs::create_dir_all(d.join("d39/.git/hooks")).unwrap();
+        std::fs::write(d.join("d39/.git/hooks/pre-commit"), b"").unwrap();
+        let ix = index(d);
+        let (l, _) = ix.get();
+        assert!(l.entries.len() > super::PARALLEL_KEY_FROM);
+        let store =
+            crate::policy::PolicyStore::load(crate::policy::PolicySource::Embedded).unwrap();
+        let plan = SignaturePlan::analyse(&store.snapshot().set);
+        let facts = WorkspaceFacts::default();
+        let groups = ix.groups(&l, "sha", &plan, &facts);
+        let mut first: std::collections::HashMap<String, u32> = Default::default();
+        let mut want_reps = Vec::new();
+        for (i, e) in l.entries.iter().enumerate() {
+            // No file here has a second name: every entry's `resource.links` is 1.
+            let key = plan
+                .key(&e.path, facts.is_server_owned(&e.path), 1)
+                .unwrap();
+            let g = *first.entry(key).or_insert_with(|| {
+                want_reps.push(i as u32);
+                (want_reps.len() - 1) as u32
+            });
+            assert_eq!(groups.of_entry[i], g, "{}", e.path);
+        }
+        assert_eq!(groups.reps, want_reps);
+        assert!(groups.reps.len() > 3, "{} groups", groups.reps.len());
+    }
+
+    #[test]
+    fn link_counts_read_by_the_walk_follow_a_new_name_of_the_inode() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        std::fs::create_dir_all(d.join("x")).unwrap();
+        std::fs::write(d.join("a"), b"").unwrap();
+        std::fs::write(d.join("x/b"), b"").unwrap();
+        let ix = index(d);
+        ix.want_links(true);
+        let (l, _) = ix.get();
+        let links =
+            |l: &super::Listing, p: &str| l.entries.iter().find(|e| &*e.path == p).unwrap().links;
+        assert_eq!(links(&l, "a"), Some(1), "read by the walk");
+        assert_eq!(links(&l, "x"), None, "not for a directory");
+        // A second name in another directory: the first name's count moves too.
+        std::fs::hard_link(d.join("a"), d.join("x/c")).unwrap();
+        let (l, why) = ix.get();
+        assert_eq!(why, None);
+        assert_eq!(links(&l, "a"), Some(2));
+        assert_eq!(links(&l, "x/c"), Some(2));
+        let store =
+            crate::policy::PolicyStore::load(crate::policy::PolicySource::Embedded).unwrap();
+        let plan = SignaturePlan::analyse(&store.snapshot().set);
+        let groups = ix.groups(&l, "sha", &plan, &WorkspaceFacts::default());
+        let at = l.entries.iter().position(|e| &*e.path == "a").unwrap();
+        assert_eq!(groups.rep_links[groups.of_entry[at] as usize], 2);
+        // And back when it goes.
+        std::fs::remove_file(d.join("x/c")).unwrap();
+        let (l, _) = ix.get();
+        assert_eq!(links(&l, "a"), Some(1));
     }
 }

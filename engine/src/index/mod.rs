@@ -13,9 +13,12 @@
 //! listing does not: the decision-signature groups of the entries (one Cedar question per group),
 //! the compiled ignore rules, and a few derived `find` listings (so paging reads a cached list).
 //!
-//! A clean shutdown saves the listing in the store (`persist.rs`); the first use after a start
-//! takes it back once directory stamps show it still holds, and so does the background build
-//! after a first-use walk (stamps instead of a second walk).
+//! The first use starts the watcher and reads the tree once: the walk registers each directory
+//! with the watcher right before it reads it ([`crate::versions::Versions::watch_while`]), so a
+//! change the walk misses is an event, and the walk is the index (no second walk, no background
+//! build). A clean shutdown saves the listing in the store (`persist.rs`); the first use after a
+//! start takes it back once directory stamps show it still holds (each directory registered
+//! before its stamp is read).
 //!
 //! `walk.rs` the walks; `watch.rs` the watcher's feed and the fence; `caches.rs` what is cached
 //! per listing; `persist.rs` the saved index and its check. This file holds the index's types (the children add methods, and this file names
@@ -27,7 +30,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use crate::wire::WalkReason;
 
@@ -71,6 +74,9 @@ pub(crate) struct Entry {
     /// A temporary file of the server ([`walk::is_server_temp`]): `find`, `grep` and `find_files` leave
     /// it out; secret masks do not.
     pub(crate) temp: bool,
+    /// Link count (`st_nlink`) of a non-directory, read with the listing when the policy set reads
+    /// `resource.links` (`None`: not read; [`PathIndex::groups`] stats it then).
+    pub(crate) links: Option<u64>,
 }
 
 /// A listing of the whole workspace, sorted by path.
@@ -124,8 +130,6 @@ struct Events {
 
 #[derive(Debug, Default)]
 struct State {
-    /// A background build is under way (first use): wait for it.
-    warming: bool,
     listing: Option<Arc<Listing>>,
     last_used: Option<Instant>,
 }
@@ -172,23 +176,20 @@ struct Stamp {
 /// Stamps of the directories of a listing, by workspace-relative path (`""` is the root).
 type Stamps = HashMap<Box<str>, Stamp>;
 
-/// A listing not yet known to be current, and what vouches for it.
+/// A saved listing not yet known to be current, and the directory stamps taken before it was
+/// read: a directory whose stamp moved is listed again.
 #[derive(Debug)]
 struct Seed {
     listing: Arc<Listing>,
-    check: Check,
+    stamps: Stamps,
 }
 
-/// How a [`Seed`] is checked.
-#[derive(Debug)]
-enum Check {
-    /// Directory stamps taken before the listing was read (a saved index, or an earlier check):
-    /// a directory whose stamp moved is listed again.
-    Stamps(Stamps),
-    /// A walk that started then: a directory changed since (less the racy margin of
-    /// `persist.rs`) is listed again.
-    ReadSince(SystemTime),
-}
+/// Called with each directory's workspace-relative path before a walk or a check reads it (the
+/// watcher registers it; a no-op once the watcher runs, as it watches new directories itself).
+pub(crate) type OnDir<'a> = &'a (dyn Fn(&str) + Sync);
+
+/// [`OnDir`] for a watcher that runs already.
+pub(crate) const NO_REGISTRATION: OnDir<'static> = &|_| {};
 
 /// The path index of one workspace. Its source is either this host (`root`: the walks of
 /// `walk.rs`, fed by the versions watcher) or the workspace's runner (`runner`: see `remote.rs`),
@@ -203,16 +204,14 @@ pub(crate) struct PathIndex {
     events: Arc<Mutex<Events>>,
     state: Mutex<State>,
     caches: Mutex<Caches>,
-    /// Signalled when a background build ends.
-    warmed: Condvar,
     reaper: AtomicBool,
     fence: Option<Arc<Fence>>,
     /// The decided secret masks of this workspace's listings (see [`crate::masks`]).
     pub(crate) masks: crate::mask_cache::MaskCache,
     persist: Option<Persisted>,
-    /// A first use's listing and its directory stamps, for the background build to check
-    /// instead of walking again.
-    seed: Mutex<Option<Seed>>,
+    /// The policy set reads `resource.links`: walks read each file's link count, and a metadata
+    /// event (a link count moved) makes its path dirty.
+    links: Arc<AtomicBool>,
 }
 
 impl PathIndex {
@@ -241,11 +240,10 @@ impl PathIndex {
             events: Arc::new(Mutex::new(Events::default())),
             state: Mutex::new(State::default()),
             caches: Mutex::new(Caches::default()),
-            warmed: Condvar::new(),
             reaper: AtomicBool::new(false),
             masks: crate::mask_cache::MaskCache::default(),
             persist: None,
-            seed: Mutex::new(None),
+            links: Arc::new(AtomicBool::new(false)),
             fence: crate::fence_dirs::create(fence_parent).map(|dir| {
                 Arc::new(Fence {
                     dir,
@@ -272,12 +270,11 @@ impl PathIndex {
             events: Arc::new(Mutex::new(Events::default())),
             state: Mutex::new(State::default()),
             caches: Mutex::new(Caches::default()),
-            warmed: Condvar::new(),
             reaper: AtomicBool::new(false),
             masks: crate::mask_cache::MaskCache::default(),
             fence: None,
             persist: None,
-            seed: Mutex::new(None),
+            links: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -305,12 +302,21 @@ impl PathIndex {
         self
     }
 
+    /// Whether listings read link counts (the policy set reads `resource.links`). A change drops
+    /// the index: counts read before were not kept current meanwhile. Blocking.
+    pub(crate) fn want_links(&self, yes: bool) {
+        if self.links.swap(yes, Ordering::AcqRel) != yes {
+            let mut st = lock(&self.state);
+            self.reset(&mut st);
+        }
+    }
+
     /// The current listing, and why it was walked when it was. Blocking: call it off the async
     /// workers.
     ///
-    /// On first use, when the watcher does not run yet, the call is answered from a walk of its
-    /// own while a background thread starts the watcher and then builds the index (watch first,
-    /// walk second, so the index misses nothing); calls arriving meanwhile wait for that build.
+    /// On first use, when the watcher does not run yet, the watcher starts and the walk that
+    /// answers the call (or the check of the saved index) registers its directories, each before
+    /// it is read: the result is the index.
     pub(crate) fn listing(
         self: &Arc<Self>,
         versions: &Arc<crate::versions::Versions>,
@@ -319,58 +325,77 @@ impl PathIndex {
             return self.listing_remote(files);
         }
         let mut st = lock(&self.state);
-        while st.warming {
-            st = match self.warmed.wait(st) {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
-        }
         if st.listing.is_none() && !versions.is_watching() && !versions.recently_failed() {
-            st.warming = true;
-            drop(st);
-            // Answer first, then warm up: the background build does not compete with this walk.
-            // A saved index that still holds answers instead of a walk; either way the listing
-            // and its stamps seed the background build, which then checks stamps, not walks.
-            let since = std::time::SystemTime::now();
-            let (walked, reason) = match self.restore() {
-                Some(seed) => {
-                    let listing = Arc::clone(&seed.listing);
-                    *lock(&self.seed) = Some(seed);
-                    (Ok(listing), None)
-                }
-                None => {
-                    let walked = self.walk_all().map(Arc::new);
-                    if let Ok(l) = &walked {
-                        *lock(&self.seed) = Some(Seed {
-                            listing: Arc::clone(l),
-                            check: Check::ReadSince(since),
-                        });
-                    }
-                    (walked, Some(WalkReason::Built))
-                }
-            };
-            let me = Arc::clone(self);
-            let v = Arc::clone(versions);
-            let spawned = std::thread::Builder::new()
-                .name("codespace-index".into())
-                .spawn(move || {
-                    let mut st = lock(&me.state);
-                    if let Err(e) = me.listing_locked(&mut st, || v.ensure_watching()) {
-                        tracing::warn!(error = %e, "path index build failed");
-                    }
-                    st.warming = false;
-                    me.warmed.notify_all();
-                });
-            if spawned.is_err() {
-                lock(&self.state).warming = false;
-                self.warmed.notify_all();
-            }
-            return Ok((walked?, reason));
+            return self.first_listing(&mut st, versions);
         }
         self.listing_locked(&mut st, || versions.ensure_watching())
     }
 
-    /// [`PathIndex::listing`] without the background first build; `watching` starts the watcher
+    /// Records what the watcher reports from now on, dropping what it recorded before.
+    fn start_recording(&self) {
+        let mut ev = lock(&self.events);
+        ev.collecting = true;
+        ev.dirty.clear();
+        ev.overflow = false;
+        ev.ignore_changed = false;
+    }
+
+    /// The first listing: the watcher starts and this walk (or the check of the saved index)
+    /// registers its directories. Events recorded meanwhile are applied on the next use (they
+    /// may repeat what the walk read, which a re-check of a path does not mind).
+    fn first_listing(
+        &self,
+        st: &mut State,
+        versions: &crate::versions::Versions,
+    ) -> Result<(Arc<Listing>, Option<WalkReason>), FsError> {
+        st.last_used = Some(Instant::now());
+        self.start_recording();
+        let (got, watching) = versions.watch_while(|w| {
+            let on_dir = |rel: &str| {
+                if let Some(w) = w {
+                    w.watch_rel(rel);
+                }
+            };
+            let got = match self.restore_with(&on_dir) {
+                Some(seed) => Ok((seed.listing, None)),
+                None => self
+                    .walk_all_with(&on_dir)
+                    .map(|l| (Arc::new(l), Some(WalkReason::Built))),
+            };
+            if let (Some(w), Ok((l, _))) = (w, &got) {
+                // What the walk did not descend into is watched all the same (the versions
+                // table relies on every directory); one that cannot be watched fails the
+                // watcher, as before.
+                for u in &l.unlisted {
+                    match u.why {
+                        codespace_runner_fs::UnlistedWhy::Depth => w.watch_tree_rel(&u.path),
+                        codespace_runner_fs::UnlistedWhy::Unreadable => w.watch_rel(&u.path),
+                        codespace_runner_fs::UnlistedWhy::NonUtf8Name => {}
+                    }
+                }
+            }
+            let whole = got.is_ok();
+            (got, whole)
+        });
+        match got {
+            Ok((listing, reason)) if watching => {
+                st.listing = Some(Arc::clone(&listing));
+                Ok((listing, reason))
+            }
+            Ok((listing, _)) => {
+                lock(&self.events).collecting = false;
+                self.reset(st);
+                Ok((listing, Some(WalkReason::WatcherUnavailable)))
+            }
+            Err(e) => {
+                lock(&self.events).collecting = false;
+                self.reset(st);
+                Err(e)
+            }
+        }
+    }
+
+    /// [`PathIndex::listing`] without the first use's registration; `watching` starts the watcher
     /// (true when it runs).
     #[cfg(test)]
     fn listing_with(
@@ -426,7 +451,7 @@ impl PathIndex {
         if let Some(reason) = reason {
             self.reset(st);
             if reason == WalkReason::Built
-                && let Some(seed) = self.checked_seed()
+                && let Some(seed) = self.restore()
             {
                 // Every change since the watcher started is in `dirty` or on the disk the
                 // check read; a change after it will be an event.
@@ -448,15 +473,6 @@ impl PathIndex {
         let updated = self.apply(current, dirty);
         st.listing = Some(Arc::clone(&updated));
         Ok((updated, None))
-    }
-
-    /// The first use's seed, or else the saved index, checked against the disk now.
-    fn checked_seed(&self) -> Option<Seed> {
-        let seed = lock(&self.seed).take();
-        match seed {
-            Some(seed) => self.validate(seed, None),
-            None => self.restore(),
-        }
     }
 
     fn reset(&self, st: &mut State) {
@@ -585,8 +601,9 @@ mod tests {
     }
 
     #[test]
-    fn first_use_answers_from_a_walk_and_builds_the_index_in_the_background() {
+    fn the_first_walk_registers_every_directory_and_is_the_index() {
         let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(tmp.path().join("d/e/f")).unwrap();
         std::fs::write(tmp.path().join("a"), b"").unwrap();
         let dir = std::fs::canonicalize(tmp.path()).unwrap();
         let root = Arc::new(Root::open(&dir).unwrap());
@@ -599,15 +616,26 @@ mod tests {
         ));
         let (l, why) = ix.listing(&versions).unwrap();
         assert_eq!(why, Some(WalkReason::Built));
-        assert_eq!(paths(&l), vec!["a"]);
-        // The next call waits for the background build and reads the index.
-        std::fs::write(tmp.path().join("b"), b"").unwrap();
-        let (l, why) = ix.listing(&versions).unwrap();
+        assert_eq!(paths(&l), vec!["a", "d", "d/e", "d/e/f"]);
+        // The walk registered the watcher's directories: it runs, the listing is the index.
         assert!(versions.is_watching());
-        assert_eq!(paths(&l), vec!["a", "b"]);
-        assert!(why.is_none() || why == Some(WalkReason::Built), "{why:?}");
-        let (_, why) = ix.listing(&versions).unwrap();
+        assert!(ix.is_built());
+        // A change in the deepest directory the walk read is an event, so the next call re-checks
+        // only it.
+        std::fs::write(tmp.path().join("d/e/f/b"), b"").unwrap();
+        std::fs::create_dir(tmp.path().join("d/e/f/g")).unwrap();
+        std::fs::write(tmp.path().join("d/e/f/g/h"), b"").unwrap();
+        let (l, why) = ix.listing(&versions).unwrap();
         assert_eq!(why, None);
+        assert_eq!(
+            paths(&l),
+            vec!["a", "d", "d/e", "d/e/f", "d/e/f/b", "d/e/f/g", "d/e/f/g/h"]
+        );
+        // A directory made after it was re-checked is watched too.
+        std::fs::write(tmp.path().join("d/e/f/g/i"), b"").unwrap();
+        let (l, why) = ix.listing(&versions).unwrap();
+        assert_eq!(why, None);
+        assert!(paths(&l).contains(&"d/e/f/g/i"));
     }
 
     #[test]

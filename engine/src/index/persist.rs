@@ -21,7 +21,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::{Check, Entry, Listing, PathIndex, Seed, Stamp, Stamps, lock, walk::is_server_temp};
+use super::{Entry, Listing, OnDir, PathIndex, Seed, Stamp, Stamps, lock, walk::is_server_temp};
 
 /// Version of the saved layout; another version is not read.
 const FORMAT: u32 = 1;
@@ -204,6 +204,7 @@ fn decode(data: &[u8], limits: &WalkLimits) -> Option<(Vec<Entry>, Stamps, (u64,
             kind,
             ino,
             temp: false,
+            links: None,
         });
     }
     if !c.0.is_empty() {
@@ -246,8 +247,12 @@ impl PathIndex {
     /// Checks `seed` against the disk: directories that may have changed are listed again and
     /// what differs is re-checked. Returns the current listing with the stamps taken for it, or
     /// `None` when the caller must walk instead. Blocking.
-    pub(super) fn validate(&self, seed: Seed, check_root: Option<(u64, u64)>) -> Option<Seed> {
-        let Seed { listing, check } = seed;
+    /// `on_dir` is called with each directory before its stamp is taken or it is read.
+    fn validate(&self, seed: Seed, check_root: (u64, u64), on_dir: OnDir<'_>) -> Option<Seed> {
+        let Seed {
+            listing,
+            stamps: saved,
+        } = seed;
         if listing.incomplete
             || listing.capped
             || listing.non_utf8 > 0
@@ -256,25 +261,19 @@ impl PathIndex {
         {
             return None;
         }
-        let now = SystemTime::now();
-        let (saved, since) = match &check {
-            Check::Stamps(s) => (Some(s), now),
-            Check::ReadSince(t) => (None, *t),
-        };
-        let since = secs_nanos(since);
+        let since = secs_nanos(SystemTime::now());
         let mut fresh = Stamps::new();
-        // A changed stamp is a changed directory; without saved stamps, a missing one is (the
-        // directory changed since the walk began).
-        let moved = |now: Option<Stamp>, path: &str| match (now, saved) {
-            (Some(n), Some(saved)) => saved.get(path) != Some(&n),
-            (Some(_), None) => false,
-            (None, _) => true,
+        // A changed stamp is a changed directory, and so is a missing one.
+        let moved = |now: Option<Stamp>, path: &str| match now {
+            Some(n) => saved.get(path) != Some(&n),
+            None => true,
         };
         // A root that is not the one the listing was read from: nothing in it holds.
         let root = self.root_identity()?;
-        if check_root.is_some_and(|r| r != root) {
+        if check_root != root {
             return None;
         }
+        on_dir("");
         let root_now = stamp_at(&self.root_abs, since);
         let mut changed: Vec<&str> = Vec::new();
         if moved(root_now, "") {
@@ -284,6 +283,7 @@ impl PathIndex {
             fresh.insert("".into(), n);
         }
         for e in listing.entries.iter().filter(|e| e.kind == Kind::Dir) {
+            on_dir(&e.path);
             let n = stamp_at(&self.root_abs.join(&*e.path), since);
             if moved(n, &e.path) {
                 changed.push(&e.path);
@@ -295,7 +295,7 @@ impl PathIndex {
         if changed.is_empty() {
             return Some(Seed {
                 listing,
-                check: Check::Stamps(fresh),
+                stamps: fresh,
             });
         }
         // Each changed directory's direct names now against the saved ones.
@@ -326,7 +326,11 @@ impl PathIndex {
                 max_depth: depth + 1,
                 ..self.limits
             };
-            match self.root.as_ref()?.walk_under_all(&rel, &one_level) {
+            match self
+                .root
+                .as_ref()?
+                .walk_under_all_watching(&rel, &one_level, on_dir)
+            {
                 Ok(w) => {
                     if w.capped
                         || w.non_utf8_skipped > 0
@@ -362,15 +366,21 @@ impl PathIndex {
             paths = dirty.len(),
             "path index: directories listed again"
         );
-        let listing = self.apply(listing, dirty);
+        let listing = self.apply_with(listing, dirty, on_dir);
         Some(Seed {
             listing,
-            check: Check::Stamps(fresh),
+            stamps: fresh,
         })
     }
 
     /// Takes the saved index of this workspace from the store, if any, and validates it.
     pub(super) fn restore(&self) -> Option<Seed> {
+        self.restore_with(super::NO_REGISTRATION)
+    }
+
+    /// [`PathIndex::restore`], calling `on_dir` with each directory before its stamp is taken or
+    /// it is read.
+    pub(super) fn restore_with(&self, on_dir: OnDir<'_>) -> Option<Seed> {
         let p = self.persist.as_ref()?;
         let data = match p.store.take_path_index(&p.registration) {
             Ok(Some(d)) => d,
@@ -397,10 +407,10 @@ impl PathIndex {
                 capped: false,
                 unlisted: Vec::new(),
             }),
-            check: Check::Stamps(stamps),
+            stamps,
         };
         let t = std::time::Instant::now();
-        let out = self.validate(seed, Some(root));
+        let out = self.validate(seed, root, on_dir);
         tracing::debug!(
             restored = out.is_some(),
             ms = t.elapsed().as_millis() as u64,

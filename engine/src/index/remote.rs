@@ -74,6 +74,7 @@ impl RunnerFiles {
                 kind: kind(e.kind),
                 ino: e.ino,
                 temp: e.temp,
+                links: None,
             })
             .collect();
         entries.sort_unstable_by(|a, b| a.path.cmp(&b.path));

@@ -74,12 +74,21 @@ impl PathIndex {
     /// directories of the second level are walked by a few threads (each with `walk_under`, the
     /// same no-follow walk) and the results are merged in path order.
     pub(super) fn walk_all(&self) -> Result<Listing, FsError> {
-        let top_limits = WalkLimits {
-            max_depth: self.limits.max_depth.min(2),
+        self.walk_all_with(super::NO_REGISTRATION)
+    }
+
+    /// [`PathIndex::walk_all`], calling `on_dir` with each directory before it is read.
+    pub(super) fn walk_all_with(&self, on_dir: super::OnDir<'_>) -> Result<Listing, FsError> {
+        let limits = WalkLimits {
+            stat_links: self.links.load(Ordering::Acquire),
             ..self.limits
         };
+        let top_limits = WalkLimits {
+            max_depth: limits.max_depth.min(2),
+            ..limits
+        };
         let root = self.local_root()?;
-        let top = root.walk_under_all(&RelPath::root(), &top_limits)?;
+        let top = root.walk_under_all_watching(&RelPath::root(), &top_limits, on_dir)?;
         let mut non_utf8 = top.non_utf8_skipped;
         let deeper = self.limits.max_depth > 2;
         let mut capped = top.capped || top.entries.len() >= self.limits.max_entries;
@@ -118,7 +127,9 @@ impl PathIndex {
                     part.capped = true;
                     break;
                 }
-                match RelPath::parse(dir).map(|rel| root.walk_under_all(&rel, &self.limits)) {
+                match RelPath::parse(dir)
+                    .map(|rel| root.walk_under_all_watching(&rel, &limits, on_dir))
+                {
                     Ok(Ok(w)) => {
                         part.incomplete |= w.incomplete;
                         part.capped |= w.capped;
@@ -159,7 +170,9 @@ impl PathIndex {
             all.extend(part.entries);
             unlisted.extend(part.unlisted);
         }
-        all.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+        // Each part is sorted subtree by subtree: a stable sort merges those runs instead of
+        // sorting from scratch.
+        all.sort_by(|a, b| a.path.cmp(&b.path));
         if all.len() > self.limits.max_entries {
             all.truncate(self.limits.max_entries);
             incomplete = true;
@@ -173,6 +186,7 @@ impl PathIndex {
                 path: e.path.into_boxed_str(),
                 kind: e.kind,
                 ino: e.ino,
+                links: e.links,
             })
             .collect();
         Ok(Listing {
@@ -187,6 +201,16 @@ impl PathIndex {
 
     /// Re-checks `dirty` paths against the disk and returns the updated listing.
     pub(super) fn apply(&self, current: Arc<Listing>, dirty: HashSet<String>) -> Arc<Listing> {
+        self.apply_with(current, dirty, super::NO_REGISTRATION)
+    }
+
+    /// [`PathIndex::apply`], calling `on_dir` with each directory before it is read.
+    pub(super) fn apply_with(
+        &self,
+        current: Arc<Listing>,
+        dirty: HashSet<String>,
+        on_dir: super::OnDir<'_>,
+    ) -> Arc<Listing> {
         let Some(root) = self.root.as_deref() else {
             return current;
         };
@@ -216,6 +240,10 @@ impl PathIndex {
             .cloned()
             .collect();
         let temps = root.temp_names();
+        let limits = WalkLimits {
+            stat_links: self.links.load(Ordering::Acquire),
+            ..self.limits
+        };
         for p in &dirty {
             let at = find(p);
             if entries.get(at).is_some_and(|e| &*e.path == p.as_str()) {
@@ -239,6 +267,7 @@ impl PathIndex {
                     kind: meta.kind,
                     ino: meta.ino,
                     temp: is_server_temp(temps, p, meta.kind),
+                    links: (limits.stat_links && meta.kind != Kind::Dir).then_some(meta.links),
                 });
                 if meta.kind == Kind::Dir && depth >= self.limits.max_depth {
                     // Listed, not descended (as a walk does at the cap).
@@ -249,7 +278,7 @@ impl PathIndex {
                         name: None,
                     });
                 } else if meta.kind == Kind::Dir {
-                    match root.walk_under_all(&rel, &self.limits) {
+                    match root.walk_under_all_watching(&rel, &limits, on_dir) {
                         Ok(w) => {
                             incomplete |= w.incomplete;
                             capped |= w.capped;
@@ -260,6 +289,7 @@ impl PathIndex {
                                 path: e.path.into_boxed_str(),
                                 kind: e.kind,
                                 ino: e.ino,
+                                links: e.links,
                             }));
                         }
                         Err(FsError::NotFound { .. }) => {}
@@ -280,6 +310,13 @@ impl PathIndex {
             Err(shared) => shared.entries.clone(),
         };
         let mut merged: Vec<Entry> = Vec::with_capacity(old.len() + additions.len());
+        // A name added or removed moves the link count of every other name of its inode: those
+        // counts are read again below.
+        let mut moved_inos: HashSet<u64> = additions
+            .iter()
+            .filter(|a| a.kind != Kind::Dir)
+            .map(|a| a.ino)
+            .collect();
         let mut r = ranges.iter().peekable();
         let mut adds = additions.into_iter().peekable();
         for (i, e) in old.into_iter().enumerate() {
@@ -287,6 +324,9 @@ impl PathIndex {
                 r.next();
             }
             if r.peek().is_some_and(|&&(lo, hi)| lo <= i && i < hi) {
+                if e.kind != Kind::Dir {
+                    moved_inos.insert(e.ino);
+                }
                 continue;
             }
             while adds.peek().is_some_and(|a| a.path < e.path) {
@@ -300,6 +340,17 @@ impl PathIndex {
             merged.push(e);
         }
         merged.extend(adds);
+        if limits.stat_links && !moved_inos.is_empty() {
+            for e in merged
+                .iter_mut()
+                .filter(|e| e.kind != Kind::Dir && moved_inos.contains(&e.ino))
+            {
+                e.links = RelPath::parse(&e.path)
+                    .ok()
+                    .and_then(|rel| root.stat(&rel).ok().flatten())
+                    .map(|m| m.links);
+            }
+        }
         if merged.len() > self.limits.max_entries {
             merged.truncate(self.limits.max_entries);
             incomplete = true;

@@ -61,6 +61,7 @@ impl PathIndex {
         let events = Arc::clone(&self.events);
         let root = self.root_abs.clone();
         let fence = self.fence.clone();
+        let links = Arc::clone(&self.links);
         Arc::new(move |res: &notify::Result<notify::Event>| {
             use notify::EventKind;
             use notify::event::ModifyKind;
@@ -94,7 +95,9 @@ impl PathIndex {
             };
             let listing_change = match event.kind {
                 EventKind::Access(_) => return,
-                EventKind::Modify(ModifyKind::Data(_) | ModifyKind::Metadata(_)) => false,
+                EventKind::Modify(ModifyKind::Data(_)) => false,
+                // A link count the listing holds may have moved.
+                EventKind::Modify(ModifyKind::Metadata(_)) => links.load(Ordering::Acquire),
                 _ => true,
             };
             for p in &event.paths {
@@ -114,6 +117,10 @@ impl PathIndex {
                     continue;
                 }
                 if rel.is_empty() {
+                    if matches!(event.kind, EventKind::Modify(ModifyKind::Metadata(_))) {
+                        // The root's own permissions or times: no name changed.
+                        continue;
+                    }
                     // The root itself changed: trust nothing.
                     ev.overflow = true;
                     ev.dirty.clear();

@@ -207,7 +207,14 @@ async fn workspace_listing(
     crate::index::ensure_reaper(&ws.index);
     let index = Arc::clone(&ws.index);
     let versions = Arc::clone(&ws.versions);
-    Ok(blocking(move || index.listing(&versions)).await??)
+    // A policy set that reads `resource.links` needs every file's count: read during the walk,
+    // with each directory open, rather than by a second pass.
+    let links = auth.signature_plan().uses_links();
+    Ok(blocking(move || {
+        index.want_links(links);
+        index.listing(&versions)
+    })
+    .await??)
 }
 
 /// Groups the listing by decision signature and decides one `read` per group.

@@ -149,11 +149,33 @@ impl Root {
         self.walk_under_selected(dir, limits, &Select::All)
     }
 
+    /// [`Root::walk_under_all`], calling `on_dir` with each directory's workspace-relative path
+    /// (`""` for the root) once it is opened and before its entries are read (a file watcher
+    /// registers it there, so a change the read misses is an event).
+    pub fn walk_under_all_watching(
+        &self,
+        dir: &RelPath,
+        limits: &WalkLimits,
+        on_dir: &dyn Fn(&str),
+    ) -> Result<Walk, FsError> {
+        self.walk_under_inner(dir, limits, &Select::All, on_dir)
+    }
+
     fn walk_under_selected(
         &self,
         dir: &RelPath,
         limits: &WalkLimits,
         select: &Select<'_>,
+    ) -> Result<Walk, FsError> {
+        self.walk_under_inner(dir, limits, select, &|_| {})
+    }
+
+    fn walk_under_inner(
+        &self,
+        dir: &RelPath,
+        limits: &WalkLimits,
+        select: &Select<'_>,
+        on_dir: &dyn Fn(&str),
     ) -> Result<Walk, FsError> {
         let mut walk = Walk::default();
         let start_fd = self.open_at(
@@ -169,6 +191,7 @@ impl Root {
             (format!("{}/", dir.as_str()), dir.components().count())
         };
         let mut stack: Vec<Frame> = Vec::new();
+        on_dir(dir.as_str());
         let start_frame = list_dir(start_fd, prefix, depth, limits, select, &mut walk)
             .map_err(|e| FsError::from_errno(dir.as_str(), e))?;
         stack.push(start_frame);
@@ -199,6 +222,7 @@ impl Root {
                 }
             };
             let depth = top.depth + 1;
+            on_dir(&rel);
             match list_dir(fd, format!("{rel}/"), depth, limits, select, &mut walk) {
                 Ok(frame) => stack.push(frame),
                 Err(_) => {
