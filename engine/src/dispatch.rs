@@ -207,7 +207,9 @@ impl Gateway {
                 let auth = self
                     .authorize_held(&snap, &p.workspace_id, &call, session, confirm)
                     .await?;
-                crate::tools::write_file::write_file(&auth, p, None)
+                // Boxed: its apply_patch future inline would grow this match's state (and the
+                // debug stack frame every decision above it runs on) by its whole size.
+                Box::pin(crate::tools::write_file::write_file(&auth, p, None))
                     .await
                     .map(ToolResult::ApplyPatch)
             }
@@ -359,7 +361,7 @@ fn run_held<'a>(
                 .await
                 .map(|r| ToolResult::ExecCommand(Box::new(r))),
             ToolCall::WriteFile(p) => {
-                crate::tools::write_file::write_file(&auth, &p, resumed.as_ref())
+                Box::pin(crate::tools::write_file::write_file(&auth, &p, resumed.as_ref()))
                     .await
                     .map(ToolResult::ApplyPatch)
             }

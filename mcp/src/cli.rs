@@ -85,6 +85,7 @@ enum Command {
     Worker(crate::worker_cli::WorkerArgs),
     /// The web console, read-only, against a store (no running server needed): decisions,
     /// policies, holds, processes and operations for the operators the config names.
+    #[command(after_help = crate::help::CONSOLE)]
     Console(crate::console_cli::ConsoleArgs),
 }
 

@@ -164,6 +164,15 @@ Examples:
 
 DIR must not exist or be empty; nothing is ever overwritten.";
 
+/// `console`.
+pub const CONSOLE: &str = "\
+Examples:
+  codespace console --config codespace.json     # http://127.0.0.1:8788/console, read-only
+  codespace console --config codespace.json --listen 127.0.0.1:9000
+
+Sign in with an operator's client token (`console.operators`); grants and denials need the
+live console of `codespace serve --http`. See docs/console.md.";
+
 /// `ops`.
 pub const OPS: &str = "\
 Examples:

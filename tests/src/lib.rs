@@ -64,6 +64,28 @@ impl Default for Options {
     }
 }
 
+/// The runtime the harness's servers run on, built as `codespace serve` builds its own: worker
+/// and blocking threads with `EVAL_STACK_BYTES` of stack, because Cedar evaluates on them (a
+/// test thread's default 2 MiB is not what the server decides on, and a debug build's deep
+/// futures leave Cedar's stack guard too little of it). One per test process, never dropped.
+fn server_runtime() -> Result<&'static tokio::runtime::Runtime> {
+    // Built inside `get_or_init`, so a second one is never made and dropped on an async thread.
+    static RUNTIME: std::sync::OnceLock<Result<tokio::runtime::Runtime, String>> =
+        std::sync::OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("harness-server")
+                .thread_stack_size(codespace_engine::policy::EVAL_STACK_BYTES)
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| anyhow!("server runtime: {e}"))
+}
+
 /// Copies bytes from `from` to `to`, appending everything to `log`.
 async fn pump<R, W>(mut from: R, mut to: W, log: Option<Arc<Mutex<Vec<u8>>>>)
 where
@@ -169,7 +191,7 @@ impl Harness {
         let (c_read, c_write) = tokio::io::split(tap_client_side);
         tokio::spawn(pump(s_read, c_write, Some(wire.clone())));
         tokio::spawn(pump(c_read, s_write, None));
-        tokio::spawn(async move {
+        server_runtime()?.spawn(async move {
             if let Ok(running) = server.serve(server_io).await {
                 let _ = running.waiting().await;
             }
