@@ -72,7 +72,10 @@ impl Shape {
 /// Whether a prepared namespace may serve `plan`: it has read-only paths and nothing the helper
 /// must decide at exec time (no masks).
 fn eligible(plan: &SandboxPlan) -> bool {
-    !plan.read_only.is_empty() && plan.masks.is_empty() && !plan.mask_non_utf8_top_level
+    !plan.read_only.is_empty()
+        && plan.masks.is_empty()
+        && !plan.mask_non_utf8_top_level
+        && plan.stage_dir.is_none()
 }
 
 #[derive(Debug)]

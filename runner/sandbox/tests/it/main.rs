@@ -16,6 +16,7 @@ mod helper;
 mod masks;
 mod network;
 mod process;
+mod stage;
 mod proxy_relay;
 mod terminal;
 mod write_scope;
