@@ -31,6 +31,8 @@ use std::time::Duration;
 pub(crate) struct HostProc {
     /// The command's private temp dir: removed once it exited and, at the latest, on eviction.
     tmp: Option<TmpDir>,
+    /// The staged view of a `before_patch` hook: removed with the temp dir.
+    stage: Option<TmpDir>,
 }
 
 /// The runner of the host the server runs on (and, in `codespace worker`, of the worker's host).
@@ -134,6 +136,7 @@ impl HostRunner {
     fn remove_tmp_dirs(&self) {
         for r in self.table.registrations() {
             remove_tmp(r.meta.tmp.as_ref().map(TmpDir::path));
+            remove_tmp(r.meta.stage.as_ref().map(TmpDir::path));
         }
     }
 
@@ -190,6 +193,25 @@ impl Drop for HostRunner {
     fn drop(&mut self) {
         self.remove_tmp_dirs();
     }
+}
+
+/// Writes a staged view's files (each path checked as a workspace path first) into `dir`.
+fn write_stage_files(dir: &std::path::Path, files: &[api::StagedFile]) -> RunnerResult<()> {
+    let mut paths = Vec::with_capacity(files.len());
+    for f in files {
+        paths.push(rel(&f.path)?);
+    }
+    let staged: Vec<codespace_runner_sandbox::StagedFile<'_>> = files
+        .iter()
+        .zip(&paths)
+        .map(|(f, p)| codespace_runner_sandbox::StagedFile {
+            path: p.as_str(),
+            content: f.data.as_deref().map(|d| (d, f.mode)),
+        })
+        .collect();
+    codespace_runner_sandbox::write_stage(dir, &staged).map_err(|e| RunnerError::SpawnFailed {
+        message: format!("cannot stage the patched files: {e}"),
+    })
 }
 
 fn rel(path: &str) -> RunnerResult<RelPath> {
@@ -556,6 +578,7 @@ impl Runner for HostRunner {
             let mut handshake = None;
             // On any error from here on, `tmp` is dropped and so removed.
             let mut tmp = None;
+            let mut stage = None;
             let launcher = match &req.sandbox {
                 None => None,
                 Some(spec) => {
@@ -585,6 +608,16 @@ impl Runner for HostRunner {
                         plan.tmp_dir = Some(dir.path().to_path_buf());
                         tmp = Some(dir);
                     }
+                    if let Some(files) = &spec.stage {
+                        let dir = make_tmp_dir().map_err(from_tool_error)?;
+                        // Off the async workers: the files are a patch's (bounded) contents.
+                        let (path, files) = (dir.path().to_path_buf(), files.clone());
+                        tokio::task::spawn_blocking(move || write_stage_files(&path, &files))
+                            .await
+                            .map_err(|e| RunnerError::internal(format!("stage task: {e}")))??;
+                        plan.stage_dir = Some(dir.path().to_path_buf());
+                        stage = Some(dir);
+                    }
                     if spec.network == api::SandboxNetwork::Proxy && relay.is_none() {
                         return Err(RunnerError::SpawnFailed {
                             message: "network: proxy needs the gateway's egress proxy beside \
@@ -611,6 +644,7 @@ impl Runner for HostRunner {
                 }
             };
             let tmp_path = tmp.as_ref().map(|t| t.path().to_path_buf());
+            let stage_path = stage.as_ref().map(|t| t.path().to_path_buf());
             let spec = SpawnSpec {
                 argv: req.argv,
                 cwd,
@@ -646,7 +680,7 @@ impl Runner for HostRunner {
             // The spec (and with it this side's copy of the handshake's write end) is consumed
             // here: from now on only the helper holds that end.
             let spawned = table
-                .spawn_owned(spec, opts, HostProc { tmp })
+                .spawn_owned(spec, opts, HostProc { tmp, stage })
                 .await
                 .map_err(|e| spawn_err(&e))?;
             drop(relay);
@@ -654,11 +688,12 @@ impl Runner for HostRunner {
                 let _ = table.resize(&spawned.id, size.rows, size.cols).await;
             }
             // The private temp dir goes as soon as the process exited.
-            if tmp_path.is_some() {
+            if tmp_path.is_some() || stage_path.is_some() {
                 let (table, id) = (table.clone(), spawned.id.clone());
                 tokio::spawn(async move {
                     let _ = table.wait_exit(&id).await;
                     remove_tmp(tmp_path.as_deref());
+                    remove_tmp(stage_path.as_deref());
                 });
             }
             if let Some(h) = handshake {
