@@ -34,6 +34,7 @@ mod http_process;
 mod http_sessions;
 mod http_sessions_cap;
 mod http_state;
+mod hooks;
 // The operation ledger (issue 31).
 mod index_restart;
 mod ledger;
