@@ -695,10 +695,14 @@ pub fn hook_requests(
         with_hook_context(&mut ctx, &facts);
         ctx
     };
-    let ctx = exec
-        .first()
-        .map_or_else(|| json!({ "session": session_ctx(session) }), |r| r.context.clone());
-    let summary: String = format!("{} {line}", stage.as_str()).chars().take(200).collect();
+    let ctx = exec.first().map_or_else(
+        || json!({ "session": session_ctx(session) }),
+        |r| r.context.clone(),
+    );
+    let summary: String = format!("{} {line}", stage.as_str())
+        .chars()
+        .take(200)
+        .collect();
     let mut out = vec![sub(Action::Hook, ".", "", with_hook(ctx), summary)];
     out.extend(exec.into_iter().map(|mut r| {
         r.context = with_hook(r.context);

@@ -214,6 +214,14 @@ mod tests {
             let err = hook("h", h, Some(root.path()), &[]).unwrap_err().0;
             assert!(err.contains(want), "{err}");
         }
-        assert!(hook("h", raw(&["sh", "-c", "true"], None), Some(root.path()), &[]).is_ok());
+        assert!(
+            hook(
+                "h",
+                raw(&["sh", "-c", "true"], None),
+                Some(root.path()),
+                &[]
+            )
+            .is_ok()
+        );
     }
 }

@@ -260,7 +260,8 @@ impl Config {
                 )?,
                 (None, None) => default_command_write_paths(),
             };
-            let hooks = super::hooks::hooks(&format!("workspaces.{id}.hooks"), w.hooks, host_root, &path)?;
+            let hooks =
+                super::hooks::hooks(&format!("workspaces.{id}.hooks"), w.hooks, host_root, &path)?;
             workspaces.insert(
                 id.clone(),
                 Workspace {

@@ -208,9 +208,8 @@ async fn run_hook(
     };
     match start(auth, stage, argv, stage_files, write_dirs, &decision).await {
         Ok(id) => {
-            let ledger = op_id.map(|op| {
-                crate::command_ledger::CommandLedger::start(&ws.versions, &ws.index, op)
-            });
+            let ledger = op_id
+                .map(|op| crate::command_ledger::CommandLedger::start(&ws.versions, &ws.index, op));
             let run = finish(&ws.runner, stage, argv, &id).await;
             if let (Some(ledger), Some(store)) = (ledger, auth.store.clone()) {
                 ledger.record(store, id).await;
@@ -430,7 +429,12 @@ mod tests {
             .collect();
         assert_eq!(
             view,
-            vec![("src/new.rs", true), ("old.txt", false), ("x/a", false), ("y/a", true)]
+            vec![
+                ("src/new.rs", true),
+                ("old.txt", false),
+                ("x/a", false),
+                ("y/a", true)
+            ]
         );
         let dirs: Vec<String> = written_dirs(&changes)
             .iter()

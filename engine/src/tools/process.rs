@@ -104,7 +104,10 @@ pub(crate) fn command_paths(auth: &Authorized<'_>) -> Result<CommandPaths, ToolE
 /// Whether a command of `ws` may start sandboxed here: `Ok(false)` for a workspace whose
 /// operator set `"sandbox": "off"`. A workspace that requires the sandbox on a host without
 /// one fails closed here even if an operator policy let the call through.
-pub(crate) fn sandbox_check(auth: &Authorized<'_>, ws: &WorkspaceRuntime) -> Result<bool, ToolError> {
+pub(crate) fn sandbox_check(
+    auth: &Authorized<'_>,
+    ws: &WorkspaceRuntime,
+) -> Result<bool, ToolError> {
     if !requires_sandbox(ws) {
         return Ok(false);
     }

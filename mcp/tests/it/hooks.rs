@@ -84,13 +84,19 @@ fn a_passing_before_patch_hook_sees_the_patched_tree_and_the_patch_applies() {
     let mut s = serve(&cfg);
     let body = "*** Update File: a.txt\n@@\n-old\n+NEW\n*** Delete File: gone.txt\n\
                 *** Add File: added.txt\n+fresh\n";
-    let r = s.tool_ok("apply_patch", json!({"workspace_id": "w", "patch": patch(body)}));
+    let r = s.tool_ok(
+        "apply_patch",
+        json!({"workspace_id": "w", "patch": patch(body)}),
+    );
     assert_eq!(r["status"], "applied", "{r}");
     let hooks = r["hooks"].as_array().unwrap();
     assert_eq!(hooks.len(), 1, "the *.never hook does not run: {r}");
     assert_eq!(hooks[0]["stage"], "before_patch");
     assert_eq!(hooks[0]["exit_code"], 0, "{r}");
-    assert!(hooks[0]["output"].as_str().unwrap().contains("fresh"), "{r}");
+    assert!(
+        hooks[0]["output"].as_str().unwrap().contains("fresh"),
+        "{r}"
+    );
     assert_eq!(read(&ws.join("a.txt")), "NEW\n");
     assert!(!ws.join("gone.txt").exists());
 }
@@ -111,7 +117,10 @@ fn a_failing_before_patch_hook_leaves_every_file_untouched_and_the_operation_fai
     let mut s = serve(&cfg);
     let body = "*** Update File: a.txt\n@@\n-old\n+NEW\n*** Delete File: gone.txt\n\
                 *** Add File: added.txt\n+fresh\n";
-    let e = s.tool_err("apply_patch", json!({"workspace_id": "w", "patch": patch(body)}));
+    let e = s.tool_err(
+        "apply_patch",
+        json!({"workspace_id": "w", "patch": patch(body)}),
+    );
     assert_eq!(e["code"], "HOOK_FAILED", "{e}");
     let msg = e["message"].as_str().unwrap();
     assert!(
@@ -156,7 +165,10 @@ fn a_before_patch_hook_writes_nothing_and_reads_no_masked_secret() {
     std::fs::write(ws_abs.join(".env"), "API_KEY=hunter2\n").unwrap();
     let mut s = serve(&cfg);
     let body = "*** Update File: a.txt\n@@\n-old\n+NEW\n";
-    let r = s.tool_ok("apply_patch", json!({"workspace_id": "w", "patch": patch(body)}));
+    let r = s.tool_ok(
+        "apply_patch",
+        json!({"workspace_id": "w", "patch": patch(body)}),
+    );
     assert_eq!(r["status"], "applied", "{r}");
     let out = r["hooks"][0]["output"].as_str().unwrap();
     assert!(out.contains("done"), "{r}");
@@ -186,18 +198,33 @@ fn an_after_patch_formatter_change_is_visible_versioned_and_recorded() {
     std::fs::write(ws.join("src/a.txt"), "old\n").unwrap();
     let mut s = serve(&cfg);
     let body = "*** Update File: src/a.txt\n@@\n-old\n+new text\n";
-    let r = s.tool_ok("apply_patch", json!({"workspace_id": "w", "patch": patch(body)}));
-    assert_eq!(r["status"], "applied", "a failing after_patch hook is no rollback: {r}");
+    let r = s.tool_ok(
+        "apply_patch",
+        json!({"workspace_id": "w", "patch": patch(body)}),
+    );
+    assert_eq!(
+        r["status"], "applied",
+        "a failing after_patch hook is no rollback: {r}"
+    );
     let h = &r["hooks"][0];
     assert_eq!(h["stage"], "after_patch", "{r}");
     assert_eq!(h["exit_code"], 1, "{r}");
     let out = h["output"].as_str().unwrap();
-    assert!(out.contains("formatted") && !out.contains("wrote-top"), "{out}");
+    assert!(
+        out.contains("formatted") && !out.contains("wrote-top"),
+        "{out}"
+    );
     assert!(!ws.join("top.txt").exists(), "beyond the patched directory");
-    let after = r["changes"][0]["after_version"].as_str().unwrap().to_string();
+    let after = r["changes"][0]["after_version"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let now = s.tool_ok("read", json!({"workspace_id": "w", "path": "src/a.txt"}));
     assert_eq!(now["content"], "NEW TEXT\n", "{now}");
-    assert_ne!(now["version"], after, "the formatter's write is a new version");
+    assert_ne!(
+        now["version"], after,
+        "the formatter's write is a new version"
+    );
     // A patch pinned to the pre-formatter version is refused.
     let stale = s.tool_err(
         "apply_patch",
@@ -273,7 +300,10 @@ fn a_hook_denied_by_policy_never_runs() {
         json!({"workspace_id": "w", "patch": patch("*** Update File: b.md\n@@\n-old\n+new\n")}),
     );
     assert_eq!(e["code"], "HOOK_FAILED", "{e}");
-    assert!(e["message"].as_str().unwrap().contains("denied by policy"), "{e}");
+    assert!(
+        e["message"].as_str().unwrap().contains("denied by policy"),
+        "{e}"
+    );
     assert_eq!(read(&ws.join("b.md")), "old\n");
     s.close_and_wait(Duration::from_secs(30));
     let conn = rusqlite::Connection::open(t.path().join("store.db")).unwrap();
@@ -292,13 +322,22 @@ fn a_hook_denied_by_policy_never_runs() {
 fn a_hook_with_an_empty_command_or_a_missing_program_or_an_unknown_key_fails_the_load() {
     let t = tempfile::tempdir().unwrap();
     for (hooks, want) in [
-        (json!({"before_patch": [{"command": []}]}), "hooks.before_patch[0].command"),
+        (
+            json!({"before_patch": [{"command": []}]}),
+            "hooks.before_patch[0].command",
+        ),
         (
             json!({"after_patch": [{"command": ["no-such-formatter-cs"]}]}),
             "program `no-such-formatter-cs` not found",
         ),
-        (json!({"before_patch": [{"command": ["true"], "when": "x"}]}), "unknown field `when`"),
-        (json!({"before_commit": []}), "unknown field `before_commit`"),
+        (
+            json!({"before_patch": [{"command": ["true"], "when": "x"}]}),
+            "unknown field `when`",
+        ),
+        (
+            json!({"before_commit": []}),
+            "unknown field `before_commit`",
+        ),
     ] {
         let cfg = config(t.path(), hooks, json!({}));
         let out = std::process::Command::new(crate::stdio_common::BIN)

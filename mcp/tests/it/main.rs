@@ -27,6 +27,7 @@ mod fence_dirs;
 mod file_limits;
 mod filekit;
 mod first_hour;
+mod hooks;
 mod http_common;
 mod http_keepalive;
 mod http_preauth;
@@ -34,7 +35,6 @@ mod http_process;
 mod http_sessions;
 mod http_sessions_cap;
 mod http_state;
-mod hooks;
 // The operation ledger (issue 31).
 mod index_restart;
 mod ledger;

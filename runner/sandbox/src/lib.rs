@@ -83,6 +83,6 @@ pub use plan::{
 };
 pub use probe::{Probe, probe};
 pub use scope::MAX_SCOPE_PATHS;
-pub use stage::{MAX_STAGED_FILES, StagedFile, write_stage};
 pub use seccomp::{ALWAYS_DENIED, DENIED_CLONE_FLAGS, DENIED_IOCTLS};
+pub use stage::{MAX_STAGED_FILES, StagedFile, write_stage};
 pub use steps::{STEPS_ENV, STEPS_PREFIX, STEPS_SERVER_ENV, monotonic_ns};

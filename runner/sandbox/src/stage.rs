@@ -56,7 +56,8 @@ pub fn write_stage(dir: &Path, files: &[StagedFile<'_>]) -> Result<(), SandboxEr
     }
     for (index, f) in files.iter().enumerate() {
         let rel = Path::new(f.path);
-        if rel.as_os_str().is_empty() || !rel.components().all(|c| matches!(c, Component::Normal(_)))
+        if rel.as_os_str().is_empty()
+            || !rel.components().all(|c| matches!(c, Component::Normal(_)))
         {
             return Err(staging(format!(
                 "staged file #{index} is not a normal relative path"

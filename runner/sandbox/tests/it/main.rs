@@ -16,7 +16,7 @@ mod helper;
 mod masks;
 mod network;
 mod process;
-mod stage;
 mod proxy_relay;
+mod stage;
 mod terminal;
 mod write_scope;

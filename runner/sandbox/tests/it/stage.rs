@@ -59,13 +59,29 @@ fn a_staged_view_shows_the_patch_masks_secrets_and_takes_no_write() {
     let out = cmd.current_dir(&fx.ws).output().unwrap();
     let (o, e) = (stdout(&out), stderr(&out));
     assert!(o.contains("end"), "{o} {e}");
-    assert_eq!(o.matches("new").count(), 2, "the staged content, by both names: {o} {e}");
+    assert_eq!(
+        o.matches("new").count(),
+        2,
+        "the staged content, by both names: {o} {e}"
+    );
     assert!(o.contains("added") && o.contains("no-gone"), "{o} {e}");
-    assert!(!o.contains("hunter2") && !o.contains("staged"), "a secret leaked: {o}");
+    assert!(
+        !o.contains("hunter2") && !o.contains("staged"),
+        "a secret leaked: {o}"
+    );
     assert!(!o.contains("wrote"), "a write went through: {o} {e}");
     // The real tree is as it was; the stage too.
-    assert_eq!(std::fs::read_to_string(fx.ws.join("a.txt")).unwrap(), "old\n");
-    assert_eq!(std::fs::read_to_string(fx.ws.join("gone.txt")).unwrap(), "bye\n");
+    assert_eq!(
+        std::fs::read_to_string(fx.ws.join("a.txt")).unwrap(),
+        "old\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(fx.ws.join("gone.txt")).unwrap(),
+        "bye\n"
+    );
     assert!(!fx.ws.join("fresh").exists() && !fx.ws.join("added").exists());
-    assert_eq!(std::fs::read_to_string(stage.join("upper/a.txt")).unwrap(), "new\n");
+    assert_eq!(
+        std::fs::read_to_string(stage.join("upper/a.txt")).unwrap(),
+        "new\n"
+    );
 }
