@@ -31,8 +31,7 @@ use std::time::Duration;
 pub(crate) struct HostProc {
     /// The command's private temp dir: removed once it exited and, at the latest, on eviction.
     tmp: Option<TmpDir>,
-    /// The staged view of a `before_patch` hook: removed with the temp dir.
-    stage: Option<TmpDir>,
+    stage: Option<TmpDir>, // a `before_patch` hook's staged view, removed likewise
 }
 
 /// The runner of the host the server runs on (and, in `codespace worker`, of the worker's host).
@@ -195,25 +194,6 @@ impl Drop for HostRunner {
     }
 }
 
-/// Writes a staged view's files (each path checked as a workspace path first) into `dir`.
-fn write_stage_files(dir: &std::path::Path, files: &[api::StagedFile]) -> RunnerResult<()> {
-    let mut paths = Vec::with_capacity(files.len());
-    for f in files {
-        paths.push(rel(&f.path)?);
-    }
-    let staged: Vec<codespace_runner_sandbox::StagedFile<'_>> = files
-        .iter()
-        .zip(&paths)
-        .map(|(f, p)| codespace_runner_sandbox::StagedFile {
-            path: p.as_str(),
-            content: f.data.as_deref().map(|d| (d, f.mode)),
-        })
-        .collect();
-    codespace_runner_sandbox::write_stage(dir, &staged).map_err(|e| RunnerError::SpawnFailed {
-        message: format!("cannot stage the patched files: {e}"),
-    })
-}
-
 fn rel(path: &str) -> RunnerResult<RelPath> {
     RelPath::parse(path).map_err(fs_err)
 }
@@ -248,12 +228,7 @@ pub(crate) fn from_tool_error(e: ToolError) -> RunnerError {
     }
 }
 
-/// A runner's error as the tool error the wire carries (an `Unavailable` runner is
-/// `ENVIRONMENT_UNAVAILABLE` where the contract has that code, else `INTERNAL`).
-pub(crate) fn to_tool_error(e: RunnerError) -> ToolError {
-    let code = ErrorCode::from_code(e.code());
-    ToolError::new(code, e.to_string())
-}
+pub(crate) use convert::to_tool_error;
 
 fn proc_err(e: &ProcError) -> RunnerError {
     from_tool_error(crate::processes::proc_error(e))
@@ -577,8 +552,7 @@ impl Runner for HostRunner {
             let mut env = req.env;
             let mut handshake = None;
             // On any error from here on, `tmp` is dropped and so removed.
-            let mut tmp = None;
-            let mut stage = None;
+            let (mut tmp, mut stage) = (None, None);
             let launcher = match &req.sandbox {
                 None => None,
                 Some(spec) => {
@@ -608,16 +582,8 @@ impl Runner for HostRunner {
                         plan.tmp_dir = Some(dir.path().to_path_buf());
                         tmp = Some(dir);
                     }
-                    if let Some(files) = &spec.stage {
-                        let dir = make_tmp_dir().map_err(from_tool_error)?;
-                        // Off the async workers: the files are a patch's (bounded) contents.
-                        let (path, files) = (dir.path().to_path_buf(), files.clone());
-                        tokio::task::spawn_blocking(move || write_stage_files(&path, &files))
-                            .await
-                            .map_err(|e| RunnerError::internal(format!("stage task: {e}")))??;
-                        plan.stage_dir = Some(dir.path().to_path_buf());
-                        stage = Some(dir);
-                    }
+                    stage = convert::stage_dir(spec).await?;
+                    plan.stage_dir = stage.as_ref().map(|d| d.path().to_path_buf());
                     if spec.network == api::SandboxNetwork::Proxy && relay.is_none() {
                         return Err(RunnerError::SpawnFailed {
                             message: "network: proxy needs the gateway's egress proxy beside \
@@ -643,8 +609,7 @@ impl Runner for HostRunner {
                     })
                 }
             };
-            let tmp_path = tmp.as_ref().map(|t| t.path().to_path_buf());
-            let stage_path = stage.as_ref().map(|t| t.path().to_path_buf());
+            let dirs: Vec<PathBuf> = tmp.iter().chain(&stage).map(|t| t.path().into()).collect();
             let spec = SpawnSpec {
                 argv: req.argv,
                 cwd,
@@ -687,13 +652,12 @@ impl Runner for HostRunner {
             if let Some(size) = req.tty {
                 let _ = table.resize(&spawned.id, size.rows, size.cols).await;
             }
-            // The private temp dir goes as soon as the process exited.
-            if tmp_path.is_some() || stage_path.is_some() {
+            // The private temp dir and the stage go as soon as the process exited.
+            if !dirs.is_empty() {
                 let (table, id) = (table.clone(), spawned.id.clone());
                 tokio::spawn(async move {
                     let _ = table.wait_exit(&id).await;
-                    remove_tmp(tmp_path.as_deref());
-                    remove_tmp(stage_path.as_deref());
+                    dirs.iter().for_each(|d| remove_tmp(Some(d)));
                 });
             }
             if let Some(h) = handshake {
