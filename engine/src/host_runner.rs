@@ -30,6 +30,7 @@ use std::time::Duration;
 pub(crate) struct HostProc {
     /// The command's private temp dir: removed once it exited and, at the latest, on eviction.
     tmp: Option<TmpDir>,
+    stage: Option<TmpDir>, // a `before_patch` hook's staged view, removed likewise
 }
 
 /// The runner of the host the server runs on (and, in `codespace worker`, of the worker's host).
@@ -133,6 +134,7 @@ impl HostRunner {
     fn remove_tmp_dirs(&self) {
         for r in self.table.registrations() {
             remove_tmp(r.meta.tmp.as_ref().map(TmpDir::path));
+            remove_tmp(r.meta.stage.as_ref().map(TmpDir::path));
         }
     }
 
@@ -225,12 +227,7 @@ pub(crate) fn from_tool_error(e: ToolError) -> RunnerError {
     }
 }
 
-/// A runner's error as the tool error the wire carries (an `Unavailable` runner is
-/// `ENVIRONMENT_UNAVAILABLE` where the contract has that code, else `INTERNAL`).
-pub(crate) fn to_tool_error(e: RunnerError) -> ToolError {
-    let code = ErrorCode::from_code(e.code());
-    ToolError::new(code, e.to_string())
-}
+pub(crate) use convert::to_tool_error;
 
 fn proc_err(e: &ProcError) -> RunnerError {
     from_tool_error(crate::processes::proc_error(e))
@@ -554,7 +551,7 @@ impl Runner for HostRunner {
             let mut env = req.env;
             let mut handshake = None;
             // On any error from here on, `tmp` is dropped and so removed.
-            let mut tmp = None;
+            let (mut tmp, mut stage) = (None, None);
             let launcher = match &req.sandbox {
                 None => None,
                 Some(spec) => {
@@ -584,6 +581,8 @@ impl Runner for HostRunner {
                         plan.tmp_dir = Some(dir.path().to_path_buf());
                         tmp = Some(dir);
                     }
+                    stage = convert::stage_dir(spec).await?;
+                    plan.stage_dir = stage.as_ref().map(|d| d.path().to_path_buf());
                     if spec.network == api::SandboxNetwork::Proxy && relay.is_none() {
                         return Err(RunnerError::SpawnFailed {
                             message: "network: proxy needs the gateway's egress proxy beside \
@@ -610,7 +609,7 @@ impl Runner for HostRunner {
                     })
                 }
             };
-            let tmp_path = tmp.as_ref().map(|t| t.path().to_path_buf());
+            let dirs: Vec<PathBuf> = tmp.iter().chain(&stage).map(|t| t.path().into()).collect();
             let spec = SpawnSpec {
                 argv: req.argv,
                 cwd,
@@ -646,19 +645,19 @@ impl Runner for HostRunner {
             // The spec (and with it this side's copy of the handshake's write end) is consumed
             // here: from now on only the helper holds that end.
             let spawned = table
-                .spawn_owned(spec, opts, HostProc { tmp })
+                .spawn_owned(spec, opts, HostProc { tmp, stage })
                 .await
                 .map_err(|e| spawn_err(&e))?;
             drop(relay);
             if let Some(size) = req.tty {
                 let _ = table.resize(&spawned.id, size.rows, size.cols).await;
             }
-            // The private temp dir goes as soon as the process exited.
-            if tmp_path.is_some() {
+            // The private temp dir and the stage go as soon as the process exited.
+            if !dirs.is_empty() {
                 let (table, id) = (table.clone(), spawned.id.clone());
                 tokio::spawn(async move {
                     let _ = table.wait_exit(&id).await;
-                    remove_tmp(tmp_path.as_deref());
+                    dirs.iter().for_each(|d| remove_tmp(Some(d)));
                 });
             }
             if let Some(h) = handshake {

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// The fixed `PATH` of every child.
-pub const CHILD_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub const CHILD_PATH: &str = crate::config::SYSTEM_PATH;
 
 /// `read_process` `tail: true` without `max_bytes`: the last this many bytes.
 pub const DEFAULT_TAIL_BYTES: usize = 64 * 1024;

@@ -553,3 +553,26 @@ pub(crate) fn connect_case(
         codespace_policy::request::connect_request(session, process.unwrap_or(&fallback), &target);
     Ok(("network_connect".into(), None, Ok(vec![req]), None))
 }
+
+/// The arguments of a `hook` case.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HookArgs {
+    stage: codespace_policy::request::HookStage,
+    command: Vec<String>,
+}
+
+/// The requests of a `hook` case (issue 31): `arguments: {stage: before_patch | after_patch,
+/// command: [argv]}`, decided as the server decides a configured hook of workspace `workspace`
+/// (the `hook` request, then its command's exec sub-requests).
+pub(crate) fn hook_case(
+    case: &TestCase,
+    session: &Session,
+    workspace: &str,
+) -> Result<ParsedCase, String> {
+    let args: HookArgs = serde_json::from_value(case.call.arguments.clone())
+        .map_err(|e| format!("hook arguments: {e}"))?;
+    let reqs =
+        codespace_policy::request::hook_requests(workspace, session, args.stage, &args.command);
+    Ok(("hook".into(), Some(workspace.to_string()), reqs, None))
+}

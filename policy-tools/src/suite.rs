@@ -195,6 +195,9 @@ pub fn run_file_in(
         // `network_connect` is not a tool: its case names the connection's target directly.
         let parsed = if case.call.name == "network_connect" {
             connect_case(&case, &session, pf.as_ref()).map_err(Refusal::Broken)
+        } else if case.call.name == "hook" {
+            // Nor is `hook`: its case names the stage and the operator's command.
+            crate::cases::hook_case(&case, &session, &fx.id).map_err(Refusal::Broken)
         } else {
             ToolCall::parse(&case.call.name, &case.call.arguments)
                 .map(|call| {

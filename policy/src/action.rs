@@ -1,6 +1,7 @@
 //! The Cedar actions a sub-request names: every tool (its wire name is its action id), the
-//! sandbox capabilities `process_write` and `process_network`, `confirm` and the egress proxy's
-//! `network_connect`. One spelling each, the schema's (`schema/codespace.cedarschema`).
+//! sandbox capabilities `process_write` and `process_network`, `confirm`, the egress proxy's
+//! `network_connect` and the operator's `hook`s. One spelling each, the schema's
+//! (`schema/codespace.cedarschema`).
 
 use crate::tool_table::ToolName;
 
@@ -17,6 +18,8 @@ pub enum Action {
     Confirm,
     /// May a command's connection through the egress proxy go to this target.
     NetworkConnect,
+    /// May an operator-configured hook run (issue 31; `context.hook`).
+    Hook,
 }
 
 impl Action {
@@ -43,6 +46,7 @@ impl Action {
             Action::ProcessNetwork => "process_network",
             Action::Confirm => "confirm",
             Action::NetworkConnect => "network_connect",
+            Action::Hook => "hook",
         }
     }
 
@@ -53,6 +57,7 @@ impl Action {
             "process_network" => Some(Action::ProcessNetwork),
             "confirm" => Some(Action::Confirm),
             "network_connect" => Some(Action::NetworkConnect),
+            "hook" => Some(Action::Hook),
             _ => ToolName::parse(id).map(Action::Tool),
         }
     }
@@ -111,6 +116,7 @@ mod tests {
             Action::ProcessNetwork,
             Action::Confirm,
             Action::NetworkConnect,
+            Action::Hook,
         ]);
         for a in all {
             assert_eq!(Action::parse(a.as_str()), Some(a));

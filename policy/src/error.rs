@@ -43,6 +43,9 @@ pub enum ErrorCode {
     /// a host key that does not match, a container that does not exist, ...). Nothing ran; the
     /// call never falls back to the host.
     EnvironmentUnavailable,
+    /// An operator-configured hook (issue 31) failed or was denied: a `before_patch` hook
+    /// leaves the workspace untouched.
+    HookFailed,
 }
 
 impl ErrorCode {
@@ -82,6 +85,7 @@ impl ErrorCode {
             ErrorCode::FileTooLarge => "FILE_TOO_LARGE",
             ErrorCode::BinaryFile => "BINARY_FILE",
             ErrorCode::EnvironmentUnavailable => "ENVIRONMENT_UNAVAILABLE",
+            ErrorCode::HookFailed => "HOOK_FAILED",
         }
     }
 
@@ -120,6 +124,7 @@ impl ErrorCode {
         ErrorCode::FileTooLarge,
         ErrorCode::BinaryFile,
         ErrorCode::EnvironmentUnavailable,
+        ErrorCode::HookFailed,
     ];
 
     /// Maps a code string (runner crates and stored results speak the same codes) onto the

@@ -691,6 +691,96 @@ pub fn write_scope_candidates(
     out
 }
 
+/// The stage of a hook (issue 31): `before_patch` runs on the staged patched tree before
+/// anything is written, `after_patch` once the patch is committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HookStage {
+    /// Before the commit, on the staged view.
+    BeforePatch,
+    /// After the commit.
+    AfterPatch,
+}
+
+impl HookStage {
+    /// The wire and Cedar spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            HookStage::BeforePatch => "before_patch",
+            HookStage::AfterPatch => "after_patch",
+        }
+    }
+}
+
+/// The `exec_command` a hook's command is decided and started as: at the workspace root, no
+/// terminal, no `env` of the caller.
+pub fn hook_exec_params(workspace: &str, argv: &[String]) -> crate::wire::ExecCommandParams {
+    crate::wire::ExecCommandParams {
+        workspace_id: workspace.to_string(),
+        command: argv.to_vec(),
+        tty: None,
+        timeout_ms: None,
+        yield_ms: None,
+        operation_key: None,
+        env: None,
+        cwd: None,
+        background: None,
+        stderr: None,
+    }
+}
+
+/// `context.hook` of a hook's requests (`{stage, command}`, the command as its quoted line),
+/// and that line.
+pub fn hook_facts(stage: HookStage, argv: &[String]) -> (Value, String) {
+    let line = command_facts(argv, false)
+        .get("line")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    (json!({ "stage": stage.as_str(), "command": line }), line)
+}
+
+/// Sets `context.hook` of a request's context to `facts` ([`hook_facts`]).
+pub fn with_hook_context(ctx: &mut Value, facts: &Value) {
+    if let Value::Object(m) = ctx {
+        m.insert("hook".into(), facts.clone());
+    }
+}
+
+/// The requests of one hook run of `workspace` (issue 31): the `hook` request (resource the
+/// workspace root, `context.hook = {stage, command}` with `command` the argv's quoted line),
+/// then the exec sub-requests its command gets as an `exec_command` at the root (the command,
+/// its `process_write` of the root, `process_network`), each carrying `context.hook` too.
+/// Errors are the refusals of a malformed argv.
+pub fn hook_requests(
+    workspace: &str,
+    session: &Session,
+    stage: HookStage,
+    argv: &[String],
+) -> Result<Vec<SubRequest>, ToolError> {
+    let call = ToolCall::ExecCommand(hook_exec_params(workspace, argv));
+    let exec = build_requests(&call, session, None)?;
+    let (facts, line) = hook_facts(stage, argv);
+    let with_hook = |mut ctx: Value| {
+        with_hook_context(&mut ctx, &facts);
+        ctx
+    };
+    let ctx = exec.first().map_or_else(
+        || json!({ "session": session_ctx(session) }),
+        |r| r.context.clone(),
+    );
+    let summary: String = format!("{} {line}", stage.as_str())
+        .chars()
+        .take(200)
+        .collect();
+    let mut out = vec![sub(Action::Hook, ".", "", with_hook(ctx), summary)];
+    out.extend(exec.into_iter().map(|mut r| {
+        r.context = with_hook(r.context);
+        r
+    }));
+    Ok(out)
+}
+
 /// Replaces `context.approval` of every request with `facts`.
 pub fn with_approval(reqs: &mut [SubRequest], facts: &ApprovalFacts) {
     for r in reqs {

@@ -64,6 +64,7 @@ impl Config {
                 lease_scope: LeaseScope::Workspace,
                 command_write_paths: default_command_write_paths(),
                 toolchains: Vec::new(),
+                hooks: super::hooks::Hooks::default(),
             },
         );
         Ok(Config {
@@ -261,6 +262,8 @@ impl Config {
                 )?,
                 (None, None) => default_command_write_paths(),
             };
+            let hooks =
+                super::hooks::hooks(&format!("workspaces.{id}.hooks"), w.hooks, host_root, &path)?;
             workspaces.insert(
                 id.clone(),
                 Workspace {
@@ -279,6 +282,7 @@ impl Config {
                     lease_scope: w.lease_scope,
                     command_write_paths: write_paths,
                     toolchains: Vec::new(),
+                    hooks,
                 },
             );
         }

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 mod environments;
 mod error;
 mod identity;
+mod hooks;
 mod limits;
 mod load;
 mod profiles;
@@ -31,6 +32,7 @@ pub use environments::{
 };
 pub use error::ConfigError;
 pub use identity::{ClaimMap, Identity, OidcAlgorithm, OidcConfig};
+pub use hooks::{Hook, Hooks, MAX_HOOKS_PER_STAGE, SYSTEM_PATH};
 pub use limits::{
     DEFAULT_MAX_HASH_BYTES, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_PATCH_FILE_BYTES,
     DEFAULT_MAX_SESSIONS_PER_CLIENT, Limits,
@@ -99,6 +101,8 @@ pub struct Workspace {
     /// The toolchains found at start and added to its read paths (name, read-path name);
     /// see `toolchains.rs`. Empty when the config sets a command `path`.
     pub toolchains: Vec<(String, String)>,
+    /// The operator's `before_patch` / `after_patch` hooks (issue 31).
+    pub hooks: Hooks,
 }
 
 /// An HTTP client identity.

@@ -188,6 +188,11 @@ pub(super) struct RawWorkspace {
     /// else `["."]`.
     #[serde(default)]
     pub(super) command_write_paths: Option<Vec<String>>,
+    /// Deterministic commands around `apply_patch` (issue 31): `before_patch` ones must exit 0
+    /// on the staged patched tree, `after_patch` ones run after the commit. Each is decided by
+    /// Cedar (action `hook`) and runs sandboxed.
+    #[serde(default)]
+    pub(super) hooks: Option<super::hooks::RawHooks>,
 }
 
 /// An HTTP client identity: exactly one of `token` and `token_file`.

@@ -259,6 +259,26 @@ impl Authorized<'_> {
         .await
     }
 
+    /// The write scope of an `after_patch` hook of this `apply_patch` call (see
+    /// `gateway/write_scope.rs`): `dirs` decided under the hook's own decision.
+    pub(crate) async fn hook_write_scope(
+        &self,
+        hook_decision: &Decision,
+        exec: &crate::request::ExecFacts,
+        dirs: &[RelPath],
+    ) -> Result<super::write_scope::WriteScope, crate::ToolError> {
+        super::write_scope::hook_write_scope(
+            self.gateway,
+            self.snap,
+            self.ws,
+            self.session,
+            hook_decision,
+            exec,
+            dirs,
+        )
+        .await
+    }
+
     /// Decides a large batch of this call's sub-requests on the blocking pool (no cache, no
     /// audit rows: the listing tools audit what they withhold).
     pub(crate) async fn decide_on_blocking_pool(

@@ -242,6 +242,66 @@ pub(crate) async fn write_scope(
     Ok(scope)
 }
 
+/// The write scope of an `after_patch` hook (issue 31): the directories of the files the patch
+/// wrote (`dirs`), each decided as `process_write` for the hook's command (`exec`, its context
+/// carrying `context.hook`), plus `.git` and the nested `.git` as for every command; nothing is
+/// created. Narrower than a command's scope at the root: the hook may write where the patch
+/// wrote and no further (Landlock cannot grant a single file the rename most formatters use).
+pub(crate) async fn hook_write_scope(
+    gw: &Gateway,
+    snap: &PolicySnapshot,
+    ws: &WorkspaceRuntime,
+    session: &Session,
+    hook_decision: &Decision,
+    exec: &ExecFacts,
+    dirs: &[RelPath],
+) -> Result<WriteScope, ToolError> {
+    let nested = nested_git(ws).await;
+    let mut candidates: Vec<RelPath> = Vec::new();
+    for c in dirs
+        .iter()
+        .cloned()
+        .chain(RelPath::parse(".git").ok())
+        .chain(nested)
+    {
+        if !candidates.contains(&c) {
+            candidates.push(c);
+        }
+    }
+    let reqs = write_scope_requests(exec, &candidates);
+    let d = gw
+        .decider
+        .probe(snap, &ws.facts, &hook_decision.tool, &reqs, session);
+    let rows = gw
+        .decider
+        .shaping_rows(snap, hook_decision, &d, &ws.facts, &reqs, session);
+    let decided: Vec<Decided> = candidates
+        .into_iter()
+        .zip(&d.subs)
+        .map(|(path, sub)| Decided {
+            path,
+            allowed: sub.allowed,
+            create: false,
+        })
+        .collect();
+    let resolved = if ws.is_remote() {
+        resolve_remote(ws, decided).await?
+    } else {
+        let root = Arc::clone(ws.host_root()?);
+        tokio::task::spawn_blocking(move || resolve_host(&root, decided))
+            .await
+            .map_err(|e| {
+                ToolError::new(
+                    ErrorCode::ProcessSpawnFailed,
+                    format!("write scope task: {e}"),
+                )
+            })??
+    };
+    let mut scope = assemble(resolved);
+    scope.rows = rows;
+    Ok(scope)
+}
+
 /// The nested `.git` entries the workspace's path index lists (not the root's own `.git`,
 /// always a candidate), at most [`MAX_NESTED_GIT`]; none when the index cannot list.
 async fn nested_git(ws: &WorkspaceRuntime) -> Vec<RelPath> {

@@ -2,9 +2,11 @@
 //! file kinds, backups and the two journals of a commit (the recorded snapshot checked, a
 //! snapshot only), a process's status, a `SandboxSpec` as the sandbox's plan.
 
+use crate::processes::TmpDir;
 use codespace_runner_api as api;
-use codespace_runner_fs::Kind;
+use codespace_runner_api::{RunnerError, RunnerResult};
 use codespace_runner_fs::txn::{self, Journal};
+use codespace_runner_fs::{Kind, RelPath};
 use codespace_runner_process::ProcessInfo;
 use codespace_runner_sandbox::{NetworkMode, SandboxPlan};
 use std::path::PathBuf;
@@ -93,4 +95,48 @@ pub(super) fn plan(root: &std::path::Path, s: &api::SandboxSpec) -> SandboxPlan 
     plan.extra_read = paths(&s.extra_read);
     plan.home_dir = s.home_dir.as_ref().map(PathBuf::from);
     plan
+}
+
+/// The staged view of a `before_patch` hook's spec, written into a fresh private temp dir off
+/// the async workers (the files are a patch's bounded contents); `None` without one.
+pub(super) async fn stage_dir(s: &api::SandboxSpec) -> RunnerResult<Option<TmpDir>> {
+    let Some(files) = &s.stage else {
+        return Ok(None);
+    };
+    let dir = crate::processes::make_tmp_dir()
+        .map_err(|e| RunnerError::SpawnFailed { message: e.message })?;
+    let (path, files) = (dir.path().to_path_buf(), files.clone());
+    tokio::task::spawn_blocking(move || write_stage_files(&path, &files))
+        .await
+        .map_err(|e| RunnerError::internal(format!("stage task: {e}")))??;
+    Ok(Some(dir))
+}
+
+/// Writes a staged view's files (each path checked as a workspace path first) into `dir`.
+fn write_stage_files(dir: &std::path::Path, files: &[api::StagedFile]) -> RunnerResult<()> {
+    let mut paths = Vec::with_capacity(files.len());
+    for f in files {
+        let p = RelPath::parse(&f.path).map_err(|e| RunnerError::PathEscape {
+            message: e.to_string(),
+        })?;
+        paths.push(p);
+    }
+    let staged: Vec<codespace_runner_sandbox::StagedFile<'_>> = files
+        .iter()
+        .zip(&paths)
+        .map(|(f, p)| codespace_runner_sandbox::StagedFile {
+            path: p.as_str(),
+            content: f.data.as_deref().map(|d| (d, f.mode)),
+        })
+        .collect();
+    codespace_runner_sandbox::write_stage(dir, &staged).map_err(|e| RunnerError::SpawnFailed {
+        message: format!("cannot stage the patched files: {e}"),
+    })
+}
+
+/// A runner's error as the tool error the wire carries (an `Unavailable` runner is
+/// `ENVIRONMENT_UNAVAILABLE` where the contract has that code, else `INTERNAL`).
+pub(crate) fn to_tool_error(e: RunnerError) -> crate::error::ToolError {
+    let code = crate::error::ErrorCode::from_code(e.code());
+    crate::error::ToolError::new(code, e.to_string())
 }

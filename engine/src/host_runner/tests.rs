@@ -261,6 +261,7 @@ async fn a_remote_runner_over_json_behaves_like_the_host_runner() {
                     private_tmp: None,
                     mask_non_utf8_top_level: false,
                     proxy_relay: None,
+                    stage: None,
                 }),
             })
             .await

@@ -12,6 +12,8 @@ pub mod info;
 pub mod ledger;
 pub mod ops;
 pub mod patch;
+// The operator's before_patch / after_patch hooks (issue 31).
+mod patch_hooks;
 mod patch_runner;
 pub mod process;
 pub mod process_list;

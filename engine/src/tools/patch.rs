@@ -283,8 +283,21 @@ pub(crate) async fn apply_patch(
         Begin::Replay(row) => return replay(&row),
     };
     ws.versions.ensure_watching();
-    let out = apply_locked(auth, p, &expected, &pinned, &op_id).await;
+    // The hooks that ran (issue 31), for the result and the operation record.
+    let mut hooks = Vec::new();
+    let mut out = apply_locked(auth, p, &expected, &pinned, &op_id, &mut hooks).await;
+    // after_patch hooks run on the committed patch, still under the lease.
+    if let Ok((result, changes)) = &mut out
+        && result.status == crate::facts::OperationStatus::Applied
+    {
+        crate::tools::patch_hooks::after_patch(auth, changes, &result.files, &op_id, &mut hooks)
+            .await;
+    }
     drop(lease);
+    let out = out.map(|(mut result, _)| {
+        result.hooks = std::mem::take(&mut hooks);
+        result
+    });
     match out {
         Ok(result) => {
             // The ledger records the result as the wire shows it (a replay reads it back).
@@ -295,25 +308,28 @@ pub(crate) async fn apply_patch(
         }
         Err((status, err)) => {
             let err = err.with_operation(op_id.clone());
-            auth.finish_operation(
-                &op_id,
-                status,
-                &json!({"error": {"code": err.code, "message": err.message}}),
-                Some(err.code.as_str()),
-            );
+            let mut record = json!({"error": {"code": err.code, "message": err.message}});
+            if !hooks.is_empty()
+                && let Some(m) = record.as_object_mut()
+            {
+                m.insert("hooks".into(), json!(hooks));
+            }
+            auth.finish_operation(&op_id, status, &record, Some(err.code.as_str()));
             Err(err)
         }
     }
 }
 
-/// Plan, check and commit under the lease. Errors carry the operation status to record.
+/// Plan, check, run the `before_patch` hooks (into `hooks`) and commit under the lease; the
+/// result with the planned changes. Errors carry the operation status to record.
 async fn apply_locked(
     auth: &Authorized<'_>,
     p: &ApplyPatchParams,
     expected: &BTreeMap<String, String>,
     pinned: &BTreeMap<String, String>,
     op_id: &str,
-) -> Result<ApplyPatchResult, (crate::facts::OperationStatus, ToolError)> {
+    hooks: &mut Vec<crate::wire::HookRun>,
+) -> Result<(ApplyPatchResult, Vec<PlannedChange>), (crate::facts::OperationStatus, ToolError)> {
     let ws = auth.ws();
     let rejected = |e: ToolError| (crate::facts::OperationStatus::Rejected, e);
     let patch = auth.patch().map_err(rejected)?.clone();
@@ -409,7 +425,7 @@ async fn apply_locked(
         }
     }
     if p.check_only.unwrap_or(false) {
-        return Ok(ApplyPatchResult {
+        let result = ApplyPatchResult {
             status: crate::facts::OperationStatus::Checked,
             operation_id: op_id.into(),
             replayed: false,
@@ -421,8 +437,15 @@ async fn apply_locked(
                     .await
                     .map_err(rejected)?,
             ),
-        });
+            hooks: Vec::new(),
+        };
+        return Ok((result, planned.changes));
     }
+    // The operator's before_patch hooks on the staged patched tree: a failure writes nothing.
+    let touched: Vec<String> = at_plan.keys().cloned().collect();
+    crate::tools::patch_hooks::before_patch(auth, &planned.changes, &touched, hooks)
+        .await
+        .map_err(|e| (crate::facts::OperationStatus::Failed, e))?;
     if let Some(h) = &auth.patch_hooks.before_commit {
         h();
     }
@@ -430,7 +453,6 @@ async fn apply_locked(
     let workspace = ws.facts.id.clone();
     let registration = ws.registration.clone();
     let op = op_id.to_string();
-    let touched: Vec<String> = at_plan.keys().cloned().collect();
     let versions_changed = ws.versions.changed_since(seq0, &touched);
     let hooks = Arc::clone(&auth.patch_hooks);
     let at_plan_c = at_plan.clone();
@@ -464,7 +486,7 @@ async fn apply_locked(
             // The operation ledger (issue 31): before/after of every file, once committed.
             crate::tools::ledger::record_patch(auth, op_id, &planned.changes).await;
         }
-        return out;
+        return out.map(|r| (r, planned.changes));
     };
     let applied = tokio::task::spawn_blocking(move || {
         commit_checked(
@@ -491,7 +513,7 @@ async fn apply_locked(
         // The operation ledger (issue 31): before/after of every file, once committed.
         crate::tools::ledger::record_patch(auth, op_id, &planned.changes).await;
     }
-    out
+    out.map(|r| (r, planned.changes))
 }
 
 /// The result of a commit (host or runner): versions recorded, the wire result or the error
@@ -522,6 +544,7 @@ fn finish_applied(
                 files,
                 changes: wire,
                 diff: None,
+                hooks: Vec::new(),
             })
         }
         Applied::Stale(paths) => Err((
@@ -575,6 +598,7 @@ fn replay(row: &codespace_store::OperationRow) -> Result<ApplyPatchResult, ToolE
             files: Vec::new(),
             changes: Vec::new(),
             diff: None,
+            hooks: Vec::new(),
         }
     });
     out.replayed = true;

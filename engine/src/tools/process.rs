@@ -34,7 +34,7 @@ use output::drain;
 
 /// Whether `ws`'s commands run in the sandbox (every workspace but one whose operator set
 /// `"sandbox": "off"`).
-fn requires_sandbox(ws: &WorkspaceRuntime) -> bool {
+pub(crate) fn requires_sandbox(ws: &WorkspaceRuntime) -> bool {
     ws.facts.workspace_sandbox != crate::config::SandboxMode::Off
 }
 
@@ -80,7 +80,7 @@ fn proxy_for(
 }
 
 /// The read paths and home directory of `workspace`'s commands; creates the home.
-fn command_paths(auth: &Authorized<'_>) -> Result<CommandPaths, ToolError> {
+pub(crate) fn command_paths(auth: &Authorized<'_>) -> Result<CommandPaths, ToolError> {
     let ws = auth
         .ws_config()
         .ok_or_else(|| ToolError::new(ErrorCode::WorkspaceNotFound, "workspace is gone"))?;
@@ -104,7 +104,10 @@ fn command_paths(auth: &Authorized<'_>) -> Result<CommandPaths, ToolError> {
 /// Whether a command of `ws` may start sandboxed here: `Ok(false)` for a workspace whose
 /// operator set `"sandbox": "off"`. A workspace that requires the sandbox on a host without
 /// one fails closed here even if an operator policy let the call through.
-fn sandbox_check(auth: &Authorized<'_>, ws: &WorkspaceRuntime) -> Result<bool, ToolError> {
+pub(crate) fn sandbox_check(
+    auth: &Authorized<'_>,
+    ws: &WorkspaceRuntime,
+) -> Result<bool, ToolError> {
     if !requires_sandbox(ws) {
         return Ok(false);
     }
@@ -131,7 +134,7 @@ pub(crate) fn kernel_sandboxes(k: &api::SandboxProbe) -> bool {
 }
 
 /// Whether `ws` runs on this server's host (its runner is the in-process host runner).
-fn on_host(auth: &Authorized<'_>, ws: &WorkspaceRuntime) -> bool {
+pub(crate) fn on_host(auth: &Authorized<'_>, ws: &WorkspaceRuntime) -> bool {
     let host = Arc::clone(&auth.host) as Arc<dyn Runner>;
     crate::processes::same_runner(&ws.runner, &host)
 }
@@ -502,6 +505,7 @@ async fn start(
             .iter()
             .any(|m| m.path == crate::masks::NON_UTF8_TOP_LEVEL),
         proxy_relay: None,
+        stage: None,
     });
     // The sandbox's decisions (write scope, masks) are queued for the log before the command
     // starts; the decision that allowed it is already written ahead.

@@ -29,6 +29,7 @@ mod fence_dirs;
 mod file_limits;
 mod filekit;
 mod first_hour;
+mod hooks;
 mod http_common;
 mod http_keepalive;
 mod http_preauth;

@@ -502,6 +502,31 @@ pub struct ApplyPatchResult {
     /// are named as withheld, their content never shown).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diff: Option<String>,
+    /// The operator's hooks that ran for this patch (issue 31), in order: the `before_patch`
+    /// ones (all passed, or the patch was refused with `HOOK_FAILED`), then the `after_patch`
+    /// ones (a failure is reported here, the patch stays applied).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<HookRun>,
+}
+
+/// One hook run (issue 31).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct HookRun {
+    /// `before_patch` or `after_patch`.
+    pub stage: String,
+    /// The hook's argv, as configured.
+    pub command: Vec<String>,
+    /// Its exit code (`None`: killed by a signal, timed out, or never started).
+    pub exit_code: Option<i32>,
+    /// The end of its output (stdout and stderr together), at most 8 KiB.
+    pub output: String,
+    /// True when `output` lost its beginning to the cap.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub output_truncated: bool,
+    /// Set when the hook did not run or did not finish: `denied` (Cedar), `spawn_failed`,
+    /// `timed_out`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// Parameters of `operation_status`.

@@ -361,6 +361,24 @@ pub struct SandboxSpec {
     /// runner for this command (an in-process handle; meaningless to any other runner).
     #[serde(default)]
     pub proxy_relay: Option<String>,
+    /// A staged view (a `before_patch` hook): the runner writes these files into a private
+    /// stage directory and the command sees them over the workspace, read-only, in its own mount
+    /// namespace (no write scope may come with it). Removed when the process exits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<Vec<StagedFile>>,
+}
+
+/// One file of a staged view: its new content and mode, or `None` for a deleted path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StagedFile {
+    /// Workspace-relative path.
+    pub path: String,
+    /// The new content (`None`: the patch deletes the path).
+    #[serde(default)]
+    pub data: Option<Vec<u8>>,
+    /// The new file's mode.
+    #[serde(default)]
+    pub mode: u32,
 }
 
 /// A terminal size.

@@ -248,6 +248,7 @@ fn prepare(
             plan.mask_non_utf8_top_level,
             &plan.read_only,
             &plan.write_paths,
+            plan.stage_dir.as_deref(),
         )?;
     }
     steps.mark("mounts");

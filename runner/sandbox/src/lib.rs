@@ -38,6 +38,9 @@
 //!   default), which cannot be renamed or removed either. Without masks, that namespace is one
 //!   the server prepared for exactly this scope when the helper's check says it holds it
 //!   ([`SandboxPlan::mount_ns_fd`], `mountns.rs`), so the command's exit tears nothing down.
+//! - **Staged view** (`SandboxPlan::stage_dir`, `stage.rs`): a read-only overlay of a patch's
+//!   new contents over the workspace root in that namespace, beneath the masks (a `before_patch`
+//!   hook sees the patched tree and writes nothing).
 
 mod caps;
 mod error;
@@ -56,6 +59,7 @@ mod probe;
 mod relay;
 mod scope;
 mod seccomp;
+mod stage;
 mod steps;
 
 pub use error::{HELPER_FAILURE_EXIT, HELPER_NOT_FOUND_EXIT, HELPER_STDERR_PREFIX, SandboxError};
@@ -82,4 +86,5 @@ pub use plan::{
 pub use probe::{Probe, probe};
 pub use scope::MAX_SCOPE_PATHS;
 pub use seccomp::{ALWAYS_DENIED, DENIED_CLONE_FLAGS, DENIED_IOCTLS};
+pub use stage::{MAX_STAGED_FILES, StagedFile, write_stage};
 pub use steps::{STEPS_ENV, STEPS_PREFIX, STEPS_SERVER_ENV, monotonic_ns};

@@ -56,11 +56,12 @@ pub(crate) fn apply_masks(
     workspace_root: &Path,
     masks: &[std::path::PathBuf],
 ) -> Result<usize, SandboxError> {
-    apply_mounts(workspace_root, masks, false, &[], &[])
+    apply_mounts(workspace_root, masks, false, &[], &[], None)
 }
 
 /// Moves the calling (single-threaded) process into a private mount namespace, when the plan
-/// needs one (masks or read-only paths), and in it:
+/// needs one (masks, read-only paths or a stage), and in it:
+/// 0. mounts the staged view over the root, when there is one ([`crate::stage`]);
 /// 1. puts the write scope in place ([`crate::scope::attach_write_scope`]): a read-only bind
 ///    over every `read_only` path, a writable bind over every `write_paths` entry beneath one;
 /// 2. pins every ancestor directory of a mask (beneath the root) as a mount point of its own,
@@ -85,8 +86,9 @@ pub(crate) fn apply_mounts(
     non_utf8_top_level: bool,
     read_only: &[std::path::PathBuf],
     write_paths: &[std::path::PathBuf],
+    stage: Option<&Path>,
 ) -> Result<usize, SandboxError> {
-    if masks.is_empty() && read_only.is_empty() && !non_utf8_top_level {
+    if masks.is_empty() && read_only.is_empty() && !non_utf8_top_level && stage.is_none() {
         return Ok(0);
     }
     if masks.len() > MAX_MASKS {
@@ -102,6 +104,10 @@ pub(crate) fn apply_mounts(
         MountPropagationFlags::REC | MountPropagationFlags::PRIVATE,
     )
     .map_err(|e| masking(format!("cannot make the mount tree private: {e}")))?;
+    // The staged view goes first: the masks and the scope below then cover it.
+    if let Some(stage) = stage {
+        crate::stage::mount_stage(workspace_root, stage)?;
+    }
     // Opened after unshare, so it names the workspace in the new namespace.
     let root = rustix::fs::open(
         workspace_root,

@@ -83,9 +83,11 @@ impl Shape {
 }
 
 /// Whether a prepared namespace may serve `plan`: it needs a mount namespace at all (read-only
-/// paths or masks), and preparation is not turned off.
+/// paths or masks), it stages no patch (a `before_patch` hook's overlay is its own), and
+/// preparation is not turned off.
 fn eligible(plan: &SandboxPlan) -> bool {
     (!plan.read_only.is_empty() || !plan.masks.is_empty() || plan.mask_non_utf8_top_level)
+        && plan.stage_dir.is_none()
         && enabled()
 }
 

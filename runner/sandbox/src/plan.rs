@@ -105,6 +105,13 @@ pub struct SandboxPlan {
     /// [`crate::SandboxCommand::launch`]; leave it `None`.
     #[serde(default)]
     pub mount_ns_fd: Option<i32>,
+    /// A staged view of the workspace (absolute, outside it; written by
+    /// [`crate::write_stage`]): the helper mounts it read-only over the workspace root in the
+    /// command's own mount namespace before the masks (see `stage.rs`), or the command does not
+    /// run. The command then sees the workspace as a patch would leave it and can write none of
+    /// it (a `before_patch` hook).
+    #[serde(default)]
+    pub stage_dir: Option<PathBuf>,
 }
 
 impl SandboxPlan {
@@ -125,6 +132,7 @@ impl SandboxPlan {
             mask_non_utf8_top_level: false,
             proxy_control_fd: None,
             mount_ns_fd: None,
+            stage_dir: None,
         }
     }
 
@@ -139,6 +147,19 @@ impl SandboxPlan {
         }
         for (index, path) in self.extra_read.iter().enumerate() {
             require_absolute(path, &format!("extra read path #{index}"))?;
+        }
+        if let Some(stage) = &self.stage_dir {
+            require_absolute(stage, "stage dir")?;
+            if stage.starts_with(&self.workspace_root) {
+                return Err(SandboxError::InvalidPlan(
+                    "the stage dir must lie outside the workspace".into(),
+                ));
+            }
+            if self.write_workspace || !self.write_paths.is_empty() {
+                return Err(SandboxError::InvalidPlan(
+                    "a staged view is read-only: no write scope may come with it".into(),
+                ));
+            }
         }
         if self.masks.len() > crate::mask::MAX_MASKS {
             return Err(SandboxError::InvalidPlan(format!(
@@ -250,6 +271,7 @@ mod tests {
             mask_non_utf8_top_level: true,
             proxy_control_fd: None,
             mount_ns_fd: Some(7),
+            stage_dir: None,
         }
     }
 

@@ -17,5 +17,6 @@ mod masks;
 mod network;
 mod process;
 mod proxy_relay;
+mod stage;
 mod terminal;
 mod write_scope;

@@ -60,6 +60,7 @@ impl Fixture {
             mask_non_utf8_top_level: false,
             proxy_control_fd: None,
             mount_ns_fd: None,
+            stage_dir: None,
             write_paths: Vec::new(),
             read_only: Vec::new(),
         }
