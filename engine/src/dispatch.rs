@@ -360,11 +360,13 @@ fn run_held<'a>(
             ToolCall::ExecCommand(p) => crate::tools::process::exec_command(&auth, &p)
                 .await
                 .map(|r| ToolResult::ExecCommand(Box::new(r))),
-            ToolCall::WriteFile(p) => {
-                Box::pin(crate::tools::write_file::write_file(&auth, &p, resumed.as_ref()))
-                    .await
-                    .map(ToolResult::ApplyPatch)
-            }
+            ToolCall::WriteFile(p) => Box::pin(crate::tools::write_file::write_file(
+                &auth,
+                &p,
+                resumed.as_ref(),
+            ))
+            .await
+            .map(ToolResult::ApplyPatch),
             other => Err(ToolError::new(
                 crate::error::ErrorCode::Internal,
                 format!("`{}` cannot be held", other.tool()),

@@ -12,8 +12,8 @@ use std::path::PathBuf;
 
 mod environments;
 mod error;
-mod identity;
 mod hooks;
+mod identity;
 mod limits;
 mod load;
 mod profiles;
@@ -31,8 +31,8 @@ pub use environments::{
     EnvironmentSpec, KubernetesSpec, SshSpec, WorkerSpec,
 };
 pub use error::ConfigError;
-pub use identity::{ClaimMap, Identity, OidcAlgorithm, OidcConfig};
 pub use hooks::{Hook, Hooks, MAX_HOOKS_PER_STAGE, SYSTEM_PATH};
+pub use identity::{ClaimMap, Identity, OidcAlgorithm, OidcConfig};
 pub use limits::{
     DEFAULT_MAX_HASH_BYTES, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_PATCH_FILE_BYTES,
     DEFAULT_MAX_SESSIONS_PER_CLIENT, Limits,
