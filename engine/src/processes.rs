@@ -452,6 +452,66 @@ pub(crate) struct CommandPaths {
     pub(crate) env: std::collections::BTreeMap<String, String>,
 }
 
+/// What a command's sandbox is made of besides its plan's paths: the decided write scope
+/// (root writable, writable directories, read-only mounts beneath them), the masks, the network.
+pub(crate) struct SandboxParts<'a> {
+    /// The workspace root as the runner sees it.
+    pub(crate) root: &'a std::path::Path,
+    /// The workspace root itself is writable.
+    pub(crate) root_writable: bool,
+    /// Writable directories beneath the root.
+    pub(crate) writable: &'a [codespace_runner_fs::RelPath],
+    /// Denied paths beneath a writable directory.
+    pub(crate) read_only_mounts: &'a [codespace_runner_fs::RelPath],
+    /// The secret masks (the non-UTF-8 marker among them becomes its flag).
+    pub(crate) masks: &'a [crate::mask_cache::Mask],
+    /// The network the command gets.
+    pub(crate) network: codespace_runner_api::SandboxNetwork,
+}
+
+/// The runner's sandbox spec of a command (an `exec_command` or a hook) from its decided
+/// `parts`, the workspace's command `paths` and `home` (None: the private temp dir is HOME).
+pub(crate) fn sandbox_spec(
+    parts: &SandboxParts<'_>,
+    paths: &CommandPaths,
+    home: Option<&PathBuf>,
+    stage: Option<Vec<codespace_runner_api::StagedFile>>,
+) -> codespace_runner_api::SandboxSpec {
+    let abs = |p: &str| parts.root.join(p).to_string_lossy().into_owned();
+    let mut tmp_env = vec!["TMPDIR".to_string()];
+    if home.is_none() {
+        tmp_env.push("HOME".to_string());
+    }
+    let non_utf8 = |m: &&crate::mask_cache::Mask| m.path == crate::masks::NON_UTF8_TOP_LEVEL;
+    codespace_runner_api::SandboxSpec {
+        write_workspace: parts.root_writable,
+        write_paths: parts.writable.iter().map(|p| abs(p.as_str())).collect(),
+        read_only: parts
+            .read_only_mounts
+            .iter()
+            .map(|p| abs(p.as_str()))
+            .collect(),
+        masks: parts
+            .masks
+            .iter()
+            .filter(|m| !non_utf8(m))
+            .map(|m| abs(&m.path))
+            .collect(),
+        network: parts.network,
+        tmp_dir: None,
+        extra_read: paths
+            .read_paths
+            .iter()
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect(),
+        home_dir: home.map(|h| h.to_string_lossy().into_owned()),
+        private_tmp: Some(tmp_env),
+        mask_non_utf8_top_level: parts.masks.iter().any(|m| non_utf8(&m)),
+        proxy_relay: None,
+        stage,
+    }
+}
+
 /// The child's environment: the server's `base` (PATH, HOME, LANG, TERM, TMPDIR), then the
 /// call's `env` on top, then the operator's `env` on top of that (the operator wins), and the
 /// operator's `path` directories prepended to whatever `PATH` results.

@@ -270,49 +270,21 @@ async fn start(
         None
     };
     let scope_view = scope.clone().unwrap_or_default();
-    let abs = |p: &str| root.join(p).to_string_lossy().into_owned();
     let home = paths.home.as_ref().filter(|_| host);
-    let mut tmp_env = vec!["TMPDIR".to_string()];
-    if home.is_none() {
-        tmp_env.push("HOME".to_string());
-    }
     let network = if decision.allows(crate::policy::Action::ProcessNetwork) {
         api::SandboxNetwork::Enabled
     } else {
         api::SandboxNetwork::Restricted
     };
-    let sandbox = api::SandboxSpec {
-        write_workspace: scope_view.root_writable,
-        write_paths: scope_view
-            .writable
-            .iter()
-            .map(|p| abs(p.as_str()))
-            .collect(),
-        read_only: scope_view
-            .read_only_mounts
-            .iter()
-            .map(|p| abs(p.as_str()))
-            .collect(),
-        masks: masks
-            .iter()
-            .filter(|m| m.path != crate::masks::NON_UTF8_TOP_LEVEL)
-            .map(|m| abs(&m.path))
-            .collect(),
+    let parts = crate::processes::SandboxParts {
+        root: &root,
+        root_writable: scope_view.root_writable,
+        writable: &scope_view.writable,
+        read_only_mounts: &scope_view.read_only_mounts,
+        masks: &masks,
         network,
-        tmp_dir: None,
-        extra_read: paths
-            .read_paths
-            .iter()
-            .map(|p| p.to_string_lossy().into_owned())
-            .collect(),
-        home_dir: home.map(|h| h.to_string_lossy().into_owned()),
-        private_tmp: Some(tmp_env),
-        mask_non_utf8_top_level: masks
-            .iter()
-            .any(|m| m.path == crate::masks::NON_UTF8_TOP_LEVEL),
-        proxy_relay: None,
-        stage: stage_files.cloned(),
     };
+    let sandbox = crate::processes::sandbox_spec(&parts, &paths, home, stage_files.cloned());
     auth.audit_masks(decision, scope_view.rows, &masks, session);
     let mut base: Vec<(String, String)> = vec![
         ("PATH".into(), crate::processes::CHILD_PATH.into()),

@@ -467,45 +467,19 @@ async fn start(
         _ => None,
     };
     let scope_view = scope.clone().unwrap_or_default();
-    let abs = |p: &str| root.join(p).to_string_lossy().into_owned();
     // HOME: the workspace's home dir (on this host only: another environment's home is its
     // own business); without one, the private temp dir, else (unsandboxed) the root.
     let home = paths.home.as_ref().filter(|_| on_host);
-    let mut tmp_env = vec!["TMPDIR".to_string()];
-    if home.is_none() {
-        tmp_env.push("HOME".to_string());
-    }
-    let sandbox = sandboxed.then(|| api::SandboxSpec {
-        write_workspace: scope_view.root_writable,
-        write_paths: scope_view
-            .writable
-            .iter()
-            .map(|p| abs(p.as_str()))
-            .collect(),
-        read_only: scope_view
-            .read_only_mounts
-            .iter()
-            .map(|p| abs(p.as_str()))
-            .collect(),
-        masks: masks
-            .iter()
-            .filter(|m| m.path != crate::masks::NON_UTF8_TOP_LEVEL)
-            .map(|m| abs(&m.path))
-            .collect(),
-        network,
-        tmp_dir: None,
-        extra_read: paths
-            .read_paths
-            .iter()
-            .map(|p| p.to_string_lossy().into_owned())
-            .collect(),
-        home_dir: home.map(|h| h.to_string_lossy().into_owned()),
-        private_tmp: Some(tmp_env),
-        mask_non_utf8_top_level: masks
-            .iter()
-            .any(|m| m.path == crate::masks::NON_UTF8_TOP_LEVEL),
-        proxy_relay: None,
-        stage: None,
+    let sandbox = sandboxed.then(|| {
+        let parts = SandboxParts {
+            root: &root,
+            root_writable: scope_view.root_writable,
+            writable: &scope_view.writable,
+            read_only_mounts: &scope_view.read_only_mounts,
+            masks: &masks,
+            network,
+        };
+        sandbox_spec(&parts, &paths, home, None)
     });
     // The sandbox's decisions (write scope, masks) are queued for the log before the command
     // starts; the decision that allowed it is already written ahead.
