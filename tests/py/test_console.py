@@ -278,11 +278,21 @@ def test_a_grant_without_the_csrf_token_is_refused(browser, server):
     agent = Agent(server, ["echo", "csrf"])
     agent.start()
     assert agent.held.wait(WAIT) and agent.error is None, agent.error
-    hold = wait_for_hold(browser, agent.approval_id)
-    # Stop the reloads, then strip the token from the grant form and submit it.
-    browser.execute_script(
-        "document.querySelectorAll('input[name=csrf]').forEach(i => i.remove());")
-    submit(browser, hold.find_element(By.CSS_SELECTOR, "button.grant"))
+    from selenium.common.exceptions import WebDriverException
+
+    # Strip the token from the grant form and submit it. The queue reloads itself every 3 s; a
+    # reload between finding the hold and the click makes the element stale: find it again.
+    for attempt in range(5):
+        hold = wait_for_hold(browser, agent.approval_id)
+        try:
+            browser.execute_script(
+                "document.querySelectorAll('input[name=csrf]').forEach(i => i.remove());")
+            submit(browser, hold.find_element(By.CSS_SELECTOR, "button.grant"))
+            break
+        except WebDriverException:
+            if attempt == 4:
+                raise
+            browser.get(server.base + "/console/approvals")
     assert "CSRF token is missing or wrong" in browser.page_source
     shoot(browser, "csrf-refused")
     browser.get(server.base + "/console/approvals")
