@@ -28,6 +28,7 @@ pub mod retention;
 pub mod scrape;
 pub mod server_files;
 pub mod shown;
+pub mod skills;
 pub mod telemetry;
 pub mod toolchains;
 pub mod tools;

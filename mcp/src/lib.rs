@@ -27,6 +27,7 @@ pub mod policy_verify_props;
 pub mod resources;
 pub mod server;
 pub mod setup;
+pub mod skills;
 pub mod stdio;
 mod stdio_pipes;
 pub mod tasks;

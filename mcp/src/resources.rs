@@ -2,7 +2,9 @@
 //! `codespace://processes/{id}/output`, and the template of operation diffs
 //! `codespace://operations/{id}/diff`. Every list and read is a tool call through the gateway
 //! (`process_list`, `read_process`, `operation_diff`), decided, audited and scoped to the calling
-//! client exactly as the tool is: resources are another way to ask, never a side door.
+//! client exactly as the tool is: resources are another way to ask, never a side door. The
+//! operator's skills (`skill://<name>/<path>`, [`crate::skills`]) follow the processes, each a
+//! `read_skill` decision.
 
 use codespace_engine::wire::{
     CallParseError, ProcessListParams, ReadProcessParams, ToolCall, ToolResult,
@@ -42,7 +44,8 @@ fn rpc_error(e: &ToolError) -> McpError {
 }
 
 /// `resources/list`: the output of each process `process_list` shows the caller, newest first,
-/// [`RESOURCES_PAGE`] at a time; the cursor is the offset of the next page.
+/// then the files of each skill the caller may read, [`RESOURCES_PAGE`] at a time; the cursor is
+/// the offset of the next page in that sequence.
 pub async fn list(
     gw: &Gateway,
     session: &Session,
@@ -60,10 +63,8 @@ pub async fn list(
         Ok(_) => Vec::new(),
         Err(e) => return Err(rpc_error(&e)),
     };
-    let items = processes
+    let mut all: Vec<Resource> = processes
         .iter()
-        .skip(start)
-        .take(RESOURCES_PAGE)
         .map(|p| {
             Resource::new(process_uri(&p.process_id), format!("output of {}", p.process_id))
                 .with_title(format!("{} ({})", p.command, p.state))
@@ -73,10 +74,21 @@ pub async fn list(
                 ))
                 .with_mime_type("text/plain")
         })
+        .collect();
+    if crate::skills::configured(gw) {
+        all.extend(crate::skills::resources(
+            &crate::skills::visible(gw, session).await,
+        ));
+    }
+    let total = all.len();
+    let items = all
+        .into_iter()
+        .skip(start)
+        .take(RESOURCES_PAGE)
         .collect::<Vec<_>>();
     let mut out = ListResourcesResult::with_all_items(items);
     let next = start.saturating_add(RESOURCES_PAGE);
-    if next < processes.len() {
+    if next < total {
         out.next_cursor = Some(next.to_string());
     }
     Ok(out)
@@ -106,6 +118,9 @@ pub async fn read(
     session: &Session,
     uri: &str,
 ) -> Result<ReadResourceResult, McpError> {
+    if uri.starts_with(crate::skills::SKILL_SCHEME) {
+        return crate::skills::read(gw, session, uri).await;
+    }
     let rest = uri
         .strip_prefix("codespace://")
         .ok_or_else(|| McpError::resource_not_found(format!("unknown resource {uri}"), None))?;

@@ -726,13 +726,20 @@ fn with_error_branch(mut result: rmcp::model::JsonObject) -> rmcp::model::JsonOb
 
 impl ServerHandler for CodeSpaceServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_tasks()
-                .enable_resources()
-                .build(),
-        )
+        let mut caps = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tasks()
+            .enable_resources()
+            .build();
+        // Operator skills (issue 31): prompts and the skills extension (SEP-2640) only when
+        // `skills_dir` is configured.
+        if crate::skills::configured(&self.gateway) {
+            caps.prompts = Some(rmcp::model::PromptsCapability::default());
+            caps.extensions
+                .get_or_insert_with(Default::default)
+                .insert(rmcp::model::SKILLS_EXTENSION_ID.to_string(), Default::default());
+        }
+        ServerConfig::new(caps)
         .with_server_info(
             Implementation::new("codespace", env!("CARGO_PKG_VERSION")).with_title("CodeSpace"),
         )
@@ -835,6 +842,52 @@ impl ServerHandler for CodeSpaceServer {
         crate::resources::read(&self.gateway, &session, &request.uri)
             .await
             .map(Into::into)
+    }
+
+    // Operator skills (issue 31; crate::skills): every entry and read a `read_skill` decision.
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListPromptsResult, McpError> {
+        if !crate::skills::configured(&self.gateway) {
+            return Err(McpError::method_not_found::<
+                rmcp::model::ListPromptsRequestMethod,
+            >());
+        }
+        let session = request_session(&context).unwrap_or_else(|| self.session.clone());
+        let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
+        crate::skills::list_prompts(&self.gateway, &session, cursor).await
+    }
+
+    async fn get_prompt(
+        &self,
+        request: rmcp::model::GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetPromptResponse, McpError> {
+        let session = request_session(&context).unwrap_or_else(|| self.session.clone());
+        crate::skills::get_prompt(&self.gateway, &session, &request.name)
+            .await
+            .map(Into::into)
+    }
+
+    async fn list_skills(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListSkillsResult, McpError> {
+        let session = request_session(&context).unwrap_or_else(|| self.session.clone());
+        let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
+        crate::skills::list_skills(&self.gateway, &session, cursor).await
+    }
+
+    async fn get_skill(
+        &self,
+        request: rmcp::model::GetSkillRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetSkillResult, McpError> {
+        let session = request_session(&context).unwrap_or_else(|| self.session.clone());
+        crate::skills::get_skill(&self.gateway, &session, &request.uri).await
     }
 
     async fn call_tool(

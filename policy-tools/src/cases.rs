@@ -576,3 +576,23 @@ pub(crate) fn hook_case(
         codespace_policy::request::hook_requests(workspace, session, args.stage, &args.command);
     Ok(("hook".into(), Some(workspace.to_string()), reqs, None))
 }
+
+/// The arguments of a `read_skill` case.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SkillArgs {
+    name: String,
+}
+
+/// The request of a `read_skill` case (issue 31): `arguments: {name}`, decided as the server
+/// decides showing or reading operator skill `name` under workspace `workspace`.
+pub(crate) fn skill_case(
+    case: &TestCase,
+    session: &Session,
+    workspace: &str,
+) -> Result<ParsedCase, String> {
+    let args: SkillArgs = serde_json::from_value(case.call.arguments.clone())
+        .map_err(|e| format!("read_skill arguments: {e}"))?;
+    let req = codespace_policy::request::skill_request(session, &args.name);
+    Ok(("read_skill".into(), Some(workspace.to_string()), Ok(vec![req]), None))
+}

@@ -198,6 +198,9 @@ pub fn run_file_in(
         } else if case.call.name == "hook" {
             // Nor is `hook`: its case names the stage and the operator's command.
             crate::cases::hook_case(&case, &session, &fx.id).map_err(Refusal::Broken)
+        } else if case.call.name == "read_skill" {
+            // Nor is `read_skill`: its case names the operator skill.
+            crate::cases::skill_case(&case, &session, &fx.id).map_err(Refusal::Broken)
         } else {
             ToolCall::parse(&case.call.name, &case.call.arguments)
                 .map(|call| {

@@ -1,6 +1,7 @@
 //! The Cedar actions a sub-request names: every tool (its wire name is its action id), the
 //! sandbox capabilities `process_write` and `process_network`, `confirm`, the egress proxy's
-//! `network_connect` and the operator's `hook`s. One spelling each, the schema's
+//! `network_connect`, the operator's `hook`s and `read_skill` (an operator skill shown or read).
+//! One spelling each, the schema's
 //! (`schema/codespace.cedarschema`).
 
 use crate::tool_table::ToolName;
@@ -20,6 +21,9 @@ pub enum Action {
     NetworkConnect,
     /// May an operator-configured hook run (issue 31; `context.hook`).
     Hook,
+    /// May the caller see or read an operator skill of `skills_dir` (issue 31;
+    /// `context.skill.name`).
+    ReadSkill,
 }
 
 impl Action {
@@ -47,6 +51,7 @@ impl Action {
             Action::Confirm => "confirm",
             Action::NetworkConnect => "network_connect",
             Action::Hook => "hook",
+            Action::ReadSkill => "read_skill",
         }
     }
 
@@ -58,6 +63,7 @@ impl Action {
             "confirm" => Some(Action::Confirm),
             "network_connect" => Some(Action::NetworkConnect),
             "hook" => Some(Action::Hook),
+            "read_skill" => Some(Action::ReadSkill),
             _ => ToolName::parse(id).map(Action::Tool),
         }
     }
@@ -117,6 +123,7 @@ mod tests {
             Action::Confirm,
             Action::NetworkConnect,
             Action::Hook,
+            Action::ReadSkill,
         ]);
         for a in all {
             assert_eq!(Action::parse(a.as_str()), Some(a));

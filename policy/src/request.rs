@@ -863,6 +863,19 @@ pub fn touch_kind_name(kind: codespace_runner_patch::TouchKind) -> &'static str 
     }
 }
 
+/// The `read_skill` request of operator skill `name` (issue 31): the resource is the workspace
+/// root (`path` "."), the skill in `context.skill.name`. Skills are server-wide; the server asks
+/// this under every configured workspace and shows a skill only when all of them allow it.
+pub fn skill_request(session: &Session, name: &str) -> SubRequest {
+    sub(
+        Action::ReadSkill,
+        ".",
+        "",
+        json!({ "session": session_ctx(session), "skill": { "name": name } }),
+        format!("skill {name}"),
+    )
+}
+
 /// A sub-request for a single path (used by `find` filtering and capability probes).
 pub fn path_request(action: Action, path: &str, kind: &str, session: &Session) -> SubRequest {
     sub(

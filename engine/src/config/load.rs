@@ -84,6 +84,7 @@ impl Config {
             export: crate::telemetry::ExportConfig::default(),
             identity: super::Identity::default(),
             console: super::switches::ConsoleConfig::default(),
+            skills_dir: None,
         })
     }
 
@@ -287,6 +288,10 @@ impl Config {
             );
         }
 
+        let skills_dir = match &raw.skills_dir {
+            None => None,
+            Some(d) => Some(super::validate::skills_dir(d, &workspaces, &environments)?),
+        };
         let limits = raw.limits;
         limits.check()?;
 
@@ -384,6 +389,7 @@ impl Config {
                 }
                 raw.console
             },
+            skills_dir,
             redaction: crate::redact::Redactor::new(
                 &raw.redaction.patterns,
                 raw.redaction.defaults,

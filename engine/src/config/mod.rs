@@ -152,6 +152,9 @@ pub struct Config {
     pub identity: Identity,
     /// `console`: the web console of `serve --http` and who operates it.
     pub console: ConsoleConfig,
+    /// `skills_dir`: the canonical directory of operator skills, checked at load to lie apart
+    /// from everything a command may write or read (issue 31).
+    pub skills_dir: Option<PathBuf>,
 }
 
 impl Config {

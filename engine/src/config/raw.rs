@@ -71,6 +71,11 @@ pub(super) struct RawConfig {
     /// The web console of `serve --http` (`/console`): `{enabled, operators}` (docs/console.md).
     #[serde(default)]
     pub(super) console: super::switches::ConsoleConfig,
+    /// Operator skills (issue 31): an absolute directory of skill folders, each with a
+    /// `SKILL.md`, exposed as MCP resources, prompts and SEP-2640 skills (docs/config.md). It
+    /// may not lie in (or hold) a workspace root, a command home or a read path.
+    #[serde(default)]
+    pub(super) skills_dir: Option<PathBuf>,
 }
 
 /// `redaction`: extra secret patterns for the audit log and error texts.

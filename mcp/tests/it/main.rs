@@ -66,6 +66,8 @@ mod sandbox_isolation;
 mod sandbox_shapes;
 mod secret_masks;
 mod server_state;
+// Operator skills as resources, prompts and SEP-2640 skills (issue 31).
+mod skills;
 mod stdio_common;
 mod stdio_fuzz;
 mod stdio_jsonrpc;
