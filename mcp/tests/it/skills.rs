@@ -218,7 +218,9 @@ fn check_skills_served(s: &mut StdioServer, era_2026: bool) {
         "skill://git-workflow/../outside/secret.md",
     ] {
         let r = s.request("resources/read", p(era_2026, json!({"uri": uri})));
-        assert_eq!(r["error"]["code"], -32002, "{uri}: {r}");
+        // Resource-not-found is -32002, -32602 from 2026-07-28 on (SEP-2164).
+        let code = if era_2026 { -32602 } else { -32002 };
+        assert_eq!(r["error"]["code"], code, "{uri}: {r}");
         assert!(!r.to_string().contains(SECRET), "{r}");
     }
     for name in ["leak", "linked-md", "mismatch"] {
