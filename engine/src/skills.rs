@@ -23,6 +23,9 @@ pub const MAX_SKILLS: usize = 1024;
 /// Deepest file path below `skills_dir` (the skill folder is depth 1).
 const MAX_DEPTH: usize = 8;
 
+/// The entries of one skill folder: path inside it and kind.
+type Entries<'a> = Vec<(&'a str, Kind)>;
+
 /// One file of a skill: its path inside the skill folder, size and `sha256:<hex>` digest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SkillFile {
@@ -139,7 +142,8 @@ pub fn load(dir: &Path) -> Catalog {
     let walk = match root.walk(&limits) {
         Ok(w) => w,
         Err(e) => {
-            out.skipped.push(format!("skills_dir cannot be listed: {e}"));
+            out.skipped
+                .push(format!("skills_dir cannot be listed: {e}"));
             return out;
         }
     };
@@ -148,7 +152,7 @@ pub fn load(dir: &Path) -> Catalog {
             .push("skills_dir holds too many entries: the listing was cut short".into());
     }
     // Group by the first component: the skill folders.
-    let mut folders: BTreeMap<&str, (Kind, Vec<(&str, Kind)>)> = BTreeMap::new();
+    let mut folders: BTreeMap<&str, (Kind, Entries<'_>)> = BTreeMap::new();
     for e in &walk.entries {
         match e.path.split_once('/') {
             None => {
@@ -351,13 +355,20 @@ mod tests {
         std::fs::write(outside.path().join("secret"), "TOP SECRET").unwrap();
         let good = d.path().join("good");
         std::fs::create_dir(&good).unwrap();
-        std::fs::write(good.join("SKILL.md"), "---\nname: good\ndescription: ok\n---\nbody\n")
-            .unwrap();
+        std::fs::write(
+            good.join("SKILL.md"),
+            "---\nname: good\ndescription: ok\n---\nbody\n",
+        )
+        .unwrap();
         std::os::unix::fs::symlink(outside.path().join("secret"), good.join("leak.md")).unwrap();
         std::os::unix::fs::symlink(outside.path(), d.path().join("linked")).unwrap();
         let bad = d.path().join("bad");
         std::fs::create_dir(&bad).unwrap();
-        std::fs::write(bad.join("SKILL.md"), "---\nname: other\ndescription: x\n---\n").unwrap();
+        std::fs::write(
+            bad.join("SKILL.md"),
+            "---\nname: other\ndescription: x\n---\n",
+        )
+        .unwrap();
         let c = load(d.path());
         assert_eq!(c.skills.len(), 1);
         let s = c.get("good").unwrap();

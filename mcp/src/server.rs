@@ -735,15 +735,16 @@ impl ServerHandler for CodeSpaceServer {
         // `skills_dir` is configured.
         if crate::skills::configured(&self.gateway) {
             caps.prompts = Some(rmcp::model::PromptsCapability::default());
-            caps.extensions
-                .get_or_insert_with(Default::default)
-                .insert(rmcp::model::SKILLS_EXTENSION_ID.to_string(), Default::default());
+            caps.extensions.get_or_insert_with(Default::default).insert(
+                rmcp::model::SKILLS_EXTENSION_ID.to_string(),
+                Default::default(),
+            );
         }
         ServerConfig::new(caps)
-        .with_server_info(
-            Implementation::new("codespace", env!("CARGO_PKG_VERSION")).with_title("CodeSpace"),
-        )
-        .with_instructions(INSTRUCTIONS)
+            .with_server_info(
+                Implementation::new("codespace", env!("CARGO_PKG_VERSION")).with_title("CodeSpace"),
+            )
+            .with_instructions(INSTRUCTIONS)
     }
 
     async fn initialize(

@@ -125,8 +125,14 @@ fn not_found(uri: &str) -> McpError {
 
 /// `resources/read` of a `skill://<name>/<path>` URI: the file's text (or base64 for bytes that
 /// are not UTF-8), when the skill is one the caller may read and lists that file.
-pub async fn read(gw: &Gateway, session: &Session, uri: &str) -> Result<ReadResourceResult, McpError> {
-    let rest = uri.strip_prefix(SKILL_SCHEME).ok_or_else(|| not_found(uri))?;
+pub async fn read(
+    gw: &Gateway,
+    session: &Session,
+    uri: &str,
+) -> Result<ReadResourceResult, McpError> {
+    let rest = uri
+        .strip_prefix(SKILL_SCHEME)
+        .ok_or_else(|| not_found(uri))?;
     let (name, path) = rest.split_once('/').ok_or_else(|| not_found(uri))?;
     let skill = one(gw, session, name).await.ok_or_else(|| not_found(uri))?;
     let Some(dir) = gw.config().skills_dir.clone() else {

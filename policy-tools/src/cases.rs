@@ -594,5 +594,10 @@ pub(crate) fn skill_case(
     let args: SkillArgs = serde_json::from_value(case.call.arguments.clone())
         .map_err(|e| format!("read_skill arguments: {e}"))?;
     let req = codespace_policy::request::skill_request(session, &args.name);
-    Ok(("read_skill".into(), Some(workspace.to_string()), Ok(vec![req]), None))
+    Ok((
+        "read_skill".into(),
+        Some(workspace.to_string()),
+        Ok(vec![req]),
+        None,
+    ))
 }

@@ -56,7 +56,10 @@ fn skills_dir(dir: &Path) -> PathBuf {
             "mismatch",
             "---\nname: other-name\ndescription: x\n---\n".to_string(),
         ),
-        ("Bad_Name", "---\nname: Bad_Name\ndescription: x\n---\n".to_string()),
+        (
+            "Bad_Name",
+            "---\nname: Bad_Name\ndescription: x\n---\n".to_string(),
+        ),
     ] {
         std::fs::create_dir_all(skills.join(folder)).unwrap();
         std::fs::write(skills.join(folder).join("SKILL.md"), text).unwrap();
@@ -78,10 +81,7 @@ fn config(dir: &Path, workspaces: &[(&str, &str)], extra: Value) -> PathBuf {
     for (id, profile) in workspaces {
         let root = dir.join(format!("ws-{id}"));
         std::fs::create_dir_all(&root).unwrap();
-        ws.insert(
-            (*id).to_string(),
-            json!({"root": root, "profile": profile}),
-        );
+        ws.insert((*id).to_string(), json!({"root": root, "profile": profile}));
     }
     let mut cfg = json!({"store": dir.join("store.db"), "workspaces": ws});
     if let (Value::Object(c), Value::Object(e)) = (&mut cfg, extra) {
@@ -165,7 +165,9 @@ fn check_skills_served(s: &mut StdioServer, era_2026: bool) {
     assert_eq!(guide["result"]["contents"][0]["text"], GUIDE, "{guide}");
     // SEP-2640 entries: verbatim frontmatter, a manifest with digests and sizes.
     let list = s.request("skills/list", p(era_2026, json!({})));
-    let skills = list["result"]["skills"].as_array().unwrap_or_else(|| panic!("{list}"));
+    let skills = list["result"]["skills"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{list}"));
     assert_eq!(skills.len(), 2, "{list}");
     let git = &skills[0];
     assert_eq!(git["uri"], "skill://git-workflow/SKILL.md", "{list}");
@@ -198,10 +200,7 @@ fn check_skills_served(s: &mut StdioServer, era_2026: bool) {
         ["git-workflow", "secret-ops"],
         "{prompts}"
     );
-    let prompt = s.request(
-        "prompts/get",
-        p(era_2026, json!({"name": "git-workflow"})),
-    );
+    let prompt = s.request("prompts/get", p(era_2026, json!({"name": "git-workflow"})));
     let msg = &prompt["result"]["messages"][0];
     assert_eq!(msg["role"], "user", "{prompt}");
     assert_eq!(
@@ -254,7 +253,13 @@ fn skills_are_resources_prompts_and_sep2640_entries_in_both_eras() {
     check_skills_served(&mut s, false);
     s.close_and_wait(std::time::Duration::from_secs(20));
     let log = std::fs::read_to_string(t.path().join("stderr.log")).unwrap();
-    for skipped in ["no-frontmatter", "mismatch", "Bad_Name", "leak", "linked-md"] {
+    for skipped in [
+        "no-frontmatter",
+        "mismatch",
+        "Bad_Name",
+        "leak",
+        "linked-md",
+    ] {
         assert!(log.contains(skipped), "{skipped} not reported: {log}");
     }
     // Each entry shown and each read is a decision in the audit log.
@@ -335,16 +340,26 @@ fn a_skill_forbidden_under_one_workspace_is_hidden_everywhere_and_reads_as_missi
         "{list}"
     );
     let prompts = s.request("prompts/list", json!({}));
-    assert_eq!(uris(&prompts, "prompts", "name"), ["git-workflow"], "{prompts}");
+    assert_eq!(
+        uris(&prompts, "prompts", "name"),
+        ["git-workflow"],
+        "{prompts}"
+    );
     // A denied skill answers exactly as a missing one (the URI aside).
     let denied = s.request(
         "resources/read",
         json!({"uri": "skill://secret-ops/SKILL.md"}),
     );
     let missing = s.request("resources/read", json!({"uri": "skill://nope/SKILL.md"}));
-    assert_eq!(denied["error"]["code"], missing["error"]["code"], "{denied}");
     assert_eq!(
-        denied["error"]["message"].as_str().unwrap().replace("secret-ops", "nope"),
+        denied["error"]["code"], missing["error"]["code"],
+        "{denied}"
+    );
+    assert_eq!(
+        denied["error"]["message"]
+            .as_str()
+            .unwrap()
+            .replace("secret-ops", "nope"),
         missing["error"]["message"].as_str().unwrap(),
         "{denied} {missing}"
     );
@@ -353,14 +368,20 @@ fn a_skill_forbidden_under_one_workspace_is_hidden_everywhere_and_reads_as_missi
     let get_missing = s.request("skills/get", json!({"uri": "skill://nope/SKILL.md"}));
     assert_eq!(get["error"]["code"], -32602, "{get}");
     assert_eq!(
-        get["error"]["message"].as_str().unwrap().replace("secret-ops", "nope"),
+        get["error"]["message"]
+            .as_str()
+            .unwrap()
+            .replace("secret-ops", "nope"),
         get_missing["error"]["message"].as_str().unwrap()
     );
     let prompt = s.request("prompts/get", json!({"name": "secret-ops"}));
     let prompt_missing = s.request("prompts/get", json!({"name": "nope"}));
     assert_eq!(prompt["error"]["code"], -32602, "{prompt}");
     assert_eq!(
-        prompt["error"]["message"].as_str().unwrap().replace("secret-ops", "nope"),
+        prompt["error"]["message"]
+            .as_str()
+            .unwrap()
+            .replace("secret-ops", "nope"),
         prompt_missing["error"]["message"].as_str().unwrap()
     );
     s.close_and_wait(std::time::Duration::from_secs(20));
@@ -418,7 +439,10 @@ fn a_skills_dir_overlapping_a_workspace_is_refused_at_load() {
     let cfg = config(t.path(), &[("w", "workspace-write")], json!({}));
     let mut s = serve(t.path(), &cfg);
     let init = s.initialize("no-skills");
-    assert!(init["result"]["capabilities"].get("prompts").is_none(), "{init}");
+    assert!(
+        init["result"]["capabilities"].get("prompts").is_none(),
+        "{init}"
+    );
     assert!(
         init["result"]["capabilities"]["extensions"]
             .get("io.modelcontextprotocol/skills")
