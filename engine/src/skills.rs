@@ -3,7 +3,7 @@
 //! followed, a symlinked skill folder or file is skipped with a warning), size-capped and UTF-8
 //! checked where text is needed. A malformed skill is skipped and reported, never fatal.
 //! Everything here is blocking disk work: callers run it on the blocking pool. Who may see a
-//! skill is decided by the gateway ([`crate::Gateway::skills_allowed`]), never here.
+//! skill is decided by the gateway ([`crate::gateway::skills_allowed`]), never here.
 
 use codespace_runner_fs::{Kind, RelPath, Root, WalkLimits};
 use sha2::{Digest, Sha256};

@@ -43,7 +43,7 @@ pub async fn visible(gw: &Gateway, session: &Session) -> Vec<Skill> {
         .await
         .unwrap_or_default();
     let names: Vec<String> = cat.skills.iter().map(|s| s.name.clone()).collect();
-    let allowed = gw.skills_allowed(session, &names);
+    let allowed = codespace_engine::gateway::skills_allowed(gw, session, &names);
     cat.skills
         .into_iter()
         .zip(allowed)
@@ -58,7 +58,7 @@ async fn one(gw: &Gateway, session: &Session, name: &str) -> Option<Skill> {
     if !catalog::valid_name(name) {
         return None;
     }
-    let allowed = gw.skills_allowed(session, &[name.to_string()]);
+    let allowed = codespace_engine::gateway::skills_allowed(gw, session, &[name.to_string()]);
     if !allowed.first().copied().unwrap_or(false) {
         return None;
     }

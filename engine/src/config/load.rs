@@ -290,7 +290,24 @@ impl Config {
 
         let skills_dir = match &raw.skills_dir {
             None => None,
-            Some(d) => Some(super::validate::skills_dir(d, &workspaces, &environments)?),
+            Some(d) => {
+                let mut apart: Vec<(String, &Path)> = Vec::new();
+                for (id, w) in &workspaces {
+                    apart.push((format!("the root of workspace `{id}`"), &w.root));
+                    if let Some(home) = &w.home {
+                        apart.push((format!("workspaces.{id}.home"), home));
+                    }
+                    for (name, p) in &w.read_paths {
+                        apart.push((format!("workspaces.{id}.read_paths.{name}"), p));
+                    }
+                }
+                for (id, e) in &environments {
+                    for (name, p) in &e.read_paths {
+                        apart.push((format!("environments.{id}.read_paths.{name}"), p));
+                    }
+                }
+                Some(super::validate::skills_dir(d, &apart)?)
+            }
         };
         let limits = raw.limits;
         limits.check()?;

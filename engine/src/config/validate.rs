@@ -207,45 +207,23 @@ pub(super) fn command_env(
 }
 
 /// Validates `skills_dir`: an absolute existing directory (canonicalized) that neither lies in
-/// nor holds any workspace root, command home or read path of a workspace or environment. A
-/// skill is text the host may hand its model as instructions: a directory a command can write
-/// (a workspace, a home) would let a command rewrite the operator's skills (prompt injection),
-/// and one a command can read is no longer the operator's alone to publish.
+/// nor holds any of `apart_from` (what the field is, and the path: every workspace root, command
+/// home and read path). A skill is text the host may hand its model as instructions: a directory
+/// a command can write (a workspace, a home) would let a command rewrite the operator's skills
+/// (prompt injection), and one a command can read is no longer the operator's alone to publish.
 pub(super) fn skills_dir(
     raw: &Path,
-    workspaces: &BTreeMap<String, super::Workspace>,
-    environments: &BTreeMap<String, super::Environment>,
+    apart_from: &[(String, &Path)],
 ) -> Result<PathBuf, ConfigError> {
     let dir = canonical_root("skills_dir", raw)?;
-    let overlaps = |other: &Path| dir.starts_with(other) || other.starts_with(&dir);
-    let refuse = |what: String, other: &Path| {
-        ConfigError(format!(
-            "skills_dir: \"{}\" overlaps {what} \"{}\": commands could change or read the \
-             operator's skills; keep skills_dir apart from every workspace, home and read path",
-            raw.display(),
-            other.display()
-        ))
-    };
-    for (id, w) in workspaces {
-        if overlaps(&w.root) {
-            return Err(refuse(format!("the root of workspace `{id}`"), &w.root));
-        }
-        if let Some(home) = &w.home
-            && overlaps(home)
-        {
-            return Err(refuse(format!("workspaces.{id}.home"), home));
-        }
-        for (name, p) in &w.read_paths {
-            if overlaps(p) {
-                return Err(refuse(format!("workspaces.{id}.read_paths.{name}"), p));
-            }
-        }
-    }
-    for (id, e) in environments {
-        for (name, p) in &e.read_paths {
-            if overlaps(p) {
-                return Err(refuse(format!("environments.{id}.read_paths.{name}"), p));
-            }
+    for (what, other) in apart_from {
+        if dir.starts_with(other) || other.starts_with(&dir) {
+            return Err(ConfigError(format!(
+                "skills_dir: \"{}\" overlaps {what} \"{}\": commands could change or read the \
+                 operator's skills; keep skills_dir apart from every workspace, home and read path",
+                raw.display(),
+                other.display()
+            )));
         }
     }
     Ok(dir)

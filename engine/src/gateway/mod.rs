@@ -193,6 +193,37 @@ fn root_id(root: &Root) -> Result<String, String> {
     Ok(format!("{}:{}", meta.dev(), meta.ino()))
 }
 
+/// Decides `read_skill` for each operator skill of `names` (issue 31), audited like a call.
+/// Skills are server-wide but a Cedar request needs a workspace, so each skill is asked under
+/// every configured workspace (its profile the principal) and is allowed only when all of
+/// them allow it: the most restrictive answer, and no workspace means no skill. One decision
+/// per workspace carries one sub-request per skill.
+pub fn skills_allowed(gateway: &Gateway, session: &Session, names: &[String]) -> Vec<bool> {
+    let mut allowed = vec![!gateway.workspaces.is_empty(); names.len()];
+    if names.is_empty() {
+        return allowed;
+    }
+    let snap = gateway.policy.snapshot();
+    let reqs: Vec<_> = names
+        .iter()
+        .map(|n| crate::request::skill_request(session, n))
+        .collect();
+    for ws in gateway.workspaces.values() {
+        let d = gateway.decider.decide(
+            &snap,
+            &ws.facts,
+            crate::policy::Action::ReadSkill.as_str(),
+            &reqs,
+            session,
+        );
+        for (i, slot) in allowed.iter_mut().enumerate() {
+            let yes = d.subs.iter().any(|s| s.index == i && s.allowed);
+            *slot = *slot && yes;
+        }
+    }
+    allowed
+}
+
 /// Saves every workspace's path index of `gateway` in the store (a clean shutdown: the next start
 /// takes it back once checked against the disk instead of walking). Runs on the blocking pool.
 pub async fn save_path_indexes(gateway: &Gateway) {
@@ -565,37 +596,6 @@ impl Gateway {
             .decide_resolve(snap, session, call, p, &row, ws)?;
         let decided = Decided::bare(decision, crate::policy::Action::Tool(call.name()));
         Ok((Authorized::new(self, snap, ws, session, decided), row))
-    }
-
-    /// Decides `read_skill` for each operator skill of `names` (issue 31), audited like a call.
-    /// Skills are server-wide but a Cedar request needs a workspace, so each skill is asked under
-    /// every configured workspace (its profile the principal) and is allowed only when all of
-    /// them allow it: the most restrictive answer, and no workspace means no skill. One decision
-    /// per workspace carries one sub-request per skill.
-    pub fn skills_allowed(&self, session: &Session, names: &[String]) -> Vec<bool> {
-        let mut allowed = vec![!self.workspaces.is_empty(); names.len()];
-        if names.is_empty() {
-            return allowed;
-        }
-        let snap = self.policy.snapshot();
-        let reqs: Vec<_> = names
-            .iter()
-            .map(|n| crate::request::skill_request(session, n))
-            .collect();
-        for ws in self.workspaces.values() {
-            let d = self.decider.decide(
-                &snap,
-                &ws.facts,
-                crate::policy::Action::ReadSkill.as_str(),
-                &reqs,
-                session,
-            );
-            for (i, slot) in allowed.iter_mut().enumerate() {
-                let yes = d.subs.iter().any(|s| s.index == i && s.allowed);
-                *slot = *slot && yes;
-            }
-        }
-        allowed
     }
 
     /// `workspace_info` without a workspace under `snap` (nothing is decided: it names none).
