@@ -452,3 +452,52 @@ fn a_skills_dir_overlapping_a_workspace_is_refused_at_load() {
     let list = s.request("prompts/list", json!({}));
     assert_eq!(list["error"]["code"], -32601, "{list}");
 }
+
+#[test]
+fn skills_resources_and_prompts_are_paged() {
+    let t = tempfile::tempdir().unwrap();
+    let skills = t.path().join("skills");
+    for i in 0..120 {
+        let name = format!("skill-{i:03}");
+        std::fs::create_dir_all(skills.join(&name)).unwrap();
+        std::fs::write(
+            skills.join(&name).join("SKILL.md"),
+            format!("---\nname: {name}\ndescription: number {i}\n---\nbody {i}\n"),
+        )
+        .unwrap();
+    }
+    let cfg = config(
+        t.path(),
+        &[("w", "read-only")],
+        json!({"skills_dir": skills}),
+    );
+    let mut s = serve(t.path(), &cfg);
+    s.initialize("skills-pages");
+    for (method, key, field, page) in [
+        ("resources/list", "resources", "uri", 100),
+        ("skills/list", "skills", "uri", 50),
+        ("prompts/list", "prompts", "name", 50),
+    ] {
+        let mut seen = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let params = match &cursor {
+                Some(c) => json!({"cursor": c}),
+                None => json!({}),
+            };
+            let r = s.request(method, params);
+            let got = uris(&r, key, field);
+            assert!(got.len() <= page, "{method}: {r}");
+            seen.extend(got);
+            match r["result"]["nextCursor"].as_str() {
+                Some(c) => cursor = Some(c.to_string()),
+                None => break,
+            }
+        }
+        assert_eq!(seen.len(), 120, "{method}");
+        let mut sorted = seen.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 120, "{method}: {seen:?}");
+    }
+}
