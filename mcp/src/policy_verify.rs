@@ -367,6 +367,8 @@ fn as_profile(set: &PolicySet, b: &str, tree: &ProfileTree) -> Result<PolicySet>
     };
     // Whether `b` is `in` / `==` the entity of a scope.
     let matches = |op: &str, e: &serde_json::Value| -> Result<bool> {
+        // A linked policy's slot value is `{"__entity": {type, id}}`.
+        let e = e.get("__entity").unwrap_or(e);
         let id = e
             .get("id")
             .and_then(|i| i.as_str())

@@ -306,6 +306,29 @@ mod tests {
     }
 
     #[test]
+    fn the_static_view_fills_the_slots() {
+        let mut set = PolicySet::from_str(
+            "@id(\"t\")\npermit (principal in ?principal, action, resource in ?resource);",
+        )
+        .unwrap();
+        let t = set.templates().next().unwrap().id().clone();
+        let exp = expand(&[link("t", Some("PermissionProfile::\"p\""), None, &["api"])]).unwrap();
+        let mut named = PolicySet::new();
+        named
+            .add_template(set.template(&t).unwrap().new_id(PolicyId::new("t")))
+            .unwrap();
+        set = named;
+        assert!(link_all(&mut set, &exp).is_empty());
+        let view = static_view(&set).unwrap();
+        assert_eq!(view.templates().count(), 0);
+        let p = view.policy(&PolicyId::new("t[p,api]")).unwrap();
+        assert!(p.is_static());
+        let est = p.to_json().unwrap();
+        assert_eq!(est["principal"]["entity"]["__entity"]["id"], "p", "{est}");
+        assert_eq!(est["resource"]["entity"]["__entity"]["id"], "api", "{est}");
+    }
+
+    #[test]
     fn the_canonical_form_ignores_order_and_spelling() {
         let a = [
             link("t", None, None, &["api", "web"]),
