@@ -649,18 +649,18 @@ fn policy_validate(loc: &PolicyLocation, allowed_signers: Option<PathBuf>) -> Re
         .map(|b| b.with_links(&links))
         .and_then(compile)
         .and_then(|mut snap| {
-        let errs = codespace_engine::policy::unknown_profile_errors(&snap, &known);
-        if !errs.is_empty() {
-            return Err(codespace_engine::policy::PolicyErrors(errs));
-        }
-        if let Some(rule) = &signing {
-            snap.signer = Some(
-                codespace_engine::policy::set_signature::verify(&snap.bundle, rule)
-                    .map_err(codespace_engine::policy::PolicyErrors::one_line)?,
-            );
-        }
-        Ok(snap)
-    });
+            let errs = codespace_engine::policy::unknown_profile_errors(&snap, &known);
+            if !errs.is_empty() {
+                return Err(codespace_engine::policy::PolicyErrors(errs));
+            }
+            if let Some(rule) = &signing {
+                snap.signer = Some(
+                    codespace_engine::policy::set_signature::verify(&snap.bundle, rule)
+                        .map_err(codespace_engine::policy::PolicyErrors::one_line)?,
+                );
+            }
+            Ok(snap)
+        });
     match checked {
         Ok(snap) => {
             let forbids = snap.meta.values().filter(|m| m.forbid).count();

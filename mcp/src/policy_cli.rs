@@ -68,7 +68,9 @@ pub struct TestArgs {
 
 /// The config's template links (`policies.templates`), none without a config.
 pub fn config_links(config: Option<&Config>) -> Vec<codespace_engine::config::TemplateLink> {
-    config.map(|c| c.policy_templates.clone()).unwrap_or_default()
+    config
+        .map(|c| c.policy_templates.clone())
+        .unwrap_or_default()
 }
 
 fn compile_or_report(
@@ -266,7 +268,9 @@ pub fn test(args: &TestArgs, source: &PolicySource, config: Option<&Config>) -> 
             for line in &e.0 {
                 eprintln!("{line}");
             }
-            return Err(anyhow!("the test files' template links are rejected; nothing ran"));
+            return Err(anyhow!(
+                "the test files' template links are rejected; nothing ran"
+            ));
         }
     };
     let unknown = codespace_engine::policy::unknown_profile_errors(&snap, &known);

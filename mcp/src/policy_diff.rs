@@ -246,9 +246,11 @@ pub fn diff(
 ) -> Result<ExitCode> {
     let live_links = crate::policy_cli::config_links(config);
     let candidate_links = match &args.against_config {
-        Some(path) => Config::load(path)
-            .with_context(|| format!("--against-config {}", path.display()))?
-            .policy_templates,
+        Some(path) => {
+            Config::load(path)
+                .with_context(|| format!("--against-config {}", path.display()))?
+                .policy_templates
+        }
         None => live_links.clone(),
     };
     let before_snap = compile_named("live", live, &live_links)?;

@@ -495,7 +495,12 @@ pub fn verify(
         })
         .and_then(statically)?;
     let old = match &args.implies {
-        Some(dir) => Some(load_old(dir, args.implies_schema.as_deref(), source, &links)?),
+        Some(dir) => Some(load_old(
+            dir,
+            args.implies_schema.as_deref(),
+            source,
+            &links,
+        )?),
         None => None,
     };
     let tree = tree_of(config);

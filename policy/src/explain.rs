@@ -277,12 +277,9 @@ pub fn policy_table(
         let policy = if policy.is_static() {
             policy
         } else {
-            match policy
-                .to_json()
-                .map_err(|e| e.to_string())
-                .and_then(|est| {
-                    Policy::from_json(Some(policy.id().clone()), est).map_err(|e| e.to_string())
-                }) {
+            match policy.to_json().map_err(|e| e.to_string()).and_then(|est| {
+                Policy::from_json(Some(policy.id().clone()), est).map_err(|e| e.to_string())
+            }) {
                 Ok(p) => {
                     linked = p;
                     &linked

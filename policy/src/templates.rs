@@ -57,7 +57,8 @@ pub fn parse_uid(text: &str) -> Result<EntityUid, String> {
 }
 
 fn workspace_uid(id: &str) -> Result<EntityUid, String> {
-    let ty = EntityTypeName::from_str(&format!("{NAMESPACE}::Workspace")).map_err(|e| e.to_string())?;
+    let ty =
+        EntityTypeName::from_str(&format!("{NAMESPACE}::Workspace")).map_err(|e| e.to_string())?;
     Ok(EntityUid::from_type_name_and_id(ty, EntityId::new(id)))
 }
 
@@ -77,33 +78,35 @@ pub fn expand(links: &[TemplateLink]) -> Result<Vec<Expansion>, Vec<String>> {
                 continue;
             }
         };
-        let resources: Vec<Option<EntityUid>> =
-            match (&link.slots.resource, link.workspaces.is_empty()) {
-                (Some(_), false) => {
-                    errs.push(format!(
+        let resources: Vec<Option<EntityUid>> = match (
+            &link.slots.resource,
+            link.workspaces.is_empty(),
+        ) {
+            (Some(_), false) => {
+                errs.push(format!(
                         "{at}: give slots.resource or workspaces, not both (workspaces fill ?resource, one linked policy per workspace)"
                     ));
+                continue;
+            }
+            (Some(r), true) => match parse_uid(r) {
+                Ok(u) => vec![Some(u)],
+                Err(e) => {
+                    errs.push(format!("{at}: slots.resource: {e}"));
                     continue;
                 }
-                (Some(r), true) => match parse_uid(r) {
-                    Ok(u) => vec![Some(u)],
-                    Err(e) => {
-                        errs.push(format!("{at}: slots.resource: {e}"));
-                        continue;
+            },
+            (None, true) => vec![None],
+            (None, false) => {
+                let mut v = Vec::new();
+                for w in &link.workspaces {
+                    match workspace_uid(w) {
+                        Ok(u) => v.push(Some(u)),
+                        Err(e) => errs.push(format!("{at}: workspace {w}: {e}")),
                     }
-                },
-                (None, true) => vec![None],
-                (None, false) => {
-                    let mut v = Vec::new();
-                    for w in &link.workspaces {
-                        match workspace_uid(w) {
-                            Ok(u) => v.push(Some(u)),
-                            Err(e) => errs.push(format!("{at}: workspace {w}: {e}")),
-                        }
-                    }
-                    v
                 }
-            };
+                v
+            }
+        };
         if principal.is_none() && resources.iter().all(Option::is_none) {
             errs.push(format!(
                 "{at}: the link fills no slot; give slots.principal, slots.resource or workspaces"
@@ -299,10 +302,24 @@ mod tests {
         ])
         .unwrap_err()
         .join("\n");
-        assert!(errs.contains("policies.templates[0] (template a): give slots.resource or workspaces, not both"), "{errs}");
-        assert!(errs.contains("policies.templates[1] (template b): slots.principal: `not a uid`"), "{errs}");
-        assert!(errs.contains("policies.templates[2] (template c): the link fills no slot"), "{errs}");
-        assert!(errs.contains("the linked policy d[x] is made twice"), "{errs}");
+        assert!(
+            errs.contains(
+                "policies.templates[0] (template a): give slots.resource or workspaces, not both"
+            ),
+            "{errs}"
+        );
+        assert!(
+            errs.contains("policies.templates[1] (template b): slots.principal: `not a uid`"),
+            "{errs}"
+        );
+        assert!(
+            errs.contains("policies.templates[2] (template c): the link fills no slot"),
+            "{errs}"
+        );
+        assert!(
+            errs.contains("the linked policy d[x] is made twice"),
+            "{errs}"
+        );
     }
 
     #[test]

@@ -117,12 +117,18 @@ fn one_template_linked_per_workspace_decides_per_slot_and_every_tool_sees_the_li
         .spawn();
     s.initialize("templates");
     // The same profile: patches in api (linked), not in docs.
-    s.tool_ok("apply_patch", json!({"workspace_id": "api", "patch": PATCH}));
+    s.tool_ok(
+        "apply_patch",
+        json!({"workspace_id": "api", "patch": PATCH}),
+    );
     assert_eq!(
         std::fs::read_to_string(e.root.join("api/notes.md")).unwrap(),
         "hello\n"
     );
-    let denied = s.tool_err("apply_patch", json!({"workspace_id": "docs", "patch": PATCH}));
+    let denied = s.tool_err(
+        "apply_patch",
+        json!({"workspace_id": "docs", "patch": PATCH}),
+    );
     assert_eq!(denied["code"], "UNAUTHORIZED", "{denied}");
     assert!(!e.root.join("docs/notes.md").exists());
     let info = s.tool_ok("workspace_info", json!({"workspace_id": "api"}));
@@ -314,7 +320,8 @@ fn a_bad_link_refuses_start_up_and_a_reload_that_breaks_a_link_keeps_the_last_go
     let o = cli(&["serve", "--config", &config]);
     assert!(!o.status.success(), "{}", both(&o));
     assert!(
-        both(&o).contains("policies.templates[0] (template team.writer): unknown workspace `nosuch`"),
+        both(&o)
+            .contains("policies.templates[0] (template team.writer): unknown workspace `nosuch`"),
         "{}",
         both(&o)
     );
@@ -342,7 +349,10 @@ fn a_bad_link_refuses_start_up_and_a_reload_that_breaks_a_link_keeps_the_last_go
     std::fs::rename(&tmp, &file).unwrap();
     wait_rejected(&mut s, &v1, "has no ?principal slot; drop slots.principal");
     // The last good set still links the template: api patches.
-    s.tool_ok("apply_patch", json!({"workspace_id": "api", "patch": PATCH}));
+    s.tool_ok(
+        "apply_patch",
+        json!({"workspace_id": "api", "patch": PATCH}),
+    );
     s.close_and_wait(DEADLINE);
 }
 
@@ -384,7 +394,10 @@ fn the_shipped_template_example_passes_its_tests() {
         "--policies".into(),
         pol.display().to_string(),
         "--schema".into(),
-        repo().join("schema/codespace.cedarschema").display().to_string(),
+        repo()
+            .join("schema/codespace.cedarschema")
+            .display()
+            .to_string(),
     ];
     let tests: Vec<PathBuf> = std::fs::read_dir(example.join("tests"))
         .unwrap()
@@ -433,7 +446,11 @@ fn policy_verify_proves_over_the_linked_policies() {
         props.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", both(&o));
-    assert!(both(&o).contains("proven  tester is read-only"), "{}", both(&o));
+    assert!(
+        both(&o).contains("proven  tester is read-only"),
+        "{}",
+        both(&o)
+    );
     // Linked in api, tester may patch there: the property fails, every built-in still holds.
     let linked = e.config("codespace.json", tester_in(&["api"]));
     let o = cli(&[
@@ -448,5 +465,8 @@ fn policy_verify_proves_over_the_linked_policies() {
     let out = both(&o);
     assert!(out.contains("FAILED  tester is read-only"), "{out}");
     assert_eq!(out.matches("FAILED").count(), 1, "{out}");
-    assert!(out.contains("apply_patch") || out.contains("fs_write") || out.contains("write"), "{out}");
+    assert!(
+        out.contains("apply_patch") || out.contains("fs_write") || out.contains("write"),
+        "{out}"
+    );
 }
