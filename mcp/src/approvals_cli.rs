@@ -320,8 +320,13 @@ fn resolve(
             }),
         },
     };
-    let policies = PolicyStore::load_for_profiles(source, cfg.profiles.keys().cloned().collect())
-        .map_err(|e| anyhow!("policies: {e}"))?;
+    let policies = PolicyStore::load_linked(
+        source,
+        cfg.profiles.keys().cloned().collect(),
+        None,
+        cfg.policy_templates.clone(),
+    )
+    .map_err(|e| anyhow!("policies: {e}"))?;
     let operator = operator
         .or_else(|| std::env::var("USER").ok())
         .filter(|s| !s.is_empty())

@@ -438,10 +438,11 @@ fn serve(
         return Err(e.into());
     }
     let policy = Arc::new(
-        PolicyStore::load_signed(
+        PolicyStore::load_linked(
             source,
             cfg.profiles.keys().cloned().collect(),
             cfg.policy_signing.clone(),
+            cfg.policy_templates.clone(),
         )
         .map_err(|e| anyhow!("policies rejected:\n{e}"))?,
     );
@@ -642,19 +643,24 @@ fn policy_validate(loc: &PolicyLocation, allowed_signers: Option<PathBuf>) -> Re
         &crate::policy_cli::base_profiles(config.as_ref()),
         &crate::policy_cli::parsed_default_tests(&source),
     );
-    let checked = source.read().and_then(compile).and_then(|mut snap| {
-        let errs = codespace_engine::policy::unknown_profile_errors(&snap, &known);
-        if !errs.is_empty() {
-            return Err(codespace_engine::policy::PolicyErrors(errs));
-        }
-        if let Some(rule) = &signing {
-            snap.signer = Some(
-                codespace_engine::policy::set_signature::verify(&snap.bundle, rule)
-                    .map_err(codespace_engine::policy::PolicyErrors::one_line)?,
-            );
-        }
-        Ok(snap)
-    });
+    let links = crate::policy_cli::config_links(config.as_ref());
+    let checked = source
+        .read()
+        .map(|b| b.with_links(&links))
+        .and_then(compile)
+        .and_then(|mut snap| {
+            let errs = codespace_engine::policy::unknown_profile_errors(&snap, &known);
+            if !errs.is_empty() {
+                return Err(codespace_engine::policy::PolicyErrors(errs));
+            }
+            if let Some(rule) = &signing {
+                snap.signer = Some(
+                    codespace_engine::policy::set_signature::verify(&snap.bundle, rule)
+                        .map_err(codespace_engine::policy::PolicyErrors::one_line)?,
+                );
+            }
+            Ok(snap)
+        });
     match checked {
         Ok(snap) => {
             let forbids = snap.meta.values().filter(|m| m.forbid).count();
@@ -682,6 +688,36 @@ fn policy_validate(loc: &PolicyLocation, allowed_signers: Option<PathBuf>) -> Re
                         .map(|r| r.allowed_signers.display().to_string())
                         .unwrap_or_default()
                 );
+            }
+            if !snap.templates.is_empty() {
+                println!(
+                    "ok: {} template(s), {} linked polic{} from policies.templates",
+                    snap.templates.len(),
+                    snap.meta.values().filter(|m| m.template.is_some()).count(),
+                    if snap.meta.values().filter(|m| m.template.is_some()).count() == 1 {
+                        "y"
+                    } else {
+                        "ies"
+                    }
+                );
+            }
+            for (id, t) in &snap.templates {
+                if !snap
+                    .meta
+                    .values()
+                    .any(|m| m.template.as_deref() == Some(id.as_str()))
+                {
+                    println!(
+                        "warning: {}:{}: template {id} is linked by no entry of policies.templates{}: it never applies",
+                        t.file,
+                        t.line,
+                        if config.is_some() {
+                            ""
+                        } else {
+                            " (no --config given)"
+                        }
+                    );
+                }
             }
             crate::policy_cli::validate_shadow(&source, &known)
         }

@@ -52,8 +52,13 @@ pub async fn run_read_only(args: ConsoleArgs) -> anyhow::Result<()> {
         },
     };
     let policies = Arc::new(
-        PolicyStore::load_for_profiles(source, config.profiles.keys().cloned().collect())
-            .map_err(|e| anyhow!("policies: {e}"))?,
+        PolicyStore::load_linked(
+            source,
+            config.profiles.keys().cloned().collect(),
+            None,
+            config.policy_templates.clone(),
+        )
+        .map_err(|e| anyhow!("policies: {e}"))?,
     );
     let identities = Box::new(crate::console::StaticTokens::new(&config.clients));
     let console = crate::console::Console::new(

@@ -173,9 +173,23 @@ fn policy_json(text: &str) -> Result<Vec<serde_json::Value>, String> {
             .parse::<usize>()
             .unwrap_or(usize::MAX)
     });
-    ps.iter()
+    let mut out: Vec<serde_json::Value> = ps
+        .iter()
         .map(|p| p.to_json().map_err(|e| e.to_string()))
-        .collect()
+        .collect::<Result<_, _>>()?;
+    // Templates too, in order: formatting must not change one either.
+    let mut ts: Vec<_> = set.templates().collect();
+    ts.sort_by_key(|t| {
+        t.id()
+            .to_string()
+            .trim_start_matches("policy")
+            .parse::<usize>()
+            .unwrap_or(usize::MAX)
+    });
+    for t in ts {
+        out.push(t.to_json().map_err(|e| e.to_string())?);
+    }
+    Ok(out)
 }
 
 /// The formatted text of one file (Cedar's formatter, 80 columns, 2-space indent), checked to

@@ -66,8 +66,18 @@ pub struct TestArgs {
     pub filter: Option<String>,
 }
 
-fn compile_or_report(source: &PolicySource) -> Result<PolicySnapshot> {
-    match source.read().and_then(compile) {
+/// The config's template links (`policies.templates`), none without a config.
+pub fn config_links(config: Option<&Config>) -> Vec<codespace_engine::config::TemplateLink> {
+    config
+        .map(|c| c.policy_templates.clone())
+        .unwrap_or_default()
+}
+
+fn compile_or_report(
+    source: &PolicySource,
+    links: &[codespace_engine::config::TemplateLink],
+) -> Result<PolicySnapshot> {
+    match source.read().map(|b| b.with_links(links)).and_then(compile) {
         Ok(s) => Ok(s),
         Err(e) => {
             for line in &e.0 {
@@ -186,7 +196,7 @@ pub fn parsed_default_tests(source: &PolicySource) -> Vec<TestFile> {
 
 /// `codespace policy test`. `config` (from `--config`) supplies the profile tree.
 pub fn test(args: &TestArgs, source: &PolicySource, config: Option<&Config>) -> Result<ExitCode> {
-    let snap = compile_or_report(source)?;
+    let snap = compile_or_report(source, &config_links(config))?;
     let files = if args.files.is_empty() {
         default_test_files(source)?
     } else {
@@ -247,6 +257,22 @@ pub fn test(args: &TestArgs, source: &PolicySource, config: Option<&Config>) -> 
     // A policy naming a profile that neither the config, the built-ins nor a test file
     // defines never matches: refuse the set, as `policy validate` does.
     let known = known_profiles(&base, parsed_files.iter().map(|(_, _, p)| p));
+    // The set under test: the config's links and every link a test file declares.
+    let snap = match codespace_policy_tools::suite::with_test_links(
+        &snap,
+        parsed_files.iter().map(|(_, _, p)| p),
+    ) {
+        Ok(Some(linked)) => linked,
+        Ok(None) => snap,
+        Err(e) => {
+            for line in &e.0 {
+                eprintln!("{line}");
+            }
+            return Err(anyhow!(
+                "the test files' template links are rejected; nothing ran"
+            ));
+        }
+    };
     let unknown = codespace_engine::policy::unknown_profile_errors(&snap, &known);
     if !unknown.is_empty() {
         for line in &unknown {
@@ -533,7 +559,7 @@ pub fn explain(
                 .map_err(|e| anyhow!("{}: {}", e.code.as_str(), e.message))?
         }
         None => {
-            let snap = compile_or_report(&source)?;
+            let snap = compile_or_report(&source, &[])?;
             let id = call.workspace_id().unwrap_or("w").to_string();
             let fx = Fixture::new(&id, &args.workspace_profile);
             let mut extra = BTreeMap::new();
@@ -597,7 +623,13 @@ fn explain_gateway(path: &Path) -> Result<Gateway> {
         },
         (None, _) => PolicySource::Embedded,
     };
-    let policy = PolicyStore::load(src).map_err(|e| anyhow!("policies rejected:\n{e}"))?;
+    let policy = PolicyStore::load_linked(
+        src,
+        cfg.profiles.keys().cloned().collect(),
+        None,
+        cfg.policy_templates.clone(),
+    )
+    .map_err(|e| anyhow!("policies rejected:\n{e}"))?;
     let probe = codespace_runner_sandbox::probe();
     let sandbox = SandboxFacts {
         sandbox_enforced: probe.sandbox_available(),
@@ -634,7 +666,7 @@ fn explain_connect(
                 .map_err(|e| anyhow!("{}: {}", e.code.as_str(), e.message))?
         }
         None => {
-            let snap = compile_or_report(source)?;
+            let snap = compile_or_report(source, &[])?;
             let mut fx = Fixture::new(&workspace, &args.workspace_profile);
             fx.network = codespace_engine::config::Network::Proxy;
             let mut extra = BTreeMap::new();
@@ -689,7 +721,9 @@ fn explain_logged(
     source: &PolicySource,
     default_store: impl FnOnce() -> Result<PathBuf>,
 ) -> Result<ExitCode> {
-    let cfg_store = config.map(Config::load).transpose()?.and_then(|c| c.store);
+    let cfg = config.map(Config::load).transpose()?;
+    let links = config_links(cfg.as_ref());
+    let cfg_store = cfg.and_then(|c| c.store);
     let path = match args.store.clone().or(cfg_store) {
         Some(p) => p,
         None => default_store()?,
@@ -708,7 +742,7 @@ fn explain_logged(
     if rows.is_empty() {
         return Err(anyhow!("no decision `{decision_id}` in {}", path.display()));
     }
-    let snap = compile_or_report(source)?;
+    let snap = compile_or_report(source, &links)?;
     let mut out = std::io::stdout().lock();
     let mut docs = Vec::new();
     let mut any_changed = false;

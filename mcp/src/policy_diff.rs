@@ -21,8 +21,17 @@ use std::process::ExitCode;
 #[derive(Debug, clap::Args)]
 pub struct DiffArgs {
     /// The candidate policies directory (same layout: base/, profiles/).
-    #[arg(long, value_name = "DIR", required_unless_present = "shadow")]
+    #[arg(
+        long,
+        value_name = "DIR",
+        required_unless_present_any = ["shadow", "against_config"]
+    )]
     pub against: Option<PathBuf>,
+    /// The candidate's template links come from this config's `policies.templates` (default:
+    /// the live config's); alone, the candidate is the live files with those links, so a changed
+    /// link shows as the decisions it changes.
+    #[arg(long, value_name = "FILE")]
+    pub against_config: Option<PathBuf>,
     /// The candidate is the shadow set: the live files with `<policies>/shadow/` over them
     /// (what deploying the shadow files would give).
     #[arg(long, conflicts_with = "against")]
@@ -173,9 +182,14 @@ fn candidate_source(against: &Path, args: &DiffArgs, live: &PolicySource) -> Pol
     }
 }
 
-fn candidate(args: &DiffArgs, live: &PolicySource) -> Result<PolicySnapshot> {
+fn candidate(
+    args: &DiffArgs,
+    live: &PolicySource,
+    links: &[codespace_engine::config::TemplateLink],
+) -> Result<PolicySnapshot> {
     let bundle = match &args.against {
         Some(dir) => candidate_source(dir, args, live).read(),
+        None if !args.shadow => live.read(),
         None => live.read_shadow().and_then(|b| {
             b.ok_or_else(|| {
                 codespace_engine::policy::PolicyErrors(vec![
@@ -184,7 +198,7 @@ fn candidate(args: &DiffArgs, live: &PolicySource) -> Result<PolicySnapshot> {
             })
         }),
     };
-    match bundle.and_then(compile) {
+    match bundle.map(|b| b.with_links(links)).and_then(compile) {
         Ok(s) => Ok(s),
         Err(e) => {
             for line in &e.0 {
@@ -195,8 +209,12 @@ fn candidate(args: &DiffArgs, live: &PolicySource) -> Result<PolicySnapshot> {
     }
 }
 
-fn compile_named(what: &str, source: &PolicySource) -> Result<PolicySnapshot> {
-    match source.read().and_then(compile) {
+fn compile_named(
+    what: &str,
+    source: &PolicySource,
+    links: &[codespace_engine::config::TemplateLink],
+) -> Result<PolicySnapshot> {
+    match source.read().map(|b| b.with_links(links)).and_then(compile) {
         Ok(s) => Ok(s),
         Err(e) => {
             for line in &e.0 {
@@ -226,8 +244,17 @@ pub fn diff(
     config: Option<&Config>,
     default_store: impl FnOnce() -> Result<PathBuf>,
 ) -> Result<ExitCode> {
-    let before_snap = compile_named("live", live)?;
-    let after_snap = candidate(args, live)?;
+    let live_links = crate::policy_cli::config_links(config);
+    let candidate_links = match &args.against_config {
+        Some(path) => {
+            Config::load(path)
+                .with_context(|| format!("--against-config {}", path.display()))?
+                .policy_templates
+        }
+        None => live_links.clone(),
+    };
+    let before_snap = compile_named("live", live, &live_links)?;
+    let after_snap = candidate(args, live, &candidate_links)?;
     let now = codespace_store::now_ms();
     let since = crate::policy_cli::parse_since(&args.since, now)?;
     let store_path = match args

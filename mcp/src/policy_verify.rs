@@ -367,6 +367,8 @@ fn as_profile(set: &PolicySet, b: &str, tree: &ProfileTree) -> Result<PolicySet>
     };
     // Whether `b` is `in` / `==` the entity of a scope.
     let matches = |op: &str, e: &serde_json::Value| -> Result<bool> {
+        // A linked policy's slot value is `{"__entity": {type, id}}`.
+        let e = e.get("__entity").unwrap_or(e);
         let id = e
             .get("id")
             .and_then(|i| i.as_str())
@@ -480,14 +482,25 @@ pub fn verify(
         );
         return Ok(ExitCode::from(NO_SOLVER));
     };
-    let snap = source.read().and_then(compile).map_err(|e| {
-        for line in &e.0 {
-            eprintln!("{line}");
-        }
-        anyhow!("policies rejected")
-    })?;
+    let links = crate::policy_cli::config_links(config);
+    let snap = source
+        .read()
+        .map(|b| b.with_links(&links))
+        .and_then(compile)
+        .map_err(|e| {
+            for line in &e.0 {
+                eprintln!("{line}");
+            }
+            anyhow!("policies rejected")
+        })
+        .and_then(statically)?;
     let old = match &args.implies {
-        Some(dir) => Some(load_old(dir, args.implies_schema.as_deref(), source)?),
+        Some(dir) => Some(load_old(
+            dir,
+            args.implies_schema.as_deref(),
+            source,
+            &links,
+        )?),
         None => None,
     };
     let tree = tree_of(config);
@@ -535,7 +548,20 @@ pub fn verify(
     })
 }
 
-fn load_old(dir: &Path, schema: Option<&Path>, live: &PolicySource) -> Result<PolicySnapshot> {
+/// The snapshot with its template-linked policies as the static policies they are (the
+/// symbolic compiler takes static policies; templates alone never apply).
+fn statically(mut snap: PolicySnapshot) -> Result<PolicySnapshot> {
+    snap.set = codespace_engine::policy::templates::static_view(&snap.set)
+        .map_err(|e| anyhow!("template links: {e}"))?;
+    Ok(snap)
+}
+
+fn load_old(
+    dir: &Path,
+    schema: Option<&Path>,
+    live: &PolicySource,
+    links: &[codespace_engine::config::TemplateLink],
+) -> Result<PolicySnapshot> {
     let schema = schema.map(Path::to_path_buf).unwrap_or_else(|| {
         let guess = dir
             .parent()
@@ -551,8 +577,10 @@ fn load_old(dir: &Path, schema: Option<&Path>, live: &PolicySource) -> Result<Po
         schema,
     }
     .read()
+    .map(|b| b.with_links(links))
     .and_then(compile)
     .map_err(|e| anyhow!("--implies {}: {e}", dir.display()))
+    .and_then(statically)
 }
 
 async fn run(

@@ -20,6 +20,10 @@ pub struct TestFile {
     /// Operator profiles the file's workspaces may use (`id: {extends}`).
     #[serde(default)]
     pub profiles: BTreeMap<String, TestProfile>,
+    /// Template links (the shape of the config's `policies.templates`) linked into the set these
+    /// cases run against, beside the config's own (`--config`).
+    #[serde(default)]
+    pub links: Vec<codespace_policy::config::TemplateLink>,
     /// The virtual workspace.
     pub workspace: Fixture,
     /// The caller (default: client `local` over stdio).

@@ -42,6 +42,7 @@ pub fn reload_gate(
         }
     };
     files.sort();
+    let mut parsed_files = Vec::new();
     for f in files {
         let name = f
             .file_name()
@@ -50,6 +51,21 @@ pub fn reload_gate(
         let parsed = std::fs::read_to_string(&f)
             .map_err(|e| e.to_string())
             .and_then(|t| suite::parse_file(&t));
+        parsed_files.push((name, parsed));
+    }
+    // The links the test files declare, linked beside the set's own.
+    let linked = match suite::with_test_links(
+        snap,
+        parsed_files.iter().filter_map(|(_, p)| p.as_ref().ok()),
+    ) {
+        Ok(l) => l,
+        Err(e) => {
+            problems.extend(e.0.into_iter().map(|l| format!("tests: links: {l}")));
+            return problems;
+        }
+    };
+    let snap = linked.as_ref().unwrap_or(snap);
+    for (name, parsed) in parsed_files {
         match parsed {
             Ok(tf) => {
                 for r in

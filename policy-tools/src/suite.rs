@@ -428,6 +428,27 @@ pub struct Coverage {
     pub by_action: BTreeMap<String, BTreeSet<String>>,
 }
 
+/// The set test files run against: `snap` with the template links the files declare (`links:`)
+/// added to its own, each distinct link once, linked and validated like the config's. `None`
+/// when the files add no link.
+pub fn with_test_links<'a>(
+    snap: &PolicySnapshot,
+    files: impl IntoIterator<Item = &'a TestFile>,
+) -> Result<Option<PolicySnapshot>, codespace_policy::PolicyErrors> {
+    let mut links = snap.bundle.links.clone();
+    for f in files {
+        for l in &f.links {
+            if !links.contains(l) {
+                links.push(l.clone());
+            }
+        }
+    }
+    if links.len() == snap.bundle.links.len() {
+        return Ok(None);
+    }
+    codespace_policy::compile(snap.bundle.clone().with_links(&links)).map(Some)
+}
+
 /// The profile and action groups of every policy of `snap` (see [`Coverage::by_profile`]).
 pub fn scope_groups(
     snap: &PolicySnapshot,

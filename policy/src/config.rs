@@ -205,3 +205,34 @@ pub fn is_env_name(name: &str) -> bool {
             .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
+
+/// One link of `policies.templates`: a template of the policy set (by its `@id`) with its slots
+/// filled. `workspaces` fills `?resource` with each listed workspace (one linked policy per
+/// workspace); `slots.resource` fills it with any entity. Give one of the two for a template
+/// with `?resource`, neither for one without.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TemplateLink {
+    /// The `@id` of a template (a policy with `?principal` and/or `?resource`) of the set.
+    pub template: String,
+    /// Slot values as Cedar entity uids (`PermissionProfile::"tester"`; the `CodeSpace::`
+    /// namespace is added when the type names none).
+    #[serde(default)]
+    pub slots: TemplateSlots,
+    /// Workspace ids: one linked policy per workspace with `?resource` =
+    /// `Workspace::"<id>"` (so it applies to that workspace's operations only).
+    #[serde(default)]
+    pub workspaces: Vec<String>,
+}
+
+/// The slot values of a [`TemplateLink`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TemplateSlots {
+    /// `?principal`, e.g. `PermissionProfile::"tester"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
+    /// `?resource`, e.g. `Workspace::"api"` (exclusive with the link's `workspaces`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<String>,
+}

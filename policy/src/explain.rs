@@ -271,6 +271,25 @@ pub fn policy_table(
         let Some(policy) = snap.set.policy(&cedar_policy::PolicyId::new(id)) else {
             continue;
         };
+        // A template-linked policy is evaluated alone as the static policy it is (its template
+        // with the slots filled): Cedar evaluates a lone linked policy only beside its template.
+        let linked;
+        let policy = if policy.is_static() {
+            policy
+        } else {
+            match policy.to_json().map_err(|e| e.to_string()).and_then(|est| {
+                Policy::from_json(Some(policy.id().clone()), est).map_err(|e| e.to_string())
+            }) {
+                Ok(p) => {
+                    linked = p;
+                    &linked
+                }
+                Err(e) => {
+                    tracing::warn!(policy = %id, error = %e, "explain: cannot copy a linked policy");
+                    policy
+                }
+            }
+        };
         let scope = match policy.to_json() {
             Ok(mut est) => {
                 if let Value::Object(m) = &mut est {

@@ -24,6 +24,7 @@ pub mod rows;
 pub mod set_signature;
 pub mod signature;
 pub mod suggest;
+pub mod templates;
 pub mod tool_table;
 pub mod user;
 pub mod wire;

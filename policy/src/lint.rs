@@ -6,9 +6,9 @@ use std::collections::BTreeSet;
 
 /// True when a policy's action scope is the `confirm` action alone (`action ==
 /// Action::"confirm"` or `action in [Action::"confirm"]`).
-fn on_confirm_only(p: &cedar_policy::Policy) -> bool {
+fn on_confirm_only(action: cedar_policy::ActionConstraint) -> bool {
     let is_confirm = |a: &cedar_policy::EntityUid| a.id().unescaped() == "confirm";
-    match p.action_constraint() {
+    match action {
         cedar_policy::ActionConstraint::Eq(a) => is_confirm(&a),
         cedar_policy::ActionConstraint::In(list) => !list.is_empty() && list.iter().all(is_confirm),
         cedar_policy::ActionConstraint::Any => false,
@@ -22,8 +22,43 @@ pub fn lint_policy(
     line: usize,
     p: &cedar_policy::Policy,
 ) -> (Option<String>, Vec<String>) {
+    lint_parts(
+        file,
+        line,
+        p.annotation("id"),
+        p.effect() == cedar_policy::Effect::Forbid,
+        p.annotation("reason").is_some(),
+        on_confirm_only(p.action_constraint()),
+    )
+}
+
+/// Lints one template (`?principal`/`?resource`) by the rules of [`lint_policy`]: its linked
+/// policies sit where the template does.
+pub fn lint_template(
+    file: &str,
+    line: usize,
+    t: &cedar_policy::Template,
+) -> (Option<String>, Vec<String>) {
+    lint_parts(
+        file,
+        line,
+        t.annotation("id"),
+        t.effect() == cedar_policy::Effect::Forbid,
+        t.annotation("reason").is_some(),
+        on_confirm_only(t.action_constraint()),
+    )
+}
+
+fn lint_parts(
+    file: &str,
+    line: usize,
+    id: Option<&str>,
+    forbid: bool,
+    has_reason: bool,
+    on_confirm: bool,
+) -> (Option<String>, Vec<String>) {
     let mut errs = Vec::new();
-    let Some(id) = p.annotation("id").map(str::to_string) else {
+    let Some(id) = id.map(str::to_string) else {
         errs.push(format!(
             "{file}:{line}: lint: policy has no @id(\"…\") annotation"
         ));
@@ -31,15 +66,13 @@ pub fn lint_policy(
     };
     let in_base = file.starts_with("base/");
     let in_profiles = file.starts_with("profiles/");
-    let forbid = p.effect() == cedar_policy::Effect::Forbid;
-    if forbid && p.annotation("reason").is_none() {
+    if forbid && !has_reason {
         errs.push(format!(
             "{file}:{line}: lint: policy {id}: forbid has no @reason(\"…\")"
         ));
     }
     // Policies on `confirm` (either effect: a permit there holds a call for a human) are base
     // guardrails.
-    let on_confirm = on_confirm_only(p);
     if on_confirm && !in_base {
         errs.push(format!(
             "{file}:{line}: lint: policy {id}: policies on confirm belong in base/"

@@ -49,6 +49,17 @@ pub struct PolicyBundle {
     pub files: Vec<SourceFile>,
     /// Where it came from (None = embedded).
     pub dir: Option<PathBuf>,
+    /// The config's template links (`policies.templates`), linked at compile time.
+    pub links: Vec<crate::config::TemplateLink>,
+}
+
+impl PolicyBundle {
+    /// The bundle with the config's template links.
+    #[must_use]
+    pub fn with_links(mut self, links: &[crate::config::TemplateLink]) -> PolicyBundle {
+        self.links = links.to_vec();
+        self
+    }
 }
 
 /// Where the policies come from.
@@ -80,6 +91,7 @@ impl PolicySource {
                     })
                     .collect(),
                 dir: None,
+                links: Vec::new(),
             }),
             PolicySource::Dir { policies, schema } => {
                 let schema_text = std::fs::read_to_string(schema).map_err(|e| {
@@ -99,6 +111,7 @@ impl PolicySource {
                     schema_text,
                     files,
                     dir: Some(policies.clone()),
+                    links: Vec::new(),
                 })
             }
         }
@@ -203,6 +216,8 @@ pub struct PolicyMeta {
     pub forbid: bool,
     /// The `@reason`, if any.
     pub reason: Option<String>,
+    /// For a linked policy (`team.tester[api]`): the `@id` of its template.
+    pub template: Option<String>,
 }
 
 /// An immutable, validated policy set with its schema and hash.
@@ -212,8 +227,10 @@ pub struct PolicySnapshot {
     pub schema: Schema,
     /// The policy set, keyed by `@id`.
     pub set: PolicySet,
-    /// Metadata by policy id.
+    /// Metadata by policy id: static and linked policies (what decides).
     pub meta: BTreeMap<String, PolicyMeta>,
+    /// The set's templates by `@id`, linked or not (a template alone never decides).
+    pub templates: BTreeMap<String, PolicyMeta>,
     /// sha256 over the schema and every file (name and text), `sha256:<hex>`.
     pub sha256: String,
     /// Unix milliseconds when it was loaded.
@@ -258,6 +275,7 @@ pub fn compile(bundle: PolicyBundle) -> Result<PolicySnapshot, PolicyErrors> {
 
     let mut set = PolicySet::new();
     let mut meta: BTreeMap<String, PolicyMeta> = BTreeMap::new();
+    let mut templates: BTreeMap<String, PolicyMeta> = BTreeMap::new();
     for file in &bundle.files {
         let parsed = match PolicySet::from_str(&file.text) {
             Ok(p) => p,
@@ -273,11 +291,41 @@ pub fn compile(bundle: PolicyBundle) -> Result<PolicySnapshot, PolicyErrors> {
                 continue;
             }
         };
-        if parsed.templates().next().is_some() {
-            errs.push(format!(
-                "{}: templates are not supported; write static policies",
-                file.name
-            ));
+        let mut file_templates: Vec<_> = parsed.templates().collect();
+        file_templates.sort_by_key(|t| {
+            t.id()
+                .to_string()
+                .trim_start_matches("policy")
+                .parse::<usize>()
+                .unwrap_or(usize::MAX)
+        });
+        for t in file_templates {
+            let line = find_policy_line(&file.text, t.annotation("id")).unwrap_or(1);
+            let (id, lint_errors) = super::lint::lint_template(&file.name, line, t);
+            errs.extend(lint_errors);
+            let Some(id) = id else { continue };
+            if let Some(prev) = meta.get(&id).or_else(|| templates.get(&id)) {
+                errs.push(format!(
+                    "{}:{line}: template {id}: duplicate @id (first in {}:{})",
+                    file.name, prev.file, prev.line
+                ));
+                continue;
+            }
+            if let Err(e) = set.add_template(t.new_id(PolicyId::new(&id))) {
+                errs.push(format!("{}:{line}: template {id}: {e}", file.name));
+                continue;
+            }
+            templates.insert(
+                id.clone(),
+                PolicyMeta {
+                    id,
+                    file: file.name.clone(),
+                    line,
+                    forbid: t.effect() == cedar_policy::Effect::Forbid,
+                    reason: t.annotation("reason").map(str::to_string),
+                    template: None,
+                },
+            );
         }
         let mut policies: Vec<_> = parsed.policies().collect();
         // Keep file order stable (Cedar's ids are policy0, policy1, … in order).
@@ -297,7 +345,7 @@ pub fn compile(bundle: PolicyBundle) -> Result<PolicySnapshot, PolicyErrors> {
             let Some(id) = id else { continue };
             let forbid = p.effect() == cedar_policy::Effect::Forbid;
             let reason = p.annotation("reason").map(str::to_string);
-            if let Some(prev) = meta.get(&id) {
+            if let Some(prev) = meta.get(&id).or_else(|| templates.get(&id)) {
                 errs.push(format!(
                     "{}:{line}: policy {id}: duplicate @id (first in {}:{})",
                     file.name, prev.file, prev.line
@@ -316,8 +364,44 @@ pub fn compile(bundle: PolicyBundle) -> Result<PolicySnapshot, PolicyErrors> {
                     line,
                     forbid,
                     reason,
+                    template: None,
                 },
             );
+        }
+    }
+
+    // The config's links: expanded, then linked with Cedar's own `PolicySet::link`; a linked
+    // policy's meta is its template's, under the link's id.
+    let mut linked = BTreeSet::new();
+    if !bundle.links.is_empty() && errs.is_empty() {
+        match crate::templates::expand(&bundle.links) {
+            Err(e) => errs.extend(e),
+            Ok(expansions) => {
+                for e in &expansions {
+                    if let Some(prev) = meta.get(&e.id) {
+                        errs.push(format!(
+                            "policies.templates[{}]: the linked policy id {} is a policy's @id ({}:{})",
+                            e.index, e.id, prev.file, prev.line
+                        ));
+                    }
+                }
+                if errs.is_empty() {
+                    errs.extend(crate::templates::link_all(&mut set, &expansions));
+                }
+                for e in &expansions {
+                    if let Some(t) = templates.get(&e.template) {
+                        linked.insert(e.id.clone());
+                        meta.insert(
+                            e.id.clone(),
+                            PolicyMeta {
+                                id: e.id.clone(),
+                                template: Some(e.template.clone()),
+                                ..t.clone()
+                            },
+                        );
+                    }
+                }
+            }
         }
     }
 
@@ -334,6 +418,18 @@ pub fn compile(bundle: PolicyBundle) -> Result<PolicySnapshot, PolicyErrors> {
                 first_line(&e.to_string())
             ));
         }
+        // A link whose slot value no action of the template can apply to (an entity type the
+        // schema does not allow there) is only a warning to Cedar; a link that can never match
+        // is refused like a policy that does not validate.
+        for w in vr.validation_warnings() {
+            let id = w.policy_id().to_string();
+            if linked.contains(&id) {
+                errs.push(format!(
+                    "policies.templates: linked policy {id}: validation error: {}",
+                    first_line(&w.to_string())
+                ));
+            }
+        }
     }
 
     match schema {
@@ -343,6 +439,7 @@ pub fn compile(bundle: PolicyBundle) -> Result<PolicySnapshot, PolicyErrors> {
                 schema,
                 set,
                 meta,
+                templates,
                 sha256,
                 loaded_at_ms: now_ms(),
                 bundle,
@@ -386,7 +483,27 @@ fn nth_policy_line(text: &str, index: usize) -> Option<usize> {
 /// text with CRLF read as LF. Where the set was read from (embedded or a directory, which
 /// path, the schema's file name) does not enter. So the embedded shipped set and the same files
 /// on disk hash the same.
+///
+/// With template links (`policies.templates`) the hash covers them too: SHA-256 over the files'
+/// hash (above) and the links' canonical form (each linked policy's id, template and slot
+/// values, sorted; see [`crate::templates::canonical`]), so two deployments of the same files
+/// with different links have different hashes. Without links it is the files' hash.
 pub fn bundle_hash(bundle: &PolicyBundle) -> String {
+    let files = files_hash(bundle);
+    if bundle.links.is_empty() {
+        return files;
+    }
+    let mut h = Sha256::new();
+    h.update(b"set\0");
+    h.update(files.as_bytes());
+    h.update(b"\0");
+    h.update(crate::templates::canonical(&bundle.links).as_bytes());
+    format!("sha256:{}", hex::encode(h.finalize()))
+}
+
+/// The hash of the schema and the policy files alone (what a signature covers), whatever the
+/// links: [`bundle_hash`] without links.
+pub fn files_hash(bundle: &PolicyBundle) -> String {
     let mut files: Vec<&SourceFile> = bundle.files.iter().collect();
     files.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
     let mut h = Sha256::new();
@@ -492,6 +609,8 @@ pub struct PolicyStore {
     shadow_error: RwLock<Option<RejectedReload>>,
     /// Every live set must carry a signature by one of these signers (None: not required).
     signing: Option<crate::set_signature::SigningRule>,
+    /// The config's template links, linked into every set this store reads.
+    links: Vec<crate::config::TemplateLink>,
 }
 
 /// A reload that was refused (the last good set stayed in force).
@@ -515,6 +634,7 @@ impl PolicyStore {
             shadow: RwLock::new(None),
             shadow_error: RwLock::new(None),
             signing: None,
+            links: Vec::new(),
         };
         store.reload_shadow();
         Ok(store)
@@ -537,7 +657,19 @@ impl PolicyStore {
         profiles: BTreeSet<String>,
         signing: Option<crate::set_signature::SigningRule>,
     ) -> Result<PolicyStore, PolicyErrors> {
-        let bundle = source.read()?;
+        PolicyStore::load_linked(source, profiles, signing, Vec::new())
+    }
+
+    /// [`PolicyStore::load_signed`] with the config's template links (`policies.templates`):
+    /// this set and every reload link them; a link that does not link or validate refuses the
+    /// set (the server does not start; a reload keeps the last good set).
+    pub fn load_linked(
+        source: PolicySource,
+        profiles: BTreeSet<String>,
+        signing: Option<crate::set_signature::SigningRule>,
+        links: Vec<crate::config::TemplateLink>,
+    ) -> Result<PolicyStore, PolicyErrors> {
+        let bundle = source.read()?.with_links(&links);
         let mut snap = compile(bundle)?;
         if let Some(rule) = &signing {
             snap.signer = Some(
@@ -552,6 +684,7 @@ impl PolicyStore {
             shadow: RwLock::new(None),
             shadow_error: RwLock::new(None),
             signing,
+            links,
         };
         let errs = unknown_profile_errors(
             &store.snapshot(),
@@ -588,7 +721,7 @@ impl PolicyStore {
     pub fn reload_shadow(&self) -> Option<Result<String, PolicyErrors>> {
         let current = self.shadow().map(|s| s.sha256.clone());
         let bundle = match self.source.read_shadow() {
-            Ok(Some(b)) => b,
+            Ok(Some(b)) => b.with_links(&self.links),
             Ok(None) => {
                 current.as_ref()?;
                 self.set_shadow(None);
@@ -676,11 +809,21 @@ impl PolicyStore {
         &self.source
     }
 
+    /// Reads the source with the store's template links: the bundle a reload compiles.
+    pub fn read_source(&self) -> Result<PolicyBundle, PolicyErrors> {
+        self.source.read().map(|b| b.with_links(&self.links))
+    }
+
+    /// The config's template links this store links into every set.
+    pub fn links(&self) -> &[crate::config::TemplateLink] {
+        &self.links
+    }
+
     /// Re-reads and compiles the source; swaps atomically on success, keeps the last good set on
     /// failure. Returns (old hash, new hash) or the diagnostics.
     pub fn reload(&self) -> Result<(String, String), PolicyErrors> {
         let old = self.snapshot().sha256.clone();
-        match self.source.read().and_then(|b| self.compile_live(b)) {
+        match self.read_source().and_then(|b| self.compile_live(b)) {
             Ok(snap) => {
                 let new = snap.sha256.clone();
                 match self.current.write() {
@@ -750,6 +893,7 @@ mod tests {
                 })
                 .collect(),
             dir: None,
+            links: Vec::new(),
         }
     }
 

@@ -218,7 +218,7 @@ pub fn reload_now(
     opts: &ReloadOptions,
     trigger: Trigger,
 ) -> ReloadOutcome {
-    let bundle = policy.source().read();
+    let bundle = policy.read_source();
     reload_with(policy, store, bundle, opts, trigger)
 }
 
@@ -372,7 +372,7 @@ fn reload_loop(
                     Err(RecvTimeoutError::Timeout) => break,
                 }
             }
-            let first = hash_or_error(&policy.source().read());
+            let first = hash_or_error(&policy.read_source());
             match rx.recv_timeout(opts.settle) {
                 Ok(Msg::Fs) => continue 'settle,
                 Ok(Msg::Signal) => {
@@ -382,7 +382,7 @@ fn reload_loop(
                 Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => return,
                 Err(RecvTimeoutError::Timeout) => {}
             }
-            let second = policy.source().read();
+            let second = policy.read_source();
             if hash_or_error(&second) == first {
                 break 'settle second;
             }

@@ -3,7 +3,7 @@
 //! against an `allowed_signers` file, done by OpenSSH's own `ssh-keygen -Y find-principals` and
 //! `ssh-keygen -Y verify` (the format and trust file git uses for signed commits).
 
-use crate::load::{PolicyBundle, bundle_hash, normal_policies, normal_schema};
+use crate::load::{PolicyBundle, files_hash, normal_policies, normal_schema};
 use sha2::{Digest, Sha256};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -54,7 +54,7 @@ pub fn manifest(bundle: &PolicyBundle) -> String {
             hex_sha256(&normal_policies(&f.text))
         ));
     }
-    out.push_str(&format!("set {}\n", bundle_hash(bundle)));
+    out.push_str(&format!("set {}\n", files_hash(bundle)));
     out
 }
 

@@ -79,6 +79,7 @@ impl Config {
             config_file: None,
             policy_tests_on_reload: true,
             policy_signing: None,
+            policy_templates: Vec::new(),
             retention: crate::retention::Retention::default(),
             redaction: crate::redact::LiveRedactor::default(),
             export: crate::telemetry::ExportConfig::default(),
@@ -344,10 +345,24 @@ impl Config {
             );
         }
 
-        let (policies_dir, policy_signing) = match raw.policies {
-            None => (None, None),
-            Some(super::raw::RawPolicies::Dir(d)) => (Some(resolve(d)), None),
+        let (policies_dir, policy_signing, policy_templates) = match raw.policies {
+            None => (None, None, Vec::new()),
+            Some(super::raw::RawPolicies::Dir(d)) => (Some(resolve(d)), None, Vec::new()),
             Some(super::raw::RawPolicies::Block(b)) => {
+                for (i, link) in b.templates.iter().enumerate() {
+                    for w in &link.workspaces {
+                        if !workspaces.contains_key(w) {
+                            return Err(ConfigError(format!(
+                                "policies.templates[{i}] (template {}): unknown workspace `{w}`{}",
+                                link.template,
+                                codespace_policy::suggest::hint(
+                                    w,
+                                    workspaces.keys().map(String::as_str)
+                                )
+                            )));
+                        }
+                    }
+                }
                 let signing = match (b.require_signature, b.allowed_signers) {
                     (false, None) => None,
                     (false, Some(_)) => {
@@ -372,7 +387,7 @@ impl Config {
                         Some(codespace_policy::set_signature::SigningRule { allowed_signers: p })
                     }
                 };
-                (Some(resolve(b.dir)), signing)
+                (Some(resolve(b.dir)), signing, b.templates)
             }
         };
         Ok(Config {
@@ -381,6 +396,7 @@ impl Config {
             profiles,
             policies_dir,
             policy_signing,
+            policy_templates,
             schema_file: raw.schema.map(resolve),
             store: raw.store.map(resolve),
             limits,

@@ -23,8 +23,8 @@ mod validate;
 
 pub use codespace_policy::config::EnvironmentTransport;
 pub use codespace_policy::config::{
-    Approvals, BUILTIN_PROFILES, EnvironmentKind, Network, Profile, SandboxMode, builtin_profiles,
-    is_env_name,
+    Approvals, BUILTIN_PROFILES, EnvironmentKind, Network, Profile, SandboxMode, TemplateLink,
+    TemplateSlots, builtin_profiles, is_env_name,
 };
 pub use environments::{
     CONTAINER_WORKER_MOUNT, ContainerEngine, ContainerSpec, ContainerTarget, DEFAULT_WORKER_PATH,
@@ -141,6 +141,8 @@ pub struct Config {
     pub policy_tests_on_reload: bool,
     /// `policies.require_signature` with its `allowed_signers`: every live set must be signed.
     pub policy_signing: Option<codespace_policy::set_signature::SigningRule>,
+    /// `policies.templates`: the links of the set's templates, linked into every set loaded.
+    pub policy_templates: Vec<codespace_policy::config::TemplateLink>,
     /// How long the store keeps audit rows, operations and operation keys.
     pub retention: crate::retention::Retention,
     /// Secret patterns redacted from audit rows and error texts; swapped in place when the

@@ -29,7 +29,7 @@ pub(super) struct RawConfig {
     pub(super) profiles: BTreeMap<String, RawProfile>,
     /// The policies directory (`base/`, `profiles/`, `tests/`); relative to the config file.
     /// Absent: the shipped policy set embedded in the binary. Or an object: `{dir,
-    /// require_signature, allowed_signers}`.
+    /// require_signature, allowed_signers, templates}`.
     #[serde(default)]
     pub(super) policies: Option<RawPolicies>,
     /// The Cedar schema file; relative to the config file. Absent: the embedded schema, or
@@ -255,4 +255,9 @@ pub(super) struct RawPoliciesBlock {
     /// that may sign a set.
     #[serde(default)]
     pub(super) allowed_signers: Option<PathBuf>,
+    /// Links of the set's Cedar templates (policies with `?principal`/`?resource`): each names a
+    /// template by `@id`, fills its slots, and with `workspaces` makes one linked policy per
+    /// workspace (`?resource` = that workspace). A template no link names never applies.
+    #[serde(default)]
+    pub(super) templates: Vec<codespace_policy::config::TemplateLink>,
 }

@@ -64,6 +64,7 @@ when { context has patch && context.patch.files * 9223372036854775807 < 0 };"#
             schema_text: EMBEDDED_SCHEMA.into(),
             files,
             dir: None,
+            links: Vec::new(),
         })
         .unwrap(),
     );

@@ -54,6 +54,7 @@ mod policy_ops;
 mod policy_review;
 mod policy_rollout;
 mod policy_signed;
+mod policy_templates;
 mod policy_verify;
 mod process_bench;
 mod process_common;
