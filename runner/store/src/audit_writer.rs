@@ -464,8 +464,7 @@ fn run(shared: &Shared, mut conn: Connection) {
                 }
                 let now = Instant::now();
                 let due = st.oldest.map_or(now, |t| t + cfg.max_delay);
-                if st.stopping || st.wanted > st.done || batch_full(&st, cfg) || now >= due
-                {
+                if st.stopping || st.wanted > st.done || batch_full(&st, cfg) || now >= due {
                     break;
                 }
                 st = shared

@@ -82,7 +82,9 @@ impl DecisionRow {
         let s = |v: &str| if v.is_empty() { 0 } else { v.len() + ALLOC };
         let o = |v: &Option<String>| v.as_deref().map_or(0, s);
         let list = |v: &[String]| {
-            v.iter().map(|x| s(x) + std::mem::size_of::<String>()).sum::<usize>()
+            v.iter()
+                .map(|x| s(x) + std::mem::size_of::<String>())
+                .sum::<usize>()
                 + if v.is_empty() { 0 } else { ALLOC }
         };
         std::mem::size_of::<DecisionRow>()
