@@ -473,11 +473,15 @@ fn run(shared: &Shared, mut conn: Connection) {
                     .map(|(g, _)| g)
                     .unwrap_or_else(|p| p.into_inner().0);
             }
-            // Take whole appends, at least one, up to about one batch.
+            // Take whole appends, at least one, up to about one batch (in rows and in bytes: the
+            // batch being committed is held too).
             let mut batch = Vec::new();
             let (mut rows, mut bytes) = (0, 0);
             while let Some(p) = st.queue.front() {
-                if rows > 0 && rows + p.rows.len() > cfg.batch_rows {
+                if rows > 0
+                    && (rows + p.rows.len() > cfg.batch_rows
+                        || bytes + p.bytes > cfg.capacity_bytes / 2)
+                {
                     break;
                 }
                 rows += p.rows.len();
