@@ -4,7 +4,7 @@ over 20 000 reads at most 1 MB). Prints VmRSS from /proc/PID/status after a warm
 every `--every` reads, and the growth from the warm-up to the end.
 
 usage: scripts/bench-rss.py [--bin target/release/codespace] [--reads 20000] [--warmup 2000]
-                            [--every 5000] [--env NAME=VALUE ...]
+                            [--every 5000] [--runs 1] [--env NAME=VALUE ...]
 Run by hand (not in CI): no third-party Python packages needed.
 """
 import argparse
@@ -15,11 +15,25 @@ import tempfile
 
 
 def rss_kb(pid: int) -> int:
+    return status_kb(pid)["VmRSS"]
+
+
+def status_kb(pid: int) -> dict[str, int]:
+    """VmRSS and its parts (RssAnon: heap and stacks; RssFile: the binary's pages touched)."""
+    out = {}
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
+            k, _, v = line.partition(":")
+            if k in ("VmRSS", "RssAnon", "RssFile", "RssShmem"):
+                out[k] = int(v.split()[0])
+    if "VmRSS" not in out:
+        raise RuntimeError("no VmRSS")
+    return out
+
+
+def show(pid: int) -> str:
+    s = status_kb(pid)
+    return f"{s['VmRSS']} kB (anon {s.get('RssAnon', 0)}, file {s.get('RssFile', 0)})"
 
 
 class Client:
@@ -54,12 +68,22 @@ def main() -> None:
     ap.add_argument("--reads", type=int, default=20000)
     ap.add_argument("--warmup", type=int, default=2000)
     ap.add_argument("--every", type=int, default=5000)
+    ap.add_argument("--runs", type=int, default=1, help="fresh servers, one after the other")
     ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for the server")
     args = ap.parse_args()
     env = dict(os.environ)
     for kv in args.env:
         k, _, v = kv.partition("=")
         env[k] = v
+    growth = []
+    for run in range(1, args.runs + 1):
+        print(f"run {run} (load {os.getloadavg()[0]:.1f})")
+        growth.append(one_run(args, env))
+    if args.runs > 1:
+        print("growth per run (kB): " + ", ".join(f"{g:+d}" for g in growth))
+
+
+def one_run(args: argparse.Namespace, env: dict) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         ws = os.path.join(tmp, "ws")
         os.mkdir(ws)
@@ -90,21 +114,22 @@ def main() -> None:
                 if res.get("isError"):
                     raise RuntimeError(f"read failed: {res}")
 
-        print(f"start (after initialize): {rss_kb(proc.pid)} kB")
+        print(f"start (after initialize): {show(proc.pid)}")
         reads(args.warmup)
         base = rss_kb(proc.pid)
-        print(f"after {args.warmup} warm-up reads: {base} kB")
+        print(f"after {args.warmup} warm-up reads: {show(proc.pid)}")
         done = 0
         while done < args.reads:
             n = min(args.every, args.reads - done)
             reads(n)
             done += n
-            print(f"after {done} reads: {rss_kb(proc.pid)} kB")
+            print(f"after {done} reads: {show(proc.pid)}")
         end = rss_kb(proc.pid)
         print(f"growth over {args.reads} reads: {end - base:+d} kB ({(end - base) / 1024:+.2f} MB)")
         assert proc.stdin is not None
         proc.stdin.close()
         proc.wait(timeout=30)
+        return end - base
 
 
 if __name__ == "__main__":

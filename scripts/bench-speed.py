@@ -11,12 +11,18 @@ row they answer (a driver that is missing is reported, not faked):
   read      `read` 10 KB over stdio vs a bare rmcp server (the floor) and server-filesystem
                                                           scripts/bench-peers --floor
   rss       RSS growth over 20 000 reads                  scripts/bench-rss.py
-  decide    an uncached decision vs a bare Authorizer::is_authorized; workspace_info's
-            decision set                                  cargo bench -p codespace-policy --bench decide
+  decide    an uncached decision vs a bare Authorizer::is_authorized
+                                                          cargo bench -p codespace-policy --bench decide
+  info      workspace_info (its probe set decided once per policy set) vs ping and read
+                                                          scripts/bench-workspace-info.py
 
 usage: scripts/bench-speed.py [--bin PATH] [--only listing,read,...] [--runs 3]
-Run by hand on a quiet machine (not in CI). The release binary is built by the caller
-(`cargo build --release`); CARGO_TARGET_DIR is honoured.
+                             [--bench-profile quick]
+Run by hand on a quiet machine (not in CI). The binary is built by the caller (`cargo build
+--release`, or `--profile quick` and `--bin .../quick/codespace`); CARGO_TARGET_DIR is honoured.
+The read row's floor server is the `floor_server` example next to the binary when it was built
+(`cargo build --profile quick -p codespace-mcp --example floor_server`), else bench-peers builds
+it. The decide row's bench is built with `--bench-profile` (default: cargo's `bench` profile).
 """
 import argparse
 import os
@@ -30,28 +36,33 @@ SCRIPTS = REPO / "scripts"
 
 def default_bin() -> str:
     for t in (os.environ.get("CARGO_TARGET_DIR"), str(REPO / "target")):
-        if t and Path(t, "release", "codespace").exists():
-            return str(Path(t, "release", "codespace"))
+        for profile in ("release", "quick"):
+            if t and Path(t, profile, "codespace").exists():
+                return str(Path(t, profile, "codespace"))
     return str(REPO / "target" / "release" / "codespace")
 
 
-def rows(binary: str, runs: int) -> list[tuple[str, str, list[str] | None]]:
+def rows(binary: str, runs: int, bench_profile: str) -> list[tuple[str, str, list[str] | None]]:
     exec_driver = next((p for p in (SCRIPTS / "bench-exec-start.py", SCRIPTS / "bench-exec.py")
                         if p.exists()), None)
     decide = REPO / "policy" / "benches" / "decide.rs"
+    floor = Path(binary).parent / "examples" / "floor_server"
+    floor_arg = ["--floor", str(floor)] if floor.exists() else ["--floor"]
+    bench = ["cargo", "bench"] + (["--profile", bench_profile] if bench_profile else [])
     return [
         ("listing", "first find page <= 1.2x rg --files; full listing <= 1.5x rg --files",
          [sys.executable, str(SCRIPTS / "bench-find.py"), "--bin", binary, "--runs", str(runs)]),
         ("exec", 'exec_command ["true"] sandboxed and masked <= 3x a bare fork+exec of true',
          [sys.executable, str(exec_driver)] if exec_driver else None),
         ("read", "read 10 KB over raw stdio <= 1.2x the bare rmcp floor",
-         [str(SCRIPTS / "bench-peers"), "--floor", "--bin", binary]),
+         [str(SCRIPTS / "bench-peers"), *floor_arg, "--bin", binary]),
         ("rss", "RSS growth over 20 000 reads <= 1 MB",
-         [sys.executable, str(SCRIPTS / "bench-rss.py"), "--bin", binary]),
-        ("decide", "uncached decision <= 1.5x a bare is_authorized and <= 10 us; workspace_info "
-         "decided once per policy set",
-         ["cargo", "bench", "-p", "codespace-policy", "--bench", "decide"] if decide.exists()
-         else None),
+         [sys.executable, str(SCRIPTS / "bench-rss.py"), "--bin", binary, "--runs", str(runs)]),
+        ("decide", "uncached decision <= 1.5x a bare is_authorized and <= 10 us",
+         [*bench, "-p", "codespace-policy", "--bench", "decide"] if decide.exists() else None),
+        ("info", "workspace_info's probe set decided once per policy set and cached",
+         [sys.executable, str(SCRIPTS / "bench-workspace-info.py"), "--bin", binary,
+          "--runs", str(runs)]),
     ]
 
 
@@ -60,10 +71,11 @@ def main() -> None:
     ap.add_argument("--bin", default=default_bin())
     ap.add_argument("--only", default="", help="comma-separated rows (default: all)")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--bench-profile", default="", help="cargo profile of the decide bench")
     args = ap.parse_args()
     only = {r for r in args.only.split(",") if r}
     failed = []
-    for name, target, argv in rows(args.bin, args.runs):
+    for name, target, argv in rows(args.bin, args.runs, args.bench_profile):
         if only and name not in only:
             continue
         print(f"\n=== {name}: target {target}", flush=True)

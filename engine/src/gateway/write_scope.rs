@@ -184,6 +184,32 @@ fn push(list: &mut Vec<RelPath>, p: RelPath) {
     }
 }
 
+/// Resolves the decided candidates where the workspace lives (its runner for a worker's
+/// workspace, the blocking pool on this host) and assembles the scope carrying `rows`: the
+/// common tail of a command's and a hook's write scope.
+async fn resolve_and_assemble(
+    ws: &WorkspaceRuntime,
+    decided: Vec<Decided>,
+    rows: Vec<codespace_store::DecisionRow>,
+) -> Result<WriteScope, ToolError> {
+    let resolved = if ws.is_remote() {
+        resolve_remote(ws, decided).await?
+    } else {
+        let root = Arc::clone(ws.host_root()?);
+        tokio::task::spawn_blocking(move || resolve_host(&root, decided))
+            .await
+            .map_err(|e| {
+                ToolError::new(
+                    ErrorCode::ProcessSpawnFailed,
+                    format!("write scope task: {e}"),
+                )
+            })??
+    };
+    let mut scope = assemble(resolved);
+    scope.rows = rows;
+    Ok(scope)
+}
+
 /// Decides the write scope of a command about to start in `ws` (see the module doc). The
 /// cwd's `process_write` was decided with the call (`exec`); the other candidates are
 /// decided here.
@@ -224,22 +250,7 @@ pub(crate) async fn write_scope(
             create,
         });
     }
-    let resolved = if ws.is_remote() {
-        resolve_remote(ws, decided).await?
-    } else {
-        let root = Arc::clone(ws.host_root()?);
-        tokio::task::spawn_blocking(move || resolve_host(&root, decided))
-            .await
-            .map_err(|e| {
-                ToolError::new(
-                    ErrorCode::ProcessSpawnFailed,
-                    format!("write scope task: {e}"),
-                )
-            })??
-    };
-    let mut scope = assemble(resolved);
-    scope.rows = rows;
-    Ok(scope)
+    resolve_and_assemble(ws, decided, rows).await
 }
 
 /// The write scope of an `after_patch` hook (issue 31): the directories of the files the patch
@@ -284,22 +295,7 @@ pub(crate) async fn hook_write_scope(
             create: false,
         })
         .collect();
-    let resolved = if ws.is_remote() {
-        resolve_remote(ws, decided).await?
-    } else {
-        let root = Arc::clone(ws.host_root()?);
-        tokio::task::spawn_blocking(move || resolve_host(&root, decided))
-            .await
-            .map_err(|e| {
-                ToolError::new(
-                    ErrorCode::ProcessSpawnFailed,
-                    format!("write scope task: {e}"),
-                )
-            })??
-    };
-    let mut scope = assemble(resolved);
-    scope.rows = rows;
-    Ok(scope)
+    resolve_and_assemble(ws, decided, rows).await
 }
 
 /// The nested `.git` entries the workspace's path index lists (not the root's own `.git`,

@@ -5,8 +5,12 @@
 //!   (512) rows are queued, or at once when someone waits on a row ([`AuditTicket::wait`]: the
 //!   write-ahead of mutating calls) or on everything ([`AuditWriter::flush`]: the barrier of
 //!   readers and tests).
-//! - The queue is bounded (`capacity` rows): an append that does not fit waits for room or is
-//!   handed back ([`AuditWriter::append`]); rows are never dropped for lack of room.
+//! - The queue is bounded (`capacity` rows and `capacity_bytes` of rows in memory, by
+//!   [`DecisionRow::approx_bytes`]): an append that does not fit waits for room or is handed
+//!   back ([`AuditWriter::append`]); rows are never dropped for lack of room. Half the byte
+//!   bound queued starts a commit as a full batch does, so a writer that falls behind holds
+//!   its queue (and the server's resident memory) to that bound rather than to `capacity` rows
+//!   of a few KiB each.
 //! - Stopping ([`AuditWriter::stop`], or dropping the writer with its store) drains the queue
 //!   first.
 //! - Each decision's rows sit in their own savepoint, so one bad decision does not take the rest
@@ -47,6 +51,9 @@ pub struct AuditWriterConfig {
     pub batch_rows: usize,
     /// Rows the queue holds before appends wait for room.
     pub capacity: usize,
+    /// Bytes of rows ([`DecisionRow::approx_bytes`]) the queue holds before appends wait for
+    /// room; half of it queued starts a commit.
+    pub capacity_bytes: usize,
     /// Where commit failures are reported (they are also returned to waiting tickets).
     pub on_error: Option<AuditErrorHook>,
 }
@@ -57,6 +64,7 @@ impl std::fmt::Debug for AuditWriterConfig {
             .field("max_delay", &self.max_delay)
             .field("batch_rows", &self.batch_rows)
             .field("capacity", &self.capacity)
+            .field("capacity_bytes", &self.capacity_bytes)
             .finish_non_exhaustive()
     }
 }
@@ -67,6 +75,11 @@ pub const DEFAULT_MAX_DELAY: Duration = Duration::from_millis(50);
 pub const DEFAULT_BATCH_ROWS: usize = 512;
 /// Queued rows before appends wait for the writer (backpressure).
 pub const DEFAULT_CAPACITY: usize = 16 * DEFAULT_BATCH_ROWS;
+/// Bytes of queued rows before appends wait for the writer. A `read`'s row holds about 3 KiB
+/// (most of it the recorded Cedar request's JSON tree), so the row bound alone let a writer that
+/// fell behind on a loaded machine hold ~25 MB (issue 34: RSS over 20 000 reads swung by
+/// 5-25 MB); 512 KiB is about 170 such rows, and a commit starts at half of it.
+pub const DEFAULT_CAPACITY_BYTES: usize = 512 * 1024;
 
 impl Default for AuditWriterConfig {
     fn default() -> AuditWriterConfig {
@@ -74,6 +87,7 @@ impl Default for AuditWriterConfig {
             max_delay: DEFAULT_MAX_DELAY,
             batch_rows: DEFAULT_BATCH_ROWS,
             capacity: DEFAULT_CAPACITY,
+            capacity_bytes: DEFAULT_CAPACITY_BYTES,
             on_error: None,
         }
     }
@@ -83,6 +97,8 @@ impl Default for AuditWriterConfig {
 struct Pending {
     seq: u64,
     rows: Vec<DecisionRow>,
+    /// Their [`DecisionRow::approx_bytes`].
+    bytes: usize,
 }
 
 /// A failed commit: appends `first..=last` were lost.
@@ -99,6 +115,8 @@ const FAILURES_KEPT: usize = 64;
 struct State {
     queue: VecDeque<Pending>,
     queued_rows: usize,
+    /// [`DecisionRow::approx_bytes`] of the queued rows.
+    queued_bytes: usize,
     /// Sequence number of the last append (0: none yet).
     appended: u64,
     /// Every append up to this one has been committed (or has failed).
@@ -192,6 +210,7 @@ impl AuditWriter {
         block: bool,
     ) -> Result<AuditTicket, NotQueued> {
         let shared = &self.shared;
+        let bytes: usize = rows.iter().map(DecisionRow::approx_bytes).sum();
         let mut st = shared.lock();
         loop {
             if st.stopped || st.stopping {
@@ -199,12 +218,19 @@ impl AuditWriter {
                 return Err(NotQueued::Stopped(rows));
             }
             // An append larger than the whole queue still goes in once the queue is empty.
-            let fits = st.queued_rows == 0 || st.queued_rows + rows.len() <= shared.config.capacity;
+            let fits = st.queued_rows == 0
+                || (st.queued_rows + rows.len() <= shared.config.capacity
+                    && st.queued_bytes + bytes <= shared.config.capacity_bytes);
             if fits {
                 break;
             }
             if !block {
                 return Err(NotQueued::Full(rows));
+            }
+            // The queue is full: the writer commits what is queued without lingering.
+            if st.wanted < st.appended {
+                st.wanted = st.appended;
+                shared.work.notify_one();
             }
             st = shared
                 .progress
@@ -215,14 +241,15 @@ impl AuditWriter {
         let seq = st.appended;
         let n = rows.len();
         let was_empty = st.queue.is_empty();
-        st.queue.push_back(Pending { seq, rows });
+        st.queue.push_back(Pending { seq, rows, bytes });
         st.queued_rows += n;
+        st.queued_bytes += bytes;
         if was_empty {
             st.oldest = Some(Instant::now());
         }
         // Wake the writer only when it has something to start on: the first rows (to start the
         // delay) or a full batch. Other appends ride along without a wake-up.
-        if was_empty || st.queued_rows >= shared.config.batch_rows {
+        if was_empty || batch_full(&st, &shared.config) {
             shared.work.notify_one();
         }
         Ok(AuditTicket {
@@ -415,6 +442,11 @@ fn record_failure(
     stored.map(|_| ()).map_err(StoreError::from)
 }
 
+/// A batch is ready to commit without lingering: `batch_rows` rows, or half the byte bound.
+fn batch_full(st: &State, cfg: &AuditWriterConfig) -> bool {
+    st.queued_rows >= cfg.batch_rows || st.queued_bytes >= cfg.capacity_bytes / 2
+}
+
 /// The writer thread: waits for rows, lingers up to `max_delay` unless rows are wanted now or
 /// a batch is full, commits, repeats; drains everything when stopping.
 fn run(shared: &Shared, mut conn: Connection) {
@@ -432,11 +464,7 @@ fn run(shared: &Shared, mut conn: Connection) {
                 }
                 let now = Instant::now();
                 let due = st.oldest.map_or(now, |t| t + cfg.max_delay);
-                if st.stopping
-                    || st.wanted > st.done
-                    || st.queued_rows >= cfg.batch_rows
-                    || now >= due
-                {
+                if st.stopping || st.wanted > st.done || batch_full(&st, cfg) || now >= due {
                     break;
                 }
                 st = shared
@@ -445,19 +473,25 @@ fn run(shared: &Shared, mut conn: Connection) {
                     .map(|(g, _)| g)
                     .unwrap_or_else(|p| p.into_inner().0);
             }
-            // Take whole appends, at least one, up to about one batch.
+            // Take whole appends, at least one, up to about one batch (in rows and in bytes: the
+            // batch being committed is held too).
             let mut batch = Vec::new();
-            let mut rows = 0;
+            let (mut rows, mut bytes) = (0, 0);
             while let Some(p) = st.queue.front() {
-                if rows > 0 && rows + p.rows.len() > cfg.batch_rows {
+                if rows > 0
+                    && (rows + p.rows.len() > cfg.batch_rows
+                        || bytes + p.bytes > cfg.capacity_bytes / 2)
+                {
                     break;
                 }
                 rows += p.rows.len();
+                bytes += p.bytes;
                 if let Some(p) = st.queue.pop_front() {
                     batch.push(p);
                 }
             }
             st.queued_rows = st.queued_rows.saturating_sub(rows);
+            st.queued_bytes = st.queued_bytes.saturating_sub(bytes);
             st.oldest = if st.queue.is_empty() {
                 None
             } else {

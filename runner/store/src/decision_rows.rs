@@ -72,6 +72,63 @@ pub struct DecisionRow {
     pub seq: i64,
 }
 
+impl DecisionRow {
+    /// About how many bytes the row holds in memory (its struct, its strings and its recorded
+    /// request's JSON tree, with a per-allocation allowance): what the audit writer's queue
+    /// counts against its byte bound. An estimate, cheap enough for every append.
+    pub fn approx_bytes(&self) -> usize {
+        /// What one heap allocation costs beyond its bytes (malloc's header and rounding).
+        const ALLOC: usize = 16;
+        let s = |v: &str| if v.is_empty() { 0 } else { v.len() + ALLOC };
+        let o = |v: &Option<String>| v.as_deref().map_or(0, s);
+        let list = |v: &[String]| {
+            v.iter()
+                .map(|x| s(x) + std::mem::size_of::<String>())
+                .sum::<usize>()
+                + if v.is_empty() { 0 } else { ALLOC }
+        };
+        std::mem::size_of::<DecisionRow>()
+            + s(&self.decision_id)
+            + s(&self.policy_set_sha256)
+            + s(&self.profile)
+            + s(&self.workspace)
+            + s(&self.tool)
+            + s(&self.action)
+            + s(&self.subject)
+            + o(&self.client)
+            + o(&self.transport)
+            + s(&self.decision)
+            + list(&self.policy_ids)
+            + list(&self.errors)
+            + self.request.as_ref().map_or(0, json_bytes)
+            + o(&self.path)
+            + o(&self.kind)
+            + o(&self.reason)
+            + o(&self.shadow_decision)
+            + self.shadow_policy_ids.as_deref().map_or(0, list)
+            + o(&self.trace_parent)
+    }
+}
+
+/// About how many bytes a JSON tree holds on the heap (see [`DecisionRow::approx_bytes`]).
+fn json_bytes(v: &serde_json::Value) -> usize {
+    use serde_json::Value;
+    /// A node's own size plus an allowance for its allocation (or its map entry's).
+    const NODE: usize = std::mem::size_of::<Value>() + 16;
+    match v {
+        Value::Null | Value::Bool(_) | Value::Number(_) => NODE,
+        Value::String(x) => NODE + x.len(),
+        Value::Array(a) => NODE + a.iter().map(json_bytes).sum::<usize>(),
+        // A map entry: its key (a String and its bytes) and a share of the map's nodes.
+        Value::Object(m) => {
+            NODE + m
+                .iter()
+                .map(|(k, v)| k.len() + NODE + json_bytes(v))
+                .sum::<usize>()
+        }
+    }
+}
+
 /// Inserts `rows` on `conn` (inside the caller's transaction). Shared by
 /// [`Store::insert_decisions`](crate::Store::insert_decisions) and the audit writer's group
 /// commits.

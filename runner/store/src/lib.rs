@@ -32,7 +32,7 @@ mod store;
 pub use approvals::{ApprovalRow, ApprovalState, Resolution, UnknownApprovalState};
 pub use audit_writer::{
     AUDIT_WRITE_FAILED, AuditErrorHook, AuditTicket, AuditWriterConfig, DEFAULT_BATCH_ROWS,
-    DEFAULT_CAPACITY, DEFAULT_MAX_DELAY, TryAppendError,
+    DEFAULT_CAPACITY, DEFAULT_CAPACITY_BYTES, DEFAULT_MAX_DELAY, TryAppendError,
 };
 pub use decision_rows::{DecisionRow, MASKED};
 pub use decisions::DecisionQuery;

@@ -25,6 +25,8 @@ fn config(max_delay: Duration, batch_rows: usize, capacity: usize) -> AuditWrite
         max_delay,
         batch_rows,
         capacity,
+        // Only the row bound: the tests of backpressure count rows.
+        capacity_bytes: usize::MAX,
         on_error: None,
     }
 }
@@ -165,6 +167,40 @@ fn a_full_queue_pushes_back_and_drops_nothing() {
         .expect("the blocked append goes in once there is room");
     appender.join().unwrap().wait().unwrap();
     assert_eq!(committed(&path), 9);
+}
+
+/// The queue's byte bound (issue 34: a writer that fell behind held ~25 MB of `read` rows):
+/// half of it queued commits without the delay, an append past it is handed back, and a
+/// blocking one makes the writer commit at once and then goes in; nothing is dropped.
+#[test]
+fn the_byte_bound_commits_early_and_pushes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let store = Arc::new(Store::open(&path).unwrap());
+    let one = rows("x", 1)[0].approx_bytes();
+    assert!(one > 0);
+    store
+        .start_audit_writer(AuditWriterConfig {
+            capacity_bytes: 4 * one,
+            ..config(FOREVER, 1000, 8192)
+        })
+        .unwrap();
+    // Two rows are half the bound: committed with an hour's delay and nobody waiting.
+    store.try_append_decisions(rows("a", 1)).unwrap();
+    store.try_append_decisions(rows("b", 1)).unwrap();
+    wait_committed(&path, 2, Duration::from_secs(60));
+    // One row queued (under half); four more do not fit beside it.
+    store.try_append_decisions(rows("c", 1)).unwrap();
+    let back = match store.try_append_decisions(rows("d", 4)) {
+        Err(TryAppendError::Full(rows)) => rows,
+        other => panic!("expected Full, got {other:?}"),
+    };
+    // A blocking append has the queued row committed at once, then goes in (alone it exceeds
+    // half the bound, so it is committed in turn).
+    let s2 = Arc::clone(&store);
+    let appender = std::thread::spawn(move || s2.append_decisions(back).unwrap());
+    appender.join().unwrap().wait().unwrap();
+    assert_eq!(committed(&path), 7);
 }
 
 #[test]
