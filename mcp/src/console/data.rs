@@ -30,6 +30,9 @@ pub struct Identity {
     pub name: String,
     /// Group names, matched against `console.operators` like the name.
     pub groups: Vec<String>,
+    /// The person, when an OIDC access token signed in (`name` is then the user's id): the
+    /// `context.session.user` of the holds this identity resolves.
+    pub user: Option<codespace_engine::policy::user::UserFacts>,
 }
 
 /// Rows the decisions page lists at most.
