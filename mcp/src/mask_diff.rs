@@ -9,7 +9,7 @@ use codespace_engine::Config;
 use codespace_engine::facts::MaskingFact;
 use codespace_engine::policy::Action;
 use codespace_engine::policy::decide::SubDecision;
-use codespace_policy_tools::replay::{Flip, RecordedRequest, Replayer};
+use codespace_policy_tools::replay::{Flip, RecordedRequest, Replayer, changed_policies};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
@@ -203,7 +203,7 @@ impl MaskRows {
                     profile: ws.profile.clone(),
                     tool: first.rec.tool.clone(),
                     path: path.clone(),
-                    policies: crate::policy_diff::changed_policies(&b, &a),
+                    policies: changed_policies(&b, &a),
                     commands,
                 });
             }

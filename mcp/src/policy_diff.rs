@@ -9,7 +9,7 @@ use anyhow::{Context, Result, anyhow};
 use codespace_engine::Config;
 use codespace_engine::policy::decide::SubDecision;
 use codespace_engine::policy::{PolicySnapshot, PolicySource, compile};
-use codespace_policy_tools::replay::{Flip, RecordedRequest, Replayer};
+use codespace_policy_tools::replay::{Flip, RecordedRequest, Replayer, changed_policies};
 use codespace_policy_tools::suite::{case_records, parse_file};
 use codespace_store::{DecisionQuery, Store};
 use serde_json::{Value, json};
@@ -136,32 +136,6 @@ struct GroupKey {
 
 fn verdict(allowed: bool) -> &'static str {
     if allowed { "allow" } else { "deny" }
-}
-
-/// The policies whose part changed: `+id` now determines, `-id` no longer does.
-pub(crate) fn changed_policies(before: &SubDecision, after: &SubDecision) -> Vec<String> {
-    let mut out: Vec<String> = after
-        .policy_ids
-        .iter()
-        .filter(|id| !before.policy_ids.contains(id))
-        .map(|id| format!("+{id}"))
-        .chain(
-            before
-                .policy_ids
-                .iter()
-                .filter(|id| !after.policy_ids.contains(id))
-                .map(|id| format!("-{id}")),
-        )
-        .collect();
-    if out.is_empty() {
-        out.push(if !after.errors.is_empty() || !before.errors.is_empty() {
-            "(evaluation error)".into()
-        } else {
-            "(default deny)".into()
-        });
-    }
-    out.sort();
-    out
 }
 
 fn candidate_source(against: &Path, args: &DiffArgs, live: &PolicySource) -> PolicySource {
