@@ -965,7 +965,7 @@ impl HttpServer {
         let token = config.cancellation_token.clone();
         let for_metrics = Arc::clone(&gateway);
         let console = (authenticated && gateway.config().console.is_enabled()).then(|| {
-            crate::console::Console::new(
+            crate::console::Console::with_oidc(
                 crate::console::Backend {
                     config: gateway.config().clone(),
                     store: gateway.store().cloned(),
@@ -973,6 +973,7 @@ impl HttpServer {
                     live: true,
                 },
                 Box::new(crate::console::StaticTokens::new(&gateway.config().clients)),
+                oidc.clone(),
             )
         });
         let fallback = Session {

@@ -16,6 +16,7 @@ pub mod help;
 pub mod http;
 pub mod http_conn;
 pub mod long_call;
+pub mod mask_diff;
 pub mod mrtr;
 pub mod oidc;
 pub mod ops_cli;

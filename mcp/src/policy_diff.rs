@@ -4,11 +4,12 @@
 //! that flip are grouped by direction, tool, action and the policies that changed, with counts
 //! and examples. Exit 0: no flip; 2: only narrowing flips; 3: any widening flip; 1: error.
 
+use crate::mask_diff::{MaskChange, MaskRows};
 use anyhow::{Context, Result, anyhow};
 use codespace_engine::Config;
 use codespace_engine::policy::decide::SubDecision;
 use codespace_engine::policy::{PolicySnapshot, PolicySource, compile};
-use codespace_policy_tools::replay::{Flip, RecordedRequest, Replayer};
+use codespace_policy_tools::replay::{Flip, RecordedRequest, Replayer, changed_policies};
 use codespace_policy_tools::suite::{case_records, parse_file};
 use codespace_store::{DecisionQuery, Store};
 use serde_json::{Value, json};
@@ -83,7 +84,7 @@ type Sample = (&'static str, String, RecordedRequest);
 
 /// The rows of an exported audit log (JSON lines, one `codespace audit --json` row each;
 /// event lines and blank lines are skipped): (samples, rows, rows without a replayable request).
-fn log_samples(path: &Path) -> Result<(Vec<Sample>, usize, usize)> {
+fn log_samples(path: &Path, masks: &mut MaskRows) -> Result<(Vec<Sample>, usize, usize)> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let (mut samples, mut rows, mut unreplayable) = (Vec::new(), 0usize, 0usize);
@@ -97,21 +98,28 @@ fn log_samples(path: &Path) -> Result<(Vec<Sample>, usize, usize)> {
             continue;
         }
         rows += 1;
-        match v
+        let str_of = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("");
+        let label = format!(
+            "{} #{} `{}`",
+            v.get("decision_id").and_then(Value::as_str).unwrap_or("?"),
+            v.get("sub_index").unwrap_or(&Value::Null),
+            str_of("subject")
+        );
+        let rec = v
             .get("request")
             .filter(|r| !r.is_null())
-            .map(RecordedRequest::from_json)
-        {
-            Some(Ok(rec)) => samples.push((
-                "log",
-                format!(
-                    "{} #{} `{}`",
-                    v.get("decision_id").and_then(Value::as_str).unwrap_or("?"),
-                    v.get("sub_index").unwrap_or(&Value::Null),
-                    v.get("subject").and_then(Value::as_str).unwrap_or("")
-                ),
-                rec,
-            )),
+            .map(RecordedRequest::from_json);
+        let is_mask = masks.row(
+            str_of("decision_id"),
+            str_of("decision"),
+            str_of("workspace"),
+            v.get("path").and_then(Value::as_str),
+            &format!("log {label}"),
+            rec.as_ref().and_then(|r| r.as_ref().ok()),
+        );
+        match rec {
+            _ if is_mask => {}
+            Some(Ok(rec)) => samples.push(("log", label, rec)),
             _ => unreplayable += 1,
         }
     }
@@ -137,32 +145,6 @@ struct GroupKey {
 
 fn verdict(allowed: bool) -> &'static str {
     if allowed { "allow" } else { "deny" }
-}
-
-/// The policies whose part changed: `+id` now determines, `-id` no longer does.
-fn changed_policies(before: &SubDecision, after: &SubDecision) -> Vec<String> {
-    let mut out: Vec<String> = after
-        .policy_ids
-        .iter()
-        .filter(|id| !before.policy_ids.contains(id))
-        .map(|id| format!("+{id}"))
-        .chain(
-            before
-                .policy_ids
-                .iter()
-                .filter(|id| !after.policy_ids.contains(id))
-                .map(|id| format!("-{id}")),
-        )
-        .collect();
-    if out.is_empty() {
-        out.push(if !after.errors.is_empty() || !before.errors.is_empty() {
-            "(evaluation error)".into()
-        } else {
-            "(default deny)".into()
-        });
-    }
-    out.sort();
-    out
 }
 
 fn candidate_source(against: &Path, args: &DiffArgs, live: &PolicySource) -> PolicySource {
@@ -273,8 +255,9 @@ pub fn diff(
     } else {
         store_path.filter(|p| p.exists())
     };
+    let mut masks = MaskRows::default();
     if let Some(log) = &args.log {
-        let (s, rows, skipped) = log_samples(log)?;
+        let (s, rows, skipped) = log_samples(log, &mut masks)?;
         samples = s;
         recorded = rows;
         unreplayable = skipped;
@@ -290,12 +273,19 @@ pub fn diff(
             })?;
             recorded = rows.len();
             for r in rows {
-                match r.request.as_ref().map(RecordedRequest::from_json) {
-                    Some(Ok(rec)) => samples.push((
-                        "audit",
-                        format!("{} #{} `{}`", r.decision_id, r.sub_index, r.subject),
-                        rec,
-                    )),
+                let label = format!("{} #{} `{}`", r.decision_id, r.sub_index, r.subject);
+                let rec = r.request.as_ref().map(RecordedRequest::from_json);
+                let is_mask = masks.row(
+                    &r.decision_id,
+                    &r.decision,
+                    &r.workspace,
+                    r.path.as_deref(),
+                    &format!("audit {label}"),
+                    rec.as_ref().and_then(|r| r.as_ref().ok()),
+                );
+                match rec {
+                    _ if is_mask => {}
+                    Some(Ok(rec)) => samples.push(("audit", label, rec)),
                     _ => unreplayable += 1,
                 }
             }
@@ -367,6 +357,13 @@ pub fn diff(
             after: a,
         });
     }
+    masks.add_listings(config);
+    let mask_changes = masks.replay(&mut before, &mut after);
+    let mask_widened = mask_changes
+        .iter()
+        .filter(|m| m.flip == Flip::Widening)
+        .count();
+    let mask_narrowed = mask_changes.len() - mask_widened;
     let widening: usize = groups
         .iter()
         .filter(|(k, _)| k.flip == Flip::Widening)
@@ -414,7 +411,17 @@ pub fn diff(
                     .take(args.examples)
                     .map(|r| r.label.clone())
                     .collect(),
+                change: None,
             })
+            .chain(mask_changes.iter().map(|m| FlipGroup {
+                flip: m.flip,
+                tool: &m.tool,
+                action: "read",
+                policies: &m.policies,
+                count: m.commands.len(),
+                examples: m.commands.iter().take(args.examples).cloned().collect(),
+                change: Some(format!("{} (workspace {})", m.text(), m.workspace)),
+            }))
             .collect();
         let doc = report_sarif_diff(
             &before_snap,
@@ -429,6 +436,8 @@ pub fn diff(
                 "test_requests": test_count,
                 "widening": widening,
                 "narrowing": narrowing,
+                "mask_widened": mask_widened,
+                "mask_narrowed": mask_narrowed,
             }),
         );
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
@@ -443,6 +452,8 @@ pub fn diff(
             widening,
             narrowing,
             groups: &ordered,
+            masks: &mask_changes,
+            mask_commands: masks.commands(),
             examples: args.examples,
         });
         write!(out, "{md}")?;
@@ -465,6 +476,11 @@ pub fn diff(
                 "count": v.len(),
                 "examples": v.iter().take(args.examples).map(example_json).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
+            "mask_rows": masks.rows,
+            "mask_commands": masks.commands(),
+            "mask_widened": mask_widened,
+            "mask_narrowed": mask_narrowed,
+            "mask_changes": mask_changes.iter().map(|m| m.to_json(args.examples)).collect::<Vec<_>>(),
         });
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
@@ -475,8 +491,9 @@ pub fn diff(
         )?;
         writeln!(
             out,
-            "replayed {} recorded request(s) from {}{}{}",
-            recorded - unreplayable,
+            "replayed {} recorded request(s) and the masks of {} command(s) from {}{}{}",
+            recorded - unreplayable - masks.rows,
+            masks.commands(),
             replayed_from,
             if unreplayable > 0 {
                 format!(" ({unreplayable} row(s) without a recorded request skipped)")
@@ -516,11 +533,30 @@ pub fn diff(
                 )?;
             }
         }
-        writeln!(out, "\n{widening} widening, {narrowing} narrowing flip(s)")?;
+        for m in &mask_changes {
+            writeln!(
+                out,
+                "\n{:<9} {:>5}  {}  {} (workspace {}, profile {})  {}",
+                "MASK",
+                m.commands.len(),
+                m.tool,
+                m.text(),
+                m.workspace,
+                m.profile,
+                m.policies.join(" ")
+            )?;
+            for c in m.commands.iter().take(args.examples) {
+                writeln!(out, "    {c}")?;
+            }
+        }
+        writeln!(
+            out,
+            "\n{widening} widening, {narrowing} narrowing flip(s); {mask_widened} mask(s) widened, {mask_narrowed} narrowed"
+        )?;
     }
-    Ok(if widening > 0 {
+    Ok(if widening > 0 || mask_widened > 0 {
         ExitCode::from(3)
-    } else if narrowing > 0 {
+    } else if narrowing > 0 || mask_narrowed > 0 {
         ExitCode::from(2)
     } else {
         ExitCode::SUCCESS
@@ -554,6 +590,8 @@ struct MdSummary<'a> {
     widening: usize,
     narrowing: usize,
     groups: &'a [(&'a GroupKey, &'a Vec<Replayed>)],
+    masks: &'a [MaskChange],
+    mask_commands: usize,
     examples: usize,
 }
 
@@ -567,24 +605,27 @@ fn md_cell(s: &str) -> String {
 fn markdown(m: &MdSummary<'_>) -> String {
     let short = |h: &str| h.get(..19).unwrap_or(h).to_string();
     let mut o = String::from("### Policy diff\n\n");
-    o.push_str(&if m.widening > 0 {
+    let mask_widened = m.masks.iter().filter(|c| c.flip == Flip::Widening).count();
+    let mask_narrowed = m.masks.len() - mask_widened;
+    o.push_str(&if m.widening > 0 || mask_widened > 0 {
         format!(
             "**:warning: {} widening** and {} narrowing flip(s): the candidate allows what the live set refused.\n\n",
             m.widening, m.narrowing
-        )
-    } else if m.narrowing > 0 {
+        ) + &mask_summary(mask_widened, mask_narrowed)
+    } else if m.narrowing > 0 || mask_narrowed > 0 {
         format!(
             "**{} narrowing** flip(s), no widening: the candidate refuses what the live set allowed.\n\n",
             m.narrowing
-        )
+        ) + &mask_summary(mask_widened, mask_narrowed)
     } else {
         "**No flip**: every replayed request gets the same answer.\n\n".to_string()
     });
     o.push_str(&format!(
-        "Live `{}` → candidate `{}`; replayed {} recorded request(s) from {}{}{}.\n",
+        "Live `{}` → candidate `{}`; replayed {} recorded request(s) and the masks of {} command(s) from {}{}{}.\n",
         short(m.live),
         short(m.candidate),
         m.replayed,
+        m.mask_commands,
         md_cell(m.from),
         if m.unreplayable > 0 {
             format!(
@@ -598,7 +639,7 @@ fn markdown(m: &MdSummary<'_>) -> String {
             .map(|n| format!(" and {n} test sub-request(s)"))
             .unwrap_or_default()
     ));
-    if m.groups.is_empty() {
+    if m.groups.is_empty() && m.masks.is_empty() {
         return o;
     }
     o.push_str(
@@ -622,6 +663,21 @@ fn markdown(m: &MdSummary<'_>) -> String {
                 .join(" ")
         ));
     }
+    for c in m.masks {
+        o.push_str(&format!(
+            "| {} | {} | `{}`: {} (workspace `{}`) | {} |\n",
+            c.kind().replace('_', " "),
+            c.commands.len(),
+            md_cell(&c.tool),
+            md_cell(&c.text()),
+            md_cell(&c.workspace),
+            c.policies
+                .iter()
+                .map(|p| format!("`{}`", md_cell(p)))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ));
+    }
     o.push_str("\n<details><summary>Examples</summary>\n\n");
     for (k, v) in m.groups {
         for r in v.iter().take(m.examples) {
@@ -637,6 +693,21 @@ fn markdown(m: &MdSummary<'_>) -> String {
             ));
         }
     }
+    for c in m.masks {
+        for cmd in c.commands.iter().take(m.examples) {
+            o.push_str(&format!("- {}: {}\n", md_cell(&c.text()), md_cell(cmd)));
+        }
+    }
     o.push_str("\n</details>\n");
     o
+}
+
+/// The verdict line's note on masks ("" when none changed).
+fn mask_summary(widened: usize, narrowed: usize) -> String {
+    if widened + narrowed == 0 {
+        return String::new();
+    }
+    format!(
+        "Commands' secret masks: **{widened} widened** (a path no longer withheld), {narrowed} narrowed (a path now withheld).\n\n"
+    )
 }

@@ -55,6 +55,33 @@ impl<'a> Replayer<'a> {
     }
 }
 
+/// The policies whose part changed between two answers to one request: `+id` now determines,
+/// `-id` no longer does; `(default deny)` / `(evaluation error)` when no policy id changed.
+pub fn changed_policies(before: &SubDecision, after: &SubDecision) -> Vec<String> {
+    let mut out: Vec<String> = after
+        .policy_ids
+        .iter()
+        .filter(|id| !before.policy_ids.contains(id))
+        .map(|id| format!("+{id}"))
+        .chain(
+            before
+                .policy_ids
+                .iter()
+                .filter(|id| !after.policy_ids.contains(id))
+                .map(|id| format!("-{id}")),
+        )
+        .collect();
+    if out.is_empty() {
+        out.push(if !after.errors.is_empty() || !before.errors.is_empty() {
+            "(evaluation error)".into()
+        } else {
+            "(default deny)".into()
+        });
+    }
+    out.sort();
+    out
+}
+
 /// Which way a changed answer moves access.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -192,6 +192,18 @@ pub struct FlipGroup<'a> {
     pub count: usize,
     /// A few example labels.
     pub examples: Vec<String>,
+    /// A change of commands' secret masks rather than of calls' answers: what it says
+    /// (`mask widened: .env no longer withheld …`); its `count` is of commands.
+    pub change: Option<String>,
+}
+
+/// `; e.g. a, b` (empty without examples).
+fn examples(labels: &[String]) -> String {
+    if labels.is_empty() {
+        String::new()
+    } else {
+        format!("; e.g. {}", labels.join(", "))
+    }
 }
 
 /// The rule id of a changed-policy entry: the policy id without its sign, or `default-deny` /
@@ -257,23 +269,33 @@ pub fn report_sarif_diff(
             "ruleId": rule_id,
             "level": "error",
             "kind": "fail",
-            "message": { "text": format!(
-                "{}: {} request(s) of {what} change answer under the candidate ({}){}",
-                g.flip.as_str(),
-                g.count,
-                g.policies.join(" "),
-                if g.examples.is_empty() {
-                    String::new()
-                } else {
-                    format!("; e.g. {}", g.examples.join(", "))
-                }
-            )},
+            "message": { "text": match &g.change {
+                None => format!(
+                    "{}: {} request(s) of {what} change answer under the candidate ({}){}",
+                    g.flip.as_str(),
+                    g.count,
+                    g.policies.join(" "),
+                    examples(&g.examples)
+                ),
+                Some(change) => format!(
+                    "{}: {change}, for {} command(s) of {} under the candidate ({}){}",
+                    g.flip.as_str(),
+                    g.count,
+                    g.tool,
+                    g.policies.join(" "),
+                    examples(&g.examples)
+                ),
+            }},
             "properties": {
                 "direction": g.flip.as_str(),
                 "tool": g.tool,
                 "action": g.action,
                 "count": g.count,
                 "policies": g.policies,
+                "change": g.change.as_ref().map(|_| match g.flip {
+                    Flip::Widening => "mask_widened",
+                    Flip::Narrowing => "mask_narrowed",
+                }),
             },
         });
         if let (false, Some(o)) = (locations.is_empty(), res.as_object_mut()) {

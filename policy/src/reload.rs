@@ -5,7 +5,7 @@
 //! the last good one in force. Every attempt is an `events` row (`policy_reload`).
 
 use crate::config::Profile;
-use crate::{PolicyBundle, PolicyErrors, PolicySource, PolicyStore, bundle_hash};
+use crate::{PolicyBundle, PolicyErrors, PolicySnapshot, PolicySource, PolicyStore, bundle_hash};
 use codespace_store::Store;
 use notify::{EventKind, RecursiveMode, Watcher};
 use serde_json::json;
@@ -94,6 +94,18 @@ pub enum ReloadError {
     Thread(String),
 }
 
+/// Records `snap` in the store's policy set record (its hash and signer), the record audit rows
+/// name by `policy_set_sha256`. A store failure is logged.
+pub fn record_set(store: &Store, snap: &PolicySnapshot) {
+    let signer = snap
+        .signer
+        .as_ref()
+        .map(|s| (s.principal.as_str(), s.key.as_str()));
+    if let Err(e) = store.record_policy_set(&snap.sha256, codespace_store::now_ms(), signer) {
+        tracing::error!(error = %e, "cannot record the policy set in force");
+    }
+}
+
 /// One reload attempt with a bundle already read: compile, test, swap or reject, log the event.
 pub fn reload_with(
     policy: &PolicyStore,
@@ -162,6 +174,9 @@ pub fn reload_with(
     // The shadow set is the live files plus `shadow/`: re-read it whatever happened.
     let shadow = policy.reload_shadow();
     if let Some(store) = store {
+        if outcome.accepted {
+            record_set(store, &policy.snapshot());
+        }
         let detail = json!({
             "shadow": shadow_detail(policy, shadow.as_ref()),
             "accepted": outcome.accepted,

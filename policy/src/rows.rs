@@ -145,6 +145,12 @@ pub(crate) fn row_of(
         shadow_policy_ids: None,
         trace_parent: None,
         seq: 0,
+        // Not stored with the row (the store reads it from the set's record); here for the
+        // sinks that see the row before the store does (OTLP export).
+        policy_signer: snap.signer.as_ref().map(|s| codespace_store::PolicySigner {
+            principal: s.principal.clone(),
+            key: s.key.clone(),
+        }),
     }
 }
 

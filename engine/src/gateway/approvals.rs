@@ -451,14 +451,27 @@ pub fn cli_resolve(
         store,
         id,
         decision,
-        operator,
+        Operator {
+            name: operator,
+            user: None,
+        },
         OperatorChannel::Cli,
     )
 }
 
+/// Who answers a hold over an operator channel.
+#[derive(Debug, Clone)]
+pub struct Operator<'a> {
+    /// The operator's name (the CLI's `--as`, the console's signed-in client).
+    pub name: &'a str,
+    /// The person, when one signed in (the console with an OIDC access token).
+    pub user: Option<codespace_policy::user::UserFacts>,
+}
+
 /// An operator's answer over `channel` (the CLI's or the web console's path): one audited
 /// `approval_resolve` decision with `context.approval.channel` = the channel and
-/// `context.approval.resolver` = `operator`, then the same state change the tool makes.
+/// `context.approval.resolver` = `operator` (or, when a person signed in, `user`'s id, with
+/// `context.session.user` = that user), then the same state change the tool makes.
 /// Blocking (store reads and writes): call it off the async workers.
 pub fn operator_resolve(
     config: &Config,
@@ -466,10 +479,13 @@ pub fn operator_resolve(
     store: &Arc<Store>,
     id: &str,
     decision: ApprovalDecision,
-    operator: &str,
+    who: Operator<'_>,
     channel: OperatorChannel,
 ) -> Result<ApprovalStateResult, ToolError> {
     let ch = channel.as_str();
+    let user = who.user;
+    // A person (the console's OIDC sign-in) resolves as that user, as over the tool.
+    let operator = user.as_ref().map_or(who.name, |u| u.id.as_str());
     let row = store
         .approval(id, codespace_store::now_ms())
         .map_err(store_err)?
@@ -486,7 +502,7 @@ pub fn operator_resolve(
     let session = Session {
         client: operator.to_string(),
         transport: ch.into(),
-        user: None,
+        user: user.clone(),
     };
     let call = ToolCall::ApprovalResolve(ApprovalResolveParams {
         approval_id: id.to_string(),

@@ -481,8 +481,8 @@ impl Gateway {
     }
 
     /// Records this start in the store's events: version, policy set, the host `probe` the
-    /// transport ran (with the per-process task limit added), the workspaces served. A store
-    /// failure is logged.
+    /// transport ran (with the per-process task limit added), the workspaces served; and the set
+    /// in force in the policy set record (with its signer). A store failure is logged.
     pub fn record_startup(&self, mut probe: serde_json::Value) {
         let Some(store) = &self.store else { return };
         let pids = self.host.pids_isolation();
@@ -502,6 +502,7 @@ impl Gateway {
             "probe": probe,
             "workspaces": self.workspaces.keys().collect::<Vec<_>>(),
         });
+        crate::policy::reload::record_set(store, &self.policy.snapshot());
         if let Err(e) = store.insert_event("startup", &detail) {
             tracing::error!(error = %e, "cannot record the start-up event");
         }

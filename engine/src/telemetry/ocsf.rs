@@ -78,6 +78,13 @@ pub fn decision_event(row: &DecisionRow) -> Value {
         if let Some(s) = &row.shadow_decision {
             obj.insert("shadow_decision".into(), json!(s));
         }
+        // Who signed the set that decided (absent for an unsigned set).
+        if let Some(s) = &row.policy_signer {
+            obj.insert(
+                "policy_signer".into(),
+                json!({"principal": s.principal, "key": s.key}),
+            );
+        }
         if !row.errors.is_empty() {
             obj.insert("errors".into(), json!(row.errors));
         }

@@ -30,6 +30,9 @@ pub struct Identity {
     pub name: String,
     /// Group names, matched against `console.operators` like the name.
     pub groups: Vec<String>,
+    /// The person, when an OIDC access token signed in (`name` is then the user's id): the
+    /// `context.session.user` of the holds this identity resolves.
+    pub user: Option<codespace_engine::policy::user::UserFacts>,
 }
 
 /// Rows the decisions page lists at most.
@@ -392,10 +395,16 @@ pub(crate) fn policies(b: &Backend) -> Result<Policies, String> {
         .collect();
     Ok(Policies {
         sha256: snap.sha256.clone(),
+        // The verified signer of the set in force, else the store's record of that set (the
+        // read-only console does not verify signatures itself).
         signer: snap
             .signer
             .as_ref()
-            .map(|s| format!("{} ({})", s.principal, s.key)),
+            .map(|s| format!("{} ({})", s.principal, s.key))
+            .or_else(|| {
+                let rec = b.store.as_ref()?.policy_set(&snap.sha256).ok()??;
+                Some(format!("{} ({})", rec.signer_principal?, rec.signer_key?))
+            }),
         loaded_at: codespace_engine::wire::rfc3339_ms(snap.loaded_at_ms),
         policies,
         scanned,

@@ -78,6 +78,7 @@ impl IdentitySource for StaticTokens {
         found.map(|name| Identity {
             name,
             groups: Vec::new(),
+            user: None,
         })
     }
 }
@@ -94,6 +95,9 @@ struct Session {
 pub struct Console {
     backend: Backend,
     identities: Box<dyn IdentitySource>,
+    /// OIDC access tokens are accepted too when `identity.oidc` is configured (checked after
+    /// the static tokens; verification may fetch the issuer's keys, so it is async).
+    oidc: Option<Arc<crate::oidc::OidcVerifier>>,
     sessions: Mutex<HashMap<String, Session>>,
 }
 
@@ -126,11 +130,43 @@ fn cookie_of(headers: &HeaderMap) -> Option<String> {
 impl Console {
     /// A console over `backend`, signing in through `identities`.
     pub fn new(backend: Backend, identities: Box<dyn IdentitySource>) -> Arc<Console> {
+        Console::with_oidc(backend, identities, None)
+    }
+
+    /// A console that also signs in with OIDC access tokens checked by `oidc`: the identity is
+    /// the user (`sub` or the mapped claim), with the user's groups.
+    pub fn with_oidc(
+        backend: Backend,
+        identities: Box<dyn IdentitySource>,
+        oidc: Option<Arc<crate::oidc::OidcVerifier>>,
+    ) -> Arc<Console> {
         Arc::new(Console {
             backend,
             identities,
+            oidc,
             sessions: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The identity `token` proves: a static client token, else (with OIDC configured) an
+    /// access token of the issuer, whose user signs in. Why a token was refused is logged,
+    /// never shown.
+    async fn identify(&self, token: &str) -> Option<Identity> {
+        if let Some(i) = self.identities.identify(token) {
+            return Some(i);
+        }
+        let v = self.oidc.as_ref()?;
+        match v.verify(token.trim()).await {
+            Ok(caller) => Some(Identity {
+                name: caller.user.id.clone(),
+                groups: caller.user.groups.clone(),
+                user: Some(caller.user),
+            }),
+            Err(e) => {
+                tracing::warn!(reason = %e, "console sign-in refused: OIDC token rejected");
+                None
+            }
+        }
     }
 
     fn session(&self, headers: &HeaderMap) -> Option<Signed> {
@@ -296,7 +332,7 @@ struct SignInForm {
 }
 
 async fn sign_in(State(c): Shared, Form(f): Form<SignInForm>) -> Response {
-    let Some(identity) = c.identities.identify(&f.token) else {
+    let Some(identity) = c.identify(&f.token).await else {
         tracing::warn!("console sign-in refused: unknown token");
         return html(
             StatusCode::UNAUTHORIZED,
@@ -418,6 +454,7 @@ async fn resolve(
     };
     let c2 = Arc::clone(&c);
     let who = s.identity.name.clone();
+    let user = s.identity.user.clone();
     let out = blocking(move || {
         let b = &c2.backend;
         let store = b.store.as_ref().ok_or("no store")?;
@@ -427,7 +464,7 @@ async fn resolve(
             store,
             &id,
             decision,
-            &who,
+            codespace_engine::gateway::approvals::Operator { name: &who, user },
             OperatorChannel::Web,
         )
         .map_err(|e| format!("{}: {}", e.code.as_str(), e.message))
@@ -590,6 +627,7 @@ mod tests {
             identity: Identity {
                 name: "op".into(),
                 groups: Vec::new(),
+                user: None,
             },
             operator: true,
             csrf: "0123abcd".into(),

@@ -282,6 +282,10 @@ pub(crate) fn decision(s: &Signed, live: bool, id: &str, rows: &[Explained]) -> 
                         tr { th { "determining policies" } td { @for p in &e.row.policy_ids { code { (p) } " " } @if e.row.default_deny { em { "default deny" } } } }
                         tr { th { "reason" } td { (e.row.reason.as_deref().unwrap_or("-")) } }
                         tr { th { "policy set" } td { code { (e.row.policy_set_sha256) } } }
+                        tr { th { "policy set signed by" } td { @match &e.row.policy_signer {
+                            Some(sg) => { (sg.principal) " (" (sg.key) ")" }
+                            None => { "(not signed, or no record of the set)" }
+                        } } }
                     }
                     h3 { "Explanation under the policies in force" }
                     pre.explain { (e.explanation) }

@@ -7,7 +7,9 @@
 //! a contractor's; a `sec-reviewers` member grants another client's hold and is recorded as its
 //! resolver, a developer cannot. Expired, wrong-audience, wrong-issuer, `alg: none` and
 //! unknown-`kid` tokens get a 401 whose body says nothing and whose `WWW-Authenticate` names the
-//! protected resource metadata (served without a token); the server's log says why.
+//! protected resource metadata (served without a token); the server's log says why. The console
+//! signs in with the same tokens: a member of an operator group grants from the web as the user,
+//! a non-member gets the 403 page, a bad token is refused.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -156,6 +158,48 @@ async fn get(addr: SocketAddr, path: &str) -> Resp {
     http_common::parse_response(&raw)
 }
 
+/// A console request (`Cookie` when signed in; a POST's body is a form).
+async fn console(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    cookie: Option<&str>,
+    body: &str,
+) -> Resp {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    if let Some(c) = cookie {
+        req.push_str(&format!("Cookie: {c}\r\n"));
+    }
+    if method == "POST" {
+        req.push_str(&format!(
+            "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n",
+            body.len()
+        ));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await.unwrap();
+    http_common::parse_response(&raw)
+}
+
+/// Signs in to the console with `token` (a JWT: form-safe as it is); the session's cookie.
+async fn console_sign_in(addr: SocketAddr, token: &str) -> String {
+    let r = console(
+        addr,
+        "POST",
+        "/console/sign-in",
+        None,
+        &format!("token={token}"),
+    )
+    .await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let set = r.header("set-cookie").unwrap();
+    set.split(';').next().unwrap().trim().to_string()
+}
+
 fn tool_error(reply: &Value) -> Value {
     let r = &reply["result"];
     assert_eq!(r["isError"], true, "{reply}");
@@ -243,6 +287,7 @@ async fn oidc_tokens_from_a_real_provider_identify_people_and_bad_tokens_get_a_b
             "store": store,
             "clients": {"ci": {"token": STATIC_TOKEN}},
             "identity": {"oidc": {"issuer": issuer, "audience": AUDIENCE, "algorithms": ["ES256"]}},
+            "console": {"operators": ["sec-reviewers"]},
         })
         .to_string(),
     )
@@ -397,6 +442,66 @@ async fn oidc_tokens_from_a_real_provider_identify_people_and_bad_tokens_get_a_b
         )
         .unwrap();
     assert_eq!(by, "reviewer-app");
+
+    // The console signs in with OIDC access tokens: a member of `sec-reviewers` (an operator
+    // group in `console.operators`) sees the queue and grants from the web as the user; a
+    // developer gets the 403 page; a token of a key the issuer never had is refused.
+    let h = call(
+        addr,
+        Some(&dev),
+        &sid,
+        5,
+        "apply_patch",
+        json!({"workspace_id": "held", "patch": patch("web.txt")}),
+    )
+    .await;
+    let web_id = tool_error(&h)["approval_id"].as_str().unwrap().to_string();
+    let rogue = mint(
+        "rogue",
+        &rogue_der,
+        &json!({"iss": issuer, "aud": AUDIENCE, "sub": "mallory", "exp": now() + 300,
+                "groups": ["sec-reviewers"]}),
+    );
+    let r = console(
+        addr,
+        "POST",
+        "/console/sign-in",
+        None,
+        &format!("token={rogue}"),
+    )
+    .await;
+    assert_eq!(r.status, 401, "{r:?}");
+    assert!(r.header("set-cookie").is_none(), "{r:?}");
+    let line = wait_line(&log, "console sign-in refused");
+    assert!(line.contains("no key of the issuer has kid"), "{line}");
+    let dev_cookie = console_sign_in(addr, &dev).await;
+    let r = console(addr, "GET", "/console/approvals", Some(&dev_cookie), "").await;
+    assert_eq!(r.status, 403, "{r:?}");
+    let rev_cookie = console_sign_in(addr, &reviewer).await;
+    let page = console(addr, "GET", "/console/approvals", Some(&rev_cookie), "").await;
+    assert_eq!(page.status, 200, "{page:?}");
+    assert!(page.body.contains(&web_id), "{}", page.body);
+    assert!(page.body.contains("reviewer-app"), "{}", page.body);
+    let marker = "name=\"csrf\" value=\"";
+    let at = page.body.find(marker).unwrap() + marker.len();
+    let csrf = &page.body[at..at + page.body[at..].find('"').unwrap()];
+    let r = console(
+        addr,
+        "POST",
+        &format!("/console/approvals/{web_id}"),
+        Some(&rev_cookie),
+        &format!("decision=grant&csrf={csrf}"),
+    )
+    .await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let (by, channel): (String, String) = c
+        .query_row(
+            "SELECT resolved_by, channel FROM approvals WHERE approval_id = ?1",
+            [&web_id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((by.as_str(), channel.as_str()), ("reviewer-app", "web"));
 
     // Bad tokens: a bare 401 with `invalid_token`; the reason only in the server's log.
     let good = json!({"iss": issuer, "aud": AUDIENCE, "sub": "mallory", "exp": now() + 300,

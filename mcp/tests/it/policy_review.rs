@@ -1,7 +1,8 @@
 //! Review output (issue 32 item 5), through the real binary: `policy test --format markdown`
 //! and `policy diff --format markdown` fit a pull-request comment; `policy diff --log FILE`
 //! replays the JSON lines `codespace audit --json` exported, without the store; `--format sarif`
-//! of both is SARIF 2.1.0 with results at the test case or the changed policy.
+//! of both is SARIF 2.1.0 with results at the test case or the changed policy; commands' secret
+//! masks are replayed too (mask widened / narrowed).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -413,4 +414,208 @@ fn explain_names_the_failing_conjuncts_and_the_nearest_miss_of_a_default_deny() 
         .map(|c| c["clause"].as_str().unwrap())
         .collect();
     assert_eq!(clauses, ["when", "unless"], "{v}");
+}
+
+/// A copy of the shipped `base/` and `profiles/` under `dir`.
+fn copy_policies(dir: &std::path::Path) {
+    for sub in ["base", "profiles"] {
+        std::fs::create_dir_all(dir.join(sub)).unwrap();
+        for e in std::fs::read_dir(repo().join("policies").join(sub)).unwrap() {
+            let p = e.unwrap().path();
+            std::fs::copy(&p, dir.join(sub).join(p.file_name().unwrap())).unwrap();
+        }
+    }
+}
+
+/// `policy diff` of the live set against `cand` over the config's store, in `format`.
+fn diff_masks(cfg: &std::path::Path, cand: &std::path::Path, format: &str) -> std::process::Output {
+    run(&[
+        "policy",
+        "diff",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--policies",
+        "policies",
+        "--schema",
+        "schema/codespace.cedarschema",
+        "--against",
+        cand.to_str().unwrap(),
+        "--against-schema",
+        "schema/codespace.cedarschema",
+        "--format",
+        format,
+    ])
+}
+
+#[test]
+fn policy_diff_replays_the_masks_of_recorded_commands_in_every_format() {
+    let test = "policy_diff_replays_the_masks_of_recorded_commands_in_every_format";
+    let probe = codespace_runner_sandbox::probe();
+    if !codespace_test_skip::require(
+        probe.masking_available(),
+        test,
+        format!("no sandbox or no mount namespaces for secret masks ({probe:?})"),
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("ws");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join(".env"), "PASSWORD=hunter2\n").unwrap();
+    std::fs::write(root.join("notes.txt"), "notes\n").unwrap();
+    let cfg = dir.path().join("config.json");
+    std::fs::write(
+        &cfg,
+        json!({
+            "workspaces": {"w": {"root": root, "profile": "workspace-write"}},
+            "store": dir.path().join("store.db"),
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let mut s = StdioServer::serve().arg("--config").arg(&cfg).spawn();
+    s.initialize("masks");
+    let r = s.tool_ok(
+        "exec_command",
+        json!({"workspace_id": "w", "command": ["true"], "yield_ms": 5000}),
+    );
+    assert!(r["process_id"].is_string(), "{r}");
+    // A mutating call's reply means the command's queued mask rows are committed.
+    s.tool_ok(
+        "apply_patch",
+        json!({"workspace_id": "w",
+               "patch": "*** Begin Patch\n*** Add File: b.txt\n+x\n*** End Patch\n"}),
+    );
+    s.close_and_wait(std::time::Duration::from_secs(30));
+
+    // A candidate that stops withholding `.env`: the command's mask widens.
+    let open = dir.path().join("open");
+    copy_policies(&open);
+    let g = open.join("base/guardrails.cedar");
+    let text = std::fs::read_to_string(&g).unwrap();
+    let at = text.find("@id(\"base.forbid.secret-files\")").unwrap();
+    let when = at + text[at..].find("when\n{").unwrap();
+    std::fs::write(
+        &g,
+        format!(
+            "{}unless {{ resource.path == \".env\" }}\n{}",
+            &text[..when],
+            &text[when..]
+        ),
+    )
+    .unwrap();
+    let o = diff_masks(&cfg, &open, "json");
+    assert_eq!(o.status.code(), Some(3), "{}", both(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["mask_widened"], 1, "{v}");
+    assert_eq!(v["mask_narrowed"], 0, "{v}");
+    let m = &v["mask_changes"][0];
+    assert_eq!(m["change"], "mask_widened", "{v}");
+    assert_eq!(m["path"], ".env", "{v}");
+    assert_eq!(m["text"], "mask widened: .env no longer withheld", "{v}");
+    assert_eq!(m["workspace"], "w", "{v}");
+    assert_eq!(m["commands"], 1, "{v}");
+    assert_eq!(
+        m["policies"],
+        json!(["+read-only.permit.fs-read", "-base.forbid.secret-files"]),
+        "{v}"
+    );
+    assert!(m["examples"][0].as_str().unwrap().contains("`true`"), "{v}");
+    // No call flipped: the masks are the only change.
+    assert_eq!(v["widening"], 0, "{v}");
+    let o = diff_masks(&cfg, &open, "text");
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(o.status.code(), Some(3), "{}", both(&o));
+    assert!(
+        text.contains(
+            "mask widened: .env no longer withheld (workspace w, profile workspace-write)"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("1 mask(s) widened, 0 narrowed"), "{text}");
+    let o = diff_masks(&cfg, &open, "markdown");
+    let md = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        md.contains("| mask widened | 1 | `exec_command`: mask widened: .env no longer withheld (workspace `w`) | `+read-only.permit.fs-read` `-base.forbid.secret-files` |"),
+        "{md}"
+    );
+    assert!(md.contains("**1 widened**"), "{md}");
+    let o = diff_masks(&cfg, &open, "sarif");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_sarif(&v);
+    let results = v["runs"][0]["results"].as_array().unwrap();
+    assert!(
+        results
+            .iter()
+            .any(|r| r["properties"]["change"] == "mask_widened"
+                && r["message"]["text"]
+                    .as_str()
+                    .unwrap()
+                    .contains("mask widened: .env no longer withheld")),
+        "{v}"
+    );
+
+    // The same from an exported log, without the store or the config.
+    let export = run(&[
+        "audit",
+        "--json",
+        "--all-rows",
+        "--store",
+        dir.path().join("store.db").to_str().unwrap(),
+    ]);
+    assert!(export.status.success(), "{}", both(&export));
+    let log = dir.path().join("traffic.jsonl");
+    std::fs::write(&log, &export.stdout).unwrap();
+    let o = run(&[
+        "policy",
+        "diff",
+        "--policies",
+        "policies",
+        "--schema",
+        "schema/codespace.cedarschema",
+        "--against",
+        open.to_str().unwrap(),
+        "--against-schema",
+        "schema/codespace.cedarschema",
+        "--against-log",
+        log.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(3), "{}", both(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["mask_changes"][0]["path"], ".env", "{v}");
+    assert_eq!(v["unreplayable_rows"], 0, "{v}");
+
+    // A candidate that withholds `notes.txt` too: found in the workspace's listing (no call
+    // named it), the mask narrows.
+    let closed = dir.path().join("closed");
+    copy_policies(&closed);
+    std::fs::write(
+        closed.join("base/extra.cedar"),
+        "@id(\"operator.forbid.notes\")\n@reason(\"notes are private\")\nforbid (principal, action, resource)\nwhen { resource has path && resource.path == \"notes.txt\" };\n",
+    )
+    .unwrap();
+    let o = diff_masks(&cfg, &closed, "json");
+    assert_eq!(o.status.code(), Some(2), "{}", both(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["mask_widened"], 0, "{v}");
+    assert_eq!(v["mask_narrowed"], 1, "{v}");
+    let m = &v["mask_changes"][0];
+    assert_eq!(m["text"], "mask narrowed: notes.txt now withheld", "{v}");
+    assert!(
+        m["policies"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("+operator.forbid.notes")),
+        "{v}"
+    );
+    let o = diff_masks(&cfg, &closed, "text");
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        text.contains("mask narrowed: notes.txt now withheld"),
+        "{text}"
+    );
+    let o = diff_masks(&cfg, &closed, "markdown");
+    let md = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(md.contains("| mask narrowed | 1 |"), "{md}");
 }

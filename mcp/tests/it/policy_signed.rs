@@ -258,3 +258,88 @@ fn a_server_requiring_signatures_refuses_unsigned_sets_at_start_and_on_reload() 
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// The decision rows `codespace audit` exports from `store` (`--json`, or OCSF lines).
+fn audit_rows(store: &Path, format: &[&str]) -> Vec<serde_json::Value> {
+    let mut a = vec!["audit", "--store", store.to_str().unwrap(), "--all-rows"];
+    a.extend_from_slice(format);
+    let o = cli(&a);
+    assert!(o.status.success(), "{}", both(&o));
+    String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn audit_rows_name_the_signer_of_their_policy_set_and_an_unsigned_set_none() {
+    if !have_ssh_keygen("audit_rows_name_the_signer_of_their_policy_set_and_an_unsigned_set_none") {
+        return;
+    }
+    let set = Set::new();
+    let config = set.config();
+    assert!(set.sign("alice").status.success());
+    let mut s = StdioServer::serve()
+        .arg("--config")
+        .arg(&config)
+        .stderr_file(set.root.join("stderr.log"))
+        .deadline(DEADLINE)
+        .spawn();
+    s.initialize("signed");
+    s.tool_ok("read", json!({"workspace_id": "w", "path": "a.txt"}));
+    // A mutating call's reply means the read's queued row is committed.
+    s.tool_ok(
+        "apply_patch",
+        json!({"workspace_id": "w",
+               "patch": "*** Begin Patch\n*** Add File: b.txt\n+x\n*** End Patch\n"}),
+    );
+    s.close_and_wait(DEADLINE);
+    let store = set.root.join("audit.db");
+    let rows = audit_rows(&store, &["--json"]);
+    let read = rows
+        .iter()
+        .find(|r| r["tool"] == "read" && r["subject"] == "a.txt")
+        .unwrap_or_else(|| panic!("no read row: {rows:?}"));
+    assert_eq!(
+        read["policy_signer"]["principal"], "alice@example.com",
+        "{read}"
+    );
+    assert!(
+        read["policy_signer"]["key"]
+            .as_str()
+            .unwrap()
+            .starts_with("ED25519 key SHA256:"),
+        "{read}"
+    );
+    let ocsf = audit_rows(&store, &["--format", "ocsf"]);
+    assert!(
+        ocsf.iter()
+            .all(|e| e["unmapped"]["policy_signer"]["principal"] == "alice@example.com"),
+        "{ocsf:?}"
+    );
+
+    // An unsigned set (no signature asked for): its rows name no signer.
+    let mut s = StdioServer::serve_temp_workspace().spawn();
+    s.initialize("unsigned");
+    s.tool_ok("read", json!({"workspace_id": "default", "path": "a.txt"}));
+    s.tool_ok(
+        "apply_patch",
+        json!({"workspace_id": "default",
+               "patch": "*** Begin Patch\n*** Add File: b.txt\n+x\n*** End Patch\n"}),
+    );
+    let store = s.dir().join("store.db");
+    let rows = audit_rows(&store, &["--json"]);
+    let read = rows
+        .iter()
+        .find(|r| r["tool"] == "read")
+        .unwrap_or_else(|| panic!("no read row: {rows:?}"));
+    assert!(read["policy_signer"].is_null(), "{read}");
+    let ocsf = audit_rows(&store, &["--format", "ocsf"]);
+    assert!(
+        ocsf.iter()
+            .all(|e| e["unmapped"].get("policy_signer").is_none()),
+        "{ocsf:?}"
+    );
+    s.close_and_wait(DEADLINE);
+}

@@ -70,6 +70,20 @@ pub struct DecisionRow {
     /// The row's position in the log (increasing; 0 before it is stored).
     #[serde(default)]
     pub seq: i64,
+    /// Who signed the policy set that decided, from its record (`policy_sets`); `None` for a set
+    /// loaded unsigned or one this store holds no record of. Filled by the queries, never
+    /// written with the row.
+    #[serde(default)]
+    pub policy_signer: Option<PolicySigner>,
+}
+
+/// The signer of a policy set: the `allowed_signers` principal and the key that signed it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicySigner {
+    /// The `allowed_signers` principal (`alice@example.com`).
+    pub principal: String,
+    /// The key, as `ssh-keygen` names it (`ED25519 key SHA256:…`).
+    pub key: String,
 }
 
 impl DecisionRow {

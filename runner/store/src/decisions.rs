@@ -4,7 +4,7 @@ use rusqlite::types::Value;
 use rusqlite::{Row, TransactionBehavior, params_from_iter};
 
 use crate::codec::{json_col, opt_json_col, sql_limit};
-use crate::decision_rows::{DecisionRow, insert_rows};
+use crate::decision_rows::{DecisionRow, PolicySigner, insert_rows};
 use crate::error::StoreError;
 use crate::store::Store;
 
@@ -39,7 +39,12 @@ pub struct DecisionQuery {
 
 const COLUMNS: &str = "decision_id, at_ms, policy_set_sha256, profile, workspace, tool, action, \
      sub_index, subject, client, transport, decision, policy_ids, errors, default_deny, duration_us, \
-     request, path, kind, reason, shadow_decision, shadow_policy_ids, id, trace_parent";
+     request, path, kind, reason, shadow_decision, shadow_policy_ids, id, trace_parent, \
+     policy_sets.signer_principal, policy_sets.signer_key";
+
+/// The audit rows with their policy set's record (its signer), when the store holds one.
+const FROM: &str =
+    "decisions LEFT JOIN policy_sets ON policy_sets.sha256 = decisions.policy_set_sha256";
 
 fn from_row(row: &Row<'_>) -> rusqlite::Result<DecisionRow> {
     Ok(DecisionRow {
@@ -67,6 +72,10 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<DecisionRow> {
         shadow_policy_ids: opt_json_col(row, 21)?,
         seq: row.get(22)?,
         trace_parent: row.get(23)?,
+        policy_signer: match (row.get::<_, Option<String>>(24)?, row.get(25)?) {
+            (Some(principal), Some(key)) => Some(PolicySigner { principal, key }),
+            _ => None,
+        },
     })
 }
 
@@ -133,7 +142,7 @@ impl Store {
         if q.shadow_flips {
             clauses.push("shadow_decision IS NOT NULL AND shadow_decision <> decision");
         }
-        let mut sql = format!("SELECT {COLUMNS} FROM decisions");
+        let mut sql = format!("SELECT {COLUMNS} FROM {FROM}");
         if !clauses.is_empty() {
             sql.push_str(" WHERE ");
             sql.push_str(&clauses.join(" AND "));

@@ -1,7 +1,7 @@
 //! The SQLite store of CodeSpace: decisions (audit), events, operations and their scoped keys,
 //! processes, workspace registrations, saved path indexes, the sealed patch journal, server
 //! instances, approval holds, the operation ledger (changed files, content-addressed blobs),
-//! retention pruning, re-redacting stored rows.
+//! retention pruning, re-redacting stored rows, the policy sets the rows were decided under.
 //!
 //! One [`Store`] wraps one `rusqlite::Connection` behind a mutex: it is `Send + Sync` and cheap to
 //! share in an `Arc`. Every time is unix milliseconds (see [`now_ms`]).
@@ -22,6 +22,7 @@ mod ledger;
 mod migrate;
 mod operations;
 mod path_indexes;
+mod policy_sets;
 mod processes;
 mod registrations;
 mod retention;
@@ -34,7 +35,7 @@ pub use audit_writer::{
     AUDIT_WRITE_FAILED, AuditErrorHook, AuditTicket, AuditWriterConfig, DEFAULT_BATCH_ROWS,
     DEFAULT_CAPACITY, DEFAULT_CAPACITY_BYTES, DEFAULT_MAX_DELAY, TryAppendError,
 };
-pub use decision_rows::{DecisionRow, MASKED};
+pub use decision_rows::{DecisionRow, MASKED, PolicySigner};
 pub use decisions::DecisionQuery;
 pub use error::StoreError;
 pub use events::EventRow;
@@ -43,6 +44,7 @@ pub use journal::{JournalEntry, JournalSeal, OpenJournal};
 pub use ledger::{Blob, LedgerFile};
 pub use migrate::LATEST_VERSION;
 pub use operations::{KeyClaim, KeyScope, OperationEvent, OperationRow};
+pub use policy_sets::PolicySetRecord;
 pub use processes::ProcessRow;
 pub use retention::{PruneTarget, StoreStats};
 pub use scrub::{ScrubBatch, ScrubTarget, Scrubber};

@@ -59,10 +59,15 @@ const MIGRATIONS: &[Migration] = &[
         version: 11,
         sql: include_str!("../migrations/0011_write_file_holds.sql"),
     },
+    // The policy set record: who signed each set (issue 32).
+    Migration {
+        version: 12,
+        sql: include_str!("../migrations/0012_policy_sets.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.
-pub const LATEST_VERSION: i64 = 11;
+pub const LATEST_VERSION: i64 = 12;
 
 /// Reads `PRAGMA user_version`.
 pub(crate) fn user_version(conn: &Connection) -> rusqlite::Result<i64> {
