@@ -39,12 +39,24 @@ use crate::steps::{STEPS_ENV, STEPS_SERVER_ENV, Steps};
 /// [`SandboxError::exit_code`] (126, or 127 when the program does not exist), as
 /// [`run_helper`] does. Call it while the process is still single-threaded.
 pub fn helper_main(args: &[OsString]) -> SandboxError {
-    let mut steps = Steps::from_env();
+    helper_main_after(args, Ok(()), false)
+}
+
+/// [`helper_main`] for a warm spare ([`crate::spare`]): `before` is how putting the command's
+/// environment and working directory in place went (a failure is refused through the
+/// handshake like any other), and `warm` names the first step mark `spare` instead of `start`.
+pub(crate) fn helper_main_after(
+    args: &[OsString],
+    before: Result<(), SandboxError>,
+    warm: bool,
+) -> SandboxError {
+    let mut steps = Steps::from_env(if warm { "spare" } else { "start" });
     let (handshake, args) = match split_handshake(args) {
         Ok(split) => split,
         Err(e) => return e,
     };
-    let prepared = split_self_start(args)
+    let prepared = before
+        .and_then(|()| split_self_start(args))
         .and_then(|(start, args)| start.apply().map(|()| args))
         .and_then(|args| prepare(args, handshake.as_ref(), &mut steps).map(|c| (args, c)));
     let err = match prepared {
