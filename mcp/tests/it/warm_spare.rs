@@ -207,7 +207,11 @@ fn a_spare_started_before_a_new_secret_masks_it_in_the_command_it_serves() {
     let mut warm = 0;
     for _ in 0..10 {
         let v = probe(&mut s, "w", ".");
-        assert!(v.out.contains(".env=0\n") && v.out.contains("id_rsa=0\n"), "{}", v.out);
+        assert!(
+            v.out.contains(".env=0\n") && v.out.contains("id_rsa=0\n"),
+            "{}",
+            v.out
+        );
         warm += usize::from(v.warm);
         if warm > 0 {
             break;
@@ -223,8 +227,16 @@ fn a_spare_started_before_a_new_secret_masks_it_in_the_command_it_serves() {
     let v = probe(&mut s, "w", ".");
     assert!(v.warm, "the waiting spare did not serve: {}", v.out);
     assert_eq!(v.pid, waiting[0], "the command is the spare's process");
-    assert!(v.out.contains("id_rsa=0\n"), "the new secret was readable: {}", v.out);
-    assert!(v.out.contains(".env=0\n") && v.out.contains("notes.txt=6\n"), "{}", v.out);
+    assert!(
+        v.out.contains("id_rsa=0\n"),
+        "the new secret was readable: {}",
+        v.out
+    );
+    assert!(
+        v.out.contains(".env=0\n") && v.out.contains("notes.txt=6\n"),
+        "{}",
+        v.out
+    );
     // Clean shutdown kills the next spare.
     let next = spares_of(s.pid());
     s.close_and_wait(Duration::from_secs(20));

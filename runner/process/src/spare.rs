@@ -185,7 +185,8 @@ impl Spare {
                 reap(self);
                 Err(SpawnError::SpawnFailed(format!(
                     "the spare launcher did not take the command: {}",
-                    sent.err().map_or_else(|| "it was used".to_owned(), |e| e.to_string())
+                    sent.err()
+                        .map_or_else(|| "it was used".to_owned(), |e| e.to_string())
                 )))
             }
         }

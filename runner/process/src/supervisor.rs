@@ -1,9 +1,9 @@
 //! Per-process supervisor task: timeout, exit observation, leftover cleanup (process group,
 //! session and cgroup), reaping, closing the child's stdin, output drain, cgroup removal.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -79,7 +79,9 @@ pub(crate) fn watch_exit(pid: u32) -> std::io::Result<ExitWatch> {
             });
             let _ = tx.send(kind);
         })?;
-    Ok(Box::pin(async move { rx.await.unwrap_or(ExitKind::Unknown) }))
+    Ok(Box::pin(
+        async move { rx.await.unwrap_or(ExitKind::Unknown) },
+    ))
 }
 
 /// The pidfd watch, or `None` when the kernel or the runtime cannot give one.

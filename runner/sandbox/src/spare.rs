@@ -139,8 +139,8 @@ fn receive(control: &OwnedFd) -> Result<(Vec<u8>, Vec<OwnedFd>), SandboxError> {
         {
             break;
         }
-        let mut space = [std::mem::MaybeUninit::<u8>::uninit();
-            rustix::cmsg_space!(ScmRights(MAX_SPARE_FDS))];
+        let mut space =
+            [std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_SPARE_FDS))];
         let mut ancillary = RecvAncillaryBuffer::new(&mut space);
         let got = loop {
             match recvmsg(
@@ -163,11 +163,7 @@ fn receive(control: &OwnedFd) -> Result<(Vec<u8>, Vec<OwnedFd>), SandboxError> {
                 "{SPARE_ARG}: the server closed the control descriptor"
             )));
         }
-        if fds.len() > MAX_SPARE_FDS
-            || got
-                .flags
-                .contains(rustix::net::ReturnFlags::CTRUNC)
-        {
+        if fds.len() > MAX_SPARE_FDS || got.flags.contains(rustix::net::ReturnFlags::CTRUNC) {
             return Err(SandboxError::Usage(format!(
                 "{SPARE_ARG}: too many descriptors"
             )));
@@ -206,7 +202,9 @@ fn decode(bytes: &[u8], fds: Vec<OwnedFd>) -> Result<Received, SandboxError> {
         n.copy_from_slice(head);
         let len = usize::try_from(u32::from_le_bytes(n)).map_err(|_| bad())?;
         let start = at.saturating_add(4);
-        let field = bytes.get(start..start.saturating_add(len)).ok_or_else(bad)?;
+        let field = bytes
+            .get(start..start.saturating_add(len))
+            .ok_or_else(bad)?;
         *at = start.saturating_add(len);
         Ok(field.to_vec())
     };
@@ -242,9 +240,7 @@ fn decode(bytes: &[u8], fds: Vec<OwnedFd>) -> Result<Received, SandboxError> {
     }
     let mut numbered = Vec::new();
     for fd in fds {
-        let number: RawFd = count(take(&mut at)?)?
-            .try_into()
-            .map_err(|_| bad())?;
+        let number: RawFd = count(take(&mut at)?)?.try_into().map_err(|_| bad())?;
         numbered.push((fd, number));
     }
     if at != bytes.len() {
@@ -281,7 +277,8 @@ fn place_fds(fds: &mut Vec<(OwnedFd, RawFd)>, control: OwnedFd) -> Result<(), Sa
     }
     drop(control);
     for (high, number) in moved {
-        dup_onto(high.as_fd(), number).map_err(|e| bad(&format!("cannot place a descriptor: {e}")))?;
+        dup_onto(high.as_fd(), number)
+            .map_err(|e| bad(&format!("cannot place a descriptor: {e}")))?;
     }
     Ok(())
 }

@@ -4,7 +4,9 @@
 use std::ffi::OsString;
 use std::io::Write;
 
-use codespace_runner_sandbox::{HELPER_ARG, SPARE_ARG, harden_current_process, run_helper, run_spare};
+use codespace_runner_sandbox::{
+    HELPER_ARG, SPARE_ARG, harden_current_process, run_helper, run_spare,
+};
 
 fn main() {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
