@@ -59,7 +59,7 @@ pub fn run_spare(args: &[OsString]) -> ! {
     let before = apply_env_and_cwd(&received.env, &received.cwd);
     match received.args.split_first() {
         Some((first, rest)) if first == HELPER_ARG => {
-            let err = crate::helper::helper_main_after(rest, before, true);
+            let err = crate::helper::helper_main_after(rest, before, Some(&received.env));
             let _ = writeln!(std::io::stderr(), "{}", err.stderr_line());
             std::process::exit(err.exit_code())
         }
@@ -295,22 +295,17 @@ fn dup_onto(from: BorrowedFd<'_>, number: RawFd) -> std::io::Result<()> {
     }
 }
 
-/// The command's environment replaces the spare's (empty at its start), then its working
-/// directory. A failure is refused through the handshake by the helper's code.
+/// The command's working directory (its environment goes to the helper as a list: the spare's
+/// own stays empty). A failure, or a NUL byte in a variable, is refused through the handshake
+/// by the helper's code.
 fn apply_env_and_cwd(env: &[(OsString, OsString)], cwd: &OsString) -> Result<(), SandboxError> {
-    let old: Vec<OsString> = std::env::vars_os().map(|(k, _)| k).collect();
-    for name in old {
-        // SAFETY: the spare is single-threaded (no thread exists before its exec).
-        unsafe { std::env::remove_var(name) };
-    }
-    for (name, value) in env {
-        if name.as_encoded_bytes().contains(&0) || value.as_encoded_bytes().contains(&0) {
-            return Err(SandboxError::Usage(format!(
-                "{SPARE_ARG}: a NUL byte in the environment"
-            )));
-        }
-        // SAFETY: as above.
-        unsafe { std::env::set_var(name, value) };
+    if env
+        .iter()
+        .any(|(k, v)| k.as_encoded_bytes().contains(&0) || v.as_encoded_bytes().contains(&0))
+    {
+        return Err(SandboxError::Usage(format!(
+            "{SPARE_ARG}: a NUL byte in the environment"
+        )));
     }
     std::env::set_current_dir(cwd).map_err(|e| {
         SandboxError::Hardening(format!("cannot enter the command's working directory: {e}"))
