@@ -16,8 +16,11 @@ command's start".
 Usage: scripts/bench-exec-start.py [--iters N] [--rounds R] [--binary PATH]
 Default binary: $CARGO_TARGET_DIR/debug/codespace (build it first:
 `cargo build --workspace --all-targets --features codespace-mcp/test-hooks`).
-Three servers of that build run side by side, calls interleaved: the binary in place (the dedicated
-`codespace-sandbox-helper` beside it, started with `posix_spawn`), the same with
+Six servers of that build run side by side, calls interleaved: the binary in place (the dedicated
+`codespace-sandbox-helper` beside it, a warm spare of it started ahead for the next command, each
+command's exit watched by a pidfd on the reactor), the same with `CODESPACE_SANDBOX_SPARE=0` (each
+helper started with `posix_spawn` at its command's start), with `CODESPACE_EXIT_WATCH=thread` (a
+thread per process blocked in `waitid`), with both (the start before those two cuts), the same with
 `CODESPACE_SANDBOX_SPAWN=fork` (the server forked for each helper, as before that cut), and a hard
 link of it alone in a directory of its own (no helper beside it: the self-exec fallback, i.e. the
 start before the dedicated helper existed).
@@ -46,6 +49,7 @@ LABELS = {
     "server": "server: JSON-RPC, decisions, masks, plan",
     "cgroup": "server: the process's cgroup",
     "start": "fork + helper exec/load",
+    "spare": "hand-over to the warm spare",
     "plan": "plan decode",
     "seccomp_build": "seccomp compile",
     "landlock_probe": "Landlock ABI probe",
@@ -117,7 +121,7 @@ def alone_copy(binary: Path, tmp: str) -> Path:
 
 
 def start_server(binary: Path, tmp: str, label: str, env: dict[str, str] | None = None) -> tuple[Server, dict]:
-    base = Path(tmp) / f"srv-{label}"
+    base = Path(tmp) / ("srv-" + label.replace(" ", "-").replace(",", ""))
     base.mkdir()
     roots = {}
     for ws in ("w", "s"):
@@ -153,6 +157,10 @@ def main() -> int:
             # The dedicated helper started with posix_spawn (the default), and with the server
             # forked for it as before (CODESPACE_SANDBOX_SPAWN=fork, the off switch).
             builds.append(("dedicated", binary, None))
+            builds.append(("dedicated, no spare", binary, {**os.environ, "CODESPACE_SANDBOX_SPARE": "0"}))
+            builds.append(("dedicated, thread exit watch", binary, {**os.environ, "CODESPACE_EXIT_WATCH": "thread"}))
+            builds.append(("dedicated, both off", binary, {**os.environ, "CODESPACE_SANDBOX_SPARE": "0",
+                                                           "CODESPACE_EXIT_WATCH": "thread"}))
             builds.append(("dedicated+fork", binary, {**os.environ, "CODESPACE_SANDBOX_SPAWN": "fork"}))
         servers = []
         print(f"binary {binary}")
@@ -208,7 +216,11 @@ def main() -> int:
                 rows.setdefault("total", []).append(t1 - t0)
         print("step | " + " | ".join(label for label, _ in servers))
         for key in order + ["total"]:
-            cells = " | ".join(ms(statistics.median(table[label][key])) for label, _ in servers)
+            cells = " | ".join(
+                ms(statistics.median(table[label][key]))
+                + ("" if len(table[label][key]) == n or key == "total" else f" ({len(table[label][key])}/{n})")
+                if table[label].get(key) else "-"
+                for label, _ in servers)
             print(f"{key} | {cells}")
         for _, s in servers:
             s.close(timeout=30)

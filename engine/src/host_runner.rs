@@ -606,6 +606,7 @@ impl Runner for HostRunner {
                         env: launch.env,
                         inherit_fds: launch.inherit_fds.into_iter().map(InheritedFd).collect(),
                         self_start: launch.self_start,
+                        warm_spare: launch.warm_spare,
                     })
                 }
             };

@@ -12,5 +12,10 @@ fn main() -> ExitCode {
     {
         codespace_runner_sandbox::run_helper(args.get(2..).unwrap_or(&[]));
     }
+    if args.get(1).map(|a| a.as_os_str())
+        == Some(std::ffi::OsStr::new(codespace_runner_sandbox::SPARE_ARG))
+    {
+        codespace_runner_sandbox::run_spare(args.get(2..).unwrap_or(&[]));
+    }
     codespace_mcp::cli::main()
 }

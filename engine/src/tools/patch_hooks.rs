@@ -206,10 +206,12 @@ async fn run_hook(
         Ok(d) => d,
         Err(e) => return not_run(stage, argv, "denied", e.message),
     };
+    // The change sequence is read before the spawn: a hook started warm can write (and exit)
+    // before the spawn returns, and a change before `since` would not be its.
+    let ledger =
+        op_id.map(|op| crate::command_ledger::CommandLedger::start(&ws.versions, &ws.index, op));
     match start(auth, stage, argv, stage_files, write_dirs, &decision).await {
         Ok(id) => {
-            let ledger = op_id
-                .map(|op| crate::command_ledger::CommandLedger::start(&ws.versions, &ws.index, op));
             let run = finish(&ws.runner, stage, argv, &id).await;
             if let (Some(ledger), Some(store)) = (ledger, auth.store.clone()) {
                 ledger.record(store, id).await;

@@ -75,6 +75,7 @@ mod stdio_jsonrpc;
 mod stdio_limits;
 mod store_files;
 mod telemetry;
+mod warm_spare;
 mod worked_examples;
 mod worker;
 mod write_file;

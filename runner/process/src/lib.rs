@@ -17,6 +17,7 @@ mod pty;
 mod resolve;
 mod ring;
 mod signals;
+mod spare;
 mod steps;
 mod supervisor;
 mod table;
@@ -25,7 +26,9 @@ mod utf8;
 
 pub use cgroup::{PidsIsolation, PidsMechanism};
 pub use error::{ProcError, SpawnError};
+pub use spare::SPARE_ARG;
 pub use steps::STEPS_SERVER_ENV;
+pub use supervisor::EXIT_WATCH_ENV;
 pub use table::ProcessTable;
 pub use types::{
     ExitHook, InheritedFd, Launcher, ProcState, ProcessInfo, ReadChunk, ReadWindow, Registration,

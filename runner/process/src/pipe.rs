@@ -193,7 +193,7 @@ pub(crate) fn spawn_pipe_lean(plan: &ExecPlan<'_>) -> Result<PipeChild, SpawnErr
 
 /// SIGKILL to the group `pid` leads (a child the table cannot manage after all; reaped by the
 /// exit watch's fallback of the caller, or by init once the server exits).
-fn signal_pid_group(pid: u32) {
+pub(crate) fn signal_pid_group(pid: u32) {
     if let Some(p) = i32::try_from(pid)
         .ok()
         .and_then(rustix::process::Pid::from_raw)

@@ -1,6 +1,8 @@
 //! Per-process supervisor task: timeout, exit observation, leftover cleanup (process group,
 //! session and cgroup), reaping, closing the child's stdin, output drain, cgroup removal.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -45,8 +47,28 @@ pub(crate) enum Reaper {
     Raw(u32),
 }
 
-/// Starts a thread that blocks in `waitid(WNOWAIT)` for `pid` and reports the exit kind.
-pub(crate) fn watch_exit(pid: u32) -> std::io::Result<oneshot::Receiver<ExitKind>> {
+/// Resolves with the exit kind once the child has exited, leaving it a zombie.
+pub(crate) type ExitWatch = Pin<Box<dyn Future<Output = ExitKind> + Send>>;
+
+/// The off switch of the pidfd exit watch: `CODESPACE_EXIT_WATCH=thread` in the server's
+/// environment watches every process with a thread of its own, as before.
+pub const EXIT_WATCH_ENV: &str = "CODESPACE_EXIT_WATCH";
+
+fn pidfd_watch_enabled() -> bool {
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ENABLED.get_or_init(|| std::env::var_os(EXIT_WATCH_ENV).is_none_or(|v| v != "thread"))
+}
+
+/// Watches `pid` (a child of this process, not yet reaped) for its exit: a pidfd on the
+/// runtime's reactor, so the exit wakes the supervisor directly (no thread per process, no
+/// hand-off from one); a thread blocked in `waitid(WNOWAIT)` where pidfds are not available
+/// (or [`EXIT_WATCH_ENV`]`=thread`).
+pub(crate) fn watch_exit(pid: u32) -> std::io::Result<ExitWatch> {
+    if pidfd_watch_enabled()
+        && let Some(watch) = watch_exit_pidfd(pid)
+    {
+        return Ok(watch);
+    }
     let (tx, rx) = oneshot::channel();
     std::thread::Builder::new()
         .name("proc-wait".to_owned())
@@ -57,7 +79,66 @@ pub(crate) fn watch_exit(pid: u32) -> std::io::Result<oneshot::Receiver<ExitKind
             });
             let _ = tx.send(kind);
         })?;
-    Ok(rx)
+    Ok(Box::pin(
+        async move { rx.await.unwrap_or(ExitKind::Unknown) },
+    ))
+}
+
+/// The pidfd watch, or `None` when the kernel or the runtime cannot give one.
+fn watch_exit_pidfd(pid: u32) -> Option<ExitWatch> {
+    let p = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)?;
+    let fd = rustix::process::pidfd_open(p, rustix::process::PidfdFlags::NONBLOCK).ok()?;
+    // SAFETY: an `OwnedFd` is a valid, open descriptor that stays the same until it is dropped
+    // with the `AsyncFd`.
+    let fd = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+    }
+    .ok()?;
+    Some(Box::pin(async move {
+        loop {
+            match exit_of_pidfd(fd.get_ref()) {
+                Ok(Some(kind)) => return kind,
+                Ok(None) => {}
+                Err(err) => {
+                    tracing::warn!(pid, %err, "waiting for a child failed");
+                    return ExitKind::Unknown;
+                }
+            }
+            match fd.readable().await {
+                Ok(mut guard) => guard.clear_ready(),
+                Err(err) => {
+                    tracing::warn!(pid, %err, "waiting for a child failed");
+                    return ExitKind::Unknown;
+                }
+            }
+        }
+    }))
+}
+
+/// The exit kind when the pidfd's process has exited (not reaped), `None` while it runs.
+fn exit_of_pidfd(fd: &std::os::fd::OwnedFd) -> std::io::Result<Option<ExitKind>> {
+    use rustix::process::{WaitId, WaitIdOptions, waitid};
+    loop {
+        match waitid(
+            WaitId::PidFd(std::os::fd::AsFd::as_fd(fd)),
+            WaitIdOptions::EXITED | WaitIdOptions::NOWAIT | WaitIdOptions::NOHANG,
+        ) {
+            Ok(Some(status)) => {
+                return Ok(Some(if let Some(code) = status.exit_status() {
+                    ExitKind::Code(code)
+                } else if let Some(sig) = status.terminating_signal() {
+                    ExitKind::Signal(sig)
+                } else {
+                    ExitKind::Unknown
+                }));
+            }
+            Ok(None) => return Ok(None),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(err) => return Err(err.into()),
+        }
+    }
 }
 
 /// What a supervisor asks of its table once its process is done: evict what has expired.
@@ -70,7 +151,7 @@ pub(crate) trait Prune: Send + Sync {
 pub(crate) struct Supervision {
     pub(crate) proc: Arc<Proc>,
     pub(crate) reaper: Reaper,
-    pub(crate) exit_rx: oneshot::Receiver<ExitKind>,
+    pub(crate) exit_rx: ExitWatch,
     pub(crate) timeout: Duration,
     pub(crate) grace: Duration,
     pub(crate) slot: LiveSlot,
@@ -99,7 +180,7 @@ pub(crate) async fn supervise(s: Supervision) {
             (&mut exit_rx).await
         }
     };
-    let kind = outcome.unwrap_or(ExitKind::Unknown);
+    let kind = outcome;
     proc.kill_leftovers_and_mark_reaped();
     match reaper {
         Reaper::Pipe(mut child) => {

@@ -17,6 +17,7 @@ use crate::proc::{Proc, ProcIdentity, Stdin};
 use crate::pty::{PtyPlan, read_loop, spawn_pty};
 use crate::resolve::{check_cwd, display_name, resolve_program};
 use crate::signals::signal_group;
+use crate::spare::{HandOver, Spares};
 use crate::supervisor::{LiveSlot, Prune, Reaper, Supervision, supervise, watch_exit};
 use crate::types::{
     ExitHook, ProcessInfo, ReadChunk, ReadWindow, Registration, SpawnOptions, SpawnSpec, Spawned,
@@ -38,6 +39,8 @@ pub(crate) struct Inner<M> {
     procs: Mutex<HashMap<String, Slot<M>>>,
     live: Arc<AtomicUsize>,
     cgroups: Cgroups,
+    /// Launchers started ahead ([`crate::Launcher::warm_spare`]).
+    spares: Arc<Spares>,
 }
 
 impl<M> Inner<M> {
@@ -112,6 +115,8 @@ struct Plan {
     inherit_fds: Vec<std::os::fd::RawFd>,
     /// The launcher does the pre-`exec` steps itself ([`crate::Launcher::self_start`]).
     self_start: bool,
+    /// A warm spare may run it ([`crate::Launcher::warm_spare`]).
+    warm_spare: bool,
 }
 
 fn plan_for(spec: &SpawnSpec, first: &str) -> Result<Plan, SpawnError> {
@@ -125,6 +130,7 @@ fn plan_for(spec: &SpawnSpec, first: &str) -> Result<Plan, SpawnError> {
             env: spec.env.clone(),
             inherit_fds: Vec::new(),
             self_start: false,
+            warm_spare: false,
         });
     };
     let launcher_str = launcher.program.to_string_lossy().into_owned();
@@ -150,6 +156,7 @@ fn plan_for(spec: &SpawnSpec, first: &str) -> Result<Plan, SpawnError> {
             .map(crate::types::InheritedFd::raw)
             .collect(),
         self_start: launcher.self_start,
+        warm_spare: launcher.self_start && launcher.warm_spare,
     })
 }
 
@@ -231,6 +238,7 @@ impl<M: Send + Sync + 'static> ProcessTable<M> {
                 procs: Mutex::new(HashMap::new()),
                 live: Arc::new(AtomicUsize::new(0)),
                 cgroups,
+                spares: Arc::new(Spares::default()),
             }),
         }
     }
@@ -301,16 +309,39 @@ impl<M: Send + Sync + 'static> ProcessTable<M> {
             .map(Started::Pty)
         } else if plan.self_start {
             add_self_start(&mut plan, &join);
-            spawn_pipe_lean(&ExecPlan {
-                program: &plan.program,
-                arg0: &plan.arg0,
-                args: &plan.args,
-                cwd: &spec.cwd,
-                env: &plan.env,
-                join: crate::cgroup::JoinFds::default(),
-                inherit_fds: &plan.inherit_fds,
-            })
-            .map(|c| Started::Pipe(Box::new(c)))
+            let spare = if plan.warm_spare {
+                self.inner.spares.take(&plan.program)
+            } else {
+                None
+            };
+            let warm = spare.and_then(|spare| {
+                spare
+                    .hand_over(&HandOver {
+                        args: &plan.args,
+                        env: &plan.env,
+                        cwd: &spec.cwd,
+                        fds: &plan.inherit_fds,
+                    })
+                    .map_err(|err| tracing::debug!(%err, "starting the command cold"))
+                    .ok()
+            });
+            let started = match warm {
+                Some(child) => Ok(child),
+                None => spawn_pipe_lean(&ExecPlan {
+                    program: &plan.program,
+                    arg0: &plan.arg0,
+                    args: &plan.args,
+                    cwd: &spec.cwd,
+                    env: &plan.env,
+                    join: crate::cgroup::JoinFds::default(),
+                    inherit_fds: &plan.inherit_fds,
+                }),
+            };
+            if plan.warm_spare {
+                // The next command's launcher, started ahead (it gets nothing of this one).
+                self.inner.spares.refill(&plan.program, &plan.arg0);
+            }
+            started.map(|c| Started::Pipe(Box::new(c)))
         } else {
             spawn_pipe(&ExecPlan {
                 program: &plan.program,
@@ -595,8 +626,10 @@ impl<M: Send + Sync + 'static> ProcessTable<M> {
         self.inner.live.load(Ordering::Acquire)
     }
 
-    /// SIGKILLs every process group (and PTY session) the table owns and waits for them to be reaped.
+    /// SIGKILLs every process group (and PTY session) the table owns and waits for them to be
+    /// reaped; kills every warm spare and starts no more.
     pub async fn shutdown(&self) {
+        self.inner.spares.close();
         let procs: Vec<Arc<Proc>> = self
             .inner
             .procs()

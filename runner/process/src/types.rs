@@ -65,6 +65,13 @@ pub struct Launcher {
     /// signal before anything else, and refuse to go on when that fails. A PTY child is forked
     /// as before (no arguments added).
     pub self_start: bool,
+    /// With `self_start`, in pipe mode: the table keeps one launcher of this program started
+    /// ahead (`program` [`crate::SPARE_ARG`] `<fd>` [`SELF_START_PARENT_ARG`] `<pid>`, no
+    /// environment) and hands the next command to it: `args` (the self-start arguments
+    /// included), the environment, the working directory and `inherit_fds` under their numbers
+    /// go over the descriptor `<fd>` then (see `runner/process/src/spare.rs`). A spare serves one
+    /// command; when none waits, the command starts cold as with `self_start` alone.
+    pub warm_spare: bool,
 }
 
 /// See [`Launcher::self_start`] (the sandbox helper's `SELF_START_CGROUP_ARG`).

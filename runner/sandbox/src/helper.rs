@@ -39,14 +39,38 @@ use crate::steps::{STEPS_ENV, STEPS_SERVER_ENV, Steps};
 /// [`SandboxError::exit_code`] (126, or 127 when the program does not exist), as
 /// [`run_helper`] does. Call it while the process is still single-threaded.
 pub fn helper_main(args: &[OsString]) -> SandboxError {
-    let mut steps = Steps::from_env();
+    helper_main_after(args, Ok(()), None)
+}
+
+/// The command's environment: the process's own, or the list a warm spare was handed.
+type EnvList<'a> = Option<&'a [(OsString, OsString)]>;
+
+fn lookup(env: EnvList<'_>, name: &str) -> Option<OsString> {
+    match env {
+        Some(list) => list.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()),
+        None => std::env::var_os(name),
+    }
+}
+
+/// [`helper_main`] for a warm spare ([`crate::spare`]): `before` is how putting the command's
+/// environment and working directory in place went (a failure is refused through the
+/// handshake like any other), and `env` is the command's environment it was handed (the target
+/// gets exactly that; the first step mark is then `spare` instead of `start`).
+pub(crate) fn helper_main_after(
+    args: &[OsString],
+    before: Result<(), SandboxError>,
+    env: EnvList<'_>,
+) -> SandboxError {
+    let first = if env.is_some() { "spare" } else { "start" };
+    let mut steps = Steps::from_env(first, |name| lookup(env, name));
     let (handshake, args) = match split_handshake(args) {
         Ok(split) => split,
         Err(e) => return e,
     };
-    let prepared = split_self_start(args)
+    let prepared = before
+        .and_then(|()| split_self_start(args))
         .and_then(|(start, args)| start.apply().map(|()| args))
-        .and_then(|args| prepare(args, handshake.as_ref(), &mut steps).map(|c| (args, c)));
+        .and_then(|args| prepare(args, handshake.as_ref(), &mut steps, env).map(|c| (args, c)));
     let err = match prepared {
         Ok((args, mut command)) => {
             steps.report();
@@ -193,9 +217,10 @@ fn prepare(
     args: &[OsString],
     handshake: Option<&HelperEnd>,
     steps: &mut Steps,
+    env: EnvList<'_>,
 ) -> Result<Command, SandboxError> {
     let (program, rest) = split_argv(args)?;
-    let plan = read_plan()?;
+    let plan = read_plan(lookup(env, PLAN_ENV))?;
     steps.mark("plan");
     // Build everything that can fail for a non-security reason before restricting anything.
     let filters = Filters::build(plan.network)?;
@@ -260,11 +285,19 @@ fn prepare(
     steps.mark("seccomp_load");
 
     let mut command = Command::new(program);
-    command
-        .args(rest)
-        .env_remove(PLAN_ENV)
-        .env_remove(STEPS_ENV)
-        .env_remove(STEPS_SERVER_ENV);
+    command.args(rest);
+    if let Some(list) = env {
+        command.env_clear().envs(
+            list.iter()
+                .filter(|(k, _)| k != PLAN_ENV && k != STEPS_ENV && k != STEPS_SERVER_ENV)
+                .map(|(k, v)| (k, v)),
+        );
+    } else {
+        command
+            .env_remove(PLAN_ENV)
+            .env_remove(STEPS_ENV)
+            .env_remove(STEPS_SERVER_ENV);
+    }
     Ok(command)
 }
 
@@ -292,9 +325,8 @@ fn split_argv(args: &[OsString]) -> Result<(&OsString, &[OsString]), SandboxErro
     }
 }
 
-fn read_plan() -> Result<SandboxPlan, SandboxError> {
-    let raw = std::env::var_os(PLAN_ENV)
-        .ok_or_else(|| SandboxError::InvalidPlan(format!("{PLAN_ENV} is not set")))?;
+fn read_plan(raw: Option<OsString>) -> Result<SandboxPlan, SandboxError> {
+    let raw = raw.ok_or_else(|| SandboxError::InvalidPlan(format!("{PLAN_ENV} is not set")))?;
     let json = raw
         .into_string()
         .map_err(|_| SandboxError::InvalidPlan(format!("{PLAN_ENV} is not UTF-8")))?;

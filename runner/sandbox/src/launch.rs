@@ -45,6 +45,9 @@ pub struct SandboxLaunch {
     /// memory is then never copied for a command's start. `false` when
     /// [`SPAWN_ENV`]`=fork` was set at the server's start (the off switch).
     pub self_start: bool,
+    /// The helper may be started ahead as a warm spare ([`crate::SPARE_ARG`]) that receives
+    /// this launch only when it is used: `self_start` and not turned off by [`SPARE_ENV`]`=0`.
+    pub warm_spare: bool,
 }
 
 /// The off switch of the helper's `posix_spawn` start: `CODESPACE_SANDBOX_SPAWN=fork` in the
@@ -55,6 +58,18 @@ pub const SPAWN_ENV: &str = "CODESPACE_SANDBOX_SPAWN";
 pub fn self_start_enabled() -> bool {
     static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ENABLED.get_or_init(|| std::env::var_os(SPAWN_ENV).is_none_or(|v| v != "fork"))
+}
+
+/// The off switch of warm spare helpers: `CODESPACE_SANDBOX_SPARE=0` in the server's
+/// environment starts every sandboxed command's helper cold, at the command's start.
+pub const SPARE_ENV: &str = "CODESPACE_SANDBOX_SPARE";
+
+/// Whether sandboxed commands may be handed to a warm spare helper (read once per process).
+pub fn warm_spare_enabled() -> bool {
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ENABLED.get_or_init(|| {
+        self_start_enabled() && std::env::var_os(SPARE_ENV).is_none_or(|v| v != "0")
+    })
 }
 
 impl SandboxCommand {
@@ -86,6 +101,7 @@ impl SandboxCommand {
             inherit_fds,
             handshake,
             self_start: self_start_enabled(),
+            warm_spare: warm_spare_enabled(),
         })
     }
 }

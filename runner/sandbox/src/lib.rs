@@ -59,6 +59,7 @@ mod probe;
 mod relay;
 mod scope;
 mod seccomp;
+mod spare;
 mod stage;
 mod steps;
 
@@ -74,7 +75,9 @@ pub use helper_exe::{
     HELPER_BIN_NAME, HELPER_VERSION_ARG, HelperChoice, HelperKind, choose_helper,
     helper_version_line,
 };
-pub use launch::{SPAWN_ENV, SandboxCommand, SandboxLaunch, self_start_enabled};
+pub use launch::{
+    SPARE_ENV, SPAWN_ENV, SandboxCommand, SandboxLaunch, self_start_enabled, warm_spare_enabled,
+};
 pub use mask::MAX_MASKS;
 pub use mountns::{
     MAX_AGE as PREPARED_NAMESPACE_MAX_AGE, PREPARED_MOUNTNS_ENV, prepare_mount_namespace,
@@ -86,5 +89,6 @@ pub use plan::{
 pub use probe::{Probe, probe};
 pub use scope::MAX_SCOPE_PATHS;
 pub use seccomp::{ALWAYS_DENIED, DENIED_CLONE_FLAGS, DENIED_IOCTLS};
+pub use spare::{MAX_SPARE_MESSAGE, SPARE_ARG, run_spare};
 pub use stage::{MAX_STAGED_FILES, StagedFile, write_stage};
 pub use steps::{STEPS_ENV, STEPS_PREFIX, STEPS_SERVER_ENV, monotonic_ns};

@@ -24,13 +24,18 @@ pub(crate) struct Steps {
 }
 
 impl Steps {
-    /// Starts recording (the first mark, `start`) when [`STEPS_ENV`] is `1`.
-    pub(crate) fn from_env() -> Steps {
-        let on = std::env::var_os(STEPS_ENV).is_some_and(|v| v == "1");
+    /// Starts recording (the first mark, `first`: `start`, or `spare` for a warm spare's
+    /// hand-over) when [`STEPS_ENV`] is `1`.
+    /// `var` looks a variable up in the command's environment.
+    pub(crate) fn from_env(
+        first: &'static str,
+        var: impl Fn(&str) -> Option<std::ffi::OsString>,
+    ) -> Steps {
+        let on = var(STEPS_ENV).is_some_and(|v| v == "1");
         let mut steps = Steps {
-            marks: on.then(|| server_marks(std::env::var_os(STEPS_SERVER_ENV))),
+            marks: on.then(|| server_marks(var(STEPS_SERVER_ENV))),
         };
-        steps.mark("start");
+        steps.mark(first);
         steps
     }
 

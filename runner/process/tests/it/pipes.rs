@@ -362,6 +362,7 @@ async fn launcher_wraps_argv() {
         env: vec![("LAUNCHED".into(), "yes".into())],
         inherit_fds: Vec::new(),
         self_start: false,
+        warm_spare: false,
     });
     let p = table.spawn(s.clone()).await.unwrap();
     let out = String::from_utf8(read_all(&table, &p.id).await).unwrap();
@@ -396,6 +397,7 @@ async fn a_launcher_descriptor_reaches_only_its_own_child() {
         env: vec![("FD".into(), fd.to_string())],
         inherit_fds: inherit.into_iter().collect(),
         self_start: false,
+        warm_spare: false,
     };
     // Without the descriptor handed over, the child cannot write to it (close-on-exec).
     let mut s = spec(&cwd, &["true"]);
@@ -495,6 +497,7 @@ async fn a_self_starting_launcher_is_spawned_with_its_cgroup_and_parent_named_an
         env: vec![("FD".into(), fd.to_string())],
         inherit_fds: vec![handed],
         self_start: true,
+        warm_spare: false,
     });
     let p = table.spawn(s).await.unwrap();
     table.write_stdin(&p.id, b"hello\n").await.unwrap();

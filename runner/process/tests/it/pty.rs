@@ -141,6 +141,7 @@ async fn launcher_wraps_argv_on_a_pty() {
         env: vec![("LAUNCHED".into(), "pty".into())],
         inherit_fds: Vec::new(),
         self_start: false,
+        warm_spare: false,
     });
     let p = table.spawn(s).await.unwrap();
     let out = String::from_utf8_lossy(&read_all(&table, &p.id).await).into_owned();

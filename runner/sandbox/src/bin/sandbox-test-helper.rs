@@ -4,12 +4,15 @@
 use std::ffi::OsString;
 use std::io::Write;
 
-use codespace_runner_sandbox::{HELPER_ARG, harden_current_process, run_helper};
+use codespace_runner_sandbox::{
+    HELPER_ARG, SPARE_ARG, harden_current_process, run_helper, run_spare,
+};
 
 fn main() {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     match args.split_first() {
         Some((first, rest)) if first == HELPER_ARG => run_helper(rest),
+        Some((first, rest)) if first == SPARE_ARG => run_spare(rest),
         Some((first, _)) if first == "__harden-check" => harden_check(),
         _ => {
             let _ = writeln!(

@@ -1,0 +1,281 @@
+//! Warm spare sandbox helpers (`runner/process/src/spare.rs`, `runner/sandbox/src/spare.rs`):
+//! the helper of the next command is started ahead and gets its command only when used. A
+//! spare serves exactly one command and carries nothing from before its use: two workspaces
+//! of different sandbox shapes run interleaved each see only their own view, environment and
+//! working directory; a secret created after the spare was started is masked in the command
+//! it serves; spares die with the server (`kill -9`) and at its shutdown. A command tells it
+//! was served warm by the helper's step line (`CODESPACE_SANDBOX_STEPS=1`: its first mark is
+//! `spare=` instead of `start=`).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::process_common::{skip_without_sandbox, wait_pids_gone};
+use crate::stdio_common::StdioServer;
+use serde_json::json;
+
+/// What a command reports: its pid, tag, working directory, the bytes of each secret, whether
+/// the plan's variable reached it, and whether it could write at the root and into `sub/`
+/// (`$1` is the workspace root relative to the working directory).
+const PROBE: &str = "echo pid=$$; echo tag=${WS_TAG:-none}; echo other=${OTHER_ONLY:-none}; \
+    echo cwd=$(pwd); \
+    for f in .env id_rsa notes.txt; do echo $f=$(cat $1/$f 2>/dev/null | wc -c); done; \
+    echo plan=$(env | grep -c CODESPACE_SANDBOX_PLAN); \
+    if touch $1/probe 2>/dev/null; then echo root=WROTE; rm -f $1/probe; else echo root=REFUSED; fi; \
+    if touch $1/sub/probe 2>/dev/null; then echo sub=WROTE; rm -f $1/sub/probe; else echo sub=REFUSED; fi";
+
+struct View {
+    out: String,
+    pid: i64,
+    warm: bool,
+}
+
+/// The probe in `cwd` (`.` or `sub`) of workspace `ws`.
+fn probe(s: &mut StdioServer, ws: &str, cwd: &str) -> View {
+    let up = if cwd == "." { "." } else { ".." };
+    let r = s.tool_ok(
+        "exec_command",
+        json!({"workspace_id": ws, "command": ["sh", "-c", PROBE, "probe", up],
+               "cwd": cwd, "yield_ms": 20000}),
+    );
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let out = r["chunk"].as_str().unwrap_or_default().to_owned();
+    let steps = out
+        .lines()
+        .find(|l| l.starts_with("codespace-sandbox-steps:"))
+        .unwrap_or_else(|| panic!("no step line in {out}"));
+    let warm = steps.contains(" spare=");
+    assert!(
+        warm != steps.contains(" start="),
+        "one first mark, start or spare: {steps}"
+    );
+    let pid = out
+        .lines()
+        .find_map(|l| l.strip_prefix("pid="))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {out}"));
+    View { out, pid, warm }
+}
+
+fn workspace(root: &Path, env: &str, key: Option<&str>) {
+    std::fs::create_dir_all(root.join("sub")).unwrap();
+    std::fs::write(root.join("notes.txt"), "notes\n").unwrap();
+    std::fs::write(root.join(".env"), env).unwrap();
+    if let Some(key) = key {
+        std::fs::write(root.join("id_rsa"), key).unwrap();
+    }
+}
+
+fn serve(dir: &Path, workspaces: serde_json::Value) -> StdioServer {
+    let cfg = dir.join("config.json");
+    std::fs::write(
+        &cfg,
+        json!({"workspaces": workspaces, "store": dir.join("store.db")}).to_string(),
+    )
+    .unwrap();
+    let mut s = StdioServer::serve()
+        .arg("--config")
+        .arg(&cfg)
+        .cwd(dir)
+        .stderr_file(dir.join("stderr.log"))
+        .spawn();
+    s.initialize("warm-spare-test");
+    s
+}
+
+/// The pids of the server's children waiting as spares.
+fn spares_of(server: u32) -> Vec<i64> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i64>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let ppid = stat
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if ppid == Some(server) && cmdline.split(|b| *b == 0).any(|a| a == b"__sandbox-spare") {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Fails under `CI=true` when no command was ever served warm (then nothing was observed).
+fn require_warm(warm: usize, test: &str) -> bool {
+    codespace_test_skip::require(
+        warm > 0,
+        test,
+        "no command was served by a warm spare helper",
+    )
+}
+
+#[test]
+fn spares_serve_interleaved_workspaces_of_different_shapes_each_only_its_own_view() {
+    const TEST: &str =
+        "spares_serve_interleaved_workspaces_of_different_shapes_each_only_its_own_view";
+    if skip_without_sandbox(TEST) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // `a`: `.env` and `id_rsa` withheld, the workspace writable, its own variable. `b`: only
+    // `.env` withheld (no key there), only `sub/` writable, another variable of its own.
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    workspace(&a, "A_TOKEN=1\n", Some("A KEY\n"));
+    workspace(&b, "B_TOKEN=22\n", None);
+    let steps = ("CODESPACE_SANDBOX_STEPS", "1");
+    let mut s = serve(
+        dir.path(),
+        json!({
+            "a": {"root": a, "env": {steps.0: steps.1, "WS_TAG": "a"}},
+            "b": {"root": b, "command_write_paths": ["sub"],
+                  "env": {steps.0: steps.1, "WS_TAG": "b", "OTHER_ONLY": "b-only"}},
+        }),
+    );
+    let view_a = |v: &View| {
+        for want in [
+            "tag=a\n",
+            "other=none\n",
+            &format!("cwd={}\n", a.display()),
+            ".env=0\n",
+            "id_rsa=0\n",
+            "notes.txt=6\n",
+            "plan=0\n",
+            "root=WROTE\n",
+            "sub=WROTE\n",
+        ] {
+            assert!(v.out.contains(want), "a: {want}: {}", v.out);
+        }
+    };
+    let view_b = |v: &View| {
+        for want in [
+            "tag=b\n",
+            "other=b-only\n",
+            &format!("cwd={}\n", b.join("sub").display()),
+            ".env=0\n",
+            "id_rsa=0\n",
+            "notes.txt=6\n",
+            "plan=0\n",
+            "root=REFUSED\n",
+            "sub=WROTE\n",
+        ] {
+            assert!(v.out.contains(want), "b: {want}: {}", v.out);
+        }
+    };
+    let mut pids = BTreeSet::new();
+    let (mut warm_a, mut warm_b) = (0, 0);
+    for _ in 0..8 {
+        let v = probe(&mut s, "a", ".");
+        view_a(&v);
+        warm_a += usize::from(v.warm);
+        assert!(pids.insert(v.pid), "a process served twice: {}", v.out);
+        let v = probe(&mut s, "b", "sub");
+        view_b(&v);
+        warm_b += usize::from(v.warm);
+        assert!(pids.insert(v.pid), "a process served twice: {}", v.out);
+    }
+    if !require_warm(warm_a.min(warm_b), TEST) {
+        return;
+    }
+    s.close_and_wait(Duration::from_secs(20));
+}
+
+#[test]
+fn a_spare_started_before_a_new_secret_masks_it_in_the_command_it_serves() {
+    const TEST: &str = "a_spare_started_before_a_new_secret_masks_it_in_the_command_it_serves";
+    if skip_without_sandbox(TEST) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("w");
+    workspace(&root, "TOKEN=secret\n", None);
+    let mut s = serve(
+        dir.path(),
+        json!({"w": {"root": root, "env": {"CODESPACE_SANDBOX_STEPS": "1"}}}),
+    );
+    // Until a command was served warm: a spare then waits for the next one.
+    let mut warm = 0;
+    for _ in 0..10 {
+        let v = probe(&mut s, "w", ".");
+        assert!(
+            v.out.contains(".env=0\n") && v.out.contains("id_rsa=0\n"),
+            "{}",
+            v.out
+        );
+        warm += usize::from(v.warm);
+        if warm > 0 {
+            break;
+        }
+    }
+    if !require_warm(warm, TEST) {
+        return;
+    }
+    let waiting = spares_of(s.pid());
+    assert_eq!(waiting.len(), 1, "one spare waits per helper: {waiting:?}");
+    // A secret created after that spare started: the plan it is handed masks it.
+    std::fs::write(root.join("id_rsa"), "PRIVATE KEY\n").unwrap();
+    let v = probe(&mut s, "w", ".");
+    assert!(v.warm, "the waiting spare did not serve: {}", v.out);
+    assert_eq!(v.pid, waiting[0], "the command is the spare's process");
+    assert!(
+        v.out.contains("id_rsa=0\n"),
+        "the new secret was readable: {}",
+        v.out
+    );
+    assert!(
+        v.out.contains(".env=0\n") && v.out.contains("notes.txt=6\n"),
+        "{}",
+        v.out
+    );
+    // Clean shutdown kills the next spare.
+    let next = spares_of(s.pid());
+    s.close_and_wait(Duration::from_secs(20));
+    assert!(
+        wait_pids_gone(&next, Duration::from_secs(10)).is_empty(),
+        "a spare outlived the server's shutdown: {next:?}"
+    );
+}
+
+#[test]
+fn a_spare_dies_with_a_killed_server() {
+    const TEST: &str = "a_spare_dies_with_a_killed_server";
+    if skip_without_sandbox(TEST) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("w");
+    workspace(&root, "TOKEN=secret\n", None);
+    let mut s = serve(dir.path(), json!({"w": {"root": root}}));
+    let r = s.tool_ok(
+        "exec_command",
+        json!({"workspace_id": "w", "command": ["true"], "yield_ms": 20000}),
+    );
+    assert_eq!(r["exit_code"], 0, "{r}");
+    // The spare is started right after the command: wait for it (bounded).
+    let mut waiting = Vec::new();
+    for _ in 0..500 {
+        waiting = spares_of(s.pid());
+        if !waiting.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if !codespace_test_skip::require(!waiting.is_empty(), TEST, "no spare was started") {
+        return;
+    }
+    s.kill();
+    assert!(
+        wait_pids_gone(&waiting, Duration::from_secs(10)).is_empty(),
+        "a spare outlived its killed server: {waiting:?}"
+    );
+}
