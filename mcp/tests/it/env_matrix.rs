@@ -538,6 +538,12 @@ fn an_environment_that_cannot_sandbox_reports_it_and_refuses_sandboxed_commands(
         info["execution"]["isolation"]["kernel"]["seccomp"], false,
         "the environment's probe, not this host's: {info}"
     );
+    // The commands' task limit is the worker's too (its hook reports 7, not enforced).
+    assert_eq!(
+        info["execution"]["isolation"]["pids"],
+        json!({"limit": 7, "mechanism": "none"}),
+        "the environment's pids, not this host's: {info}"
+    );
     assert_reported_and_fails_closed(&mut s, &info, &root);
     s.close_and_wait(Duration::from_secs(60));
 }
