@@ -777,20 +777,8 @@ impl Runner for HostRunner {
     fn probe_sandbox(&self) -> BoxFuture<'_, RunnerResult<api::SandboxProbe>> {
         Box::pin(async move {
             let p = blocking(|| Ok(codespace_runner_sandbox::probe())).await?;
-            let pids = self.pids_isolation();
             Ok(api::SandboxProbe {
-                pids: Some(api::PidsProbe {
-                    limit: pids.limit,
-                    mechanism: match pids.mechanism {
-                        codespace_runner_process::PidsMechanism::CgroupV2 => {
-                            api::PidsEnforcement::CgroupV2
-                        }
-                        codespace_runner_process::PidsMechanism::CgroupV1 => {
-                            api::PidsEnforcement::CgroupV1
-                        }
-                        codespace_runner_process::PidsMechanism::None => api::PidsEnforcement::None,
-                    },
-                }),
+                pids: Some(convert::pids_probe(self.pids_isolation())),
                 landlock_abi: p.landlock_abi,
                 seccomp: p.seccomp,
                 user_namespaces: p.user_namespaces,
