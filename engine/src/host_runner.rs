@@ -779,6 +779,7 @@ impl Runner for HostRunner {
         Box::pin(async move {
             let p = blocking(|| Ok(codespace_runner_sandbox::probe())).await?;
             Ok(api::SandboxProbe {
+                pids: Some(convert::pids_probe(self.pids_isolation())),
                 landlock_abi: p.landlock_abi,
                 seccomp: p.seccomp,
                 user_namespaces: p.user_namespaces,

@@ -2,21 +2,22 @@
 //! --socket` serves. It answers the worker protocol's requests ([`Call`]) with a standalone
 //! [`HostRunner`] (its own version cache, its own process table), registers the workspaces the
 //! gateway names (`open_workspace`: the root an absolute path on this side, opened without
-//! following a link), and watches each root with its own inotify watcher, reporting
+//! following a link), and watches each root with its own inotify watcher (the engine's
+//! [`DirWatcher`]: changes only, so the worker's own reads wake no watcher thread), reporting
 //! [`Event::FileChanged`] / [`Event::WatchLost`] to the connected gateway. It never sees policy
 //! and never decides: the gateway decided every call before sending it.
 
+use crate::dir_watch::DirWatcher;
 use crate::file_versions::FileVersions;
 use crate::host_runner::HostRunner;
 use codespace_runner_api::{Call, Event, EventSink, OpenWorkspace, Reply, Runner, RunnerError};
 use codespace_runner_fs::Root;
 use codespace_runner_worker::{BoxFuture, EventSender, Handler};
-use notify::{RecursiveMode, Watcher};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-/// Events queued between the watchers (notify's thread) and the connection's writer; when it is
+/// Events queued between the watchers (their threads) and the connection's writer; when it is
 /// full the workspace's next event is a [`Event::WatchLost`] instead (nothing is dropped silently).
 const EVENT_QUEUE: usize = 4096;
 
@@ -50,7 +51,7 @@ impl EventPipe {
 /// What `codespace worker` serves: see the module docs.
 pub struct WorkerService {
     runner: Arc<HostRunner>,
-    watchers: Arc<Mutex<HashMap<String, notify::RecommendedWatcher>>>,
+    watchers: Arc<Mutex<HashMap<String, DirWatcher>>>,
     pipe: Arc<EventPipe>,
     rx: Mutex<Option<tokio::sync::mpsc::Receiver<Event>>>,
     /// The current connection's sender (a socket worker serves one gateway at a time; the latest
@@ -119,7 +120,7 @@ fn open_root(root: &str) -> Result<(Root, PathBuf), RunnerError> {
 /// is reported as `watch_lost` right away: the gateway then trusts nothing cached). Blocking.
 fn open_workspace(
     runner: &HostRunner,
-    watchers: &Mutex<HashMap<String, notify::RecommendedWatcher>>,
+    watchers: &Mutex<HashMap<String, DirWatcher>>,
     pipe: &Arc<EventPipe>,
     req: &OpenWorkspace,
 ) -> Result<(), RunnerError> {
@@ -143,12 +144,10 @@ fn open_workspace(
     Ok(())
 }
 
-/// A recursive watcher of `root` (never following a link) reporting into `pipe`.
-fn watch(
-    pipe: &Arc<EventPipe>,
-    workspace: &str,
-    root: &Path,
-) -> notify::Result<notify::RecommendedWatcher> {
+/// A watcher of `root` and every directory beneath it (never following a link; directories
+/// made later are registered by the watcher itself) reporting into `pipe`. It watches changes
+/// only, not opens: a `read` served here wakes nothing.
+fn watch(pipe: &Arc<EventPipe>, workspace: &str, root: &Path) -> std::io::Result<DirWatcher> {
     {
         let pipe = Arc::clone(pipe);
         let ws = workspace.to_string();
@@ -184,9 +183,14 @@ fn watch(
                 workspace: ws.clone(),
             }),
         };
-        let config = notify::Config::default().with_follow_symlinks(false);
-        let mut w = notify::RecommendedWatcher::new(handler, config)?;
-        w.watch(root, RecursiveMode::Recursive)?;
+        let w = DirWatcher::start(root, Box::new(handler))?;
+        w.watch_tree();
+        if w.failed() {
+            // Some directory is not watched: the gateway trusts nothing it knew of the tree.
+            return Err(std::io::Error::other(
+                "a directory of the workspace could not be watched",
+            ));
+        }
         Ok(w)
     }
 }
@@ -248,5 +252,83 @@ impl Handler for WorkerService {
     fn attach(&self, events: EventSender<Event>) {
         *lock(&self.current) = Some(events);
         self.start_forwarder();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    /// `IN_OPEN` in an inotify mask.
+    const IN_OPEN: u64 = 0x20;
+
+    /// The inotify masks this process registered on the directory with inode `ino`.
+    fn masks_of(ino: u64) -> Vec<u64> {
+        let mut out = Vec::new();
+        for fd in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+            let link = std::fs::read_link(fd.path()).unwrap_or_default();
+            if link.to_string_lossy() != "anon_inode:inotify" {
+                continue;
+            }
+            let info = std::fs::read_to_string(format!(
+                "/proc/self/fdinfo/{}",
+                fd.file_name().to_string_lossy()
+            ))
+            .unwrap_or_default();
+            for line in info.lines().filter(|l| l.starts_with("inotify ")) {
+                let field = |k: &str| {
+                    line.split_whitespace()
+                        .find_map(|w| w.strip_prefix(k))
+                        .and_then(|v| u64::from_str_radix(v, 16).ok())
+                };
+                if field("ino:") == Some(ino)
+                    && let Some(m) = field("mask:")
+                {
+                    out.push(m);
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_workers_watcher_reports_changes_and_never_wakes_on_an_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir(root.join("sub")).unwrap();
+        let runner = HostRunner::new(
+            Arc::new(FileVersions::new()),
+            codespace_runner_process::TableLimits::default(),
+            None,
+        );
+        let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+        let pipe = Arc::new(EventPipe {
+            tx,
+            lost: Mutex::new(HashSet::new()),
+        });
+        let watchers = Mutex::new(HashMap::new());
+        let req = OpenWorkspace {
+            workspace: "w".into(),
+            root: root.display().to_string(),
+        };
+        open_workspace(&runner, &watchers, &pipe, &req).unwrap();
+        // Every directory is watched, none for opens: a `read` served here wakes no thread.
+        for d in [root.clone(), root.join("sub")] {
+            let masks = masks_of(std::fs::metadata(&d).unwrap().ino());
+            assert!(!masks.is_empty(), "{} is not watched", d.display());
+            assert!(
+                masks.iter().all(|m| m & IN_OPEN == 0),
+                "{} is watched for opens: {masks:x?}",
+                d.display()
+            );
+        }
+        std::fs::write(root.join("sub/a.txt"), "x").unwrap();
+        let ev = rx.blocking_recv().unwrap();
+        assert!(
+            matches!(&ev, Event::FileChanged { workspace, paths }
+                if workspace == "w" && paths.iter().any(|p| p == "sub/a.txt")),
+            "{ev:?}"
+        );
     }
 }

@@ -261,8 +261,23 @@ fn source_from(policies: Option<PathBuf>, schema: Option<PathBuf>) -> PolicySour
     }
 }
 
+/// `codespace worker ...` parsed on its own: the worker never builds the other sub-commands'
+/// parsers (their code stays out of an idle worker's resident pages).
+#[derive(Parser)]
+#[command(name = "codespace worker", version, after_help = crate::help::WORKER)]
+struct WorkerCli {
+    #[command(flatten)]
+    args: crate::worker_cli::WorkerArgs,
+}
+
 /// Entry point after the helper check.
 pub fn main() -> ExitCode {
+    let mut argv = std::env::args_os();
+    if argv.nth(1).is_some_and(|a| a == "worker") {
+        // `codespace worker ARGS`: the same flags and help as the sub-command of the full CLI.
+        let cli = WorkerCli::parse_from(std::iter::once("codespace worker".into()).chain(argv));
+        return finish(crate::worker_cli::run_runner(&cli.args));
+    }
     let matches = Cli::command().get_matches();
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
@@ -365,6 +380,11 @@ pub fn main() -> ExitCode {
                 .and_then(|src| crate::policy_admin::fmt(&src, check)),
         },
     };
+    finish(result)
+}
+
+/// The exit code of a sub-command's result; an error is printed first.
+fn finish(result: Result<ExitCode>) -> ExitCode {
     match result {
         Ok(code) => code,
         // The reader went away (`codespace audit --json | head -3`): stop quietly.

@@ -47,7 +47,7 @@ const WORKER_MALLOC_ARENAS: i32 = 2;
 /// returned to the kernel as the runtime parks (at most once a second).
 pub fn run<H: Handler>(args: &WorkerArgs, handler: Arc<H>) -> Result<ExitCode> {
     codespace_runner_sandbox::limit_heap_arenas(WORKER_MALLOC_ARENAS);
-    crate::setup::init_logging();
+    init_worker_logging();
     let rt = tokio::runtime::Builder::new_current_thread()
         .max_blocking_threads(WORKER_BLOCKING_THREADS)
         .thread_keep_alive(WORKER_BLOCKING_KEEP_ALIVE)
@@ -56,6 +56,22 @@ pub fn run<H: Handler>(args: &WorkerArgs, handler: Arc<H>) -> Result<ExitCode> {
         .build()
         .context("starting the runtime")?;
     rt.block_on(serve(args, handler))
+}
+
+/// The worker's log (stderr): `CODESPACE_LOG` filters as for every command; without it, warnings
+/// and errors through a plain level filter, so an idle worker never builds (or keeps resident)
+/// the directive parser and its pattern matchers.
+fn init_worker_logging() {
+    if std::env::var_os("CODESPACE_LOG").is_some() {
+        crate::setup::init_logging();
+        return;
+    }
+    use std::io::IsTerminal;
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_max_level(tracing::Level::WARN)
+        .try_init();
 }
 
 /// `codespace worker`: serves the engine's standalone runner (sandboxed spawns through the
@@ -260,9 +276,10 @@ impl Handler for RunnerHandler {
 }
 
 /// Test hook (`test-hooks` builds only): with `CODESPACE_TEST_WORKER_NO_SANDBOX=1` the worker
-/// answers `probe_sandbox` as a kernel without Landlock, seccomp or namespaces would (an
-/// environment that cannot hold the command sandbox, e.g. a container runtime that filters
-/// those syscalls), so a test sees what the gateway reports and refuses there.
+/// answers `probe_sandbox` as a kernel without Landlock, seccomp, namespaces or a writable
+/// `pids` cgroup would (an environment that cannot hold the command sandbox, e.g. a container
+/// runtime that filters those syscalls), so a test sees what the gateway reports and refuses
+/// there.
 #[cfg(feature = "test-hooks")]
 fn no_sandbox_probe() -> codespace_runner_api::SandboxProbe {
     codespace_runner_api::SandboxProbe {
@@ -271,6 +288,11 @@ fn no_sandbox_probe() -> codespace_runner_api::SandboxProbe {
         user_namespaces: false,
         net_namespaces: false,
         mount_namespaces: false,
+        // A limit no host runner picks, so a test tells the worker's report from the host's.
+        pids: Some(codespace_runner_api::PidsProbe {
+            limit: 7,
+            mechanism: codespace_runner_api::PidsEnforcement::None,
+        }),
     }
 }
 

@@ -140,3 +140,16 @@ pub(crate) fn to_tool_error(e: RunnerError) -> crate::error::ToolError {
     let code = crate::error::ErrorCode::from_code(e.code());
     crate::error::ToolError::new(code, e.to_string())
 }
+
+/// The runner's commands' task limit as the worker protocol reports it.
+pub(super) fn pids_probe(p: codespace_runner_process::PidsIsolation) -> api::PidsProbe {
+    use codespace_runner_process::PidsMechanism as M;
+    api::PidsProbe {
+        limit: p.limit,
+        mechanism: match p.mechanism {
+            M::CgroupV2 => api::PidsEnforcement::CgroupV2,
+            M::CgroupV1 => api::PidsEnforcement::CgroupV1,
+            M::None => api::PidsEnforcement::None,
+        },
+    }
+}

@@ -71,7 +71,20 @@ pub(crate) async fn workspace_info(
         && kernel
             .as_ref()
             .is_some_and(crate::tools::process::kernel_sandboxes);
-    let pids = auth.host.pids_isolation();
+    // A worker's workspace: its commands' task limit as the worker's host enforces it.
+    let pids = if ws.is_remote() {
+        let p = kernel.and_then(|k| k.pids);
+        PidsInfo {
+            limit: p.map_or(0, |p| p.limit),
+            mechanism: p.map_or("none", |p| p.mechanism.as_str()),
+        }
+    } else {
+        let p = auth.host.pids_isolation();
+        PidsInfo {
+            limit: p.limit,
+            mechanism: p.mechanism.as_str(),
+        }
+    };
     let ws_config = auth.ws_config();
     // Names only: the absolute paths behind them are the server's business.
     let read_path_names: Vec<String> = ws_config
@@ -153,10 +166,7 @@ pub(crate) async fn workspace_info(
             read_paths: read_path_names,
             write_paths: sandbox_on.then(|| write_paths.clone()),
             toolchains,
-            pids: PidsInfo {
-                limit: pids.limit,
-                mechanism: pids.mechanism.as_str(),
-            },
+            pids,
             secret_masking: ws.facts.secret_masking.as_str(),
             kernel: kernel.map(|k| crate::wire::KernelInfo {
                 landlock_abi: k.landlock_abi,

@@ -1,12 +1,15 @@
 //! Shared setup for the environment e2e tests: one workspace `w` in an environment `e` reached
 //! through each worker transport — `command` (`codespace worker --stdio`), `worker` (a unix
-//! socket worker the test starts), `ssh` (the loopback sshd fixture) and `container` (podman
+//! socket worker the test starts, or `worker {user}`, one the server starts and restarts),
+//! `ssh` (the loopback sshd fixture) and `container` (podman
 //! on a rootfs of host files, through this host's podman wrapper). Every transport sees the
 //! workspace root at the same path as the test, so a test can edit "inside the environment"
 //! by writing the file. A transport this host cannot run prints `skip:` (and fails under
 //! `CI=true`) through `codespace_test_skip`. Also the tree, journal and process-output helpers
 //! the env_* tests share, `codespace approvals grant|deny` through the CLI, and `kill -9` of
-//! each transport's far end (the worker, the ssh worker, the whole podman container).
+//! each transport's far end (the worker, the ssh worker, the whole podman container). A
+//! container a test's server started is removed when the test's `EnvSetup` drops, also after
+//! a panic.
 
 use crate::stdio_common::{BIN, StdioServer};
 use serde_json::{Value, json};
@@ -100,6 +103,9 @@ pub fn skip_without_masks(test: &str) -> bool {
 pub enum Transport {
     Command,
     Worker,
+    /// `worker {user}`: the server starts `codespace worker --socket` itself (as this test's
+    /// own user, so the worker may write the test's files) and starts it again after a death.
+    WorkerUser,
     Ssh,
     Container,
 }
@@ -228,7 +234,41 @@ pub struct EnvSetup {
     /// Where the test learns the worker's pids (None: the far end is not a process the test
     /// can see, as through ssh or in a container).
     pids: Option<WorkerPids>,
+    /// The test's directory (every workspace root of the test lies beneath it).
+    dir: PathBuf,
     _guard: Guard,
+}
+
+impl Drop for EnvSetup {
+    /// A container the server started for this test's workspaces is removed, even when the
+    /// test panicked before its server stopped (the server removes its own on a clean stop).
+    fn drop(&mut self) {
+        let Guard::Rootfs(fs) = &self._guard else {
+            return;
+        };
+        let ps: Vec<String> = [
+            "podman",
+            "ps",
+            "-a",
+            "--no-trunc",
+            "--format",
+            "{{.ID}} {{.Mounts}}",
+        ]
+        .iter()
+        .map(|a| (*a).to_string())
+        .collect();
+        let Ok(out) = fs.run(&ps) else { return };
+        let dir = self.dir.display().to_string();
+        for line in out.lines() {
+            let ours = line
+                .split([' ', '[', ']'])
+                .any(|w| Path::new(w).starts_with(&dir));
+            if let (true, Some(id)) = (ours, line.split_whitespace().next()) {
+                let rm = ["podman", "rm", "-f", "-t", "0", id].map(str::to_string);
+                let _ = fs.run(&rm);
+            }
+        }
+    }
 }
 
 /// How a test learns the pids of the environment's workers.
@@ -237,6 +277,48 @@ enum WorkerPids {
     File(PathBuf),
     /// The one socket worker the test started.
     Fixed(u32),
+    /// The socket workers the server (its pid set by [`EnvSetup::serve`]) started.
+    ServerChildren(std::cell::Cell<u32>),
+}
+
+/// This process's user name (`getent passwd EUID`), when it has one.
+fn my_user_name() -> Option<String> {
+    let uid = rustix::process::geteuid().as_raw().to_string();
+    let out = Command::new("getent")
+        .args(["passwd", &uid])
+        .output()
+        .ok()?;
+    let line = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()?
+        .to_string();
+    let name = line.split(':').next()?.to_string();
+    (out.status.success() && !name.is_empty()).then_some(name)
+}
+
+/// The live `BIN worker --socket ...` children of `server` (a zombie has no command line).
+fn socket_worker_children(server: u32) -> Vec<u32> {
+    let want = format!("{BIN}\0worker\0--socket\0");
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // The fields after the command name (which may hold spaces) start after ") ".
+        let ppid: u32 = stat
+            .rsplit_once(") ")
+            .and_then(|(_, r)| r.split(' ').nth(1))
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0);
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if ppid == server && cmd.starts_with(want.as_bytes()) {
+            out.push(pid);
+        }
+    }
+    out
 }
 
 impl EnvSetup {
@@ -269,6 +351,29 @@ impl EnvSetup {
                     json!({"kind": "worker", "worker": {"socket": sock, "secret_file": secret_path}}),
                     Vec::new(),
                     Guard::Socket(worker),
+                )
+            }
+            Transport::WorkerUser => {
+                // `setpriv --clear-groups` needs CAP_SETGID: root.
+                let setpriv = Command::new("setpriv")
+                    .arg("--version")
+                    .output()
+                    .is_ok_and(|o| o.status.success());
+                let user = my_user_name();
+                let Some(user) = user.filter(|_| setpriv && rustix::process::geteuid().is_root())
+                else {
+                    codespace_test_skip::require(
+                        false,
+                        test,
+                        "a `worker {user}` is started through setpriv (util-linux), which needs root",
+                    );
+                    return None;
+                };
+                pids = Some(WorkerPids::ServerChildren(std::cell::Cell::new(0)));
+                (
+                    json!({"kind": "worker", "worker": {"user": user}}),
+                    Vec::new(),
+                    Guard::None,
                 )
             }
             Transport::Ssh => {
@@ -310,6 +415,7 @@ impl EnvSetup {
             env,
             server_env,
             pids,
+            dir: dir.to_path_buf(),
             _guard: guard,
         })
     }
@@ -379,7 +485,9 @@ impl EnvSetup {
                 return;
             }
             Transport::Ssh => self.ssh_worker_pids(),
-            Transport::Command | Transport::Worker => self.worker_pids().unwrap(),
+            Transport::Command | Transport::Worker | Transport::WorkerUser => {
+                self.worker_pids().unwrap()
+            }
         };
         assert_eq!(pids.len(), 1, "one live worker: {pids:?}");
         rustix::process::kill_process(
@@ -389,8 +497,8 @@ impl EnvSetup {
         .unwrap();
     }
 
-    /// The pids of the workers started so far, when the test can see them (`command`,
-    /// `worker`).
+    /// The pids of the workers started so far (`command`), or live (`worker`: the test's;
+    /// `worker {user}`: the server's children), when the test can see them.
     pub fn worker_pids(&self) -> Option<Vec<u32>> {
         match self.pids.as_ref()? {
             WorkerPids::File(file) => Some(
@@ -401,6 +509,7 @@ impl EnvSetup {
                     .collect(),
             ),
             WorkerPids::Fixed(pid) => Some(vec![*pid]),
+            WorkerPids::ServerChildren(server) => Some(socket_worker_children(server.get())),
         }
     }
 
@@ -437,6 +546,9 @@ impl EnvSetup {
             b = b.env(k, v);
         }
         let mut s = b.spawn();
+        if let Some(WorkerPids::ServerChildren(server)) = &self.pids {
+            server.set(s.pid());
+        }
         s.initialize("env-matrix");
         s
     }

@@ -1,7 +1,7 @@
-//! `kill -9` of an environment's far end while it serves, through the real binary, for the
-//! transports whose far end the gateway does not start as its own child: `container` (the
-//! whole podman container the server started from a rootfs, `podman kill -s KILL`) and `ssh`
-//! (the worker the loopback sshd started). Mid-command: the process becomes `lost`, its lease
+//! `kill -9` of an environment's far end while it serves, through the real binary: `container`
+//! (the whole podman container the server started from a rootfs, `podman kill -s KILL`), `ssh`
+//! (the worker the loopback sshd started) and `unix` (the `worker {user}` socket worker the
+//! server started through setpriv). Mid-command: the process becomes `lost`, its lease
 //! is freed, and the next call restarts the environment (the container is re-created) and
 //! works. Mid-patch (held between snapshot and apply by the patch gate hook): after the next
 //! call's recovery the files are all old or all new, no journal is left and the operation is
@@ -25,6 +25,7 @@ use std::time::Duration;
 fn incarnation(env: &EnvSetup, root: &Path) -> String {
     match env.transport {
         Transport::Container => env.container_id(root).expect("the container runs"),
+        Transport::WorkerUser => format!("{:?}", env.worker_pids()),
         _ => format!("{:?}", env.ssh_worker_pids()),
     }
 }
@@ -180,5 +181,6 @@ macro_rules! transport {
     };
 }
 
+transport!(unix, Transport::WorkerUser);
 transport!(ssh, Transport::Ssh);
 transport!(container, Transport::Container);

@@ -10,7 +10,8 @@
 //! Masks and the sandbox: `.env` withheld from read/find/grep and masked from commands, writes
 //! outside the scope and into `.git/hooks` refused, the network denied, all as
 //! `workspace_info` reports for that environment; an environment that cannot sandbox says so
-//! and refuses sandboxed commands. One server per transport per test.
+//! and refuses sandboxed commands. Hooks: a failing `before_patch` hook writes nothing, an
+//! `after_patch` formatter's change is versioned. One server per transport per test.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -40,7 +41,7 @@ fn paths(v: &Value) -> Vec<String> {
 fn transport_name(t: Transport) -> &'static str {
     match t {
         Transport::Command => "command",
-        Transport::Worker => "unix",
+        Transport::Worker | Transport::WorkerUser => "unix",
         Transport::Ssh => "ssh",
         Transport::Container => "podman",
     }
@@ -393,6 +394,99 @@ fn masks_and_sandbox(t: Transport, test: &str) {
     s.close_and_wait(Duration::from_secs(60));
 }
 
+/// The operator's `apply_patch` hooks run in the environment (through its runner, sandboxed
+/// there): a failing `before_patch` hook sees the patched tree and leaves every file untouched
+/// (`HOOK_FAILED`, the operation `failed`); an `after_patch` formatter's rewrite is read back
+/// with a new version, and a patch pinned to the patch's own version is a `VERSION_CONFLICT`.
+/// Shell builtins only, so the container's rootfs needs nothing more.
+fn hooks(t: Transport, test: &str) {
+    if skip_without_masks(test) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(env) = EnvSetup::new(t, test, dir.path(), PROGRAMS) else {
+        return;
+    };
+    let root = tree(dir.path());
+    let hooks = json!({
+        "before_patch": [{
+            "command": ["sh", "-c", "echo checking; read -r l < README.md; echo \"saw $l\"; exit 3"],
+            "paths": ["*.md"],
+        }],
+        "after_patch": [{
+            "command": ["sh", "-c", "read -r l < src/lib.rs; printf '%s // formatted\\n' \"$l\" > src/lib.rs; echo formatted"],
+            "paths": ["src/**"],
+        }],
+    });
+    let mut s = env.serve(
+        dir.path(),
+        &root,
+        json!({"sandbox": "required", "secret_masking": "required", "hooks": hooks}),
+        &[],
+    );
+    assert_transport(&mut s, t);
+    // before_patch fails: nothing of the patch is written in the environment.
+    let was: Vec<String> = ["src/lib.rs", "README.md"]
+        .iter()
+        .map(|p| std::fs::read_to_string(root.join(p)).unwrap())
+        .collect();
+    let patch = "*** Begin Patch\n*** Update File: src/lib.rs\n-pub fn hello() {}\n+pub fn hello() { 1 }\n*** Update File: README.md\n-hello readme\n+bye readme\n*** Add File: new.txt\n+new\n*** End Patch";
+    let e = s.tool_err("apply_patch", json!({"workspace_id": "w", "patch": patch}));
+    assert_eq!(e["code"], "HOOK_FAILED", "{e}");
+    let msg = e["message"].as_str().unwrap();
+    assert!(
+        msg.contains("exited with 3") && msg.contains("checking") && msg.contains("saw bye readme"),
+        "the exit code and the output, run on the patched tree: {msg}"
+    );
+    let now: Vec<String> = ["src/lib.rs", "README.md"]
+        .iter()
+        .map(|p| std::fs::read_to_string(root.join(p)).unwrap())
+        .collect();
+    assert_eq!(now, was, "a file was written");
+    assert!(!root.join("new.txt").exists());
+    let op = e["operation_id"].as_str().unwrap().to_string();
+    let st = s.tool_ok("operation_status", json!({"operation_id": op}));
+    assert_eq!(st["status"], "failed", "{st}");
+    assert_eq!(open_journals(&dir.path().join("store.db")), 0);
+    // after_patch: the formatter's rewrite is a new version.
+    let patch = "*** Begin Patch\n*** Update File: src/lib.rs\n-pub fn hello() {}\n+pub fn hello() { 1 }\n*** End Patch";
+    let r = s.tool_ok("apply_patch", json!({"workspace_id": "w", "patch": patch}));
+    assert_eq!(r["status"], "applied", "{r}");
+    let h = &r["hooks"][0];
+    assert_eq!(
+        (h["stage"].clone(), h["exit_code"].clone()),
+        (json!("after_patch"), json!(0)),
+        "{r}"
+    );
+    assert!(h["output"].as_str().unwrap().contains("formatted"), "{r}");
+    let want = "pub fn hello() { 1 } // formatted\n";
+    assert_eq!(
+        std::fs::read_to_string(root.join("src/lib.rs")).unwrap(),
+        want
+    );
+    let after = r["changes"][0]["after_version"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let now = s.tool_ok("read", json!({"workspace_id": "w", "path": "src/lib.rs"}));
+    assert_eq!(now["content"], want, "{now}");
+    assert_ne!(
+        now["version"], after,
+        "the formatter's write is a new version"
+    );
+    let stale = s.tool_err(
+        "apply_patch",
+        json!({"workspace_id": "w",
+               "patch": "*** Begin Patch\n*** Update File: src/lib.rs\n-pub fn hello() { 1 } // formatted\n+x\n*** End Patch",
+               "expected_versions": {"src/lib.rs": after}}),
+    );
+    assert_eq!(stale["code"], "VERSION_CONFLICT", "{stale}");
+    // Not asserted here: the ledger row of the formatter's change. In a worker's workspace
+    // it is recorded only if the worker's watcher event reached the gateway before the hook's
+    // exit (no fence across the wire; docs/environments.md).
+    s.close_and_wait(Duration::from_secs(60));
+}
+
 /// An environment that cannot hold the sandbox says so in `workspace_info` (no command
 /// sandbox, no write scope, no network enforcement), and a command of a workspace that
 /// requires the sandbox fails closed there: it never runs unsandboxed.
@@ -443,6 +537,12 @@ fn an_environment_that_cannot_sandbox_reports_it_and_refuses_sandboxed_commands(
     assert_eq!(
         info["execution"]["isolation"]["kernel"]["seccomp"], false,
         "the environment's probe, not this host's: {info}"
+    );
+    // The commands' task limit is the worker's too (its hook reports 7, not enforced).
+    assert_eq!(
+        info["execution"]["isolation"]["pids"],
+        json!({"limit": 7, "mechanism": "none"}),
+        "the environment's pids, not this host's: {info}"
     );
     assert_reported_and_fails_closed(&mut s, &info, &root);
     s.close_and_wait(Duration::from_secs(60));
@@ -497,6 +597,18 @@ macro_rules! transport {
                         "env_matrix::",
                         stringify!($module),
                         "::masks_write_scope_and_network_are_enforced_as_reported"
+                    ),
+                );
+            }
+
+            #[test]
+            fn a_failing_before_patch_hook_writes_nothing_and_an_after_patch_change_is_versioned() {
+                hooks(
+                    $t,
+                    concat!(
+                        "env_matrix::",
+                        stringify!($module),
+                        "::a_failing_before_patch_hook_writes_nothing_and_an_after_patch_change_is_versioned"
                     ),
                 );
             }

@@ -544,6 +544,42 @@ pub struct SandboxProbe {
     pub net_namespaces: bool,
     /// Mount namespaces (secret masks).
     pub mount_namespaces: bool,
+    /// The task limit of the runner's commands and how it is enforced there (`None`: not
+    /// reported).
+    #[serde(default)]
+    pub pids: Option<PidsProbe>,
+}
+
+/// The task (process and thread) limit of each command a runner starts, as its host enforces it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PidsProbe {
+    /// Most tasks of one command and its descendants.
+    pub limit: u32,
+    /// How the limit is enforced.
+    pub mechanism: PidsEnforcement,
+}
+
+/// How a runner's host enforces a command's task limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PidsEnforcement {
+    /// The cgroup v2 `pids` controller.
+    CgroupV2,
+    /// A cgroup v1 `pids` hierarchy.
+    CgroupV1,
+    /// Not enforced.
+    None,
+}
+
+impl PidsEnforcement {
+    /// The name `workspace_info.execution.isolation.pids.mechanism` shows.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PidsEnforcement::CgroupV2 => "cgroup-v2",
+            PidsEnforcement::CgroupV1 => "cgroup-v1",
+            PidsEnforcement::None => "none",
+        }
+    }
 }
 
 /// [`Backup::before`] with its content as one byte string (`serde_bytes`), not a sequence of

@@ -1,5 +1,7 @@
 //! The gateway's side: [`Client`] sends the handshake, then multiplexes calls by id over one
-//! stream; when the stream ends every in-flight call fails with `Disconnected`.
+//! stream; when the stream ends every in-flight call fails with `Disconnected`. A call writes
+//! its own frame (one `write` on the stream, under a lock shared by the calls; no writer task
+//! to hand it to), and one reader task hands each answer to its call.
 
 use crate::frame::{Ack, ClientFrame, Hello, ServerFrame, codec, decode_body, decode_handshake};
 use crate::server::{encode, encode_handshake};
@@ -10,18 +12,25 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::collections::HashMap;
 use std::marker::PhantomData;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::AbortHandle;
-use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 
 /// Events queued for the [`EventReceiver`]; when it is full further events are dropped and
 /// counted (a reader that stalls must not hold up the replies behind them).
 pub const EVENT_QUEUE: usize = 1024;
-/// Requests queued for the writer.
-const OUT_QUEUE: usize = 256;
+/// The reader's first buffer: a 10 KB file window's answer is read in one `read`, not two
+/// with a reallocation between them (the default is 8 KiB).
+const READ_BUFFER: usize = 64 * 1024;
+
+/// The stream's write half, shared by the calls (each writes its whole frame under the lock;
+/// a call dropped mid-write leaves the rest of its frame buffered, sent before the next one).
+type Output =
+    tokio::sync::Mutex<FramedWrite<Pin<Box<dyn AsyncWrite + Send>>, LengthDelimitedCodec>>;
 
 type Pending<Resp> = Option<HashMap<u64, oneshot::Sender<Resp>>>;
 
@@ -95,7 +104,7 @@ impl CloseSignal {
 /// kills the worker's process group).
 pub struct Client<Req, Resp, Ev> {
     shared: Arc<Shared<Resp>>,
-    out: mpsc::Sender<Bytes>,
+    out: Output,
     next_id: AtomicU64,
     peer: Identity,
     tasks: Vec<AbortHandle>,
@@ -147,7 +156,8 @@ where
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
     {
-        let mut input = FramedRead::new(reader, codec());
+        let mut input = FramedRead::with_capacity(reader, codec(), READ_BUFFER);
+        let writer: Pin<Box<dyn AsyncWrite + Send>> = Box::pin(writer);
         let mut output = FramedWrite::new(writer, codec());
         let hello = encode_handshake(&Hello::Hello {
             protocol: me.protocol,
@@ -185,26 +195,8 @@ where
             pending: Mutex::new(Some(HashMap::new())),
             closed,
         });
-        let (out_tx, mut out_rx) = mpsc::channel::<Bytes>(OUT_QUEUE);
         let (ev_tx, ev_rx) = mpsc::channel::<Ev>(EVENT_QUEUE);
         let dropped = Arc::new(AtomicU64::new(0));
-
-        let w_shared = shared.clone();
-        let writer = tokio::spawn(async move {
-            while let Some(b) = out_rx.recv().await {
-                let mut r = output.feed(b).await;
-                while r.is_ok()
-                    && let Ok(b) = out_rx.try_recv()
-                {
-                    r = output.feed(b).await;
-                }
-                if let Err(e) = r.and(SinkExt::<Bytes>::flush(&mut output).await) {
-                    w_shared.close(format!("writing to the worker: {e}"));
-                    return;
-                }
-            }
-            let _ = SinkExt::<Bytes>::close(&mut output).await;
-        });
 
         let r_shared = shared.clone();
         let r_dropped = dropped.clone();
@@ -238,10 +230,10 @@ where
 
         let client = Client {
             shared,
-            out: out_tx,
+            out: tokio::sync::Mutex::new(output),
             next_id: AtomicU64::new(1),
             peer,
-            tasks: vec![writer.abort_handle(), reader.abort_handle()],
+            tasks: vec![reader.abort_handle()],
             detail: None,
             guard: None,
             _msg: PhantomData,
@@ -265,8 +257,12 @@ where
             shared: &self.shared,
             id,
         };
-        if self.out.send(frame).await.is_err() {
-            return Err(WorkerError::Disconnected(self.shared.reason()));
+        {
+            let mut out = self.out.lock().await;
+            if let Err(e) = SinkExt::<Bytes>::send(&mut *out, frame).await {
+                self.shared.close(format!("writing to the worker: {e}"));
+                return Err(WorkerError::Disconnected(self.shared.reason()));
+            }
         }
         rx.await
             .map_err(|_| WorkerError::Disconnected(self.shared.reason()))
