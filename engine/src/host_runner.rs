@@ -15,8 +15,8 @@ use codespace_runner_api::{self as api, BoxFuture, EventSink, Runner, RunnerErro
 use codespace_runner_fs::txn::{self, Change};
 use codespace_runner_fs::{FsError, RelPath, Root, WalkLimits};
 use codespace_runner_process::{
-    InheritedFd, Launcher, ProcError, ProcessTable, ReadWindow, SpawnError, SpawnOptions,
-    SpawnSpec, TableLimits,
+    InheritedFd, ProcError, ProcessTable, ReadWindow, SpawnError, SpawnOptions, SpawnSpec,
+    TableLimits,
 };
 use codespace_runner_sandbox::{HelperOutcome, SandboxCommand};
 use std::collections::HashMap;
@@ -599,15 +599,9 @@ impl Runner for HostRunner {
                     .map_err(|e| RunnerError::SpawnFailed {
                         message: format!("command sandbox unavailable: {e}"),
                     })?;
-                    handshake = Some(launch.handshake);
-                    Some(Launcher {
-                        program: launch.program,
-                        args: launch.args,
-                        env: launch.env,
-                        inherit_fds: launch.inherit_fds.into_iter().map(InheritedFd).collect(),
-                        self_start: launch.self_start,
-                        warm_spare: launch.warm_spare,
-                    })
+                    let (shake, launcher) = convert::launcher(launch);
+                    handshake = Some(shake);
+                    Some(launcher)
                 }
             };
             let dirs: Vec<PathBuf> = tmp.iter().chain(&stage).map(|t| t.path().into()).collect();

@@ -153,3 +153,23 @@ pub(super) fn pids_probe(p: codespace_runner_process::PidsIsolation) -> api::Pid
         },
     }
 }
+
+/// The process table's launcher for a sandbox launch, and the handshake to await after the spawn.
+pub(super) fn launcher(
+    launch: codespace_runner_sandbox::SandboxLaunch,
+) -> (
+    codespace_runner_sandbox::Handshake,
+    codespace_runner_process::Launcher,
+) {
+    let launcher = codespace_runner_process::Launcher {
+        program: launch.program,
+        args: launch.args,
+        env: launch.env,
+        inherit_fds: (launch.inherit_fds.into_iter())
+            .map(codespace_runner_process::InheritedFd)
+            .collect(),
+        self_start: launch.self_start,
+        warm_spare: launch.warm_spare,
+    };
+    (launch.handshake, launcher)
+}
