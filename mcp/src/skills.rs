@@ -164,9 +164,21 @@ fn page_start(cursor: Option<&str>) -> Result<usize, McpError> {
     }
 }
 
-fn next_cursor(start: usize, total: usize) -> Option<String> {
+/// One page of the skills the caller may read ([`SKILLS_PAGE`] of them from the cursor's offset)
+/// and the next page's cursor.
+async fn visible_page(
+    gw: &Gateway,
+    session: &Session,
+    cursor: Option<&str>,
+) -> Result<(Vec<Skill>, Option<String>), McpError> {
+    let start = page_start(cursor)?;
+    let skills = visible(gw, session).await;
     let next = start.saturating_add(SKILLS_PAGE);
-    (next < total).then(|| next.to_string())
+    let next = (next < skills.len()).then(|| next.to_string());
+    Ok((
+        skills.into_iter().skip(start).take(SKILLS_PAGE).collect(),
+        next,
+    ))
 }
 
 /// `skills/list`: the entries of the skills the caller may read, [`SKILLS_PAGE`] at a time; the
@@ -176,16 +188,10 @@ pub async fn list_skills(
     session: &Session,
     cursor: Option<&str>,
 ) -> Result<ListSkillsResult, McpError> {
-    let start = page_start(cursor)?;
-    let skills = visible(gw, session).await;
-    let page = skills
-        .iter()
-        .skip(start)
-        .take(SKILLS_PAGE)
-        .map(entry)
-        .collect::<Result<Vec<_>, _>>()?;
+    let (skills, next) = visible_page(gw, session, cursor).await?;
+    let page = skills.iter().map(entry).collect::<Result<Vec<_>, _>>()?;
     let mut out = ListSkillsResult::with_all_items(page);
-    out.next_cursor = next_cursor(start, skills.len());
+    out.next_cursor = next;
     Ok(out)
 }
 
@@ -212,12 +218,9 @@ pub async fn list_prompts(
     session: &Session,
     cursor: Option<&str>,
 ) -> Result<ListPromptsResult, McpError> {
-    let start = page_start(cursor)?;
-    let skills = visible(gw, session).await;
+    let (skills, next) = visible_page(gw, session, cursor).await?;
     let page = skills
         .iter()
-        .skip(start)
-        .take(SKILLS_PAGE)
         .map(|s| {
             let mut p = Prompt::new(s.name.clone(), Some(s.description.clone()), None);
             p.title = Some(format!("skill {}", s.name));
@@ -225,7 +228,7 @@ pub async fn list_prompts(
         })
         .collect();
     let mut out = ListPromptsResult::with_all_items(page);
-    out.next_cursor = next_cursor(start, skills.len());
+    out.next_cursor = next;
     Ok(out)
 }
 

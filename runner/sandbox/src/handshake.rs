@@ -121,25 +121,7 @@ impl HelperEnd {
     /// Takes the descriptor named after [`HANDSHAKE_ARG`]: checks it is an open pipe and marks
     /// it close-on-exec (the target's `execve` closes it; nothing else is exec'd).
     pub(crate) fn take(number: &OsStr) -> Result<HelperEnd, SandboxError> {
-        let bad = |what: &str| SandboxError::Usage(format!("{HANDSHAKE_ARG}: {what}"));
-        let fd: RawFd = number
-            .to_str()
-            .and_then(|s| s.parse().ok())
-            .filter(|fd| *fd > 2)
-            .ok_or_else(|| bad("not a descriptor number above 2"))?;
-        // SAFETY: F_GETFD only reads the descriptor's flags; a closed number fails with EBADF.
-        if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
-            return Err(bad("the descriptor is not open"));
-        }
-        // SAFETY: the descriptor is open (checked above) and nothing else in this process owns
-        // it: the runner cleared its close-on-exec flag for this helper alone.
-        let write = unsafe { OwnedFd::from_raw_fd(fd) };
-        let stat = rustix::fs::fstat(&write).map_err(|_| bad("fstat failed"))?;
-        if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::Fifo {
-            return Err(bad("the descriptor is not a pipe"));
-        }
-        rustix::io::fcntl_setfd(&write, rustix::io::FdFlags::CLOEXEC)
-            .map_err(|_| bad("cannot mark it close-on-exec"))?;
+        let write = take_inherited_fd(number, HANDSHAKE_ARG, rustix::fs::FileType::Fifo, "a pipe")?;
         Ok(HelperEnd { write })
     }
 
@@ -159,6 +141,38 @@ impl HelperEnd {
         let mut file = std::fs::File::from(self.write);
         let _ = file.write_all(text.get(..end).unwrap_or_default().as_bytes());
     }
+}
+
+/// Takes a descriptor the runner handed this helper by number (after `arg`): a number above 2,
+/// open, of file type `kind` (`kind_name` in the refusal), marked close-on-exec so the target's
+/// `execve` closes it. The runner cleared close-on-exec on it for this helper alone, so nothing
+/// else in this process owns it.
+pub(crate) fn take_inherited_fd(
+    number: &OsStr,
+    arg: &str,
+    kind: rustix::fs::FileType,
+    kind_name: &str,
+) -> Result<OwnedFd, SandboxError> {
+    let bad = |what: &str| SandboxError::Usage(format!("{arg}: {what}"));
+    let fd: RawFd = number
+        .to_str()
+        .and_then(|s| s.parse().ok())
+        .filter(|fd| *fd > 2)
+        .ok_or_else(|| bad("not a descriptor number above 2"))?;
+    // SAFETY: F_GETFD only reads the descriptor's flags; a closed number fails with EBADF.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
+        return Err(bad("the descriptor is not open"));
+    }
+    // SAFETY: the descriptor is open (checked above) and nothing else in this process owns it:
+    // the runner handed it to this helper alone.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    let stat = rustix::fs::fstat(&owned).map_err(|_| bad("fstat failed"))?;
+    if rustix::fs::FileType::from_raw_mode(stat.st_mode) != kind {
+        return Err(bad(&format!("the descriptor is not {kind_name}")));
+    }
+    rustix::io::fcntl_setfd(&owned, rustix::io::FdFlags::CLOEXEC)
+        .map_err(|_| bad("cannot mark it close-on-exec"))?;
+    Ok(owned)
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStringExt;
 
 use crate::error::SandboxError;
@@ -104,25 +104,7 @@ fn wait_for_command(args: &[OsString]) -> Result<Received, SandboxError> {
 
 /// The control descriptor named by number: above 2, open, a socket; marked close-on-exec.
 fn control_fd(number: &std::ffi::OsStr) -> Result<OwnedFd, SandboxError> {
-    let bad = |what: &str| SandboxError::Usage(format!("{SPARE_ARG}: {what}"));
-    let fd: RawFd = number
-        .to_str()
-        .and_then(|s| s.parse().ok())
-        .filter(|fd| *fd > 2)
-        .ok_or_else(|| bad("not a descriptor number above 2"))?;
-    // SAFETY: F_GETFD only reads the descriptor's flags; a closed number fails with EBADF.
-    if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
-        return Err(bad("the descriptor is not open"));
-    }
-    // SAFETY: open (checked above), and the process table handed it to this spare alone.
-    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    let stat = rustix::fs::fstat(&owned).map_err(|_| bad("fstat failed"))?;
-    if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::Socket {
-        return Err(bad("the descriptor is not a socket"));
-    }
-    rustix::io::fcntl_setfd(&owned, rustix::io::FdFlags::CLOEXEC)
-        .map_err(|_| bad("cannot mark it close-on-exec"))?;
-    Ok(owned)
+    crate::handshake::take_inherited_fd(number, SPARE_ARG, rustix::fs::FileType::Socket, "a socket")
 }
 
 /// Reads one whole message and every descriptor that came with it (close-on-exec).
@@ -315,6 +297,7 @@ fn apply_env_and_cwd(env: &[(OsString, OsString)], cwd: &OsString) -> Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::FromRawFd;
 
     fn field(out: &mut Vec<u8>, bytes: &[u8]) {
         out.extend_from_slice(&u32::try_from(bytes.len()).unwrap().to_le_bytes());
