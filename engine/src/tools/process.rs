@@ -239,6 +239,15 @@ pub(crate) async fn exec_command(
     if let Some(lease) = lease {
         lease.into_process_of(&id, &session.client);
     }
+    // The `running` row is written before the exit watcher starts: a command that exits at once
+    // must not have its `exited` row overwritten by this one.
+    if let Some(s) = &auth.store {
+        let (s, row) = (Arc::clone(s), row.clone());
+        let written = tokio::task::spawn_blocking(move || s.upsert_process(&row)).await;
+        if !matches!(written, Ok(Ok(()))) {
+            tracing::error!(process_id = %id, "cannot record process");
+        }
+    }
     // The exit watcher: the store row, the lease, `lost` when the runner's worker goes away.
     tokio::spawn(
         ExitWatch {
@@ -246,7 +255,7 @@ pub(crate) async fn exec_command(
             registry: Arc::clone(&auth.processes.registry),
             leases: Arc::clone(&auth.leases),
             store: auth.store.clone(),
-            row: row.clone(),
+            row,
             proxy_control,
             ledger: Some(ledger),
         }
@@ -273,13 +282,6 @@ pub(crate) async fn exec_command(
         &to_value(&result)?,
         None,
     );
-    if let Some(s) = &auth.store {
-        let (s, row) = (Arc::clone(s), row);
-        let written = tokio::task::spawn_blocking(move || s.upsert_process(&row)).await;
-        if !matches!(written, Ok(Ok(()))) {
-            tracing::error!(process_id = %id, "cannot record process");
-        }
-    }
     tracing::debug!(process_id = %id, pid, "process started");
     let Some(yield_ms) = p.yield_ms else {
         return Ok(result);
