@@ -83,6 +83,12 @@ enum Command {
     /// over stdin/stdout, or on a Unix socket. The secret is the first line of stdin.
     #[command(after_help = crate::help::WORKER)]
     Worker(crate::worker_cli::WorkerArgs),
+    /// Environments' chores: put this build's binary on an ssh environment's host (`install`).
+    #[command(after_help = crate::help::ENVIRONMENTS)]
+    Environments {
+        #[command(subcommand)]
+        command: EnvironmentsCommand,
+    },
     /// The web console, read-only, against a store (no running server needed): decisions,
     /// policies, holds, processes and operations for the operators the config names.
     #[command(after_help = crate::help::CONSOLE)]
@@ -95,6 +101,14 @@ enum AuditCommand {
     /// operations, events) with the redaction patterns in force now; report how many changed.
     #[command(after_help = crate::help::AUDIT_SCRUB)]
     Scrub(crate::audit_scrub::ScrubArgs),
+}
+
+#[derive(Subcommand)]
+enum EnvironmentsCommand {
+    /// Copy this binary to an ssh environment's host through its own connection, as
+    /// `<dir>/codespace-<build id>`; nothing is sent when that copy is already there.
+    #[command(after_help = crate::help::ENVIRONMENTS_INSTALL)]
+    Install(crate::install_cli::InstallArgs),
 }
 
 #[derive(Subcommand)]
@@ -321,6 +335,9 @@ pub fn main() -> ExitCode {
         } => crate::policy_cli::audit(&args, crate::setup::default_store_path),
         Command::Approvals { command } => crate::approvals_cli::run(command),
         Command::Worker(args) => crate::worker_cli::run_runner(&args),
+        Command::Environments {
+            command: EnvironmentsCommand::Install(args),
+        } => crate::install_cli::run(&args),
         Command::Console(args) => tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()

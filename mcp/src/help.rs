@@ -46,6 +46,24 @@ The gateway writes the per-start secret as the first line of stdin (never in arg
 worker answers the protocol's handshake and ping; the runner is not served through it yet
 (docs/environments.md).";
 
+/// `environments`.
+pub const ENVIRONMENTS: &str = "\
+Examples:
+  codespace environments install --config /etc/codespace/codespace.json --environment build-host
+
+Containers the server starts mount this binary; named containers and pods take it from their
+image (docs/environments.md).";
+
+/// `environments install`.
+pub const ENVIRONMENTS_INSTALL: &str = "\
+Examples:
+  codespace environments install --config /etc/codespace/codespace.json --environment build-host
+  codespace environments install --config c.json --environment build-host --dir /opt/codespace/bin
+
+Prints `installed` or `present` and the path to set as the environment's `ssh.worker_path`. The
+copy goes through the environment's own ssh settings (known_hosts, key, options); it is checked
+by SHA-256 after the upload and written under a temporary name first, mode 0700.";
+
 /// `doctor`.
 pub const DOCTOR: &str = "\
 Examples:

@@ -15,6 +15,7 @@ pub mod elicit;
 pub mod help;
 pub mod http;
 pub mod http_conn;
+pub mod install_cli;
 pub mod long_call;
 pub mod mask_diff;
 pub mod mrtr;

@@ -816,6 +816,7 @@ const STDOUT_WRITERS: &[&str] = &[
     "mcp/src/audit_scrub.rs",
     "mcp/src/approvals_cli.rs",
     "mcp/src/ops_cli.rs",
+    "mcp/src/install_cli.rs",
     "mcp/src/policy_cli.rs",
     "mcp/src/policy_admin.rs",
     "mcp/src/policy_diff.rs",

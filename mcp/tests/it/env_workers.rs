@@ -618,3 +618,109 @@ fn a_worker_user_is_started_as_that_user_and_serves_read() {
     assert!(uid_line.contains("65534"), "{uid_line}");
     s.close_and_wait(std::time::Duration::from_secs(30));
 }
+
+#[test]
+fn environments_install_puts_the_binary_on_an_ssh_host_once_per_build_and_the_worker_runs_it() {
+    let test = "env_workers::environments_install_puts_the_binary_on_an_ssh_host_once_per_build_and_the_worker_runs_it";
+    let sshd = match codespace_test_fixtures::Sshd::start() {
+        Ok(d) => d,
+        Err(why) => {
+            codespace_test_skip::require(false, test, why);
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let remote_dir = dir.path().join("remote-bin");
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("a.txt"), "over ssh\n").unwrap();
+    let config = |worker: &str| {
+        json!({
+            "environments": {"build-host": {"kind": "ssh", "ssh": {
+                "host": "127.0.0.1", "port": sshd.port, "user": sshd.user,
+                "identity_file": sshd.identity_file, "known_hosts": sshd.known_hosts,
+                "worker_path": worker}}},
+            "workspaces": {"w": {"root": root, "environment": "build-host",
+                                 "sandbox": "off", "secret_masking": "off"}}
+        })
+        .to_string()
+    };
+    let cfg = dir.path().join("config.json");
+    std::fs::write(&cfg, config("/nonexistent/codespace")).unwrap();
+    let install = || {
+        let o = Command::new(BIN)
+            .args(["environments", "install", "--config"])
+            .arg(&cfg)
+            .args(["--environment", "build-host", "--dir"])
+            .arg(&remote_dir)
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(
+            o.status.success(),
+            "{out}\n{}\nsshd: {}",
+            String::from_utf8_lossy(&o.stderr),
+            sshd.log_text()
+        );
+        out
+    };
+    let first = install();
+    assert!(first.starts_with("installed: "), "{first}");
+    let installed: Vec<PathBuf> = std::fs::read_dir(&remote_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(
+        installed.len(),
+        1,
+        "one file, no partial copy: {installed:?}"
+    );
+    let target = installed[0].clone();
+    let name = target.file_name().unwrap().to_str().unwrap().to_string();
+    assert!(name.starts_with("codespace-"), "{name}");
+    assert!(first.contains(target.to_str().unwrap()), "{first}");
+    assert_eq!(std::fs::read(&target).unwrap(), std::fs::read(BIN).unwrap());
+    let meta = std::fs::metadata(&target).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o700);
+    // The same build again: nothing is sent, the copy is the same file.
+    let second = install();
+    assert!(second.starts_with("present: "), "{second}");
+    let again = std::fs::metadata(&target).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        (again.ino(), again.mtime_nsec()),
+        (meta.ino(), meta.mtime_nsec())
+    );
+    // A copy that differs (another binary under this build's name) is replaced.
+    std::fs::write(&target, "#!/bin/sh\nexit 1\n").unwrap();
+    let third = install();
+    assert!(third.starts_with("installed: "), "{third}");
+    assert_eq!(std::fs::read(&target).unwrap(), std::fs::read(BIN).unwrap());
+    // The worker the server starts over ssh is the installed copy.
+    std::fs::write(&cfg, config(target.to_str().unwrap())).unwrap();
+    let mut s = serve(dir.path(), &cfg);
+    let r = s.tool_ok("read", json!({"workspace_id": "w", "path": "a.txt"}));
+    assert_eq!(r["content"], "over ssh\n", "{r}");
+    s.close_and_wait(std::time::Duration::from_secs(30));
+    // Only ssh environments: a host environment is refused with a reason.
+    let host_cfg = dir.path().join("host.json");
+    std::fs::write(
+        &host_cfg,
+        json!({"environments": {"h": {"kind": "host"}},
+               "workspaces": {"w": {"root": root, "environment": "h"}}})
+        .to_string(),
+    )
+    .unwrap();
+    let o = Command::new(BIN)
+        .args(["environments", "install", "--config"])
+        .arg(&host_cfg)
+        .args(["--environment", "h"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("not an ssh environment"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
