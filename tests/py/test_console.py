@@ -182,13 +182,24 @@ def sign_in(d, server: Server, token: str) -> None:
 def submit(d, button) -> None:
     """Clicks a form's button and waits until the browser has replaced the page with the
     answer (the click itself returns before the navigation ends)."""
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
     old = d.find_element(By.TAG_NAME, "html")
     button.click()
-    WebDriverWait(d, WAIT).until(ec.staleness_of(old))
+
+    def replaced(_d) -> bool:
+        # Chromium reports a node of the replaced document either as stale or, while the new
+        # one is being built, as an inspector error ("does not belong to the document"): both
+        # mean the old page is gone.
+        try:
+            old.is_enabled()
+            return False
+        except WebDriverException:
+            return True
+
+    WebDriverWait(d, WAIT).until(replaced)
     WebDriverWait(d, WAIT).until(lambda d: d.execute_script("return document.readyState")
                                  == "complete")
 
