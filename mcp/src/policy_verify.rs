@@ -551,8 +551,9 @@ pub fn verify(
 /// The snapshot with its template-linked policies as the static policies they are (the
 /// symbolic compiler takes static policies; templates alone never apply).
 fn statically(mut snap: PolicySnapshot) -> Result<PolicySnapshot> {
-    snap.set = codespace_engine::policy::templates::static_view(&snap.set)
+    let set = codespace_engine::policy::templates::static_view(&snap.set)
         .map_err(|e| anyhow!("template links: {e}"))?;
+    snap.replace_set(set);
     Ok(snap)
 }
 

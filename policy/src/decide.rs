@@ -335,11 +335,16 @@ fn deny_with(index: usize, req: &SubRequest, err: String, started: Instant) -> S
 #[derive(Debug)]
 pub struct Prepared {
     entities: Entities,
+    /// `entities` split for decisions: the entities besides the actions, and each action entity
+    /// by name. A decision's store is the first plus the few actions its policy slices can look
+    /// up, not a copy of every action (None when the split failed: every decision copies all).
+    split: Option<(CoreEntities, HashMap<String, Arc<CoreEntity>>)>,
     principal: Result<EntityUid, String>,
     workspace: Result<EntityUid, String>,
     /// The Operation's ancestors besides its workspace: the workspace's environment.
     environment: Result<EntityUid, String>,
-    requests: Mutex<HashMap<String, Request>>,
+    /// Keyed by a hash of (action, slot, context); a hit also compares the three.
+    requests: Mutex<HashMap<u64, Vec<KeptRequest>>>,
 }
 
 /// Validated requests kept per [`Prepared`] before they are cleared.
@@ -348,8 +353,10 @@ const REQUESTS_MAX: usize = 1024;
 impl Prepared {
     /// Prepares `entities` (the workspace's, from [`workspace_entities`]) for `facts`.
     pub fn new(entities: Entities, facts: &WorkspaceFacts) -> Prepared {
+        let split = split_actions(entities.as_ref());
         Prepared {
             entities,
+            split,
             principal: uid("PermissionProfile", &facts.profile),
             workspace: uid("Workspace", &facts.id),
             environment: uid("Environment", &facts.environment),
@@ -364,7 +371,9 @@ impl Prepared {
 
     /// Requests kept (for tests of the bound).
     pub fn requests_len(&self) -> usize {
-        self.requests.lock().map_or(0, |r| r.len())
+        self.requests
+            .lock()
+            .map_or(0, |r| r.values().map(Vec::len).sum())
     }
 
     /// The schema-validated request of `req` in slot `slot` (its resource is
@@ -375,11 +384,13 @@ impl Prepared {
         req: &SubRequest,
         slot: usize,
     ) -> Result<Request, String> {
-        let key = format!("{}\0{slot}\0{}", req.action.as_str(), req.context);
+        let key = request_key(req, slot);
+        let same =
+            |k: &&KeptRequest| k.action == req.action && k.slot == slot && k.context == req.context;
         if let Ok(kept) = self.requests.lock()
-            && let Some(r) = kept.get(&key)
+            && let Some(k) = kept.get(&key).and_then(|v| v.iter().find(same))
         {
-            return Ok(r.clone());
+            return Ok(k.request.clone());
         }
         let principal = self
             .principal
@@ -393,10 +404,15 @@ impl Prepared {
         let request = Request::new(principal, action, resource, ctx, Some(&snap.schema))
             .map_err(|e| format!("request: {e}"))?;
         if let Ok(mut kept) = self.requests.lock() {
-            if kept.len() >= REQUESTS_MAX {
+            if kept.values().map(Vec::len).sum::<usize>() >= REQUESTS_MAX {
                 kept.clear();
             }
-            kept.insert(key, request.clone());
+            kept.entry(key).or_default().push(KeptRequest {
+                action: req.action,
+                slot,
+                context: req.context.clone(),
+                request: request.clone(),
+            });
         }
         Ok(request)
     }
@@ -406,6 +422,7 @@ impl Prepared {
     /// holds without recomputing it over every entity.
     fn with_operations(
         &self,
+        snap: &PolicySnapshot,
         facts: &WorkspaceFacts,
         tool: &str,
         reqs: &[SubRequest],
@@ -431,17 +448,104 @@ impl Prepared {
             .collect::<Result<Vec<_>, String>>()?;
         let mut ops = ops;
         ops.extend(caller_core_entities(reqs)?);
-        self.entities
-            .as_ref()
-            .clone()
-            .add_entities(
-                ops,
-                None::<&NoEntitiesSchema>,
-                TCComputation::AssumeAlreadyComputed,
-                Extensions::all_available(),
-            )
-            .map_err(|e| e.to_string())
+        let base = match (&self.split, actions_needed(snap, reqs)) {
+            (Some((shared, actions)), Some(names)) => {
+                ops.extend(names.iter().filter_map(|n| actions.get(*n)).map(Arc::clone));
+                shared.clone()
+            }
+            _ => self.entities.as_ref().clone(),
+        };
+        base.add_entities(
+            ops,
+            None::<&NoEntitiesSchema>,
+            TCComputation::AssumeAlreadyComputed,
+            Extensions::all_available(),
+        )
+        .map_err(|e| e.to_string())
     }
+}
+
+/// A validated request kept by [`Prepared`], with what it was built from.
+#[derive(Debug)]
+struct KeptRequest {
+    action: crate::action::Action,
+    slot: usize,
+    context: serde_json::Value,
+    request: Request,
+}
+
+/// The hash [`Prepared`] keeps a request under: of its action, slot and context, walked in
+/// place (formatting the context as a key cost more than a tenth of an uncached decision).
+fn request_key(req: &SubRequest, slot: usize) -> u64 {
+    use std::hash::{Hash, Hasher};
+    fn walk(v: &serde_json::Value, h: &mut impl Hasher) {
+        match v {
+            serde_json::Value::Null => 0_u8.hash(h),
+            serde_json::Value::Bool(b) => (1_u8, b).hash(h),
+            serde_json::Value::Number(n) => {
+                (2_u8, n.as_i64(), n.as_u64(), n.as_f64().map(f64::to_bits)).hash(h)
+            }
+            serde_json::Value::String(s) => (3_u8, s).hash(h),
+            serde_json::Value::Array(a) => {
+                (4_u8, a.len()).hash(h);
+                a.iter().for_each(|x| walk(x, h));
+            }
+            serde_json::Value::Object(o) => {
+                (5_u8, o.len()).hash(h);
+                for (k, x) in o {
+                    k.hash(h);
+                    walk(x, h);
+                }
+            }
+        }
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (req.action.as_str(), slot).hash(&mut h);
+    walk(&req.context, &mut h);
+    h.finish()
+}
+
+/// `entities` as the entities besides the actions, and the action entities by name (None when
+/// the rest cannot be put together again).
+fn split_actions(
+    entities: &CoreEntities,
+) -> Option<(CoreEntities, HashMap<String, Arc<CoreEntity>>)> {
+    let mut actions = HashMap::new();
+    let mut rest = Vec::new();
+    for e in entities.iter() {
+        if e.uid().is_action() {
+            let name: &str = e.uid().eid().as_ref();
+            actions.insert(name.to_string(), Arc::new(e.clone()));
+        } else {
+            rest.push(Arc::new(e.clone()));
+        }
+    }
+    // Every entity keeps the ancestors the whole store computed, and no entity besides an
+    // action has an action among them: the closure holds as given.
+    let rest = CoreEntities::new()
+        .add_entities(
+            rest,
+            None::<&NoEntitiesSchema>,
+            TCComputation::AssumeAlreadyComputed,
+            Extensions::all_available(),
+        )
+        .ok()?;
+    Some((rest, actions))
+}
+
+/// The action entities evaluating `reqs` can look up: the union over their actions' slices
+/// (None when an action has no slice: then every action entity goes in).
+fn actions_needed<'a>(snap: &'a PolicySnapshot, reqs: &[SubRequest]) -> Option<BTreeSet<&'a str>> {
+    let mut names = BTreeSet::new();
+    for r in reqs {
+        names.extend(
+            snap.slices
+                .actions_needed(r.action.as_str())?
+                .iter()
+                .map(String::as_str),
+        );
+    }
+    Some(names)
 }
 
 /// The `User` entity of `u` (attributes `email`, `groups`; further claims as tags) and a
@@ -485,7 +589,7 @@ pub fn user_entities(u: &UserFacts) -> Result<Vec<Entity>, String> {
 fn caller_core_entities(reqs: &[SubRequest]) -> Result<Vec<Arc<CoreEntity>>, String> {
     let mut users: BTreeMap<String, UserFacts> = BTreeMap::new();
     for r in reqs {
-        if let (_, Some(u)) = crate::user::split_context(&r.context)? {
+        if let Some(u) = crate::user::user_facts(&r.context)? {
             match users.get(&u.id) {
                 Some(seen) if *seen != u => {
                     return Err(format!("two different facts for user `{}`", u.id));
@@ -624,7 +728,7 @@ pub(crate) fn decide_prepared(
     }
     let started = Instant::now();
     // One Operation entity per sub-request, added in one batch.
-    let entities = base.with_operations(facts, tool, reqs);
+    let entities = base.with_operations(snap, facts, tool, reqs);
     let authorizer = Authorizer::new();
     for (index, req) in reqs.iter().enumerate() {
         let t0 = if index == 0 { started } else { Instant::now() };
@@ -645,8 +749,10 @@ pub(crate) fn decide_prepared(
         };
         // The one enforcing evaluation (clippy.toml disallows it elsewhere): every decision the
         // server acts on comes from here.
+        // Only the policies whose action scope can match (the same answer as the whole set).
+        let set = snap.slices.for_action(req.action.as_str(), &snap.set);
         #[allow(clippy::disallowed_methods)]
-        let resp = authorizer.is_authorized(&request, &snap.set, entities);
+        let resp = authorizer.is_authorized(&request, set, entities);
         let errors: Vec<String> = resp.diagnostics().errors().map(|e| e.to_string()).collect();
         let policy_ids: Vec<String> = resp.diagnostics().reason().map(|p| p.to_string()).collect();
         let allowed = resp.decision() == CedarDecision::Allow && errors.is_empty();

@@ -23,6 +23,7 @@ pub mod request;
 pub mod rows;
 pub mod set_signature;
 pub mod signature;
+pub mod slice;
 pub mod suggest;
 pub mod templates;
 pub mod tool_table;

@@ -239,6 +239,17 @@ pub struct PolicySnapshot {
     pub bundle: PolicyBundle,
     /// Who signed it, when the store requires a signature (`policies.require_signature`).
     pub signer: Option<crate::set_signature::Signer>,
+    /// `set` sliced by action (what a decision evaluates); rebuild with
+    /// [`PolicySnapshot::replace_set`] when `set` changes.
+    pub slices: crate::slice::ActionSlices,
+}
+
+impl PolicySnapshot {
+    /// Replaces the policy set and slices the new one.
+    pub fn replace_set(&mut self, set: PolicySet) {
+        self.slices = crate::slice::ActionSlices::new(&self.schema, &set);
+        self.set = set;
+    }
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
@@ -435,7 +446,9 @@ pub fn compile(bundle: PolicyBundle) -> Result<PolicySnapshot, PolicyErrors> {
     match schema {
         Some(schema) if errs.is_empty() => {
             let sha256 = bundle_hash(&bundle);
+            let slices = crate::slice::ActionSlices::new(&schema, &set);
             Ok(PolicySnapshot {
+                slices,
                 schema,
                 set,
                 meta,

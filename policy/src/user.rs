@@ -38,16 +38,9 @@ impl UserFacts {
 /// A context with `session.user` turned into the entity reference Cedar expects, and the facts
 /// the `User` / `Group` entities are built from (None when the context names no user).
 pub fn split_context(ctx: &Value) -> Result<(Value, Option<UserFacts>), String> {
-    let Some(recorded) = ctx.pointer("/session/user") else {
+    let Some(facts) = user_facts(ctx)? else {
         return Ok((ctx.clone(), None));
     };
-    // Already an entity reference (a context written by hand for Cedar): left as it is, with no
-    // facts to add (a policy reading its attributes then fails, which denies).
-    if recorded.get("__entity").is_some() {
-        return Ok((ctx.clone(), None));
-    }
-    let facts: UserFacts = serde_json::from_value(recorded.clone())
-        .map_err(|e| format!("context.session.user: {e}"))?;
     let mut out = ctx.clone();
     if let Some(Value::Object(s)) = out.pointer_mut("/session") {
         s.insert(
@@ -56,6 +49,21 @@ pub fn split_context(ctx: &Value) -> Result<(Value, Option<UserFacts>), String> 
         );
     }
     Ok((out, Some(facts)))
+}
+
+/// The user facts `ctx` records (None when it names no user, or names one by entity reference:
+/// a context written by hand for Cedar, with no facts to add, where a policy reading the
+/// user's attributes fails, which denies). Reads the context without copying it.
+pub fn user_facts(ctx: &Value) -> Result<Option<UserFacts>, String> {
+    let Some(recorded) = ctx.get("session").and_then(|s| s.get("user")) else {
+        return Ok(None);
+    };
+    if recorded.get("__entity").is_some() {
+        return Ok(None);
+    }
+    UserFacts::deserialize(recorded)
+        .map(Some)
+        .map_err(|e| format!("context.session.user: {e}"))
 }
 
 #[cfg(test)]
