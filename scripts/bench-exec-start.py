@@ -16,7 +16,9 @@ command's start".
 Usage: scripts/bench-exec-start.py [--iters N] [--rounds R] [--binary PATH]
 Default binary: $CARGO_TARGET_DIR/debug/codespace (build it first:
 `cargo build --workspace --all-targets --features codespace-mcp/test-hooks`).
-Six servers of that build run side by side, calls interleaved: the binary in place (the dedicated
+Six servers of that build run side by side, each given blocks of consecutive calls in turn, so
+that what a server does in the background after a call lands in its own next call
+(`--interleave`: one call each in turn, as before): the binary in place (the dedicated
 `codespace-sandbox-helper` beside it, a warm spare of it started ahead for the next command, each
 command's exit watched by a pidfd on the reactor), the same with `CODESPACE_SANDBOX_SPARE=0` (each
 helper started with `posix_spawn` at its command's start), with `CODESPACE_EXIT_WATCH=thread` (a
@@ -143,11 +145,18 @@ def start_server(binary: Path, tmp: str, label: str, env: dict[str, str] | None 
     return s, iso
 
 
+# The pause before each server's block of calls (not a synchronization: a benchmark's spacing).
+BLOCK_PAUSE_S = 0.05
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=60, help="calls per round")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--binary", type=Path, default=TARGET / "debug" / "codespace")
+    ap.add_argument("--interleave", action="store_true",
+                    help="one call per server in turn (a server's background work after a call then "
+                         "lands in the next server's call) instead of blocks of consecutive calls")
     a = ap.parse_args()
     binary = a.binary.resolve()
     dedicated = binary.parent / "codespace-sandbox-helper"
@@ -176,17 +185,30 @@ def main() -> int:
                 exec_true(s, "w")
             servers.append((label, s))
 
-        print(f"\n== exec_command [\"true\"] (yield_ms) vs fork+exec of true, {a.iters} interleaved calls per round ==")
+        how = "interleaved calls" if a.interleave else "consecutive calls per server"
+        print(f"\n== exec_command [\"true\"] (yield_ms) vs fork+exec of true, {a.iters} {how} per round ==")
         print("round | helper | exec_command median ms | p90 ms | raw true median ms | ratio")
         for rnd in range(a.rounds):
             raw: list[int] = []
             ours: dict[str, list[int]] = {label: [] for label, _ in servers}
-            for _ in range(a.iters):
-                raw.append(raw_true())
+            if a.interleave:
+                for _ in range(a.iters):
+                    raw.append(raw_true())
+                    for label, s in servers:
+                        t0, t1, r = exec_true(s, "w")
+                        assert r.get("exit_code") == 0, r
+                        ours[label].append(t1 - t0)
+            else:
+                # Blocks: what a server does in the background after a call (its next spare's
+                # start) lands in its own next call, not in another server's or in the raw loop;
+                # a pause between blocks lets the last call's background work end.
+                raw = [raw_true() for _ in range(a.iters)]
                 for label, s in servers:
-                    t0, t1, r = exec_true(s, "w")
-                    assert r.get("exit_code") == 0, r
-                    ours[label].append(t1 - t0)
+                    time.sleep(BLOCK_PAUSE_S)
+                    for _ in range(a.iters):
+                        t0, t1, r = exec_true(s, "w")
+                        assert r.get("exit_code") == 0, r
+                        ours[label].append(t1 - t0)
             rmed = statistics.median(raw)
             for label, times in ours.items():
                 med = statistics.median(times)
@@ -197,23 +219,28 @@ def main() -> int:
         print(f"\n== per step (medians over {n} calls each, ms; CLOCK_MONOTONIC marks from the helper) ==")
         table: dict[str, dict[str, list[int]]] = {label: {} for label, _ in servers}
         order: list[str] = []
-        for _ in range(n):
-            for label, s in servers:
-                t0, t1, r = exec_true(s, "s")
-                marks = steps_of(r.get("chunk") or "")
-                prev = t0
-                rows = table[label]
-                for name, ns in marks:
-                    key = LABELS.get(name, name)
-                    if key not in order:
-                        order.append(key)
-                    rows.setdefault(key, []).append(ns - prev)
-                    prev = ns
-                key = "target exec+exit, reap, reply"
+        calls = ([(label, s) for _ in range(n) for label, s in servers] if a.interleave
+                 else [(label, s) for label, s in servers for _ in range(n)])
+        previous = None
+        for label, s in calls:
+            if not a.interleave and label != previous:
+                time.sleep(BLOCK_PAUSE_S)
+            previous = label
+            t0, t1, r = exec_true(s, "s")
+            marks = steps_of(r.get("chunk") or "")
+            prev = t0
+            rows = table[label]
+            for name, ns in marks:
+                key = LABELS.get(name, name)
                 if key not in order:
                     order.append(key)
-                rows.setdefault(key, []).append(t1 - prev)
-                rows.setdefault("total", []).append(t1 - t0)
+                rows.setdefault(key, []).append(ns - prev)
+                prev = ns
+            key = "target exec+exit, reap, reply"
+            if key not in order:
+                order.append(key)
+            rows.setdefault(key, []).append(t1 - prev)
+            rows.setdefault("total", []).append(t1 - t0)
         print("step | " + " | ".join(label for label, _ in servers))
         for key in order + ["total"]:
             cells = " | ".join(

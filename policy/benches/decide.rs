@@ -1,13 +1,14 @@
 //! The decision bench (issue 34): `Decider` decisions (uncached and from the decision cache)
 //! against a bare Cedar `Authorizer::is_authorized` on the same request and entities, under the
 //! shipped policy set and the `workspace-write` profile, for a `read` and an `exec_command`
-//! request. After criterion's report it prints the ratios of the same run.
+//! request. After criterion's report it prints the ratios of the same run, and the bare call
+//! on the request's action slice alone (the floor a sliced decision can reach).
 //!
 //! `cargo bench -p codespace-policy --bench decide` (see scripts/bench-decide.sh).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use cedar_policy::{Authorizer, Context, Entities, Request};
+use cedar_policy::{Authorizer, Context, Entities, PolicySet, Request};
 use codespace_policy::config::{
     Approvals, EnvironmentKind, Network, SandboxMode, builtin_profiles,
 };
@@ -92,11 +93,11 @@ fn bare_inputs(
 }
 
 /// One bare Cedar evaluation: the floor a `Decider` decision is measured against.
-fn bare(authorizer: &Authorizer, snap: &PolicySnapshot, r: &Request, e: &Entities) -> bool {
+fn bare(authorizer: &Authorizer, set: &PolicySet, r: &Request, e: &Entities) -> bool {
     // The bench's baseline (clippy.toml disallows it outside the policy layer): nothing acts
     // on this answer.
     #[allow(clippy::disallowed_methods)]
-    let resp = authorizer.is_authorized(r, &snap.set, e);
+    let resp = authorizer.is_authorized(r, set, e);
     resp.decision() == cedar_policy::Decision::Allow
 }
 
@@ -125,7 +126,7 @@ fn benches(c: &mut Criterion, s: &Setup) {
         let reqs = [req];
         let mut g = c.benchmark_group(tool);
         g.bench_function("bare_is_authorized", |b| {
-            b.iter(|| bare(&authorizer, &s.snap, black_box(&request), &entities))
+            b.iter(|| bare(&authorizer, &s.snap.set, black_box(&request), &entities))
         });
         g.bench_function("decider_uncached", |b| {
             b.iter(|| {
@@ -173,8 +174,11 @@ fn ratios(s: &Setup) {
     println!("\nratios (median of {ROUNDS} interleaved rounds of ~10 ms each):");
     for (tool, req) in requests(&s.session) {
         let (request, entities) = bare_inputs(&s.snap, &s.facts, tool, &req);
+        let slice = s.snap.slices.for_action(req.action.as_str(), &s.snap.set);
         let reqs = [req];
-        let mut bare_f = || bare(&authorizer, &s.snap, &request, &entities);
+        let mut bare_f = || bare(&authorizer, &s.snap.set, &request, &entities);
+        // The floor under slicing: Cedar alone on the policies of the request's action.
+        let mut sliced_f = || bare(&authorizer, slice, &request, &entities);
         let mut uncached_f = || {
             s.decider
                 .probe_uncached(&s.snap, &s.facts, tool, &reqs, &s.session)
@@ -189,21 +193,30 @@ fn ratios(s: &Setup) {
             calls_per_round(&mut bare_f),
             calls_per_round(&mut uncached_f),
             calls_per_round(&mut cached_f),
+            calls_per_round(&mut sliced_f),
         ];
-        let (mut b, mut u, mut c) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut b, mut u, mut c, mut sl) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..ROUNDS {
             b.push(per_call_ns(n[0], &mut bare_f));
             u.push(per_call_ns(n[1], &mut uncached_f));
             c.push(per_call_ns(n[2], &mut cached_f));
+            sl.push(per_call_ns(n[3], &mut sliced_f));
         }
-        let (b, u, c) = (median(&mut b), median(&mut u), median(&mut c));
+        let (b, u, c, sl) = (
+            median(&mut b),
+            median(&mut u),
+            median(&mut c),
+            median(&mut sl),
+        );
         println!(
-            "{tool:>13}: bare {:>9.2} us | uncached {:>9.2} us ({:.2}x bare) | cached {:>9.2} us ({:.2}x bare)",
+            "{tool:>13}: bare {:>9.2} us | uncached {:>9.2} us ({:.2}x bare) | cached {:>9.2} us ({:.2}x bare) | bare on the action's slice ({} policies) {:>9.2} us",
             b / 1e3,
             u / 1e3,
             u / b,
             c / 1e3,
-            c / b
+            c / b,
+            slice.policies().count(),
+            sl / 1e3
         );
     }
 }

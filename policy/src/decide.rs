@@ -747,10 +747,10 @@ pub(crate) fn decide_prepared(
                 continue;
             }
         };
-        // The one enforcing evaluation (clippy.toml disallows it elsewhere): every decision the
-        // server acts on comes from here.
         // Only the policies whose action scope can match (the same answer as the whole set).
         let set = snap.slices.for_action(req.action.as_str(), &snap.set);
+        // The one enforcing evaluation (clippy.toml disallows it elsewhere): every decision the
+        // server acts on comes from here.
         #[allow(clippy::disallowed_methods)]
         let resp = authorizer.is_authorized(&request, set, entities);
         let errors: Vec<String> = resp.diagnostics().errors().map(|e| e.to_string()).collect();

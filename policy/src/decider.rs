@@ -742,6 +742,44 @@ mod tests {
         assert_eq!(kinds, want);
     }
 
+    /// A decision evaluates its action's slice over only the action entities the slice can
+    /// look up: an action named in a condition (not only in a scope) is among them, so an `in`
+    /// on it answers as it does over every action entity.
+    #[test]
+    fn an_action_named_in_a_condition_is_in_the_store_of_a_sliced_decision() {
+        let mut bundle = PolicySource::Embedded.read().unwrap();
+        bundle.files.push(crate::load::SourceFile {
+            name: "base/zz-literal.cedar".into(),
+            text: r#"@id("test.literal")
+@reason("an action literal in a condition")
+forbid (principal, action == CodeSpace::Action::"read", resource)
+when { CodeSpace::Action::"exec_command" in CodeSpace::Action::"proc_spawn" && resource.path == "lit.txt" };
+"#
+            .into(),
+        });
+        let snap = Arc::new(compile(bundle).unwrap());
+        assert_eq!(
+            snap.slices.actions_needed("read").unwrap(),
+            ["exec_command", "proc_spawn", "read"]
+        );
+        let d = Decider::over(
+            Arc::clone(&snap),
+            crate::config::builtin_profiles(),
+            Arc::new(crate::NoRows),
+        );
+        let s = Session::stdio();
+        let lit = [path_request(crate::Action::READ, "lit.txt", "", &s)];
+        let other = [path_request(crate::Action::READ, "other.txt", "", &s)];
+        let denied = d.probe_uncached(&snap, &facts(), "read", &lit, &s);
+        assert!(!denied.allowed());
+        assert_eq!(denied.subs[0].policy_ids, ["test.literal"]);
+        assert!(denied.subs[0].errors.is_empty());
+        assert!(
+            d.probe_uncached(&snap, &facts(), "read", &other, &s)
+                .allowed()
+        );
+    }
+
     /// A long-running server decides for many clients and paths: the decision cache and the
     /// probe memo stay within their bounds however many distinct requests they see.
     #[test]

@@ -26,7 +26,7 @@ mod utf8;
 
 pub use cgroup::{PidsIsolation, PidsMechanism};
 pub use error::{ProcError, SpawnError};
-pub use spare::{REFILL_ENV, SPARE_ARG};
+pub use spare::SPARE_ARG;
 pub use steps::STEPS_SERVER_ENV;
 pub use supervisor::EXIT_WATCH_ENV;
 pub use table::ProcessTable;

@@ -30,21 +30,6 @@ use crate::pipe::{ExecPlan, PipeChild, spawn_pipe_lean};
 /// The argument that starts a launcher as a spare (the sandbox crate's `SPARE_ARG`).
 pub const SPARE_ARG: &str = "__sandbox-spare";
 
-/// When the table starts the next spare: `CODESPACE_SPARE_REFILL=spawn` in the server's
-/// environment starts it as a command starts (its exec and load then compete with that
-/// command's own start and exit for the cores); by default it starts once the command has
-/// exited, or [`REFILL_AFTER`] after its start if it still runs.
-pub const REFILL_ENV: &str = "CODESPACE_SPARE_REFILL";
-
-/// How long a running command holds back the next spare.
-pub(crate) const REFILL_AFTER: std::time::Duration = std::time::Duration::from_millis(50);
-
-/// Whether spares are started as a command starts (read once per process).
-pub(crate) fn refill_at_spawn() -> bool {
-    static AT_SPAWN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *AT_SPAWN.get_or_init(|| std::env::var_os(REFILL_ENV).is_some_and(|v| v == "spawn"))
-}
-
 /// One waiting spare.
 pub(crate) struct Spare {
     pid: u32,

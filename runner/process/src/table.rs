@@ -296,7 +296,6 @@ impl<M: Send + Sync + 'static> ProcessTable<M> {
             argv: spec.argv.clone(),
         };
 
-        let mut refill_later = None;
         let started = if spec.tty {
             spawn_pty(&PtyPlan {
                 program: &plan.program,
@@ -339,13 +338,8 @@ impl<M: Send + Sync + 'static> ProcessTable<M> {
                 }),
             };
             if plan.warm_spare {
-                // The next command's launcher, started ahead (it gets nothing of this one): now,
-                // or once this command has exited (below).
-                if crate::spare::refill_at_spawn() {
-                    self.inner.spares.refill(&plan.program, &plan.arg0);
-                } else {
-                    refill_later = Some((plan.program.clone(), plan.arg0.clone()));
-                }
+                // The next command's launcher, started ahead (it gets nothing of this one).
+                self.inner.spares.refill(&plan.program, &plan.arg0);
             }
             started.map(|c| Started::Pipe(Box::new(c)))
         } else {
@@ -452,17 +446,6 @@ impl<M: Send + Sync + 'static> ProcessTable<M> {
                 meta: Arc::new(meta),
             },
         );
-        if let Some((program, arg0)) = refill_later {
-            // Off the command's start and exit: its exit wakes its caller first, then this.
-            let spares = Arc::clone(&self.inner.spares);
-            let running = Arc::clone(&proc);
-            tokio::spawn(async move {
-                let _ =
-                    tokio::time::timeout(crate::spare::REFILL_AFTER, running.wait_exited()).await;
-                tokio::task::yield_now().await;
-                spares.refill(&program, &arg0);
-            });
-        }
         tokio::spawn(supervise(Supervision {
             proc,
             reaper,
