@@ -53,7 +53,8 @@ def rows(binary: str, runs: int, bench_profile: str) -> list[tuple[str, str, lis
         ("listing", "first find page <= 1.2x rg --files; full listing <= 1.5x rg --files",
          [sys.executable, str(SCRIPTS / "bench-find.py"), "--bin", binary, "--runs", str(runs)]),
         ("exec", 'exec_command ["true"] sandboxed and masked <= 3x a bare fork+exec of true',
-         [sys.executable, str(exec_driver)] if exec_driver else None),
+         [sys.executable, str(exec_driver), "--binary", binary, "--iters", "20", "--rounds", str(runs)]
+         if exec_driver else None),
         ("read", "read 10 KB over raw stdio <= 1.2x the bare rmcp floor",
          [str(SCRIPTS / "bench-peers"), *floor_arg, "--bin", binary]),
         ("rss", "RSS growth over 20 000 reads <= 1 MB",
