@@ -71,8 +71,9 @@ fn under_system_dir(p: &Path) -> bool {
     SYSTEM_DIRS.iter().any(|s| p.starts_with(s))
 }
 
-/// A name fit for a read path: letters, digits, `.`, `_`, `-` (others become `-`).
-fn plain_name(s: &str) -> String {
+/// A name fit for a file name and a shell word: letters, digits, `.`, `_`, `-` (others become
+/// `-`; an empty, `.` or `..` name becomes `dir`).
+pub fn plain_name(s: &str) -> String {
     let n: String = s
         .chars()
         .map(|c| {

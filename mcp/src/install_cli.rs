@@ -30,17 +30,10 @@ pub struct InstallArgs {
 /// The remote file's name: `codespace-<build id>`, the id's characters outside
 /// `[A-Za-z0-9._-]` turned into `-`.
 pub fn remote_name(build_id: &str) -> String {
-    let id: String = build_id
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    format!("codespace-{id}")
+    format!(
+        "codespace-{}",
+        codespace_engine::toolchains::plain_name(build_id)
+    )
 }
 
 /// A remote directory given on the command line: only `[A-Za-z0-9._/-]`, no `..` component

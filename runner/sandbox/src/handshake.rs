@@ -121,7 +121,11 @@ impl HelperEnd {
     /// Takes the descriptor named after [`HANDSHAKE_ARG`]: checks it is an open pipe and marks
     /// it close-on-exec (the target's `execve` closes it; nothing else is exec'd).
     pub(crate) fn take(number: &OsStr) -> Result<HelperEnd, SandboxError> {
-        let write = take_inherited_fd(number, HANDSHAKE_ARG, rustix::fs::FileType::Fifo, "a pipe")?;
+        let write = take_inherited_fd(
+            number,
+            HANDSHAKE_ARG,
+            Some((rustix::fs::FileType::Fifo, "a pipe")),
+        )?;
         Ok(HelperEnd { write })
     }
 
@@ -144,14 +148,13 @@ impl HelperEnd {
 }
 
 /// Takes a descriptor the runner handed this helper by number (after `arg`): a number above 2,
-/// open, of file type `kind` (`kind_name` in the refusal), marked close-on-exec so the target's
-/// `execve` closes it. The runner cleared close-on-exec on it for this helper alone, so nothing
+/// open, of file type `kind.0` when a type is given (`kind.1` names it in the refusal), marked
+/// close-on-exec so the target's `execve` closes it. The runner cleared close-on-exec on it for this helper alone, so nothing
 /// else in this process owns it.
 pub(crate) fn take_inherited_fd(
     number: &OsStr,
     arg: &str,
-    kind: rustix::fs::FileType,
-    kind_name: &str,
+    kind: Option<(rustix::fs::FileType, &str)>,
 ) -> Result<OwnedFd, SandboxError> {
     let bad = |what: &str| SandboxError::Usage(format!("{arg}: {what}"));
     let fd: RawFd = number
@@ -166,9 +169,11 @@ pub(crate) fn take_inherited_fd(
     // SAFETY: the descriptor is open (checked above) and nothing else in this process owns it:
     // the runner handed it to this helper alone.
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    let stat = rustix::fs::fstat(&owned).map_err(|_| bad("fstat failed"))?;
-    if rustix::fs::FileType::from_raw_mode(stat.st_mode) != kind {
-        return Err(bad(&format!("the descriptor is not {kind_name}")));
+    if let Some((kind, kind_name)) = kind {
+        let stat = rustix::fs::fstat(&owned).map_err(|_| bad("fstat failed"))?;
+        if rustix::fs::FileType::from_raw_mode(stat.st_mode) != kind {
+            return Err(bad(&format!("the descriptor is not {kind_name}")));
+        }
     }
     rustix::io::fcntl_setfd(&owned, rustix::io::FdFlags::CLOEXEC)
         .map_err(|_| bad("cannot mark it close-on-exec"))?;

@@ -2,14 +2,14 @@
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
 use crate::caps;
 use crate::error::SandboxError;
 use crate::fs_rules;
-use crate::handshake::{HANDSHAKE_ARG, HelperEnd};
+use crate::handshake::{HANDSHAKE_ARG, HelperEnd, take_inherited_fd};
 use crate::mask;
 use crate::mountns;
 use crate::netns;
@@ -143,7 +143,7 @@ fn split_self_start(mut args: &[OsString]) -> Result<(SelfStart, &[OsString]), S
                 }
                 start
                     .cgroups
-                    .push(inherited_fd(value, SELF_START_CGROUP_ARG)?);
+                    .push(take_inherited_fd(value, SELF_START_CGROUP_ARG, None)?);
                 args = rest;
             }
             [flag, value, rest @ ..] if flag == SELF_START_PARENT_ARG => {
@@ -166,26 +166,6 @@ fn split_self_start(mut args: &[OsString]) -> Result<(SelfStart, &[OsString]), S
             _ => return Ok((start, args)),
         }
     }
-}
-
-/// Takes an inherited descriptor named by number (above 2, open) and marks it close-on-exec.
-fn inherited_fd(number: &std::ffi::OsStr, flag: &str) -> Result<OwnedFd, SandboxError> {
-    let bad = |what: &str| SandboxError::Usage(format!("{flag}: {what}"));
-    let fd: i32 = number
-        .to_str()
-        .and_then(|s| s.parse().ok())
-        .filter(|fd| *fd > 2)
-        .ok_or_else(|| bad("not a descriptor number above 2"))?;
-    // SAFETY: F_GETFD only reads the descriptor's flags; a closed number fails with EBADF.
-    if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
-        return Err(bad("the descriptor is not open"));
-    }
-    // SAFETY: the descriptor is open (checked above) and nothing else in this process owns it:
-    // the process table handed it to this helper alone.
-    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    rustix::io::fcntl_setfd(&owned, rustix::io::FdFlags::CLOEXEC)
-        .map_err(|_| bad("cannot mark it close-on-exec"))?;
-    Ok(owned)
 }
 
 impl SelfStart {

@@ -104,7 +104,11 @@ fn wait_for_command(args: &[OsString]) -> Result<Received, SandboxError> {
 
 /// The control descriptor named by number: above 2, open, a socket; marked close-on-exec.
 fn control_fd(number: &std::ffi::OsStr) -> Result<OwnedFd, SandboxError> {
-    crate::handshake::take_inherited_fd(number, SPARE_ARG, rustix::fs::FileType::Socket, "a socket")
+    crate::handshake::take_inherited_fd(
+        number,
+        SPARE_ARG,
+        Some((rustix::fs::FileType::Socket, "a socket")),
+    )
 }
 
 /// Reads one whole message and every descriptor that came with it (close-on-exec).
