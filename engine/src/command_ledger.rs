@@ -42,7 +42,7 @@ impl CommandLedger {
         let op = self.operation_id.clone();
         let done = tokio::task::spawn_blocking(move || {
             // Every event queued before the exit is delivered before the sequence is read.
-            self.index.flush_watch();
+            self.index.flush_watch(&self.versions);
             let Some(paths) = self.versions.touched_since(self.since) else {
                 tracing::info!(operation_id = %self.operation_id, "file watcher degraded; the command's changed files are not recorded");
                 return Ok(());

@@ -40,6 +40,9 @@ struct Shared {
     root: PathBuf,
     maps: Mutex<Maps>,
     failed: AtomicBool,
+    /// The thread has delivered every event it read and waits for more: set after a read
+    /// found the kernel's queue empty, cleared before the next read ([`DirWatcher::quiet`]).
+    idle: AtomicBool,
     handler: Handler,
 }
 
@@ -73,6 +76,7 @@ impl DirWatcher {
             root: root.to_path_buf(),
             maps: Mutex::new(Maps::default()),
             failed: AtomicBool::new(false),
+            idle: AtomicBool::new(false),
             handler,
         });
         let s = Arc::clone(&shared);
@@ -107,6 +111,16 @@ impl DirWatcher {
     /// Registers the whole tree (the watcher's own walk: names only, no `stat` per entry).
     pub(crate) fn watch_tree(&self) {
         self.shared.add_tree(&self.shared.root.clone());
+    }
+
+    /// True when every event of a change made before this call has been delivered: the kernel
+    /// queues an inotify event before the change's system call returns, so an empty queue
+    /// (checked first) and a thread waiting with nothing in hand (checked second: it reads
+    /// only after clearing `idle`) mean nothing is left to deliver. False says nothing: the
+    /// caller fences ([`crate::index`]'s fence file) instead.
+    pub(crate) fn quiet(&self) -> bool {
+        matches!(rustix::io::ioctl_fionread(&self.shared.fd), Ok(0))
+            && self.shared.idle.load(Ordering::SeqCst)
     }
 
     /// True when a registration failed: some directory may not be watched.
@@ -205,6 +219,8 @@ impl Shared {
                         .map(|n| OsStr::from_bytes(n.to_bytes()).to_os_string()),
                 ),
                 Err(Errno::AGAIN) => {
+                    // The reader's buffer and the kernel's queue are empty: all delivered.
+                    self.idle.store(true, Ordering::SeqCst);
                     let mut fds = [
                         rustix::event::PollFd::new(&self.fd, rustix::event::PollFlags::IN),
                         rustix::event::PollFd::from_borrowed_fd(
@@ -212,7 +228,10 @@ impl Shared {
                             rustix::event::PollFlags::IN,
                         ),
                     ];
-                    match rustix::event::poll(&mut fds, None) {
+                    let polled = rustix::event::poll(&mut fds, None);
+                    // Cleared before the next read takes events out of the kernel's queue.
+                    self.idle.store(false, Ordering::SeqCst);
+                    match polled {
                         Ok(_) | Err(Errno::INTR) => {}
                         Err(_) => return,
                     }
@@ -358,6 +377,76 @@ mod tests {
                 return;
             }
         }
+    }
+
+    /// Waits (bounded) until the watcher says it is quiet.
+    fn until_quiet(w: &DirWatcher) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !w.quiet() {
+            assert!(std::time::Instant::now() < deadline, "never quiet");
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn quiet_is_never_said_while_an_event_is_undelivered() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap();
+        let seen = Arc::new(Mutex::new(Vec::<PathBuf>::new()));
+        let (entered_tx, entered) = std::sync::mpsc::channel::<()>();
+        let (release, release_rx) = std::sync::mpsc::channel::<()>();
+        let (entered_tx, release_rx) = (Mutex::new(entered_tx), Mutex::new(release_rx));
+        let blocker = root.join("block");
+        let s = Arc::clone(&seen);
+        let w = DirWatcher::start(
+            &root,
+            Box::new(move |e| {
+                let Ok(e) = e else { return };
+                // The handler holds the blocker's event until the test releases it.
+                if e.paths.iter().any(|p| p == &blocker) && matches!(e.kind, EventKind::Create(_)) {
+                    entered_tx.lock().unwrap().send(()).unwrap();
+                    release_rx.lock().unwrap().recv().unwrap();
+                }
+                s.lock().unwrap().extend(e.paths);
+            }),
+        )
+        .unwrap();
+        w.watch_tree();
+        until_quiet(&w);
+        // An event in the handler's hands: not quiet, whatever the kernel's queue holds.
+        std::fs::write(root.join("block"), b"").unwrap();
+        entered.recv_timeout(Duration::from_secs(30)).unwrap();
+        assert!(!w.quiet(), "quiet while the handler held an event");
+        // An event queued behind it: not quiet either.
+        std::fs::write(root.join("queued"), b"").unwrap();
+        assert!(!w.quiet(), "quiet with an event in the kernel's queue");
+        release.send(()).unwrap();
+        until_quiet(&w);
+        {
+            let got = seen.lock().unwrap();
+            assert!(
+                got.contains(&root.join("queued")),
+                "quiet before delivery: {got:?}"
+            );
+        }
+        // Each change made before a `quiet` answer was delivered before it.
+        let mut quiet_answers = 0;
+        for i in 0..200 {
+            let p = root.join(format!("f{i}"));
+            std::fs::write(&p, b"").unwrap();
+            if w.quiet() {
+                quiet_answers += 1;
+                let got = seen.lock().unwrap();
+                assert!(
+                    got.contains(&p),
+                    "quiet before {} was delivered",
+                    p.display()
+                );
+            }
+        }
+        until_quiet(&w);
+        assert!(seen.lock().unwrap().contains(&root.join("f199")));
+        eprintln!("quiet answered right after a change {quiet_answers} times of 200");
     }
 
     #[test]

@@ -599,11 +599,26 @@ pub(crate) struct ExitWatch {
     pub(crate) proxy_control: Option<tokio::task::AbortHandle>,
     /// The operation ledger's record of the files the command changed (issue 31).
     pub(crate) ledger: Option<crate::command_ledger::CommandLedger>,
+    /// Told once the `running` row is written (the call's reply waits for it).
+    pub(crate) recorded: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl ExitWatch {
-    pub(crate) async fn run(self) {
+    pub(crate) async fn run(mut self) {
         let id = self.row.process_id.clone();
+        // The `running` row, while the call goes on (its reply waits for `recorded`); written
+        // before anything else of this task, so a command that exits at once never has its
+        // `exited` row overwritten by it.
+        if let Some(store) = &self.store {
+            let (store, row) = (Arc::clone(store), self.row.clone());
+            let written = tokio::task::spawn_blocking(move || store.upsert_process(&row)).await;
+            if !matches!(written, Ok(Ok(()))) {
+                tracing::error!(process_id = %id, "cannot record process");
+            }
+        }
+        if let Some(recorded) = self.recorded.take() {
+            let _ = recorded.send(());
+        }
         let waited = self
             .runner
             .wait(api::ProcessRef {

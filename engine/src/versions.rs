@@ -207,6 +207,16 @@ impl Versions {
         (out, true)
     }
 
+    /// True when the watcher runs and has delivered every event of a change made before this
+    /// call ([`crate::dir_watch::DirWatcher::quiet`]): a fence can be skipped.
+    pub(crate) fn watch_quiet(&self) -> bool {
+        let w = match self.watcher.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        w.as_ref().is_some_and(|w| !w.failed() && w.quiet())
+    }
+
     /// What the watcher calls on every event: the observer first, then this table.
     fn handler(&self) -> crate::dir_watch::Handler {
         let table = Arc::clone(&self.table);

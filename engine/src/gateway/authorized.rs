@@ -236,9 +236,10 @@ impl Authorized<'_> {
     /// The secret masks a command of this call needs (decided here, see `gateway/masks.rs`).
     pub(crate) async fn secret_masks(
         &self,
+        listing: &crate::index::start::StartListing<'_>,
     ) -> Result<Vec<crate::mask_cache::Mask>, crate::ToolError> {
         self.gateway
-            .secret_masks(self.snap, self.ws, self.session)
+            .secret_masks(self.snap, self.ws, self.session, listing)
             .await
     }
 
@@ -247,6 +248,7 @@ impl Authorized<'_> {
     pub(crate) async fn write_scope(
         &self,
         exec: &crate::request::ExecFacts,
+        listing: &crate::index::start::StartListing<'_>,
     ) -> Result<super::write_scope::WriteScope, crate::ToolError> {
         super::write_scope::write_scope(
             self.gateway,
@@ -255,6 +257,7 @@ impl Authorized<'_> {
             self.session,
             &self.decision,
             exec,
+            listing,
         )
         .await
     }
@@ -266,6 +269,7 @@ impl Authorized<'_> {
         hook_decision: &Decision,
         exec: &crate::request::ExecFacts,
         dirs: &[RelPath],
+        listing: &crate::index::start::StartListing<'_>,
     ) -> Result<super::write_scope::WriteScope, crate::ToolError> {
         super::write_scope::hook_write_scope(
             self.gateway,
@@ -275,6 +279,7 @@ impl Authorized<'_> {
             hook_decision,
             exec,
             dirs,
+            listing,
         )
         .await
     }

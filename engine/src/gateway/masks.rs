@@ -26,17 +26,18 @@ impl Gateway {
         snap: &PolicySnapshot,
         ws: &WorkspaceRuntime,
         session: &Session,
+        listing: &crate::index::start::StartListing<'_>,
     ) -> Result<Vec<Mask>, ToolError> {
         if ws.facts.secret_masking != crate::facts::MaskingFact::Enforced {
             return Ok(Vec::new());
         }
-        crate::index::ensure_reaper(&ws.index);
-        let index = Arc::clone(&ws.index);
-        let versions = Arc::clone(&ws.versions);
-        let (listing, _) = tokio::task::spawn_blocking(move || index.listing(&versions))
-            .await
-            .map_err(|e| refuse(format!("listing task: {e}")))?
-            .map_err(|e| refuse(format!("the workspace could not be listed: {e}")))?;
+        let listing = Arc::clone(
+            listing
+                .get()
+                .await
+                .as_ref()
+                .map_err(|e| refuse(e.clone()))?,
+        );
         check_complete(&listing, self.config().limits.max_walk_entries)?;
         let cache = &ws.index.masks;
         let key = format!(
@@ -240,7 +241,10 @@ mod tests {
     async fn masks_of(gw: &Gateway) -> Result<Vec<String>, ToolError> {
         let snap = gw.policy().snapshot();
         let ws = gw.workspace("w").unwrap();
-        let masks = gw.secret_masks(&snap, ws, &Session::stdio()).await?;
+        let listing = crate::index::start::StartListing::new(&ws.index, &ws.versions);
+        let masks = gw
+            .secret_masks(&snap, ws, &Session::stdio(), &listing)
+            .await?;
         Ok(masks.into_iter().map(|m| m.path).collect())
     }
 

@@ -75,11 +75,10 @@ impl Services {
         reason: Option<&str>,
     ) {
         let Some(store) = &self.store else { return };
-        if let Err(e) = store.finish_operation(id, status.as_str(), Some(result)) {
+        // The status and its `finished` step: one commit.
+        if let Err(e) = store.finish_operation_with_event(id, status.as_str(), Some(result), reason)
+        {
             tracing::error!(operation_id = id, error = %e, "cannot finish operation");
-        }
-        if let Err(e) = store.add_operation_event(id, "finished", Some(status.as_str()), reason) {
-            tracing::error!(operation_id = id, error = %e, "cannot add operation event");
         }
         let redactor = self.config.redaction.current();
         let reason = reason.map(|r| redactor.text(r));
@@ -113,14 +112,17 @@ pub(crate) fn begin_operation(
     };
     // Owned by this server instance: another server starting on the same store leaves the
     // operation, its journal and its processes alone while this one runs.
+    // The operation and its `minted` step: one commit.
     match store
-        .create_owned_operation(&row, scope.as_ref(), Some(gw.temps.instance()))
+        .create_owned_operation_with_event(
+            &row,
+            scope.as_ref(),
+            Some(gw.temps.instance()),
+            "minted",
+        )
         .map_err(store_err)?
     {
         KeyClaim::Created => {
-            store
-                .add_operation_event(&id, "minted", None, None)
-                .map_err(store_err)?;
             crate::telemetry::operation_step(&id, "minted", None, None);
             Ok(Begin::New(id))
         }

@@ -7,6 +7,7 @@
 
 use super::{Gateway, WorkspaceRuntime};
 use crate::error::{ErrorCode, ToolError};
+use crate::index::start::StartListing;
 use crate::policy::PolicySnapshot;
 use crate::policy::decide::Decision;
 use crate::request::{ExecFacts, Session, write_scope_candidates, write_scope_requests};
@@ -220,9 +221,10 @@ pub(crate) async fn write_scope(
     session: &Session,
     exec_decision: &Decision,
     exec: &ExecFacts,
+    listing: &StartListing<'_>,
 ) -> Result<WriteScope, ToolError> {
     let configured = gw.config().command_write_paths(&ws.facts.id);
-    let nested = nested_git(ws).await;
+    let nested = nested_git(listing).await;
     let candidates = write_scope_candidates(&exec.cwd, &configured, &nested);
     let cwd_allowed = exec_decision
         .subs
@@ -266,8 +268,9 @@ pub(crate) async fn hook_write_scope(
     hook_decision: &Decision,
     exec: &ExecFacts,
     dirs: &[RelPath],
+    listing: &StartListing<'_>,
 ) -> Result<WriteScope, ToolError> {
-    let nested = nested_git(ws).await;
+    let nested = nested_git(listing).await;
     let mut candidates: Vec<RelPath> = Vec::new();
     for c in dirs
         .iter()
@@ -300,12 +303,8 @@ pub(crate) async fn hook_write_scope(
 
 /// The nested `.git` entries the workspace's path index lists (not the root's own `.git`,
 /// always a candidate), at most [`MAX_NESTED_GIT`]; none when the index cannot list.
-async fn nested_git(ws: &WorkspaceRuntime) -> Vec<RelPath> {
-    crate::index::ensure_reaper(&ws.index);
-    let index = Arc::clone(&ws.index);
-    let versions = Arc::clone(&ws.versions);
-    let Ok(Ok((listing, _))) = tokio::task::spawn_blocking(move || index.listing(&versions)).await
-    else {
+async fn nested_git(listing: &StartListing<'_>) -> Vec<RelPath> {
+    let Ok(listing) = listing.get().await else {
         return Vec::new();
     };
     listing

@@ -170,6 +170,7 @@ pub(super) fn launcher(
             .collect(),
         self_start: launch.self_start,
         warm_spare: launch.warm_spare,
+        spare_args: launch.spare_args,
     };
     (launch.handshake, launcher)
 }

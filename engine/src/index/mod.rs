@@ -37,6 +37,7 @@ use crate::wire::WalkReason;
 mod caches;
 mod persist;
 mod remote;
+pub(crate) mod start;
 pub(crate) mod walk;
 mod watch;
 
@@ -328,7 +329,41 @@ impl PathIndex {
         if st.listing.is_none() && !versions.is_watching() && !versions.recently_failed() {
             return self.first_listing(&mut st, versions);
         }
-        self.listing_locked(&mut st, || versions.ensure_watching())
+        self.listing_locked(&mut st, || versions.ensure_watching(), &|| {
+            versions.watch_quiet()
+        })
+    }
+
+    /// The current listing without a trip to the blocking pool, when there is nothing to apply
+    /// to it: the watcher has delivered every event of a change made before this call
+    /// ([`crate::versions::Versions::watch_quiet`], asked first) and none was recorded since the
+    /// listing was taken. `None` (also while a listing is being built): call
+    /// [`PathIndex::listing`] off the async workers.
+    pub(crate) fn current_if_quiet(
+        &self,
+        versions: &crate::versions::Versions,
+    ) -> Option<Arc<Listing>> {
+        if self.runner.is_some() {
+            return None;
+        }
+        let mut st = self.state.try_lock().ok()?;
+        let listing = st.listing.clone()?;
+        if self
+            .fence
+            .as_ref()
+            .is_none_or(|f| f.broken.load(Ordering::Acquire))
+            || !versions.watch_quiet()
+        {
+            return None;
+        }
+        {
+            let ev = lock(&self.events);
+            if !ev.collecting || !ev.dirty.is_empty() || ev.overflow || ev.ignore_changed {
+                return None;
+            }
+        }
+        st.last_used = Some(Instant::now());
+        Some(listing)
     }
 
     /// Records what the watcher reports from now on, dropping what it recorded before.
@@ -403,13 +438,16 @@ impl PathIndex {
         watching: impl FnOnce() -> bool,
     ) -> Result<(Arc<Listing>, Option<WalkReason>), FsError> {
         let mut st = lock(&self.state);
-        self.listing_locked(&mut st, watching)
+        self.listing_locked(&mut st, watching, &|| false)
     }
 
+    /// `quiet`: the watcher has nothing left to deliver ([`crate::versions::Versions::watch_quiet`]),
+    /// so the fence file can be skipped.
     fn listing_locked(
         &self,
         st: &mut State,
         watching: impl FnOnce() -> bool,
+        quiet: &dyn Fn() -> bool,
     ) -> Result<(Arc<Listing>, Option<WalkReason>), FsError> {
         st.last_used = Some(Instant::now());
         {
@@ -423,7 +461,7 @@ impl PathIndex {
                 ev.ignore_changed = false;
             }
         }
-        if !watching() || !self.flush() {
+        if !watching() || !self.flush(quiet) {
             lock(&self.events).collecting = false;
             self.reset(st);
             let listing = Arc::new(self.walk_all()?);

@@ -435,7 +435,9 @@ impl PathIndex {
         }
         let stamps = self.stamp_dirs(&current, SystemTime::now());
         drop(current);
-        let Ok((listing, why)) = self.listing_locked(&mut st, || versions.is_watching()) else {
+        let Ok((listing, why)) = self.listing_locked(&mut st, || versions.is_watching(), &|| {
+            versions.watch_quiet()
+        }) else {
             return;
         };
         if why.is_some()

@@ -25,12 +25,16 @@ impl PathIndex {
 
     /// Waits until the watcher delivered every event queued before this call; false when that
     /// cannot be shown (no fence event within [`FENCE_WAIT`]; the fence is then given up).
-    pub(super) fn flush(&self) -> bool {
+    /// `quiet` true (the watcher holds nothing undelivered) shows it without a fence file.
+    pub(super) fn flush(&self, quiet: &dyn Fn() -> bool) -> bool {
         let Some(f) = &self.fence else {
             return false;
         };
         if f.broken.load(Ordering::Acquire) {
             return false;
+        }
+        if quiet() {
+            return true;
         }
         let n = f.next.fetch_add(1, Ordering::AcqRel) + 1;
         let path = f.dir.path().join(format!("f{n}"));
@@ -52,8 +56,8 @@ impl PathIndex {
 
     /// [`PathIndex::flush`] for the operation ledger (a command's changed files are read once
     /// every event before its exit was delivered).
-    pub(crate) fn flush_watch(&self) -> bool {
-        self.flush()
+    pub(crate) fn flush_watch(&self, versions: &crate::versions::Versions) -> bool {
+        self.flush(&|| versions.watch_quiet())
     }
 
     /// The watcher callback that feeds this index.

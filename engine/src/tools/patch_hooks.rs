@@ -262,12 +262,17 @@ async fn start(
         }
     }
     let paths = command_paths(auth)?;
-    let masks = auth.secret_masks().await?;
+    // One fenced listing serves the masks and the write scope's nested `.git`.
+    let listing = crate::index::start::StartListing::new(&ws.index, &ws.versions);
+    let masks = auth.secret_masks(&listing).await?;
     // Only after_patch writes: the patched files' directories, as decided.
     let scope = if stage == HookStage::AfterPatch && !write_dirs.is_empty() {
         let mut exec = crate::request::exec_facts(&hook_exec_params(&ws.facts.id, argv), session)?;
         with_hook_context(&mut exec.ctx, &hook_facts(stage, argv).0);
-        Some(auth.hook_write_scope(decision, &exec, write_dirs).await?)
+        Some(
+            auth.hook_write_scope(decision, &exec, write_dirs, &listing)
+                .await?,
+        )
     } else {
         None
     };

@@ -239,16 +239,9 @@ pub(crate) async fn exec_command(
     if let Some(lease) = lease {
         lease.into_process_of(&id, &session.client);
     }
-    // The `running` row is written before the exit watcher starts: a command that exits at once
-    // must not have its `exited` row overwritten by this one.
-    if let Some(s) = &auth.store {
-        let (s, row) = (Arc::clone(s), row.clone());
-        let written = tokio::task::spawn_blocking(move || s.upsert_process(&row)).await;
-        if !matches!(written, Ok(Ok(()))) {
-            tracing::error!(process_id = %id, "cannot record process");
-        }
-    }
-    // The exit watcher: the store row, the lease, `lost` when the runner's worker goes away.
+    // The exit watcher: the store rows (`running`, then the exit), the lease, `lost` when the
+    // runner's worker goes away. The reply leaves once the `running` row is written.
+    let (recorded, row_written) = tokio::sync::oneshot::channel();
     tokio::spawn(
         ExitWatch {
             runner: Arc::clone(&runner),
@@ -258,6 +251,7 @@ pub(crate) async fn exec_command(
             row,
             proxy_control,
             ledger: Some(ledger),
+            recorded: Some(recorded),
         }
         .run(),
     );
@@ -284,6 +278,7 @@ pub(crate) async fn exec_command(
     );
     tracing::debug!(process_id = %id, pid, "process started");
     let Some(yield_ms) = p.yield_ms else {
+        let _ = row_written.await;
         return Ok(result);
     };
     let budget = capped(yield_ms);
@@ -310,6 +305,7 @@ pub(crate) async fn exec_command(
     result.eof = Some(read.eof);
     result.stderr_chunk = read.stderr_chunk;
     result.stderr_cursor = read.stderr_cursor;
+    let _ = row_written.await;
     Ok(result)
 }
 
@@ -424,16 +420,18 @@ async fn start(
     let sandboxed = requires_sandbox(ws);
     let on_host = on_host(auth, ws);
     let paths = command_paths(auth)?;
+    // One fenced listing serves the write scope's nested `.git` and the masks.
+    let listing = crate::index::start::StartListing::new(&ws.index, &ws.versions);
     // Where the command may write: `process_write` decided per candidate directory.
     let scope = if sandboxed {
         let exec = crate::request::exec_facts(p, session)?;
-        Some(auth.write_scope(&exec).await?)
+        Some(auth.write_scope(&exec, &listing).await?)
     } else {
         None
     };
     // Paths policy withholds from `read` are masked from the command too (fail closed).
     let masks = if sandboxed {
-        auth.secret_masks().await?
+        auth.secret_masks(&listing).await?
     } else {
         Vec::new()
     };

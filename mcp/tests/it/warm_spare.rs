@@ -279,3 +279,72 @@ fn a_spare_dies_with_a_killed_server() {
         "a spare outlived its killed server: {waiting:?}"
     );
 }
+
+/// The network namespace a command of `ws` runs in (`/proc/self/ns/net`), and whether a warm
+/// spare served it.
+fn net_probe(s: &mut StdioServer, ws: &str) -> (String, bool) {
+    let r = s.tool_ok(
+        "exec_command",
+        json!({"workspace_id": ws, "command": ["readlink", "/proc/self/ns/net"],
+               "yield_ms": 20000}),
+    );
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let out = r["chunk"].as_str().unwrap_or_default().to_owned();
+    let warm = out
+        .lines()
+        .find(|l| l.starts_with("codespace-sandbox-steps:"))
+        .unwrap_or_else(|| panic!("no step line in {out}"))
+        .contains(" spare=");
+    let net = out
+        .lines()
+        .find(|l| l.starts_with("net:["))
+        .unwrap_or_else(|| panic!("no namespace in {out}"))
+        .to_owned();
+    (net, warm)
+}
+
+#[test]
+fn a_spare_of_one_network_shape_never_serves_a_command_of_the_other() {
+    const TEST: &str = "a_spare_of_one_network_shape_never_serves_a_command_of_the_other";
+    if skip_without_sandbox(TEST) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // `open`: the network granted (no namespace of its own); `closed`: none (a private one,
+    // which its spare may make while it waits).
+    let (open, closed) = (dir.path().join("open"), dir.path().join("closed"));
+    workspace(&open, "A=1\n", None);
+    workspace(&closed, "B=1\n", None);
+    let steps = json!({"CODESPACE_SANDBOX_STEPS": "1"});
+    let mut s = serve(
+        dir.path(),
+        json!({
+            "open": {"root": open, "network": "enabled", "env": steps},
+            "closed": {"root": closed, "env": steps},
+        }),
+    );
+    let host = std::fs::read_link(format!("/proc/{}/ns/net", s.pid()))
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let (mut warm_open, mut warm_closed) = (0, 0);
+    // Interleaved: each shape's spare waits beside the other's.
+    for _ in 0..8 {
+        let (net, warm) = net_probe(&mut s, "open");
+        assert_eq!(
+            net, host,
+            "a command with the network ran in a private namespace"
+        );
+        warm_open += usize::from(warm);
+        let (net, warm) = net_probe(&mut s, "closed");
+        assert_ne!(
+            net, host,
+            "a command without the network ran in the server's namespace"
+        );
+        warm_closed += usize::from(warm);
+    }
+    if !require_warm(warm_open.min(warm_closed), TEST) {
+        return;
+    }
+    s.close_and_wait(Duration::from_secs(20));
+}

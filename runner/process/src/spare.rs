@@ -5,7 +5,9 @@
 //! knows nothing of any command until it is used: the hand-over sends it the launcher's
 //! arguments, the environment, the working directory and the inherited descriptors (the
 //! cgroup's among them: it joins its cgroup then, as a cold launcher does). A spare serves one
-//! command and is gone; at most one waits per launcher program (one table per environment).
+//! command and is gone; at most one waits per launcher program and shape (the launcher's
+//! `spare_args`, e.g. the sandbox helper's private network made ahead; one table per
+//! environment), and a command is handed only to a spare of its own shape.
 //!
 //! The control descriptor is one end of an anonymous `socketpair(AF_UNIX, SOCK_STREAM)` (a pipe
 //! cannot carry descriptors), close-on-exec in the server and handed to that spare alone: it is
@@ -47,16 +49,19 @@ impl Drop for Spare {
     }
 }
 
-/// The spares of one table, by launcher program.
+/// The spares of one table, by launcher program and shape.
 #[derive(Default)]
 pub(crate) struct Spares {
     state: Mutex<State>,
 }
 
+/// A launcher program and the arguments its spare starts with ([`crate::Launcher::spare_args`]).
+type Shape = (PathBuf, Vec<String>);
+
 #[derive(Default)]
 struct State {
-    ready: HashMap<PathBuf, Spare>,
-    starting: HashSet<PathBuf>,
+    ready: HashMap<Shape, Spare>,
+    starting: HashSet<Shape>,
     closed: bool,
 }
 
@@ -65,32 +70,34 @@ impl Spares {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The spare waiting for `program`, if one is.
-    pub(crate) fn take(&self, program: &Path) -> Option<Spare> {
-        self.state().ready.remove(program)
+    /// The spare of `program` started with `args`, if one waits: never one of another shape.
+    pub(crate) fn take(&self, program: &Path, args: &[String]) -> Option<Spare> {
+        self.state()
+            .ready
+            .remove(&(program.to_path_buf(), args.to_vec()))
     }
 
-    /// Starts a spare for `program` in the background unless one waits or is starting. It runs
-    /// on a runtime worker thread (a long-lived one: the spare's parent-death signal follows the
-    /// thread that started it).
-    pub(crate) fn refill(self: &Arc<Self>, program: &Path, arg0: &OsStr) {
+    /// Starts a spare of `program` with `args` in the background unless one of that shape waits
+    /// or is starting. It runs on a runtime worker thread (a long-lived one: the spare's
+    /// parent-death signal follows the thread that started it).
+    pub(crate) fn refill(self: &Arc<Self>, program: &Path, arg0: &OsStr, args: &[String]) {
+        let shape: Shape = (program.to_path_buf(), args.to_vec());
         {
             let mut state = self.state();
-            if state.closed || state.ready.contains_key(program) || state.starting.contains(program)
-            {
+            if state.closed || state.ready.contains_key(&shape) || state.starting.contains(&shape) {
                 return;
             }
-            state.starting.insert(program.to_path_buf());
+            state.starting.insert(shape.clone());
         }
         let me = Arc::clone(self);
-        let (program, arg0) = (program.to_path_buf(), arg0.to_os_string());
+        let arg0 = arg0.to_os_string();
         tokio::spawn(async move {
-            let started = start(&program, &arg0);
+            let started = start(&shape.0, &arg0, &shape.1);
             let mut state = me.state();
-            state.starting.remove(&program);
+            state.starting.remove(&shape);
             match started {
                 Ok(spare) if !state.closed => {
-                    state.ready.insert(program, spare);
+                    state.ready.insert(shape, spare);
                 }
                 Ok(spare) => {
                     drop(state);
@@ -112,8 +119,8 @@ impl Spares {
     }
 }
 
-/// Starts `program SPARE_ARG <control> --parent-pid <server>` with no environment.
-fn start(program: &Path, arg0: &OsStr) -> Result<Spare, SpawnError> {
+/// Starts `program SPARE_ARG <control> --parent-pid <server> <shape…>` with no environment.
+fn start(program: &Path, arg0: &OsStr, shape: &[String]) -> Result<Spare, SpawnError> {
     let (mine, theirs) = socketpair(
         AddressFamily::UNIX,
         SocketType::STREAM,
@@ -122,12 +129,13 @@ fn start(program: &Path, arg0: &OsStr) -> Result<Spare, SpawnError> {
     )
     .map_err(|e| SpawnError::SpawnFailed(format!("cannot create a spare's control: {e}")))?;
     let number = theirs.as_raw_fd();
-    let args = [
+    let mut args = vec![
         SPARE_ARG.to_owned(),
         number.to_string(),
         crate::types::SELF_START_PARENT_ARG.to_owned(),
         rustix::process::getpid().as_raw_nonzero().get().to_string(),
     ];
+    args.extend(shape.iter().cloned());
     let child = spawn_pipe_lean(&ExecPlan {
         program,
         arg0,

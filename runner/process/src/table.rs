@@ -117,6 +117,8 @@ struct Plan {
     self_start: bool,
     /// A warm spare may run it ([`crate::Launcher::warm_spare`]).
     warm_spare: bool,
+    /// The spare's shape ([`crate::Launcher::spare_args`]).
+    spare_args: Vec<String>,
 }
 
 fn plan_for(spec: &SpawnSpec, first: &str) -> Result<Plan, SpawnError> {
@@ -131,6 +133,7 @@ fn plan_for(spec: &SpawnSpec, first: &str) -> Result<Plan, SpawnError> {
             inherit_fds: Vec::new(),
             self_start: false,
             warm_spare: false,
+            spare_args: Vec::new(),
         });
     };
     let launcher_str = launcher.program.to_string_lossy().into_owned();
@@ -157,6 +160,7 @@ fn plan_for(spec: &SpawnSpec, first: &str) -> Result<Plan, SpawnError> {
             .collect(),
         self_start: launcher.self_start,
         warm_spare: launcher.self_start && launcher.warm_spare,
+        spare_args: launcher.spare_args.clone(),
     })
 }
 
@@ -310,7 +314,7 @@ impl<M: Send + Sync + 'static> ProcessTable<M> {
         } else if plan.self_start {
             add_self_start(&mut plan, &join);
             let spare = if plan.warm_spare {
-                self.inner.spares.take(&plan.program)
+                self.inner.spares.take(&plan.program, &plan.spare_args)
             } else {
                 None
             };
@@ -339,7 +343,9 @@ impl<M: Send + Sync + 'static> ProcessTable<M> {
             };
             if plan.warm_spare {
                 // The next command's launcher, started ahead (it gets nothing of this one).
-                self.inner.spares.refill(&plan.program, &plan.arg0);
+                self.inner
+                    .spares
+                    .refill(&plan.program, &plan.arg0, &plan.spare_args);
             }
             started.map(|c| Started::Pipe(Box::new(c)))
         } else {

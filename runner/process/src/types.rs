@@ -72,6 +72,10 @@ pub struct Launcher {
     /// go over the descriptor `<fd>` then (see `runner/process/src/spare.rs`). A spare serves one
     /// command; when none waits, the command starts cold as with `self_start` alone.
     pub warm_spare: bool,
+    /// With `warm_spare`: arguments a spare is started with after its parent pid (its shape,
+    /// e.g. the sandbox helper's `--private-network`). Spares are kept per program and these
+    /// arguments: a spare serves only a command whose launcher names the same.
+    pub spare_args: Vec<String>,
 }
 
 /// See [`Launcher::self_start`] (the sandbox helper's `SELF_START_CGROUP_ARG`).

@@ -39,7 +39,7 @@ use crate::steps::{STEPS_ENV, STEPS_SERVER_ENV, Steps};
 /// [`SandboxError::exit_code`] (126, or 127 when the program does not exist), as
 /// [`run_helper`] does. Call it while the process is still single-threaded.
 pub fn helper_main(args: &[OsString]) -> SandboxError {
-    helper_main_after(args, Ok(()), None)
+    helper_main_after(args, Ok(()), None, None)
 }
 
 /// The command's environment: the process's own, or the list a warm spare was handed.
@@ -55,11 +55,14 @@ fn lookup(env: EnvList<'_>, name: &str) -> Option<OsString> {
 /// [`helper_main`] for a warm spare ([`crate::spare`]): `before` is how putting the command's
 /// environment and working directory in place went (a failure is refused through the
 /// handshake like any other), and `env` is the command's environment it was handed (the target
-/// gets exactly that; the first step mark is then `spare` instead of `start`).
+/// gets exactly that; the first step mark is then `spare` instead of `start`). `netns_ahead`:
+/// the private network namespace the spare entered while it waited (it then serves only a
+/// plan without the network).
 pub(crate) fn helper_main_after(
     args: &[OsString],
     before: Result<(), SandboxError>,
     env: EnvList<'_>,
+    netns_ahead: Option<netns::NetnsOutcome>,
 ) -> SandboxError {
     let first = if env.is_some() { "spare" } else { "start" };
     let mut steps = Steps::from_env(first, |name| lookup(env, name));
@@ -70,7 +73,9 @@ pub(crate) fn helper_main_after(
     let prepared = before
         .and_then(|()| split_self_start(args))
         .and_then(|(start, args)| start.apply().map(|()| args))
-        .and_then(|args| prepare(args, handshake.as_ref(), &mut steps, env).map(|c| (args, c)));
+        .and_then(|args| {
+            prepare(args, handshake.as_ref(), &mut steps, env, netns_ahead).map(|c| (args, c))
+        });
     let err = match prepared {
         Ok((args, mut command)) => {
             steps.report();
@@ -198,6 +203,7 @@ fn prepare(
     handshake: Option<&HelperEnd>,
     steps: &mut Steps,
     env: EnvList<'_>,
+    netns_ahead: Option<netns::NetnsOutcome>,
 ) -> Result<Command, SandboxError> {
     let (program, rest) = split_argv(args)?;
     let plan = read_plan(lookup(env, PLAN_ENV))?;
@@ -219,14 +225,20 @@ fn prepare(
         .map_err(|e| SandboxError::Hardening(format!("prctl(PR_SET_NO_NEW_PRIVS) failed: {e}")))?;
     own_session()?;
     steps.mark("session");
+    // A spare's namespace made ahead is fresh and this process's alone: it stands for the
+    // one entered here.
+    let enter = || match netns_ahead {
+        Some(outcome) => Ok(outcome),
+        None => netns::enter_private_netns(),
+    };
     match plan.network {
         NetworkMode::Restricted => {
-            netns::enter_private_netns()?;
+            enter()?;
         }
         NetworkMode::Proxy => {
             // Inet sockets are allowed in this mode: without a namespace of its own the command
             // would reach every network the host reaches, so the namespace is required here.
-            if netns::enter_private_netns()? == netns::NetnsOutcome::Unchanged {
+            if enter()? == netns::NetnsOutcome::Unchanged {
                 return Err(SandboxError::Unavailable(
                     "proxy mode needs a private network namespace, and the kernel refused one"
                         .into(),
@@ -236,6 +248,13 @@ fn prepare(
                 SandboxError::InvalidPlan("proxy mode without a control descriptor".into())
             })?;
             relay::start(fd, kernel_abi, &filters, handshake.map(HelperEnd::raw))?;
+        }
+        NetworkMode::Enabled if netns_ahead.is_some() => {
+            return Err(SandboxError::InvalidPlan(
+                "this helper waited in a private network namespace (a spare for commands \
+                 without the network) and cannot run a command with the network"
+                    .into(),
+            ));
         }
         NetworkMode::Enabled => {}
     }

@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use crate::error::SandboxError;
 use crate::handshake::{HANDSHAKE_ARG, Handshake, handshake_pipe};
-use crate::plan::{SandboxPlan, launcher_parts};
+use crate::plan::{NetworkMode, SandboxPlan, launcher_parts};
+use crate::spare::PRIVATE_NETWORK_ARG;
 
 /// One sandboxed command to launch: what the caller fills, field by field.
 #[derive(Debug)]
@@ -48,6 +49,11 @@ pub struct SandboxLaunch {
     /// The helper may be started ahead as a warm spare ([`crate::SPARE_ARG`]) that receives
     /// this launch only when it is used: `self_start` and not turned off by [`SPARE_ENV`]`=0`.
     pub warm_spare: bool,
+    /// The arguments a spare for this launch is started with, after its parent pid: the
+    /// spare's shape. [`PRIVATE_NETWORK_ARG`] for a plan without the network (the spare makes
+    /// its network namespace while it waits); none for a plan with it. The process runner
+    /// keeps spares per program and these arguments, so a spare serves only its own shape.
+    pub spare_args: Vec<String>,
 }
 
 /// The off switch of the helper's `posix_spawn` start: `CODESPACE_SANDBOX_SPAWN=fork` in the
@@ -87,6 +93,10 @@ impl SandboxCommand {
         plan.mount_ns_fd = None;
         let mount_ns = crate::mountns::Prepared::global().for_plan(&plan);
         plan.mount_ns_fd = mount_ns.as_ref().map(|fd| fd.as_raw_fd());
+        let spare_args = match plan.network {
+            NetworkMode::Restricted | NetworkMode::Proxy => vec![PRIVATE_NETWORK_ARG.to_owned()],
+            NetworkMode::Enabled => Vec::new(),
+        };
         let (program, mut args, env) = launcher_parts(&plan, &helper)?;
         let (handshake, helper_end) = handshake_pipe()?;
         args.push(HANDSHAKE_ARG.to_owned());
@@ -102,6 +112,7 @@ impl SandboxCommand {
             handshake,
             self_start: self_start_enabled(),
             warm_spare: warm_spare_enabled(),
+            spare_args,
         })
     }
 }
@@ -109,7 +120,7 @@ impl SandboxCommand {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{HELPER_ARG, NetworkMode};
+    use crate::plan::HELPER_ARG;
 
     #[test]
     fn the_launch_names_the_handshake_descriptor_it_hands_over() {

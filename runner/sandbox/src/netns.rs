@@ -17,6 +17,15 @@ pub(crate) enum NetnsOutcome {
     Unchanged,
 }
 
+/// A warm spare's network namespace made ahead ([`crate::spare`]): `unshare(CLONE_NEWNET)`
+/// alone, which needs CAP_SYS_ADMIN. True when the caller is now in a fresh namespace; false
+/// leaves it where it was (the helper then enters one at its command's start, as a cold helper
+/// does, with a user namespace when it must: never ahead of the cgroup join).
+pub(crate) fn enter_net_only_ahead() -> bool {
+    // SAFETY: a spare calls this while single-threaded, and CLONE_FILES is not involved.
+    unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNET) }.is_ok()
+}
+
 /// Moves the calling (single-threaded) process into a fresh network namespace.
 ///
 /// Tries `unshare(CLONE_NEWNET)` first (works with CAP_SYS_ADMIN), then

@@ -27,6 +27,11 @@ use crate::plan::HELPER_ARG;
 /// The first argument that makes a helper binary wait as a warm spare.
 pub const SPARE_ARG: &str = "__sandbox-spare";
 
+/// The spare's last argument when it is to serve only a command without the network (a plan
+/// in `Restricted` or `Proxy` mode): it enters a fresh network namespace of its own while it
+/// waits, so the command's start skips that step, and refuses a plan with the network.
+pub const PRIVATE_NETWORK_ARG: &str = "--private-network";
+
 /// Most bytes of one command message (arguments, environment with the plan, working directory).
 pub const MAX_SPARE_MESSAGE: usize = 4 * 1024 * 1024;
 
@@ -41,6 +46,8 @@ struct Received {
     args: Vec<OsString>,
     env: Vec<(OsString, OsString)>,
     fds: Vec<(OwnedFd, RawFd)>,
+    /// The spare entered a fresh network namespace while it waited.
+    netns_ahead: bool,
 }
 
 /// Entry of a spare (`args` follow [`SPARE_ARG`]). Never returns: it execs the target, or exits
@@ -59,7 +66,10 @@ pub fn run_spare(args: &[OsString]) -> ! {
     let before = apply_env_and_cwd(&received.env, &received.cwd);
     match received.args.split_first() {
         Some((first, rest)) if first == HELPER_ARG => {
-            let err = crate::helper::helper_main_after(rest, before, Some(&received.env));
+            let ahead = received
+                .netns_ahead
+                .then_some(crate::netns::NetnsOutcome::NetOnly);
+            let err = crate::helper::helper_main_after(rest, before, Some(&received.env), ahead);
             let _ = writeln!(std::io::stderr(), "{}", err.stderr_line());
             std::process::exit(err.exit_code())
         }
@@ -72,9 +82,18 @@ pub fn run_spare(args: &[OsString]) -> ! {
 /// Checks the start, blocks for one command, and puts its descriptors in place.
 fn wait_for_command(args: &[OsString]) -> Result<Received, SandboxError> {
     let usage = |m: &str| SandboxError::Usage(format!("{SPARE_ARG}: {m}"));
-    let (control, parent) = match args {
-        [fd, flag, pid] if flag == crate::helper::SELF_START_PARENT_ARG => (fd, pid),
-        _ => return Err(usage("expected <fd> --parent-pid <pid>")),
+    let (control, parent, private_network) = match args {
+        [fd, flag, pid] if flag == crate::helper::SELF_START_PARENT_ARG => (fd, pid, false),
+        [fd, flag, pid, net]
+            if flag == crate::helper::SELF_START_PARENT_ARG && net == PRIVATE_NETWORK_ARG =>
+        {
+            (fd, pid, true)
+        }
+        _ => {
+            return Err(usage(&format!(
+                "expected <fd> --parent-pid <pid> [{PRIVATE_NETWORK_ARG}]"
+            )));
+        }
     };
     let parent: i32 = parent
         .to_str()
@@ -96,8 +115,12 @@ fn wait_for_command(args: &[OsString]) -> Result<Received, SandboxError> {
             "the spare's control descriptor is not the server's".into(),
         ));
     }
+    // Made while nothing waits on it: the one step of a command's start that needs nothing
+    // of the command but whether it has the network, which the server chose this spare for.
+    let netns_ahead = private_network && crate::netns::enter_net_only_ahead();
     let (bytes, fds) = receive(&control)?;
     let mut received = decode(&bytes, fds)?;
+    received.netns_ahead = netns_ahead;
     place_fds(&mut received.fds, control)?;
     Ok(received)
 }
@@ -237,6 +260,7 @@ fn decode(bytes: &[u8], fds: Vec<OwnedFd>) -> Result<Received, SandboxError> {
         args,
         env,
         fds: numbered,
+        netns_ahead: false,
     })
 }
 

@@ -1,6 +1,6 @@
 //! The `operations` and `operation_events` tables: every mutating call and its timeline.
 
-use rusqlite::{OptionalExtension, Row, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 use serde::{Deserialize, Serialize};
 
 use crate::codec::opt_json_col;
@@ -97,6 +97,47 @@ fn json_text(value: Option<&serde_json::Value>) -> Result<Option<String>, StoreE
     Ok(value.map(serde_json::to_string).transpose()?)
 }
 
+/// Sets an operation's status, finish time and result; `OperationNotFound` when there is none.
+fn update_finished(
+    conn: &Connection,
+    id: &str,
+    status: &str,
+    result: Option<&str>,
+) -> Result<(), StoreError> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE operations SET status = ?2, finished_ms = ?3, result = ?4 \
+             WHERE operation_id = ?1",
+        )?
+        .execute(params![id, status, now_ms(), result])?;
+    if changed == 0 {
+        return Err(StoreError::OperationNotFound(id.to_owned()));
+    }
+    Ok(())
+}
+
+/// Appends a timeline step (stamped now) to an existing operation; `OperationNotFound` when
+/// there is none.
+fn insert_event(
+    conn: &Connection,
+    id: &str,
+    name: &str,
+    status: Option<&str>,
+    reason: Option<&str>,
+) -> Result<(), StoreError> {
+    let inserted = conn
+        .prepare_cached(
+            "INSERT INTO operation_events (operation_id, at_ms, name, status, reason) \
+             SELECT ?1, ?2, ?3, ?4, ?5 \
+             WHERE EXISTS (SELECT 1 FROM operations WHERE operation_id = ?1)",
+        )?
+        .execute(params![id, now_ms(), name, status, reason])?;
+    if inserted == 0 {
+        return Err(StoreError::OperationNotFound(id.to_owned()));
+    }
+    Ok(())
+}
+
 impl Store {
     /// Inserts `row`. With a key (`row.operation_key`) and a `scope`, the key is claimed in
     /// that scope for `row.tool` unless an unexpired claim exists, in which case nothing is
@@ -121,6 +162,29 @@ impl Store {
         row: &OperationRow,
         scope: Option<&KeyScope>,
         instance_id: Option<&str>,
+    ) -> Result<KeyClaim, StoreError> {
+        self.mint(row, scope, instance_id, None)
+    }
+
+    /// [`Store::create_owned_operation`] that, when the operation is created, also appends its
+    /// first timeline step `event` in the same transaction (one commit on a call's path
+    /// instead of two).
+    pub fn create_owned_operation_with_event(
+        &self,
+        row: &OperationRow,
+        scope: Option<&KeyScope>,
+        instance_id: Option<&str>,
+        event: &str,
+    ) -> Result<KeyClaim, StoreError> {
+        self.mint(row, scope, instance_id, Some(event))
+    }
+
+    fn mint(
+        &self,
+        row: &OperationRow,
+        scope: Option<&KeyScope>,
+        instance_id: Option<&str>,
+        event: Option<&str>,
     ) -> Result<KeyClaim, StoreError> {
         let result = json_text(row.result.as_ref())?;
         let mut conn = self.conn();
@@ -181,6 +245,9 @@ impl Store {
                 scope.expires_ms,
             ])?;
         }
+        if let Some(name) = event {
+            insert_event(&tx, &row.operation_id, name, None, None)?;
+        }
         tx.commit()?;
         Ok(KeyClaim::Created)
     }
@@ -193,16 +260,24 @@ impl Store {
         result: Option<&serde_json::Value>,
     ) -> Result<(), StoreError> {
         let result = json_text(result)?;
-        let changed = self
-            .conn()
-            .prepare_cached(
-                "UPDATE operations SET status = ?2, finished_ms = ?3, result = ?4 \
-                 WHERE operation_id = ?1",
-            )?
-            .execute(params![id, status, now_ms(), result])?;
-        if changed == 0 {
-            return Err(StoreError::OperationNotFound(id.to_owned()));
-        }
+        update_finished(&self.conn(), id, status, result.as_deref())
+    }
+
+    /// [`Store::finish_operation`] and its `finished` timeline step (with `status` and
+    /// `reason`) in one transaction: both or neither.
+    pub fn finish_operation_with_event(
+        &self,
+        id: &str,
+        status: &str,
+        result: Option<&serde_json::Value>,
+        reason: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let result = json_text(result)?;
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        update_finished(&tx, id, status, result.as_deref())?;
+        insert_event(&tx, id, "finished", Some(status), reason)?;
+        tx.commit()?;
         Ok(())
     }
 
@@ -251,18 +326,7 @@ impl Store {
         status: Option<&str>,
         reason: Option<&str>,
     ) -> Result<(), StoreError> {
-        let inserted = self
-            .conn()
-            .prepare_cached(
-                "INSERT INTO operation_events (operation_id, at_ms, name, status, reason) \
-                 SELECT ?1, ?2, ?3, ?4, ?5 \
-                 WHERE EXISTS (SELECT 1 FROM operations WHERE operation_id = ?1)",
-            )?
-            .execute(params![id, now_ms(), name, status, reason])?;
-        if inserted == 0 {
-            return Err(StoreError::OperationNotFound(id.to_owned()));
-        }
-        Ok(())
+        insert_event(&self.conn(), id, name, status, reason)
     }
 
     /// The timeline of an operation, in the order the steps were added.

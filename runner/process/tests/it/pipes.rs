@@ -363,6 +363,7 @@ async fn launcher_wraps_argv() {
         inherit_fds: Vec::new(),
         self_start: false,
         warm_spare: false,
+        spare_args: Vec::new(),
     });
     let p = table.spawn(s.clone()).await.unwrap();
     let out = String::from_utf8(read_all(&table, &p.id).await).unwrap();
@@ -398,6 +399,7 @@ async fn a_launcher_descriptor_reaches_only_its_own_child() {
         inherit_fds: inherit.into_iter().collect(),
         self_start: false,
         warm_spare: false,
+        spare_args: Vec::new(),
     };
     // Without the descriptor handed over, the child cannot write to it (close-on-exec).
     let mut s = spec(&cwd, &["true"]);
@@ -498,6 +500,7 @@ async fn a_self_starting_launcher_is_spawned_with_its_cgroup_and_parent_named_an
         inherit_fds: vec![handed],
         self_start: true,
         warm_spare: false,
+        spare_args: Vec::new(),
     });
     let p = table.spawn(s).await.unwrap();
     table.write_stdin(&p.id, b"hello\n").await.unwrap();

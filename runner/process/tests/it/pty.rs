@@ -142,6 +142,7 @@ async fn launcher_wraps_argv_on_a_pty() {
         inherit_fds: Vec::new(),
         self_start: false,
         warm_spare: false,
+        spare_args: Vec::new(),
     });
     let p = table.spawn(s).await.unwrap();
     let out = String::from_utf8_lossy(&read_all(&table, &p.id).await).into_owned();

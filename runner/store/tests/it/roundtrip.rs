@@ -628,3 +628,62 @@ fn store_is_send_and_sync() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Store>();
 }
+
+#[test]
+fn an_operation_minted_with_its_first_step_and_finished_with_its_last_in_one_commit_each() {
+    let store = Store::open_in_memory().unwrap();
+    let op = operation("op-m", "default", "exec_command", Some("k"));
+    let sc = scope("c", "default", i64::MAX);
+    assert_eq!(
+        store
+            .create_owned_operation_with_event(&op, Some(&sc), Some("aaaaaaaaaaaaaaaa"), "minted")
+            .unwrap(),
+        KeyClaim::Created
+    );
+    let names = |id: &str| -> Vec<(String, Option<String>, Option<String>)> {
+        store
+            .operation_events(id)
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.name, e.status, e.reason))
+            .collect()
+    };
+    assert_eq!(names("op-m"), vec![("minted".to_owned(), None, None)]);
+    // The key's replay adds no step: the claim finds the first operation.
+    let again = operation("op-m2", "default", "exec_command", Some("k"));
+    assert!(matches!(
+        store
+            .create_owned_operation_with_event(&again, Some(&sc), None, "minted")
+            .unwrap(),
+        KeyClaim::Existing(ref prev) if prev.operation_id == "op-m"
+    ));
+    assert!(names("op-m2").is_empty());
+    assert_eq!(store.operation_by_id("op-m2").unwrap(), None);
+
+    let result = json!({"process_id": "p"});
+    store
+        .finish_operation_with_event("op-m", "started", Some(&result), Some("why"))
+        .unwrap();
+    let done = store.operation_by_id("op-m").unwrap().unwrap();
+    assert_eq!(
+        (done.status.as_str(), done.result),
+        ("started", Some(result))
+    );
+    assert_eq!(
+        names("op-m"),
+        vec![
+            ("minted".to_owned(), None, None),
+            (
+                "finished".to_owned(),
+                Some("started".to_owned()),
+                Some("why".to_owned())
+            ),
+        ]
+    );
+    // An unknown operation: an error, and no step stored for it.
+    let err = store
+        .finish_operation_with_event("nope", "applied", None, None)
+        .unwrap_err();
+    assert!(matches!(err, StoreError::OperationNotFound(ref id) if id == "nope"));
+    assert!(names("nope").is_empty());
+}
