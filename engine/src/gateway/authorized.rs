@@ -214,6 +214,23 @@ impl Authorized<'_> {
         )
     }
 
+    /// The operation this call would mint on its workspace (nothing stored yet: see
+    /// [`super::ops::Minted`]).
+    pub(crate) fn prepare_operation(
+        &self,
+        key: Option<&str>,
+        fingerprint: &str,
+    ) -> Result<super::ops::Minting, crate::ToolError> {
+        super::ops::prepare_operation(
+            self.gateway,
+            self.action.as_str(),
+            &self.ws.facts.id,
+            key,
+            fingerprint,
+            self.session,
+        )
+    }
+
     /// The unexpired operations the caller keyed with `key` (see [`super::ops::keyed_operations`]).
     pub(crate) fn keyed_operations(
         &self,

@@ -84,6 +84,27 @@ impl Services {
         let reason = reason.map(|r| redactor.text(r));
         crate::telemetry::operation_step(id, "finished", Some(status.as_str()), reason.as_deref());
     }
+
+    /// [`Services::finish_operation`] (no reason) on the blocking pool, for a call with other
+    /// work to wait for meanwhile (a command's exit): await the handle before the reply leaves,
+    /// so a replay of the call finds the operation finished.
+    pub(crate) fn finish_operation_beside(
+        &self,
+        id: &str,
+        status: crate::facts::OperationStatus,
+        result: Value,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        crate::telemetry::operation_step(id, "finished", Some(status.as_str()), None);
+        let store = Arc::clone(self.store.as_ref()?);
+        let id = id.to_string();
+        Some(tokio::task::spawn_blocking(move || {
+            if let Err(e) =
+                store.finish_operation_with_event(&id, status.as_str(), Some(&result), None)
+            {
+                tracing::error!(operation_id = %id, error = %e, "cannot finish operation");
+            }
+        }))
+    }
 }
 
 /// Mints an operation (or finds the replay) for a mutating call.
@@ -95,7 +116,109 @@ pub(crate) fn begin_operation(
     fingerprint: &str,
     session: &Session,
 ) -> Result<Begin, ToolError> {
-    let store = gw.require_store()?;
+    prepare_operation(gw, tool, workspace, key, fingerprint, session)?.commit()
+}
+
+/// An operation about to be minted: its id is known before its row is stored.
+pub(crate) struct Minting {
+    store: Arc<Store>,
+    row: OperationRow,
+    scope: Option<KeyScope>,
+    instance: String,
+}
+
+/// The operation row of a call with no key (it cannot be a replay), stored on the blocking pool
+/// while the call prepares: nothing with an effect happens before [`Minted::ready`] said it is
+/// stored.
+pub(crate) enum Minted {
+    Pending(tokio::task::JoinHandle<Result<Begin, ToolError>>),
+    Stored,
+    Failed(ToolError),
+}
+
+impl Minted {
+    /// Starts storing `minting` on the blocking pool.
+    pub(crate) fn start(minting: Minting) -> Minted {
+        Minted::Pending(tokio::task::spawn_blocking(move || minting.commit()))
+    }
+
+    /// Waits until the row is stored; `Err` when it could not be (then there is no operation).
+    pub(crate) async fn ready(&mut self) -> Result<(), ToolError> {
+        if let Minted::Pending(handle) = self {
+            *self = match handle.await {
+                Ok(Ok(Begin::New(_))) => Minted::Stored,
+                Ok(Ok(Begin::Replay(_))) => Minted::Failed(ToolError::new(
+                    ErrorCode::Internal,
+                    "an operation without a key was taken for a replay",
+                )),
+                Ok(Err(e)) => Minted::Failed(e),
+                Err(e) => Minted::Failed(ToolError::new(
+                    ErrorCode::Internal,
+                    format!("operation task: {e}"),
+                )),
+            };
+        }
+        match self {
+            Minted::Failed(e) => Err(e.clone()),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Minting {
+    /// The operation's id.
+    pub(crate) fn id(&self) -> &str {
+        &self.row.operation_id
+    }
+
+    /// Stores the operation (blocking), or finds the replay of its key.
+    pub(crate) fn commit(self) -> Result<Begin, ToolError> {
+        let Minting {
+            store,
+            row,
+            scope,
+            instance,
+        } = self;
+        let (id, tool, fingerprint) = (&row.operation_id, &row.tool, &row.fingerprint);
+        // Owned by this server instance: another server starting on the same store leaves the
+        // operation, its journal and its processes alone while this one runs.
+        // The operation and its `minted` step: one commit.
+        match store
+            .create_owned_operation_with_event(&row, scope.as_ref(), Some(&instance), "minted")
+            .map_err(store_err)?
+        {
+            KeyClaim::Created => {
+                crate::telemetry::operation_step(id, "minted", None, None);
+                Ok(Begin::New(id.clone()))
+            }
+            KeyClaim::Existing(prev) => {
+                if &prev.fingerprint == fingerprint {
+                    Ok(Begin::Replay(prev))
+                } else {
+                    Err(ToolError::new(
+                        ErrorCode::OperationKeyConflict,
+                        format!(
+                            "operation_key was already used for a different {tool} request (operation {})",
+                            prev.operation_id
+                        ),
+                    )
+                    .with_operation(prev.operation_id.clone()))
+                }
+            }
+        }
+    }
+}
+
+/// The operation a mutating call would mint (nothing stored yet).
+pub(crate) fn prepare_operation(
+    gw: &Gateway,
+    tool: &str,
+    workspace: &str,
+    key: Option<&str>,
+    fingerprint: &str,
+    session: &Session,
+) -> Result<Minting, ToolError> {
+    let store = Arc::clone(gw.require_store()?);
     let id = format!("op-{}", uuid::Uuid::new_v4());
     let scope = key_scope(gw, workspace, session);
     let row = OperationRow {
@@ -110,37 +233,12 @@ pub(crate) fn begin_operation(
         finished_ms: None,
         result: None,
     };
-    // Owned by this server instance: another server starting on the same store leaves the
-    // operation, its journal and its processes alone while this one runs.
-    // The operation and its `minted` step: one commit.
-    match store
-        .create_owned_operation_with_event(
-            &row,
-            scope.as_ref(),
-            Some(gw.temps.instance()),
-            "minted",
-        )
-        .map_err(store_err)?
-    {
-        KeyClaim::Created => {
-            crate::telemetry::operation_step(&id, "minted", None, None);
-            Ok(Begin::New(id))
-        }
-        KeyClaim::Existing(prev) => {
-            if prev.fingerprint == fingerprint {
-                Ok(Begin::Replay(prev))
-            } else {
-                Err(ToolError::new(
-                    ErrorCode::OperationKeyConflict,
-                    format!(
-                        "operation_key was already used for a different {tool} request (operation {})",
-                        prev.operation_id
-                    ),
-                )
-                .with_operation(prev.operation_id.clone()))
-            }
-        }
-    }
+    Ok(Minting {
+        store,
+        row,
+        scope,
+        instance: gw.temps.instance().to_string(),
+    })
 }
 
 /// The scope a key used now by `session` in `workspace` is claimed in (None when the

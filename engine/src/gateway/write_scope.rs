@@ -260,6 +260,7 @@ pub(crate) async fn write_scope(
 /// carrying `context.hook`), plus `.git` and the nested `.git` as for every command; nothing is
 /// created. Narrower than a command's scope at the root: the hook may write where the patch
 /// wrote and no further (Landlock cannot grant a single file the rename most formatters use).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn hook_write_scope(
     gw: &Gateway,
     snap: &PolicySnapshot,

@@ -9,7 +9,7 @@
 //! only the host runner can be handed the relay, so another environment refuses it.
 
 use crate::error::{ErrorCode, ToolError};
-use crate::gateway::ops::{Begin, fingerprint};
+use crate::gateway::ops::{Begin, Minted, fingerprint};
 use crate::gateway::{Authorized, WorkspaceRuntime};
 use crate::request::{ProcessFacts, Session};
 use crate::wire::{ExecCommandParams, ExecCommandResult, StderrMode};
@@ -199,9 +199,17 @@ pub(crate) async fn exec_command(
     } else {
         Some(auth.lease().await?)
     };
-    let op_id = match auth.begin_operation(key, &fp)? {
-        Begin::New(id) => id,
-        Begin::Replay(row) => return replay(&row),
+    // Without a key the call cannot be a replay: its operation row is stored on the blocking
+    // pool while the command's sandbox is prepared, and the command starts once it is.
+    let (op_id, mut minted) = match key {
+        None => {
+            let minting = auth.prepare_operation(None, &fp)?;
+            (minting.id().to_string(), Minted::start(minting))
+        }
+        Some(_) => match auth.begin_operation(key, &fp)? {
+            Begin::New(id) => (id, Minted::Stored),
+            Begin::Replay(row) => return replay(&row),
+        },
     };
     let lease = match lease {
         Some(l) => Some(l),
@@ -210,7 +218,9 @@ pub(crate) async fn exec_command(
             Ok(l) => Some(l),
             Err(e) => {
                 let e = e.with_operation(op_id.clone());
-                fail_operation(auth, &op_id, &e);
+                if minted.ready().await.is_ok() {
+                    fail_operation(auth, &op_id, &e);
+                }
                 return Err(e);
             }
         },
@@ -220,7 +230,7 @@ pub(crate) async fn exec_command(
     // watcher once the runner reports the exit.
     // The operation ledger (issue 31): the files the watcher sees change while it runs.
     let ledger = crate::command_ledger::CommandLedger::start(&ws.versions, &ws.index, &op_id);
-    let started = start(auth, p, &cwd, &op_id).await;
+    let started = start(auth, p, &cwd, &op_id, &mut minted).await;
     let Started {
         id,
         pid,
@@ -232,7 +242,10 @@ pub(crate) async fn exec_command(
         Ok(s) => s,
         Err(e) => {
             let e = e.with_operation(op_id.clone());
-            fail_operation(auth, &op_id, &e);
+            // No operation to fail when its row could not be stored (the error says why).
+            if minted.ready().await.is_ok() {
+                fail_operation(auth, &op_id, &e);
+            }
             return Err(e);
         }
     };
@@ -270,15 +283,21 @@ pub(crate) async fn exec_command(
         stderr_cursor: None,
         write_paths,
     };
-    auth.finish_operation(
+    // The `started` status is committed while the command runs; the reply leaves after it.
+    let finished = auth.finish_operation_beside(
         &op_id,
         crate::facts::OperationStatus::Started,
-        &to_value(&result)?,
-        None,
+        to_value(&result)?,
     );
+    let written = async move {
+        if let Some(f) = finished {
+            let _ = f.await;
+        }
+        let _ = row_written.await;
+    };
     tracing::debug!(process_id = %id, pid, "process started");
     let Some(yield_ms) = p.yield_ms else {
-        let _ = row_written.await;
+        written.await;
         return Ok(result);
     };
     let budget = capped(yield_ms);
@@ -305,7 +324,7 @@ pub(crate) async fn exec_command(
     result.eof = Some(read.eof);
     result.stderr_chunk = read.stderr_chunk;
     result.stderr_cursor = read.stderr_cursor;
-    let _ = row_written.await;
+    written.await;
     Ok(result)
 }
 
@@ -410,6 +429,7 @@ async fn start(
     p: &ExecCommandParams,
     cwd: &RelPath,
     op_id: &str,
+    minted: &mut Minted,
 ) -> Result<Started, ToolError> {
     let (ws, session, decision) = (auth.ws(), auth.session(), auth.decision());
     let root = auth
@@ -566,6 +586,13 @@ async fn start(
     // The command is registered with its proxy before the first connection is decided
     // (connections queue on the control socket until then); the runner answers only once the
     // helper exec'd the target or refused.
+    // Nothing runs before the operation is stored.
+    if let Err(e) = minted.ready().await {
+        if let Some(name) = &relay {
+            auth.host.drop_relay(name);
+        }
+        return Err(e);
+    }
     let spawned = runner.spawn(req).await;
     if let Some(name) = &relay {
         auth.host.drop_relay(name);
