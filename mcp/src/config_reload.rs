@@ -5,7 +5,12 @@
 
 use codespace_engine::Config;
 use codespace_store::Store;
-use notify::{EventKind, RecursiveMode, Watcher};
+use rustix::fd::{AsFd, OwnedFd};
+use rustix::fs::inotify::{self, ReadFlags, WatchFlags};
+use rustix::io::Errno;
+use std::ffi::{OsStr, OsString};
+use std::mem::MaybeUninit;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,39 +68,114 @@ pub fn start(config: Config, store: Arc<Store>) -> ConfigReloader {
     ConfigReloader { tx }
 }
 
-fn watch(
-    file: PathBuf,
-    tx: mpsc::UnboundedSender<Trigger>,
-) -> Result<notify::RecommendedWatcher, notify::Error> {
-    let name = file.file_name().map(|n| n.to_os_string());
+/// The config file's watcher: its thread ends when this is dropped (the wake pipe closes).
+struct ConfigWatch {
+    _wake: OwnedFd,
+}
+
+/// What the directory is watched for: a name created, moved in or out, deleted, or closed after
+/// a write (editors write a new file and rename it over the old one; `>` and `>>` close it), and
+/// the directory itself going away. Not `IN_MODIFY`: a store or log kept beside the config
+/// writes all the time, and every write would wake this thread (an edit still ends in a close
+/// or a rename).
+fn watch_flags() -> WatchFlags {
+    WatchFlags::CLOSE_WRITE
+        | WatchFlags::MOVED_TO
+        | WatchFlags::MOVED_FROM
+        | WatchFlags::CREATE
+        | WatchFlags::DELETE
+        | WatchFlags::DELETE_SELF
+        | WatchFlags::MOVE_SELF
+        | WatchFlags::ONLYDIR
+}
+
+/// Whether an event of the watched directory asks for a reload of the file named `want`: one
+/// about that name, or one that says events were lost or the directory itself changed.
+fn relevant(mask: ReadFlags, name: Option<&OsStr>, want: &OsStr) -> bool {
+    if mask.intersects(
+        ReadFlags::QUEUE_OVERFLOW
+            | ReadFlags::DELETE_SELF
+            | ReadFlags::MOVE_SELF
+            | ReadFlags::IGNORED,
+    ) {
+        return true;
+    }
+    name == Some(want)
+}
+
+fn watch(file: PathBuf, tx: mpsc::UnboundedSender<Trigger>) -> std::io::Result<ConfigWatch> {
+    let want: OsString = file
+        .file_name()
+        .map(OsStr::to_os_string)
+        .ok_or_else(|| std::io::Error::other("the config path names no file"))?;
     let dir = file.parent().map(PathBuf::from).unwrap_or_default();
-    let mut w = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-        let relevant = match res {
-            // A watcher error (e.g. queue overflow): reload to be safe.
-            Err(_) => true,
-            Ok(ev) => {
-                !matches!(ev.kind, EventKind::Access(_))
-                    && (ev.paths.is_empty()
-                        || ev
-                            .paths
-                            .iter()
-                            .any(|p| name.is_some() && p.file_name() == name.as_deref()))
-            }
-        };
-        if relevant {
+    let dir = if dir.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        dir
+    };
+    // The directory, not the file: editors and `mv` replace the file (a new inode).
+    watch_dir(&dir, move |mask, name| {
+        if relevant(mask, name, &want) {
             let _ = tx.send(Trigger::Watch);
         }
-    })?;
-    // The directory, not the file: editors and `mv` replace the file (a new inode).
-    w.watch(&dir, RecursiveMode::NonRecursive)?;
-    Ok(w)
+    })
+}
+
+/// Watches `dir` ([`watch_flags`]) on a thread of its own that hands each event to `on_event`,
+/// in the kernel's order, until the returned value is dropped.
+fn watch_dir(
+    dir: &std::path::Path,
+    on_event: impl Fn(ReadFlags, Option<&OsStr>) + Send + 'static,
+) -> std::io::Result<ConfigWatch> {
+    let fd = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)?;
+    inotify::add_watch(&fd, dir, watch_flags())?;
+    let (wake_r, wake_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    std::thread::Builder::new()
+        .name("config-watch".into())
+        .spawn(move || {
+            let mut buf = vec![MaybeUninit::<u8>::uninit(); 16 * 1024];
+            let mut reader = inotify::Reader::new(&fd, &mut buf);
+            loop {
+                match reader.next() {
+                    Ok(e) => {
+                        let name = e.file_name().map(|n| OsStr::from_bytes(n.to_bytes()));
+                        on_event(e.events(), name);
+                    }
+                    Err(Errno::AGAIN) => {
+                        let mut fds = [
+                            rustix::event::PollFd::new(&fd, rustix::event::PollFlags::IN),
+                            rustix::event::PollFd::from_borrowed_fd(
+                                wake_r.as_fd(),
+                                rustix::event::PollFlags::IN,
+                            ),
+                        ];
+                        match rustix::event::poll(&mut fds, None) {
+                            Ok(_) | Err(Errno::INTR) => {}
+                            Err(_) => return,
+                        }
+                        // The wake pipe's other end closed: the watch was dropped.
+                        if fds.get(1).is_some_and(|f| !f.revents().is_empty()) {
+                            return;
+                        }
+                    }
+                    Err(Errno::INTR) => {}
+                    // A broken instance: one reload to be safe, then no more watching.
+                    Err(_) => {
+                        on_event(ReadFlags::QUEUE_OVERFLOW, None);
+                        return;
+                    }
+                }
+            }
+        })?;
+    Ok(ConfigWatch { _wake: wake_w })
 }
 
 async fn run(
     config: Config,
     store: Arc<Store>,
     mut rx: mpsc::UnboundedReceiver<Trigger>,
-    _watcher: Option<notify::RecommendedWatcher>,
+    _watcher: Option<ConfigWatch>,
 ) {
     let config = Arc::new(config);
     while let Some(first) = rx.recv().await {
@@ -149,5 +229,74 @@ async fn run(
         if !matches!(logged, Ok(Ok(_))) {
             tracing::error!("cannot log the config reload event");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use std::io::Write;
+    use std::sync::Mutex;
+    use std::sync::mpsc as std_mpsc;
+
+    #[test]
+    fn only_the_config_name_and_lost_events_ask_for_a_reload() {
+        let want = OsStr::new("config.json");
+        assert!(relevant(ReadFlags::CLOSE_WRITE, Some(want), want));
+        assert!(relevant(ReadFlags::MOVED_TO, Some(want), want));
+        assert!(!relevant(
+            ReadFlags::CLOSE_WRITE,
+            Some(OsStr::new("store.db-wal")),
+            want
+        ));
+        assert!(!relevant(
+            ReadFlags::CREATE,
+            Some(OsStr::new("config.json.tmp")),
+            want
+        ));
+        assert!(relevant(ReadFlags::QUEUE_OVERFLOW, None, want));
+        assert!(relevant(ReadFlags::DELETE_SELF, None, want));
+    }
+
+    #[test]
+    fn writes_to_a_file_kept_open_beside_the_config_wake_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tx, rx) = std_mpsc::channel::<(ReadFlags, Option<OsString>)>();
+        let tx = Mutex::new(tx);
+        let _w = watch_dir(dir.path(), move |mask, name| {
+            let _ = tx
+                .lock()
+                .unwrap()
+                .send((mask, name.map(OsStr::to_os_string)));
+        })
+        .unwrap();
+        // A store's log: opened once, written many times, still open.
+        let mut wal = std::fs::File::create(dir.path().join("store.db-wal")).unwrap();
+        for _ in 0..200 {
+            wal.write_all(&[0u8; 64]).unwrap();
+        }
+        // Then the config is written: its event comes after every event of the writes above.
+        std::fs::write(dir.path().join("config.json"), "{}").unwrap();
+        let mut seen = Vec::new();
+        loop {
+            let (mask, name) = rx
+                .recv_timeout(Duration::from_secs(30))
+                .expect("no event for the config");
+            let done = name.as_deref() == Some(OsStr::new("config.json"))
+                && mask.contains(ReadFlags::CLOSE_WRITE);
+            seen.push((mask, name));
+            if done {
+                break;
+            }
+        }
+        // The log's creation is seen; none of its 200 writes is.
+        let wal_events: Vec<_> = seen
+            .iter()
+            .filter(|(_, n)| n.as_deref() == Some(OsStr::new("store.db-wal")))
+            .collect();
+        assert_eq!(wal_events.len(), 1, "{seen:?}");
+        assert!(wal_events[0].0.contains(ReadFlags::CREATE), "{seen:?}");
+        drop(wal);
     }
 }
