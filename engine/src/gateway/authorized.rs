@@ -204,14 +204,7 @@ impl Authorized<'_> {
         key: Option<&str>,
         fingerprint: &str,
     ) -> Result<crate::gateway::ops::Begin, crate::ToolError> {
-        super::ops::begin_operation(
-            self.gateway,
-            self.action.as_str(),
-            &self.ws.facts.id,
-            key,
-            fingerprint,
-            self.session,
-        )
+        self.prepare_operation(key, fingerprint)?.commit()
     }
 
     /// The operation this call would mint on its workspace (nothing stored yet: see

@@ -107,18 +107,6 @@ impl Services {
     }
 }
 
-/// Mints an operation (or finds the replay) for a mutating call.
-pub(crate) fn begin_operation(
-    gw: &Gateway,
-    tool: &str,
-    workspace: &str,
-    key: Option<&str>,
-    fingerprint: &str,
-    session: &Session,
-) -> Result<Begin, ToolError> {
-    prepare_operation(gw, tool, workspace, key, fingerprint, session)?.commit()
-}
-
 /// An operation about to be minted: its id is known before its row is stored.
 pub(crate) struct Minting {
     store: Arc<Store>,

@@ -37,6 +37,20 @@ struct View {
     warm: bool,
 }
 
+/// Whether a warm spare served the command whose output is `out` (its step line's first mark).
+fn served_warm(out: &str) -> bool {
+    let steps = out
+        .lines()
+        .find(|l| l.starts_with("codespace-sandbox-steps:"))
+        .unwrap_or_else(|| panic!("no step line in {out}"));
+    let warm = steps.contains(" spare=");
+    assert!(
+        warm != steps.contains(" start="),
+        "one first mark, start or spare: {steps}"
+    );
+    warm
+}
+
 /// The probe in `cwd` (`.` or `sub`) of workspace `ws`.
 fn probe(s: &mut StdioServer, ws: &str, cwd: &str) -> View {
     let up = if cwd == "." { "." } else { ".." };
@@ -47,15 +61,7 @@ fn probe(s: &mut StdioServer, ws: &str, cwd: &str) -> View {
     );
     assert_eq!(r["exit_code"], 0, "{r}");
     let out = r["chunk"].as_str().unwrap_or_default().to_owned();
-    let steps = out
-        .lines()
-        .find(|l| l.starts_with("codespace-sandbox-steps:"))
-        .unwrap_or_else(|| panic!("no step line in {out}"));
-    let warm = steps.contains(" spare=");
-    assert!(
-        warm != steps.contains(" start="),
-        "one first mark, start or spare: {steps}"
-    );
+    let warm = served_warm(&out);
     let pid = out
         .lines()
         .find_map(|l| l.strip_prefix("pid="))
@@ -290,11 +296,7 @@ fn net_probe(s: &mut StdioServer, ws: &str) -> (String, bool) {
     );
     assert_eq!(r["exit_code"], 0, "{r}");
     let out = r["chunk"].as_str().unwrap_or_default().to_owned();
-    let warm = out
-        .lines()
-        .find(|l| l.starts_with("codespace-sandbox-steps:"))
-        .unwrap_or_else(|| panic!("no step line in {out}"))
-        .contains(" spare=");
+    let warm = served_warm(&out);
     let net = out
         .lines()
         .find(|l| l.starts_with("net:["))
