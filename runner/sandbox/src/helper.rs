@@ -341,6 +341,61 @@ mod tests {
     }
 
     #[test]
+    fn a_helper_that_waited_in_a_private_network_refuses_a_plan_with_the_network() {
+        // `prepare` sets no_new_privs and may call setsid on its process: the body runs in a
+        // child test process of its own, with one test thread.
+        const ALONE: &str = "CODESPACE_TEST_NETNS_AHEAD_ALONE";
+        if std::env::var_os(ALONE).is_none() {
+            let name = "helper::tests::a_helper_that_waited_in_a_private_network_refuses_a_plan_with_the_network";
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([name, "--exact", "--test-threads=1"])
+                .env(ALONE, "1")
+                .output()
+                .unwrap();
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(out.status.success(), "{text}");
+            assert!(text.contains("1 passed"), "the body did not run: {text}");
+            return;
+        }
+        let ahead = Some(netns::NetnsOutcome::NetOnly);
+        for (network, refused) in [
+            (NetworkMode::Enabled, true),
+            (NetworkMode::Restricted, false),
+        ] {
+            let mut plan = SandboxPlan::new("/nonexistent-workspace");
+            plan.network = network;
+            let (_, _, env) =
+                crate::plan::launcher_parts(&plan, std::path::Path::new("/")).unwrap();
+            let env: Vec<(OsString, OsString)> =
+                env.into_iter().map(|(k, v)| (k.into(), v.into())).collect();
+            let mut steps = Steps::from_env("spare", |_| None);
+            let got = prepare(&os(&["--", "true"]), None, &mut steps, Some(&env), ahead);
+            match got {
+                // No Landlock here: the helper refuses before the network step.
+                Err(SandboxError::Unavailable(m)) if m.contains("Landlock") => {
+                    codespace_test_skip::require(
+                        false,
+                        "a_helper_that_waited_in_a_private_network_refuses_a_plan_with_the_network",
+                        &m,
+                    );
+                    return;
+                }
+                other => {
+                    // The restricted plan gets past the network step and fails later, on its
+                    // missing workspace.
+                    let here = matches!(&other, Err(SandboxError::InvalidPlan(m))
+                        if m.contains("waited in a private network namespace"));
+                    assert_eq!(here, refused, "{network:?}: {other:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn self_start_arguments_are_taken_before_the_argv_and_checked() {
         let me = rustix::process::getpid().as_raw_nonzero().get().to_string();
         let args = os(&["--parent-pid", &me, "--", "true"]);
