@@ -208,11 +208,11 @@ impl Versions {
     }
 
     /// True when the watcher runs and has delivered every event of a change made before this
-    /// call ([`crate::dir_watch::DirWatcher::quiet`]): a fence can be skipped.
+    /// call ([`crate::dir_watch::DirWatcher::quiet`]): a fence can be skipped. Never waits: a
+    /// watcher being started (its tree registered under the lock) answers false.
     pub(crate) fn watch_quiet(&self) -> bool {
-        let w = match self.watcher.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
+        let Ok(w) = self.watcher.try_lock() else {
+            return false;
         };
         w.as_ref().is_some_and(|w| !w.failed() && w.quiet())
     }
