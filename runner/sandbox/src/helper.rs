@@ -344,21 +344,10 @@ mod tests {
     fn a_helper_that_waited_in_a_private_network_refuses_a_plan_with_the_network() {
         // `prepare` sets no_new_privs and may call setsid on its process: the body runs in a
         // child test process of its own, with one test thread.
-        const ALONE: &str = "CODESPACE_TEST_NETNS_AHEAD_ALONE";
-        if std::env::var_os(ALONE).is_none() {
-            let name = "helper::tests::a_helper_that_waited_in_a_private_network_refuses_a_plan_with_the_network";
-            let out = std::process::Command::new(std::env::current_exe().unwrap())
-                .args([name, "--exact", "--test-threads=1"])
-                .env(ALONE, "1")
-                .output()
-                .unwrap();
-            let text = format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            assert!(out.status.success(), "{text}");
-            assert!(text.contains("1 passed"), "the body did not run: {text}");
+        if !crate::test_alone::in_child_alone(
+            "helper::tests::a_helper_that_waited_in_a_private_network_refuses_a_plan_with_the_network",
+            "CODESPACE_TEST_NETNS_AHEAD_ALONE",
+        ) {
             return;
         }
         let ahead = Some(netns::NetnsOutcome::NetOnly);

@@ -62,6 +62,8 @@ mod seccomp;
 mod spare;
 mod stage;
 mod steps;
+#[cfg(test)]
+mod test_alone;
 
 pub use error::{HELPER_FAILURE_EXIT, HELPER_NOT_FOUND_EXIT, HELPER_STDERR_PREFIX, SandboxError};
 pub use fs_rules::{DEVICE_PATHS, SYSTEM_READ_FILES, SYSTEM_READ_PATHS, TTY_ALIAS};

@@ -377,21 +377,10 @@ mod tests {
         // `dup2` onto chosen numbers races with every other test thread of this binary that
         // opens a descriptor (EBUSY, or another test's descriptor replaced): the body runs alone,
         // in a child test process with one test thread (the helper itself is single-threaded).
-        const ALONE: &str = "CODESPACE_TEST_SPARE_FDS_ALONE";
-        if std::env::var_os(ALONE).is_none() {
-            let name = "spare::tests::descriptors_land_on_their_numbers_even_over_each_other";
-            let out = std::process::Command::new(std::env::current_exe().unwrap())
-                .args([name, "--exact", "--test-threads=1"])
-                .env(ALONE, "1")
-                .output()
-                .unwrap();
-            let text = format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            assert!(out.status.success(), "{text}");
-            assert!(text.contains("1 passed"), "the body did not run: {text}");
+        if !crate::test_alone::in_child_alone(
+            "spare::tests::descriptors_land_on_their_numbers_even_over_each_other",
+            "CODESPACE_TEST_SPARE_FDS_ALONE",
+        ) {
             return;
         }
         let (r1, w1) = std::io::pipe().unwrap();
