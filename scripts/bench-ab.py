@@ -120,7 +120,11 @@ def main() -> int:
     print(f"rounds={a.rounds} iters: read={iters['read']} exec={iters['exec']} ping={iters['ping']}; "
           f"load at start {load()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        servers = {name: Server(binary, workspace(Path(tmp), name)) for name, binary in binaries.items()}
+        servers = {
+            name: Server([str(binary), "serve", "--config", str(workspace(Path(tmp), name))],
+                         f"bench-ab-{name}")
+            for name, binary in binaries.items()
+        }
         try:
             for name, s in servers.items():
                 info = s.tool("workspace_info", {"workspace_id": "w"})

@@ -21,6 +21,7 @@ use rustix::io::Errno;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
 use std::mem::MaybeUninit;
+use std::ops::Bound;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,10 +30,44 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// What receives the watcher's events (on the watcher's thread).
 pub(crate) type Handler = Box<dyn Fn(notify::Result<notify::Event>) + Send + Sync>;
 
+/// The watches both ways. `by_path` is keyed by the path's bytes: a byte comparison is a
+/// `memcmp`, where `Path`'s order compares component by component (issue 34: with the map's lock
+/// held, it took a visible share of a first walk registering 6 600 directories).
 #[derive(Debug, Default)]
 struct Maps {
     by_wd: HashMap<i32, PathBuf>,
-    by_path: BTreeMap<PathBuf, i32>,
+    by_path: BTreeMap<Vec<u8>, i32>,
+}
+
+/// The key of `p` in [`Maps::by_path`].
+fn key(p: &Path) -> &[u8] {
+    p.as_os_str().as_bytes()
+}
+
+impl Maps {
+    /// The watches at `abs` and beneath it. In byte order the paths beneath `abs` are exactly
+    /// the keys from `abs/` up to `abs0` (`'0'` follows `'/'`); a sibling such as `abs-x` sorts
+    /// between `abs` and `abs/`, so it is neither taken nor in the way.
+    fn tree(&self, abs: &Path) -> Vec<(Vec<u8>, i32)> {
+        let base = key(abs);
+        let mut from = base.to_vec();
+        if from.last() != Some(&b'/') {
+            from.push(b'/');
+        }
+        let mut to = from.clone();
+        if let Some(last) = to.last_mut() {
+            *last = b'/' + 1;
+        }
+        let beneath = self
+            .by_path
+            .range::<[u8], _>((Bound::Included(&from[..]), Bound::Excluded(&to[..])));
+        self.by_path
+            .get(base)
+            .map(|wd| (base.to_vec(), *wd))
+            .into_iter()
+            .chain(beneath.map(|(p, wd)| (p.clone(), *wd)))
+            .collect()
+    }
 }
 
 struct Shared {
@@ -154,12 +189,12 @@ impl Shared {
                 let mut m = lock(&self.maps);
                 if let Some(old) = m.by_wd.insert(wd, abs.to_path_buf())
                     && old != abs
-                    && m.by_path.get(&old) == Some(&wd)
+                    && m.by_path.get(key(&old)) == Some(&wd)
                 {
                     // The same directory under a new name (moved): the old name is gone.
-                    m.by_path.remove(&old);
+                    m.by_path.remove(key(&old));
                 }
-                m.by_path.insert(abs.to_path_buf(), wd);
+                m.by_path.insert(key(abs).to_vec(), wd);
             }
             // Gone, or replaced by a symlink or a file: its parent's watch reports it.
             Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => {}
@@ -193,13 +228,7 @@ impl Shared {
     /// Forgets the watches at `abs` and beneath it (a directory moved away).
     fn remove_tree(&self, abs: &Path) {
         let mut m = lock(&self.maps);
-        let gone: Vec<(PathBuf, i32)> = m
-            .by_path
-            .range(abs.to_path_buf()..)
-            .take_while(|(p, _)| p.starts_with(abs))
-            .map(|(p, wd)| (p.clone(), *wd))
-            .collect();
-        for (p, wd) in gone {
+        for (p, wd) in m.tree(abs) {
             m.by_path.remove(&p);
             m.by_wd.remove(&wd);
             let _ = inotify::remove_watch(&self.fd, wd);
@@ -265,8 +294,8 @@ impl Shared {
         if mask.contains(ReadFlags::IGNORED) {
             let mut m = lock(&self.maps);
             m.by_wd.remove(&wd);
-            if m.by_path.get(&dir) == Some(&wd) {
-                m.by_path.remove(&dir);
+            if m.by_path.get(key(&dir)) == Some(&wd) {
+                m.by_path.remove(key(&dir));
             }
             return;
         }
@@ -377,6 +406,34 @@ mod tests {
                 return;
             }
         }
+    }
+
+    #[test]
+    fn a_tree_is_its_root_and_what_lies_beneath_never_a_sibling_sharing_its_prefix() {
+        let mut m = Maps::default();
+        for (i, p) in [
+            "/w/a", "/w/a/b", "/w/a/b/c", "/w/a-x", "/w/a-x/y", "/w/a.d", "/w/ab", "/w/a0", "/w/b",
+        ]
+        .iter()
+        .enumerate()
+        {
+            m.by_path.insert(p.as_bytes().to_vec(), i as i32);
+        }
+        let names = |t: Vec<(Vec<u8>, i32)>| -> Vec<String> {
+            t.into_iter()
+                .map(|(p, _)| String::from_utf8(p).unwrap())
+                .collect()
+        };
+        assert_eq!(
+            names(m.tree(Path::new("/w/a"))),
+            ["/w/a", "/w/a/b", "/w/a/b/c"]
+        );
+        assert_eq!(names(m.tree(Path::new("/w/a-x"))), ["/w/a-x", "/w/a-x/y"]);
+        assert_eq!(names(m.tree(Path::new("/w/a/b/c"))), ["/w/a/b/c"]);
+        // A path not watched itself still yields what is watched beneath it.
+        assert_eq!(names(m.tree(Path::new("/w/a/"))), ["/w/a/b", "/w/a/b/c"]);
+        assert_eq!(names(m.tree(Path::new("/nowhere"))), Vec::<String>::new());
+        assert_eq!(m.tree(Path::new("/w")).len(), 9);
     }
 
     /// Waits (bounded) until the watcher says it is quiet.

@@ -23,6 +23,8 @@ use std::time::{Duration, SystemTime};
 
 use super::{Entry, Listing, OnDir, PathIndex, Seed, Stamp, Stamps, lock, walk::is_server_temp};
 
+/// Directories a restart's check stamps on one thread; from this many on, a few share them.
+const PARALLEL_STAMP_FROM: usize = 256;
 /// Version of the saved layout; another version is not read.
 const FORMAT: u32 = 1;
 const MAGIC: &[u8; 4] = b"CSPI";
@@ -244,6 +246,44 @@ impl PathIndex {
         stamps
     }
 
+    /// The stamp of each directory of `dirs` (in order), each registered with `on_dir` first,
+    /// split in contiguous runs over a few threads as a walk is (issue 34: a restart's check
+    /// took longer than the walk it saves). A run whose thread died answers no stamps: its
+    /// directories are listed again, which registers them.
+    fn stamp_each(
+        &self,
+        dirs: &[&Entry],
+        since: (i64, i64),
+        on_dir: OnDir<'_>,
+    ) -> Vec<Option<Stamp>> {
+        let stamp = |e: &&Entry| {
+            on_dir(&e.path);
+            stamp_at(&self.root_abs.join(&*e.path), since)
+        };
+        let threads = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .clamp(1, 4);
+        if threads == 1 || dirs.len() < PARALLEL_STAMP_FROM {
+            return dirs.iter().map(stamp).collect();
+        }
+        let chunk = dirs.len().div_ceil(threads);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = dirs
+                .chunks(chunk)
+                .map(|part| s.spawn(move || part.iter().map(stamp).collect::<Vec<_>>()))
+                .collect();
+            let mut out = Vec::with_capacity(dirs.len());
+            for (h, part) in handles.into_iter().zip(dirs.chunks(chunk)) {
+                match h.join() {
+                    Ok(stamps) => out.extend(stamps),
+                    Err(_) => out.extend(part.iter().map(|_| None)),
+                }
+            }
+            out
+        })
+    }
+
     /// Checks `seed` against the disk: directories that may have changed are listed again and
     /// what differs is re-checked. Returns the current listing with the stamps taken for it, or
     /// `None` when the caller must walk instead. Blocking.
@@ -282,9 +322,12 @@ impl PathIndex {
         if let Some(n) = root_now {
             fresh.insert("".into(), n);
         }
-        for e in listing.entries.iter().filter(|e| e.kind == Kind::Dir) {
-            on_dir(&e.path);
-            let n = stamp_at(&self.root_abs.join(&*e.path), since);
+        let dirs: Vec<&Entry> = listing
+            .entries
+            .iter()
+            .filter(|e| e.kind == Kind::Dir)
+            .collect();
+        for (e, n) in dirs.iter().zip(self.stamp_each(&dirs, since, on_dir)) {
             if moved(n, &e.path) {
                 changed.push(&e.path);
             }
@@ -536,6 +579,58 @@ mod tests {
         assert!(paths(&seed.listing).contains(&"k/file/inner"));
         // Taken: a second start without a clean shutdown in between walks.
         assert!(ix.restore().is_none());
+    }
+
+    #[test]
+    fn a_restart_over_many_directories_checks_and_registers_each_one() {
+        // More directories than one thread stamps: the check is split over threads.
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = tmp.path().join("ws");
+        let n = PARALLEL_STAMP_FROM + 150;
+        for i in 0..n {
+            let d = ws.join(format!("d{i:04}"));
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("f"), b"").unwrap();
+        }
+        let (store, reg) = store(tmp.path());
+        settle(&ws);
+        {
+            let ix = saved(&ws, &store, &reg);
+            ix.get();
+            ix.persist(&ix.versions);
+        }
+        // Offline: a change in the first directory, one in the middle and one in the last, so
+        // each run of the split has one.
+        std::fs::write(ws.join("d0000/new"), b"").unwrap();
+        std::fs::remove_file(ws.join(format!("d{:04}/f", n / 2))).unwrap();
+        std::fs::write(ws.join(format!("d{:04}/g", n - 1)), b"").unwrap();
+        let ix = saved(&ws, &store, &reg);
+        let seen = std::sync::Mutex::new(HashSet::<String>::new());
+        let on_dir = |rel: &str| {
+            seen.lock().unwrap().insert(rel.to_string());
+        };
+        let seed = ix.restore_with(&on_dir).expect("the saved index is used");
+        let walked = ix.walk_all().unwrap();
+        assert_eq!(seed.listing.entries, walked.entries);
+        let dirs: HashSet<String> = walked
+            .entries
+            .iter()
+            .filter(|e| e.kind == Kind::Dir)
+            .map(|e| e.path.to_string())
+            .chain([String::new()])
+            .collect();
+        assert_eq!(dirs.len(), n + 1);
+        assert_eq!(*seen.lock().unwrap(), dirs, "every directory registered");
+        // Every directory is stamped but the three changed within `RACY` (whose stamps would
+        // vouch for nothing).
+        let changed = [
+            "d0000".to_string(),
+            format!("d{:04}", n / 2),
+            format!("d{:04}", n - 1),
+        ];
+        let stamped: HashSet<String> = seed.stamps.keys().map(|k| k.to_string()).collect();
+        let unstamped: HashSet<String> = dirs.difference(&stamped).cloned().collect();
+        assert_eq!(unstamped, changed.into_iter().collect());
     }
 
     #[test]

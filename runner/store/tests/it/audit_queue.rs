@@ -334,3 +334,44 @@ fn many_threads_append_and_every_row_lands() {
     let expected: usize = 4 * (0..500).map(|i| 1 + i % 3).sum::<usize>();
     assert_eq!(committed(&path), expected);
 }
+
+#[test]
+fn many_waiters_and_the_writer_commit_every_row_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let store = Arc::new(Store::open(&path).unwrap());
+    // A short delay and small batches: lingering, full and wanted batches interleave.
+    store
+        .start_audit_writer(config(Duration::from_millis(1), 8, 64))
+        .unwrap();
+    let handles: Vec<_> = (0..4)
+        .map(|t| {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || {
+                let mut unwaited = None;
+                for i in 0..200 {
+                    let ticket = store
+                        .append_decisions(rows(&format!("t{t}-{i}"), 1 + i % 3))
+                        .unwrap();
+                    if i % 2 == 1 {
+                        unwaited = Some(ticket);
+                        continue;
+                    }
+                    // Every other append is written ahead.
+                    ticket.wait().unwrap();
+                    // Commits go in append order: the append before it, which nobody waited
+                    // on, is in too.
+                    if let Some(u) = unwaited.take() {
+                        assert!(u.is_written());
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    store.flush_decisions();
+    let expected: usize = 4 * (0..200).map(|i| 1 + i % 3).sum::<usize>();
+    assert_eq!(committed(&path), expected);
+}
