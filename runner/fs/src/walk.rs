@@ -1,6 +1,6 @@
 //! Bounded, no-follow recursive listing of a [`Root`].
 
-use rustix::fd::{AsFd, OwnedFd};
+use rustix::fd::OwnedFd;
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
 
 use crate::error::FsError;
@@ -108,7 +108,8 @@ impl Select<'_> {
 
 /// A directory being listed: its fd, its relative path, its depth, and the subdirectories still to visit.
 struct Frame {
-    fd: OwnedFd,
+    /// The directory, read to its end: its fd opens the subdirectories.
+    dir: Dir,
     prefix: String,
     depth: usize,
     pending: Vec<String>,
@@ -201,8 +202,12 @@ impl Root {
                 continue;
             };
             let rel = format!("{}{}", top.prefix, name);
+            let Ok(top_fd) = top.dir.fd() else {
+                stack.pop();
+                continue;
+            };
             let opened = self.open_at(
-                top.fd.as_fd(),
+                top_fd,
                 &name,
                 OFlags::RDONLY | OFlags::DIRECTORY,
                 Mode::empty(),
@@ -255,7 +260,10 @@ fn list_dir(
     walk: &mut Walk,
 ) -> Result<Frame, rustix::io::Errno> {
     let mut pending = Vec::new();
-    let mut dir = Dir::read_from(&fd)?;
+    // The stream owns the directory's fd (`read_from` would reopen it: a `fcntl`, an `openat`
+    // and a `close` more per directory); the fd stats the entries and opens the subdirectories,
+    // neither of which moves the stream's position.
+    let mut dir = Dir::new(fd)?;
     let this_dir = || prefix.strip_suffix('/').unwrap_or(&prefix).to_owned();
     let mut odd_name_seen = false;
     while let Some(entry) = dir.read() {
@@ -281,7 +289,10 @@ fn list_dir(
             walk.capped = true;
             break;
         }
-        let lstat = || rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW);
+        let lstat = || {
+            let fd = dir.fd()?;
+            rustix::fs::statat(fd, name, AtFlags::SYMLINK_NOFOLLOW)
+        };
         let (kind, mut nlink) = match entry.file_type() {
             FileType::Unknown => match lstat() {
                 Ok(st) => (Kind::from_mode(st.st_mode), Some(crate::meta::nlink(&st))),
@@ -325,7 +336,7 @@ fn list_dir(
     // Visit subdirectories in name order (popped from the end).
     pending.sort_unstable_by(|a, b| b.cmp(a));
     Ok(Frame {
-        fd,
+        dir,
         prefix,
         depth,
         pending,

@@ -230,7 +230,7 @@ fn covered(root: BorrowedFd<'_>, rel: &Path) -> bool {
             Mode::empty(),
         )
         .ok()
-        .and_then(|dir| rustix::fs::Dir::read_from(&dir).ok())
+        .and_then(|dir| rustix::fs::Dir::new(dir).ok())
         .is_some_and(|entries| {
             entries.flatten().all(|e| {
                 let name = e.file_name().to_bytes();
@@ -281,7 +281,7 @@ fn non_utf8_top_level_names(root: BorrowedFd<'_>) -> Result<Vec<Vec<u8>>, Sandbo
     )
     .map_err(list)?;
     let mut names = Vec::new();
-    for entry in rustix::fs::Dir::read_from(&fd).map_err(list)? {
+    for entry in rustix::fs::Dir::new(fd).map_err(list)? {
         let name = entry.map_err(list)?.file_name().to_bytes().to_vec();
         if std::str::from_utf8(&name).is_ok() {
             continue;
