@@ -202,34 +202,18 @@ impl PathIndex {
         rels: &[Option<RelPath>],
     ) -> Vec<Result<Option<codespace_runner_fs::Meta>, codespace_runner_fs::FsError>> {
         let paths: Vec<&RelPath> = rels.iter().flatten().collect();
-        let threads = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-            .clamp(1, 4);
-        if threads == 1 || paths.len() < PARALLEL_STAT_FROM {
-            return root.stat_many(paths);
-        }
-        let chunk = paths.len().div_ceil(threads);
-        std::thread::scope(|s| {
-            let handles: Vec<_> = paths
-                .chunks(chunk)
-                .map(|part| s.spawn(move || root.stat_many(part.iter().copied())))
-                .collect();
-            let mut out = Vec::with_capacity(paths.len());
-            for (h, part) in handles.into_iter().zip(paths.chunks(chunk)) {
-                match h.join() {
-                    Ok(metas) => out.extend(metas),
-                    // A thread that died answers "cannot be examined" for its paths (links 0:
-                    // a `read` of such a path is decided as of a missing file).
-                    Err(_) => out.extend(part.iter().map(|p| {
-                        Err(codespace_runner_fs::FsError::NotFound {
-                            path: p.as_str().to_string(),
-                        })
-                    })),
-                }
-            }
-            out
-        })
+        super::in_runs(
+            &paths,
+            PARALLEL_STAT_FROM,
+            |part| root.stat_many(part.iter().copied()),
+            // A thread that died answers "cannot be examined" for its paths (links 0: a `read`
+            // of such a path is decided as of a missing file).
+            |p| {
+                Err(codespace_runner_fs::FsError::NotFound {
+                    path: p.as_str().to_string(),
+                })
+            },
+        )
     }
 
     /// The ignore rules of `listing` (its ignore files read beneath the root, no symlink followed).

@@ -51,6 +51,40 @@ pub(crate) struct RunnerFiles {
     pub(crate) workspace: String,
 }
 
+/// `work` over `items` split in contiguous runs, one thread per run (up to the machine's cores,
+/// at most 4) once there are `from` items or more, else on this thread; the answers in the order
+/// of `items`. A run whose thread died answers `died` for each of its items.
+pub(super) fn in_runs<T: Sync, R: Send>(
+    items: &[T],
+    from: usize,
+    work: impl Fn(&[T]) -> Vec<R> + Sync,
+    died: impl Fn(&T) -> R,
+) -> Vec<R> {
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 4);
+    if threads == 1 || items.len() < from {
+        return work(items);
+    }
+    let chunk = items.len().div_ceil(threads);
+    let work = &work;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = items
+            .chunks(chunk)
+            .map(|part| s.spawn(move || work(part)))
+            .collect();
+        let mut out = Vec::with_capacity(items.len());
+        for (h, part) in handles.into_iter().zip(items.chunks(chunk)) {
+            match h.join() {
+                Ok(answers) => out.extend(answers),
+                Err(_) => out.extend(part.iter().map(&died)),
+            }
+        }
+        out
+    })
+}
+
 /// Dirty paths one refresh re-checks one by one; more than this and the tree is walked again.
 const MAX_INCREMENTAL: usize = 2_000;
 /// An index unused this long is dropped (rebuilt by a walk on next use).

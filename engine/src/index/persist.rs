@@ -256,32 +256,15 @@ impl PathIndex {
         since: (i64, i64),
         on_dir: OnDir<'_>,
     ) -> Vec<Option<Stamp>> {
-        let stamp = |e: &&Entry| {
-            on_dir(&e.path);
-            stamp_at(&self.root_abs.join(&*e.path), since)
+        let stamp = |part: &[&Entry]| {
+            part.iter()
+                .map(|e| {
+                    on_dir(&e.path);
+                    stamp_at(&self.root_abs.join(&*e.path), since)
+                })
+                .collect()
         };
-        let threads = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-            .clamp(1, 4);
-        if threads == 1 || dirs.len() < PARALLEL_STAMP_FROM {
-            return dirs.iter().map(stamp).collect();
-        }
-        let chunk = dirs.len().div_ceil(threads);
-        std::thread::scope(|s| {
-            let handles: Vec<_> = dirs
-                .chunks(chunk)
-                .map(|part| s.spawn(move || part.iter().map(stamp).collect::<Vec<_>>()))
-                .collect();
-            let mut out = Vec::with_capacity(dirs.len());
-            for (h, part) in handles.into_iter().zip(dirs.chunks(chunk)) {
-                match h.join() {
-                    Ok(stamps) => out.extend(stamps),
-                    Err(_) => out.extend(part.iter().map(|_| None)),
-                }
-            }
-            out
-        })
+        super::in_runs(dirs, PARALLEL_STAMP_FROM, stamp, |_| None)
     }
 
     /// Checks `seed` against the disk: directories that may have changed are listed again and
