@@ -203,6 +203,19 @@ impl Root {
             };
             let rel = format!("{}{}", top.prefix, name);
             let Ok(top_fd) = top.dir.fd() else {
+                // Not reached on Linux (the stream's fd is its own); should it happen, the
+                // subdirectories left are reported unlisted, never dropped silently.
+                let dir = top
+                    .prefix
+                    .strip_suffix('/')
+                    .unwrap_or(&top.prefix)
+                    .to_owned();
+                walk.incomplete = true;
+                walk.unlisted.push(Unlisted {
+                    path: dir,
+                    why: UnlistedWhy::Unreadable,
+                    name: None,
+                });
                 stack.pop();
                 continue;
             };
