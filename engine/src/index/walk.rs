@@ -34,7 +34,11 @@ pub(crate) fn is_server_temp(temps: &TempNames, path: &str, kind: Kind) -> bool 
 /// What one thread of [`PathIndex::walk_all`] gathered.
 #[derive(Default)]
 struct Part {
-    entries: Vec<codespace_runner_fs::WalkEntry>,
+    /// The subtree of each second-level directory this thread walked, sorted by path, with
+    /// that directory's path.
+    subtrees: Vec<(usize, Vec<codespace_runner_fs::WalkEntry>)>,
+    /// Entries in `subtrees`.
+    entries: usize,
     incomplete: bool,
     capped: bool,
     non_utf8: usize,
@@ -67,6 +71,35 @@ pub(super) fn outermost(mut unlisted: Vec<Unlisted>) -> Vec<Unlisted> {
         }
     }
     out
+}
+
+/// The entries of `top` (the first two levels) and of each second-level directory's subtree
+/// (`(directory + "/", its entries sorted by path)`), sorted by path, without sorting them all again.
+///
+/// Every path of a directory `d`'s subtree starts with `d/`, and no other path here does (`top`
+/// holds nothing deeper than `d`, subtrees belong to distinct directories of the same depth).
+/// So in byte order the subtree is one run: it sits where `d/` would, which is not always
+/// right after `d` (`d-x` and `d.txt` sort between `d` and `d/`). The subtrees are ordered by
+/// that key and merged with the sorted `top` in one pass.
+fn splice_sorted(
+    mut top: Vec<codespace_runner_fs::WalkEntry>,
+    mut keyed: Vec<(String, Vec<codespace_runner_fs::WalkEntry>)>,
+) -> Vec<codespace_runner_fs::WalkEntry> {
+    top.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+    keyed.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let total = top.len() + keyed.iter().map(|(_, es)| es.len()).sum::<usize>();
+    let mut all = Vec::with_capacity(total);
+    let mut blocks = keyed.into_iter().peekable();
+    for e in top {
+        while let Some((_, block)) = blocks.next_if(|(key, _)| key.as_str() < e.path.as_str()) {
+            all.extend(block);
+        }
+        all.push(e);
+    }
+    for (_, block) in blocks {
+        all.extend(block);
+    }
+    all
 }
 
 impl PathIndex {
@@ -123,7 +156,7 @@ impl PathIndex {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(dir) = work.get(i) else { break };
-                if part.entries.len() >= self.limits.max_entries {
+                if part.entries >= self.limits.max_entries {
                     part.capped = true;
                     break;
                 }
@@ -134,7 +167,11 @@ impl PathIndex {
                         part.incomplete |= w.incomplete;
                         part.capped |= w.capped;
                         part.non_utf8 += w.non_utf8_skipped;
-                        part.entries.extend(w.entries);
+                        part.entries += w.entries.len();
+                        // Sorted here, on this thread: the merge below only splices.
+                        let mut subtree = w.entries;
+                        subtree.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+                        part.subtrees.push((i, subtree));
                         part.unlisted.extend(w.unlisted);
                     }
                     Ok(Err(FsError::NotFound { .. })) => {}
@@ -162,17 +199,19 @@ impl PathIndex {
         } else {
             vec![walk_some()]
         };
-        let mut all = top.entries;
+        let mut subtrees = Vec::new();
         for part in parts {
             incomplete |= part.incomplete || part.capped;
             capped |= part.capped;
             non_utf8 += part.non_utf8;
-            all.extend(part.entries);
+            subtrees.extend(
+                part.subtrees
+                    .into_iter()
+                    .filter_map(|(i, es)| work.get(i).map(|dir| (format!("{dir}/"), es))),
+            );
             unlisted.extend(part.unlisted);
         }
-        // Each part is sorted subtree by subtree: a stable sort merges those runs instead of
-        // sorting from scratch.
-        all.sort_by(|a, b| a.path.cmp(&b.path));
+        let mut all = splice_sorted(top.entries, subtrees);
         if all.len() > self.limits.max_entries {
             all.truncate(self.limits.max_entries);
             incomplete = true;
@@ -373,6 +412,37 @@ mod tests {
     use super::*;
     use crate::wire::WalkReason;
     use codespace_runner_fs::Root;
+
+    #[test]
+    fn subtrees_walked_on_threads_are_spliced_in_byte_order() {
+        // Second-level directories whose siblings share their prefix and sort between `d` and
+        // `d/` (`d-x`, `d.txt`, `d0`), in several top directories, so several threads walk
+        // subtrees: the listing is in byte order, every path once, as a sort of it gives.
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        for top in ["a", "a-b", "b"] {
+            for sub in ["d", "d-x", "d0", "e"] {
+                std::fs::create_dir_all(d.join(format!("{top}/{sub}/k/l"))).unwrap();
+                std::fs::write(d.join(format!("{top}/{sub}/k/l/f")), b"").unwrap();
+                std::fs::write(d.join(format!("{top}/{sub}/-f")), b"").unwrap();
+            }
+            std::fs::write(d.join(format!("{top}/d.txt")), b"").unwrap();
+            std::fs::write(d.join(format!("{top}/d/.z")), b"").unwrap();
+        }
+        std::fs::write(d.join("a.txt"), b"").unwrap();
+        let ix = index(d);
+        let l = ix.walk_all().unwrap();
+        let got = paths(&l);
+        let mut want = got.clone();
+        want.sort_unstable();
+        want.dedup();
+        assert_eq!(got, want);
+        // 3 top dirs + a.txt; per top dir 4 subdirs × (dir, k, k/l, k/l/f, -f) + d.txt + d/.z.
+        assert_eq!(got.len(), 4 + 3 * (4 * 5 + 2));
+        let at = |p: &str| got.iter().position(|x| *x == p).unwrap();
+        assert!(at("a/d") < at("a/d-x") && at("a/d-x") < at("a/d.txt"));
+        assert!(at("a/d.txt") < at("a/d/-f") && at("a/d/k/l/f") < at("a/d0"));
+    }
 
     #[test]
     fn dirty_paths_are_rechecked_and_merged_in_order() {

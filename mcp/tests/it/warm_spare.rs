@@ -350,3 +350,68 @@ fn a_spare_of_one_network_shape_never_serves_a_command_of_the_other() {
     }
     s.close_and_wait(Duration::from_secs(20));
 }
+
+#[test]
+fn a_command_served_warm_holds_no_capability_in_any_set() {
+    // A spare drops its bounding set while it waits (runner/sandbox/src/caps.rs): the command
+    // it serves must still hold nothing in any of the five sets, with and without the network
+    // (whose spares wait in different namespaces), as a cold helper's command does.
+    const TEST: &str = "a_command_served_warm_holds_no_capability_in_any_set";
+    if skip_without_sandbox(TEST) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (open, closed) = (dir.path().join("open"), dir.path().join("closed"));
+    workspace(&open, "A=1\n", None);
+    workspace(&closed, "B=1\n", None);
+    let steps = json!({"CODESPACE_SANDBOX_STEPS": "1"});
+    let mut s = serve(
+        dir.path(),
+        json!({
+            "open": {"root": open, "network": "enabled", "env": steps},
+            "closed": {"root": closed, "env": steps},
+        }),
+    );
+    // The bounding set can only be emptied by a server holding CAP_SETPCAP (bit 8); without it
+    // the helper accepts a full one (it has nothing to lose and cannot gain under no_new_privs).
+    let own = std::fs::read_to_string("/proc/self/status").unwrap();
+    let eff = own
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:\t"))
+        .map(|h| u64::from_str_radix(h.trim(), 16).unwrap())
+        .unwrap();
+    let bounding_dropped = eff & (1 << 8) != 0;
+    let mut warm = [0usize; 2];
+    for _ in 0..4 {
+        for (i, ws) in ["open", "closed"].into_iter().enumerate() {
+            let r = s.tool_ok(
+                "exec_command",
+                json!({"workspace_id": ws, "command": ["grep", "^Cap", "/proc/self/status"],
+                       "yield_ms": 20000}),
+            );
+            assert_eq!(r["exit_code"], 0, "{r}");
+            let out = r["chunk"].as_str().unwrap_or_default().to_owned();
+            if served_warm(&out) {
+                warm[i] += 1;
+            }
+            let sets: Vec<&str> = out.lines().filter(|l| l.starts_with("Cap")).collect();
+            for set in ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"] {
+                if set == "CapBnd:" && !bounding_dropped {
+                    continue;
+                }
+                let line = sets
+                    .iter()
+                    .find(|l| l.starts_with(set))
+                    .unwrap_or_else(|| panic!("no {set} in {out}"));
+                assert!(
+                    line.ends_with("\t0000000000000000"),
+                    "{ws}: a capability is held: {line}"
+                );
+            }
+        }
+    }
+    if !require_warm(warm[0].min(warm[1]), TEST) {
+        return;
+    }
+    s.close_and_wait(Duration::from_secs(20));
+}

@@ -8,12 +8,15 @@ use crate::error::SandboxError;
 /// Highest capability number assumed when `/proc/sys/kernel/cap_last_cap` cannot be read.
 const FALLBACK_LAST_CAP: u32 = 63;
 
-/// The highest capability number the running kernel knows.
+/// The highest capability number the running kernel knows (read once per process).
 fn last_cap() -> u32 {
-    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(FALLBACK_LAST_CAP)
+    static LAST: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *LAST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(FALLBACK_LAST_CAP)
+    })
 }
 
 fn in_bounding_set(cap: u32) -> Result<bool, SandboxError> {
@@ -38,6 +41,20 @@ fn drop_from_bounding_set(cap: u32) -> std::io::Result<()> {
         Ok(())
     } else {
         Err(std::io::Error::last_os_error())
+    }
+}
+
+/// A warm spare's first step while it waits ([`crate::spare`]): every capability leaves the
+/// bounding set (when the spare holds `CAP_SETPCAP`). The bounding set only limits what an
+/// `exec` may grant, and the spare execs nothing before its command's target, so what it does
+/// meanwhile with its effective capabilities (joining the command's mount namespace) is
+/// unchanged; [`drop_all_capabilities`] at the command's start then finds the set empty and
+/// still checks it. Best effort: a capability left in the set is dropped then.
+pub(crate) fn drop_bounding_set_ahead() {
+    for cap in 0..=last_cap() {
+        if in_bounding_set(cap).unwrap_or(false) {
+            let _ = drop_from_bounding_set(cap);
+        }
     }
 }
 

@@ -118,6 +118,9 @@ fn wait_for_command(args: &[OsString]) -> Result<Received, SandboxError> {
     // Made while nothing waits on it: the one step of a command's start that needs nothing
     // of the command but whether it has the network, which the server chose this spare for.
     let netns_ahead = private_network && crate::netns::enter_net_only_ahead();
+    // After the namespace (which needs no bounding set but its own capability): what every
+    // command's start drops first, dropped now.
+    crate::caps::drop_bounding_set_ahead();
     let (bytes, fds) = receive(&control)?;
     let mut received = decode(&bytes, fds)?;
     received.netns_ahead = netns_ahead;
