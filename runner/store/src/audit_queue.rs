@@ -19,11 +19,43 @@ impl Store {
             _ => return Ok(()),
         };
         let writer = AuditWriter::start(&path, config)?;
-        if let Err(lost) = self.audit_writer.set(writer) {
+        let checkpoints_aside = writer.checkpointer().is_some();
+        match self.audit_writer.set(writer) {
+            // The request path's commits leave the log to the writer's checkpoint thread.
+            Ok(()) if checkpoints_aside => {
+                self.conn().pragma_update(None, "wal_autocheckpoint", 0)?;
+            }
+            Ok(()) => {}
             // Another thread started one first: this one drains nothing and stops.
-            drop(lost);
+            Err(lost) => drop(lost),
         }
         Ok(())
+    }
+
+    /// The store connection's `wal_autocheckpoint` (pages of log after which its own commit
+    /// checkpoints; 0 while the audit writer's thread does it).
+    pub fn wal_autocheckpoint(&self) -> Result<i64, StoreError> {
+        Ok(self
+            .conn()
+            .query_row("PRAGMA wal_autocheckpoint", [], |r| r.get(0))?)
+    }
+
+    /// Checkpoints of the log run off the request path so far (0 when no writer runs; see
+    /// `checkpointer.rs`).
+    pub fn wal_checkpoints(&self) -> u64 {
+        self.audit_writer
+            .get()
+            .and_then(AuditWriter::checkpointer)
+            .map_or(0, crate::checkpointer::Checkpointer::runs)
+    }
+
+    /// Waits until more than `after` checkpoints ran off the request path, at most `timeout`;
+    /// true when they did.
+    pub fn wait_wal_checkpoint(&self, after: u64, timeout: std::time::Duration) -> bool {
+        self.audit_writer
+            .get()
+            .and_then(AuditWriter::checkpointer)
+            .is_some_and(|c| c.wait_run(after, timeout))
     }
 
     /// Whether appends go through the writer thread.
@@ -36,6 +68,16 @@ impl Store {
     pub fn stop_audit_writer(&self) {
         if let Some(w) = self.audit_writer.get() {
             w.stop();
+            if w.checkpointer().is_some() {
+                // Its checkpoint thread is gone: this connection checkpoints itself again (a
+                // failure leaves the log to grow until the store is opened again, which resets
+                // the setting; no row is at stake).
+                let _ = self.conn().pragma_update(
+                    None,
+                    "wal_autocheckpoint",
+                    crate::store::WAL_AUTOCHECKPOINT,
+                );
+            }
         }
     }
 

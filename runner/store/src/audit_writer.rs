@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, TransactionBehavior};
 
+use crate::checkpointer::Checkpointer;
 use crate::decision_rows::{DecisionRow, insert_rows};
 use crate::error::StoreError;
 
@@ -174,12 +175,19 @@ impl Shared {
 pub(crate) struct AuditWriter {
     shared: Arc<Shared>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// Checkpoints the log off the request path (None: it could not start, and every
+    /// connection checkpoints itself as before).
+    checkpointer: Option<Arc<Checkpointer>>,
 }
 
 impl AuditWriter {
     /// Opens the writer's own connection to the store file at `path` and starts its thread.
     pub(crate) fn start(path: &str, config: AuditWriterConfig) -> Result<AuditWriter, StoreError> {
         let conn = open_writer_connection(path)?;
+        let checkpointer = Checkpointer::start(path).ok().map(Arc::new);
+        if checkpointer.is_some() {
+            conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+        }
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             work: Condvar::new(),
@@ -187,13 +195,20 @@ impl AuditWriter {
             config,
         });
         let for_thread = Arc::clone(&shared);
+        let cp = checkpointer.clone();
         let thread = std::thread::Builder::new()
             .name("codespace-audit".into())
-            .spawn(move || run(&for_thread, conn))?;
+            .spawn(move || run(&for_thread, conn, cp.as_deref()))?;
         Ok(AuditWriter {
             shared,
             thread: Mutex::new(Some(thread)),
+            checkpointer,
         })
+    }
+
+    /// The thread that checkpoints the log while this writer runs, if it started.
+    pub(crate) fn checkpointer(&self) -> Option<&Checkpointer> {
+        self.checkpointer.as_deref()
     }
 
     /// Whether the writer thread still takes appends.
@@ -279,6 +294,9 @@ impl AuditWriter {
             .take();
         if let Some(h) = handle {
             let _ = h.join();
+        }
+        if let Some(cp) = &self.checkpointer {
+            cp.stop();
         }
         // A writer that died (it cannot panic on rows, but be safe) releases every waiter.
         let mut st = self.shared.lock();
@@ -449,7 +467,7 @@ fn batch_full(st: &State, cfg: &AuditWriterConfig) -> bool {
 
 /// The writer thread: waits for rows, lingers up to `max_delay` unless rows are wanted now or
 /// a batch is full, commits, repeats; drains everything when stopping.
-fn run(shared: &Shared, mut conn: Connection) {
+fn run(shared: &Shared, mut conn: Connection, checkpointer: Option<&Checkpointer>) {
     let cfg = &shared.config;
     loop {
         let batch: Vec<Pending> = {
@@ -533,5 +551,9 @@ fn run(shared: &Shared, mut conn: Connection) {
         }
         st.done = st.done.max(last);
         shared.progress.notify_all();
+        drop(st);
+        if let Some(cp) = checkpointer {
+            cp.committed();
+        }
     }
 }

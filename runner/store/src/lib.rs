@@ -11,6 +11,7 @@
 mod approvals;
 mod audit_queue;
 mod audit_writer;
+mod checkpointer;
 mod codec;
 mod decision_rows;
 mod decisions;

@@ -23,6 +23,9 @@ const OPEN_RETRY_PAUSE: Duration = Duration::from_millis(20);
 /// resident growth; the store's queries touch few pages (appends at the end of each tree,
 /// lookups by key), so a small cache costs them nothing measurable.
 pub(crate) const CACHE_KIB: i64 = 512;
+/// SQLite's own `wal_autocheckpoint` (pages), which a connection goes back to when the audit
+/// writer's checkpoint thread stops (`checkpointer.rs`).
+pub(crate) const WAL_AUTOCHECKPOINT: i64 = 1000;
 
 /// SQLITE_BUSY or SQLITE_LOCKED.
 fn is_busy(e: &rusqlite::Error) -> bool {

@@ -375,3 +375,37 @@ fn many_waiters_and_the_writer_commit_every_row_in_order() {
     let expected: usize = 4 * (0..200).map(|i| 1 + i % 3).sum::<usize>();
     assert_eq!(committed(&path), expected);
 }
+
+#[test]
+fn while_the_writer_runs_the_log_is_checkpointed_off_the_request_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.wal_autocheckpoint().unwrap(), 1000, "SQLite's own");
+    assert_eq!(store.wal_checkpoints(), 0);
+    store
+        .start_audit_writer(config(FOREVER, 1_000, 100_000))
+        .unwrap();
+    // The request path's connection checkpoints nothing while the writer's thread does.
+    assert_eq!(store.wal_autocheckpoint().unwrap(), 0);
+    // Batches written ahead, one commit each, past the thread's turn.
+    for i in 0..40 {
+        store
+            .append_decisions(rows(&format!("dec-{i}"), 5))
+            .unwrap()
+            .wait()
+            .unwrap();
+    }
+    assert!(
+        store.wait_wal_checkpoint(0, Duration::from_secs(60)),
+        "no checkpoint ran off the request path"
+    );
+    let before_stop = store.wal_checkpoints();
+    assert!(before_stop >= 1);
+    assert_eq!(committed(&path), 200);
+    store.stop_audit_writer();
+    // A last checkpoint at the stop, then the connection checkpoints itself again.
+    assert!(store.wal_checkpoints() > before_stop);
+    assert_eq!(store.wal_autocheckpoint().unwrap(), 1000);
+    assert_eq!(committed(&path), 200);
+}
