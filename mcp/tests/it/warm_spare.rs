@@ -286,6 +286,23 @@ fn a_spare_dies_with_a_killed_server() {
     );
 }
 
+/// A server over two workspaces in `dir` whose commands report their helper's steps: `open`,
+/// the network granted (no namespace of its own), and `closed`, none (a private namespace,
+/// which its spare may make while it waits).
+fn serve_both_network_shapes(dir: &Path) -> StdioServer {
+    let (open, closed) = (dir.join("open"), dir.join("closed"));
+    workspace(&open, "A=1\n", None);
+    workspace(&closed, "B=1\n", None);
+    let steps = json!({"CODESPACE_SANDBOX_STEPS": "1"});
+    serve(
+        dir,
+        json!({
+            "open": {"root": open, "network": "enabled", "env": steps},
+            "closed": {"root": closed, "env": steps},
+        }),
+    )
+}
+
 /// The network namespace a command of `ws` runs in (`/proc/self/ns/net`), and whether a warm
 /// spare served it.
 fn net_probe(s: &mut StdioServer, ws: &str) -> (String, bool) {
@@ -312,19 +329,7 @@ fn a_spare_of_one_network_shape_never_serves_a_command_of_the_other() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    // `open`: the network granted (no namespace of its own); `closed`: none (a private one,
-    // which its spare may make while it waits).
-    let (open, closed) = (dir.path().join("open"), dir.path().join("closed"));
-    workspace(&open, "A=1\n", None);
-    workspace(&closed, "B=1\n", None);
-    let steps = json!({"CODESPACE_SANDBOX_STEPS": "1"});
-    let mut s = serve(
-        dir.path(),
-        json!({
-            "open": {"root": open, "network": "enabled", "env": steps},
-            "closed": {"root": closed, "env": steps},
-        }),
-    );
+    let mut s = serve_both_network_shapes(dir.path());
     let host = std::fs::read_link(format!("/proc/{}/ns/net", s.pid()))
         .unwrap()
         .to_string_lossy()
@@ -361,17 +366,7 @@ fn a_command_served_warm_holds_no_capability_in_any_set() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (open, closed) = (dir.path().join("open"), dir.path().join("closed"));
-    workspace(&open, "A=1\n", None);
-    workspace(&closed, "B=1\n", None);
-    let steps = json!({"CODESPACE_SANDBOX_STEPS": "1"});
-    let mut s = serve(
-        dir.path(),
-        json!({
-            "open": {"root": open, "network": "enabled", "env": steps},
-            "closed": {"root": closed, "env": steps},
-        }),
-    );
+    let mut s = serve_both_network_shapes(dir.path());
     // The bounding set can only be emptied by a server holding CAP_SETPCAP (bit 8); without it
     // the helper accepts a full one (it has nothing to lose and cannot gain under no_new_privs).
     let own = std::fs::read_to_string("/proc/self/status").unwrap();

@@ -287,14 +287,7 @@ impl AuditWriter {
             st.stopping = true;
             self.shared.work.notify_one();
         }
-        let handle = self
-            .thread
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(h) = handle {
-            let _ = h.join();
-        }
+        crate::checkpointer::join_taken(&self.thread);
         if let Some(cp) = &self.checkpointer {
             cp.stop();
         }

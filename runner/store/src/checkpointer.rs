@@ -119,14 +119,15 @@ impl Checkpointer {
             st.stopping = true;
             self.shared.wake.notify_one();
         }
-        let handle = self
-            .thread
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(h) = handle {
-            let _ = h.join();
-        }
+        join_taken(&self.thread);
+    }
+}
+
+/// Joins the thread in `slot` once (a later call finds it taken); a panic in it is not passed on.
+pub(crate) fn join_taken(slot: &Mutex<Option<JoinHandle<()>>>) {
+    let handle = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
+    if let Some(h) = handle {
+        let _ = h.join();
     }
 }
 
