@@ -248,3 +248,96 @@ r = libc.ptrace(16, int(sys.argv[1]), 0, 0)\nprint('attach', r, ctypes.get_errno
         "ptrace must fail with EPERM: {out}"
     );
 }
+
+/// The descriptors of this process (the gateway runs in it) that hold mount namespace `inode`,
+/// each with the `flags:` line of its fdinfo.
+fn holders_of_mount_namespace(inode: u64) -> Vec<String> {
+    let want = format!("mnt:[{inode}]");
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        let Ok(link) = std::fs::read_link(entry.path()) else {
+            continue;
+        };
+        if link.as_os_str() == want.as_str() {
+            let fd = entry.file_name().to_string_lossy().into_owned();
+            let info =
+                std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();
+            let flags = info
+                .lines()
+                .find(|l| l.starts_with("flags:"))
+                .unwrap_or_default()
+                .to_owned();
+            out.push(flags);
+        }
+    }
+    out
+}
+
+/// A sandboxed command's own mount namespace (its masks are mounted there) is held by the
+/// server from the spawn until the exit is seen, so the exit does not wait for its teardown;
+/// then the hold is released, and nothing of it outlives the command (no descriptor a later
+/// command could inherit: the hold is close-on-exec and gone after the exit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandboxed_command_mount_namespace_is_held_until_its_exit_then_released() {
+    use std::os::unix::fs::MetadataExt;
+    let name = "a_sandboxed_command_mount_namespace_is_held_until_its_exit_then_released";
+    if skip_without_sandbox(name) {
+        return;
+    }
+    let e = env();
+    std::fs::write(e.root.join(".env"), "TOKEN=held-ns-secret\n").unwrap();
+    let r = run(
+        &e.gw,
+        &["sh", "-c", "echo pid=$$; read line; echo got=$line"],
+        0,
+    )
+    .await;
+    let id = r["process_id"].as_str().unwrap().to_string();
+    let (out, cursor) = read_until(&e.gw, &id, 0, "\n").await;
+    let pid: u32 = out
+        .trim()
+        .strip_prefix("pid=")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {out:?}"));
+    let inode = std::fs::metadata(format!("/proc/{pid}/ns/mnt"))
+        .unwrap()
+        .ino();
+    let own = std::fs::metadata("/proc/self/ns/mnt").unwrap().ino();
+    assert_ne!(
+        inode, own,
+        "a sandboxed command runs in a mount namespace of its own"
+    );
+    let held = holders_of_mount_namespace(inode);
+    assert_eq!(held.len(), 1, "held once while it runs: {held:?}");
+    let flags = held[0]
+        .split_whitespace()
+        .nth(1)
+        .and_then(|f| u32::from_str_radix(f, 8).ok())
+        .unwrap_or_else(|| panic!("no flags in {held:?}"));
+    // O_CLOEXEC, 02000000 in fdinfo's octal flags.
+    assert_ne!(
+        flags & 0o2_000_000,
+        0,
+        "the hold is close-on-exec: {held:?}"
+    );
+    call(
+        &e.gw,
+        "write_stdin",
+        json!({"process_id": id, "data": "go\n"}),
+    )
+    .await
+    .unwrap();
+    let (rest, _) = read_until(&e.gw, &id, cursor, "got=go").await;
+    assert!(rest.contains("got=go"), "{rest}");
+    let s = wait_exited(&e.gw, &id, Duration::from_secs(10)).await;
+    assert_eq!(s["exit_code"], 0, "{s}");
+    // Released on the blocking pool once the exit was seen: bounded wait for that state.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !holders_of_mount_namespace(inode).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the namespace is still held after the exit"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

@@ -10,6 +10,7 @@
 
 mod cgroup;
 mod error;
+mod mount_hold;
 mod output;
 mod pipe;
 mod proc;
