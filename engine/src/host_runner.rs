@@ -666,9 +666,6 @@ impl Runner for HostRunner {
                         message: format!("command sandbox refused to start the command: {why}"),
                     });
                 }
-                // The helper exec'd the target in the mount namespace it made: held until the
-                // exit is seen, so the exit does not wait for the masks' unmount.
-                table.hold_mount_namespace(&spawned.id);
             }
             Ok(api::SpawnedProcess {
                 process_id: spawned.id,

@@ -10,7 +10,6 @@
 
 mod cgroup;
 mod error;
-mod mount_hold;
 mod output;
 mod pipe;
 mod proc;

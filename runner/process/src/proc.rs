@@ -12,7 +12,6 @@ use tokio::sync::watch;
 
 use crate::cgroup::ProcCgroup;
 use crate::error::ProcError;
-use crate::mount_hold::MountHold;
 use crate::output::Output;
 use crate::signals::{ExitKind, signal_group, signal_session};
 use crate::types::{ProcState, ProcessInfo, Termination};
@@ -65,8 +64,6 @@ pub(crate) struct Proc {
     master: Option<Mutex<Option<Box<dyn MasterPty + Send>>>>,
     /// The process's own cgroup(s), when the table has them.
     cgroup: Option<ProcCgroup>,
-    /// Its mount namespace, held from the exec to the exit when it has one of its own.
-    pub(crate) mount_hold: MountHold,
 }
 
 /// Identity fields of a new process.
@@ -105,7 +102,6 @@ impl Proc {
             stdin,
             master: master.map(|m| Mutex::new(Some(m))),
             cgroup,
-            mount_hold: MountHold::for_child(ident.pid),
         }
     }
 

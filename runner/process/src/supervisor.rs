@@ -181,7 +181,6 @@ pub(crate) async fn supervise(s: Supervision) {
         }
     };
     let kind = outcome;
-    proc.mount_hold.release();
     proc.kill_leftovers_and_mark_reaped();
     match reaper {
         Reaper::Pipe(mut child) => {

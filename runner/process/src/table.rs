@@ -597,14 +597,6 @@ impl<M: Send + Sync + 'static> ProcessTable<M> {
         self.get(id)?.resize(rows, cols)
     }
 
-    /// Holds the mount namespace of process `id` until its exit is seen, when it has one of its
-    /// own (`mount_hold.rs`): call it once the process exec'd its target (a sandboxed command's
-    /// helper answered its handshake), not before (the helper makes the namespace). True when
-    /// held; false for an unknown or exited process and one sharing the server's namespace.
-    pub fn hold_mount_namespace(&self, id: &str) -> bool {
-        self.get(id).is_ok_and(|p| p.mount_hold.take())
-    }
-
     /// SIGTERM to the process group (and, for a PTY, its session), SIGKILL after `kill_grace`.
     /// Returns once SIGTERM is sent. Terminating an exited process is a no-op.
     pub async fn terminate(&self, id: &str) -> Result<(), ProcError> {

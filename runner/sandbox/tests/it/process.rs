@@ -203,7 +203,7 @@ fn x32_abi_syscalls_are_denied() {
         return;
     }
     // getpid through the x32 numbering (0x40000000 | 39): the kernel gives a pid or ENOSYS (38);
-    // the sandbox's guard filter answers EPERM (1) before the kernel sees it.
+    // the sandbox's filter answers EPERM (1) before the kernel sees it.
     let script = "import ctypes\n\
 libc = ctypes.CDLL(None, use_errno=True)\n\
 r = libc.syscall(0x40000000 | 39)\n\
