@@ -409,3 +409,126 @@ fn while_the_writer_runs_the_log_is_checkpointed_off_the_request_path() {
     assert_eq!(store.wal_autocheckpoint().unwrap(), 1000);
     assert_eq!(committed(&path), 200);
 }
+
+fn operation(id: &str) -> codespace_store::OperationRow {
+    codespace_store::OperationRow {
+        operation_id: id.to_owned(),
+        operation_key: None,
+        fingerprint: "fp".into(),
+        tool: "exec_command".into(),
+        workspace: "w".into(),
+        client: Some("c".into()),
+        status: "running".into(),
+        created_ms: 1,
+        finished_ms: None,
+        result: None,
+    }
+}
+
+/// An operation row queued through the writer (`Store::queue_operation_with_event`) goes in the
+/// same commit as the decisions queued before it: waiting on its ticket alone puts both on
+/// disk, the decision never after the operation (what `exec_command`'s start relies on: the
+/// decision that allowed the call is written before the command runs). A job that fails is
+/// undone alone: its ticket fails, the decisions of its batch are kept, no decision row is
+/// counted lost, and the writer goes on.
+#[test]
+fn a_queued_operation_commits_with_the_decisions_before_it_and_fails_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let store = Store::open(&path).unwrap();
+    let lost = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&lost);
+    store
+        .start_audit_writer(AuditWriterConfig {
+            on_error: Some(Arc::new(move |_, n| {
+                seen.fetch_add(n, Ordering::SeqCst);
+            })),
+            ..config(FOREVER, 512, 8192)
+        })
+        .unwrap();
+    let on_disk = |id: &str| {
+        let other = Store::open(&path).unwrap();
+        (
+            other
+                .query_decisions(&DecisionQuery::default())
+                .unwrap()
+                .len(),
+            other.operation_by_id(id).unwrap().is_some(),
+            other.operation_events(id).map(|e| e.len()).unwrap_or(0),
+        )
+    };
+    store.try_append_decisions(rows("exec", 2)).unwrap();
+    let t = store
+        .queue_operation_with_event(&operation("op-1"), "inst", "minted")
+        .unwrap()
+        .expect("room in the queue");
+    // Queued, not committed: the writer lingers until someone waits.
+    assert_eq!(on_disk("op-1"), (0, false, 0));
+    t.wait().unwrap();
+    assert_eq!(on_disk("op-1"), (2, true, 1));
+    let row = Store::open(&path)
+        .unwrap()
+        .operation_by_id("op-1")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (row.tool.as_str(), row.status.as_str()),
+        ("exec_command", "running")
+    );
+
+    // The same id again: its insert fails inside its savepoint only.
+    store.try_append_decisions(rows("exec-2", 1)).unwrap();
+    let dup = store
+        .queue_operation_with_event(&operation("op-1"), "inst", "minted")
+        .unwrap()
+        .unwrap();
+    assert!(dup.wait().is_err(), "a refused operation fails its ticket");
+    assert_eq!(
+        on_disk("op-1").0,
+        3,
+        "the decision of the same batch is kept"
+    );
+    assert_eq!(lost.load(Ordering::SeqCst), 0, "no decision row was lost");
+    let next = store
+        .queue_operation_with_event(&operation("op-2"), "inst", "minted")
+        .unwrap()
+        .unwrap();
+    next.wait().unwrap();
+    assert_eq!(on_disk("op-2"), (3, true, 1));
+    // An operation with a key is never queued (its claim must be read on the store's own
+    // connection).
+    let mut keyed = operation("op-3");
+    keyed.operation_key = Some("k".into());
+    assert!(
+        store
+            .queue_operation_with_event(&keyed, "inst", "minted")
+            .is_err()
+    );
+}
+
+/// Without a running writer (an in-memory store, a file store before its start or after its
+/// stop) nothing is queued and nothing is stored: the caller stores the operation itself.
+#[test]
+fn without_a_writer_an_operation_is_not_queued() {
+    let store = Store::open_in_memory().unwrap();
+    assert!(
+        store
+            .queue_operation_with_event(&operation("op-m"), "inst", "minted")
+            .unwrap()
+            .is_none()
+    );
+    assert!(store.operation_by_id("op-m").unwrap().is_none());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let store = Store::open(&path).unwrap();
+    store
+        .start_audit_writer(config(FOREVER, 512, 8192))
+        .unwrap();
+    store.stop_audit_writer();
+    assert!(
+        store
+            .queue_operation_with_event(&operation("op-s"), "inst", "minted")
+            .unwrap()
+            .is_none()
+    );
+}
