@@ -1,8 +1,6 @@
 //! How the gateway hands decision rows to the store's audit writer: read-only calls append and
 //! go on (the rows are group-committed within the writer's delay, 50 ms); allowed calls of any
-//! other tool wait until their rows are committed before the runner acts (write-ahead;
-//! `exec_command` takes its tickets over with [`deferring`] and waits for them, or for its
-//! operation queued behind them, before its command starts). A full
+//! other tool wait until their rows are committed before the runner acts (write-ahead). A full
 //! queue makes the caller wait for room; nothing is dropped. Waits run as blocking sections, so
 //! a multi-threaded runtime moves its other tasks off the waiting worker. The W3C trace context
 //! of the MCP request being served ([`with_trace_parent`]) goes into each row it decides.
@@ -106,46 +104,8 @@ fn blocking_section<R>(f: impl FnOnce() -> R) -> R {
     }
 }
 
-thread_local! {
-    /// Set while [`deferring`] runs on this thread: the write-ahead tickets its decisions
-    /// appended, taken over by the caller instead of waited on here.
-    static DEFERRED: std::cell::RefCell<Option<Vec<codespace_store::AuditTicket>>> =
-        const { std::cell::RefCell::new(None) };
-}
-
-/// Runs `f` (synchronous: it decides and records on this thread) with its write-ahead waits
-/// handed to the caller: the tickets of the rows written ahead are returned instead of waited
-/// on, so the call can prepare while they commit. The caller must [`settle`] them before the
-/// call acts (`exec_command`: before its command starts, and before a write path is created).
-pub(crate) fn deferring<R>(f: impl FnOnce() -> R) -> (R, Vec<codespace_store::AuditTicket>) {
-    let outer = DEFERRED.with(|d| d.borrow_mut().replace(Vec::new()));
-    let out = f();
-    let tickets = DEFERRED.with(|d| std::mem::replace(&mut *d.borrow_mut(), outer));
-    (out, tickets.unwrap_or_default())
-}
-
-/// Waits until the rows of `ticket` are committed (a no-op once they are). A store failure is
-/// logged, as for a write-ahead waited at once.
-pub(crate) fn settle(ticket: &codespace_store::AuditTicket) {
-    if ticket.is_written() {
-        return;
-    }
-    if let Err(e) = wait_blocking(ticket) {
-        tracing::error!(error = %e, "audit write failed");
-    }
-}
-
-/// Waits for `ticket` as a blocking section (a multi-threaded runtime moves its other tasks off
-/// this worker meanwhile).
-pub(crate) fn wait_blocking(
-    ticket: &codespace_store::AuditTicket,
-) -> Result<(), codespace_store::StoreError> {
-    blocking_section(|| ticket.wait())
-}
-
-/// Appends one decision's rows; with `write_ahead`, returns once they are committed (or hands
-/// the ticket to the caller under [`deferring`]). A store failure is logged; it never turns a
-/// deny into an allow.
+/// Appends one decision's rows; with `write_ahead`, returns once they are committed. A store
+/// failure is logged; it never turns a deny into an allow.
 pub(crate) fn append(store: &Store, rows: Vec<DecisionRow>, decision_id: &str, write_ahead: bool) {
     if rows.is_empty() {
         return;
@@ -162,12 +122,10 @@ pub(crate) fn append(store: &Store, rows: Vec<DecisionRow>, decision_id: &str, w
         }
     };
     let written = ticket.and_then(|t| {
-        if !write_ahead || t.is_written() {
-            return Ok(());
-        }
-        match DEFERRED.with(|d| d.borrow_mut().as_mut().map(|v| v.push(t.clone()))) {
-            Some(()) => Ok(()),
-            None => blocking_section(|| t.wait()),
+        if write_ahead && !t.is_written() {
+            blocking_section(|| t.wait())
+        } else {
+            Ok(())
         }
     });
     if let Err(e) = written {

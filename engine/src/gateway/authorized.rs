@@ -19,9 +19,6 @@ pub(crate) struct Decided {
     pub(super) action: Action,
     pub(super) targets: Vec<RelPath>,
     pub(super) patch: Option<codespace_runner_patch::Patch>,
-    /// The decision's rows written ahead and not waited on yet (`exec_command`: they commit
-    /// while the command's sandbox is prepared; [`Authorized::settle_write_ahead`]).
-    pub(super) write_ahead: Vec<codespace_store::AuditTicket>,
 }
 
 impl Decided {
@@ -32,7 +29,6 @@ impl Decided {
             action,
             targets: Vec::new(),
             patch: None,
-            write_ahead: Vec::new(),
         }
     }
 }
@@ -49,7 +45,6 @@ pub(crate) struct Authorized<'a> {
     action: Action,
     targets: Vec<RelPath>,
     patch: Option<codespace_runner_patch::Patch>,
-    write_ahead: Vec<codespace_store::AuditTicket>,
 }
 
 impl std::ops::Deref for Authorized<'_> {
@@ -73,7 +68,6 @@ impl<'a> Authorized<'a> {
             action,
             targets,
             patch,
-            write_ahead,
         } = decided;
         Authorized {
             gateway,
@@ -85,15 +79,7 @@ impl<'a> Authorized<'a> {
             action,
             targets,
             patch,
-            write_ahead,
         }
-    }
-
-    /// Returns once the rows of the call's decision written ahead are committed: a handler
-    /// whose decision deferred them ([`crate::audit::deferring`]) calls this before anything
-    /// of the call takes effect. A no-op when they were waited for at the decision.
-    pub(crate) fn settle_write_ahead(&self) {
-        self.write_ahead.iter().for_each(crate::audit::settle);
     }
 
     /// The call's action, typed.
@@ -279,7 +265,7 @@ impl Authorized<'_> {
             self.snap,
             self.ws,
             self.session,
-            (&self.decision, &|| self.settle_write_ahead()),
+            &self.decision,
             exec,
             listing,
         )

@@ -552,17 +552,9 @@ impl Gateway {
                 r.subject = red;
             }
         }
-        let decide = || {
-            self.decider
-                .decide(snap, &ws.facts, call.tool(), &reqs, session)
-        };
-        // A command's decision commits while its sandbox is prepared: `exec_command` settles
-        // it before anything of the call takes effect (tools/process.rs).
-        let (decision, write_ahead) = if matches!(call, ToolCall::ExecCommand(_)) {
-            crate::audit::deferring(decide)
-        } else {
-            (decide(), Vec::new())
-        };
+        let decision = self
+            .decider
+            .decide(snap, &ws.facts, call.tool(), &reqs, session);
         if decision.allowed() {
             environment::gate(self, ws, call, &decision.decision_id).await?;
             Ok(Decided {
@@ -570,7 +562,6 @@ impl Gateway {
                 action,
                 targets,
                 patch,
-                write_ahead,
             })
         } else {
             Err(decision.to_error(snap))
@@ -628,8 +619,6 @@ impl Gateway {
         let ws = self.workspace(workspace_id)?;
         let decided = self.authorize(snap, ws, call, session, None).await?;
         if confirm && self.holds().confirm_holds(snap, ws, call, session).await? {
-            // The hold is stored after the decision that led to it.
-            decided.write_ahead.iter().for_each(crate::audit::settle);
             return Err(self.holds().hold(ws, call, session).await);
         }
         Ok(Authorized::new(self, snap, ws, session, decided))

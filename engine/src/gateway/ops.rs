@@ -115,55 +115,23 @@ pub(crate) struct Minting {
     instance: String,
 }
 
-/// The operation row of a call with no key (it cannot be a replay), stored while the call
-/// prepares: nothing with an effect happens before [`Minted::ready`] said it is stored.
+/// The operation row of a call with no key (it cannot be a replay), stored on the blocking pool
+/// while the call prepares: nothing with an effect happens before [`Minted::ready`] said it is
+/// stored.
 pub(crate) enum Minted {
-    /// Queued to the audit writer, behind the call's decision: one commit stores both.
-    Queued {
-        ticket: codespace_store::AuditTicket,
-        id: String,
-    },
-    /// Stored on the blocking pool (no writer runs, or its queue is full).
     Pending(tokio::task::JoinHandle<Result<Begin, ToolError>>),
     Stored,
     Failed(ToolError),
 }
 
 impl Minted {
-    /// Starts storing `minting`: through the audit writer's queue when it runs, so the commit
-    /// that stores the operation also stores the decision appended before it; else on the
-    /// blocking pool.
+    /// Starts storing `minting` on the blocking pool.
     pub(crate) fn start(minting: Minting) -> Minted {
-        let queued =
-            minting
-                .store
-                .queue_operation_with_event(&minting.row, &minting.instance, "minted");
-        match queued {
-            Ok(Some(ticket)) => Minted::Queued {
-                ticket,
-                id: minting.row.operation_id,
-            },
-            Ok(None) => Minted::Pending(tokio::task::spawn_blocking(move || minting.commit())),
-            Err(e) => Minted::Failed(store_err(e)),
-        }
+        Minted::Pending(tokio::task::spawn_blocking(move || minting.commit()))
     }
 
     /// Waits until the row is stored; `Err` when it could not be (then there is no operation).
     pub(crate) async fn ready(&mut self) -> Result<(), ToolError> {
-        if let Minted::Queued { ticket, id } = self {
-            let waited = if ticket.is_written() {
-                Ok(())
-            } else {
-                crate::audit::wait_blocking(ticket)
-            };
-            *self = match waited {
-                Ok(()) => {
-                    crate::telemetry::operation_step(id, "minted", None, None);
-                    Minted::Stored
-                }
-                Err(e) => Minted::Failed(store_err(e)),
-            };
-        }
         if let Minted::Pending(handle) = self {
             *self = match handle.await {
                 Ok(Ok(Begin::New(_))) => Minted::Stored,

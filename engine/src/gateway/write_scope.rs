@@ -213,14 +213,13 @@ async fn resolve_and_assemble(
 
 /// Decides the write scope of a command about to start in `ws` (see the module doc). The
 /// cwd's `process_write` was decided with the call (`exec`); the other candidates are
-/// decided here. `settle` returns once the call's decision written ahead is committed: it
-/// runs before a missing write path is created.
+/// decided here.
 pub(crate) async fn write_scope(
     gw: &Gateway,
     snap: &PolicySnapshot,
     ws: &WorkspaceRuntime,
     session: &Session,
-    (exec_decision, settle): (&Decision, &(dyn Fn() + Sync)),
+    exec_decision: &Decision,
     exec: &ExecFacts,
     listing: &StartListing<'_>,
 ) -> Result<WriteScope, ToolError> {
@@ -252,9 +251,6 @@ pub(crate) async fn write_scope(
             allowed: sub.allowed,
             create,
         });
-    }
-    if decided.iter().any(|d| d.allowed && d.create) {
-        settle();
     }
     resolve_and_assemble(ws, decided, rows).await
 }

@@ -199,22 +199,17 @@ pub(crate) async fn exec_command(
     } else {
         Some(auth.lease().await?)
     };
-    // Without a key the call cannot be a replay: its operation row is queued behind the call's
-    // decision (one commit stores both) while the command's sandbox is prepared, and the
-    // command starts once it is stored. A keyed operation is stored on the store's own
-    // connection, after the decision.
+    // Without a key the call cannot be a replay: its operation row is stored on the blocking
+    // pool while the command's sandbox is prepared, and the command starts once it is.
     let (op_id, mut minted) = match key {
         None => {
             let minting = auth.prepare_operation(None, &fp)?;
             (minting.id().to_string(), Minted::start(minting))
         }
-        Some(_) => {
-            auth.settle_write_ahead();
-            match auth.begin_operation(key, &fp)? {
-                Begin::New(id) => (id, Minted::Stored),
-                Begin::Replay(row) => return replay(&row),
-            }
-        }
+        Some(_) => match auth.begin_operation(key, &fp)? {
+            Begin::New(id) => (id, Minted::Stored),
+            Begin::Replay(row) => return replay(&row),
+        },
     };
     let lease = match lease {
         Some(l) => Some(l),
@@ -591,15 +586,13 @@ async fn start(
     // The command is registered with its proxy before the first connection is decided
     // (connections queue on the control socket until then); the runner answers only once the
     // helper exec'd the target or refused.
-    // Nothing runs before the operation is stored, nor before the decision that allowed the
-    // call is (written ahead: a queued operation commits with it; else this waits for it).
+    // Nothing runs before the operation is stored.
     if let Err(e) = minted.ready().await {
         if let Some(name) = &relay {
             auth.host.drop_relay(name);
         }
         return Err(e);
     }
-    auth.settle_write_ahead();
     let spawned = runner.spawn(req).await;
     if let Some(name) = &relay {
         auth.host.drop_relay(name);

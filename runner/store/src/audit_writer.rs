@@ -94,18 +94,12 @@ impl Default for AuditWriterConfig {
     }
 }
 
-/// Work the writer runs in its next transaction, after every row queued before it and in a
-/// savepoint of its own (a failure undoes the job alone and fails its ticket).
-pub(crate) type WriteJob = Box<dyn FnOnce(&Connection) -> Result<(), StoreError> + Send>;
-
-/// Rows appended and not yet committed: one decision's rows (or one job), numbered in append
-/// order.
+/// Rows appended and not yet committed: one decision's rows, numbered in append order.
 struct Pending {
     seq: u64,
     rows: Vec<DecisionRow>,
     /// Their [`DecisionRow::approx_bytes`].
     bytes: usize,
-    job: Option<WriteJob>,
 }
 
 /// A failed commit: appends `first..=last` were lost.
@@ -262,12 +256,7 @@ impl AuditWriter {
         let seq = st.appended;
         let n = rows.len();
         let was_empty = st.queue.is_empty();
-        st.queue.push_back(Pending {
-            seq,
-            rows,
-            bytes,
-            job: None,
-        });
+        st.queue.push_back(Pending { seq, rows, bytes });
         st.queued_rows += n;
         st.queued_bytes += bytes;
         if was_empty {
@@ -279,37 +268,6 @@ impl AuditWriter {
             shared.work.notify_one();
         }
         Ok(AuditTicket {
-            inner: Some((Arc::clone(shared), seq)),
-        })
-    }
-
-    /// Queues `job` behind every append made so far, never waiting for room: it runs in the
-    /// transaction that commits them (when they are taken in one batch) or a later one. `None`
-    /// when the writer is stopping or the queue is full (the caller runs the job itself).
-    pub(crate) fn append_job(&self, job: WriteJob) -> Option<AuditTicket> {
-        let shared = &self.shared;
-        let mut st = shared.lock();
-        if st.stopped
-            || st.stopping
-            || st.queued_rows >= shared.config.capacity
-            || st.queued_bytes >= shared.config.capacity_bytes
-        {
-            return None;
-        }
-        st.appended += 1;
-        let seq = st.appended;
-        let was_empty = st.queue.is_empty();
-        st.queue.push_back(Pending {
-            seq,
-            rows: Vec::new(),
-            bytes: 0,
-            job: Some(job),
-        });
-        if was_empty {
-            st.oldest = Some(Instant::now());
-            shared.work.notify_one();
-        }
-        Some(AuditTicket {
             inner: Some((Arc::clone(shared), seq)),
         })
     }
@@ -418,64 +376,31 @@ fn open_writer_connection(path: &str) -> Result<Connection, StoreError> {
 
 /// Commits `batch` in one transaction, each append in its own savepoint. Returns the appends
 /// that failed (sequence number, rows lost, error).
-/// What a batch's commit lost: appends whose rows were lost (reported to the error hook and
-/// stored as an event), and jobs that failed (their tickets only).
-#[derive(Default)]
-struct Lost {
-    rows: Vec<(u64, usize, StoreError)>,
-    jobs: Vec<(u64, StoreError)>,
-}
-
-fn commit(conn: &mut Connection, batch: Vec<Pending>) -> Lost {
-    let all_lost = |batch: &[(u64, usize, bool)], message: String| {
-        let mut lost = Lost::default();
-        for &(seq, rows, job) in batch {
-            if job {
-                lost.jobs
-                    .push((seq, StoreError::AuditWrite(message.clone())));
-            } else {
-                lost.rows
-                    .push((seq, rows, StoreError::AuditWrite(message.clone())));
-            }
-        }
-        lost
-    };
-    let shape: Vec<(u64, usize, bool)> = batch
-        .iter()
-        .map(|p| (p.seq, p.rows.len(), p.job.is_some()))
-        .collect();
+fn commit(conn: &mut Connection, batch: &[Pending]) -> Vec<(u64, usize, StoreError)> {
+    let mut failed = Vec::new();
     let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
-        Err(e) => return all_lost(&shape, e.to_string()),
-    };
-    let mut lost = Lost::default();
-    for p in batch {
-        if !p.rows.is_empty()
-            && let Err(e) = insert_in_savepoint(&tx, &p.rows)
-        {
-            lost.rows.push((p.seq, p.rows.len(), e));
+        Err(e) => {
+            let message = e.to_string();
+            return batch
+                .iter()
+                .map(|p| (p.seq, p.rows.len(), StoreError::AuditWrite(message.clone())))
+                .collect();
         }
-        if let Some(job) = p.job
-            && let Err(e) = job_in_savepoint(&tx, job)
-        {
-            lost.jobs.push((p.seq, e));
+    };
+    for p in batch {
+        if let Err(e) = insert_in_savepoint(&tx, &p.rows) {
+            failed.push((p.seq, p.rows.len(), e));
         }
     }
     if let Err(e) = tx.commit() {
-        return all_lost(&shape, e.to_string());
+        let message = e.to_string();
+        return batch
+            .iter()
+            .map(|p| (p.seq, p.rows.len(), StoreError::AuditWrite(message.clone())))
+            .collect();
     }
-    lost
-}
-
-/// Runs one job in a savepoint of its own: on any error its writes are rolled back alone.
-fn job_in_savepoint(conn: &Connection, job: WriteJob) -> Result<(), StoreError> {
-    run_cached(conn, "SAVEPOINT audit_job")?;
-    let done = job(conn).and_then(|()| run_cached(conn, "RELEASE audit_job"));
-    if done.is_err() {
-        let _ = run_cached(conn, "ROLLBACK TO audit_job");
-        let _ = run_cached(conn, "RELEASE audit_job");
-    }
-    done
+    failed
 }
 
 /// Runs one statement of the savepoint protocol through the connection's statement cache.
@@ -593,10 +518,7 @@ fn run(shared: &Shared, mut conn: Connection, checkpointer: Option<&Checkpointer
             batch
         };
         let last = batch.last().map_or(0, |p| p.seq);
-        let Lost {
-            rows: failed,
-            jobs: failed_jobs,
-        } = commit(&mut conn, batch);
+        let failed = commit(&mut conn, &batch);
         for (_, lost, e) in &failed {
             if let Some(hook) = &cfg.on_error {
                 hook(e, *lost);
@@ -610,11 +532,7 @@ fn run(shared: &Shared, mut conn: Connection, checkpointer: Option<&Checkpointer
             hook(&StoreError::AuditWrite(why), 0);
         }
         let mut st = shared.lock();
-        let failed = failed
-            .into_iter()
-            .map(|(seq, _, e)| (seq, e))
-            .chain(failed_jobs);
-        for (seq, e) in failed {
+        for (seq, _, e) in failed {
             if st.failures.len() >= FAILURES_KEPT {
                 st.failures.pop_front();
             }

@@ -3,7 +3,6 @@
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 use serde::{Deserialize, Serialize};
 
-use crate::audit_writer::AuditTicket;
 use crate::codec::opt_json_col;
 use crate::error::StoreError;
 use crate::store::{Store, now_ms};
@@ -210,58 +209,6 @@ impl Store {
             tx.commit()?;
             return Ok(KeyClaim::Existing(Box::new(existing)));
         }
-        insert_operation(&tx, row, result.as_deref(), scope, instance_id, event)?;
-        tx.commit()?;
-        Ok(KeyClaim::Created)
-    }
-
-    /// Stores a new operation without a key and its first timeline step `event` in the audit
-    /// writer's next transaction, behind every decision appended before this call (so the
-    /// commit that stores the operation also stores the decision that allowed its call):
-    /// [`AuditTicket::wait`] returns once both are committed, or the error that undid the
-    /// operation. `Ok(None)`: no writer runs (an in-memory store, before its start, while it
-    /// stops) or its queue is full; store it with [`Store::create_owned_operation_with_event`].
-    pub fn queue_operation_with_event(
-        &self,
-        row: &OperationRow,
-        instance_id: &str,
-        event: &str,
-    ) -> Result<Option<AuditTicket>, StoreError> {
-        if row.operation_key.is_some() {
-            return Err(StoreError::AuditWrite(
-                "an operation with a key is minted on the store's connection".into(),
-            ));
-        }
-        let Some(writer) = self.audit_writer.get() else {
-            return Ok(None);
-        };
-        let result = json_text(row.result.as_ref())?;
-        let (row_owned, instance, event_owned) =
-            (row.clone(), instance_id.to_owned(), event.to_owned());
-        let job: crate::audit_writer::WriteJob = Box::new(move |conn| {
-            insert_operation(
-                conn,
-                &row_owned,
-                result.as_deref(),
-                None,
-                Some(&instance),
-                Some(&event_owned),
-            )
-        });
-        Ok(writer.append_job(job))
-    }
-}
-
-/// Inserts a new operation (its key's claim when it has one) and its first step `event`.
-fn insert_operation(
-    tx: &Connection,
-    row: &OperationRow,
-    result: Option<&str>,
-    scope: Option<&KeyScope>,
-    instance_id: Option<&str>,
-    event: Option<&str>,
-) -> Result<(), StoreError> {
-    {
         tx.prepare_cached(
             "INSERT INTO operations (operation_id, operation_key, fingerprint, tool, \
              workspace, client, status, created_ms, finished_ms, result, instance_id) \
@@ -299,13 +246,12 @@ fn insert_operation(
             ])?;
         }
         if let Some(name) = event {
-            insert_event(tx, &row.operation_id, name, None, None)?;
+            insert_event(&tx, &row.operation_id, name, None, None)?;
         }
-        Ok(())
+        tx.commit()?;
+        Ok(KeyClaim::Created)
     }
-}
 
-impl Store {
     /// Marks an operation finished now with `status` and an optional result summary.
     pub fn finish_operation(
         &self,
