@@ -164,3 +164,87 @@ async fn flush_audit_is_a_barrier_for_other_connections() {
         vec![("read".to_string(), "allow".to_string())]
     );
 }
+
+/// What a command reads from the store file the moment it starts: its own call's allowing
+/// decision rows and operation rows (the command runs unsandboxed here, so it can open the
+/// store; a sandboxed command never can).
+const PY_SEEN_AT_START: &str = "import sqlite3, sys\n\
+c = sqlite3.connect('file:' + sys.argv[1] + '?mode=ro', uri=True)\n\
+d = c.execute(\"SELECT count(DISTINCT decision_id) FROM decisions WHERE tool = 'exec_command' AND decision = 'allow'\").fetchone()[0]\n\
+o = c.execute(\"SELECT count(*) FROM operations WHERE tool = 'exec_command'\").fetchone()[0]\n\
+print('decisions=%d operations=%d' % (d, o))";
+
+/// `exec_command` is a mutation: the command finds its call's allowing decision and its
+/// operation on disk when it starts. With the writer's delay at an hour, only a wait on them
+/// puts them there. Both runtime flavours; with and without an operation key (the keyed call
+/// stores its operation at once, the other on the blocking pool while the command is
+/// prepared).
+async fn a_command_finds_its_decision_on_disk_when_it_starts() {
+    let python = std::process::Command::new("python3")
+        .args(["-c", "import sqlite3"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !codespace_test_skip::require(
+        python,
+        "a_command_finds_its_decision_on_disk_when_it_starts",
+        "python3 with sqlite3 is not installed",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("ws");
+    std::fs::create_dir(&root).unwrap();
+    let root = std::fs::canonicalize(&root).unwrap();
+    let store_path = dir.path().join("store.db");
+    let json = format!(
+        r#"{{"workspaces": {{"w": {{"root": "{}", "profile": "workspace-write",
+            "sandbox": "off", "secret_masking": "off"}}}}}}"#,
+        root.display()
+    );
+    let cfg = Config::from_json(&json, Path::new("/")).unwrap();
+    let policy = Arc::new(PolicyStore::load(PolicySource::Embedded).unwrap());
+    let store = Store::open(&store_path).unwrap();
+    store
+        .start_audit_writer(AuditWriterConfig {
+            max_delay: Duration::from_secs(3600),
+            ..AuditWriterConfig::default()
+        })
+        .unwrap();
+    let gw = Gateway::new(
+        cfg,
+        policy,
+        Some(Arc::new(store)),
+        SandboxFacts {
+            sandbox_enforced: false,
+            network_enforced: false,
+            masking_enforced: false,
+        },
+    )
+    .unwrap();
+    let db = store_path.to_str().unwrap();
+    for (n, key) in [(1, None), (2, Some("k-1"))] {
+        let mut args = json!({"workspace_id": "w", "yield_ms": 30000,
+            "command": ["python3", "-c", PY_SEEN_AT_START, db]});
+        if let Some(k) = key {
+            args["operation_key"] = json!(k);
+        }
+        let r = call(&gw, "exec_command", args).await;
+        assert_eq!(r["exit_code"], 0, "{r}");
+        assert_eq!(
+            r["chunk"].as_str().unwrap().trim(),
+            format!("decisions={n} operations={n}"),
+            "call {n} (key {key:?}): the command started before its decision and operation \
+             were on disk: {r}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_command_finds_its_decision_on_disk_when_it_starts_current_thread() {
+    a_command_finds_its_decision_on_disk_when_it_starts().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_finds_its_decision_on_disk_when_it_starts_multi_thread() {
+    a_command_finds_its_decision_on_disk_when_it_starts().await;
+}
