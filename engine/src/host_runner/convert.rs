@@ -171,6 +171,7 @@ pub(super) fn launcher(
         self_start: launch.self_start,
         warm_spare: launch.warm_spare,
         spare_args: launch.spare_args,
+        recycle_network: launch.recycle_network,
     };
     (launch.handshake, launcher)
 }

@@ -410,3 +410,173 @@ fn a_command_served_warm_holds_no_capability_in_any_set() {
     }
     s.close_and_wait(Duration::from_secs(20));
 }
+
+/// A command without the network: prints the namespace it runs in, tries each earlier
+/// command's abstract socket (`reached=<name>` when one answers), then binds its own and either
+/// holds it while its stdin stays open (`hold`) or leaves it to a child in a session of its own
+/// that outlives the command (a leftover) and exits.
+const NET_LEFTOVER: &str = r#"
+import os, signal, socket, sys
+tag, me, mode, earlier = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+print("net=" + os.readlink("/proc/self/ns/net"))
+for name in earlier:
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        c.connect("\0" + tag + name)
+        print("reached=" + name)
+    except OSError:
+        pass
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind("\0" + tag + me)
+s.listen(8)
+print("bound", flush=True)
+if mode == "hold":
+    sys.stdin.read()
+elif os.fork() == 0:
+    os.setsid()
+    null = os.open("/dev/null", os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    while True:
+        signal.pause()
+"#;
+
+/// The namespace a [`NET_LEFTOVER`] output names, and the earlier sockets it reached.
+fn net_and_reached(out: &str) -> (String, Vec<String>) {
+    let net = out
+        .lines()
+        .find_map(|l| l.strip_prefix("net="))
+        .unwrap_or_else(|| panic!("no namespace in {out}"))
+        .to_owned();
+    let reached = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("reached="))
+        .map(str::to_owned)
+        .collect();
+    (net, reached)
+}
+
+#[test]
+fn a_network_namespace_is_used_again_only_once_every_process_of_its_command_is_gone() {
+    // A spare's private namespace goes back for a later spare only once its command's cgroup
+    // is removed (runner/process/src/spare.rs): a command that still runs keeps its namespace
+    // to itself, and what a finished command left behind (a socket held by a leftover child)
+    // is gone before any later command can run in that namespace. Where the kernel has
+    // Landlock's abstract-socket scope (ABI 6), a command cannot reach another's abstract
+    // socket even in one namespace: there the namespaces' identities are what this test checks.
+    // (Checked to fail when a namespace goes back at its command's start.)
+    const TEST: &str =
+        "a_network_namespace_is_used_again_only_once_every_process_of_its_command_is_gone";
+    if skip_without_sandbox(TEST) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = serve_both_network_shapes(dir.path());
+    let host = std::fs::read_link(format!("/proc/{}/ns/net", s.pid()))
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    // Abstract socket names of this run only.
+    let tag = format!(
+        "codespace-test-{}-",
+        dir.path().file_name().unwrap().to_string_lossy()
+    );
+    let command_of = |me: &str, mode: &str, earlier: &[String]| {
+        let mut command = vec![
+            "python3".to_owned(),
+            "-c".to_owned(),
+            NET_LEFTOVER.to_owned(),
+            tag.clone(),
+            me.to_owned(),
+            mode.to_owned(),
+        ];
+        command.extend(earlier.iter().cloned());
+        command
+    };
+    // The holder must be served warm: only a spare's namespace can go back. A spare waits
+    // once a first command has started; a holder that went cold is ended and started again.
+    net_probe(&mut s, "closed");
+    let mut holder = None;
+    for attempt in 0..5 {
+        let r = s.tool_ok(
+            "exec_command",
+            json!({"workspace_id": "closed", "background": true,
+                   "command": command_of(&format!("held{attempt}"), "hold", &[])}),
+        );
+        let id = r["process_id"].as_str().unwrap().to_owned();
+        let (out, _) = crate::env_common::read_until(&mut s, &id, 0, "bound\n");
+        assert!(
+            out.contains("bound\n"),
+            "the holding command did not bind: {out}"
+        );
+        if served_warm(&out) {
+            holder = Some((id, format!("held{attempt}"), net_and_reached(&out).0));
+            break;
+        }
+        s.tool_ok("terminate_process", json!({"process_id": id}));
+    }
+    if !require_warm(usize::from(holder.is_some()), TEST) {
+        return;
+    }
+    let (held_id, held, held_net) = holder.unwrap();
+    assert_ne!(
+        held_net, host,
+        "a command without the network ran in the server's namespace"
+    );
+
+    let mut earlier = vec![held];
+    let mut seen: Vec<String> = Vec::new();
+    let (mut warm, mut used_again) = (0usize, 0usize);
+    for i in 0..16 {
+        let me = format!("c{i}");
+        let cmd = command_of(&me, "leave", &earlier);
+        let r = s.tool_ok(
+            "exec_command",
+            json!({"workspace_id": "closed", "command": cmd, "yield_ms": 20000}),
+        );
+        assert_eq!(r["exit_code"], 0, "{r}");
+        let out = r["chunk"].as_str().unwrap_or_default().to_owned();
+        warm += usize::from(served_warm(&out));
+        let (net, reached) = net_and_reached(&out);
+        assert!(
+            reached.is_empty(),
+            "command {i} reached the sockets of {reached:?} (namespace {net}, earlier ones {seen:?})"
+        );
+        assert_ne!(net, host, "command {i} ran in the server's namespace");
+        assert_ne!(
+            net, held_net,
+            "command {i} ran in the namespace of a command that still runs"
+        );
+        used_again += usize::from(seen.contains(&net));
+        seen.push(net);
+        earlier.push(me);
+    }
+    // The holder's end: once its cgroup is gone its namespace may serve a later command, which
+    // must find its socket gone with it.
+    s.tool_ok("terminate_process", json!({"process_id": held_id}));
+    for i in 16..20 {
+        let me = format!("c{i}");
+        let cmd = command_of(&me, "leave", &earlier);
+        let r = s.tool_ok(
+            "exec_command",
+            json!({"workspace_id": "closed", "command": cmd, "yield_ms": 20000}),
+        );
+        assert_eq!(r["exit_code"], 0, "{r}");
+        let (net, reached) = net_and_reached(r["chunk"].as_str().unwrap_or_default());
+        assert!(
+            reached.is_empty(),
+            "command {i} reached {reached:?} in {net}"
+        );
+        earlier.push(me);
+    }
+    if !require_warm(warm, TEST)
+        || !codespace_test_skip::require(
+            used_again > 0,
+            TEST,
+            "no namespace was used again (commands have no cgroup here?)",
+        )
+    {
+        return;
+    }
+    s.close_and_wait(Duration::from_secs(20));
+}

@@ -497,26 +497,31 @@ impl ProcCgroup {
 
     /// Waits (bounded) until the killed members are gone, then removes the cgroup directories
     /// (on the blocking pool: removing a cgroup can wait for the kernel). A cgroup that does not
-    /// empty in time stays until the table removes everything.
-    pub(crate) async fn remove_when_empty(&self) {
+    /// empty in time stays until the table removes everything. True when this call removed
+    /// every directory: the kernel removes one only when no process is left in it.
+    pub(crate) async fn remove_when_empty(&self) -> bool {
         let deadline = tokio::time::Instant::now() + EMPTY_WAIT;
         while !self.is_empty() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(EMPTY_POLL).await;
         }
         let dirs: Vec<PathBuf> = self.dirs.iter().map(|(d, _)| d.clone()).collect();
         let removed = tokio::task::spawn_blocking(move || {
+            let mut all = true;
             for dir in dirs {
-                if let Err(err) = fs::remove_dir(&dir)
-                    && err.kind() != io::ErrorKind::NotFound
-                {
-                    tracing::debug!(%err, "cannot remove a process cgroup yet");
+                if let Err(err) = fs::remove_dir(&dir) {
+                    all = false;
+                    if err.kind() != io::ErrorKind::NotFound {
+                        tracing::debug!(%err, "cannot remove a process cgroup yet");
+                    }
                 }
             }
+            all
         })
         .await;
-        if let Err(err) = removed {
+        removed.unwrap_or_else(|err| {
             tracing::debug!(%err, "cgroup removal task failed");
-        }
+            false
+        })
     }
 }
 

@@ -157,6 +157,9 @@ pub(crate) struct Supervision {
     pub(crate) slot: LiveSlot,
     pub(crate) table: Weak<dyn Prune>,
     pub(crate) on_exit: Option<crate::types::ExitHook>,
+    /// The network namespace the command's spare waited in, given back once the command's
+    /// cgroup is removed (and closed otherwise).
+    pub(crate) network: Option<crate::spare::Network>,
 }
 
 /// Runs until the process has exited, been reaped and its output collected (or abandoned).
@@ -170,6 +173,7 @@ pub(crate) async fn supervise(s: Supervision) {
         slot,
         table,
         on_exit,
+        network,
     } = s;
     let deadline = tokio::time::sleep(timeout);
     tokio::pin!(deadline);
@@ -219,8 +223,11 @@ pub(crate) async fn supervise(s: Supervision) {
     {
         err.force_finish();
     }
-    if let Some(cg) = proc.cgroup() {
-        cg.remove_when_empty().await;
+    if let Some(cg) = proc.cgroup()
+        && cg.remove_when_empty().await
+        && let Some(network) = network
+    {
+        network.give_back();
     }
     if let Some(inner) = table.upgrade() {
         inner.prune();

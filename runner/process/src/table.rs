@@ -119,6 +119,8 @@ struct Plan {
     warm_spare: bool,
     /// The spare's shape ([`crate::Launcher::spare_args`]).
     spare_args: Vec<String>,
+    /// See [`crate::Launcher::recycle_network`].
+    recycle_network: bool,
 }
 
 fn plan_for(spec: &SpawnSpec, first: &str) -> Result<Plan, SpawnError> {
@@ -134,6 +136,7 @@ fn plan_for(spec: &SpawnSpec, first: &str) -> Result<Plan, SpawnError> {
             self_start: false,
             warm_spare: false,
             spare_args: Vec::new(),
+            recycle_network: false,
         });
     };
     let launcher_str = launcher.program.to_string_lossy().into_owned();
@@ -161,6 +164,7 @@ fn plan_for(spec: &SpawnSpec, first: &str) -> Result<Plan, SpawnError> {
         self_start: launcher.self_start,
         warm_spare: launcher.self_start && launcher.warm_spare,
         spare_args: launcher.spare_args.clone(),
+        recycle_network: launcher.recycle_network,
     })
 }
 
@@ -300,6 +304,7 @@ impl<M: Send + Sync + 'static> ProcessTable<M> {
             argv: spec.argv.clone(),
         };
 
+        let mut network = None;
         let started = if spec.tty {
             spawn_pty(&PtyPlan {
                 program: &plan.program,
@@ -318,19 +323,28 @@ impl<M: Send + Sync + 'static> ProcessTable<M> {
             } else {
                 None
             };
+            // Only a namespace whose every process is provably gone goes back: the cgroup's
+            // removal says so (see `spare.rs`).
+            let take_network = plan.recycle_network && cgroup.is_some();
             let warm = spare.and_then(|spare| {
                 spare
-                    .hand_over(&HandOver {
-                        args: &plan.args,
-                        env: &plan.env,
-                        cwd: &spec.cwd,
-                        fds: &plan.inherit_fds,
-                    })
+                    .hand_over(
+                        &HandOver {
+                            args: &plan.args,
+                            env: &plan.env,
+                            cwd: &spec.cwd,
+                            fds: &plan.inherit_fds,
+                        },
+                        take_network,
+                    )
                     .map_err(|err| tracing::debug!(%err, "starting the command cold"))
                     .ok()
             });
             let started = match warm {
-                Some(child) => Ok(child),
+                Some((child, taken)) => {
+                    network = taken;
+                    Ok(child)
+                }
                 None => spawn_pipe_lean(&ExecPlan {
                     program: &plan.program,
                     arg0: &plan.arg0,
@@ -367,7 +381,7 @@ impl<M: Send + Sync + 'static> ProcessTable<M> {
             Ok(s) => s,
             Err(err) => {
                 if let Some(cg) = &cgroup {
-                    cg.remove_when_empty().await;
+                    let _ = cg.remove_when_empty().await;
                 }
                 return Err(err);
             }
@@ -464,6 +478,7 @@ impl<M: Send + Sync + 'static> ProcessTable<M> {
                 weak as Weak<dyn Prune>
             },
             on_exit,
+            network,
         }));
         Ok(spawned)
     }

@@ -76,6 +76,11 @@ pub struct Launcher {
     /// e.g. the sandbox helper's `--private-network`). Spares are kept per program and these
     /// arguments: a spare serves only a command whose launcher names the same.
     pub spare_args: Vec<String>,
+    /// With `warm_spare`: the command may open no socket but `AF_UNIX` ones (the sandbox's
+    /// seccomp program holds it to that), so the private network namespace its spare waited in
+    /// is used again by a later spare once every process of the command is gone (its cgroup
+    /// removed); see `runner/process/src/spare.rs`. Without a cgroup it never is.
+    pub recycle_network: bool,
 }
 
 /// See [`Launcher::self_start`] (the sandbox helper's `SELF_START_CGROUP_ARG`).

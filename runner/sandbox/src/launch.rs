@@ -54,6 +54,12 @@ pub struct SandboxLaunch {
     /// its network namespace while it waits); none for a plan with it. The process runner
     /// keeps spares per program and these arguments, so a spare serves only its own shape.
     pub spare_args: Vec<String>,
+    /// The plan is `NetworkMode::Restricted`: its seccomp program refuses every socket but
+    /// `AF_UNIX`, so the private network namespace its spare waited in holds nothing of it once
+    /// its processes are gone, and the process runner may hand that namespace to a later spare
+    /// then (never while any of them lives). A `Proxy` plan brings its namespace's loopback up
+    /// and listens on it, so its namespace is never used again.
+    pub recycle_network: bool,
 }
 
 /// The off switch of the helper's `posix_spawn` start: `CODESPACE_SANDBOX_SPAWN=fork` in the
@@ -97,6 +103,7 @@ impl SandboxCommand {
             NetworkMode::Restricted | NetworkMode::Proxy => vec![PRIVATE_NETWORK_ARG.to_owned()],
             NetworkMode::Enabled => Vec::new(),
         };
+        let recycle_network = plan.network == NetworkMode::Restricted;
         let (program, mut args, env) = launcher_parts(&plan, &helper)?;
         let (handshake, helper_end) = handshake_pipe()?;
         args.push(HANDSHAKE_ARG.to_owned());
@@ -113,6 +120,7 @@ impl SandboxCommand {
             self_start: self_start_enabled(),
             warm_spare: warm_spare_enabled(),
             spare_args,
+            recycle_network,
         })
     }
 }

@@ -91,6 +91,8 @@ pub use plan::{
 pub use probe::{Probe, probe};
 pub use scope::MAX_SCOPE_PATHS;
 pub use seccomp::{ALWAYS_DENIED, DENIED_CLONE_FLAGS, DENIED_IOCTLS};
-pub use spare::{MAX_SPARE_MESSAGE, PRIVATE_NETWORK_ARG, SPARE_ARG, run_spare};
+pub use spare::{
+    MAX_SPARE_MESSAGE, NETWORK_FD_ARG, NETWORK_REPORT, PRIVATE_NETWORK_ARG, SPARE_ARG, run_spare,
+};
 pub use stage::{MAX_STAGED_FILES, StagedFile, write_stage};
 pub use steps::{STEPS_ENV, STEPS_PREFIX, STEPS_SERVER_ENV, monotonic_ns};

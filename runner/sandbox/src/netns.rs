@@ -1,6 +1,7 @@
 //! Best-effort private network namespace for `NetworkMode::Restricted` (a second layer under seccomp).
 
 use std::fs;
+use std::os::fd::{AsFd, OwnedFd};
 
 use rustix::thread::UnshareFlags;
 
@@ -24,6 +25,17 @@ pub(crate) enum NetnsOutcome {
 pub(crate) fn enter_net_only_ahead() -> bool {
     // SAFETY: a spare calls this while single-threaded, and CLONE_FILES is not involved.
     unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNET) }.is_ok()
+}
+
+/// A warm spare's network namespace handed over by the server ([`crate::spare`]): `setns` into
+/// `fd`, which the kernel refuses unless it names a network namespace (CAP_SYS_ADMIN needed).
+/// False leaves the caller where it was.
+pub(crate) fn enter_given(fd: &OwnedFd) -> bool {
+    rustix::thread::move_into_link_name_space(
+        fd.as_fd(),
+        Some(rustix::thread::LinkNameSpaceType::Network),
+    )
+    .is_ok()
 }
 
 /// Moves the calling (single-threaded) process into a fresh network namespace.

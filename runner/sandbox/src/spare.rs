@@ -32,6 +32,18 @@ pub const SPARE_ARG: &str = "__sandbox-spare";
 /// waits, so the command's start skips that step, and refuses a plan with the network.
 pub const PRIVATE_NETWORK_ARG: &str = "--private-network";
 
+/// Given before the shape's [`PRIVATE_NETWORK_ARG`] (`--network-fd <n>`): a network namespace
+/// to enter instead of making one, used before by another command without the network whose
+/// every process is gone (the process table's `spare.rs` says when it hands one out). The
+/// spare enters it with `setns` (the kernel refuses a descriptor of anything but a network
+/// namespace; a fresh one is made then) and closes it before it reads its command.
+pub const NETWORK_FD_ARG: &str = "--network-fd";
+
+/// The one byte a spare in a private network namespace sends on its control descriptor once
+/// it is in it, with that namespace's descriptor (`SCM_RIGHTS`), so the server can hand the
+/// namespace to a later spare once this spare's command and all its processes are gone.
+pub const NETWORK_REPORT: u8 = b'N';
+
 /// Most bytes of one command message (arguments, environment with the plan, working directory).
 pub const MAX_SPARE_MESSAGE: usize = 4 * 1024 * 1024;
 
@@ -82,16 +94,23 @@ pub fn run_spare(args: &[OsString]) -> ! {
 /// Checks the start, blocks for one command, and puts its descriptors in place.
 fn wait_for_command(args: &[OsString]) -> Result<Received, SandboxError> {
     let usage = |m: &str| SandboxError::Usage(format!("{SPARE_ARG}: {m}"));
-    let (control, parent, private_network) = match args {
-        [fd, flag, pid] if flag == crate::helper::SELF_START_PARENT_ARG => (fd, pid, false),
+    let (control, parent, private_network, network_fd) = match args {
+        [fd, flag, pid] if flag == crate::helper::SELF_START_PARENT_ARG => (fd, pid, false, None),
         [fd, flag, pid, net]
             if flag == crate::helper::SELF_START_PARENT_ARG && net == PRIVATE_NETWORK_ARG =>
         {
-            (fd, pid, true)
+            (fd, pid, true, None)
+        }
+        [fd, flag, pid, given, number, net]
+            if flag == crate::helper::SELF_START_PARENT_ARG
+                && given == NETWORK_FD_ARG
+                && net == PRIVATE_NETWORK_ARG =>
+        {
+            (fd, pid, true, Some(number))
         }
         _ => {
             return Err(usage(&format!(
-                "expected <fd> --parent-pid <pid> [{PRIVATE_NETWORK_ARG}]"
+                "expected <fd> --parent-pid <pid> [[{NETWORK_FD_ARG} <n>] {PRIVATE_NETWORK_ARG}]"
             )));
         }
     };
@@ -117,7 +136,16 @@ fn wait_for_command(args: &[OsString]) -> Result<Received, SandboxError> {
     }
     // Made while nothing waits on it: the one step of a command's start that needs nothing
     // of the command but whether it has the network, which the server chose this spare for.
-    let netns_ahead = private_network && crate::netns::enter_net_only_ahead();
+    // A namespace the server hands over is entered instead (and closed here either way).
+    let given = network_fd
+        .map(|n| crate::handshake::take_inherited_fd(n, NETWORK_FD_ARG, None))
+        .transpose()?;
+    let netns_ahead = private_network
+        && (given.is_some_and(|fd| crate::netns::enter_given(&fd))
+            || crate::netns::enter_net_only_ahead());
+    if netns_ahead {
+        report_network(&control);
+    }
     // After the namespace (which needs no bounding set but its own capability): what every
     // command's start drops first, dropped now.
     crate::caps::drop_bounding_set_ahead();
@@ -126,6 +154,30 @@ fn wait_for_command(args: &[OsString]) -> Result<Received, SandboxError> {
     received.netns_ahead = netns_ahead;
     place_fds(&mut received.fds, control)?;
     Ok(received)
+}
+
+/// Sends [`NETWORK_REPORT`] with this process's network namespace to the server. Best effort:
+/// without it the server only makes the next spare's namespace afresh.
+fn report_network(control: &OwnedFd) {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags, sendmsg};
+    let Ok(ns) = rustix::fs::open(
+        "/proc/self/ns/net",
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    ) else {
+        return;
+    };
+    let fds = [ns.as_fd()];
+    let mut space = [std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut ancillary = SendAncillaryBuffer::new(&mut space);
+    if ancillary.push(SendAncillaryMessage::ScmRights(&fds)) {
+        let _ = sendmsg(
+            control,
+            &[std::io::IoSlice::new(&[NETWORK_REPORT])],
+            &mut ancillary,
+            SendFlags::NOSIGNAL,
+        );
+    }
 }
 
 /// The control descriptor named by number: above 2, open, a socket; marked close-on-exec.

@@ -364,6 +364,7 @@ async fn launcher_wraps_argv() {
         self_start: false,
         warm_spare: false,
         spare_args: Vec::new(),
+        recycle_network: false,
     });
     let p = table.spawn(s.clone()).await.unwrap();
     let out = String::from_utf8(read_all(&table, &p.id).await).unwrap();
@@ -400,6 +401,7 @@ async fn a_launcher_descriptor_reaches_only_its_own_child() {
         self_start: false,
         warm_spare: false,
         spare_args: Vec::new(),
+        recycle_network: false,
     };
     // Without the descriptor handed over, the child cannot write to it (close-on-exec).
     let mut s = spec(&cwd, &["true"]);
@@ -501,6 +503,7 @@ async fn a_self_starting_launcher_is_spawned_with_its_cgroup_and_parent_named_an
         self_start: true,
         warm_spare: false,
         spare_args: Vec::new(),
+        recycle_network: false,
     });
     let p = table.spawn(s).await.unwrap();
     table.write_stdin(&p.id, b"hello\n").await.unwrap();

@@ -143,6 +143,7 @@ async fn launcher_wraps_argv_on_a_pty() {
         self_start: false,
         warm_spare: false,
         spare_args: Vec::new(),
+        recycle_network: false,
     });
     let p = table.spawn(s).await.unwrap();
     let out = String::from_utf8_lossy(&read_all(&table, &p.id).await).into_owned();
