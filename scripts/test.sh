@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The CodeSpace test command (what the README and CI run):
 #   1. scripts/check-no-model-deps.sh, and its --self-test
-#   2. cargo build --workspace, cargo test --workspace (both with the test-hooks feature); the
+#   2. cargo build --workspace, the static sandbox helper beside the binary
+#      (scripts/build-static-helper.sh; the musl target is added with rustup when missing),
+#      cargo test --workspace (both cargo steps with the test-hooks feature); the
 #      outside programs the tests run (cvc5, curl, openssl, util-linux, gzip, python3-pytest,
 #      openssh-server/-client, podman, crun) are installed
 #      first (Debian packages) when missing
@@ -165,8 +167,27 @@ oidc_provider() {
   (cd tests/oidc && npm ci --no-audit --no-fund --loglevel=error) &&
     echo "installed: oidc-provider $(node -p 'require("./tests/oidc/node_modules/oidc-provider/package.json").version')"
 }
+# The static sandbox helper (scripts/build-static-helper.sh) beside the tested binary: the
+# server prefers it, so the suite runs every sandboxed command through it, as an install that
+# ran the script does (the glibc build's code is the same, and the sandbox crate's own tests run
+# it). Without the target x86_64-unknown-linux-musl, and no way to add it, the suite runs the
+# glibc helper and records a skip (an error under CI).
+static_helper() {
+  local rc=0
+  bash scripts/build-static-helper.sh --dest "$TARGET/debug" || rc=$?
+  if [[ $rc -eq 3 ]]; then
+    rm -f "$TARGET/debug/codespace-sandbox-helper-static"
+    printf 'skip\t%s\t%s\n' "static sandbox helper (scripts/build-static-helper.sh)" \
+      "the Rust target x86_64-unknown-linux-musl is not installed and could not be added" \
+      >>"$CODESPACE_SKIP_LOG"
+    [[ "${CI:-}" != "true" && "${CODESPACE_REQUIRE_ISOLATION:-}" != "1" ]]
+    return
+  fi
+  return $rc
+}
 step "cargo build --workspace" cargo build --workspace "${HOOKS[@]}" "${LOCKED[@]+"${LOCKED[@]}"}"
 if [[ ${#failed[@]} -eq $before && -x "$BIN" ]]; then
+  step "static sandbox helper (x86_64-unknown-linux-musl)" static_helper
   step "test programs (cvc5, curl, openssl, util-linux, gzip, python3-pytest, openssh, podman, prometheus, nodejs, chromium)" test_programs
   step "npm ci tests/oidc (oidc-provider)" oidc_provider
   step "cargo test --workspace" cargo test --workspace --no-fail-fast "${HOOKS[@]}" "${LOCKED[@]+"${LOCKED[@]}"}"

@@ -74,8 +74,8 @@ pub use harden::{
 };
 pub use helper::{SELF_START_CGROUP_ARG, SELF_START_PARENT_ARG, helper_main, run_helper};
 pub use helper_exe::{
-    HELPER_BIN_NAME, HELPER_VERSION_ARG, HelperChoice, HelperKind, choose_helper,
-    helper_version_line,
+    HELPER_BIN_NAME, HELPER_STATIC_BIN_NAME, HELPER_VERSION_ARG, HelperChoice, HelperKind,
+    choose_helper, dedicated_main, helper_version_line,
 };
 pub use launch::{
     SPARE_ENV, SPAWN_ENV, SandboxCommand, SandboxLaunch, self_start_enabled, warm_spare_enabled,

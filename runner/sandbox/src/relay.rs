@@ -71,14 +71,21 @@ fn loopback_up() -> Result<(), SandboxError> {
         *slot = libc::c_char::from_ne_bytes([*byte]);
     }
     let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
+    // The request's type is the C library's (`unsigned long` in glibc, `int` in musl, which the
+    // static helper links: scripts/build-static-helper.sh).
+    #[allow(clippy::useless_conversion)]
+    let request = |r: libc::c_ulong| {
+        libc::Ioctl::try_from(r).map_err(|_| hardening("ioctl", "a request out of range"))
+    };
+    let (get, set) = (request(libc::SIOCGIFFLAGS)?, request(libc::SIOCSIFFLAGS)?);
     // SAFETY: SIOCGIFFLAGS/SIOCSIFFLAGS read and write the ifreq we own, nothing else.
     unsafe {
-        if libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut req) == -1 {
+        if libc::ioctl(fd, get, &mut req) == -1 {
             return Err(hardening("SIOCGIFFLAGS", std::io::Error::last_os_error()));
         }
         let up = libc::c_short::try_from(libc::IFF_UP).unwrap_or(1);
         req.ifr_ifru.ifru_flags |= up;
-        if libc::ioctl(fd, libc::SIOCSIFFLAGS, &req) == -1 {
+        if libc::ioctl(fd, set, &req) == -1 {
             return Err(hardening("SIOCSIFFLAGS", std::io::Error::last_os_error()));
         }
     }
