@@ -10,7 +10,8 @@ which each of its steps ended (runner/sandbox/src/steps.rs), after the process t
 (before the cgroup, before the fork: runner/process/src/steps.rs); this script stamps the
 request's send and the reply's arrival on the same clock. Last, the cost of exec'ing the helper binary
 alone (it refuses at once: no plan), for the `codespace` binary and the dedicated
-`codespace-sandbox-helper` beside it. Figures and their reading: docs/security.md, "Cost of a
+`codespace-sandbox-helper` beside it (and its static build, `codespace-sandbox-helper-static`,
+which the servers above prefer when it is there: scripts/build-static-helper.sh). Figures and their reading: docs/security.md, "Cost of a
 command's start".
 
 Usage: scripts/bench-exec-start.py [--iters N] [--rounds R] [--binary PATH]
@@ -258,6 +259,9 @@ def main() -> int:
     candidates = [("codespace __sandbox-exec", [str(binary), "__sandbox-exec"])]
     if dedicated.exists():
         candidates.append(("codespace-sandbox-helper", [str(dedicated)]))
+    static_build = binary.parent / "codespace-sandbox-helper-static"
+    if static_build.exists():
+        candidates.append(("codespace-sandbox-helper-static (musl)", [str(static_build)]))
     for name, program in candidates:
         size = Path(program[0]).stat().st_size / 1e6
         print(f"{name} ({size:.0f} MB) | {ms(helper_alone(program, a.iters))}")

@@ -21,8 +21,8 @@ usage: scripts/bench-speed.py [--bin PATH] [--only listing,read,...] [--runs 3]
 Run by hand on a quiet machine (not in CI). The binary is built by the caller (`cargo build
 --release`, or `--profile quick` and `--bin .../quick/codespace`); CARGO_TARGET_DIR is honoured.
 The read row's floor server is the `floor_server` example next to the binary when it was built
-(`cargo build --profile quick -p codespace-mcp --example floor_server`), else bench-peers builds
-it. The decide row's bench is built with `--bench-profile` (default: cargo's `bench` profile).
+(`cargo build --profile quick -p codespace-mcp --example floor_server`), else this script builds
+it (release) before it measures any row, so no build runs while a row is measured. The decide row's bench is built with `--bench-profile` (default: cargo's `bench` profile).
 """
 import argparse
 import os
@@ -42,12 +42,26 @@ def default_bin() -> str:
     return str(REPO / "target" / "release" / "codespace")
 
 
-def rows(binary: str, runs: int, bench_profile: str) -> list[tuple[str, str, list[str] | None]]:
+def floor_server(binary: str) -> Path:
+    """The floor server beside `binary`'s build, else a release one built now (by the caller of
+    `rows`, before any row runs)."""
+    beside = Path(binary).parent / "examples" / "floor_server"
+    if beside.exists():
+        return beside
+    target = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
+    built = target / "release" / "examples" / "floor_server"
+    print(f"no floor_server beside {binary}: building {built} before any row is measured", flush=True)
+    subprocess.run(["cargo", "build", "--release", "-q", "-p", "codespace-mcp", "--example", "floor_server"],
+                   cwd=REPO, check=True)
+    return built
+
+
+def rows(binary: str, runs: int, bench_profile: str,
+         with_floor: bool) -> list[tuple[str, str, list[str] | None]]:
     exec_driver = next((p for p in (SCRIPTS / "bench-exec-start.py", SCRIPTS / "bench-exec.py")
                         if p.exists()), None)
     decide = REPO / "policy" / "benches" / "decide.rs"
-    floor = Path(binary).parent / "examples" / "floor_server"
-    floor_arg = ["--floor", str(floor)] if floor.exists() else ["--floor"]
+    floor_arg = ["--floor", str(floor_server(binary))] if with_floor else ["--floor"]
     bench = ["cargo", "bench"] + (["--profile", bench_profile] if bench_profile else [])
     return [
         ("listing", "first find page <= 1.2x rg --files; full listing <= 1.5x rg --files",
@@ -76,7 +90,8 @@ def main() -> None:
     args = ap.parse_args()
     only = {r for r in args.only.split(",") if r}
     failed = []
-    for name, target, argv in rows(args.bin, args.runs, args.bench_profile):
+    for name, target, argv in rows(args.bin, args.runs, args.bench_profile,
+                                   with_floor=not only or "read" in only):
         if only and name not in only:
             continue
         print(f"\n=== {name}: target {target}", flush=True)
