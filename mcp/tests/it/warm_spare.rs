@@ -303,6 +303,14 @@ fn serve_both_network_shapes(dir: &Path) -> StdioServer {
     )
 }
 
+/// The server's own network namespace (as `readlink /proc/self/ns/net` prints it).
+fn server_net(s: &StdioServer) -> String {
+    std::fs::read_link(format!("/proc/{}/ns/net", s.pid()))
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
+}
+
 /// The network namespace a command of `ws` runs in (`/proc/self/ns/net`), and whether a warm
 /// spare served it.
 fn net_probe(s: &mut StdioServer, ws: &str) -> (String, bool) {
@@ -330,10 +338,7 @@ fn a_spare_of_one_network_shape_never_serves_a_command_of_the_other() {
     }
     let dir = tempfile::tempdir().unwrap();
     let mut s = serve_both_network_shapes(dir.path());
-    let host = std::fs::read_link(format!("/proc/{}/ns/net", s.pid()))
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
+    let host = server_net(&s);
     let (mut warm_open, mut warm_closed) = (0, 0);
     // Interleaved: each shape's spare waits beside the other's.
     for _ in 0..8 {
@@ -472,10 +477,7 @@ fn a_network_namespace_is_used_again_only_once_every_process_of_its_command_is_g
     }
     let dir = tempfile::tempdir().unwrap();
     let mut s = serve_both_network_shapes(dir.path());
-    let host = std::fs::read_link(format!("/proc/{}/ns/net", s.pid()))
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
+    let host = server_net(&s);
     // Abstract socket names of this run only.
     let tag = format!(
         "codespace-test-{}-",
