@@ -208,6 +208,13 @@ impl Shared {
 
     /// Registers `abs` and every directory beneath it, each before it is read.
     fn add_tree(&self, abs: &Path) {
+        self.add_tree_found(abs, None);
+    }
+
+    /// [`Self::add_tree`], and with `found`, every entry beneath `abs` it read (path, whether
+    /// a directory): each directory is watched before it is read, so an entry made in it
+    /// before its watch existed is among them.
+    fn add_tree_found(&self, abs: &Path, mut found: Option<&mut Vec<(PathBuf, bool)>>) {
         // No depth cap: every directory the versions table may see is watched (a path too long
         // to watch fails the watcher).
         let mut stack: Vec<PathBuf> = vec![abs.to_path_buf()];
@@ -218,7 +225,11 @@ impl Shared {
             };
             for e in rd.flatten() {
                 // The entry's type as the directory reports it: a symlink is not a directory.
-                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+                if let Some(found) = found.as_deref_mut() {
+                    found.push((e.path(), is_dir));
+                }
+                if is_dir {
                     stack.push(e.path());
                 }
             }
@@ -338,14 +349,26 @@ impl Shared {
             send(EventKind::Modify(ModifyKind::Name(RenameMode::From)));
         }
         if mask.contains(ReadFlags::CREATE) {
+            let mut found = Vec::new();
             if is_dir {
-                self.add_tree(&path);
+                self.add_tree_found(&path, Some(&mut found));
             }
             send(EventKind::Create(if is_dir {
                 CreateKind::Folder
             } else {
                 CreateKind::File
             }));
+            // What was made in the new directory before its watch existed queued no event (a
+            // tree made at once, a file written right after `mkdir`): told now, after the
+            // directory's own. An entry made after the watch is told again by it: harmless.
+            for (made, made_dir) in found {
+                (self.handler)(Ok(notify::Event::new(EventKind::Create(if made_dir {
+                    CreateKind::Folder
+                } else {
+                    CreateKind::File
+                }))
+                .add_path(made)));
+            }
         }
         if mask.contains(ReadFlags::DELETE) {
             send(EventKind::Remove(if is_dir {
@@ -512,8 +535,11 @@ mod tests {
         let root = std::fs::canonicalize(tmp.path()).unwrap();
         let (w, rx) = watcher(&root);
         w.watch_tree();
-        // A tree made at once: the event of its top comes after every directory in it is
-        // watched, so a file made in the deepest one afterwards is an event.
+        // A tree made at once: the event of its top comes after every directory in it that
+        // exists by then is watched; a directory made after that scan is told by its parent's
+        // watch and scanned in turn, and what was made in it before its watch is told then, so
+        // a file made in the deepest one afterwards is an event either way. (Before, a file
+        // made in a directory not yet watched was never told: CI failed once on it.)
         std::fs::create_dir_all(root.join("a/b/c")).unwrap();
         wait_for(&rx, &root.join("a"));
         std::fs::write(root.join("a/b/c/f"), b"").unwrap();
