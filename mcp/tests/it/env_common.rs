@@ -70,6 +70,16 @@ pub fn read_until(s: &mut StdioServer, id: &str, cursor: u64, want: &str) -> (St
     }
 }
 
+/// What a failed assertion on process `id` shows: its `process_status` and the last lines of
+/// the log of the server [`EnvSetup::serve`] started in `dir` (a lost worker says so there).
+pub fn process_diag(s: &mut StdioServer, id: &str, dir: &Path) -> String {
+    let status = s.tool_ok("process_status", json!({"process_id": id}));
+    let log = std::fs::read_to_string(dir.join("stderr.log")).unwrap_or_default();
+    let lines: Vec<&str> = log.lines().collect();
+    let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+    format!("status: {status}\nserver log (tail):\n{tail}")
+}
+
 /// `codespace approvals VERB ID` (grant or deny, channel `cli`) against the server whose
 /// config is `dir/config.json`.
 pub fn approvals_cli(dir: &Path, verb: &str, id: &str) {

@@ -20,8 +20,8 @@
 )]
 
 use crate::env_common::{
-    EnvSetup, Transport, approvals_cli, open_journals, read_until, skip_without_masks, tree,
-    wait_journal,
+    EnvSetup, Transport, approvals_cli, open_journals, process_diag, read_until,
+    skip_without_masks, tree, wait_journal,
 };
 use crate::stdio_common::{self, StdioServer};
 use serde_json::{Value, json};
@@ -226,7 +226,10 @@ fn processes(t: Transport, test: &str) {
     assert!(text.contains("/dev/pts/"), "{text}");
     s.tool_ok("write_stdin", json!({"process_id": id, "data": "abc\n"}));
     let (text, _) = read_until(&mut s, &id, cursor, "got:abc");
-    assert!(text.contains("got:abc"), "{text}");
+    if !text.contains("got:abc") {
+        let diag = process_diag(&mut s, &id, dir.path());
+        panic!("{text:?} has no got:abc\n{diag}");
+    }
     let st = s.tool_ok("process_status", json!({"process_id": id}));
     assert_eq!(st["tty"], true, "{st}");
     // The environment's kernel, as its worker probed it.
