@@ -595,7 +595,7 @@ async fn run(
     let solver = LocalSolver::from_command(tokio::process::Command::new(solver).args([
         "--lang",
         "smt",
-        "--tlimit=60000",
+        "--tlimit-per=60000",
         "--strings-exp",
     ]))
     .map_err(|e| anyhow!("cannot start the solver: {e}"))?;
