@@ -10,12 +10,20 @@
 //! no limit (`RLIMIT_NPROC` binds neither root nor a single command, so it is not used). Killing
 //! uses v2 `cgroup.kill` where it exists, else signals every member until none is left.
 //! Nothing here is fatal: a host without writable cgroups gets [`PidsMechanism::None`].
+//!
+//! The per-process directories are made ahead ([`POOLED`] at a time, on the blocking pool,
+//! after each spawn takes one), so a spawn neither waits for `mkdir` in cgroupfs nor for the
+//! `pids.max` write: it takes an empty directory nothing ever joined and opens its join file.
+//! A directory is never used twice: once its process is gone it is removed
+//! ([`ProcCgroup::remove_when_empty`]), and that removal stays the proof that no process of it
+//! is left.
 
 use std::fs;
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use rustix::fs::{Mode, OFlags};
@@ -61,6 +69,8 @@ const EMPTY_WAIT: Duration = Duration::from_secs(2);
 const EMPTY_POLL: Duration = Duration::from_millis(5);
 /// Rounds of "list the members, SIGKILL them" before giving up (v1, or v2 without cgroup.kill).
 const KILL_ROUNDS: usize = 64;
+/// Per-process cgroups kept made ahead of the spawns that take them.
+pub(crate) const POOLED: usize = 2;
 
 /// One hierarchy this table uses: the directory of its own `codespace-…` cgroup.
 #[derive(Debug)]
@@ -87,6 +97,11 @@ pub(crate) struct Cgroups {
     v1_pids: Option<Hierarchy>,
     limit: u32,
     next: AtomicU64,
+    /// Per-process directories made ahead (their `pids.max` written; nothing joined them and
+    /// no descriptor of them is open), one per hierarchy each.
+    ready: Mutex<Vec<Vec<(PathBuf, bool)>>>,
+    /// A refill of `ready` is under way.
+    refilling: AtomicBool,
 }
 
 /// The cgroup(s) of one process, and the `cgroup.procs` files its child writes to join them.
@@ -370,6 +385,8 @@ impl Cgroups {
             v1_pids: None,
             limit,
             next: AtomicU64::new(0),
+            ready: Mutex::new(Vec::new()),
+            refilling: AtomicBool::new(false),
         };
         if !use_cgroups {
             return cg;
@@ -419,38 +436,122 @@ impl Cgroups {
         }
     }
 
-    /// Creates the cgroup(s) of the next process. `Ok(None)` when the table has no cgroups.
+    /// The hierarchies in use, in a fixed order (the order of a process's directories).
+    fn hierarchies(&self) -> impl Iterator<Item = &Hierarchy> {
+        self.v2.iter().chain(self.v1_pids.iter())
+    }
+
+    /// The cgroup(s) of the next process: directories made ahead when there are (a refill then
+    /// starts on the blocking pool), else made now. `Ok(None)` when the table has no cgroups.
     /// An error means a cgroup the table relies on could not be made: the spawn must fail.
-    pub(crate) fn for_process(&self) -> io::Result<Option<ProcCgroup>> {
-        let hierarchies: Vec<&Hierarchy> = self.v2.iter().chain(self.v1_pids.iter()).collect();
-        if hierarchies.is_empty() {
+    pub(crate) fn for_process(self: &Arc<Self>) -> io::Result<Option<ProcCgroup>> {
+        if self.hierarchies().next().is_none() {
             return Ok(None);
         }
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
-        let mut made = ProcCgroup {
-            dirs: Vec::new(),
+        let made = self
+            .ready
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        self.refill();
+        let dirs = match made {
+            Some(dirs) => dirs,
+            None => self.make_dirs()?,
+        };
+        let mut cgroup = ProcCgroup {
+            dirs,
             join: Vec::new(),
         };
-        for h in hierarchies {
-            let dir = h.dir.join(format!("p{n}"));
-            fs::create_dir(&dir)?;
-            made.dirs.push((dir.clone(), h.has_kill));
-            if h.pids {
-                write_file(&dir.join("pids.max"), &self.limit.to_string())?;
-            }
+        for (h, (dir, _)) in self.hierarchies().zip(&cgroup.dirs) {
             let procs = rustix::fs::open(
                 dir.join(h.join_file),
                 OFlags::WRONLY | OFlags::CLOEXEC,
                 Mode::empty(),
             )?;
-            made.join.push(procs);
+            cgroup.join.push(procs);
         }
-        Ok(Some(made))
+        Ok(Some(cgroup))
+    }
+
+    /// Makes one process's directories (one per hierarchy) with their limit written. On error
+    /// what was made is removed.
+    fn make_dirs(&self) -> io::Result<Vec<(PathBuf, bool)>> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut dirs: Vec<(PathBuf, bool)> = Vec::new();
+        let mut made = || -> io::Result<()> {
+            for h in self.hierarchies() {
+                let dir = h.dir.join(format!("p{n}"));
+                fs::create_dir(&dir)?;
+                dirs.push((dir.clone(), h.has_kill));
+                if h.pids {
+                    write_file(&dir.join("pids.max"), &self.limit.to_string())?;
+                }
+            }
+            Ok(())
+        };
+        match made() {
+            Ok(()) => Ok(dirs),
+            Err(err) => {
+                for (dir, _) in &dirs {
+                    let _ = fs::remove_dir(dir);
+                }
+                Err(err)
+            }
+        }
+    }
+
+    /// Brings the directories made ahead back to [`POOLED`] on the blocking pool (one refill at
+    /// a time; nothing without a runtime: the next spawn then makes its own).
+    fn refill(self: &Arc<Self>) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.refilling.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let me = Arc::clone(self);
+        handle.spawn_blocking(move || {
+            loop {
+                while me.short() {
+                    match me.make_dirs() {
+                        Ok(dirs) => me
+                            .ready
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .push(dirs),
+                        Err(err) => {
+                            tracing::debug!(%err, "cannot make a process cgroup ahead");
+                            me.refilling.store(false, Ordering::Release);
+                            return;
+                        }
+                    }
+                }
+                me.refilling.store(false, Ordering::Release);
+                // A take between the last check and the flag's reset found a refill under way:
+                // go on for it, unless another refill started meanwhile.
+                if !me.short() || me.refilling.swap(true, Ordering::AcqRel) {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Fewer than [`POOLED`] directories are made ahead.
+    fn short(&self) -> bool {
+        self.ready
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+            < POOLED
     }
 
     /// Kills whatever is left in the table's cgroups and removes them (best effort).
     pub(crate) fn remove_all(&self) {
-        for h in self.v2.iter().chain(self.v1_pids.iter()) {
+        self.ready
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+        for h in self.hierarchies() {
             if let Ok(children) = fs::read_dir(&h.dir) {
                 for child in children.flatten().filter(|c| c.path().is_dir()) {
                     kill_members(&child.path(), h.has_kill);
@@ -559,7 +660,7 @@ mod tests {
 
     #[test]
     fn disabled_cgroups_report_none() {
-        let cg = Cgroups::setup(32, false);
+        let cg = Arc::new(Cgroups::setup(32, false));
         let iso = cg.isolation();
         assert_eq!(iso.mechanism, PidsMechanism::None);
         assert!(!iso.tracked);
@@ -605,5 +706,74 @@ mod tests {
         let _ = fs::remove_dir(&dir);
         assert!(spared, "a locked table was swept");
         assert!(swept, "an unlocked table of a dead pid was left");
+    }
+
+    /// Waits until no refill of `cg`'s directories made ahead is under way.
+    fn settled(cg: &Cgroups) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while cg.refilling.load(Ordering::Acquire) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the refill never ended"
+            );
+            std::thread::yield_now();
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_spawn_takes_an_empty_cgroup_made_ahead_and_never_one_used_before() {
+        let name = "a_spawn_takes_an_empty_cgroup_made_ahead_and_never_one_used_before";
+        let cg = Arc::new(Cgroups::setup(77, true));
+        if cg.hierarchies().next().is_none() {
+            codespace_test_skip::skip(name, "no writable cgroup here");
+            return;
+        }
+        let mut seen: Vec<PathBuf> = Vec::new();
+        let mut taken = Vec::new();
+        for _ in 0..(POOLED * 3) {
+            let p = cg.for_process().unwrap().unwrap();
+            settled(&cg);
+            // The refill after this take brought the directories made ahead back to POOLED.
+            assert_eq!(cg.ready.lock().unwrap().len(), POOLED);
+            for (dir, _) in &p.dirs {
+                assert!(
+                    !seen.contains(dir),
+                    "{} was handed out twice",
+                    dir.display()
+                );
+                seen.push(dir.clone());
+                assert!(members(dir).is_empty(), "{} has members", dir.display());
+            }
+            for (h, (dir, _)) in cg.hierarchies().zip(&p.dirs) {
+                if h.pids {
+                    let max = fs::read_to_string(dir.join("pids.max")).unwrap();
+                    assert_eq!(max.trim(), "77", "{}", dir.display());
+                }
+            }
+            assert_eq!(p.join.len(), p.dirs.len());
+            taken.push(p);
+        }
+        // A taken directory goes once its process is gone (it never had one here) ...
+        let first = taken.remove(0);
+        assert!(first.remove_when_empty().await);
+        assert!(first.dirs.iter().all(|(d, _)| !d.exists()));
+        // ... and the table's end removes every directory, those made ahead included.
+        let ahead: Vec<PathBuf> = cg
+            .ready
+            .lock()
+            .unwrap()
+            .iter()
+            .flatten()
+            .map(|(d, _)| d.clone())
+            .collect();
+        assert_eq!(ahead.len(), POOLED * cg.hierarchies().count());
+        drop(taken);
+        let Ok(cg) = Arc::try_unwrap(cg) else {
+            panic!("a refill still holds the table's cgroups");
+        };
+        drop(cg);
+        for d in seen.iter().chain(&ahead) {
+            assert!(!d.exists(), "{} outlived its table", d.display());
+        }
     }
 }

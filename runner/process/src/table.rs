@@ -38,7 +38,7 @@ pub(crate) struct Inner<M> {
     limits: TableLimits,
     procs: Mutex<HashMap<String, Slot<M>>>,
     live: Arc<AtomicUsize>,
-    cgroups: Cgroups,
+    cgroups: Arc<Cgroups>,
     /// Launchers started ahead ([`crate::Launcher::warm_spare`]).
     spares: Arc<Spares>,
 }
@@ -239,7 +239,7 @@ impl<M: Send + Sync + 'static> ProcessTable<M> {
     /// [`ProcessTable::spawn_owned`]). With `limits.cgroups`, it sets up its cgroups here
     /// (a few writes under `/sys/fs/cgroup`; blocking, call it at start-up).
     pub fn with_metadata(limits: TableLimits) -> ProcessTable<M> {
-        let cgroups = Cgroups::setup(limits.max_pids, limits.cgroups);
+        let cgroups = Arc::new(Cgroups::setup(limits.max_pids, limits.cgroups));
         ProcessTable {
             inner: Arc::new(Inner {
                 limits,
