@@ -386,6 +386,9 @@ struct UserWorker {
     child: tokio::process::Child,
     pgid: Option<rustix::process::Pid>,
     dir: PathBuf,
+    /// The worker's stdin, open while this server lives (`--exit-with-stdin`): the kernel closes
+    /// it when the server dies, however it dies, and the worker then exits.
+    stdin: tokio::process::ChildStdin,
 }
 
 impl Drop for UserWorker {
@@ -419,7 +422,7 @@ async fn lookup_user(user: &str) -> Result<(u32, u32), WorkerError> {
     }
 }
 
-/// Starts `codespace worker --socket DIR/w.sock --allow-uid ME` as `user` (through `setpriv`,
+/// Starts `codespace worker --socket DIR/w.sock --allow-uid ME --exit-with-stdin` as `user` (through `setpriv`,
 /// which needs the server to hold CAP_SETUID/CAP_SETGID), waits for `listening`, and connects,
 /// checking that the worker runs as that user.
 async fn start_as_user(user: &str, secret: &Secret, me: &Identity) -> Result<Conn, WorkerError> {
@@ -439,7 +442,7 @@ async fn start_as_user(user: &str, secret: &Secret, me: &Identity) -> Result<Con
         .arg(&exe)
         .args(["worker", "--socket"])
         .arg(&sock)
-        .args(["--allow-uid", &my_uid])
+        .args(["--allow-uid", &my_uid, "--exit-with-stdin"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -451,19 +454,24 @@ async fn start_as_user(user: &str, secret: &Secret, me: &Identity) -> Result<Con
     let pgid = child
         .id()
         .and_then(|id| rustix::process::Pid::from_raw(i32::try_from(id).unwrap_or(0)));
-    let (Some(mut stdin), Some(stdout), Some(mut stderr)) =
+    let (Some(stdin), Some(stdout), Some(mut stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
         return Err(WorkerError::Transport(
             "the child's pipes are missing".into(),
         ));
     };
-    let guard = UserWorker { child, pgid, dir };
-    stdin
+    let mut guard = UserWorker {
+        child,
+        pgid,
+        dir,
+        stdin,
+    };
+    guard
+        .stdin
         .write_all(format!("{}\n", secret.expose()).as_bytes())
         .await
         .map_err(|e| WorkerError::Handshake(format!("the worker does not take input: {e}")))?;
-    drop(stdin);
     let mut line = String::new();
     let mut out = tokio::io::BufReader::new(stdout);
     let said = tokio::time::timeout(LISTEN_TIMEOUT, out.read_line(&mut line)).await;

@@ -28,6 +28,11 @@ pub struct WorkerArgs {
     /// The uid a connecting gateway must have (default: this process's uid).
     #[arg(long, value_name = "UID", requires = "socket")]
     pub allow_uid: Option<u32>,
+    /// Exit once stdin ends after the secret line, removing the socket and, when then empty,
+    /// its directory: the server that starts a `worker {user}` keeps its end open for as long
+    /// as it lives, so the worker never outlives it (not even a `kill -9` of the server).
+    #[arg(long, requires = "socket")]
+    pub exit_with_stdin: bool,
 }
 
 /// Most threads of the worker's blocking pool (file work that cannot be done without waiting,
@@ -116,7 +121,15 @@ async fn serve<H: Handler>(args: &WorkerArgs, handler: Arc<H>) -> Result<ExitCod
         .await
         .map_err(|e| anyhow!("worker: {e}"))?;
     if let Some(path) = &args.socket {
-        drop(input);
+        // With `--exit-with-stdin`, the end of stdin (its writer gone) ends the worker.
+        let stdin_ends = async move {
+            if args.exit_with_stdin {
+                let _ = tokio::io::copy(&mut input, &mut tokio::io::sink()).await;
+            } else {
+                drop(input);
+                std::future::pending::<()>().await;
+            }
+        };
         let uid = args
             .allow_uid
             .unwrap_or_else(|| rustix::process::geteuid().as_raw());
@@ -126,7 +139,19 @@ async fn serve<H: Handler>(args: &WorkerArgs, handler: Arc<H>) -> Result<ExitCod
         out.write_all(b"listening\n").await?;
         out.flush().await?;
         drop(out);
-        listener.serve_forever(handler, &secret, &me).await?;
+        tokio::select! {
+            served = listener.serve_forever(handler, &secret, &me) => served?,
+            () = stdin_ends => {
+                tracing::info!("stdin ended: the worker's starter is gone, so is the worker");
+            }
+        }
+        // The socket goes with the listener; the directory made for it goes when then empty.
+        drop(listener);
+        if args.exit_with_stdin
+            && let Some(dir) = path.parent()
+        {
+            let _ = std::fs::remove_dir(dir);
+        }
         return Ok(ExitCode::SUCCESS);
     }
     let output: Pin<Box<dyn AsyncWrite + Send>> = match crate::stdio_pipes::stdout_pipe() {

@@ -579,6 +579,66 @@ fn read_goes_through_a_container_the_server_starts_and_removes() {
 #[test]
 fn a_worker_user_is_started_as_that_user_and_serves_read() {
     let test = "env_workers::a_worker_user_is_started_as_that_user_and_serves_read";
+    let Some((dir, mut s)) = serve_as_nobody(test) else {
+        return;
+    };
+    let info = s.tool_ok("workspace_info", json!({"workspace_id": "w"}));
+    assert_eq!(info["environment"]["worker"]["state"], "ready", "{info}");
+    // The worker runs as nobody (its socket's peer uid was checked before the secret went out).
+    let workers = worker_children(s.pid());
+    assert_eq!(workers.len(), 1, "{workers:?}");
+    let status = std::fs::read_to_string(format!("/proc/{}/status", workers[0])).unwrap();
+    let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    assert!(uid_line.contains("65534"), "{uid_line}");
+    s.close_and_wait(std::time::Duration::from_secs(30));
+    drop(dir);
+}
+
+/// A `worker {user}` never outlives its server, not even one killed with SIGKILL (which runs no
+/// clean-up of its own): the worker's stdin, the server's end held open while it lives, ends.
+#[test]
+fn a_worker_user_dies_with_a_killed_server_and_takes_its_socket_along() {
+    let test = "env_workers::a_worker_user_dies_with_a_killed_server_and_takes_its_socket_along";
+    let Some((dir, mut s)) = serve_as_nobody(test) else {
+        return;
+    };
+    let workers = worker_children(s.pid());
+    assert_eq!(workers.len(), 1, "{workers:?}");
+    let pid = rustix::process::Pid::from_raw(i32::try_from(workers[0]).unwrap()).unwrap();
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let socket = cmdline
+        .split(|b| *b == 0)
+        .skip_while(|a| *a != b"--socket")
+        .nth(1)
+        .map(|p| PathBuf::from(String::from_utf8_lossy(p).into_owned()))
+        .expect("the worker names its socket");
+    assert!(socket.exists(), "{}", socket.display());
+    // Its exit is an event on a pidfd (it is the server's child, not this test's).
+    let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).unwrap();
+    s.kill();
+    let mut fds = [rustix::event::PollFd::new(
+        &pidfd,
+        rustix::event::PollFlags::IN,
+    )];
+    let timeout = rustix::event::Timespec {
+        tv_sec: 30,
+        tv_nsec: 0,
+    };
+    let ready = rustix::event::poll(&mut fds, Some(&timeout)).unwrap();
+    assert_eq!(
+        ready, 1,
+        "the worker {pid:?} outlived its killed server by 30 s"
+    );
+    // The socket went with it, and the directory the worker made for it.
+    assert!(!socket.exists(), "{}", socket.display());
+    assert!(!socket.parent().unwrap().exists(), "{}", socket.display());
+    drop(dir);
+}
+
+/// A server whose workspace `w` (a file `a.txt`) lives in a `worker {user: nobody}`
+/// environment, that worker started by a first `read`; None (after a `skip:`) without root,
+/// `setpriv` or a `nobody` account.
+fn serve_as_nobody(test: &str) -> Option<(tempfile::TempDir, StdioServer)> {
     let setpriv = Command::new("setpriv")
         .arg("--version")
         .output()
@@ -592,7 +652,7 @@ fn a_worker_user_is_started_as_that_user_and_serves_read() {
         test,
         "needs root, setpriv (util-linux) and a `nobody` account to start a worker as another user",
     ) {
-        return;
+        return None;
     }
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -608,15 +668,7 @@ fn a_worker_user_is_started_as_that_user_and_serves_read() {
     let mut s = serve(dir.path(), &cfg);
     let r = s.tool_ok("read", json!({"workspace_id": "w", "path": "a.txt"}));
     assert_eq!(r["content"], "as nobody\n", "{r}");
-    let info = s.tool_ok("workspace_info", json!({"workspace_id": "w"}));
-    assert_eq!(info["environment"]["worker"]["state"], "ready", "{info}");
-    // The worker runs as nobody (its socket's peer uid was checked before the secret went out).
-    let workers = worker_children(s.pid());
-    assert_eq!(workers.len(), 1, "{workers:?}");
-    let status = std::fs::read_to_string(format!("/proc/{}/status", workers[0])).unwrap();
-    let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
-    assert!(uid_line.contains("65534"), "{uid_line}");
-    s.close_and_wait(std::time::Duration::from_secs(30));
+    Some((dir, s))
 }
 
 #[test]
