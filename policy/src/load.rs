@@ -839,13 +839,7 @@ impl PolicyStore {
         match self.read_source().and_then(|b| self.compile_live(b)) {
             Ok(snap) => {
                 let new = snap.sha256.clone();
-                match self.current.write() {
-                    Ok(mut g) => *g = Arc::new(snap),
-                    Err(poisoned) => *poisoned.into_inner() = Arc::new(snap),
-                }
-                if let Ok(mut e) = self.last_error.write() {
-                    *e = None;
-                }
+                self.install(snap);
                 Ok((old, new))
             }
             Err(e) => {
@@ -862,15 +856,22 @@ impl PolicyStore {
 
     /// Swaps in an already compiled (and, where configured, tested) snapshot; calls in flight
     /// keep the one they started with. Clears the last rejection and returns the old hash.
+    ///
+    /// The rejection is cleared under the same lock as the swap: whoever sees the new set and
+    /// then asks for the last rejection waits for that lock and finds none (before, a
+    /// `workspace_info` between the swap and the clear showed the new set with the rejection
+    /// it replaced).
     pub fn install(&self, snap: PolicySnapshot) -> String {
+        let mut rejected = self
+            .last_error
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let old = self.snapshot().sha256.clone();
         match self.current.write() {
             Ok(mut g) => *g = Arc::new(snap),
             Err(poisoned) => *poisoned.into_inner() = Arc::new(snap),
         }
-        if let Ok(mut e) = self.last_error.write() {
-            *e = None;
-        }
+        *rejected = None;
         old
     }
 
