@@ -773,6 +773,48 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::panic)]
     use super::*;
 
+    /// `--allow-uid` and `--exit-with-stdin` mean something only for a socket worker: with
+    /// `--stdio` they are a usage error, not silently ignored; with `--socket` they parse.
+    #[test]
+    fn worker_socket_only_flags_are_a_usage_error_with_stdio() {
+        let parse = |args: &[&str]| {
+            let mut argv = vec!["codespace", "worker"];
+            argv.extend_from_slice(args);
+            Cli::try_parse_from(argv)
+        };
+        for bad in [
+            &["--stdio", "--exit-with-stdin"][..],
+            &["--exit-with-stdin", "--stdio"],
+            &["--stdio", "--allow-uid", "5"],
+            &["--exit-with-stdin"],
+            &["--allow-uid", "5"],
+        ] {
+            let Err(e) = parse(bad) else {
+                panic!("`codespace worker {}` parsed", bad.join(" "));
+            };
+            assert!(
+                matches!(
+                    e.kind(),
+                    clap::error::ErrorKind::ArgumentConflict
+                        | clap::error::ErrorKind::MissingRequiredArgument
+                ),
+                "{bad:?}: {e}"
+            );
+        }
+        for good in [
+            &["--stdio"][..],
+            &["--socket", "/tmp/w.sock", "--exit-with-stdin", "--allow-uid", "5"],
+        ] {
+            let Ok(Cli {
+                command: Command::Worker(args),
+            }) = parse(good)
+            else {
+                panic!("`codespace worker {}` did not parse", good.join(" "));
+            };
+            assert_eq!(args.stdio, good == ["--stdio"]);
+        }
+    }
+
     /// Every subcommand, at every depth, has an `Examples:` block in its help; the top level
     /// points at the docs and says both transports.
     #[test]

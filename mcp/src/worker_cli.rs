@@ -26,12 +26,14 @@ pub struct WorkerArgs {
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
     /// The uid a connecting gateway must have (default: this process's uid).
-    #[arg(long, value_name = "UID", requires = "socket")]
+    // Socket-only, like `--exit-with-stdin`: clap does not enforce `requires` against the
+    // present `--stdio` here (it parsed and ignored it), so `--stdio` is a named conflict too.
+    #[arg(long, value_name = "UID", requires = "socket", conflicts_with = "stdio")]
     pub allow_uid: Option<u32>,
     /// Exit once stdin ends after the secret line, removing the socket and, when then empty,
     /// its directory: the server that starts a `worker {user}` keeps its end open for as long
     /// as it lives, so the worker never outlives it (not even a `kill -9` of the server).
-    #[arg(long, requires = "socket")]
+    #[arg(long, requires = "socket", conflicts_with = "stdio")]
     pub exit_with_stdin: bool,
 }
 
