@@ -803,7 +803,13 @@ mod tests {
         }
         for good in [
             &["--stdio"][..],
-            &["--socket", "/tmp/w.sock", "--exit-with-stdin", "--allow-uid", "5"],
+            &[
+                "--socket",
+                "/tmp/w.sock",
+                "--exit-with-stdin",
+                "--allow-uid",
+                "5",
+            ],
         ] {
             let Ok(Cli {
                 command: Command::Worker(args),

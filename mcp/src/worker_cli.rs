@@ -28,7 +28,12 @@ pub struct WorkerArgs {
     /// The uid a connecting gateway must have (default: this process's uid).
     // Socket-only, like `--exit-with-stdin`: clap does not enforce `requires` against the
     // present `--stdio` here (it parsed and ignored it), so `--stdio` is a named conflict too.
-    #[arg(long, value_name = "UID", requires = "socket", conflicts_with = "stdio")]
+    #[arg(
+        long,
+        value_name = "UID",
+        requires = "socket",
+        conflicts_with = "stdio"
+    )]
     pub allow_uid: Option<u32>,
     /// Exit once stdin ends after the secret line, removing the socket and, when then empty,
     /// its directory: the server that starts a `worker {user}` keeps its end open for as long
