@@ -18,23 +18,38 @@ use std::path::Path;
 use codespace_store::{AuditWriterConfig, DecisionQuery, Store};
 use common::decision;
 
-/// The POSIX locks this process holds on `file`, from `/proc/locks` (None when it cannot be read).
+/// How many times `/proc/locks` is read before a count of 0 is believed.
+const LOCK_READS: usize = 16;
+
+/// The POSIX locks this process holds on `file`, from `/proc/locks` (None when it cannot be read):
+/// the largest count of up to [`LOCK_READS`] reads, the first that finds one. The file is a
+/// `seq_file` read page by page over the kernel's live list of every lock on the machine, so
+/// while other tests of this binary (and other processes) take and drop locks, one read can
+/// skip entries, ours among them (it failed about 1 run in 20 under a CI build this way, never
+/// alone); a lock that is really gone is absent from every read, so the check still fails.
 fn my_locks_on(file: &Path) -> Option<usize> {
-    let text = std::fs::read_to_string("/proc/locks").ok()?;
     let meta = std::fs::metadata(file).unwrap();
     let pid = std::process::id().to_string();
     let ino = meta.ino().to_string();
-    // "1: POSIX  ADVISORY  READ 1234 08:01:5678 1073741826 1073742335"
-    Some(
-        text.lines()
+    let mut most = None;
+    for _ in 0..LOCK_READS {
+        let text = std::fs::read_to_string("/proc/locks").ok()?;
+        // "1: POSIX  ADVISORY  READ 1234 08:01:5678 1073741826 1073742335"
+        let n = text
+            .lines()
             .filter(|l| {
                 let f: Vec<&str> = l.split_whitespace().collect();
                 f.get(1) == Some(&"POSIX")
                     && f.get(4) == Some(&pid.as_str())
                     && f.get(5).and_then(|d| d.rsplit(':').next()) == Some(ino.as_str())
             })
-            .count(),
-    )
+            .count();
+        most = Some(most.map_or(n, |m: usize| m.max(n)));
+        if n > 0 {
+            break;
+        }
+    }
+    most
 }
 
 #[test]
