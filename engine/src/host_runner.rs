@@ -648,11 +648,15 @@ impl Runner for HostRunner {
                 let _ = table.resize(&spawned.id, size.rows, size.cols).await;
             }
             // The private temp dir and the stage go as soon as the process exited.
+            // A command may have filled its temp dir: removed on the blocking pool.
             if !dirs.is_empty() {
                 let (table, id) = (table.clone(), spawned.id.clone());
                 tokio::spawn(async move {
                     let _ = table.wait_exit(&id).await;
-                    dirs.iter().for_each(|d| remove_tmp(Some(d)));
+                    let _ = tokio::task::spawn_blocking(move || {
+                        dirs.iter().for_each(|d| remove_tmp(Some(d)));
+                    })
+                    .await;
                 });
             }
             if let Some(h) = handshake {

@@ -103,12 +103,15 @@ pub(super) async fn stage_dir(s: &api::SandboxSpec) -> RunnerResult<Option<TmpDi
     let Some(files) = &s.stage else {
         return Ok(None);
     };
-    let dir = crate::processes::make_tmp_dir()
-        .map_err(|e| RunnerError::SpawnFailed { message: e.message })?;
-    let (path, files) = (dir.path().to_path_buf(), files.clone());
-    tokio::task::spawn_blocking(move || write_stage_files(&path, &files))
-        .await
-        .map_err(|e| RunnerError::internal(format!("stage task: {e}")))??;
+    let files = files.clone();
+    let dir = tokio::task::spawn_blocking(move || {
+        let dir = crate::processes::make_tmp_dir()
+            .map_err(|e| RunnerError::SpawnFailed { message: e.message })?;
+        write_stage_files(dir.path(), &files)?;
+        Ok::<_, RunnerError>(dir)
+    })
+    .await
+    .map_err(|e| RunnerError::internal(format!("stage task: {e}")))??;
     Ok(Some(dir))
 }
 

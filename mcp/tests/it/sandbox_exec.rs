@@ -92,6 +92,50 @@ async fn the_private_temp_dir_is_writable_and_removed_after_exit() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_cannot_touch_another_commands_temp_dir() {
+    if skip_without_sandbox("a_command_cannot_touch_another_commands_temp_dir") {
+        return;
+    }
+    let e = env();
+    // A service holds its temp dir while the next command runs.
+    let svc = call(
+        &e.gw,
+        "exec_command",
+        json!({"workspace_id": "w", "background": true,
+               "command": ["sh", "-c", "echo \"TMP $TMPDIR\"; exec sleep 600"]}),
+    )
+    .await
+    .unwrap();
+    let svc_id = svc["process_id"].as_str().unwrap().to_string();
+    let (out, _) = read_until(&e.gw, &svc_id, 0, "\n").await;
+    let theirs = PathBuf::from(out.trim().strip_prefix("TMP ").unwrap());
+    assert!(theirs.is_dir(), "{out}");
+    let t = theirs.display();
+    let (code, out) = run_script(
+        &e,
+        &format!(
+            "echo \"TMP $TMPDIR\"; \
+             if (echo x > '{t}/planted') 2>/dev/null; then echo WROTE; fi; \
+             if ls '{t}' >/dev/null 2>&1; then echo LISTED; fi; \
+             if ls \"$(dirname \"$TMPDIR\")\" >/dev/null 2>&1; then echo LISTED-PARENT; fi"
+        ),
+    )
+    .await;
+    assert_eq!(code, Some(0), "{out}");
+    let mine = out
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("TMP "))
+        .unwrap();
+    assert_ne!(Path::new(mine), theirs, "two commands share a temp dir");
+    assert!(!out.contains("WROTE") && !out.contains("LISTED"), "{out}");
+    assert!(!theirs.join("planted").exists());
+    call(&e.gw, "terminate_process", json!({"process_id": svc_id}))
+        .await
+        .unwrap();
+}
+
 /// A copy of the shipped policies plus an operator profile that may run commands but has no
 /// `process_write` permit (a read-only-shaped sandbox).
 fn policies_with_exec_no_write(dir: &Path) -> PathBuf {

@@ -12,7 +12,7 @@
 //! Nothing here is fatal: a host without writable cgroups gets [`PidsMechanism::None`].
 //!
 //! The per-process directories are made ahead ([`POOLED`] at a time, on the blocking pool,
-//! after each spawn takes one), so a spawn neither waits for `mkdir` in cgroupfs nor for the
+//! after each spawn takes one: [`crate::MadeAhead`]), so a spawn neither waits for `mkdir` in cgroupfs nor for the
 //! `pids.max` write: it takes an empty directory nothing ever joined and opens its join file.
 //! A directory is never used twice: once its process is gone it is removed
 //! ([`ProcCgroup::remove_when_empty`]), and that removal stays the proof that no process of it
@@ -22,10 +22,11 @@ use std::fs;
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::ahead::MadeAhead;
 use rustix::fs::{Mode, OFlags};
 use rustix::process::{Pid, Signal, kill_process};
 
@@ -99,9 +100,7 @@ pub(crate) struct Cgroups {
     next: AtomicU64,
     /// Per-process directories made ahead (their `pids.max` written; nothing joined them and
     /// no descriptor of them is open), one per hierarchy each.
-    ready: Mutex<Vec<Vec<(PathBuf, bool)>>>,
-    /// A refill of `ready` is under way.
-    refilling: AtomicBool,
+    ready: Arc<MadeAhead<Vec<(PathBuf, bool)>>>,
 }
 
 /// The cgroup(s) of one process, and the `cgroup.procs` files its child writes to join them.
@@ -385,8 +384,7 @@ impl Cgroups {
             v1_pids: None,
             limit,
             next: AtomicU64::new(0),
-            ready: Mutex::new(Vec::new()),
-            refilling: AtomicBool::new(false),
+            ready: Arc::new(MadeAhead::new(POOLED)),
         };
         if !use_cgroups {
             return cg;
@@ -448,12 +446,8 @@ impl Cgroups {
         if self.hierarchies().next().is_none() {
             return Ok(None);
         }
-        let made = self
-            .ready
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop();
-        self.refill();
+        let me = Arc::clone(self);
+        let made = self.ready.take(move || me.make_dirs());
         let dirs = match made {
             Some(dirs) => dirs,
             None => self.make_dirs()?,
@@ -500,57 +494,9 @@ impl Cgroups {
         }
     }
 
-    /// Brings the directories made ahead back to [`POOLED`] on the blocking pool (one refill at
-    /// a time; nothing without a runtime: the next spawn then makes its own).
-    fn refill(self: &Arc<Self>) {
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        if self.refilling.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let me = Arc::clone(self);
-        handle.spawn_blocking(move || {
-            loop {
-                while me.short() {
-                    match me.make_dirs() {
-                        Ok(dirs) => me
-                            .ready
-                            .lock()
-                            .unwrap_or_else(PoisonError::into_inner)
-                            .push(dirs),
-                        Err(err) => {
-                            tracing::debug!(%err, "cannot make a process cgroup ahead");
-                            me.refilling.store(false, Ordering::Release);
-                            return;
-                        }
-                    }
-                }
-                me.refilling.store(false, Ordering::Release);
-                // A take between the last check and the flag's reset found a refill under way:
-                // go on for it, unless another refill started meanwhile.
-                if !me.short() || me.refilling.swap(true, Ordering::AcqRel) {
-                    return;
-                }
-            }
-        });
-    }
-
-    /// Fewer than [`POOLED`] directories are made ahead.
-    fn short(&self) -> bool {
-        self.ready
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
-            < POOLED
-    }
-
     /// Kills whatever is left in the table's cgroups and removes them (best effort).
     pub(crate) fn remove_all(&self) {
-        self.ready
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+        self.ready.close();
         for h in self.hierarchies() {
             if let Ok(children) = fs::read_dir(&h.dir) {
                 for child in children.flatten().filter(|c| c.path().is_dir()) {
@@ -711,7 +657,7 @@ mod tests {
     /// Waits until no refill of `cg`'s directories made ahead is under way.
     fn settled(cg: &Cgroups) {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while cg.refilling.load(Ordering::Acquire) {
+        while cg.ready.refilling() {
             assert!(
                 std::time::Instant::now() < deadline,
                 "the refill never ended"
@@ -734,7 +680,7 @@ mod tests {
             let p = cg.for_process().unwrap().unwrap();
             settled(&cg);
             // The refill after this take brought the directories made ahead back to POOLED.
-            assert_eq!(cg.ready.lock().unwrap().len(), POOLED);
+            assert_eq!(cg.ready.ready(), POOLED);
             for (dir, _) in &p.dirs {
                 assert!(
                     !seen.contains(dir),
@@ -760,16 +706,24 @@ mod tests {
         // ... and the table's end removes every directory, those made ahead included.
         let ahead: Vec<PathBuf> = cg
             .ready
-            .lock()
-            .unwrap()
-            .iter()
-            .flatten()
-            .map(|(d, _)| d.clone())
-            .collect();
+            .with_ready(|ready| ready.iter().flatten().map(|(d, _)| d.clone()).collect());
         assert_eq!(ahead.len(), POOLED * cg.hierarchies().count());
         drop(taken);
-        let Ok(cg) = Arc::try_unwrap(cg) else {
-            panic!("a refill still holds the table's cgroups");
+        // The last refill's task lets go of the table just after it said it was done.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let mut cg = cg;
+        let cg = loop {
+            match Arc::try_unwrap(cg) {
+                Ok(cg) => break cg,
+                Err(again) => {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "a refill still holds the table's cgroups"
+                    );
+                    cg = again;
+                    std::thread::yield_now();
+                }
+            }
         };
         drop(cg);
         for d in seen.iter().chain(&ahead) {

@@ -8,6 +8,7 @@
 //! metadata (the table's type parameter), evicted with the handle. Nothing here knows about
 //! policy or MCP.
 
+mod ahead;
 mod cgroup;
 mod error;
 mod output;
@@ -24,6 +25,7 @@ mod table;
 mod types;
 mod utf8;
 
+pub use ahead::MadeAhead;
 pub use cgroup::{PidsIsolation, PidsMechanism};
 pub use error::{ProcError, SpawnError};
 pub use spare::SPARE_ARG;
