@@ -39,7 +39,18 @@ use crate::steps::{STEPS_ENV, STEPS_SERVER_ENV, Steps};
 /// [`SandboxError::exit_code`] (126, or 127 when the program does not exist), as
 /// [`run_helper`] does. Call it while the process is still single-threaded.
 pub fn helper_main(args: &[OsString]) -> SandboxError {
-    helper_main_after(args, Ok(()), None, None)
+    helper_main_after(args, Ok(()), None, Ahead::default())
+}
+
+/// What a warm spare made while it waited for its command.
+#[derive(Debug, Default)]
+pub(crate) struct Ahead {
+    /// The private network namespace it entered (it then serves only a plan without the
+    /// network).
+    pub(crate) netns: Option<netns::NetnsOutcome>,
+    /// The seccomp filter it compiled, and for which network mode (used only for a plan in
+    /// that mode).
+    pub(crate) filters: Option<(NetworkMode, Filters)>,
 }
 
 /// The command's environment: the process's own, or the list a warm spare was handed.
@@ -55,14 +66,13 @@ fn lookup(env: EnvList<'_>, name: &str) -> Option<OsString> {
 /// [`helper_main`] for a warm spare ([`crate::spare`]): `before` is how putting the command's
 /// environment and working directory in place went (a failure is refused through the
 /// handshake like any other), and `env` is the command's environment it was handed (the target
-/// gets exactly that; the first step mark is then `spare` instead of `start`). `netns_ahead`:
-/// the private network namespace the spare entered while it waited (it then serves only a
-/// plan without the network).
+/// gets exactly that; the first step mark is then `spare` instead of `start`). `ahead`: what
+/// the spare made while it waited.
 pub(crate) fn helper_main_after(
     args: &[OsString],
     before: Result<(), SandboxError>,
     env: EnvList<'_>,
-    netns_ahead: Option<netns::NetnsOutcome>,
+    ahead: Ahead,
 ) -> SandboxError {
     let first = if env.is_some() { "spare" } else { "start" };
     let mut steps = Steps::from_env(first, |name| lookup(env, name));
@@ -74,7 +84,7 @@ pub(crate) fn helper_main_after(
         .and_then(|()| split_self_start(args))
         .and_then(|(start, args)| start.apply().map(|()| args))
         .and_then(|args| {
-            prepare(args, handshake.as_ref(), &mut steps, env, netns_ahead).map(|c| (args, c))
+            prepare(args, handshake.as_ref(), &mut steps, env, ahead).map(|c| (args, c))
         });
     let err = match prepared {
         Ok((args, mut command)) => {
@@ -203,13 +213,14 @@ fn prepare(
     handshake: Option<&HelperEnd>,
     steps: &mut Steps,
     env: EnvList<'_>,
-    netns_ahead: Option<netns::NetnsOutcome>,
+    ahead: Ahead,
 ) -> Result<Command, SandboxError> {
     let (program, rest) = split_argv(args)?;
     let plan = read_plan(lookup(env, PLAN_ENV))?;
     steps.mark("plan");
+    let netns_ahead = ahead.netns;
     // Build everything that can fail for a non-security reason before restricting anything.
-    let filters = Filters::build(plan.network)?;
+    let filters = Filters::for_plan(plan.network, ahead.filters)?;
     steps.mark("seccomp_build");
     let kernel_abi = if plan.force_landlock_unavailable {
         None
@@ -350,7 +361,6 @@ mod tests {
         ) {
             return;
         }
-        let ahead = Some(netns::NetnsOutcome::NetOnly);
         for (network, refused) in [
             (NetworkMode::Enabled, true),
             (NetworkMode::Restricted, false),
@@ -362,6 +372,10 @@ mod tests {
             let env: Vec<(OsString, OsString)> =
                 env.into_iter().map(|(k, v)| (k.into(), v.into())).collect();
             let mut steps = Steps::from_env("spare", |_| None);
+            let ahead = Ahead {
+                netns: Some(netns::NetnsOutcome::NetOnly),
+                filters: None,
+            };
             let got = prepare(&os(&["--", "true"]), None, &mut steps, Some(&env), ahead);
             match got {
                 // No Landlock here: the helper refuses before the network step.

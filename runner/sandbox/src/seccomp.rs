@@ -125,6 +125,18 @@ impl Filters {
         })
     }
 
+    /// The filter for a plan in `network`: the one compiled `ahead` (by a warm spare while it
+    /// waited) when it was compiled for exactly that mode, else one compiled now.
+    pub(crate) fn for_plan(
+        network: NetworkMode,
+        ahead: Option<(NetworkMode, Filters)>,
+    ) -> Result<Self, SandboxError> {
+        match ahead {
+            Some((mode, filters)) if mode == network => Ok(filters),
+            _ => Self::build(network),
+        }
+    }
+
     /// Installs the filter on the calling process's threads (needs `no_new_privs` or
     /// CAP_SYS_ADMIN).
     pub(crate) fn apply(&self) -> Result<(), SandboxError> {
@@ -648,5 +660,42 @@ mod tests {
         let never = asm.label();
         asm.jump(BPF_JMP_JEQ_K, 1, To::Label(never), To::Next);
         assert!(matches!(asm.finish(), Err(SandboxError::Seccomp(_))));
+    }
+    fn words(f: &Filters) -> Vec<(u16, u8, u8, u32)> {
+        f.program
+            .iter()
+            .map(|i| (i.code, i.jt, i.jf, i.k))
+            .collect()
+    }
+
+    #[test]
+    fn a_filter_compiled_ahead_serves_only_a_plan_of_its_own_mode() {
+        use NetworkMode::{Enabled, Proxy, Restricted};
+        // The modes' filters differ, so a filter of the wrong mode would be told apart below.
+        assert_ne!(
+            words(&Filters::build(Restricted).unwrap()),
+            words(&Filters::build(Enabled).unwrap())
+        );
+        for ahead in [Restricted, Proxy, Enabled] {
+            for plan in [Restricted, Proxy, Enabled] {
+                let got =
+                    Filters::for_plan(plan, Some((ahead, Filters::build(ahead).unwrap()))).unwrap();
+                assert_eq!(
+                    words(&got),
+                    words(&Filters::build(plan).unwrap()),
+                    "compiled ahead for {ahead:?}, plan in {plan:?}"
+                );
+            }
+            // Nothing compiled ahead: compiled now.
+            assert_eq!(
+                words(&Filters::for_plan(ahead, None).unwrap()),
+                words(&Filters::build(ahead).unwrap())
+            );
+        }
+        // The one compiled ahead is used as it is when the modes match.
+        let ahead = Filters::build(Restricted).unwrap();
+        let at = ahead.program.as_ptr();
+        let got = Filters::for_plan(Restricted, Some((Restricted, ahead))).unwrap();
+        assert_eq!(got.program.as_ptr(), at);
     }
 }

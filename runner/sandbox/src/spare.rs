@@ -22,7 +22,8 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStringExt;
 
 use crate::error::SandboxError;
-use crate::plan::HELPER_ARG;
+use crate::plan::{HELPER_ARG, NetworkMode};
+use crate::seccomp::Filters;
 
 /// The first argument that makes a helper binary wait as a warm spare.
 pub const SPARE_ARG: &str = "__sandbox-spare";
@@ -60,6 +61,8 @@ struct Received {
     fds: Vec<(OwnedFd, RawFd)>,
     /// The spare entered a fresh network namespace while it waited.
     netns_ahead: bool,
+    /// The seccomp filter compiled while it waited, for the network mode it expects.
+    filters_ahead: Option<(NetworkMode, Filters)>,
 }
 
 /// Entry of a spare (`args` follow [`SPARE_ARG`]). Never returns: it execs the target, or exits
@@ -78,9 +81,12 @@ pub fn run_spare(args: &[OsString]) -> ! {
     let before = apply_env_and_cwd(&received.env, &received.cwd);
     match received.args.split_first() {
         Some((first, rest)) if first == HELPER_ARG => {
-            let ahead = received
-                .netns_ahead
-                .then_some(crate::netns::NetnsOutcome::NetOnly);
+            let ahead = crate::helper::Ahead {
+                netns: received
+                    .netns_ahead
+                    .then_some(crate::netns::NetnsOutcome::NetOnly),
+                filters: received.filters_ahead,
+            };
             let err = crate::helper::helper_main_after(rest, before, Some(&received.env), ahead);
             let _ = writeln!(std::io::stderr(), "{}", err.stderr_line());
             std::process::exit(err.exit_code())
@@ -149,9 +155,18 @@ fn wait_for_command(args: &[OsString]) -> Result<Received, SandboxError> {
     // After the namespace (which needs no bounding set but its own capability): what every
     // command's start drops first, dropped now.
     crate::caps::drop_bounding_set_ahead();
+    // The filter of the mode this spare most likely serves (a spare for commands without the
+    // network: `restricted`, else `enabled`); a plan in another mode compiles its own.
+    let expected = if private_network {
+        NetworkMode::Restricted
+    } else {
+        NetworkMode::Enabled
+    };
+    let filters_ahead = Filters::build(expected).ok().map(|f| (expected, f));
     let (bytes, fds) = receive(&control)?;
     let mut received = decode(&bytes, fds)?;
     received.netns_ahead = netns_ahead;
+    received.filters_ahead = filters_ahead;
     place_fds(&mut received.fds, control)?;
     Ok(received)
 }
@@ -316,6 +331,7 @@ fn decode(bytes: &[u8], fds: Vec<OwnedFd>) -> Result<Received, SandboxError> {
         env,
         fds: numbered,
         netns_ahead: false,
+        filters_ahead: None,
     })
 }
 
