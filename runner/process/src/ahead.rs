@@ -64,6 +64,19 @@ impl<T: Send + 'static> MadeAhead<T> {
         self.refilling.load(Ordering::Acquire)
     }
 
+    /// Test aid: waits (at most 30 s, then panics) until no refill is under way.
+    #[cfg(test)]
+    pub(crate) fn settle(&self) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while self.refilling() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the refill never ended"
+            );
+            std::thread::yield_now();
+        }
+    }
+
     /// Closes the pool (nothing is made ahead any more) and returns every item waiting, to be
     /// dropped by the caller wherever that may block.
     pub fn close(&self) -> Vec<T> {
@@ -131,17 +144,6 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
 
-    fn settled<T: Send + 'static>(pool: &MadeAhead<T>) {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while pool.refilling() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the refill never ended"
-            );
-            std::thread::yield_now();
-        }
-    }
-
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn every_item_is_handed_out_once_and_the_pool_refills_to_its_size() {
         let pool = Arc::new(MadeAhead::new(3));
@@ -152,14 +154,14 @@ mod tests {
         };
         // The first take finds nothing made yet; its refill makes three.
         assert_eq!(pool.take(maker(&made)), None);
-        settled(&pool);
+        pool.settle();
         assert_eq!(pool.ready(), 3);
         let mut seen = Vec::new();
         for _ in 0..10 {
             let item = pool.take(maker(&made)).expect("an item made ahead");
             assert!(!seen.contains(&item), "{item} was handed out twice");
             seen.push(item);
-            settled(&pool);
+            pool.settle();
             assert_eq!(pool.ready(), 3);
         }
         assert_eq!(made.load(Ordering::Relaxed), 13);
@@ -201,7 +203,7 @@ mod tests {
         started.wait();
         assert!(pool.close().is_empty());
         go.wait();
-        settled(&pool);
+        pool.settle();
         // What it made was dropped (its cleanup ran), not kept, and nothing more was made.
         assert_eq!(pool.ready(), 0);
         assert_eq!(drops.load(Ordering::Relaxed), 1);
@@ -211,11 +213,11 @@ mod tests {
     async fn a_failing_maker_stops_the_refill_and_the_caller_makes_its_own() {
         let pool: Arc<MadeAhead<u32>> = Arc::new(MadeAhead::new(2));
         assert_eq!(pool.take(|| Err::<u32, _>("no room")), None);
-        settled(&pool);
+        pool.settle();
         assert_eq!(pool.ready(), 0);
         // The next take tries again.
         assert_eq!(pool.take(|| Ok::<u32, String>(7)), None);
-        settled(&pool);
+        pool.settle();
         assert_eq!(pool.ready(), 2);
     }
 

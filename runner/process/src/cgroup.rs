@@ -654,18 +654,6 @@ mod tests {
         assert!(swept, "an unlocked table of a dead pid was left");
     }
 
-    /// Waits until no refill of `cg`'s directories made ahead is under way.
-    fn settled(cg: &Cgroups) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while cg.ready.refilling() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the refill never ended"
-            );
-            std::thread::yield_now();
-        }
-    }
-
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_spawn_takes_an_empty_cgroup_made_ahead_and_never_one_used_before() {
         let name = "a_spawn_takes_an_empty_cgroup_made_ahead_and_never_one_used_before";
@@ -678,7 +666,7 @@ mod tests {
         let mut taken = Vec::new();
         for _ in 0..(POOLED * 3) {
             let p = cg.for_process().unwrap().unwrap();
-            settled(&cg);
+            cg.ready.settle();
             // The refill after this take brought the directories made ahead back to POOLED.
             assert_eq!(cg.ready.ready(), POOLED);
             for (dir, _) in &p.dirs {
