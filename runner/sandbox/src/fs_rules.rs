@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath,
-    Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, make_bitflags,
+    Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope, make_bitflags,
 };
 use rustix::fs::{FileType, Mode, OFlags};
 
@@ -55,25 +55,65 @@ struct RuleSpec<'a> {
     missing: Missing,
 }
 
-/// Builds the Landlock ruleset for `plan` against the kernel's `kernel_abi` and restricts the
-/// calling thread with it. Fails closed unless the kernel reports the ruleset fully enforced.
-pub(crate) fn restrict_self(plan: &SandboxPlan, kernel_abi: u32) -> Result<(), SandboxError> {
-    // The best ABI both this crate and the kernel know (the crate clamps unknown versions down).
+/// A ruleset a warm spare made while it waited ([`crate::spare`]): created for one kernel ABI
+/// and one answer to "is TCP handled" (a plan whose network mode is not `enabled`), with the
+/// rules every plan gets already added (the system trees and files, the pseudo devices, the
+/// terminal alias). It serves only a plan on the same ABI with the same handled rights
+/// ([`restrict_self`] checks); the plan's own rules are added after the hand-over.
+#[derive(Debug)]
+pub(crate) struct RulesAhead {
+    kernel_abi: u32,
+    net_handled: bool,
+    ruleset: RulesetCreated,
+}
+
+impl RulesAhead {
+    /// The ruleset a plan in `network` mode would start from on a kernel of `kernel_abi`, its
+    /// plan-independent rules added.
+    pub(crate) fn build(kernel_abi: u32, network: NetworkMode) -> Result<RulesAhead, SandboxError> {
+        let abi = abi_of(kernel_abi)?;
+        let net_handled = handles_net(network, abi);
+        Ok(RulesAhead {
+            kernel_abi,
+            net_handled,
+            ruleset: with_common_rules(create(abi, net_handled)?, abi)?,
+        })
+    }
+
+    /// Whether this ruleset is the one a plan in `network` mode starts from on `kernel_abi`.
+    fn serves(&self, kernel_abi: u32, network: NetworkMode) -> bool {
+        self.kernel_abi == kernel_abi
+            && abi_of(kernel_abi).is_ok_and(|abi| self.net_handled == handles_net(network, abi))
+    }
+}
+
+/// The best ABI both this crate and the kernel know (the crate clamps unknown versions down).
+fn abi_of(kernel_abi: u32) -> Result<ABI, SandboxError> {
     let abi = ABI::from(i32::try_from(kernel_abi).unwrap_or(i32::MAX));
     if abi == ABI::Unsupported {
         return Err(SandboxError::Unavailable(
             "the kernel does not support Landlock".into(),
         ));
     }
-    let handled = AccessFs::from_all(abi);
+    Ok(abi)
+}
+
+/// Whether a plan in `network` mode handles TCP bind/connect (ABI ≥ 4).
+fn handles_net(network: NetworkMode, abi: ABI) -> bool {
+    network != NetworkMode::Enabled && abi >= ABI::V4
+}
+
+/// A new ruleset handling every filesystem right of `abi`, TCP when `net_handled`, and the
+/// scopes (ABI ≥ 6).
+fn create(abi: ABI, net_handled: bool) -> Result<RulesetCreated, SandboxError> {
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
-        .handle_access(handled)
+        .handle_access(AccessFs::from_all(abi))
         .map_err(landlock_err)?;
-    let net_handled = plan.network != NetworkMode::Enabled && abi >= ABI::V4;
     if net_handled {
         // Restricted: no NetPort rule follows, so every TCP bind/connect is denied (a second
-        // layer under seccomp). Proxy: the one rule below allows connecting to the relay's port.
+        // layer under seccomp). Proxy: the one rule `restrict_self` adds allows connecting to
+        // the relay's port.
         ruleset = ruleset
             .handle_access(AccessNet::from_all(abi))
             .map_err(landlock_err)?;
@@ -81,9 +121,41 @@ pub(crate) fn restrict_self(plan: &SandboxPlan, kernel_abi: u32) -> Result<(), S
     if abi >= ABI::V6 {
         ruleset = ruleset.scope(Scope::from_all(abi)).map_err(landlock_err)?;
     }
-    let mut created = ruleset.create().map_err(landlock_err)?;
+    ruleset.create().map_err(landlock_err)
+}
+
+/// `created` with the rules every plan gets ([`common_specs`]).
+fn with_common_rules(
+    mut created: RulesetCreated,
+    abi: ABI,
+) -> Result<RulesetCreated, SandboxError> {
+    let handled = AccessFs::from_all(abi);
+    for spec in common_specs(abi) {
+        if let Some(rule) = open_rule(&spec, handled)? {
+            created = created.add_rule(rule).map_err(landlock_err)?;
+        }
+    }
+    Ok(created)
+}
+
+/// Builds the Landlock ruleset for `plan` against the kernel's `kernel_abi` and restricts the
+/// calling thread with it. Fails closed unless the kernel reports the ruleset fully enforced.
+/// `ahead`: a ruleset a warm spare made, used only when it [serves](RulesAhead::serves) this
+/// plan (else it is dropped and a fresh one is made, as without a spare).
+pub(crate) fn restrict_self(
+    plan: &SandboxPlan,
+    kernel_abi: u32,
+    ahead: Option<RulesAhead>,
+) -> Result<(), SandboxError> {
+    let abi = abi_of(kernel_abi)?;
+    let handled = AccessFs::from_all(abi);
+    let net_handled = handles_net(plan.network, abi);
+    let mut created = match ahead.filter(|a| a.serves(kernel_abi, plan.network)) {
+        Some(ahead) => ahead.ruleset,
+        None => with_common_rules(create(abi, net_handled)?, abi)?,
+    };
     let own_tty = own_terminal();
-    for spec in rule_specs(plan, abi, own_tty.as_deref()) {
+    for spec in plan_specs(plan, abi, own_tty.as_deref()) {
         if let Some(rule) = open_rule(&spec, handled)? {
             created = created.add_rule(rule).map_err(landlock_err)?;
         }
@@ -111,12 +183,7 @@ pub(crate) fn restrict_self(plan: &SandboxPlan, kernel_abi: u32) -> Result<(), S
 /// (ABI ≥ 6) handled, and no rule: the relay opens no file and makes no connection after it
 /// starts (its listener and control socket are already open). Fails closed unless fully enforced.
 pub(crate) fn restrict_relay(kernel_abi: u32) -> Result<(), SandboxError> {
-    let abi = ABI::from(i32::try_from(kernel_abi).unwrap_or(i32::MAX));
-    if abi == ABI::Unsupported {
-        return Err(SandboxError::Unavailable(
-            "the kernel does not support Landlock".into(),
-        ));
-    }
+    let abi = abi_of(kernel_abi)?;
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(AccessFs::from_all(abi))
@@ -148,12 +215,21 @@ fn landlock_err(e: landlock::RulesetError) -> SandboxError {
     SandboxError::Landlock(e.to_string())
 }
 
+/// Every rule spec of `plan` (tests: the rules a command gets, in one list).
+#[cfg(test)]
 fn rule_specs<'a>(plan: &'a SandboxPlan, abi: ABI, own_tty: Option<&'a Path>) -> Vec<RuleSpec<'a>> {
+    let mut specs = common_specs(abi);
+    specs.extend(plan_specs(plan, abi, own_tty));
+    specs
+}
+
+/// The rules every plan gets: the system trees and files (read), the pseudo devices, the
+/// terminal alias. A missing one is skipped.
+fn common_specs(abi: ABI) -> Vec<RuleSpec<'static>> {
     let read = AccessFs::from_read(abi);
-    let all = AccessFs::from_all(abi) & !NEVER_GRANTED;
     let device = read | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev;
     let tty_alias = read | AccessFs::WriteFile | AccessFs::Truncate;
-    let mut specs: Vec<RuleSpec<'a>> = SYSTEM_READ_PATHS
+    let mut specs: Vec<RuleSpec<'static>> = SYSTEM_READ_PATHS
         .iter()
         .chain(SYSTEM_READ_FILES)
         .map(|path| RuleSpec {
@@ -163,6 +239,31 @@ fn rule_specs<'a>(plan: &'a SandboxPlan, abi: ABI, own_tty: Option<&'a Path>) ->
             missing: Missing::Skip,
         })
         .collect();
+    for dev in DEVICE_PATHS {
+        specs.push(RuleSpec {
+            role: (*dev).to_owned(),
+            path: Path::new(dev),
+            access: device,
+            missing: Missing::Skip,
+        });
+    }
+    specs.push(RuleSpec {
+        role: TTY_ALIAS.to_owned(),
+        path: Path::new(TTY_ALIAS),
+        access: tty_alias,
+        missing: Missing::Skip,
+    });
+    specs
+}
+
+/// The rules of this plan alone: its extra read paths, the workspace root, its temp and home
+/// dirs, and the command's own terminal (PTY mode). The write paths' rules are
+/// [`write_path_rules`].
+fn plan_specs<'a>(plan: &'a SandboxPlan, abi: ABI, own_tty: Option<&'a Path>) -> Vec<RuleSpec<'a>> {
+    let read = AccessFs::from_read(abi);
+    let all = AccessFs::from_all(abi) & !NEVER_GRANTED;
+    let device = read | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev;
+    let mut specs = Vec::new();
     for (index, path) in plan.extra_read.iter().enumerate() {
         specs.push(RuleSpec {
             role: format!("extra read path #{index}"),
@@ -187,20 +288,6 @@ fn rule_specs<'a>(plan: &'a SandboxPlan, abi: ABI, own_tty: Option<&'a Path>) ->
             });
         }
     }
-    for dev in DEVICE_PATHS {
-        specs.push(RuleSpec {
-            role: (*dev).to_owned(),
-            path: Path::new(dev),
-            access: device,
-            missing: Missing::Skip,
-        });
-    }
-    specs.push(RuleSpec {
-        role: TTY_ALIAS.to_owned(),
-        path: Path::new(TTY_ALIAS),
-        access: tty_alias,
-        missing: Missing::Skip,
-    });
     if let Some(tty) = own_tty {
         specs.push(RuleSpec {
             role: "own terminal".into(),
@@ -429,5 +516,98 @@ mod tests {
         };
         let err = open_rule(&required, handled).err().unwrap().to_string();
         assert!(!err.contains("/definitely"), "{err}");
+    }
+
+    /// What a thread restricted with `plan` (and `ahead`) may do: list a system tree, read and
+    /// write a workspace file, read a file outside every rule, connect to a local TCP port.
+    fn probe_restricted(
+        plan: &SandboxPlan,
+        abi: u32,
+        ahead: Option<RulesAhead>,
+        outside: &Path,
+        port: u16,
+    ) -> [bool; 5] {
+        let plan = plan.clone();
+        let outside = outside.to_path_buf();
+        std::thread::spawn(move || {
+            restrict_self(&plan, abi, ahead).unwrap();
+            let file = plan.workspace_root.join("f.txt");
+            [
+                std::fs::read_dir("/usr").is_ok(),
+                std::fs::read(&file).is_ok(),
+                std::fs::OpenOptions::new().append(true).open(&file).is_ok(),
+                std::fs::read(&outside).is_ok(),
+                std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+            ]
+        })
+        .join()
+        .unwrap()
+    }
+
+    #[test]
+    fn a_ruleset_made_ahead_serves_only_a_plan_it_fits_and_grants_what_a_fresh_one_does() {
+        let name =
+            "a_ruleset_made_ahead_serves_only_a_plan_it_fits_and_grants_what_a_fresh_one_does";
+        let Some(abi) = crate::probe::landlock_abi() else {
+            codespace_test_skip::require(false, name, "Landlock is not available here");
+            return;
+        };
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::write(ws.path().join("f.txt"), "x").unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let outside = elsewhere.path().join("secret.txt");
+        std::fs::write(&outside, "s").unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let modes = [
+            NetworkMode::Enabled,
+            NetworkMode::Restricted,
+            NetworkMode::Proxy,
+        ];
+        let net_handled = abi >= 4;
+        for write in [false, true] {
+            for plan_mode in modes {
+                let mut plan = SandboxPlan::new(ws.path());
+                plan.write_workspace = write;
+                plan.network = plan_mode;
+                let fresh = probe_restricted(&plan, abi, None, &outside, port);
+                let connects = !(net_handled && plan_mode != NetworkMode::Enabled);
+                assert_eq!(fresh, [true, true, write, false, connects], "{plan_mode:?}");
+                for ahead_mode in modes {
+                    // The same grants as a fresh ruleset, whichever mode it was made for.
+                    let ahead = RulesAhead::build(abi, ahead_mode).unwrap();
+                    let got = probe_restricted(&plan, abi, Some(ahead), &outside, port);
+                    assert_eq!(got, fresh, "made for {ahead_mode:?}, plan {plan_mode:?}");
+                    // Used exactly when it fits: a rule only the ruleset made ahead holds (the
+                    // outside file) is granted then, and never otherwise.
+                    let mut marked = RulesAhead::build(abi, ahead_mode).unwrap();
+                    let fd =
+                        rustix::fs::open(&outside, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())
+                            .unwrap();
+                    marked.ruleset = marked
+                        .ruleset
+                        .add_rule(PathBeneath::new(fd, AccessFs::ReadFile))
+                        .unwrap();
+                    let fits = !net_handled
+                        || (ahead_mode == NetworkMode::Enabled)
+                            == (plan_mode == NetworkMode::Enabled);
+                    let got = probe_restricted(&plan, abi, Some(marked), &outside, port);
+                    assert_eq!(got[3], fits, "made for {ahead_mode:?}, plan {plan_mode:?}");
+                    // Another kernel ABI: never used.
+                    let mut other = RulesAhead::build(abi, plan_mode).unwrap();
+                    other.kernel_abi = abi + 1;
+                    let fd =
+                        rustix::fs::open(&outside, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())
+                            .unwrap();
+                    other.ruleset = other
+                        .ruleset
+                        .add_rule(PathBeneath::new(fd, AccessFs::ReadFile))
+                        .unwrap();
+                    let got = probe_restricted(&plan, abi, Some(other), &outside, port);
+                    assert!(!got[3], "a ruleset made for another ABI was used");
+                }
+            }
+        }
+        drop(listener);
     }
 }

@@ -51,6 +51,9 @@ pub(crate) struct Ahead {
     /// The seccomp filter it compiled, and for which network mode (used only for a plan in
     /// that mode).
     pub(crate) filters: Option<(NetworkMode, Filters)>,
+    /// The Landlock ruleset it made, its plan-independent rules added (used only for a plan
+    /// it serves: the same kernel ABI and handled rights).
+    pub(crate) rules: Option<fs_rules::RulesAhead>,
 }
 
 /// The command's environment: the process's own, or the list a warm spare was handed.
@@ -289,7 +292,7 @@ fn prepare(
     steps.mark("mounts");
     caps::drop_all_capabilities()?;
     steps.mark("caps");
-    fs_rules::restrict_self(&plan, kernel_abi)?;
+    fs_rules::restrict_self(&plan, kernel_abi, ahead.rules)?;
     steps.mark("landlock");
     filters.apply()?;
     steps.mark("seccomp_load");
@@ -375,6 +378,7 @@ mod tests {
             let ahead = Ahead {
                 netns: Some(netns::NetnsOutcome::NetOnly),
                 filters: None,
+                rules: None,
             };
             let got = prepare(&os(&["--", "true"]), None, &mut steps, Some(&env), ahead);
             match got {

@@ -10,6 +10,10 @@
 //! in place, closes the control descriptor and runs exactly the cold helper's code
 //! ([`crate::helper`]); it serves that one command and is then gone (the command's exec replaces
 //! it). End of file on the control descriptor (the server closed it or exited) ends it.
+//! While it waits it makes what no command decides: a private network namespace (a spare for
+//! commands without the network), the seccomp filter and the Landlock ruleset (with the rules
+//! every plan gets) of the network mode it most likely serves; the helper uses each only for a
+//! plan it fits.
 //!
 //! Wire (the process table's `spare.rs` writes it): a little-endian `u32` byte count, then the
 //! fields as `u32` length + bytes: the working directory; the number of arguments, then each;
@@ -22,6 +26,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStringExt;
 
 use crate::error::SandboxError;
+use crate::fs_rules::RulesAhead;
 use crate::plan::{HELPER_ARG, NetworkMode};
 use crate::seccomp::Filters;
 
@@ -63,6 +68,8 @@ struct Received {
     netns_ahead: bool,
     /// The seccomp filter compiled while it waited, for the network mode it expects.
     filters_ahead: Option<(NetworkMode, Filters)>,
+    /// The Landlock ruleset made while it waited, for the same mode.
+    rules_ahead: Option<RulesAhead>,
 }
 
 /// Entry of a spare (`args` follow [`SPARE_ARG`]). Never returns: it execs the target, or exits
@@ -86,6 +93,7 @@ pub fn run_spare(args: &[OsString]) -> ! {
                     .netns_ahead
                     .then_some(crate::netns::NetnsOutcome::NetOnly),
                 filters: received.filters_ahead,
+                rules: received.rules_ahead,
             };
             let err = crate::helper::helper_main_after(rest, before, Some(&received.env), ahead);
             let _ = writeln!(std::io::stderr(), "{}", err.stderr_line());
@@ -163,10 +171,20 @@ fn wait_for_command(args: &[OsString]) -> Result<Received, SandboxError> {
         NetworkMode::Enabled
     };
     let filters_ahead = Filters::build(expected).ok().map(|f| (expected, f));
+    // The Landlock ruleset of that mode, with the rules every plan gets (its one descriptor
+    // stays open until the helper restricts itself with it).
+    let mut rules_ahead =
+        crate::probe::landlock_abi().and_then(|abi| RulesAhead::build(abi, expected).ok());
     let (bytes, fds) = receive(&control)?;
     let mut received = decode(&bytes, fds)?;
     received.netns_ahead = netns_ahead;
     received.filters_ahead = filters_ahead;
+    // A descriptor number the command must get that the ruleset's descriptor holds: the ruleset
+    // goes (the helper makes its own), so placing the descriptors replaces nothing of ours.
+    if rules_ahead.is_some() && !wanted_numbers_free(&received.fds, &control) {
+        rules_ahead = None;
+    }
+    received.rules_ahead = rules_ahead;
     place_fds(&mut received.fds, control)?;
     Ok(received)
 }
@@ -332,6 +350,20 @@ fn decode(bytes: &[u8], fds: Vec<OwnedFd>) -> Result<Received, SandboxError> {
         fds: numbered,
         netns_ahead: false,
         filters_ahead: None,
+        rules_ahead: None,
+    })
+}
+
+/// Whether every number the server wants a descriptor under is free in this process, or held by
+/// a received descriptor or the control descriptor (which [`place_fds`] moves or closes first).
+/// False when something the spare made ahead holds one of them.
+fn wanted_numbers_free(fds: &[(OwnedFd, RawFd)], control: &OwnedFd) -> bool {
+    fds.iter().all(|(_, number)| {
+        let ours =
+            *number == control.as_raw_fd() || fds.iter().any(|(fd, _)| fd.as_raw_fd() == *number);
+        // SAFETY: F_GETFD only reads the descriptor flags of `number` (EBADF when it is closed);
+        // it touches no memory.
+        ours || unsafe { libc::fcntl(*number, libc::F_GETFD) } == -1
     })
 }
 
@@ -475,5 +507,31 @@ mod tests {
         let (z, _w) = std::io::pipe().unwrap();
         let mut low = vec![(OwnedFd::from(x), 2)];
         assert!(place_fds(&mut low, OwnedFd::from(z)).is_err());
+    }
+
+    #[test]
+    fn a_wanted_number_held_by_something_made_ahead_is_not_free() {
+        let (c, _d) = std::io::pipe().unwrap();
+        let control = OwnedFd::from(c);
+        // Stands for the Landlock ruleset's descriptor a spare holds while it waits.
+        let held = rustix::io::dup(&control).unwrap();
+        let received = || rustix::io::dup(&control).unwrap();
+        let own = received();
+        let own_number = own.as_raw_fd();
+        assert!(wanted_numbers_free(&[(own, own_number)], &control));
+        assert!(wanted_numbers_free(
+            &[(received(), control.as_raw_fd())],
+            &control
+        ));
+        // Far above any number this process hands out (the lowest free one comes first).
+        assert!(wanted_numbers_free(&[(received(), 60_000)], &control));
+        assert!(!wanted_numbers_free(
+            &[(received(), held.as_raw_fd())],
+            &control
+        ));
+        assert!(!wanted_numbers_free(
+            &[(received(), 60_000), (received(), held.as_raw_fd())],
+            &control
+        ));
     }
 }
