@@ -10,6 +10,10 @@ Rows (median of --runs, every run a fresh server process on the same generated t
   restart      first `find` page on a server restarted over the store of a previous one (the
                persisted path index, validated on start) vs `rg --files DIR`
   repeat       the same first page again on a warm server (read from the index) vs `rg --files`
+  no-links     the first page on a fresh server whose policy set is the shipped one without
+               `base.forbid.hardlinked-files`, the one policy that reads `resource.links` (a copy
+               in the temp dir): listings then read no link count, so the row shows what the
+               per-file link stat the shipped set needs costs (no target of its own)
 
 The tree (--files files, ~10 per directory, three levels) is generated in a temp dir (or --dir)
 and read once by `rg --files` before anything is timed, so every figure sees a warm page cache.
@@ -84,8 +88,15 @@ def make_tree(root: Path, files: int) -> None:
 class Server(bench_stdio.Server):
     """`codespace serve WS --store STORE`, its one workspace `default`."""
 
-    def __init__(self, binary: str, ws: Path, store: Path) -> None:
-        super().__init__([binary, "serve", str(ws), "--store", str(store)], "bench-find")
+    def __init__(self, binary: str, ws: Path, store: Path, policies: Path | None = None) -> None:
+        if policies is None:
+            argv = [binary, "serve", str(ws), "--store", str(store)]
+        else:
+            config = store.with_suffix(".json")
+            config.write_text(json.dumps({"workspaces": {"default": {"root": str(ws)}},
+                                          "store": str(store), "policies": str(policies)}))
+            argv = [binary, "serve", "--config", str(config)]
+        super().__init__(argv, "bench-find")
 
     def find(self, **args) -> dict:
         return self.tool("find", {"workspace_id": "default", **args})
@@ -131,6 +142,23 @@ def full_listing(s: Server) -> tuple[int, int]:
             return pages, paths
 
 
+def policies_without_links(tmp: Path) -> Path:
+    """A copy of the shipped policies (and the schema beside them) without
+    `base.forbid.hardlinked-files`; returns its policies directory."""
+    dst = tmp / "no-links"
+    shutil.copytree(REPO / "policies", dst / "policies")
+    shutil.copytree(REPO / "schema", dst / "schema")
+    guardrails = dst / "policies" / "base" / "guardrails.cedar"
+    text = guardrails.read_text()
+    start = text.index('@id("base.forbid.hardlinked-files")')
+    end = text.index("@id(", start + 1)
+    guardrails.write_text(text[:start] + text[end:])
+    left = [str(f) for f in (dst / "policies").rglob("*.cedar") if "resource.links" in f.read_text()]
+    if left:
+        sys.exit(f"bench-find: policies still reading resource.links: {left}")
+    return dst / "policies"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=default_bin())
@@ -152,7 +180,9 @@ def main() -> None:
         for _ in range(3):
             rg_files(rg, ws)  # warm the page cache
         bins = [args.bin] + ([args.against] if args.against else [])
-        rows = {b: {"first-page": [], "full-listing": [], "restart": [], "repeat": []}
+        no_links = policies_without_links(tmp)
+        rows = {b: {"first-page": [], "full-listing": [], "restart": [], "repeat": [],
+                    "no-links": []}
                 for b in bins}
         info = {}
         for run in range(args.runs):
@@ -184,13 +214,21 @@ def main() -> None:
                 r_["full-listing"].append((t, base, c))
                 info["pages"], info["paths"] = pages, paths
                 s.close()
+                # A fresh server and store under the set without the hard-link rule.
+                base = rg_files(rg, ws)
+                s = Server(binary, ws, tmp / f"store-nolinks-{run}-{k}.db", no_links)
+                t, c, r = timed_cpu(s, lambda: s.find())
+                r_["no-links"].append((t, base, c))
+                info["no_links_paths"] = len(r["paths"])
+                s.close()
         total = sum(1 for _ in ws.rglob("*"))
         print(f"tree: {args.files} files, {total} entries in {ws}; {args.runs} runs, each on a "
               f"fresh server process; load average {os.getloadavg()[0]:.1f} at the end")
         print(f"first page: {info['page_paths']} paths, source {info['first_source']}; "
               f"restart source {info['restart_source']}; full listing {info['pages']} pages, "
               f"{info['paths']} paths")
-        targets = {"first-page": 1.2, "full-listing": 1.5, "restart": 1.2, "repeat": None}
+        targets = {"first-page": 1.2, "full-listing": 1.5, "restart": 1.2, "repeat": None,
+                   "no-links": None}
         out = {}
         for binary in bins:
             print(f"binary {binary}")
