@@ -565,6 +565,17 @@ mod tests {
             NetworkMode::Proxy,
         ];
         let net_handled = abi >= 4;
+        // A ruleset made ahead plus a rule only it holds (the outside file is readable when it
+        // is used).
+        let with_mark = |mut ahead: RulesAhead| {
+            let fd =
+                rustix::fs::open(&outside, OFlags::PATH | OFlags::CLOEXEC, Mode::empty()).unwrap();
+            ahead.ruleset = ahead
+                .ruleset
+                .add_rule(PathBeneath::new(fd, AccessFs::ReadFile))
+                .unwrap();
+            ahead
+        };
         for write in [false, true] {
             for plan_mode in modes {
                 let mut plan = SandboxPlan::new(ws.path());
@@ -580,29 +591,15 @@ mod tests {
                     assert_eq!(got, fresh, "made for {ahead_mode:?}, plan {plan_mode:?}");
                     // Used exactly when it fits: a rule only the ruleset made ahead holds (the
                     // outside file) is granted then, and never otherwise.
-                    let mut marked = RulesAhead::build(abi, ahead_mode).unwrap();
-                    let fd =
-                        rustix::fs::open(&outside, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())
-                            .unwrap();
-                    marked.ruleset = marked
-                        .ruleset
-                        .add_rule(PathBeneath::new(fd, AccessFs::ReadFile))
-                        .unwrap();
+                    let marked = with_mark(RulesAhead::build(abi, ahead_mode).unwrap());
                     let fits = !net_handled
                         || (ahead_mode == NetworkMode::Enabled)
                             == (plan_mode == NetworkMode::Enabled);
                     let got = probe_restricted(&plan, abi, Some(marked), &outside, port);
                     assert_eq!(got[3], fits, "made for {ahead_mode:?}, plan {plan_mode:?}");
                     // Another kernel ABI: never used.
-                    let mut other = RulesAhead::build(abi, plan_mode).unwrap();
+                    let mut other = with_mark(RulesAhead::build(abi, plan_mode).unwrap());
                     other.kernel_abi = abi + 1;
-                    let fd =
-                        rustix::fs::open(&outside, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())
-                            .unwrap();
-                    other.ruleset = other
-                        .ruleset
-                        .add_rule(PathBeneath::new(fd, AccessFs::ReadFile))
-                        .unwrap();
                     let got = probe_restricted(&plan, abi, Some(other), &outside, port);
                     assert!(!got[3], "a ruleset made for another ABI was used");
                 }
